@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief The `specdec::backend` concept: the short list of primitives every algorithm is written
+/// with, and that every backend (`specdec::eigen`, `specdec::thrust<System>`) provides.
+///
+/// Every primitive works on caller memory through views in the backend's `memory_space`, validates
+/// its arguments (shapes and ranges before any work, data faults such as NaN during the one pass it
+/// makes anyway) and throws specdec::invalid_argument naming the argument. On error the outputs are
+/// unspecified. A backend object owns a scratch arena that grows on demand; it is not safe to share
+/// one backend object between threads that call it concurrently (use one per thread or stream).
+///
+/// Dense primitives for the drafter blocks (GEMM, RMSNorm, RoPE, attention) join the concept with
+/// the blocks; algorithms that need only the row primitives constrain on `backend` and keep working.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <specdec/core/view.hpp>
+
+namespace specdec {
+
+/// What `row_sample_residual` does when the residual max(0, p - q) is zero everywhere (p <= q
+/// entrywise, i.e. p == q for distributions). Exact arithmetic never samples a residual then (every
+/// draft token would have been accepted); rounding can. Peers differ, hence the choice.
+enum class empty_residual {
+  sample_target,  ///< draw from p with the same uniform (default: keeps the output distributed as p)
+  token_zero,     ///< emit token 0 (vLLM)
+  last_token,     ///< emit token V - 1 (SGLang's tree kernel)
+};
+
+// clang-format off
+/// A specdec backend. `B::memory_space` says where the views it accepts live. `B::buffer<T>` is an
+/// owning buffer in that space for tests, examples and benchmarks (algorithms never require one):
+/// `view()` gives its rank-1 view and `matrix(rows, cols)` a row-major rank-2 view of it.
+template <class B>
+concept backend = requires(B& b, typename B::template buffer<float>& owned,
+                           matrix_view<const float, typename B::memory_space> x,
+                           matrix_view<float, typename B::memory_space> y,
+                           vector_view<float, typename B::memory_space> v,
+                           vector_view<const float, typename B::memory_space> u,
+                           vector_view<std::int32_t, typename B::memory_space> token,
+                           matrix_view<std::int32_t, typename B::memory_space> token_matrix,
+                           vector_view<const std::int32_t, typename B::memory_space> row_ids,
+                           matrix_view<const std::int32_t, typename B::memory_space> column_ids,
+                           std::span<const float> host_values, index_t k, float temperature) {
+  typename B::memory_space;
+  // storage
+  { b.template allocate<float>(k) } -> std::same_as<typename B::template buffer<float>>;
+  { b.upload(host_values) } -> std::same_as<typename B::template buffer<float>>;
+  { b.download(u) } -> std::same_as<std::vector<float>>;
+  { owned.view() } -> std::same_as<vector_view<float, typename B::memory_space>>;
+  { owned.matrix(k, k) } -> std::same_as<matrix_view<float, typename B::memory_space>>;
+  // row reductions over [rows x V]
+  b.row_max(x, v);
+  b.row_argmax(x, token);
+  b.row_argmax(x, token, v);
+  b.row_topk(x, k, y, token_matrix);
+  b.row_topk_logsumexp(x, k, temperature, y, token_matrix, v);
+  b.row_logsumexp(x, temperature, v);
+  b.row_softmax(x, temperature, y);
+  b.row_log_softmax(x, temperature, y);
+  // sampling, one uniform per row
+  b.row_sample(x, u, token);
+  b.row_sample_residual(x, x, u, token);
+  b.row_sample_residual(x, x, u, token, empty_residual::token_zero);
+  // gathers
+  b.gather_rows(x, row_ids, y);
+  b.gather_elements(x, column_ids, y);
+};
+// clang-format on
+
+}  // namespace specdec

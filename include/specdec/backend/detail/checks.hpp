@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Shape and range checks every backend applies at its public boundary, and the translation of
+/// a kernel's `fault` into a specdec::invalid_argument that names the argument, the row and, for host
+/// memory, the first offending column.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::detail {
+
+/// A `[rows x V]` input: V >= 1, rows >= 0, contiguous rows (the kernels stream each row).
+template <class T, class Space>
+void check_row_matrix(const char* where, const char* name, const matrix_view<T, Space>& x) {
+  SPECDEC_EXPECTS(x.rows() >= 0 && x.cols() >= 1, where, name, " has shape [", x.rows(), " x ", x.cols(),
+                  "]; expected at least one column");
+  SPECDEC_EXPECTS(x.cols() <= INT32_MAX, where, name, " has ", x.cols(),
+                  " columns; token ids are int32, so at most 2^31 - 1 are supported");
+  SPECDEC_EXPECTS(x.has_contiguous_rows(), where, name, " has column stride ", x.stride(1),
+                  "; expected contiguous rows (column stride 1)");
+  SPECDEC_EXPECTS(x.rows() <= 1 || x.stride(0) >= x.cols(), where, name, " has row stride ", x.stride(0),
+                  " smaller than its ", x.cols(), " columns; rows must not overlap");
+  SPECDEC_EXPECTS(x.size() == 0 || x.data() != nullptr, where, name, " is a null view of shape [", x.rows(),
+                  " x ", x.cols(), "]");
+}
+
+template <class T, class Space>
+void check_length(const char* where, const char* name, const vector_view<T, Space>& v, index_t expected,
+                  const char* what_expected) {
+  SPECDEC_EXPECTS(v.rows() == expected, where, name, " has length ", v.rows(), "; expected ", expected, " (",
+                  what_expected, ")");
+  SPECDEC_EXPECTS(expected == 0 || v.data() != nullptr, where, name, " is a null view");
+}
+
+template <class T, class Space>
+void check_shape(const char* where, const char* name, const matrix_view<T, Space>& m, index_t rows, index_t cols,
+                 const char* what_expected) {
+  SPECDEC_EXPECTS(m.rows() == rows && m.cols() == cols, where, name, " has shape [", m.rows(), " x ", m.cols(),
+                  "]; expected [", rows, " x ", cols, "] (", what_expected, ")");
+  SPECDEC_EXPECTS(m.has_contiguous_rows(), where, name, " has column stride ", m.stride(1),
+                  "; expected contiguous rows (column stride 1)");
+  SPECDEC_EXPECTS(m.size() == 0 || m.data() != nullptr, where, name, " is a null view");
+}
+
+inline void check_k(const char* where, index_t k, index_t cols) {
+  SPECDEC_EXPECTS(k >= 1 && k <= cols, where, "k = ", k, " is out of range; expected 1 <= k <= V = ", cols);
+}
+
+/// Temperature >= 0 where 0 means greedy, or > 0 where the quantity has no greedy limit.
+template <class T>
+void check_temperature(const char* where, T temperature, bool zero_allowed) {
+  SPECDEC_EXPECTS(std::isfinite(static_cast<double>(temperature)) &&
+                      (zero_allowed ? temperature >= T(0) : temperature > T(0)),
+                  where, "temperature = ", temperature, " is out of range; expected a finite value ",
+                  zero_allowed ? ">= 0 (0 means greedy)" : "> 0");
+}
+
+inline const char* describe(fault f) {
+  switch (f) {
+    case fault::none: return "no error";
+    case fault::nan: return "contains NaN";
+    case fault::positive_infinity: return "contains +inf";
+    case fault::all_masked: return "is entirely -inf, so it defines no distribution";
+    case fault::negative_probability: return "contains a negative probability";
+    case fault::not_normalised: return "does not sum to 1 within 1e-4";
+    case fault::uniform_out_of_range: return "is outside [0, 1)";
+    case fault::index_out_of_range: return "is out of range";
+  }
+  return "is invalid";
+}
+
+inline const char* expectation(fault f) {
+  switch (f) {
+    case fault::nan:
+    case fault::positive_infinity: return "expected finite values (-inf is allowed and masks a token)";
+    case fault::all_masked: return "expected at least one finite logit per row";
+    case fault::negative_probability:
+    case fault::not_normalised: return "expected a probability distribution per row";
+    case fault::uniform_out_of_range: return "expected uniforms in [0, 1)";
+    case fault::index_out_of_range: return "expected indices inside the gathered extent";
+    default: return "";
+  }
+}
+
+/// First column of a host row that shows `f` (for the message; -1 when not applicable).
+template <class T>
+index_t first_bad_column(const T* row, index_t n, fault f) {
+  for (index_t j = 0; j < n; ++j) {
+    const double v = static_cast<double>(row[j]);
+    if (f == fault::nan && v != v) return j;
+    if (f == fault::positive_infinity && v == HUGE_VAL) return j;
+    if (f == fault::negative_probability && v < 0) return j;
+  }
+  return -1;
+}
+
+/// Throws the error for a fault found in row `row` of argument `name`. When `host_row` is given the
+/// message also names the first offending column.
+template <class T = float>
+[[noreturn]] void throw_fault(const char* where, const char* name, index_t row, fault f,
+                              const T* host_row = nullptr, index_t n = 0) {
+  std::string column;
+  if (host_row != nullptr) {
+    const index_t j = first_bad_column(host_row, n, f);
+    if (j >= 0) column = " (first at column " + std::to_string(j) + ")";
+  }
+  throw_invalid_argument(where, name, " row ", row, " ", describe(f), column, "; ", expectation(f));
+}
+
+}  // namespace specdec::detail
+
+namespace specdec::detail {
+
+// Argument checks of each primitive, shared by every backend so that the same mistake gives the
+// same message everywhere. Names in messages are the parameter names of the concept.
+
+template <class X, class Out>
+void check_row_reduction(const char* where, const X& x, const Out& out, const char* out_name) {
+  check_row_matrix(where, "logits", x);
+  check_length(where, out_name, out, x.rows(), "one entry per row of logits");
+}
+
+template <class X, class Values, class Indices>
+void check_topk(const char* where, const X& x, index_t k, const Values& values, const Indices& indices) {
+  check_row_matrix(where, "logits", x);
+  check_k(where, k, x.cols());
+  check_shape(where, "values", values, x.rows(), k, "[rows x k]");
+  check_shape(where, "indices", indices, x.rows(), k, "[rows x k]");
+}
+
+template <class X, class Out>
+void check_elementwise(const char* where, const X& x, const Out& out) {
+  check_row_matrix(where, "logits", x);
+  check_shape(where, "out", out, x.rows(), x.cols(), "the shape of logits");
+}
+
+template <class P, class U, class Tokens>
+void check_sample(const char* where, const P& probs, const U& uniforms, const Tokens& tokens) {
+  check_row_matrix(where, "probs", probs);
+  check_length(where, "uniforms", uniforms, probs.rows(), "one uniform per row");
+  check_length(where, "tokens", tokens, probs.rows(), "one token per row");
+}
+
+template <class P, class Q, class U, class Tokens>
+void check_sample_residual(const char* where, const P& p, const Q& q, const U& uniforms, const Tokens& tokens) {
+  check_row_matrix(where, "p", p);
+  check_row_matrix(where, "q", q);
+  SPECDEC_EXPECTS(p.rows() == q.rows() && p.cols() == q.cols(), where, "q has shape [", q.rows(), " x ",
+                  q.cols(), "]; expected the shape of p, [", p.rows(), " x ", p.cols(), "]");
+  check_length(where, "uniforms", uniforms, p.rows(), "one uniform per row");
+  check_length(where, "tokens", tokens, p.rows(), "one token per row");
+}
+
+template <class X, class Ids, class Out>
+void check_gather_rows(const char* where, const X& x, const Ids& row_ids, const Out& out) {
+  check_row_matrix(where, "x", x);
+  SPECDEC_EXPECTS(row_ids.rows() == 0 || row_ids.data() != nullptr, where, "row_ids is a null view");
+  check_shape(where, "out", out, row_ids.rows(), x.cols(), "[row_ids.size() x x.cols()]");
+}
+
+template <class X, class Ids, class Out>
+void check_gather_elements(const char* where, const X& x, const Ids& column_ids, const Out& out) {
+  check_row_matrix(where, "x", x);
+  SPECDEC_EXPECTS(column_ids.rows() == x.rows(), where, "column_ids has ", column_ids.rows(),
+                  " rows; expected one per row of x (", x.rows(), ")");
+  SPECDEC_EXPECTS(column_ids.has_contiguous_rows(), where, "column_ids must have contiguous rows");
+  check_shape(where, "out", out, x.rows(), column_ids.cols(), "the shape of column_ids");
+}
+
+}  // namespace specdec::detail

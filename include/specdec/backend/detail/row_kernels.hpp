@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Per-row and per-chunk kernels shared by every backend (host and device code).
+///
+/// The backends differ in how they schedule work (a loop on one core, a Thrust launch over rows or
+/// over (row, chunk) pairs); the arithmetic that decides an integer output lives here, once. That is
+/// what makes argmax, top-k and sampling give the same token ids on every backend: comparisons are
+/// exact, and every floating-point accumulation that feeds a decision follows the canonical order
+/// documented next to it, whichever backend runs it.
+///
+/// Input validation (NaN, +inf, negative or unnormalised probabilities, uniforms outside [0, 1)) is
+/// fused into the same pass as the arithmetic and reported as a `fault`, so checking the data costs no
+/// extra pass over memory. The backend turns the first fault into a specdec::invalid_argument.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include <specdec/config.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::detail {
+
+/// What a kernel found wrong with its row. Ordered so that the smallest non-zero code of a row is
+/// the one reported.
+enum class fault : std::int32_t {
+  none = 0,
+  nan = 1,                    ///< a NaN logit or probability
+  positive_infinity = 2,      ///< a +inf logit (-inf is a legal mask value)
+  all_masked = 3,             ///< every logit is -inf: no distribution exists
+  negative_probability = 4,   ///< a probability below 0
+  not_normalised = 5,         ///< a probability row whose sum is not 1 within tolerance
+  uniform_out_of_range = 6,   ///< a uniform outside [0, 1)
+  index_out_of_range = 7,     ///< a gather index outside the gathered extent
+};
+
+/// Probability rows must sum to 1 within this absolute tolerance (fp32 softmax rows of 262144
+/// entries sum to 1 within ~1e-6; 1e-4 leaves room for a caller's own renormalisation).
+inline constexpr double probability_sum_tolerance = 1e-4;
+
+template <class T>
+SPECDEC_HOST_DEVICE inline T negative_infinity() noexcept {
+  return -std::numeric_limits<T>::infinity();
+}
+
+SPECDEC_HOST_DEVICE inline float exp_(float x) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return ::expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+SPECDEC_HOST_DEVICE inline double exp_(double x) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return ::exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+SPECDEC_HOST_DEVICE inline float log_(float x) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return ::logf(x);
+#else
+  return std::log(x);
+#endif
+}
+SPECDEC_HOST_DEVICE inline double log_(double x) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return ::log(x);
+#else
+  return std::log(x);
+#endif
+}
+
+/// Maximum of a span and whether it holds a NaN. NaNs are skipped by the maximum (the comparison
+/// `acc < v` is false for them) and reported through `has_nan`; +inf shows up as the maximum.
+template <class T>
+struct max_scan {
+  T max;
+  bool has_nan;
+};
+
+#if !SPECDEC_DEVICE_CODE && (defined(__GNUC__) || defined(__clang__))
+#define SPECDEC_HOST_SIMD 1
+/// Host SIMD through GCC / Clang vector extensions: portable across x86 SIMD levels and ARM, and
+/// unlike auto-vectorisation it does not depend on optimisation flags (measured: the scalar lane
+/// loop varied 5x between -O2 and -O3).
+#if defined(__AVX__)
+inline constexpr int simd_bytes = 32;
+#else
+inline constexpr int simd_bytes = 16;
+#endif
+template <class T>
+struct simd;
+template <>
+struct simd<float> {
+  typedef float vec __attribute__((vector_size(simd_bytes)));
+  typedef std::int32_t mask __attribute__((vector_size(simd_bytes)));
+};
+template <>
+struct simd<double> {
+  typedef double vec __attribute__((vector_size(simd_bytes)));
+  typedef std::int64_t mask __attribute__((vector_size(simd_bytes)));
+};
+template <class T>
+inline typename simd<T>::vec simd_load(const T* p) noexcept {
+  typename simd<T>::vec v;
+  std::memcpy(&v, p, sizeof v);  // an unaligned load; compiles to one vmovups
+  return v;
+}
+#else
+#define SPECDEC_HOST_SIMD 0
+#endif
+
+/// One pass over x[0, n): the maximum (exact in any order, so vector lanes change no result) and
+/// whether a NaN was seen. On the host it runs 4 independent vector accumulators; in device code
+/// 16 scalar lanes.
+template <class T>
+SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const T* x, index_t n) noexcept {
+#if SPECDEC_HOST_SIMD
+  using vec = typename simd<T>::vec;
+  using mask = typename simd<T>::mask;
+  constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+  vec a0, a1, a2, a3;
+  for (int l = 0; l < w; ++l) a0[l] = a1[l] = a2[l] = a3[l] = negative_infinity<T>();
+  mask n0{}, n1{}, n2{}, n3{};
+  index_t i = 0;
+  for (; i + 4 * w <= n; i += 4 * w) {
+    const vec v0 = simd_load(x + i), v1 = simd_load(x + i + w), v2 = simd_load(x + i + 2 * w),
+              v3 = simd_load(x + i + 3 * w);
+    a0 = a0 < v0 ? v0 : a0;
+    a1 = a1 < v1 ? v1 : a1;
+    a2 = a2 < v2 ? v2 : a2;
+    a3 = a3 < v3 ? v3 : a3;
+    n0 |= (v0 != v0);
+    n1 |= (v1 != v1);
+    n2 |= (v2 != v2);
+    n3 |= (v3 != v3);
+  }
+  a0 = a0 < a1 ? a1 : a0;
+  a2 = a2 < a3 ? a3 : a2;
+  a0 = a0 < a2 ? a2 : a0;
+  n0 = (n0 | n1) | (n2 | n3);
+  max_scan<T> result{negative_infinity<T>(), false};
+  for (int l = 0; l < w; ++l) {
+    result.max = result.max < a0[l] ? a0[l] : result.max;
+    result.has_nan = result.has_nan || n0[l] != 0;
+  }
+  for (; i < n; ++i) {
+    const T v = x[i];
+    result.max = result.max < v ? v : result.max;
+    result.has_nan = result.has_nan || v != v;
+  }
+  return result;
+#else
+  constexpr int lanes = 16;
+  T acc[lanes];
+  bool nan = false;
+  for (int l = 0; l < lanes; ++l) acc[l] = negative_infinity<T>();
+  index_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    for (int l = 0; l < lanes; ++l) {
+      const T v = x[i + l];
+      acc[l] = acc[l] < v ? v : acc[l];
+      nan = nan || v != v;
+    }
+  }
+  max_scan<T> result{negative_infinity<T>(), nan};
+  for (; i < n; ++i) {
+    const T v = x[i];
+    result.max = result.max < v ? v : result.max;
+    result.has_nan = result.has_nan || v != v;
+  }
+  for (int l = 0; l < lanes; ++l) result.max = result.max < acc[l] ? acc[l] : result.max;
+  return result;
+#endif
+}
+
+#if SPECDEC_HOST_SIMD
+/// exp over a float vector: Cephes' expf polynomial (relative error ~1 ulp on [-87.3, 88.7]).
+/// Inputs below -87.3 (including -inf, the mask value) give exactly 0, so a masked token has
+/// probability exactly 0; inputs are <= 0 wherever it is used (x - max), so overflow cannot occur.
+inline simd<float>::vec simd_exp(simd<float>::vec x) noexcept {
+  using vec = simd<float>::vec;
+  using mask = simd<float>::mask;
+  const mask underflow = x < -87.3f;
+  x = underflow ? vec{} - 87.3f : x;
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick: the integer lands in the low mantissa bits.
+  const vec big = x * 1.44269504088896341f + 12582912.0f;
+  const vec fn = big - 12582912.0f;
+  mask n;
+  std::memcpy(&n, &big, sizeof n);
+  n -= 0x4B400000;
+  const vec r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;  // x - n ln 2 in two steps
+  // exp(r) = 1 + r + r^2 q(r), q evaluated by Estrin's scheme: three short chains instead of one
+  // six deep, which is what bounds this loop (measured 1.7x faster than Horner here).
+  const vec r2 = r * r;
+  const vec q = (r * 1.6666665459e-1f + 5.0000001201e-1f) + r2 * (r * 8.3334519073e-3f + 4.1665795894e-2f) +
+                (r2 * r2) * (r * 1.9875691500e-4f + 1.3981999507e-3f);
+  const vec p = r2 * q + r + 1.0f;
+  const mask scale_bits = (n + 127) << 23;
+  vec scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  const vec result = p * scale;
+  return underflow ? vec{} : result;
+}
+#endif
+
+/// sum_j exp((x[j] - max) * inv_t) over x[0, n) with max > -inf finite (exp is exactly 0 at -inf).
+template <class T>
+SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv_t) noexcept {
+  index_t i = 0;
+  T sum = T(0);
+#if SPECDEC_HOST_SIMD
+  if constexpr (std::is_same_v<T, float>) {
+    using vec = simd<float>::vec;
+    constexpr int w = simd_bytes / 4;
+    vec s0{}, s1{};
+    for (; i + 2 * w <= n; i += 2 * w) {
+      s0 += simd_exp((simd_load(x + i) - max) * inv_t);
+      s1 += simd_exp((simd_load(x + i + w) - max) * inv_t);
+    }
+    s0 += s1;
+    for (int l = 0; l < w; ++l) sum += s0[l];
+  }
+#endif
+  for (; i < n; ++i) sum += exp_((x[i] - max) * inv_t);
+  return sum;
+}
+
+/// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x.
+template <class T>
+SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, T inv_t, T scale, T* out) noexcept {
+  index_t i = 0;
+#if SPECDEC_HOST_SIMD
+  if constexpr (std::is_same_v<T, float>) {
+    using vec = simd<float>::vec;
+    constexpr int w = simd_bytes / 4;
+    for (; i + w <= n; i += w) {
+      const vec y = simd_exp((simd_load(x + i) - max) * inv_t) * scale;
+      std::memcpy(out + i, &y, sizeof y);
+    }
+  }
+#endif
+  for (; i < n; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
+}
+
+/// Fault of a logits row given its maximum and NaN flag.
+template <class T>
+SPECDEC_HOST_DEVICE inline fault logits_fault(const max_scan<T>& s) noexcept {
+  if (s.has_nan) return fault::nan;
+  if (s.max == std::numeric_limits<T>::infinity()) return fault::positive_infinity;
+  return fault::none;
+}
+
+/// First index of `value` in x[0, n) (the caller knows it is there).
+template <class T>
+SPECDEC_HOST_DEVICE inline index_t find_first(const T* x, index_t n, T value) noexcept {
+  for (index_t j = 0; j < n; ++j)
+    if (x[j] == value) return j;
+  return 0;
+}
+
+/// Argmax over a row: the maximum and its lowest index. Works on chunks that stay in L1 so that the
+/// second look for the index (only when a chunk raises the maximum) does not go back to memory.
+template <class T>
+struct argmax_result {
+  T value;
+  index_t index;
+  fault error;
+};
+
+inline constexpr index_t argmax_chunk = 2048;
+
+template <class T>
+SPECDEC_HOST_DEVICE inline argmax_result<T> argmax_row(const T* x, index_t n) noexcept {
+  argmax_result<T> best{negative_infinity<T>(), 0, fault::none};
+  bool has_nan = false;
+  for (index_t c0 = 0; c0 < n; c0 += argmax_chunk) {
+    const index_t len = n - c0 < argmax_chunk ? n - c0 : argmax_chunk;
+    const max_scan<T> s = scan_max(x + c0, len);
+    has_nan = has_nan || s.has_nan;
+    if (s.max > best.value) {  // strict: an equal maximum later in the row keeps the lower index
+      best.value = s.max;
+      best.index = c0 + find_first(x + c0, len, s.max);
+    }
+  }
+  best.error = logits_fault(max_scan<T>{best.value, has_nan});
+  return best;
+}
+
+/// A running top-k: `count` entries sorted by value descending, ties by index ascending, in caller
+/// memory (k values, k indices). Candidates must be offered in increasing index order *within one
+/// accumulator*, which is what makes "ties to the lower index" a plain strict comparison: a later
+/// candidate equal to the current k-th value loses.
+template <class T>
+struct topk_accumulator {
+  T* values;
+  std::int32_t* indices;
+  index_t k;
+  index_t count;
+
+  SPECDEC_HOST_DEVICE bool full() const noexcept { return count == k; }
+  /// The value a new candidate must beat (strictly) once the accumulator is full.
+  SPECDEC_HOST_DEVICE T threshold() const noexcept { return values[k - 1]; }
+
+  /// Offers candidate (v, i) whose index is larger than every index offered before.
+  SPECDEC_HOST_DEVICE void offer(T v, std::int32_t i) noexcept {
+    if (count == k && !(v > values[k - 1])) return;
+    index_t pos = count < k ? count : k - 1;
+    // Shift down every entry the candidate beats; an equal value stays ahead (lower index).
+    while (pos > 0 && v > values[pos - 1]) {
+      values[pos] = values[pos - 1];
+      indices[pos] = indices[pos - 1];
+      --pos;
+    }
+    values[pos] = v;
+    indices[pos] = i;
+    if (count < k) ++count;
+  }
+};
+
+/// Total order of (value, index) candidates used by every top-k: larger value first, then lower
+/// index. NaN never reaches it (rows with NaN are rejected).
+template <class T>
+SPECDEC_HOST_DEVICE inline bool ranks_before(T va, std::int32_t ia, T vb, std::int32_t ib) noexcept {
+  return va > vb || (va == vb && ia < ib);
+}
+
+/// Top-k of x[0, n) in blocks: a block whose maximum cannot beat the current k-th value is skipped
+/// after one vectorised look, so for typical logits almost every block costs a max-reduction only.
+/// Returns the row's fault; `acc` must start empty. `offset` is added to reported indices.
+inline constexpr index_t topk_block = 64;
+
+template <class T>
+SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t offset,
+                                                 topk_accumulator<T>& acc) noexcept {
+  max_scan<T> total{negative_infinity<T>(), false};
+  index_t b0 = 0;
+  // Until the accumulator is full every entry is a candidate.
+  for (; b0 < n && !acc.full(); ++b0) {
+    const T v = x[b0];
+    total.max = total.max < v ? v : total.max;
+    total.has_nan = total.has_nan || v != v;
+    acc.offer(v, static_cast<std::int32_t>(offset + b0));
+  }
+  for (; b0 < n; b0 += topk_block) {
+    const index_t len = n - b0 < topk_block ? n - b0 : topk_block;
+    const T threshold = acc.threshold();
+    bool candidate = false;
+    index_t j = 0;
+#if SPECDEC_HOST_SIMD
+    {
+      using vec = typename simd<T>::vec;
+      using mask = typename simd<T>::mask;
+      constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+      vec m;
+      for (int l = 0; l < w; ++l) m[l] = total.max;
+      mask above{}, nan{};
+      for (; j + w <= len; j += w) {
+        const vec v = simd_load(x + b0 + j);
+        m = m < v ? v : m;
+        above |= (v > threshold);
+        nan |= (v != v);
+      }
+      for (int l = 0; l < w; ++l) {
+        total.max = total.max < m[l] ? m[l] : total.max;
+        candidate = candidate || above[l] != 0;
+        total.has_nan = total.has_nan || nan[l] != 0;
+      }
+    }
+#endif
+    for (; j < len; ++j) {
+      const T v = x[b0 + j];
+      total.max = total.max < v ? v : total.max;
+      total.has_nan = total.has_nan || v != v;
+      candidate = candidate || v > threshold;
+    }
+    if (!candidate) continue;
+    for (index_t i = 0; i < len; ++i)
+      if (x[b0 + i] > acc.threshold()) acc.offer(x[b0 + i], static_cast<std::int32_t>(offset + b0 + i));
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sampling: the canonical accumulation order.
+//
+// A row of V probabilities is cut into chunks of `sample_chunk` entries. The mass of a chunk is
+// accumulated in double over 8 lanes (lane l takes the entries whose offset in the chunk is
+// congruent to l mod 8, in index order) and the lanes are combined as ((0+1)+(2+3))+((4+5)+(6+7)).
+// The row total is the sum of chunk masses in chunk order. Given a uniform u, the target is
+// u * total; the chosen chunk is the first whose running total (chunk order) exceeds the target and
+// whose mass is positive; inside it the entries are walked in index order, adding to the running
+// total in double, and the token is the first entry with positive mass whose running total exceeds
+// the target. Rounding may leave the walk short of the target by an ulp, in which case the last
+// entry of the chunk with positive mass is taken. Every backend follows exactly this order, so the
+// same uniform gives the same token everywhere.
+// ---------------------------------------------------------------------------------------------------
+
+inline constexpr index_t sample_chunk = 1024;
+
+/// Mass of one chunk of a probability row plus what was wrong with it.
+struct chunk_mass {
+  double mass;
+  bool has_nan;
+  bool has_negative;
+};
+
+/// The entries a sampler draws from: plain probabilities p, or the residual max(0, p - q).
+template <class T>
+struct probability_source {
+  const T* p;
+  SPECDEC_HOST_DEVICE T operator()(index_t j) const noexcept { return p[j]; }
+};
+template <class T>
+struct residual_source {
+  const T* p;
+  const T* q;
+  SPECDEC_HOST_DEVICE T operator()(index_t j) const noexcept {
+    const T r = p[j] - q[j];
+    return r > T(0) ? r : T(0);
+  }
+};
+
+SPECDEC_HOST_DEVICE inline double combine_lanes(const double (&lane)[8]) noexcept {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/// Canonical mass of x[0, n) (n <= sample_chunk) with NaN / negative flags.
+template <class T>
+SPECDEC_HOST_DEVICE inline chunk_mass probability_chunk_mass(const T* x, index_t n) noexcept {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int32_t nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int32_t neg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const T v = x[i + l];
+      lane[l] += static_cast<double>(v);
+      nan[l] |= static_cast<std::int32_t>(v != v);
+      neg[l] |= static_cast<std::int32_t>(v < T(0));
+    }
+  }
+  for (int l = 0; i + l < n; ++l) {
+    const T v = x[i + l];
+    lane[l] += static_cast<double>(v);
+    nan[l] |= static_cast<std::int32_t>(v != v);
+    neg[l] |= static_cast<std::int32_t>(v < T(0));
+  }
+  chunk_mass result{combine_lanes(lane), false, false};
+  for (int l = 0; l < 8; ++l) {
+    result.has_nan = result.has_nan || nan[l] != 0;
+    result.has_negative = result.has_negative || neg[l] != 0;
+  }
+  return result;
+}
+
+/// Canonical mass of the residual max(0, p - q) over a chunk, plus the masses of p and q themselves
+/// (to check both are distributions) and their NaN / negative flags.
+struct residual_chunk_mass {
+  double residual;
+  chunk_mass p;
+  chunk_mass q;
+};
+
+template <class T>
+SPECDEC_HOST_DEVICE inline residual_chunk_mass residual_mass(const T* p, const T* q, index_t n) noexcept {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (index_t i = 0; i < n; i += 8) {
+    for (int l = 0; l < 8 && i + l < n; ++l) {
+      const T r = p[i + l] - q[i + l];
+      lane[l] += static_cast<double>(r > T(0) ? r : T(0));
+    }
+  }
+  return residual_chunk_mass{combine_lanes(lane), probability_chunk_mass(p, n), probability_chunk_mass(q, n)};
+}
+
+/// Picks the token for `target` (= u * total) given the chunk masses of the row (in chunk order)
+/// and the entries. Implements the canonical search described above.
+template <class Source>
+SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses, index_t n,
+                                                      const Source& entry, double target) noexcept {
+  const index_t chunks = (n + sample_chunk - 1) / sample_chunk;
+  double before = 0.0;  // running total of the chunks before c
+  index_t c = 0;
+  index_t last_positive_chunk = -1;
+  for (; c < chunks; ++c) {
+    const double m = chunk_masses[c];
+    if (m > 0.0) {
+      last_positive_chunk = c;
+      if (before + m > target) break;
+    }
+    before += m;
+  }
+  if (c == chunks) {  // rounding pushed the target past every chunk: take the last chunk with mass
+    c = last_positive_chunk < 0 ? 0 : last_positive_chunk;
+    before = 0.0;
+    for (index_t d = 0; d < c; ++d) before += chunk_masses[d];
+  }
+  const index_t begin = c * sample_chunk;
+  const index_t end = begin + sample_chunk < n ? begin + sample_chunk : n;
+  double running = before;
+  index_t last_positive = -1;
+  for (index_t j = begin; j < end; ++j) {
+    const double v = static_cast<double>(entry(j));
+    if (v > 0.0) {
+      running += v;
+      last_positive = j;
+      if (running > target) return static_cast<std::int32_t>(j);
+    }
+  }
+  return static_cast<std::int32_t>(last_positive < 0 ? begin : last_positive);
+}
+
+/// Fault of a probability row given the flags and the total mass of its chunks.
+SPECDEC_HOST_DEVICE inline fault probability_fault(bool has_nan, bool has_negative, double total) noexcept {
+  if (has_nan) return fault::nan;
+  if (has_negative) return fault::negative_probability;
+  const double error = total - 1.0;
+  if (!(error <= probability_sum_tolerance && error >= -probability_sum_tolerance)) return fault::not_normalised;
+  return fault::none;
+}
+
+template <class T>
+SPECDEC_HOST_DEVICE inline bool is_unit_uniform(T u) noexcept {
+  return u >= T(0) && u < T(1);
+}
+
+}  // namespace specdec::detail

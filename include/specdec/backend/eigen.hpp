@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief `specdec::eigen`: the CPU backend. One thread, SIMD through Eigen's vectorised
+/// transcendental functions and compiler-vectorised reductions, host memory.
+///
+/// Cost model: every row primitive streams its input once from memory (softmax and log-softmax read
+/// it twice and write once; sampling re-reads one 4 KiB chunk). Top-k skips 64-element blocks that
+/// cannot beat the current k-th value after a max-reduction over them, so for k << V it costs about
+/// one streaming pass. Requires Eigen >= 3.4 (link `specdec::eigen`).
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec {
+
+/// The Eigen (CPU) backend. Models specdec::backend with `memory_space = host_space`.
+class eigen {
+ public:
+  using memory_space = host_space;
+
+  /// Owning host buffer (contiguous); see specdec::backend.
+  template <class T>
+  class buffer {
+   public:
+    buffer() = default;
+    explicit buffer(index_t n) : data_(static_cast<std::size_t>(n)) {}
+    explicit buffer(std::vector<T> data) : data_(std::move(data)) {}
+    vector_view<T, host_space> view() { return {data_.data(), static_cast<index_t>(data_.size())}; }
+    vector_view<const T, host_space> view() const { return {data_.data(), static_cast<index_t>(data_.size())}; }
+    matrix_view<T, host_space> matrix(index_t rows, index_t cols) {
+      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && rows * cols == size(), "eigen::buffer::matrix", "a buffer of ",
+                      size(), " elements cannot be viewed as [", rows, " x ", cols, "]");
+      return {data_.data(), rows, cols};
+    }
+    index_t size() const noexcept { return static_cast<index_t>(data_.size()); }
+
+   private:
+    std::vector<T> data_;
+  };
+
+  template <class T>
+  buffer<T> allocate(index_t n) const {
+    SPECDEC_EXPECTS(n >= 0, "eigen::allocate", "n = ", n, "; expected n >= 0");
+    return buffer<T>(n);
+  }
+  template <class T>
+  buffer<std::remove_const_t<T>> upload(std::span<T> host) const {
+    return buffer<std::remove_const_t<T>>(std::vector<std::remove_const_t<T>>(host.begin(), host.end()));
+  }
+  template <class T>
+  std::vector<std::remove_const_t<T>> download(vector_view<T, host_space> v) const {
+    std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));
+    for (index_t i = 0; i < v.rows(); ++i) out[static_cast<std::size_t>(i)] = v(i);
+    return out;
+  }
+
+  /// Row maximum: `max[r] = max_j logits(r, j)`.
+  /// \param logits host `[rows x V]`, V >= 1, finite or -inf.
+  /// \param max host `[rows]`.
+  /// \throws invalid_argument on a shape mismatch, NaN or +inf.
+  template <class T>
+  void row_max(matrix_view<T> logits, vector_view<std::remove_const_t<T>> max) {
+    constexpr const char* where = "specdec::eigen::row_max";
+    detail::check_row_reduction(where, logits, max, "max");
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const auto s = detail::scan_max(logits.row(r), logits.cols());
+      raise_if(where, "logits", logits, r, detail::logits_fault(s));
+      max(r) = s.max;
+    }
+  }
+
+  /// Row argmax: the lowest index of the row maximum (an all -inf row gives index 0).
+  /// \param logits host `[rows x V]`. \param index host `[rows]` int32.
+  /// \param value optional host `[rows]`: the maximum itself.
+  /// \throws invalid_argument on a shape mismatch, NaN or +inf.
+  template <class T>
+  void row_argmax(matrix_view<T> logits, vector_view<std::int32_t> index,
+                  vector_view<std::remove_const_t<T>> value = {}) {
+    constexpr const char* where = "specdec::eigen::row_argmax";
+    detail::check_row_reduction(where, logits, index, "index");
+    if (value.data() != nullptr) detail::check_length(where, "value", value, logits.rows(), "one per row");
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const auto best = detail::argmax_row(logits.row(r), logits.cols());
+      raise_if(where, "logits", logits, r, best.error);
+      index(r) = static_cast<std::int32_t>(best.index);
+      if (value.data() != nullptr) value(r) = best.value;
+    }
+  }
+
+  /// Row top-k: the k largest entries of each row, values descending, ties to the lower index.
+  /// \param logits host `[rows x V]`; \param k 1 <= k <= V.
+  /// \param values host `[rows x k]`; \param indices host `[rows x k]` int32 column ids.
+  /// \throws invalid_argument on k out of range, a shape mismatch, NaN or +inf.
+  template <class T>
+  void row_topk(matrix_view<T> logits, index_t k, matrix_view<std::remove_const_t<T>> values,
+                matrix_view<std::int32_t> indices) {
+    constexpr const char* where = "specdec::eigen::row_topk";
+    detail::check_topk(where, logits, k, values, indices);
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const auto s = topk_row(logits.row(r), logits.cols(), k, values.row(r), indices.row(r));
+      raise_if(where, "logits", logits, r, detail::logits_fault(s));
+    }
+  }
+
+  /// Fused top-k of log-softmax(logits / temperature) and the row's log-sum-exp, in one pass:
+  /// `lse[r] = log sum_j exp(logits(r, j) / temperature)` and `values(r, i) = logits(r, idx) /
+  /// temperature - lse[r]` for the k best `idx` (same order and ties as row_topk).
+  /// \param temperature > 0. \param lse host `[rows]`. Other shapes as row_topk.
+  /// \throws invalid_argument as row_topk, and for a row that is entirely -inf.
+  template <class T>
+  void row_topk_logsumexp(matrix_view<T> logits, index_t k, std::remove_const_t<T> temperature,
+                          matrix_view<std::remove_const_t<T>> values, matrix_view<std::int32_t> indices,
+                          vector_view<std::remove_const_t<T>> lse) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::eigen::row_topk_logsumexp";
+    detail::check_topk(where, logits, k, values, indices);
+    detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
+    detail::check_temperature(where, temperature, false);
+    const V inv_t = V(1) / temperature;
+    const index_t n = logits.cols();
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const V* x = logits.row(r);
+      V* vals = values.row(r);
+      std::int32_t* ids = indices.row(r);
+      online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
+      detail::fault f = detail::fault::none;
+      if (k <= small_k) {
+        detail::topk_accumulator<V> top{vals, ids, k, 0};
+        for (index_t c0 = 0; c0 < n; c0 += chunk) {
+          const index_t len = std::min(chunk, n - c0);
+          const auto s = detail::topk_scan(x + c0, len, c0, top);
+          if (s.has_nan) f = detail::fault::nan;
+          acc.add(x + c0, len, s.max);
+        }
+      } else {
+        for (index_t c0 = 0; c0 < n; c0 += chunk) {
+          const index_t len = std::min(chunk, n - c0);
+          const auto s = detail::scan_max(x + c0, len);
+          if (s.has_nan) f = detail::fault::nan;
+          acc.add(x + c0, len, s.max);
+        }
+        if (f == detail::fault::none) topk_large(x, n, k, vals, ids);
+      }
+      if (f == detail::fault::none) f = acc.fault();
+      raise_if(where, "logits", logits, r, f);
+      const V log_s = detail::log_(acc.sum);
+      lse(r) = acc.max * inv_t + log_s;
+      for (index_t i = 0; i < k; ++i) vals[i] = (vals[i] - acc.max) * inv_t - log_s;
+    }
+  }
+
+  /// Row log-sum-exp with temperature: `lse[r] = log sum_j exp(logits(r, j) / temperature)`
+  /// (-inf for a row that is entirely -inf). \param temperature > 0. \param lse host `[rows]`.
+  /// \throws invalid_argument on a shape mismatch, temperature <= 0, NaN or +inf.
+  template <class T>
+  void row_logsumexp(matrix_view<T> logits, std::remove_const_t<T> temperature,
+                     vector_view<std::remove_const_t<T>> lse) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::eigen::row_logsumexp";
+    detail::check_row_reduction(where, logits, lse, "lse");
+    detail::check_temperature(where, temperature, false);
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const auto acc = logsumexp_row(logits.row(r), logits.cols(), V(1) / temperature);
+      const auto f = acc.fault();
+      if (f != detail::fault::all_masked) raise_if(where, "logits", logits, r, f);
+      lse(r) = f == detail::fault::all_masked ? detail::negative_infinity<V>()
+                                              : acc.max / temperature + detail::log_(acc.sum);
+    }
+  }
+
+  /// Row softmax with temperature: `out(r, j) = exp(logits(r, j) / T) / sum_i exp(logits(r, i) / T)`.
+  /// Temperature 0 is the greedy limit: a one-hot row at the argmax (lowest index among ties).
+  /// `out` may be `logits` itself (in place). \param logits, out host `[rows x V]`.
+  /// \throws invalid_argument on a shape mismatch, temperature < 0, NaN, +inf or an all -inf row.
+  template <class T>
+  void row_softmax(matrix_view<T> logits, std::remove_const_t<T> temperature,
+                   matrix_view<std::remove_const_t<T>> out) {
+    normalise<false>("specdec::eigen::row_softmax", logits, temperature, out);
+  }
+
+  /// Row log-softmax with temperature: `out(r, j) = logits(r, j) / T - lse[r]`. Temperature 0 gives
+  /// 0 at the argmax and -inf elsewhere. `out` may be `logits` itself. Errors as row_softmax.
+  template <class T>
+  void row_log_softmax(matrix_view<T> logits, std::remove_const_t<T> temperature,
+                       matrix_view<std::remove_const_t<T>> out) {
+    normalise<true>("specdec::eigen::row_log_softmax", logits, temperature, out);
+  }
+
+  /// Inverse-CDF sampling, one uniform per row: `tokens[r]` is the first j with probs(r, j) > 0 whose
+  /// running sum exceeds `uniforms[r] * sum_j probs(r, j)`, accumulated in the canonical order of
+  /// row_kernels.hpp, so every backend returns the same token. Consumes exactly one uniform per row.
+  /// \param probs host `[rows x V]` rows of probabilities (>= 0, summing to 1 within 1e-4).
+  /// \param uniforms host `[rows]` in [0, 1). \param tokens host `[rows]` int32.
+  /// \throws invalid_argument on a shape mismatch, NaN, negative or unnormalised rows, bad uniforms.
+  template <class T>
+  void row_sample(matrix_view<T> probs, vector_view<const float> uniforms, vector_view<std::int32_t> tokens) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::eigen::row_sample";
+    detail::check_sample(where, probs, uniforms, tokens);
+    const index_t n = probs.cols();
+    std::vector<double>& masses = chunk_masses(n);
+    for (index_t r = 0; r < probs.rows(); ++r) {
+      const V* p = probs.row(r);
+      bool nan = false, negative = false;
+      double total = 0.0;
+      for (index_t c = 0; c * detail::sample_chunk < n; ++c) {
+        const index_t c0 = c * detail::sample_chunk;
+        const auto m = detail::probability_chunk_mass(p + c0, std::min(detail::sample_chunk, n - c0));
+        masses[static_cast<std::size_t>(c)] = m.mass;
+        total += m.mass;
+        nan = nan || m.has_nan;
+        negative = negative || m.has_negative;
+      }
+      raise_if(where, "probs", probs, r, detail::probability_fault(nan, negative, total));
+      check_uniform(where, uniforms, r);
+      tokens(r) = detail::locate_sample(masses.data(), n, detail::probability_source<V>{p},
+                                        static_cast<double>(uniforms(r)) * total);
+    }
+  }
+
+  /// Samples from the residual norm(max(0, p - q)) without materialising it (one pass to weigh the
+  /// chunks, one chunk re-read to place the token), with the canonical order of row_kernels.hpp.
+  /// Consumes one uniform per row. When the residual is zero everywhere, `fallback` decides.
+  /// \param p, q host `[rows x V]` probability rows. \param uniforms host `[rows]` in [0, 1).
+  /// \param tokens host `[rows]` int32.
+  /// \throws invalid_argument on shape mismatches, NaN, negative or unnormalised rows, bad uniforms.
+  template <class T>
+  void row_sample_residual(matrix_view<T> p, std::type_identity_t<matrix_view<T>> q,
+                           vector_view<const float> uniforms, vector_view<std::int32_t> tokens,
+                           empty_residual fallback = empty_residual::sample_target) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::eigen::row_sample_residual";
+    detail::check_sample_residual(where, p, q, uniforms, tokens);
+    const index_t n = p.cols();
+    const index_t chunks = (n + detail::sample_chunk - 1) / detail::sample_chunk;
+    std::vector<double>& masses = chunk_masses(2 * n);  // residual masses, then p's
+    for (index_t r = 0; r < p.rows(); ++r) {
+      const V* pr = p.row(r);
+      const V* qr = q.row(r);
+      double residual_total = 0.0, p_total = 0.0, q_total = 0.0;
+      bool p_nan = false, p_negative = false, q_nan = false, q_negative = false;
+      for (index_t c = 0; c < chunks; ++c) {
+        const index_t c0 = c * detail::sample_chunk;
+        const auto m = detail::residual_mass(pr + c0, qr + c0, std::min(detail::sample_chunk, n - c0));
+        masses[static_cast<std::size_t>(c)] = m.residual;
+        masses[static_cast<std::size_t>(chunks + c)] = m.p.mass;
+        residual_total += m.residual;
+        p_total += m.p.mass;
+        q_total += m.q.mass;
+        p_nan = p_nan || m.p.has_nan;
+        p_negative = p_negative || m.p.has_negative;
+        q_nan = q_nan || m.q.has_nan;
+        q_negative = q_negative || m.q.has_negative;
+      }
+      raise_if(where, "p", p, r, detail::probability_fault(p_nan, p_negative, p_total));
+      raise_if(where, "q", q, r, detail::probability_fault(q_nan, q_negative, q_total));
+      check_uniform(where, uniforms, r);
+      const double u = static_cast<double>(uniforms(r));
+      if (residual_total > 0.0) {
+        tokens(r) = detail::locate_sample(masses.data(), n, detail::residual_source<V>{pr, qr}, u * residual_total);
+      } else if (fallback == empty_residual::sample_target) {
+        tokens(r) = detail::locate_sample(masses.data() + chunks, n, detail::probability_source<V>{pr}, u * p_total);
+      } else {
+        tokens(r) = fallback == empty_residual::token_zero ? 0 : static_cast<std::int32_t>(n - 1);
+      }
+    }
+  }
+
+  /// Row gather: `out(i, :) = x(row_ids[i], :)`.
+  /// \param x host `[rows x V]`; \param row_ids host `[n]` int32 in [0, rows); \param out host `[n x V]`.
+  /// \throws invalid_argument on a shape mismatch or an id out of range.
+  template <class T>
+  void gather_rows(matrix_view<T> x, vector_view<const std::int32_t> row_ids,
+                   matrix_view<std::remove_const_t<T>> out) {
+    constexpr const char* where = "specdec::eigen::gather_rows";
+    detail::check_gather_rows(where, x, row_ids, out);
+    for (index_t i = 0; i < row_ids.rows(); ++i) check_index(where, "row_ids", i, row_ids(i), x.rows());
+    for (index_t i = 0; i < row_ids.rows(); ++i) std::copy_n(x.row(row_ids(i)), x.cols(), out.row(i));
+  }
+
+  /// Element gather along rows (torch.gather on dim 1): `out(r, j) = x(r, column_ids(r, j))`.
+  /// \param x host `[rows x V]`; \param column_ids host `[rows x m]` int32 in [0, V);
+  /// \param out host `[rows x m]`. \throws invalid_argument on a shape mismatch or an id out of range.
+  template <class T>
+  void gather_elements(matrix_view<T> x, matrix_view<const std::int32_t> column_ids,
+                       matrix_view<std::remove_const_t<T>> out) {
+    constexpr const char* where = "specdec::eigen::gather_elements";
+    detail::check_gather_elements(where, x, column_ids, out);
+    for (index_t r = 0; r < x.rows(); ++r)
+      for (index_t j = 0; j < column_ids.cols(); ++j) check_index(where, "column_ids", r, column_ids(r, j), x.cols());
+    for (index_t r = 0; r < x.rows(); ++r)
+      for (index_t j = 0; j < column_ids.cols(); ++j) out(r, j) = x(r, column_ids(r, j));
+  }
+
+ private:
+  /// Chunk length of the streaming kernels: 8 KiB of fp32 stays in L1 for the second look.
+  static constexpr index_t chunk = 2048;
+  /// Above this k, a sorted insertion buffer costs more than a partial sort of all indices.
+  static constexpr index_t small_k = 256;
+
+  /// Running (max, sum of exp((x - max) / T)) of a row, updated one chunk at a time.
+  template <class V>
+  struct online_logsumexp {
+    V max;
+    V sum;
+    V inv_t;
+    bool has_nan = false;
+
+    void add(const V* x, index_t len, V chunk_max) {
+      if (chunk_max > max) {
+        sum *= detail::exp_((max - chunk_max) * inv_t);  // 0 while max is still -inf
+        max = chunk_max;
+      }
+      if (max == detail::negative_infinity<V>() || max == -detail::negative_infinity<V>()) return;
+      sum += detail::sum_exp_shifted(x, len, max, inv_t);
+    }
+    detail::fault fault() const {
+      if (max == -detail::negative_infinity<V>()) return detail::fault::positive_infinity;
+      if (max == detail::negative_infinity<V>()) return detail::fault::all_masked;
+      return detail::fault::none;
+    }
+  };
+
+  template <class V>
+  online_logsumexp<V> logsumexp_row(const V* x, index_t n, V inv_t) const {
+    online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
+    for (index_t c0 = 0; c0 < n; c0 += chunk) {
+      const index_t len = std::min(chunk, n - c0);
+      const auto s = detail::scan_max(x + c0, len);
+      acc.has_nan = acc.has_nan || s.has_nan;
+      acc.add(x + c0, len, s.max);
+    }
+    if (acc.has_nan) acc.max = std::numeric_limits<V>::quiet_NaN();
+    return acc;
+  }
+
+  template <class V>
+  detail::max_scan<V> topk_row(const V* x, index_t n, index_t k, V* values, std::int32_t* indices) {
+    if (k <= small_k) {
+      detail::topk_accumulator<V> top{values, indices, k, 0};
+      return detail::topk_scan(x, n, 0, top);
+    }
+    const auto s = detail::scan_max(x, n);
+    if (detail::logits_fault(s) == detail::fault::none) topk_large(x, n, k, values, indices);
+    return s;
+  }
+
+  /// Large k: partial sort of all column ids under the (value desc, index asc) order.
+  template <class V>
+  void topk_large(const V* x, index_t n, index_t k, V* values, std::int32_t* indices) {
+    order_.resize(static_cast<std::size_t>(n));
+    for (index_t j = 0; j < n; ++j) order_[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
+                      [x](std::int32_t a, std::int32_t b) { return detail::ranks_before(x[a], a, x[b], b); });
+    for (index_t i = 0; i < k; ++i) {
+      indices[i] = order_[static_cast<std::size_t>(i)];
+      values[i] = x[indices[i]];
+    }
+  }
+
+  template <bool Log, class T>
+  void normalise(const char* where, matrix_view<T> logits, std::remove_const_t<T> temperature,
+                 matrix_view<std::remove_const_t<T>> out) {
+    using V = std::remove_const_t<T>;
+    using array = Eigen::Array<V, Eigen::Dynamic, 1>;
+    detail::check_elementwise(where, logits, out);
+    detail::check_temperature(where, temperature, true);
+    const index_t n = logits.cols();
+    for (index_t r = 0; r < logits.rows(); ++r) {
+      const V* x = logits.row(r);
+      V* y = out.row(r);
+      if (temperature == V(0)) {
+        const auto best = detail::argmax_row(x, n);
+        raise_if(where, "logits", logits, r, best.error);
+        const V off = Log ? detail::negative_infinity<V>() : V(0);
+        std::fill_n(y, n, off);
+        y[best.index] = Log ? V(0) : V(1);
+        continue;
+      }
+      const V inv_t = V(1) / temperature;
+      const auto acc = logsumexp_row(x, n, inv_t);
+      raise_if(where, "logits", logits, r, acc.has_nan ? detail::fault::nan : acc.fault());
+      if constexpr (Log) {
+        Eigen::Map<array>(y, n) = (Eigen::Map<const array>(x, n) - acc.max) * inv_t - detail::log_(acc.sum);
+      } else {
+        detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y);
+      }
+    }
+  }
+
+  template <class T>
+  static void raise_if(const char* where, const char* name, const matrix_view<T>& m, index_t r, detail::fault f) {
+    if (f != detail::fault::none) detail::throw_fault(where, name, r, f, m.row(r), m.cols());
+  }
+  static void check_uniform(const char* where, vector_view<const float> uniforms, index_t r) {
+    if (!detail::is_unit_uniform(uniforms(r)))
+      detail::throw_invalid_argument(where, "uniforms[", r, "] = ", uniforms(r), " is outside [0, 1)");
+  }
+  static void check_index(const char* where, const char* name, index_t i, std::int32_t id, index_t extent) {
+    if (id < 0 || id >= extent)
+      detail::throw_invalid_argument(where, name, " entry ", i, " = ", id, " is out of range; expected [0, ",
+                                     extent, ")");
+  }
+  std::vector<double>& chunk_masses(index_t n) {
+    masses_.resize(static_cast<std::size_t>((n + detail::sample_chunk - 1) / detail::sample_chunk + 1));
+    return masses_;
+  }
+
+  std::vector<double> masses_;
+  std::vector<std::int32_t> order_;
+};
+
+static_assert(backend<eigen>);
+
+}  // namespace specdec
