@@ -43,7 +43,7 @@ inline constexpr double probability_sum_tolerance = 1e-4;
 
 template <class T>
 SPECDEC_HOST_DEVICE inline T negative_infinity() noexcept {
-  return -std::numeric_limits<T>::infinity();
+  return -static_cast<T>(HUGE_VAL);  // HUGE_VAL works in device code without relaxed constexpr
 }
 
 SPECDEC_HOST_DEVICE inline float exp_(float x) noexcept {
@@ -252,7 +252,7 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
 template <class T>
 SPECDEC_HOST_DEVICE inline fault logits_fault(const max_scan<T>& s) noexcept {
   if (s.has_nan) return fault::nan;
-  if (s.max == std::numeric_limits<T>::infinity()) return fault::positive_infinity;
+  if (s.max == -negative_infinity<T>()) return fault::positive_infinity;
   return fault::none;
 }
 

@@ -1,0 +1,928 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief `specdec::thrust<System>`: the Thrust backend, the GPU path, which also runs on the CPU.
+///
+/// Systems: `thrust_system::cpp` (serial host), `thrust_system::omp` (OpenMP host threads, when the
+/// translation unit is compiled with OpenMP) and `thrust_system::cuda` (only when compiled by nvcc).
+/// `thrust_system::device` is the one chosen at configure time (`SPECDEC_THRUST_DEVICE_SYSTEM`).
+///
+/// Every primitive launches the shared kernels of row_kernels.hpp over (row, chunk) work items and
+/// then combines each row's chunks in chunk order, so integer outputs (argmax, top-k, sampled
+/// tokens) are identical to the Eigen backend's and do not depend on the thread count.
+///
+/// Scratch memory comes from the backend object: an arena in the system's memory that grows on
+/// demand, or a caller-provided workspace (`use_workspace`), sized with `workspace_bytes`, in which
+/// case the backend never allocates. Errors found in the data are collected per row on the device;
+/// reading them back is the one synchronisation point of a call on CUDA (documented per call).
+/// Requires Thrust (link `specdec::thrust`).
+#pragma once
+
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/sort.h>
+#include <thrust/system/cpp/execution_policy.h>
+#if defined(_OPENMP)
+#include <thrust/system/omp/execution_policy.h>
+#endif
+#if defined(__CUDACC__)
+#include <thrust/copy.h>
+#include <thrust/system/cuda/execution_policy.h>
+#include <thrust/system/cuda/vector.h>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/core/workspace.hpp>
+
+namespace specdec {
+
+/// Thrust systems a `specdec::thrust` backend can run on.
+namespace thrust_system {
+/// Serial host execution (thrust::cpp::par).
+struct cpp {
+  using memory_space = host_space;
+  static auto policy() { return ::thrust::cpp::par; }
+};
+#if defined(_OPENMP)
+/// OpenMP host threads (thrust::omp::par).
+struct omp {
+  using memory_space = host_space;
+  static auto policy() { return ::thrust::omp::par; }
+};
+#endif
+#if defined(__CUDACC__)
+/// A CUDA device (thrust::cuda::par); views are in device memory.
+struct cuda {
+  using memory_space = device_space;
+  static auto policy() { return ::thrust::cuda::par; }
+};
+#endif
+#if defined(SPECDEC_THRUST_DEVICE_SYSTEM_CUDA) && defined(__CUDACC__)
+using device = cuda;
+#elif defined(SPECDEC_THRUST_DEVICE_SYSTEM_OMP) && defined(_OPENMP)
+using device = omp;
+#else
+using device = cpp;
+#endif
+}  // namespace thrust_system
+
+namespace detail {
+
+/// Storage of a system: std::vector on the host, thrust::cuda::vector on a CUDA device.
+template <class System, class T>
+struct system_storage {
+  using type = std::vector<T>;
+  static T* raw(type& v) { return v.data(); }
+};
+#if defined(__CUDACC__)
+template <class T>
+struct system_storage<thrust_system::cuda, T> {
+  using type = ::thrust::cuda::vector<T>;
+  static T* raw(type& v) { return ::thrust::raw_pointer_cast(v.data()); }
+};
+#endif
+
+/// Work items of a row primitive: item = row * chunks + chunk.
+struct row_chunks {
+  index_t rows;
+  index_t cols;
+  index_t chunk;
+  SPECDEC_HOST_DEVICE index_t count() const { return (cols + chunk - 1) / chunk; }
+  SPECDEC_HOST_DEVICE index_t items() const { return rows * count(); }
+  SPECDEC_HOST_DEVICE index_t begin(index_t c) const { return c * chunk; }
+  SPECDEC_HOST_DEVICE index_t length(index_t c) const { return cols - c * chunk < chunk ? cols - c * chunk : chunk; }
+};
+
+// --- argmax / max ----------------------------------------------------------------------------------
+template <class T>
+struct argmax_partial_fn {
+  matrix_view<const T, host_space> x;  // the space tag is irrelevant inside kernels: only pointers are used
+  row_chunks rc;
+  argmax_result<T>* partial;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    argmax_result<T> a = argmax_row(x.row(r) + rc.begin(c), rc.length(c));
+    a.index += rc.begin(c);
+    partial[item] = a;
+  }
+};
+
+template <class T>
+struct argmax_combine_fn {
+  row_chunks rc;
+  const argmax_result<T>* partial;
+  std::int32_t* index;  // may be null
+  T* value;             // may be null
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    argmax_result<T> best{negative_infinity<T>(), 0, fault::none};
+    for (index_t c = 0; c < rc.count(); ++c) {
+      const argmax_result<T>& a = partial[r * rc.count() + c];
+      if (a.error == fault::nan) best.error = fault::nan;
+      if (a.value > best.value) {
+        best.value = a.value;
+        best.index = a.index;
+      }
+    }
+    if (best.error == fault::none && best.value == -negative_infinity<T>()) best.error = fault::positive_infinity;
+    faults[r] = best.error;
+    if (index != nullptr) index[r] = static_cast<std::int32_t>(best.index);
+    if (value != nullptr) value[r] = best.value;
+  }
+};
+
+// --- log-sum-exp -----------------------------------------------------------------------------------
+/// A chunk's (max, sum exp((x - max) / T), NaN seen).
+template <class T>
+struct lse_partial {
+  T max;
+  T sum;
+  bool has_nan;
+};
+
+template <class T>
+SPECDEC_HOST_DEVICE inline lse_partial<T> chunk_logsumexp(const T* x, index_t n, T inv_t) {
+  const max_scan<T> s = scan_max(x, n);
+  lse_partial<T> p{s.max, T(0), s.has_nan};
+  if (s.max != negative_infinity<T>() && s.max != -negative_infinity<T>() && !s.has_nan)
+    p.sum = sum_exp_shifted(x, n, s.max, inv_t);
+  return p;
+}
+
+/// Combines a row's chunk partials into (max, sum) and the row's fault.
+template <class T>
+SPECDEC_HOST_DEVICE inline lse_partial<T> combine_logsumexp(const lse_partial<T>* p, index_t count, T inv_t,
+                                                            fault& f) {
+  lse_partial<T> total{negative_infinity<T>(), T(0), false};
+  for (index_t c = 0; c < count; ++c) {
+    total.has_nan = total.has_nan || p[c].has_nan;
+    total.max = total.max < p[c].max ? p[c].max : total.max;
+  }
+  f = total.has_nan                                ? fault::nan
+      : total.max == -negative_infinity<T>()       ? fault::positive_infinity
+      : total.max == negative_infinity<T>()        ? fault::all_masked
+                                                   : fault::none;
+  if (f != fault::none) return total;
+  for (index_t c = 0; c < count; ++c)
+    if (p[c].max != negative_infinity<T>()) total.sum += p[c].sum * exp_((p[c].max - total.max) * inv_t);
+  return total;
+}
+
+template <class T>
+struct lse_partial_fn {
+  matrix_view<const T, host_space> x;
+  row_chunks rc;
+  T inv_t;
+  lse_partial<T>* partial;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    partial[item] = chunk_logsumexp(x.row(r) + rc.begin(c), rc.length(c), inv_t);
+  }
+};
+
+template <class T>
+struct lse_combine_fn {
+  row_chunks rc;
+  const lse_partial<T>* partial;
+  T inv_t;
+  lse_partial<T>* row_stats;  // per row (max, sum)
+  T* lse;                     // may be null
+  bool masked_rows_allowed;   // log-sum-exp of an all -inf row is -inf; softmax of it is an error
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    fault f = fault::none;
+    const lse_partial<T> t = combine_logsumexp(partial + r * rc.count(), rc.count(), inv_t, f);
+    if (f == fault::all_masked && masked_rows_allowed) f = fault::none;
+    faults[r] = f;
+    if (row_stats != nullptr) row_stats[r] = t;
+    if (lse != nullptr) lse[r] = t.max == negative_infinity<T>() ? t.max : t.max * inv_t + log_(t.sum);
+  }
+};
+
+template <class T, bool Log>
+struct normalise_fn {
+  matrix_view<const T, host_space> x;
+  matrix_view<T, host_space> out;
+  row_chunks rc;
+  T inv_t;
+  const lse_partial<T>* row_stats;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    const T* in = x.row(r) + rc.begin(c);
+    T* y = out.row(r) + rc.begin(c);
+    const lse_partial<T> s = row_stats[r];
+    if constexpr (Log) {
+      const T log_sum = log_(s.sum);
+      for (index_t j = 0; j < rc.length(c); ++j) y[j] = (in[j] - s.max) * inv_t - log_sum;
+    } else {
+      write_exp_shifted(in, rc.length(c), s.max, inv_t, T(1) / s.sum, y);
+    }
+  }
+};
+
+template <class T, bool Log>
+struct one_hot_fn {
+  matrix_view<T, host_space> out;
+  row_chunks rc;
+  const std::int32_t* argmax;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    T* y = out.row(r);
+    for (index_t j = rc.begin(c); j < rc.begin(c) + rc.length(c); ++j)
+      y[j] = j == argmax[r] ? (Log ? T(0) : T(1)) : (Log ? negative_infinity<T>() : T(0));
+  }
+};
+
+// --- top-k -----------------------------------------------------------------------------------------
+/// Orders column ids of one row by (value descending, index ascending).
+template <class T>
+struct ranks_before_in_row {
+  const T* row;
+  SPECDEC_HOST_DEVICE bool operator()(std::int32_t a, std::int32_t b) const { return ranks_before(row[a], a, row[b], b); }
+};
+
+/// Each chunk leaves its best min(k, chunk length) entries, sorted, in a slot of `slot` entries, and
+/// its (max, NaN seen[, sum of exp]) in `stats`.
+template <class T>
+struct topk_partial_fn {
+  matrix_view<const T, host_space> x;
+  row_chunks rc;
+  index_t k;
+  index_t slot;
+  index_t small_k;
+  T inv_t;  // for the fused log-sum-exp partial; 0 when not wanted
+  T* values;
+  std::int32_t* indices;
+  lse_partial<T>* stats;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    const T* in = x.row(r) + rc.begin(c);
+    const index_t len = rc.length(c);
+    T* vals = values + item * slot;
+    std::int32_t* ids = indices + item * slot;
+    const index_t kc = k < len ? k : len;
+    max_scan<T> s{negative_infinity<T>(), false};
+    if (k <= small_k) {
+      topk_accumulator<T> acc{vals, ids, kc, 0};
+      s = topk_scan(in, len, rc.begin(c), acc);
+    } else {
+      s = scan_max(in, len);
+      for (index_t j = 0; j < len; ++j) ids[j] = static_cast<std::int32_t>(rc.begin(c) + j);
+      const T* row = x.row(r);
+      ::thrust::sort(::thrust::seq, ids, ids + len, ranks_before_in_row<T>{row});
+      for (index_t j = 0; j < kc; ++j) vals[j] = row[ids[j]];
+    }
+    lse_partial<T> p{s.max, T(0), s.has_nan};
+    if (inv_t != T(0) && s.max != negative_infinity<T>() && s.max != -negative_infinity<T>() && !s.has_nan)
+      p.sum = sum_exp_shifted(in, len, s.max, inv_t);
+    stats[item] = p;
+  }
+};
+
+/// Merges the sorted chunk lists of a row (k-way, by the global order) into the row's top-k.
+template <class T>
+struct topk_merge_fn {
+  row_chunks rc;
+  index_t k;
+  index_t slot;
+  const T* values;
+  const std::int32_t* indices;
+  const lse_partial<T>* stats;  // per chunk: max, NaN seen, and (fused) sum of exp
+  T inv_t;                      // 0 unless fused
+  index_t* heads;  // scratch: one cursor per (row, chunk)
+  matrix_view<T, host_space> out_values;
+  matrix_view<std::int32_t, host_space> out_indices;
+  T* out_lse;
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    const index_t chunks = rc.count();
+    index_t* head = heads + r * chunks;
+    const bool fused = inv_t != T(0);
+    fault f = fault::none;
+    const lse_partial<T> row = combine_logsumexp(stats + r * chunks, chunks, fused ? inv_t : T(1), f);
+    if (f == fault::all_masked && !fused) f = fault::none;  // top-k of an all -inf row is well defined
+    faults[r] = f;
+    if (f != fault::none) return;
+    for (index_t c = 0; c < chunks; ++c) head[c] = 0;
+    for (index_t i = 0; i < k; ++i) {
+      index_t best = -1;
+      T best_value = T(0);
+      std::int32_t best_index = 0;
+      for (index_t c = 0; c < chunks; ++c) {
+        const index_t kc = k < rc.length(c) ? k : rc.length(c);
+        if (head[c] >= kc) continue;
+        const index_t at = (r * chunks + c) * slot + head[c];
+        if (best < 0 || ranks_before(values[at], indices[at], best_value, best_index)) {
+          best = c;
+          best_value = values[at];
+          best_index = indices[at];
+        }
+      }
+      ++head[best];
+      out_indices(r, i) = best_index;
+      out_values(r, i) = fused ? (best_value - row.max) * inv_t - log_(row.sum) : best_value;
+    }
+    if (out_lse != nullptr) out_lse[r] = row.max * inv_t + log_(row.sum);
+  }
+};
+
+// --- sampling --------------------------------------------------------------------------------------
+template <class T>
+struct mass_partial_fn {
+  matrix_view<const T, host_space> p;
+  row_chunks rc;
+  chunk_mass* partial;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    partial[item] = probability_chunk_mass(p.row(r) + rc.begin(c), rc.length(c));
+  }
+};
+
+template <class T>
+struct sample_fn {
+  matrix_view<const T, host_space> p;
+  row_chunks rc;
+  const chunk_mass* partial;
+  double* masses;  // per (row, chunk)
+  const float* uniforms;
+  std::int32_t* tokens;
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    const index_t chunks = rc.count();
+    bool nan = false, negative = false;
+    double total = 0.0;
+    for (index_t c = 0; c < chunks; ++c) {
+      const chunk_mass& m = partial[r * chunks + c];
+      masses[r * chunks + c] = m.mass;
+      total += m.mass;
+      nan = nan || m.has_nan;
+      negative = negative || m.has_negative;
+    }
+    fault f = probability_fault(nan, negative, total);
+    if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
+    faults[r] = f;
+    if (f != fault::none) return;
+    tokens[r] = locate_sample(masses + r * chunks, rc.cols, probability_source<T>{p.row(r)},
+                              static_cast<double>(uniforms[r]) * total);
+  }
+};
+
+template <class T>
+struct residual_partial_fn {
+  matrix_view<const T, host_space> p, q;
+  row_chunks rc;
+  residual_chunk_mass* partial;
+  SPECDEC_HOST_DEVICE void operator()(index_t item) const {
+    const index_t r = item / rc.count(), c = item % rc.count();
+    partial[item] = residual_mass(p.row(r) + rc.begin(c), q.row(r) + rc.begin(c), rc.length(c));
+  }
+};
+
+template <class T>
+struct sample_residual_fn {
+  matrix_view<const T, host_space> p, q;
+  row_chunks rc;
+  const residual_chunk_mass* partial;
+  double* masses;  // per row: chunks residual masses, then chunks masses of p
+  const float* uniforms;
+  std::int32_t* tokens;
+  empty_residual fallback;
+  fault* faults;  // per row: p's fault, or q's fault + 256 so the host names the right argument
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    const index_t chunks = rc.count();
+    double* residual_masses = masses + r * 2 * chunks;
+    double* p_masses = residual_masses + chunks;
+    double residual_total = 0.0, p_total = 0.0, q_total = 0.0;
+    bool p_nan = false, p_negative = false, q_nan = false, q_negative = false;
+    for (index_t c = 0; c < chunks; ++c) {
+      const residual_chunk_mass& m = partial[r * chunks + c];
+      residual_masses[c] = m.residual;
+      p_masses[c] = m.p.mass;
+      residual_total += m.residual;
+      p_total += m.p.mass;
+      q_total += m.q.mass;
+      p_nan = p_nan || m.p.has_nan;
+      p_negative = p_negative || m.p.has_negative;
+      q_nan = q_nan || m.q.has_nan;
+      q_negative = q_negative || m.q.has_negative;
+    }
+    fault f = probability_fault(p_nan, p_negative, p_total);
+    if (f == fault::none) {
+      const fault fq = probability_fault(q_nan, q_negative, q_total);
+      if (fq != fault::none) f = static_cast<fault>(static_cast<std::int32_t>(fq) + 256);
+    }
+    if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
+    faults[r] = f;
+    if (f != fault::none) return;
+    const double u = static_cast<double>(uniforms[r]);
+    if (residual_total > 0.0) {
+      tokens[r] = locate_sample(residual_masses, rc.cols, residual_source<T>{p.row(r), q.row(r)}, u * residual_total);
+    } else if (fallback == empty_residual::sample_target) {
+      tokens[r] = locate_sample(p_masses, rc.cols, probability_source<T>{p.row(r)}, u * p_total);
+    } else {
+      tokens[r] = fallback == empty_residual::token_zero ? 0 : static_cast<std::int32_t>(rc.cols - 1);
+    }
+  }
+};
+
+// --- gathers ---------------------------------------------------------------------------------------
+template <class T>
+struct gather_rows_fn {
+  matrix_view<const T, host_space> x;
+  const std::int32_t* row_ids;
+  matrix_view<T, host_space> out;
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t i) const {
+    const std::int32_t id = row_ids[i];
+    const bool ok = id >= 0 && id < x.rows();
+    faults[i] = ok ? fault::none : fault::index_out_of_range;
+    if (!ok) return;
+    for (index_t j = 0; j < x.cols(); ++j) out(i, j) = x(id, j);
+  }
+};
+
+template <class T>
+struct gather_elements_fn {
+  matrix_view<const T, host_space> x;
+  matrix_view<const std::int32_t, host_space> column_ids;
+  matrix_view<T, host_space> out;
+  fault* faults;
+  SPECDEC_HOST_DEVICE void operator()(index_t r) const {
+    fault f = fault::none;
+    for (index_t j = 0; j < column_ids.cols(); ++j) {
+      const std::int32_t id = column_ids(r, j);
+      if (id < 0 || id >= x.cols()) {
+        f = fault::index_out_of_range;
+        continue;
+      }
+      out(r, j) = x(r, id);
+    }
+    faults[r] = f;
+  }
+};
+
+/// Views of any space as the host-tagged views the functors hold (they only use the pointers).
+template <class T, int R, class S>
+view<T, R, host_space> untagged(const view<T, R, S>& v) {
+  if constexpr (R == 1) {
+    return view<T, R, host_space>(v.data(), v.rows(), v.stride(0));
+  } else {
+    return view<T, R, host_space>(v.data(), v.rows(), v.cols(), v.stride(0), v.stride(1));
+  }
+}
+
+}  // namespace detail
+
+/// The Thrust backend on `System` (see thrust_system). Models specdec::backend with
+/// `memory_space = System::memory_space`.
+template <class System = thrust_system::device>
+class thrust {
+ public:
+  using system = System;
+  using memory_space = typename System::memory_space;
+
+  /// Owning buffer in the system's memory; see specdec::backend.
+  template <class T>
+  class buffer {
+   public:
+    buffer() = default;
+    explicit buffer(index_t n) : data_(static_cast<std::size_t>(n)) {}
+    vector_view<T, memory_space> view() { return {raw(), size()}; }
+    matrix_view<T, memory_space> matrix(index_t rows, index_t cols) {
+      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && rows * cols == size(), "thrust::buffer::matrix", "a buffer of ",
+                      size(), " elements cannot be viewed as [", rows, " x ", cols, "]");
+      return {raw(), rows, cols};
+    }
+    index_t size() const noexcept { return static_cast<index_t>(data_.size()); }
+    typename detail::system_storage<System, T>::type& storage() { return data_; }
+
+   private:
+    T* raw() { return detail::system_storage<System, T>::raw(data_); }
+    typename detail::system_storage<System, T>::type data_;
+  };
+
+  thrust() = default;
+
+  /// Makes the backend carve all scratch memory out of `bytes` bytes at `base` (memory of the
+  /// system's space, at least `workspace_bytes(...)` for the largest problem it will see); the
+  /// backend then never allocates. Pass nullptr to return to the growing internal arena.
+  void use_workspace(void* base, std::size_t bytes) {
+    external_ = base;
+    external_bytes_ = bytes;
+  }
+
+  /// Scratch bytes any primitive needs for `rows` rows of `cols` entries and top-k size `k`: the
+  /// maximum over the primitives, computed by running their layouts in count-only mode.
+  std::size_t workspace_bytes(index_t rows, index_t cols, index_t k = 1) const {
+    std::size_t bytes = 0;
+    for (int op = 0; op < layout_kinds; ++op) {
+      workspace_carver count;
+      scratch_layout s{};
+      lay_out(count, static_cast<layout_kind>(op), rows, cols, k, s);
+      bytes = std::max(bytes, count.bytes_used());
+    }
+    return bytes;
+  }
+
+  template <class T>
+  buffer<T> allocate(index_t n) const {
+    SPECDEC_EXPECTS(n >= 0, "thrust::allocate", "n = ", n, "; expected n >= 0");
+    return buffer<T>(n);
+  }
+  template <class T>
+  buffer<std::remove_const_t<T>> upload(std::span<T> host) const {
+    buffer<std::remove_const_t<T>> b(static_cast<index_t>(host.size()));
+    copy_from_host(host.data(), host.size(), b.view().data());
+    return b;
+  }
+  template <class T>
+  std::vector<std::remove_const_t<T>> download(vector_view<T, memory_space> v) const {
+    SPECDEC_EXPECTS(v.has_contiguous_rows(), "thrust::download", "expected a contiguous view");
+    std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));
+    copy_to_host(v.data(), out.size(), out.data());
+    return out;
+  }
+
+  /// See eigen::row_max. All buffers in `memory_space`. On CUDA, synchronises to read the fault flags.
+  template <class T>
+  void row_max(matrix_view<T, memory_space> logits, vector_view<std::remove_const_t<T>, memory_space> max) {
+    argmax_impl<std::remove_const_t<T>>("specdec::thrust::row_max", logits, nullptr, max.data(), &max);
+  }
+
+  /// See eigen::row_argmax.
+  template <class T>
+  void row_argmax(matrix_view<T, memory_space> logits, vector_view<std::int32_t, memory_space> index,
+                  vector_view<std::remove_const_t<T>, memory_space> value = {}) {
+    constexpr const char* where = "specdec::thrust::row_argmax";
+    detail::check_row_reduction(where, logits, index, "index");
+    if (value.data() != nullptr) detail::check_length(where, "value", value, logits.rows(), "one per row");
+    argmax_impl<std::remove_const_t<T>>(where, logits, index.data(), value.data(), nullptr);
+  }
+
+  /// See eigen::row_topk.
+  template <class T>
+  void row_topk(matrix_view<T, memory_space> logits, index_t k,
+                matrix_view<std::remove_const_t<T>, memory_space> values,
+                matrix_view<std::int32_t, memory_space> indices) {
+    constexpr const char* where = "specdec::thrust::row_topk";
+    detail::check_topk(where, logits, k, values, indices);
+    topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, nullptr, std::remove_const_t<T>(0));
+  }
+
+  /// See eigen::row_topk_logsumexp.
+  template <class T>
+  void row_topk_logsumexp(matrix_view<T, memory_space> logits, index_t k, std::remove_const_t<T> temperature,
+                          matrix_view<std::remove_const_t<T>, memory_space> values,
+                          matrix_view<std::int32_t, memory_space> indices,
+                          vector_view<std::remove_const_t<T>, memory_space> lse) {
+    constexpr const char* where = "specdec::thrust::row_topk_logsumexp";
+    detail::check_topk(where, logits, k, values, indices);
+    detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
+    detail::check_temperature(where, temperature, false);
+    topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, lse.data(),
+                                      std::remove_const_t<T>(1) / temperature);
+  }
+
+  /// See eigen::row_logsumexp.
+  template <class T>
+  void row_logsumexp(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
+                     vector_view<std::remove_const_t<T>, memory_space> lse) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::thrust::row_logsumexp";
+    detail::check_row_reduction(where, logits, lse, "lse");
+    detail::check_temperature(where, temperature, false);
+    lse_impl<V>(where, logits, V(1) / temperature, lse.data(), true);
+  }
+
+  /// See eigen::row_softmax.
+  template <class T>
+  void row_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
+                   matrix_view<std::remove_const_t<T>, memory_space> out) {
+    normalise<false, std::remove_const_t<T>>("specdec::thrust::row_softmax", logits, temperature, out);
+  }
+
+  /// See eigen::row_log_softmax.
+  template <class T>
+  void row_log_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
+                       matrix_view<std::remove_const_t<T>, memory_space> out) {
+    normalise<true, std::remove_const_t<T>>("specdec::thrust::row_log_softmax", logits, temperature, out);
+  }
+
+  /// See eigen::row_sample. Same canonical order, hence the same tokens as every other backend.
+  template <class T>
+  void row_sample(matrix_view<T, memory_space> probs, vector_view<const float, memory_space> uniforms,
+                  vector_view<std::int32_t, memory_space> tokens) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::thrust::row_sample";
+    detail::check_sample(where, probs, uniforms, tokens);
+    SPECDEC_EXPECTS(uniforms.has_contiguous_rows() && tokens.has_contiguous_rows(), where,
+                    "uniforms and tokens must be contiguous");
+    const detail::row_chunks rc{probs.rows(), probs.cols(), detail::sample_chunk};
+    if (rc.rows == 0) return;
+    scratch_layout s = scratch(layout_kind::sample, rc.rows, rc.cols, 1);
+    const auto p = detail::untagged(matrix_view<const V, memory_space>(probs));
+    for_each(rc.items(), detail::mass_partial_fn<V>{p, rc, s.masses});
+    for_each(rc.rows, detail::sample_fn<V>{p, rc, s.masses, s.doubles, uniforms.data(), tokens.data(), s.faults});
+    raise_faults(where, "probs", probs, s.faults, rc.rows, uniforms);
+  }
+
+  /// See eigen::row_sample_residual.
+  template <class T>
+  void row_sample_residual(matrix_view<T, memory_space> p, std::type_identity_t<matrix_view<T, memory_space>> q,
+                           vector_view<const float, memory_space> uniforms,
+                           vector_view<std::int32_t, memory_space> tokens,
+                           empty_residual fallback = empty_residual::sample_target) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::thrust::row_sample_residual";
+    detail::check_sample_residual(where, p, q, uniforms, tokens);
+    SPECDEC_EXPECTS(uniforms.has_contiguous_rows() && tokens.has_contiguous_rows(), where,
+                    "uniforms and tokens must be contiguous");
+    const detail::row_chunks rc{p.rows(), p.cols(), detail::sample_chunk};
+    if (rc.rows == 0) return;
+    scratch_layout s = scratch(layout_kind::sample_residual, rc.rows, rc.cols, 1);
+    const auto pv = detail::untagged(matrix_view<const V, memory_space>(p));
+    const auto qv = detail::untagged(matrix_view<const V, memory_space>(q));
+    for_each(rc.items(), detail::residual_partial_fn<V>{pv, qv, rc, s.residual_masses});
+    for_each(rc.rows, detail::sample_residual_fn<V>{pv, qv, rc, s.residual_masses, s.doubles, uniforms.data(),
+                                                    tokens.data(), fallback, s.faults});
+    const std::vector<detail::fault> faults = fetch_faults(s.faults, rc.rows);
+    for (index_t r = 0; r < rc.rows; ++r) {
+      const auto f = faults[static_cast<std::size_t>(r)];
+      if (f == detail::fault::none) continue;
+      if (static_cast<std::int32_t>(f) >= 256)
+        raise_row(where, "q", q, r, static_cast<detail::fault>(static_cast<std::int32_t>(f) - 256));
+      if (f == detail::fault::uniform_out_of_range) raise_uniform(where, uniforms, r);
+      raise_row(where, "p", p, r, f);
+    }
+  }
+
+  /// See eigen::gather_rows.
+  template <class T>
+  void gather_rows(matrix_view<T, memory_space> x, vector_view<const std::int32_t, memory_space> row_ids,
+                   matrix_view<std::remove_const_t<T>, memory_space> out) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::thrust::gather_rows";
+    detail::check_gather_rows(where, x, row_ids, out);
+    SPECDEC_EXPECTS(row_ids.has_contiguous_rows(), where, "row_ids must be contiguous");
+    const index_t n = row_ids.rows();
+    if (n == 0) return;
+    scratch_layout s = scratch(layout_kind::gather, n, 1, 1);
+    for_each(n, detail::gather_rows_fn<V>{detail::untagged(matrix_view<const V, memory_space>(x)), row_ids.data(),
+                                          detail::untagged(out), s.faults});
+    raise_index_faults(where, "row_ids", s.faults, n);
+  }
+
+  /// See eigen::gather_elements.
+  template <class T>
+  void gather_elements(matrix_view<T, memory_space> x, matrix_view<const std::int32_t, memory_space> column_ids,
+                       matrix_view<std::remove_const_t<T>, memory_space> out) {
+    using V = std::remove_const_t<T>;
+    constexpr const char* where = "specdec::thrust::gather_elements";
+    detail::check_gather_elements(where, x, column_ids, out);
+    if (x.rows() == 0) return;
+    scratch_layout s = scratch(layout_kind::gather, x.rows(), 1, 1);
+    for_each(x.rows(), detail::gather_elements_fn<V>{detail::untagged(matrix_view<const V, memory_space>(x)),
+                                                     detail::untagged(column_ids), detail::untagged(out), s.faults});
+    raise_index_faults(where, "column_ids", s.faults, x.rows());
+  }
+
+ private:
+  /// Work-item chunk of the reductions: long enough to amortise a launch per item on the CPU,
+  /// short enough to give a GPU rows x chunks items in flight.
+  static constexpr index_t reduce_chunk = 4096;
+  static constexpr index_t small_k = 64;
+
+  enum class layout_kind : int { argmax, logsumexp, topk, sample, sample_residual, gather };
+  static constexpr int layout_kinds = 6;
+
+  /// Every scratch buffer a primitive may use; lay_out fills the ones its kind needs.
+  struct scratch_layout {
+    detail::fault* faults;
+    void* argmax;  // detail::argmax_result<T>[items], typed at use (T-independent upper bound size)
+    void* lse;     // detail::lse_partial<T>[items] and [rows]
+    void* row_stats;
+    void* topk_values;
+    std::int32_t* topk_indices;
+    index_t* heads;
+    detail::chunk_mass* masses;
+    detail::residual_chunk_mass* residual_masses;
+    double* doubles;
+  };
+
+  static index_t topk_slot(index_t k, index_t chunk) { return k <= small_k ? k : chunk; }
+
+  /// The one place that decides scratch layouts: run in count-only mode for workspace_bytes and
+  /// over real memory for the call, so the two cannot disagree. Sized for T = double (the widest).
+  static void lay_out(workspace_carver& w, layout_kind kind, index_t rows, index_t cols, index_t k,
+                      scratch_layout& s) {
+    const auto n = [](index_t v) { return static_cast<std::size_t>(v); };
+    s.faults = w.take<detail::fault>(n(rows), "faults");
+    switch (kind) {
+      case layout_kind::argmax: {
+        const detail::row_chunks rc{rows, cols, reduce_chunk};
+        s.argmax = w.take<detail::argmax_result<double>>(n(rc.items()), "argmax partials");
+        break;
+      }
+      case layout_kind::logsumexp: {
+        const detail::row_chunks rc{rows, cols, reduce_chunk};
+        s.lse = w.take<detail::lse_partial<double>>(n(rc.items()), "log-sum-exp partials");
+        s.row_stats = w.take<detail::lse_partial<double>>(n(rows), "row statistics");
+        s.argmax = w.take<detail::argmax_result<double>>(n(rc.items()), "argmax partials");
+        s.topk_indices = w.take<std::int32_t>(n(rows), "argmax indices");
+        break;
+      }
+      case layout_kind::topk: {
+        const detail::row_chunks rc{rows, cols, reduce_chunk};
+        const index_t slot = topk_slot(k, reduce_chunk);
+        s.topk_values = w.take<double>(n(rc.items() * slot), "top-k candidate values");
+        s.topk_indices = w.take<std::int32_t>(n(rc.items() * slot), "top-k candidate indices");
+        s.heads = w.take<index_t>(n(rc.items()), "top-k merge cursors");
+        s.lse = w.take<detail::lse_partial<double>>(n(rc.items()), "log-sum-exp partials");
+        break;
+      }
+      case layout_kind::sample: {
+        const detail::row_chunks rc{rows, cols, detail::sample_chunk};
+        s.masses = w.take<detail::chunk_mass>(n(rc.items()), "chunk masses");
+        s.doubles = w.take<double>(n(rc.items()), "chunk mass table");
+        break;
+      }
+      case layout_kind::sample_residual: {
+        const detail::row_chunks rc{rows, cols, detail::sample_chunk};
+        s.residual_masses = w.take<detail::residual_chunk_mass>(n(rc.items()), "residual chunk masses");
+        s.doubles = w.take<double>(n(2 * rc.items()), "chunk mass tables");
+        break;
+      }
+      case layout_kind::gather: break;
+    }
+  }
+
+  scratch_layout scratch(layout_kind kind, index_t rows, index_t cols, index_t k) {
+    workspace_carver count;
+    scratch_layout s{};
+    lay_out(count, kind, rows, cols, k, s);
+    void* base = external_;
+    std::size_t capacity = external_bytes_;
+    if (base == nullptr) {
+      if (arena_.size() < count.bytes_used()) arena_.resize(count.bytes_used());
+      base = detail::system_storage<System, std::byte>::raw(arena_);
+      capacity = arena_.size();
+    }
+    workspace_carver carve(base, capacity);
+    lay_out(carve, kind, rows, cols, k, s);
+    return s;
+  }
+
+  template <class F>
+  static void for_each(index_t n, F f) {
+    ::thrust::for_each(System::policy(), ::thrust::counting_iterator<index_t>(0),
+                       ::thrust::counting_iterator<index_t>(n), f);
+  }
+
+  template <class T>
+  static void copy_from_host(const T* src, std::size_t n, T* dst) {
+    if constexpr (std::is_same_v<memory_space, host_space>) {
+      std::copy_n(src, n, dst);
+    } else {
+#if defined(__CUDACC__)
+      ::thrust::copy_n(src, n, ::thrust::device_pointer_cast(dst));
+#endif
+    }
+  }
+  template <class T>
+  static void copy_to_host(const T* src, std::size_t n, T* dst) {
+    if constexpr (std::is_same_v<memory_space, host_space>) {
+      std::copy_n(src, n, dst);
+    } else {
+#if defined(__CUDACC__)
+      ::thrust::copy_n(::thrust::device_pointer_cast(src), n, dst);
+#endif
+    }
+  }
+
+  std::vector<detail::fault> fetch_faults(const detail::fault* faults, index_t rows) const {
+    std::vector<detail::fault> host(static_cast<std::size_t>(rows));
+    copy_to_host(faults, host.size(), host.data());
+    return host;
+  }
+
+  template <class T>
+  static void raise_row(const char* where, const char* name, const matrix_view<T, memory_space>& m, index_t r,
+                        detail::fault f) {
+    if constexpr (std::is_same_v<memory_space, host_space>) {
+      detail::throw_fault(where, name, r, f, m.row(r), m.cols());
+    } else {
+      detail::throw_fault(where, name, r, f);
+    }
+  }
+  static void raise_uniform(const char* where, vector_view<const float, memory_space> uniforms, index_t r) {
+    float u = 0;
+    copy_to_host(uniforms.data() + r, 1, &u);
+    detail::throw_invalid_argument(where, "uniforms[", r, "] = ", u, " is outside [0, 1)");
+  }
+
+  template <class T>
+  void raise_faults(const char* where, const char* name, const matrix_view<T, memory_space>& m,
+                    const detail::fault* faults, index_t rows, vector_view<const float, memory_space> uniforms = {}) {
+    const std::vector<detail::fault> host = fetch_faults(faults, rows);
+    for (index_t r = 0; r < rows; ++r) {
+      const auto f = host[static_cast<std::size_t>(r)];
+      if (f == detail::fault::none) continue;
+      if (f == detail::fault::uniform_out_of_range) raise_uniform(where, uniforms, r);
+      raise_row(where, name, m, r, f);
+    }
+  }
+  void raise_index_faults(const char* where, const char* name, const detail::fault* faults, index_t rows) {
+    const std::vector<detail::fault> host = fetch_faults(faults, rows);
+    for (index_t r = 0; r < rows; ++r)
+      if (host[static_cast<std::size_t>(r)] != detail::fault::none)
+        detail::throw_invalid_argument(where, name, " has an entry out of range in row ", r,
+                                       "; expected indices inside the gathered extent");
+  }
+
+  template <class V, class T>
+  void argmax_impl(const char* where, const matrix_view<T, memory_space>& logits, std::int32_t* index, V* value,
+                   const vector_view<V, memory_space>* max_out) {
+    if (max_out != nullptr) detail::check_row_reduction(where, logits, *max_out, "max");
+    const detail::row_chunks rc{logits.rows(), logits.cols(), reduce_chunk};
+    if (rc.rows == 0) return;
+    scratch_layout s = scratch(layout_kind::argmax, rc.rows, rc.cols, 1);
+    auto* partial = static_cast<detail::argmax_result<V>*>(s.argmax);
+    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
+    for_each(rc.items(), detail::argmax_partial_fn<V>{x, rc, partial});
+    for_each(rc.rows, detail::argmax_combine_fn<V>{rc, partial, index, value, s.faults});
+    raise_faults(where, "logits", logits, s.faults, rc.rows);
+  }
+
+  template <class V, class T>
+  void lse_impl(const char* where, const matrix_view<T, memory_space>& logits, V inv_t, V* lse,
+                bool masked_rows_allowed) {
+    const detail::row_chunks rc{logits.rows(), logits.cols(), reduce_chunk};
+    if (rc.rows == 0) return;
+    scratch_layout s = scratch(layout_kind::logsumexp, rc.rows, rc.cols, 1);
+    auto* partial = static_cast<detail::lse_partial<V>*>(s.lse);
+    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
+    for_each(rc.items(), detail::lse_partial_fn<V>{x, rc, inv_t, partial});
+    for_each(rc.rows, detail::lse_combine_fn<V>{rc, partial, inv_t, static_cast<detail::lse_partial<V>*>(s.row_stats),
+                                                lse, masked_rows_allowed, s.faults});
+    raise_faults(where, "logits", logits, s.faults, rc.rows);
+    last_stats_ = s;
+  }
+
+  template <bool Log, class V, class T>
+  void normalise(const char* where, const matrix_view<T, memory_space>& logits, V temperature,
+                 const matrix_view<V, memory_space>& out) {
+    detail::check_elementwise(where, logits, out);
+    detail::check_temperature(where, temperature, true);
+    const detail::row_chunks rc{logits.rows(), logits.cols(), reduce_chunk};
+    if (rc.rows == 0) return;
+    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
+    if (temperature == V(0)) {
+      scratch_layout s = scratch(layout_kind::logsumexp, rc.rows, rc.cols, 1);
+      auto* partial = static_cast<detail::argmax_result<V>*>(s.argmax);
+      for_each(rc.items(), detail::argmax_partial_fn<V>{x, rc, partial});
+      for_each(rc.rows, detail::argmax_combine_fn<V>{rc, partial, s.topk_indices, nullptr, s.faults});
+      raise_faults(where, "logits", logits, s.faults, rc.rows);
+      for_each(rc.items(), detail::one_hot_fn<V, Log>{detail::untagged(out), rc, s.topk_indices});
+      return;
+    }
+    const V inv_t = V(1) / temperature;
+    lse_impl<V>(where, logits, inv_t, nullptr, false);
+    for_each(rc.items(), detail::normalise_fn<V, Log>{x, detail::untagged(out), rc, inv_t,
+                                                     static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats)});
+  }
+
+  template <class V, class T>
+  void topk_impl(const char* where, const matrix_view<T, memory_space>& logits, index_t k,
+                 const matrix_view<V, memory_space>& values, const matrix_view<std::int32_t, memory_space>& indices,
+                 V* lse, V inv_t) {
+    const detail::row_chunks rc{logits.rows(), logits.cols(), reduce_chunk};
+    if (rc.rows == 0) return;
+    scratch_layout s = scratch(layout_kind::topk, rc.rows, rc.cols, k);
+    const index_t slot = topk_slot(k, reduce_chunk);
+    auto* cand_values = static_cast<V*>(s.topk_values);
+    auto* stats = static_cast<detail::lse_partial<V>*>(s.lse);
+    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
+    for_each(rc.items(), detail::topk_partial_fn<V>{x, rc, k, slot, small_k, inv_t, cand_values, s.topk_indices, stats});
+    for_each(rc.rows, detail::topk_merge_fn<V>{rc, k, slot, cand_values, s.topk_indices, stats, inv_t, s.heads,
+                                               detail::untagged(values), detail::untagged(indices), lse, s.faults});
+    raise_faults(where, "logits", logits, s.faults, rc.rows);
+  }
+
+  typename detail::system_storage<System, std::byte>::type arena_;
+  void* external_ = nullptr;
+  std::size_t external_bytes_ = 0;
+  scratch_layout last_stats_{};
+};
+
+static_assert(backend<thrust<thrust_system::cpp>>);
+
+}  // namespace specdec
