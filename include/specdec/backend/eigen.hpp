@@ -134,26 +134,24 @@ class eigen {
       V* vals = values.row(r);
       std::int32_t* ids = indices.row(r);
       online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
-      detail::fault f = detail::fault::none;
       if (k <= small_k) {
         detail::topk_accumulator<V> top{vals, ids, k, 0};
         for (index_t c0 = 0; c0 < n; c0 += chunk) {
           const index_t len = std::min(chunk, n - c0);
           const auto s = detail::topk_scan(x + c0, len, c0, top);
-          if (s.has_nan) f = detail::fault::nan;
+          acc.has_nan = acc.has_nan || s.has_nan;
           acc.add(x + c0, len, s.max);
         }
       } else {
         for (index_t c0 = 0; c0 < n; c0 += chunk) {
           const index_t len = std::min(chunk, n - c0);
           const auto s = detail::scan_max(x + c0, len);
-          if (s.has_nan) f = detail::fault::nan;
+          acc.has_nan = acc.has_nan || s.has_nan;
           acc.add(x + c0, len, s.max);
         }
-        if (f == detail::fault::none) topk_large(x, n, k, vals, ids);
+        if (!acc.has_nan) topk_large(x, n, k, vals, ids);
       }
-      if (f == detail::fault::none) f = acc.fault();
-      raise_if(where, "logits", logits, r, f);
+      raise_if(where, "logits", logits, r, acc.fault());
       const V log_s = detail::log_(acc.sum);
       lse(r) = acc.max * inv_t + log_s;
       for (index_t i = 0; i < k; ++i) vals[i] = (vals[i] - acc.max) * inv_t - log_s;
@@ -326,6 +324,7 @@ class eigen {
       sum += detail::sum_exp_shifted(x, len, max, inv_t);
     }
     detail::fault fault() const {
+      if (has_nan) return detail::fault::nan;
       if (max == -detail::negative_infinity<V>()) return detail::fault::positive_infinity;
       if (max == detail::negative_infinity<V>()) return detail::fault::all_masked;
       return detail::fault::none;
@@ -341,7 +340,6 @@ class eigen {
       acc.has_nan = acc.has_nan || s.has_nan;
       acc.add(x + c0, len, s.max);
     }
-    if (acc.has_nan) acc.max = std::numeric_limits<V>::quiet_NaN();
     return acc;
   }
 
@@ -390,7 +388,7 @@ class eigen {
       }
       const V inv_t = V(1) / temperature;
       const auto acc = logsumexp_row(x, n, inv_t);
-      raise_if(where, "logits", logits, r, acc.has_nan ? detail::fault::nan : acc.fault());
+      raise_if(where, "logits", logits, r, acc.fault());
       if constexpr (Log) {
         Eigen::Map<array>(y, n) = (Eigen::Map<const array>(x, n) - acc.max) * inv_t - detail::log_(acc.sum);
       } else {

@@ -26,6 +26,7 @@
 #endif
 #if defined(__CUDACC__)
 #include <thrust/copy.h>
+#include <thrust/device_ptr.h>
 #include <thrust/system/cuda/execution_policy.h>
 #include <thrust/system/cuda/vector.h>
 #endif

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Everything in specdec that needs no optional dependency: the core layer and the backend
+/// concept. Backends are included on their own: <specdec/backend/eigen.hpp> (Eigen) and
+/// <specdec/backend/thrust.hpp> (Thrust).
+#pragma once
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/core.hpp>

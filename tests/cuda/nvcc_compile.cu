@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// Compile-only check that the Thrust backend builds for CUDA under nvcc: instantiates every
+// primitive for thrust<cuda> so that device code of the shared kernels is generated.
+#include <specdec/backend/thrust.hpp>
+#include <specdec/core/core.hpp>
+
+using backend = specdec::thrust<specdec::thrust_system::cuda>;
+static_assert(specdec::backend<backend>);
+
+void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, specdec::device_space> x,
+                                 specdec::matrix_view<float, specdec::device_space> y,
+                                 specdec::vector_view<float, specdec::device_space> v,
+                                 specdec::vector_view<const float, specdec::device_space> u,
+                                 specdec::vector_view<std::int32_t, specdec::device_space> t,
+                                 specdec::matrix_view<std::int32_t, specdec::device_space> tm,
+                                 specdec::vector_view<const std::int32_t, specdec::device_space> ids,
+                                 specdec::matrix_view<const std::int32_t, specdec::device_space> cols) {
+  b.row_max(x, v);
+  b.row_argmax(x, t, v);
+  b.row_topk(x, 8, y, tm);
+  b.row_topk_logsumexp(x, 8, 1.0f, y, tm, v);
+  b.row_logsumexp(x, 1.0f, v);
+  b.row_softmax(x, 1.0f, y);
+  b.row_log_softmax(x, 1.0f, y);
+  b.row_sample(x, u, t);
+  b.row_sample_residual(x, x, u, t);
+  b.gather_rows(x, ids, y);
+  b.gather_elements(x, cols, y);
+}

@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backend_conformance.hpp"
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+
+#if defined(__CUDACC__)
+#define SPECDEC_TEST_BACKENDS \
+  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>, \
+      specdec::thrust<specdec::thrust_system::cuda>
+#else
+#define SPECDEC_TEST_BACKENDS \
+  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+#endif
+
+using namespace conformance;
+using specdec::empty_residual;
+namespace ref = specdec::reference;
+
+namespace {
+
+/// Adversarial logits: ties everywhere, -inf masks, the maximum in the first and the last entry.
+matrix adversarial_logits(index_t cols) {
+  const float ninf = -INFINITY;
+  matrix m{6, cols, std::vector<float>(static_cast<std::size_t>(6 * cols), 0.0f)};
+  auto at = [&](index_t r, index_t j) -> float& { return m.data[static_cast<std::size_t>(r * cols + j)]; };
+  for (index_t j = 0; j < cols; ++j) {
+    at(0, j) = 1.0f;                                     // all tied
+    at(1, j) = static_cast<float>(j % 3);                // repeated maxima, earliest wins
+    at(2, j) = j % 2 == 0 ? ninf : static_cast<float>(-j);  // half masked
+    at(3, j) = ninf;                                     // fully masked (argmax/top-k only)
+    at(4, j) = static_cast<float>(j % 7) - 3.0f;
+    at(5, j) = static_cast<float>(j % 5);
+  }
+  at(4, cols - 1) = 100.0f;  // unique maximum in the last entry
+  at(5, 0) = 100.0f;         // and in the first
+  return m;
+}
+
+template <class B>
+void check_argmax(harness<B>& h, const matrix& x) {
+  auto in = h.up(x.data);
+  auto idx = h.b.template allocate<std::int32_t>(x.rows);
+  auto val = h.b.template allocate<float>(x.rows);
+  auto mx = h.b.template allocate<float>(x.rows);
+  h.b.row_argmax(in.matrix(x.rows, x.cols), idx.view(), val.view());
+  h.b.row_max(in.matrix(x.rows, x.cols), mx.view());
+  const auto got_idx = h.down(idx);
+  const auto got_val = h.down(val);
+  const auto got_max = h.down(mx);
+  for (index_t r = 0; r < x.rows; ++r) {
+    const auto want = ref::argmax(x.row(r), x.cols);
+    INFO("row ", r, " V ", x.cols);
+    CHECK(got_idx[static_cast<std::size_t>(r)] == want);
+    CHECK(got_val[static_cast<std::size_t>(r)] == x(r, want));
+    CHECK(got_max[static_cast<std::size_t>(r)] == x(r, want));
+  }
+}
+
+template <class B>
+void check_topk(harness<B>& h, const matrix& x, index_t k) {
+  auto in = h.up(x.data);
+  auto vals = h.b.template allocate<float>(x.rows * k);
+  auto ids = h.b.template allocate<std::int32_t>(x.rows * k);
+  h.b.row_topk(in.matrix(x.rows, x.cols), k, vals.matrix(x.rows, k), ids.matrix(x.rows, k));
+  const auto got_vals = h.down(vals);
+  const auto got_ids = h.down(ids);
+  for (index_t r = 0; r < x.rows; ++r) {
+    const auto want = ref::topk(x.row(r), x.cols, k);
+    for (index_t i = 0; i < k; ++i) {
+      const auto at = static_cast<std::size_t>(r * k + i);
+      if (got_ids[at] != want[static_cast<std::size_t>(i)]) {
+        INFO("row ", r, " rank ", i, " V ", x.cols, " k ", k);
+        REQUIRE(got_ids[at] == want[static_cast<std::size_t>(i)]);
+      }
+      REQUIRE(got_vals[at] == x(r, want[static_cast<std::size_t>(i)]));
+    }
+  }
+}
+
+template <class B>
+void check_normalisers(harness<B>& h, const matrix& x, float t) {
+  auto in = h.up(x.data);
+  const index_t n = x.rows * x.cols;
+  auto lse = h.b.template allocate<float>(x.rows);
+  auto sm = h.b.template allocate<float>(n);
+  auto lsm = h.b.template allocate<float>(n);
+  h.b.row_logsumexp(in.matrix(x.rows, x.cols), t, lse.view());
+  h.b.row_softmax(in.matrix(x.rows, x.cols), t, sm.matrix(x.rows, x.cols));
+  h.b.row_log_softmax(in.matrix(x.rows, x.cols), t, lsm.matrix(x.rows, x.cols));
+  std::vector<double> want_lse, want_sm, want_lsm;
+  for (index_t r = 0; r < x.rows; ++r) {
+    const double l = ref::logsumexp(x.row(r), x.cols, t);
+    want_lse.push_back(l);
+    for (index_t j = 0; j < x.cols; ++j) {
+      want_lsm.push_back(static_cast<double>(x(r, j)) / t - l);
+      want_sm.push_back(std::exp(static_cast<double>(x(r, j)) / t - l));
+    }
+  }
+  // fp32 arithmetic over up to 2^18 terms: 2e-6 relative on the log-sum-exp, and the softmax is
+  // exp of an fp32 value of magnitude <= ~40, whose rounding error is ~4e-6 relative.
+  check_close(h.down(lse), want_lse, 1e-6, 2e-6, "lse");
+  check_close(h.down(lsm), want_lsm, 1e-5, 2e-6, "log_softmax");
+  check_close(h.down(sm), want_sm, 1e-9, 1e-5, "softmax");
+}
+
+
+template <class B>
+void check_fused(harness<B>& h, const matrix& x, index_t k, float t) {
+  auto in = h.up(x.data);
+  auto vals = h.b.template allocate<float>(x.rows * k);
+  auto ids = h.b.template allocate<std::int32_t>(x.rows * k);
+  auto lse = h.b.template allocate<float>(x.rows);
+  h.b.row_topk_logsumexp(in.matrix(x.rows, x.cols), k, t, vals.matrix(x.rows, k), ids.matrix(x.rows, k), lse.view());
+  const auto got_ids = h.down(ids);
+  std::vector<double> want_vals, want_lse;
+  for (index_t r = 0; r < x.rows; ++r) {
+    const double l = ref::logsumexp(x.row(r), x.cols, t);
+    want_lse.push_back(l);
+    const auto want = ref::topk(x.row(r), x.cols, k);
+    for (index_t i = 0; i < k; ++i) {
+      REQUIRE(got_ids[static_cast<std::size_t>(r * k + i)] == want[static_cast<std::size_t>(i)]);
+      want_vals.push_back(static_cast<double>(x(r, want[static_cast<std::size_t>(i)])) / t - l);
+    }
+  }
+  check_close(h.down(lse), want_lse, 1e-6, 2e-6, "lse");
+  check_close(h.down(vals), want_vals, 1e-5, 2e-6, "log-probabilities");
+}
+
+/// Drops row 3 (the fully masked one) of adversarial_logits: it has no log-softmax.
+matrix without_masked_row(const matrix& x) {
+  matrix y{x.rows - 1, x.cols, {}};
+  for (index_t r = 0; r < x.rows; ++r)
+    if (r != 3) y.data.insert(y.data.end(), x.row(r), x.row(r) + x.cols);
+  return y;
+}
+
+template <class B>
+std::vector<std::int32_t> run_sample(harness<B>& h, const matrix& p, const std::vector<float>& u) {
+  auto in = h.up(p.data);
+  auto uni = h.up(u);
+  auto tok = h.b.template allocate<std::int32_t>(p.rows);
+  h.b.row_sample(in.matrix(p.rows, p.cols), specdec::vector_view<const float, typename B::memory_space>(uni.view()),
+                 tok.view());
+  return h.down(tok);
+}
+
+template <class B>
+std::vector<std::int32_t> run_residual(harness<B>& h, const matrix& p, const matrix& q, const std::vector<float>& u,
+                                       empty_residual fallback = empty_residual::sample_target) {
+  auto pin = h.up(p.data);
+  auto qin = h.up(q.data);
+  auto uni = h.up(u);
+  auto tok = h.b.template allocate<std::int32_t>(p.rows);
+  h.b.row_sample_residual(pin.matrix(p.rows, p.cols), qin.matrix(q.rows, q.cols),
+                          specdec::vector_view<const float, typename B::memory_space>(uni.view()), tok.view(), fallback);
+  return h.down(tok);
+}
+
+std::vector<double> row_as_double(const matrix& m, index_t r) { return std::vector<double>(m.row(r), m.row(r) + m.cols); }
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("row_argmax and row_max match the reference", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (index_t v : {1, 2, 7, 100, 4097, 32000}) check_argmax(h, random_logits(10 + v, 5, v));
+  for (index_t v : {1, 3, 64, 2049, 262144}) check_argmax(h, adversarial_logits(v));
+  SUBCASE("V = 262144, max at the very end and tied at the start") {
+    matrix x = random_logits(3, 2, 262144);
+    x.data[262143] = 9.0f;
+    x.data[262144] = 9.0f;
+    x.data[2 * 262144 - 1] = 9.0f;
+    check_argmax(h, x);
+  }
+}
+
+TEST_CASE_TEMPLATE("row_topk matches the reference, ties to the lower index", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (index_t k : {1, 8, 64}) check_topk(h, random_logits(20 + k, 4, 32000), k);
+  for (index_t k : {1, 5, 64, 65, 300}) check_topk(h, adversarial_logits(5000), k);
+  SUBCASE("k = V") {
+    for (index_t v : {1, 2, 17, 300}) check_topk(h, adversarial_logits(v), v);
+    check_topk(h, random_logits(5, 2, 5000), 5000);
+  }
+  SUBCASE("V = 262144") {
+    check_topk(h, random_logits(6, 2, 262144), 8);
+    check_topk(h, adversarial_logits(262144), 64);
+  }
+  SUBCASE("k = V = 262144") { check_topk(h, random_logits(7, 1, 262144), 262144); }
+  SUBCASE("few distinct values: many exact ties straddle the k-th place") {
+    matrix x = random_logits(8, 3, 20000);
+    for (float& v : x.data) v = std::round(v);
+    for (index_t k : {1, 8, 64, 500}) check_topk(h, x, k);
+  }
+}
+
+
+TEST_CASE_TEMPLATE("row_topk_logsumexp equals top-k of log-softmax and the log-sum-exp", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (const float t : {1.0f, 0.7f, 2.0f}) {
+    for (index_t k : {1, 8, 64}) check_fused(h, random_logits(30 + k, 3, 70000), k, t);
+    check_fused(h, without_masked_row(adversarial_logits(3000)), 100, t);
+    check_fused(h, without_masked_row(adversarial_logits(300)), 300, t);
+  }
+}
+
+TEST_CASE_TEMPLATE("row_logsumexp, row_softmax, row_log_softmax match the reference", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (const float t : {1.0f, 0.5f, 1.7f}) {
+    for (index_t v : {1, 5, 4096, 4097, 32000}) check_normalisers(h, random_logits(40 + v, 3, v), t);
+    check_normalisers(h, without_masked_row(adversarial_logits(9000)), t);
+  }
+  check_normalisers(h, random_logits(41, 2, 262144), 1.0f);
+
+  SUBCASE("temperature 0 is the greedy limit: one-hot at the lowest argmax") {
+    const matrix x = without_masked_row(adversarial_logits(50));
+    auto in = h.up(x.data);
+    auto sm = h.b.template allocate<float>(x.rows * x.cols);
+    auto lsm = h.b.template allocate<float>(x.rows * x.cols);
+    h.b.row_softmax(in.matrix(x.rows, x.cols), 0.0f, sm.matrix(x.rows, x.cols));
+    h.b.row_log_softmax(in.matrix(x.rows, x.cols), 0.0f, lsm.matrix(x.rows, x.cols));
+    const auto got_sm = h.down(sm);
+    const auto got_lsm = h.down(lsm);
+    for (index_t r = 0; r < x.rows; ++r) {
+      const auto best = ref::argmax(x.row(r), x.cols);
+      for (index_t j = 0; j < x.cols; ++j) {
+        const auto at = static_cast<std::size_t>(r * x.cols + j);
+        CHECK(got_sm[at] == (j == best ? 1.0f : 0.0f));
+        CHECK(got_lsm[at] == (j == best ? 0.0f : -INFINITY));
+      }
+    }
+  }
+  SUBCASE("an all -inf row has log-sum-exp -inf, and no softmax") {
+    const matrix x{1, 10, std::vector<float>(10, -INFINITY)};
+    auto in = h.up(x.data);
+    auto lse = h.b.template allocate<float>(1);
+    h.b.row_logsumexp(in.matrix(1, 10), 1.0f, lse.view());
+    CHECK(h.down(lse)[0] == -INFINITY);
+    auto sm = h.b.template allocate<float>(10);
+    CHECK_THROWS_WITH_AS(h.b.row_softmax(in.matrix(1, 10), 1.0f, sm.matrix(1, 10)),
+                         doctest::Contains("logits row 0 is entirely -inf"), specdec::invalid_argument);
+  }
+  SUBCASE("softmax in place") {
+    matrix x = random_logits(44, 2, 3000);
+    auto buf = h.up(x.data);
+    h.b.row_softmax(buf.matrix(2, 3000), 1.0f, buf.matrix(2, 3000));
+    std::vector<double> want;
+    for (index_t r = 0; r < 2; ++r) {
+      const double l = ref::logsumexp(x.row(r), 3000, 1.0);
+      for (index_t j = 0; j < 3000; ++j) want.push_back(std::exp(x(r, j) - l));
+    }
+    check_close(h.down(buf), want, 1e-9, 1e-5, "in-place softmax");
+  }
+}
+
+TEST_CASE_TEMPLATE("row_sample is the inverse CDF of the reference, token for token", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (index_t v : {1, 2, 1000, 1025, 32000, 262144}) {
+    const index_t rows = v > 100000 ? 4 : 64;
+    const matrix p = random_probs(50 + v, rows, v);
+    const auto u = uniform_floats(60 + v, static_cast<std::size_t>(rows), 0.0f, 1.0f);
+    const auto got = run_sample(h, p, u);
+    for (index_t r = 0; r < rows; ++r)
+      CHECK(got[static_cast<std::size_t>(r)] == ref::sample(row_as_double(p, r), u[static_cast<std::size_t>(r)]));
+  }
+  SUBCASE("dyadic boundaries, zeros and the extremes of u") {
+    // Exact in binary: the running sums hit 0.25, 0.5, 0.75 exactly, so the strict ">" decides.
+    const matrix p{6, 8, {0, 0.25f, 0, 0.25f, 0.25f, 0, 0.25f, 0,  //
+                          0, 0.25f, 0, 0.25f, 0.25f, 0, 0.25f, 0,  //
+                          0, 0.25f, 0, 0.25f, 0.25f, 0, 0.25f, 0,  //
+                          0, 0.25f, 0, 0.25f, 0.25f, 0, 0.25f, 0,  //
+                          0, 0, 0, 0, 0, 0, 0, 1,                  //
+                          1, 0, 0, 0, 0, 0, 0, 0}};
+    const std::vector<float> u = {0.0f, 0.25f, 0.5f, 1.0f - 0x1p-24f, 0.3f, 1.0f - 0x1p-24f};
+    CHECK(run_sample(h, p, u) == std::vector<std::int32_t>{1, 3, 4, 6, 7, 0});
+  }
+  SUBCASE("a large row: the boundary between chunks") {
+    matrix p{1, 4096, std::vector<float>(4096, 0.0f)};
+    p.data[1023] = 0.5f;  // last entry of chunk 0
+    p.data[1024] = 0.5f;  // first entry of chunk 1
+    CHECK(run_sample(h, p, {0.49f}) == std::vector<std::int32_t>{1023});
+    CHECK(run_sample(h, p, {0.5f}) == std::vector<std::int32_t>{1024});
+  }
+}
+
+TEST_CASE_TEMPLATE("row_sample draws from the distribution (chi-square)", B, SPECDEC_TEST_BACKENDS) {
+  // 40 000 draws from a 10-token distribution with Philox uniforms. Under the null hypothesis the
+  // statistic is chi-square with 9 degrees of freedom: P(X > 27.88) = 0.001.
+  harness<B> h;
+  const std::vector<float> probs = {0.3f, 0.2f, 0.15f, 0.1f, 0.08f, 0.07f, 0.05f, 0.03f, 0.015f, 0.005f};
+  const index_t n = 40000;
+  matrix p{n, 10, {}};
+  for (index_t r = 0; r < n; ++r) p.data.insert(p.data.end(), probs.begin(), probs.end());
+  std::vector<float> u(static_cast<std::size_t>(n));
+  specdec::philox_stream{2024, 0}.fill_uniforms(0, u.size(), u.begin());
+  const auto tokens = run_sample(h, p, u);
+  std::vector<double> counts(10, 0.0);
+  for (auto t : tokens) counts[static_cast<std::size_t>(t)] += 1;
+  double chi2 = 0;
+  for (std::size_t j = 0; j < 10; ++j) {
+    const double expected = n * static_cast<double>(probs[j]);
+    chi2 += (counts[j] - expected) * (counts[j] - expected) / expected;
+  }
+  CHECK(chi2 < 27.88);
+}
+
+TEST_CASE_TEMPLATE("row_sample_residual samples norm(max(0, p - q))", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  for (index_t v : {1, 3, 1000, 1025, 32000, 262144}) {
+    const index_t rows = v > 100000 ? 4 : 32;
+    const matrix p = random_probs(70 + v, rows, v);
+    const matrix q = random_probs(80 + v, rows, v);
+    const auto u = uniform_floats(90 + v, static_cast<std::size_t>(rows), 0.0f, 1.0f);
+    const auto got = run_residual(h, p, q, u);
+    for (index_t r = 0; r < rows; ++r) {
+      auto res = ref::residual(p.row(r), q.row(r), v);
+      double total = 0;
+      for (double x : res) total += x;
+      const auto want = total > 0 ? ref::sample(res, u[static_cast<std::size_t>(r)])
+                                  : ref::sample(row_as_double(p, r), u[static_cast<std::size_t>(r)]);
+      CHECK(got[static_cast<std::size_t>(r)] == want);
+    }
+  }
+  SUBCASE("the residual excludes what q already covers") {
+    const matrix p{1, 4, {0.5f, 0.25f, 0.25f, 0.0f}};
+    const matrix q{1, 4, {0.5f, 0.0f, 0.25f, 0.25f}};  // residual = {0, 0.25, 0, 0}
+    for (float u : {0.0f, 0.5f, 0.999f}) CHECK(run_residual(h, p, q, {u}) == std::vector<std::int32_t>{1});
+  }
+  SUBCASE("p == q: the empty residual falls back as asked") {
+    const matrix p{1, 4, {0.0f, 0.5f, 0.5f, 0.0f}};
+    CHECK(run_residual(h, p, p, {0.75f}, empty_residual::sample_target) == std::vector<std::int32_t>{2});
+    CHECK(run_residual(h, p, p, {0.75f}, empty_residual::token_zero) == std::vector<std::int32_t>{0});
+    CHECK(run_residual(h, p, p, {0.75f}, empty_residual::last_token) == std::vector<std::int32_t>{3});
+  }
+}
+
+TEST_CASE_TEMPLATE("gather_rows and gather_elements", B, SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  const matrix x = random_logits(100, 5, 7);
+  auto in = h.up(x.data);
+  const std::vector<std::int32_t> row_ids = {4, 0, 4, 2};
+  auto ids = h.up(row_ids);
+  auto rows_out = h.b.template allocate<float>(4 * 7);
+  h.b.gather_rows(in.matrix(5, 7), specdec::vector_view<const std::int32_t, typename B::memory_space>(ids.view()),
+                  rows_out.matrix(4, 7));
+  const auto got_rows = h.down(rows_out);
+  for (index_t i = 0; i < 4; ++i)
+    for (index_t j = 0; j < 7; ++j) CHECK(got_rows[static_cast<std::size_t>(i * 7 + j)] == x(row_ids[static_cast<std::size_t>(i)], j));
+
+  const std::vector<std::int32_t> cols = {6, 0, 3, 3, 1, 2, 0, 0, 5, 6};  // [5 x 2]
+  auto col_ids = h.up(cols);
+  auto el_out = h.b.template allocate<float>(10);
+  h.b.gather_elements(in.matrix(5, 7), col_ids.matrix(5, 2), el_out.matrix(5, 2));
+  const auto got_el = h.down(el_out);
+  for (index_t r = 0; r < 5; ++r)
+    for (index_t j = 0; j < 2; ++j) CHECK(got_el[static_cast<std::size_t>(r * 2 + j)] == x(r, cols[static_cast<std::size_t>(r * 2 + j)]));
+
+  const std::vector<std::int32_t> bad = {0, 5};
+  auto bad_ids = h.up(bad);
+  auto out2 = h.b.template allocate<float>(2 * 7);
+  CHECK_THROWS_WITH_AS(h.b.gather_rows(in.matrix(5, 7),
+                                       specdec::vector_view<const std::int32_t, typename B::memory_space>(bad_ids.view()),
+                                       out2.matrix(2, 7)),
+                       doctest::Contains("row_ids"), specdec::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("bad input throws invalid_argument naming the argument", B, SPECDEC_TEST_BACKENDS) {
+  using specdec::invalid_argument;
+  harness<B> h;
+  matrix x = random_logits(110, 2, 10);
+  auto in = h.up(x.data);
+  auto m = in.matrix(2, 10);
+  auto vals = h.b.template allocate<float>(2 * 11);
+  auto ids = h.b.template allocate<std::int32_t>(2 * 11);
+  auto per_row = h.b.template allocate<float>(2);
+  auto tok = h.b.template allocate<std::int32_t>(2);
+
+  CHECK_THROWS_WITH_AS(h.b.row_topk(m, 11, vals.matrix(2, 11), ids.matrix(2, 11)),
+                       doctest::Contains("k = 11 is out of range; expected 1 <= k <= V = 10"), invalid_argument);
+  using S = typename B::memory_space;
+  CHECK_THROWS_WITH_AS(h.b.row_topk(m, 0, specdec::matrix_view<float, S>(vals.view().data(), 2, 0),
+                                    specdec::matrix_view<std::int32_t, S>(ids.view().data(), 2, 0)),
+                       doctest::Contains("k = 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(h.b.row_topk(m, 2, vals.matrix(1, 22), ids.matrix(2, 11)),
+                       doctest::Contains("values has shape [1 x 22]; expected [2 x 2]"), invalid_argument);
+  CHECK_THROWS_WITH_AS(h.b.row_logsumexp(m, -1.0f, per_row.view()), doctest::Contains("temperature = -1"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(h.b.row_logsumexp(m, 0.0f, per_row.view()), doctest::Contains("temperature = 0"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(h.b.row_softmax(m, -0.5f, vals.matrix(2, 11)), doctest::Contains("out has shape"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(h.b.row_max(m, vals.view()), doctest::Contains("max has length 22; expected 2"),
+                       invalid_argument);
+
+  for (const float poison : {NAN, INFINITY}) {
+    x.data[13] = poison;  // row 1, column 3
+    auto bad = h.up(x.data);
+    const char* what = std::isnan(poison) ? "logits row 1 contains NaN" : "logits row 1 contains +inf";
+    CHECK_THROWS_WITH_AS(h.b.row_argmax(bad.matrix(2, 10), tok.view()), doctest::Contains(what), invalid_argument);
+    auto top_vals = h.b.template allocate<float>(2 * 3);
+    auto top_ids = h.b.template allocate<std::int32_t>(2 * 3);
+    CHECK_THROWS_WITH_AS(h.b.row_topk(bad.matrix(2, 10), 3, top_vals.matrix(2, 3), top_ids.matrix(2, 3)),
+                         doctest::Contains(what), invalid_argument);
+    CHECK_THROWS_WITH_AS(h.b.row_logsumexp(bad.matrix(2, 10), 1.0f, per_row.view()), doctest::Contains(what),
+                         invalid_argument);
+    auto probs = h.b.template allocate<float>(2 * 10);
+    CHECK_THROWS_WITH_AS(h.b.row_softmax(bad.matrix(2, 10), 1.0f, probs.matrix(2, 10)), doctest::Contains(what),
+                         invalid_argument);
+  }
+
+  const matrix p = random_probs(120, 2, 10);
+  const std::vector<float> u = {0.5f, 0.5f};
+  CHECK_NOTHROW(run_sample(h, p, u));
+  matrix negative = p;
+  negative.data[12] = -0.01f;
+  CHECK_THROWS_WITH_AS(run_sample(h, negative, u), doctest::Contains("probs row 1 contains a negative probability"),
+                       invalid_argument);
+  matrix unnormalised = p;
+  unnormalised.data[12] += 0.001f;
+  CHECK_THROWS_WITH_AS(run_sample(h, unnormalised, u), doctest::Contains("probs row 1 does not sum to 1"),
+                       invalid_argument);
+  matrix slightly_off = p;
+  slightly_off.data[12] += 0.00005f;  // inside the 1e-4 tolerance
+  CHECK_NOTHROW(run_sample(h, slightly_off, u));
+  matrix nan_probs = p;
+  nan_probs.data[3] = NAN;
+  CHECK_THROWS_WITH_AS(run_sample(h, nan_probs, u), doctest::Contains("probs row 0 contains NaN"), invalid_argument);
+  CHECK_THROWS_WITH_AS(run_sample(h, p, {0.5f, 1.0f}), doctest::Contains("uniforms[1] = 1 is outside [0, 1)"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(run_sample(h, p, {-0.1f, 0.5f}), doctest::Contains("uniforms[0]"), invalid_argument);
+  CHECK_THROWS_WITH_AS(run_sample(h, p, {0.5f}), doctest::Contains("uniforms has length 1; expected 2"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(run_residual(h, p, unnormalised, u), doctest::Contains("q row 1 does not sum to 1"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(run_residual(h, negative, p, u), doctest::Contains("p row 1 contains a negative"),
+                       invalid_argument);
+  const matrix q3{2, 3, std::vector<float>(6, 1.0f / 3)};
+  CHECK_THROWS_WITH_AS(run_residual(h, p, q3, u), doctest::Contains("q has shape [2 x 3]; expected the shape of p"),
+                       invalid_argument);
+}
