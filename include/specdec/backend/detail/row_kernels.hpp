@@ -469,14 +469,26 @@ struct residual_chunk_mass {
 
 template <class T>
 SPECDEC_HOST_DEVICE inline residual_chunk_mass residual_mass(const T* p, const T* q, index_t n) noexcept {
-  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (index_t i = 0; i < n; i += 8) {
-    for (int l = 0; l < 8 && i + l < n; ++l) {
-      const T r = p[i + l] - q[i + l];
-      lane[l] += static_cast<double>(r > T(0) ? r : T(0));
-    }
-  }
-  return residual_chunk_mass{combine_lanes(lane), probability_chunk_mass(p, n), probability_chunk_mass(q, n)};
+  // One pass: residual, p and q masses, each over the same 8 canonical lanes.
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, p_lane[8] = {0, 0, 0, 0, 0, 0, 0, 0},
+         q_lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int32_t flags[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // bit 0: NaN in p, 1: negative p, 2: NaN in q, 3: negative q
+  const auto step = [&](int l, T pv, T qv) {
+    const T r = pv - qv;
+    lane[l] += static_cast<double>(r > T(0) ? r : T(0));
+    p_lane[l] += static_cast<double>(pv);
+    q_lane[l] += static_cast<double>(qv);
+    flags[l] |= static_cast<std::int32_t>(pv != pv) | (static_cast<std::int32_t>(pv < T(0)) << 1) |
+                (static_cast<std::int32_t>(qv != qv) << 2) | (static_cast<std::int32_t>(qv < T(0)) << 3);
+  };
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) step(l, p[i + l], q[i + l]);
+  for (int l = 0; i + l < n; ++l) step(l, p[i + l], q[i + l]);
+  std::int32_t all = 0;
+  for (int l = 0; l < 8; ++l) all |= flags[l];
+  return residual_chunk_mass{combine_lanes(lane), chunk_mass{combine_lanes(p_lane), (all & 1) != 0, (all & 2) != 0},
+                             chunk_mass{combine_lanes(q_lane), (all & 4) != 0, (all & 8) != 0}};
 }
 
 /// Picks the token for `target` (= u * total) given the chunk masses of the row (in chunk order)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what specdec's build, tests, examples and benchmarks need on Debian, skipping what is there.
+set -euo pipefail
+packages=(cmake g++ make libeigen3-dev doctest-dev libbenchmark-dev libthrust-dev libcub-dev nlohmann-json3-dev)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "specdec: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

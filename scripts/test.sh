@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test: the suite in Release with warnings as errors, the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and each benchmark briefly (so none can rot).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs="$(nproc)"
+strict="-Wall -Wextra -Wpedantic -Werror"
+
+echo "== Release build and tests"
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$strict" >/dev/null
+cmake --build build/release -j"$jobs"
+(cd build/release && ctest --output-on-failure -j"$jobs")
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
+  -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+  >/dev/null
+cmake --build build/asan --target specdec_tests -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build/asan/tests/specdec_tests
+
+echo "== Benchmarks, briefly"
+build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
+  | grep -E '^BM_'
+build/release/examples/specdec_primitives_demo --quick >/dev/null
+echo "specdec: all tests passed"
