@@ -19,7 +19,6 @@
 
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/sort.h>
 #include <thrust/system/cpp/execution_policy.h>
 #if defined(_OPENMP)
 #include <thrust/system/omp/execution_policy.h>
@@ -251,6 +250,31 @@ struct ranks_before_in_row {
   SPECDEC_HOST_DEVICE bool operator()(std::int32_t a, std::int32_t b) const { return ranks_before(row[a], a, row[b], b); }
 };
 
+/// In-place heapsort of ids[0, n) into `before` order. Ours rather than thrust::sort(thrust::seq): the
+/// latter binds a reference to a null policy pointer inside Thrust 3.0 (reported by UBSan).
+template <class Before>
+SPECDEC_HOST_DEVICE inline void heap_sort(std::int32_t* ids, index_t n, Before before) {
+  // Max-heap on "comes later", so popping the root to the back leaves the earliest entries in front.
+  const auto sift_down = [&](index_t root, index_t end) {
+    while (2 * root + 1 < end) {
+      index_t child = 2 * root + 1;
+      if (child + 1 < end && before(ids[child], ids[child + 1])) ++child;
+      if (!before(ids[root], ids[child])) return;
+      const std::int32_t t = ids[root];
+      ids[root] = ids[child];
+      ids[child] = t;
+      root = child;
+    }
+  };
+  for (index_t start = n / 2; start-- > 0;) sift_down(start, n);
+  for (index_t end = n - 1; end > 0; --end) {
+    const std::int32_t t = ids[0];
+    ids[0] = ids[end];
+    ids[end] = t;
+    sift_down(0, end);
+  }
+}
+
 /// Each chunk leaves its best min(k, chunk length) entries, sorted, in a slot of `slot` entries, and
 /// its (max, NaN seen[, sum of exp]) in `stats`.
 template <class T>
@@ -279,7 +303,7 @@ struct topk_partial_fn {
       s = scan_max(in, len);
       for (index_t j = 0; j < len; ++j) ids[j] = static_cast<std::int32_t>(rc.begin(c) + j);
       const T* row = x.row(r);
-      ::thrust::sort(::thrust::seq, ids, ids + len, ranks_before_in_row<T>{row});
+      heap_sort(ids, len, ranks_before_in_row<T>{row});
       for (index_t j = 0; j < kc; ++j) vals[j] = row[ids[j]];
     }
     lse_partial<T> p{s.max, T(0), s.has_nan};
