@@ -207,23 +207,21 @@ class eigen {
     constexpr const char* where = "specdec::eigen::row_sample";
     detail::check_sample(where, probs, uniforms, tokens);
     const index_t n = probs.cols();
-    std::vector<double>& masses = chunk_masses(n);
+    const index_t chunks = chunk_count(n);
+    partials_.resize(static_cast<std::size_t>(chunks));
+    masses_.resize(static_cast<std::size_t>(chunks));
     for (index_t r = 0; r < probs.rows(); ++r) {
       const V* p = probs.row(r);
-      bool nan = false, negative = false;
-      double total = 0.0;
-      for (index_t c = 0; c * detail::sample_chunk < n; ++c) {
+      for (index_t c = 0; c < chunks; ++c) {
         const index_t c0 = c * detail::sample_chunk;
-        const auto m = detail::probability_chunk_mass(p + c0, std::min(detail::sample_chunk, n - c0));
-        masses[static_cast<std::size_t>(c)] = m.mass;
-        total += m.mass;
-        nan = nan || m.has_nan;
-        negative = negative || m.has_negative;
+        partials_[static_cast<std::size_t>(c)] =
+            detail::probability_chunk_mass(p + c0, std::min(detail::sample_chunk, n - c0));
       }
-      raise_if(where, "probs", probs, r, detail::probability_fault(nan, negative, total));
+      const detail::folded_row row = detail::fold_chunks(partials_.data(), chunks, masses_.data());
+      raise_if(where, "probs", probs, r, row.error());
       check_uniform(where, uniforms, r);
-      tokens(r) = detail::locate_sample(masses.data(), n, detail::probability_source<V>{p},
-                                        static_cast<double>(uniforms(r)) * total);
+      tokens(r) = detail::locate_sample(masses_.data(), n, detail::probability_source<V>{p},
+                                        static_cast<double>(uniforms(r)) * row.total);
     }
   }
 
@@ -241,37 +239,24 @@ class eigen {
     constexpr const char* where = "specdec::eigen::row_sample_residual";
     detail::check_sample_residual(where, p, q, uniforms, tokens);
     const index_t n = p.cols();
-    const index_t chunks = (n + detail::sample_chunk - 1) / detail::sample_chunk;
-    std::vector<double>& masses = chunk_masses(2 * n);  // residual masses, then p's
+    const index_t chunks = chunk_count(n);
+    residual_partials_.resize(static_cast<std::size_t>(chunks));
+    masses_.resize(static_cast<std::size_t>(2 * chunks));  // residual masses, then p's
     for (index_t r = 0; r < p.rows(); ++r) {
       const V* pr = p.row(r);
       const V* qr = q.row(r);
-      double residual_total = 0.0, p_total = 0.0, q_total = 0.0;
-      bool p_nan = false, p_negative = false, q_nan = false, q_negative = false;
       for (index_t c = 0; c < chunks; ++c) {
         const index_t c0 = c * detail::sample_chunk;
-        const auto m = detail::residual_mass(pr + c0, qr + c0, std::min(detail::sample_chunk, n - c0));
-        masses[static_cast<std::size_t>(c)] = m.residual;
-        masses[static_cast<std::size_t>(chunks + c)] = m.p.mass;
-        residual_total += m.residual;
-        p_total += m.p.mass;
-        q_total += m.q.mass;
-        p_nan = p_nan || m.p.has_nan;
-        p_negative = p_negative || m.p.has_negative;
-        q_nan = q_nan || m.q.has_nan;
-        q_negative = q_negative || m.q.has_negative;
+        residual_partials_[static_cast<std::size_t>(c)] =
+            detail::residual_mass(pr + c0, qr + c0, std::min(detail::sample_chunk, n - c0));
       }
-      raise_if(where, "p", p, r, detail::probability_fault(p_nan, p_negative, p_total));
-      raise_if(where, "q", q, r, detail::probability_fault(q_nan, q_negative, q_total));
+      const detail::folded_residual_row row =
+          detail::fold_residual_chunks(residual_partials_.data(), chunks, masses_.data(), masses_.data() + chunks);
+      raise_if(where, "p", p, r, row.p.error());
+      raise_if(where, "q", q, r, row.q.error());
       check_uniform(where, uniforms, r);
-      const double u = static_cast<double>(uniforms(r));
-      if (residual_total > 0.0) {
-        tokens(r) = detail::locate_sample(masses.data(), n, detail::residual_source<V>{pr, qr}, u * residual_total);
-      } else if (fallback == empty_residual::sample_target) {
-        tokens(r) = detail::locate_sample(masses.data() + chunks, n, detail::probability_source<V>{pr}, u * p_total);
-      } else {
-        tokens(r) = fallback == empty_residual::token_zero ? 0 : static_cast<std::int32_t>(n - 1);
-      }
+      tokens(r) = detail::pick_residual_token(pr, qr, n, masses_.data(), masses_.data() + chunks, row,
+                                              static_cast<double>(uniforms(r)), fallback);
     }
   }
 
@@ -410,11 +395,11 @@ class eigen {
       detail::throw_invalid_argument(where, name, " entry ", i, " = ", id, " is out of range; expected [0, ",
                                      extent, ")");
   }
-  std::vector<double>& chunk_masses(index_t n) {
-    masses_.resize(static_cast<std::size_t>((n + detail::sample_chunk - 1) / detail::sample_chunk + 1));
-    return masses_;
-  }
+  static index_t chunk_count(index_t n) { return (n + detail::sample_chunk - 1) / detail::sample_chunk; }
 
+  // Per-row scratch of the samplers: chunk partials and the mass tables (a few KiB; reused).
+  std::vector<detail::chunk_mass> partials_;
+  std::vector<detail::residual_chunk_mass> residual_partials_;
   std::vector<double> masses_;
   std::vector<std::int32_t> order_;
 };

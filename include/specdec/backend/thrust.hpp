@@ -383,21 +383,13 @@ struct sample_fn {
   fault* faults;
   SPECDEC_HOST_DEVICE void operator()(index_t r) const {
     const index_t chunks = rc.count();
-    bool nan = false, negative = false;
-    double total = 0.0;
-    for (index_t c = 0; c < chunks; ++c) {
-      const chunk_mass& m = partial[r * chunks + c];
-      masses[r * chunks + c] = m.mass;
-      total += m.mass;
-      nan = nan || m.has_nan;
-      negative = negative || m.has_negative;
-    }
-    fault f = probability_fault(nan, negative, total);
+    const folded_row row = fold_chunks(partial + r * chunks, chunks, masses + r * chunks);
+    fault f = row.error();
     if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
     faults[r] = f;
     if (f != fault::none) return;
     tokens[r] = locate_sample(masses + r * chunks, rc.cols, probability_source<T>{p.row(r)},
-                              static_cast<double>(uniforms[r]) * total);
+                              static_cast<double>(uniforms[r]) * row.total);
   }
 };
 
@@ -426,36 +418,15 @@ struct sample_residual_fn {
     const index_t chunks = rc.count();
     double* residual_masses = masses + r * 2 * chunks;
     double* p_masses = residual_masses + chunks;
-    double residual_total = 0.0, p_total = 0.0, q_total = 0.0;
-    bool p_nan = false, p_negative = false, q_nan = false, q_negative = false;
-    for (index_t c = 0; c < chunks; ++c) {
-      const residual_chunk_mass& m = partial[r * chunks + c];
-      residual_masses[c] = m.residual;
-      p_masses[c] = m.p.mass;
-      residual_total += m.residual;
-      p_total += m.p.mass;
-      q_total += m.q.mass;
-      p_nan = p_nan || m.p.has_nan;
-      p_negative = p_negative || m.p.has_negative;
-      q_nan = q_nan || m.q.has_nan;
-      q_negative = q_negative || m.q.has_negative;
-    }
-    fault f = probability_fault(p_nan, p_negative, p_total);
-    if (f == fault::none) {
-      const fault fq = probability_fault(q_nan, q_negative, q_total);
-      if (fq != fault::none) f = static_cast<fault>(static_cast<std::int32_t>(fq) + 256);
-    }
+    const folded_residual_row row = fold_residual_chunks(partial + r * chunks, chunks, residual_masses, p_masses);
+    fault f = row.p.error();
+    if (f == fault::none && row.q.error() != fault::none)
+      f = static_cast<fault>(static_cast<std::int32_t>(row.q.error()) + 256);
     if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
     faults[r] = f;
     if (f != fault::none) return;
-    const double u = static_cast<double>(uniforms[r]);
-    if (residual_total > 0.0) {
-      tokens[r] = locate_sample(residual_masses, rc.cols, residual_source<T>{p.row(r), q.row(r)}, u * residual_total);
-    } else if (fallback == empty_residual::sample_target) {
-      tokens[r] = locate_sample(p_masses, rc.cols, probability_source<T>{p.row(r)}, u * p_total);
-    } else {
-      tokens[r] = fallback == empty_residual::token_zero ? 0 : static_cast<std::int32_t>(rc.cols - 1);
-    }
+    tokens[r] = pick_residual_token(p.row(r), q.row(r), rc.cols, residual_masses, p_masses, row,
+                                    static_cast<double>(uniforms[r]), fallback);
   }
 };
 

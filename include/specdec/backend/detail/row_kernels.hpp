@@ -19,6 +19,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <specdec/backend/concept.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
@@ -535,6 +536,68 @@ SPECDEC_HOST_DEVICE inline fault probability_fault(bool has_nan, bool has_negati
   const double error = total - 1.0;
   if (!(error <= probability_sum_tolerance && error >= -probability_sum_tolerance)) return fault::not_normalised;
   return fault::none;
+}
+
+/// A probability row after folding its chunk partials in chunk order (the canonical total).
+struct folded_row {
+  double total;
+  bool has_nan;
+  bool has_negative;
+  SPECDEC_HOST_DEVICE fault error() const noexcept { return probability_fault(has_nan, has_negative, total); }
+};
+
+/// Folds a row's chunk masses in chunk order and copies them into the mass table `masses`.
+SPECDEC_HOST_DEVICE inline folded_row fold_chunks(const chunk_mass* partial, index_t chunks, double* masses) noexcept {
+  folded_row row{0.0, false, false};
+  for (index_t c = 0; c < chunks; ++c) {
+    masses[c] = partial[c].mass;
+    row.total += partial[c].mass;
+    row.has_nan = row.has_nan || partial[c].has_nan;
+    row.has_negative = row.has_negative || partial[c].has_negative;
+  }
+  return row;
+}
+
+/// The residual, p and q of one row, folded in chunk order.
+struct folded_residual_row {
+  double residual;
+  folded_row p;
+  folded_row q;
+};
+
+/// Folds a row's residual partials; fills `residual_masses` and `p_masses` (chunks entries each).
+SPECDEC_HOST_DEVICE inline folded_residual_row fold_residual_chunks(const residual_chunk_mass* partial, index_t chunks,
+                                                                    double* residual_masses, double* p_masses) noexcept {
+  folded_residual_row row{0.0, {0.0, false, false}, {0.0, false, false}};
+  for (index_t c = 0; c < chunks; ++c) {
+    const residual_chunk_mass& m = partial[c];
+    residual_masses[c] = m.residual;
+    p_masses[c] = m.p.mass;
+    row.residual += m.residual;
+    row.p.total += m.p.mass;
+    row.q.total += m.q.mass;
+    row.p.has_nan = row.p.has_nan || m.p.has_nan;
+    row.p.has_negative = row.p.has_negative || m.p.has_negative;
+    row.q.has_nan = row.q.has_nan || m.q.has_nan;
+    row.q.has_negative = row.q.has_negative || m.q.has_negative;
+  }
+  return row;
+}
+
+/// The token a residual draw emits for uniform u, with the empty-residual fallback; the one
+/// definition every backend calls, so the fallback cannot differ between them.
+template <class T>
+SPECDEC_HOST_DEVICE inline std::int32_t pick_residual_token(const T* p, const T* q, index_t n,
+                                                            const double* residual_masses, const double* p_masses,
+                                                            const folded_residual_row& row, double u,
+                                                            empty_residual fallback) noexcept {
+  if (row.residual > 0.0) return locate_sample(residual_masses, n, residual_source<T>{p, q}, u * row.residual);
+  switch (fallback) {
+    case empty_residual::sample_target: return locate_sample(p_masses, n, probability_source<T>{p}, u * row.p.total);
+    case empty_residual::token_zero: return 0;
+    case empty_residual::last_token: break;
+  }
+  return static_cast<std::int32_t>(n - 1);
 }
 
 template <class T>
