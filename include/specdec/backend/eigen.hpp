@@ -140,7 +140,7 @@ class eigen {
           const index_t len = std::min(chunk, n - c0);
           const auto s = detail::topk_scan(x + c0, len, c0, top);
           acc.has_nan = acc.has_nan || s.has_nan;
-          acc.add(x + c0, len, s.max);
+          acc.add(x + c0, len, s.max, x + c0 + len, std::min(chunk, n - c0 - len));
         }
       } else {
         for (index_t c0 = 0; c0 < n; c0 += chunk) {
@@ -300,13 +300,13 @@ class eigen {
     V inv_t;
     bool has_nan = false;
 
-    void add(const V* x, index_t len, V chunk_max) {
+    void add(const V* x, index_t len, V chunk_max, const V* next = nullptr, index_t next_len = 0) {
       if (chunk_max > max) {
         sum *= detail::exp_((max - chunk_max) * inv_t);  // 0 while max is still -inf
         max = chunk_max;
       }
       if (max == detail::negative_infinity<V>() || max == -detail::negative_infinity<V>()) return;
-      sum += detail::sum_exp_shifted(x, len, max, inv_t);
+      sum += detail::sum_exp_shifted(x, len, max, inv_t, next, next_len);
     }
     detail::fault fault() const {
       if (has_nan) return detail::fault::nan;

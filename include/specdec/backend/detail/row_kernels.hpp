@@ -112,6 +112,16 @@ inline typename simd<T>::vec simd_load(const T* p) noexcept {
   std::memcpy(&v, p, sizeof v);  // an unaligned load; compiles to one vmovups
   return v;
 }
+/// Whether any lane of a comparison mask is set: two 64-bit ORs per 256 bits, then one test, in
+/// place of a lane-by-lane reduction.
+template <class M>
+inline bool any_lane(const M& m) noexcept {
+  std::uint64_t words[sizeof(M) / 8];
+  std::memcpy(words, &m, sizeof m);
+  std::uint64_t any = 0;
+  for (std::uint64_t word : words) any |= word;
+  return any != 0;
+}
 #else
 #define SPECDEC_HOST_SIMD 0
 #endif
@@ -210,19 +220,53 @@ inline simd<float>::vec simd_exp(simd<float>::vec x) noexcept {
 }
 #endif
 
+#if SPECDEC_HOST_SIMD
+/// 2^t over a float vector for t <= 0, for terms that are only summed: relative error <= 3e-7 for
+/// t >= -126; below that (including -inf) it returns 2^-126 instead of 0, which changes a sum that
+/// contains its own maximum term (>= 1) by less than V * 2^-126. About half the instructions of
+/// simd_exp: no special cases, one rounding trick, a degree-5 polynomial (fitted minimax for 2^f on
+/// [-1/2, 1/2]) and the exponent added as an integer.
+inline simd<float>::vec simd_exp2_summand(simd<float>::vec t) noexcept {
+  using vec = simd<float>::vec;
+  using mask = simd<float>::mask;
+  const vec lowest = vec{} - 126.0f;
+  t = lowest > t ? lowest : t;  // exactly vmaxps(lowest, t)
+  const vec big = t + 12582912.0f;  // 1.5 * 2^23: round(t) lands in the low mantissa bits
+  const vec f = t - (big - 12582912.0f);
+  const vec p = ((((f * 1.3276472e-3f + 9.6755419e-3f) * f + 5.5507131e-2f) * f + 2.4022120e-1f) * f +
+                 6.9314694e-1f) * f + 1.0000001f;
+  mask n_bits, p_bits;
+  std::memcpy(&n_bits, &big, sizeof n_bits);
+  std::memcpy(&p_bits, &p, sizeof p_bits);
+  p_bits += n_bits << 23;  // the high bits of 1.5 * 2^23 shift out; what remains is round(t) << 23
+  vec result;
+  std::memcpy(&result, &p_bits, sizeof result);
+  return result;
+}
+#endif
+
 /// sum_j exp((x[j] - max) * inv_t) over x[0, n) with max > -inf finite (exp is exactly 0 at -inf).
+/// `next`, when given, is the chunk the caller reads after this one: on the host its cache lines are
+/// prefetched while this chunk's exponentials are computed, so the memory stream keeps running under
+/// the arithmetic instead of pausing for it (the exp pass reads x from L1).
 template <class T>
-SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv_t) noexcept {
+SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv_t,
+                                             const T* next = nullptr, index_t next_n = 0) noexcept {
   index_t i = 0;
   T sum = T(0);
 #if SPECDEC_HOST_SIMD
   if constexpr (std::is_same_v<T, float>) {
     using vec = simd<float>::vec;
     constexpr int w = simd_bytes / 4;
+    constexpr index_t line = 64 / sizeof(T);
+    const float inv_t_log2e = inv_t * 1.44269504088896341f;
     vec s0{}, s1{};
     for (; i + 2 * w <= n; i += 2 * w) {
-      s0 += simd_exp((simd_load(x + i) - max) * inv_t);
-      s1 += simd_exp((simd_load(x + i + w) - max) * inv_t);
+      if (next != nullptr) {
+        for (index_t l = i; l < i + 2 * w && l < next_n; l += line) __builtin_prefetch(next + l);
+      }
+      s0 += simd_exp2_summand((simd_load(x + i) - max) * inv_t_log2e);
+      s1 += simd_exp2_summand((simd_load(x + i + w) - max) * inv_t_log2e);
     }
     s0 += s1;
     for (int l = 0; l < w; ++l) sum += s0[l];
@@ -311,12 +355,19 @@ struct topk_accumulator {
   /// Offers candidate (v, i) whose index is larger than every index offered before.
   SPECDEC_HOST_DEVICE void offer(T v, std::int32_t i) noexcept {
     if (count == k && !(v > values[k - 1])) return;
-    index_t pos = count < k ? count : k - 1;
-    // Shift down every entry the candidate beats; an equal value stays ahead (lower index).
-    while (pos > 0 && v > values[pos - 1]) {
-      values[pos] = values[pos - 1];
-      indices[pos] = indices[pos - 1];
-      --pos;
+    const index_t last = count < k ? count : k - 1;  // the slot that is overwritten or filled
+    // Binary search for the first entry the candidate beats; an equal value stays ahead (it has the
+    // lower index). Then a plain shift, which compiles to block moves instead of a compare per step.
+    index_t lo = 0, hi = last;
+    while (lo < hi) {
+      const index_t mid = (lo + hi) / 2;
+      if (v > values[mid]) hi = mid;
+      else lo = mid + 1;
+    }
+    const index_t pos = lo;
+    for (index_t j = last; j > pos; --j) {
+      values[j] = values[j - 1];
+      indices[j] = indices[j - 1];
     }
     values[pos] = v;
     indices[pos] = i;
@@ -348,41 +399,47 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
     total.has_nan = total.has_nan || v != v;
     acc.offer(v, static_cast<std::int32_t>(offset + b0));
   }
+  // A block is looked at entry by entry only when some entry is "not <= threshold": above it, or
+  // NaN. Folding the NaN test into the candidate test keeps the common path at one compare per
+  // entry; the rare slow path sorts out which it was.
+  const auto offer_block = [&](index_t start, index_t len) {
+    for (index_t i = start; i < start + len; ++i) {
+      const T v = x[i];
+      total.has_nan = total.has_nan || v != v;
+      if (v > acc.threshold()) acc.offer(v, static_cast<std::int32_t>(offset + i));
+    }
+  };
+#if SPECDEC_HOST_SIMD
+  {
+    using vec = typename simd<T>::vec;
+    using mask = typename simd<T>::mask;
+    constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+    static_assert(topk_block % w == 0);
+    vec m;
+    for (int l = 0; l < w; ++l) m[l] = total.max;
+    for (; b0 + topk_block <= n; b0 += topk_block) {
+      const T threshold = acc.threshold();
+      mask candidate{};
+      for (index_t j = 0; j < topk_block; j += w) {
+        const vec v = simd_load(x + b0 + j);
+        m = m < v ? v : m;
+        candidate |= !(v <= threshold);
+      }
+      if (any_lane(candidate)) offer_block(b0, topk_block);
+    }
+    for (int l = 0; l < w; ++l) total.max = total.max < m[l] ? m[l] : total.max;
+  }
+#endif
   for (; b0 < n; b0 += topk_block) {
     const index_t len = n - b0 < topk_block ? n - b0 : topk_block;
     const T threshold = acc.threshold();
     bool candidate = false;
-    index_t j = 0;
-#if SPECDEC_HOST_SIMD
-    {
-      using vec = typename simd<T>::vec;
-      using mask = typename simd<T>::mask;
-      constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
-      vec m;
-      for (int l = 0; l < w; ++l) m[l] = total.max;
-      mask above{}, nan{};
-      for (; j + w <= len; j += w) {
-        const vec v = simd_load(x + b0 + j);
-        m = m < v ? v : m;
-        above |= (v > threshold);
-        nan |= (v != v);
-      }
-      for (int l = 0; l < w; ++l) {
-        total.max = total.max < m[l] ? m[l] : total.max;
-        candidate = candidate || above[l] != 0;
-        total.has_nan = total.has_nan || nan[l] != 0;
-      }
-    }
-#endif
-    for (; j < len; ++j) {
+    for (index_t j = 0; j < len; ++j) {
       const T v = x[b0 + j];
       total.max = total.max < v ? v : total.max;
-      total.has_nan = total.has_nan || v != v;
-      candidate = candidate || v > threshold;
+      candidate = candidate || !(v <= threshold);
     }
-    if (!candidate) continue;
-    for (index_t i = 0; i < len; ++i)
-      if (x[b0 + i] > acc.threshold()) acc.offer(x[b0 + i], static_cast<std::int32_t>(offset + b0 + i));
+    if (candidate) offer_block(b0, len);
   }
   return total;
 }
