@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief EAGLE-1's static trees (EAGLE branch `v1`), bit for bit: the target-side
+/// `generate_tree_buffers` (mask, tree indices, positions, sorted retrieve indices, the sampling helpers
+/// p_indices / b_indices), the draft-side buffers of `utils_c.generate_tree_buffers`, and the static
+/// draft run of `topK_genrate` as an incremental API. Unlike Medusa, EAGLE-1 draws each node's
+/// children from its own parent's top-10, so gather indices are per parent ("group").
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/tree/detail/host_topk.hpp>
+#include <specdec/tree/static_tree.hpp>
+
+namespace specdec::eagle1 {
+
+inline constexpr index_t default_top_k = 10;
+
+/// Draft-side buffers of one level l (the nodes with children at depth l + 1, "expanded nodes"):
+/// `attn_mask` `[m x c]` over the expanded nodes of depth <= l + 1; `tree_indices` `[m]` = rank +
+/// top_k * (row of the parent in the previous level's top-k rows); `repeat_nums` run lengths of
+/// consecutive nodes sharing a parent; `position_ids` zeros `[m]`.
+struct draft_level {
+  std::vector<std::int32_t> nodes;  ///< tree node indices of the level's expanded nodes
+  std::vector<std::uint8_t> attn_mask;
+  index_t mask_cols = 0;
+  std::vector<std::int64_t> tree_indices;
+  std::vector<std::int64_t> position_ids;
+  std::vector<std::int64_t> repeat_nums;
+};
+
+/// Everything `generate_tree_buffers` (both versions) produce, host:
+/// - `tree_attn_mask` `[T x T]`, `tree_position_ids` `[T]` = depth;
+/// - `tree_indices` `[T]`: root 0, else rank + top_k * group(parent) + 1, where group(root) = 0 and the
+///   nodes with children get groups 1, 2, ... in node order; it indexes `[root] ++ flatten(ss_token)`;
+/// - `retrieve_indices` `[leaves x (max_depth + 1)]` sorted lexicographically (-1 last);
+/// - `p_indices` same shape: rank of the node's parent among its level's distinct parents (root and
+///   padding as EAGLE: -1 for the root, padding repeats the last node's value);
+/// - `b_indices` same shape, lists: node indices of the node's earlier siblings;
+/// - `levels`: the draft-side buffers.
+struct buffers {
+  static_tree shape;
+  index_t top_k = default_top_k;
+  std::vector<float> tree_attn_mask;
+  std::vector<std::int64_t> tree_indices;
+  std::vector<std::int64_t> tree_position_ids;
+  std::vector<std::int64_t> retrieve_indices;
+  std::vector<std::int64_t> p_indices;
+  std::vector<std::vector<std::int64_t>> b_indices;
+  index_t nodes = 0, leaves = 0, path_length = 0;
+  std::vector<std::int32_t> group;  ///< per node: its top-k row in ss_token when it has children, else -1
+  std::vector<draft_level> levels;
+};
+
+/// \throws invalid_argument as make_static_tree.
+inline buffers make_buffers(std::span<const choice> choices, index_t top_k = default_top_k) {
+  buffers out;
+  out.shape = make_static_tree(choices, top_k);
+  out.top_k = top_k;
+  const draft_tree& tree = out.shape.tree;
+  const index_t n = tree.size();
+  const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
+  out.nodes = n;
+  out.tree_attn_mask.resize(static_cast<std::size_t>(n * n));
+  tree_mask_dense(tree, 0, matrix_view<float>(out.tree_attn_mask.data(), n, n));
+  const std::vector<bool> leaf = leaf_flags(tree);
+  out.group.assign(static_cast<std::size_t>(n), -1);
+  std::int32_t groups = 0;
+  for (index_t i = 0; i < n; ++i)
+    if (!leaf[static_cast<std::size_t>(i)]) at(out.group, i) = groups++;
+  out.tree_indices.resize(static_cast<std::size_t>(n));
+  out.tree_position_ids.resize(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) {
+    at(out.tree_indices, i) = i == 0 ? 0 : at(out.shape.rank, i) + top_k * at(out.group, at(tree.parent, i)) + 1;
+    at(out.tree_position_ids, i) = at(tree.depth, i);
+  }
+  const retrieve_paths_result paths = retrieve_paths(tree, path_order::lexicographic);
+  out.leaves = paths.rows;
+  out.path_length = paths.cols;
+  out.retrieve_indices.assign(paths.paths.begin(), paths.paths.end());
+  // p: rank of the parent among the distinct parents of the node's level (parents appear in node order).
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n), -1);
+  for (index_t i = 1, rank = -1, last_parent = -1, level = 0; i < n; ++i) {
+    if (at(tree.depth, i) != level) {
+      level = at(tree.depth, i);
+      rank = -1;
+      last_parent = -1;
+    }
+    if (at(tree.parent, i) != last_parent) {
+      last_parent = at(tree.parent, i);
+      ++rank;
+    }
+    at(p, i) = rank;
+  }
+  out.p_indices.resize(out.retrieve_indices.size());
+  out.b_indices.resize(out.retrieve_indices.size());
+  for (std::size_t j = 0; j < out.retrieve_indices.size(); ++j) {
+    const std::int64_t node = out.retrieve_indices[j];
+    out.p_indices[j] = node < 0 ? p.back() : p[static_cast<std::size_t>(node)];
+    if (node > 0)
+      for (index_t s = 1; s < node; ++s)
+        if (at(tree.parent, s) == at(tree.parent, node)) out.b_indices[j].push_back(s);
+  }
+  // Draft side, one level per depth that has expanded nodes.
+  std::vector<std::int32_t> expanded_so_far;  // expanded non-root nodes of depth <= current level + 1
+  std::vector<std::int32_t> previous_rows = {0};  // nodes whose top-k rows the level reads (root first)
+  for (std::int32_t depth = 1; depth < tree.max_depth(); ++depth) {
+    draft_level level;
+    for (index_t i = 1; i < n; ++i)
+      if (at(tree.depth, i) == depth && !leaf[static_cast<std::size_t>(i)]) level.nodes.push_back(static_cast<std::int32_t>(i));
+    expanded_so_far.insert(expanded_so_far.end(), level.nodes.begin(), level.nodes.end());
+    level.mask_cols = static_cast<index_t>(expanded_so_far.size());
+    level.attn_mask.assign(level.nodes.size() * expanded_so_far.size(), 0);
+    for (std::size_t r = 0; r < level.nodes.size(); ++r)
+      for (std::size_t c = 0; c < expanded_so_far.size(); ++c)
+        for (index_t a = level.nodes[r]; a > 0; a = at(tree.parent, a))
+          if (a == expanded_so_far[c]) level.attn_mask[r * expanded_so_far.size() + c] = 1;
+    std::int32_t last_parent = -1;
+    for (const std::int32_t node : level.nodes) {
+      const std::int32_t parent = at(tree.parent, node);
+      // The parent's row among the previous level's rows (EAGLE assumes parents form a prefix of
+      // them and counts distinct parents; indexing by the true row agrees wherever that holds).
+      const auto row = std::find(previous_rows.begin(), previous_rows.end(), parent) - previous_rows.begin();
+      level.tree_indices.push_back(at(out.shape.rank, node) + top_k * static_cast<index_t>(row));
+      level.position_ids.push_back(0);
+      if (parent == last_parent) ++level.repeat_nums.back();
+      else level.repeat_nums.push_back(1);
+      last_parent = parent;
+    }
+    previous_rows = level.nodes;
+    out.levels.push_back(std::move(level));
+  }
+  return out;
+}
+
+inline buffers make_buffers(const std::vector<choice>& choices, index_t top_k = default_top_k) {
+  return make_buffers(std::span<const choice>(choices), top_k);
+}
+
+/// One draft forward of the static run: the level's expanded nodes, their tokens (`input_ids`), the
+/// draft-side mask and positions `draft_position_base + level`.
+struct static_step {
+  index_t level = 0;
+  std::vector<std::int32_t> input_ids;
+  std::vector<std::int64_t> position_ids;
+  const draft_level* buffers = nullptr;
+};
+
+/// EAGLE-1's static draft (`topK_genrate` in `v1`): top-k of the root's draft logits, then one forward
+/// per level over the level's expanded nodes. Usage: `begin(root_logits)`, then while `!done()`:
+/// run the draft on `step.input_ids`, `expand(logits)`. Then `ss_token()` `[1 + expanded x top_k]`,
+/// `tree_candidates()` `[T]` and `cart_candidates()` (pad -1).
+template <backend B>
+class static_drafter {
+ public:
+  using space = typename B::memory_space;
+
+  static_drafter(B& b, const buffers& buf, std::int32_t root_token, index_t draft_position_base)
+      : buf_(&buf), topk_(b, std::max<index_t>(1, max_level_rows(buf)), buf.top_k), root_token_(root_token),
+        position_base_(draft_position_base) {}
+
+  /// \param root_logits backend `[1 x V]`. \throws invalid_argument on bad logits or top_k > V.
+  static_step begin(matrix_view<const float, space> root_logits) {
+    SPECDEC_EXPECTS(root_logits.rows() == 1, "specdec::eagle1::static_drafter::begin", "root_logits has ",
+                    root_logits.rows(), " rows; expected 1");
+    ss_token_.clear();
+    topk_.run(root_logits, detail::topk_scale::logits);
+    ss_token_ = topk_.indices();
+    level_ = 0;
+    return step();
+  }
+  bool done() const noexcept { return level_ >= static_cast<index_t>(buf_->levels.size()); }
+
+  /// \param level_logits backend `[m x V]`, row j = the level's j-th expanded node.
+  static_step expand(matrix_view<const float, space> level_logits) {
+    constexpr const char* where = "specdec::eagle1::static_drafter::expand";
+    SPECDEC_EXPECTS(!done(), where, "every level has been expanded already");
+    const draft_level& level = buf_->levels[static_cast<std::size_t>(level_)];
+    SPECDEC_EXPECTS(level_logits.rows() == static_cast<index_t>(level.nodes.size()), where, "level_logits has ",
+                    level_logits.rows(), " rows; level ", level_, " has ", level.nodes.size(), " expanded nodes");
+    topk_.run(level_logits, detail::topk_scale::logits);
+    ss_token_.insert(ss_token_.end(), topk_.indices().begin(), topk_.indices().end());
+    ++level_;
+    return step();
+  }
+
+  const std::vector<std::int32_t>& ss_token() const noexcept { return ss_token_; }
+
+  /// Token of every node: the root token, else ss_token[group(parent)][rank].
+  std::vector<std::int32_t> tree_candidates() const {
+    const draft_tree& tree = buf_->shape.tree;
+    std::vector<std::int32_t> out(static_cast<std::size_t>(tree.size()));
+    for (index_t i = 0; i < tree.size(); ++i) out[static_cast<std::size_t>(i)] = token(i);
+    return out;
+  }
+  std::vector<std::int32_t> cart_candidates(std::int32_t pad_token = -1) const {
+    std::vector<std::int32_t> out;
+    for (const std::int64_t node : buf_->retrieve_indices) out.push_back(node < 0 ? pad_token : token(node));
+    return out;
+  }
+
+ private:
+  static index_t max_level_rows(const buffers& buf) {
+    index_t rows = 1;
+    for (const draft_level& l : buf.levels) rows = std::max<index_t>(rows, static_cast<index_t>(l.nodes.size()));
+    return rows;
+  }
+  std::int32_t token(index_t node) const {
+    if (node == 0) return root_token_;
+    const draft_tree& tree = buf_->shape.tree;
+    const index_t row = buf_->group[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(node)])];
+    const index_t index = row * buf_->top_k + buf_->shape.rank[static_cast<std::size_t>(node)];
+    SPECDEC_EXPECTS(index < static_cast<index_t>(ss_token_.size()), "specdec::eagle1::static_drafter",
+                    "node ", node, " needs a top-k row that has not been drafted yet; expand every level first");
+    return ss_token_[static_cast<std::size_t>(index)];
+  }
+  static_step step() const {
+    static_step s;
+    s.level = level_;
+    if (done()) return s;
+    const draft_level& level = buf_->levels[static_cast<std::size_t>(level_)];
+    s.buffers = &level;
+    for (const std::int32_t node : level.nodes) {
+      s.input_ids.push_back(token(node));
+      s.position_ids.push_back(position_base_ + level_);
+    }
+    return s;
+  }
+
+  const buffers* buf_;
+  detail::host_topk<B> topk_;
+  std::int32_t root_token_;
+  index_t position_base_;
+  index_t level_ = 0;
+  std::vector<std::int32_t> ss_token_;
+};
+
+}  // namespace specdec::eagle1

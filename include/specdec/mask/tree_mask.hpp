@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Tree-attention masks in every layout engines consume: dense (bool / 0-1 of any type),
+/// additive float (0 / -inf), FlashInfer's packed little-endian bits with per-request `indptr`,
+/// TensorRT-LLM's packed int32 words, and SGLang's one-item-per-row bit-packing. Node i attends
+/// column j of the tree part iff j is i or an ancestor of i; every node attends the whole causal
+/// prefix (the committed sequence before the root). Host memory.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec {
+
+namespace detail {
+/// Calls visit(i, j) for every tree cell (i, j) that is set: j = i and each ancestor of i.
+template <class Visit>
+void for_each_ancestor_or_self(const draft_tree& tree, Visit&& visit) {
+  for (index_t i = 0; i < tree.size(); ++i)
+    for (index_t j = i; j >= 0; j = tree.parent[static_cast<std::size_t>(j)]) visit(i, j);
+}
+}  // namespace detail
+
+/// Dense mask `[n x (prefix_length + n)]`: columns [0, prefix_length) are the prefix (all set),
+/// column prefix_length + j is tree node j. `out` holds any type constructible from 0 and 1 (bool,
+/// uint8_t, float, ...). With prefix_length = 0 this is EAGLE's / Medusa's `tree_mask`.
+/// \throws invalid_argument when out is not `[n x (prefix_length + n)]` or prefix_length < 0.
+template <class M>
+void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<M> out) {
+  constexpr const char* where = "specdec::tree_mask_dense";
+  const index_t n = tree.size();
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  SPECDEC_EXPECTS(out.rows() == n && out.cols() == prefix_length + n, where, "out is ", out.rows(), " x ",
+                  out.cols(), "; expected ", n, " x ", prefix_length + n, " (nodes x (prefix_length + nodes))");
+  for (index_t i = 0; i < n; ++i) {
+    for (index_t j = 0; j < prefix_length; ++j) out(i, j) = M(1);
+    for (index_t j = 0; j < n; ++j) out(i, prefix_length + j) = M(0);
+  }
+  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i, prefix_length + j) = M(1); });
+}
+
+/// Additive mask `[n x (prefix_length + n)]`: 0 where attention is allowed, -inf elsewhere (added to
+/// attention scores before the softmax). \throws invalid_argument as tree_mask_dense.
+template <class F>
+void tree_mask_additive(const draft_tree& tree, index_t prefix_length, matrix_view<F> out) {
+  tree_mask_dense(tree, prefix_length, out);
+  for (index_t i = 0; i < out.rows(); ++i)
+    for (index_t j = 0; j < out.cols(); ++j) out(i, j) = out(i, j) == F(1) ? F(0) : -std::numeric_limits<F>::infinity();
+}
+
+/// TensorRT-LLM's packed mask of the tree part: `[n x ceil(n / 32)]` int32 words; bit b of word w of
+/// row i is set iff node i attends node 32 w + b (bit 0 = root). Bit 31 makes a word negative
+/// (two's complement), as TensorRT-LLM stores it.
+/// \throws invalid_argument when out is not `[n x ceil(n / 32)]`.
+inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int32_t> out) {
+  const index_t n = tree.size(), words = (n + 31) / 32;
+  SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
+                  " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
+  std::vector<std::uint32_t> bits(static_cast<std::size_t>(n * words), 0u);
+  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) {
+    bits[static_cast<std::size_t>(i * words + j / 32)] |= std::uint32_t(1) << (j % 32);
+  });
+  for (index_t i = 0; i < n; ++i)
+    for (index_t w = 0; w < words; ++w) out(i, w) = static_cast<std::int32_t>(bits[static_cast<std::size_t>(i * words + w)]);
+}
+
+/// SGLang's QLEN_ONLY_BITPACKING rows: one little-endian item per node, bit j = tree column j (bit 0 =
+/// root). `Item` is uint8_t, uint16_t or uint32_t, as SGLang picks for n <= 8, 16, 32.
+/// \param out host `[n]`. \throws invalid_argument when n exceeds the item's bits or on a length mismatch.
+template <class Item>
+void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
+  constexpr const char* where = "specdec::tree_mask_bitpacked_rows";
+  const index_t n = tree.size();
+  SPECDEC_EXPECTS(n <= static_cast<index_t>(8 * sizeof(Item)), where, "the tree has ", n,
+                  " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),
+                  " (use a wider item, or the packed int32 / FlashInfer layouts)");
+  SPECDEC_EXPECTS(out.size() == n, where, "out has ", out.size(), " entries; expected one per node (", n, ")");
+  for (index_t i = 0; i < n; ++i) out(i) = Item(0);
+  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i) = static_cast<Item>(out(i) | (Item(1) << j)); });
+}
+
+/// FlashInfer's packed custom mask for a ragged batch. Request r's mask is `[n_r x (prefix_r + n_r)]`
+/// (as tree_mask_dense), flattened row-major and packed into bytes, bit b of byte m = element
+/// 8 m + b (`bitorder="little"`); each request starts on a byte boundary. `indptr` gets batch + 1
+/// byte offsets (FlashInfer's `mask_indptr` after `segment_packbits`).
+/// \returns the packed bytes; `indptr` is resized to batch + 1.
+/// \throws invalid_argument when the spans differ in length or a prefix length is negative.
+inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const draft_tree> trees,
+                                                             std::span<const index_t> prefix_lengths,
+                                                             std::vector<std::int32_t>& indptr) {
+  constexpr const char* where = "specdec::tree_mask_flashinfer_packed";
+  SPECDEC_EXPECTS(trees.size() == prefix_lengths.size(), where, "prefix_lengths has ", prefix_lengths.size(),
+                  " entries; expected one per tree (", trees.size(), ")");
+  indptr.assign(trees.size() + 1, 0);
+  for (std::size_t r = 0; r < trees.size(); ++r) {
+    SPECDEC_EXPECTS(prefix_lengths[r] >= 0, where, "prefix_lengths[", r, "] = ", prefix_lengths[r], "; expected >= 0");
+    const index_t n = trees[r].size(), cells = n * (prefix_lengths[r] + n);
+    indptr[r + 1] = static_cast<std::int32_t>(indptr[r] + (cells + 7) / 8);
+  }
+  std::vector<std::uint8_t> packed(static_cast<std::size_t>(indptr.back()), 0);
+  for (std::size_t r = 0; r < trees.size(); ++r) {
+    const index_t n = trees[r].size(), cols = prefix_lengths[r] + n;
+    std::uint8_t* bytes = packed.data() + indptr[r];
+    const auto set = [&](index_t i, index_t j) {
+      const index_t bit = i * cols + j;
+      bytes[bit / 8] = static_cast<std::uint8_t>(bytes[bit / 8] | (1u << (bit % 8)));
+    };
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < prefix_lengths[r]; ++j) set(i, j);
+    detail::for_each_ancestor_or_self(trees[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
+  }
+  return packed;
+}
+
+}  // namespace specdec

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Top-k of logits rows on a backend, brought back to the host: what every tree builder needs
+/// from the vocabulary-sized rows (the tree bookkeeping itself is tens of nodes and runs on the host).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::detail {
+
+/// What the builder ranks by: raw logits (Medusa, EAGLE-1 static drafting), log-softmax values (EAGLE-2,
+/// Jakiro), or softmax probabilities (SGLang).
+enum class topk_scale { logits, log_probabilities, probabilities };
+
+/// Owns the backend buffers for `max_rows x k` results, allocated once, and the host copies.
+template <backend B>
+class host_topk {
+ public:
+  using space = typename B::memory_space;
+
+  host_topk(B& b, index_t max_rows, index_t k)
+      : backend_(&b),
+        k_(k),
+        max_rows_(max_rows),
+        values_(b.template allocate<float>(max_rows * k)),
+        indices_(b.template allocate<std::int32_t>(max_rows * k)),
+        lse_(b.template allocate<float>(max_rows)) {}
+
+  /// Runs the top-k of `logits` (`rows <= max_rows`, each of V >= k entries) and downloads the results:
+  /// values() and indices() are then row-major `[rows x k]`, values in the requested scale.
+  /// \throws invalid_argument from the backend (k > V, NaN or infinite logits, ...).
+  void run(matrix_view<const float, space> logits, topk_scale scale) {
+    const index_t rows = logits.rows();
+    SPECDEC_EXPECTS(rows <= max_rows_, "specdec::detail::host_topk", "logits has ", rows,
+                    " rows; this builder was sized for at most ", max_rows_);
+    auto values = values_.matrix(max_rows_, k_);
+    auto indices = indices_.matrix(max_rows_, k_);
+    const matrix_view<float, space> v(values.data(), rows, k_);
+    const matrix_view<std::int32_t, space> ix(indices.data(), rows, k_);
+    if (scale == topk_scale::logits) {
+      backend_->row_topk(logits, k_, v, ix);
+    } else {
+      const vector_view<float, space> lse(lse_.view().data(), rows);
+      backend_->row_topk_logsumexp(logits, k_, 1.0f, v, ix, lse);
+    }
+    host_values_ = backend_->download(vector_view<const float, space>(v.data(), rows * k_));
+    host_indices_ = backend_->download(vector_view<const std::int32_t, space>(ix.data(), rows * k_));
+    if (scale == topk_scale::probabilities)
+      for (float& x : host_values_) x = std::exp(x);
+  }
+
+  const std::vector<float>& values() const noexcept { return host_values_; }
+  const std::vector<std::int32_t>& indices() const noexcept { return host_indices_; }
+  index_t k() const noexcept { return k_; }
+
+ private:
+  B* backend_;
+  index_t k_;
+  index_t max_rows_;
+  typename B::template buffer<float> values_;
+  typename B::template buffer<std::int32_t> indices_;
+  typename B::template buffer<float> lse_;
+  std::vector<float> host_values_;
+  std::vector<std::int32_t> host_indices_;
+};
+
+}  // namespace specdec::detail

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief EAGLE-2 / EAGLE-3 dynamic draft trees as an incremental API, in EAGLE's exact node order,
+/// for a batch of requests; the same builder gives SGLang's form (probability products) and Jakiro's
+/// dual-head last step.
+///
+/// The engine calls begin() with the root logits, runs its draft model on the frontier tokens it gets
+/// back, calls expand() with the frontier's logits, and repeats `depth` times; finish() reranks every
+/// candidate and returns the tree with `total_tokens` nodes. Candidates live in EAGLE's flat layout:
+/// index f < k is the root child of rank f; index `k + i k^2 + r k + c` is child rank c of the frontier
+/// node in slot r at expansion i. The tree's nodes are the selected flat indices in ascending order
+/// (level order; within a level by the parent's frontier slot, then child rank), which is the order of
+/// EAGLE's `topK_genrate` and of SGLang's `organize_draft_results`.
+///
+/// Ties: every top-k ranks equal scores by the lower index (row_topk), which also guarantees that a
+/// selected node's parent is selected (a child never scores above its parent).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/tree/detail/host_topk.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec {
+
+/// How candidate scores combine along a path.
+enum class tree_score {
+  log_probability,  ///< EAGLE-2/3, Jakiro: parent score + log_softmax(child logits)
+  probability,      ///< SGLang: parent score * softmax(child logits)
+};
+
+/// Configuration of a dynamic tree build.
+/// - `top_k` (k): children per frontier node and frontier width, 1 <= k <= V;
+/// - `depth` (d): expansion forwards (EAGLE's `depth`; SGLang's `speculative_num_steps - 1`);
+/// - `total_tokens` (T): nodes of the final tree including the root, 1 <= T <= 1 + k + d k^2
+///   (T = 1 gives the root alone; EAGLE itself needs T >= 2);
+/// - `d2t`: EAGLE-3's offset table for a reduced draft vocabulary: target id = t + d2t[t]; empty = identity.
+struct dynamic_tree_config {
+  index_t top_k = 10;
+  index_t depth = 5;
+  index_t total_tokens = 60;
+  tree_score score = tree_score::log_probability;
+  std::vector<std::int32_t> d2t;
+};
+
+/// What the engine feeds to its next draft forward, per request (host):
+/// - `input_ids` `[batch x k]`: the frontier tokens (target ids; EAGLE-3 feeds the mapped ids too);
+/// - `frontier` `[batch x k]`: their flat candidate indices;
+/// - `parent_slot` `[batch x k]`: the previous frontier slot each came from (-1 at step 0);
+/// - `draft_mask` `[batch x k x k (step + 1)]`: the draft-side tree mask among all frontier nodes so far
+///   (EAGLE's `tree_mask`: step 0 the identity, then the parent's row followed by the identity);
+/// - position of every frontier node: `draft_position_base + step` (EAGLE's `len_posi + step`).
+struct draft_step {
+  index_t step = 0;
+  std::vector<std::int32_t> input_ids;
+  std::vector<std::int32_t> frontier;
+  std::vector<std::int32_t> parent_slot;
+  std::vector<std::uint8_t> draft_mask;
+  index_t mask_cols = 0;
+};
+
+/// The finished selection for one request.
+/// - `tree`: root + the T - 1 best candidates in ascending flat index (scores: cumulative);
+/// - `selected` `[T - 1]`: their flat indices (EAGLE's `top_scores_index`, SGLang's `top_scores_index`);
+/// - `parent_list` `[1 + d k]`: SGLang's parent list: -1 for the root group, then the flat index of
+///   every frontier node of every expansion (row g of the candidate grid hangs under parent_list[g]).
+struct dynamic_tree_result {
+  draft_tree tree;
+  std::vector<std::int32_t> selected;
+  std::vector<std::int32_t> parent_list;
+};
+
+/// Incremental EAGLE-2 tree builder for `batch` requests sharing one configuration.
+template <backend B>
+class eagle2_tree_builder {
+ public:
+  using space = typename B::memory_space;
+
+  /// \throws invalid_argument for k < 1, depth < 0, T outside [1, 1 + k + d k^2], or batch < 1.
+  eagle2_tree_builder(B& b, dynamic_tree_config config, index_t batch = 1)
+      : backend_(&b), cfg_(std::move(config)), batch_(batch), topk_(b, batch * std::max<index_t>(cfg_.top_k, 1), std::max<index_t>(cfg_.top_k, 1)) {
+    constexpr const char* where = "specdec::eagle2_tree_builder";
+    const index_t k = cfg_.top_k;
+    SPECDEC_EXPECTS(k >= 1, where, "top_k = ", k, "; expected top_k >= 1");
+    SPECDEC_EXPECTS(cfg_.depth >= 0, where, "depth = ", cfg_.depth, "; expected depth >= 0");
+    SPECDEC_EXPECTS(batch >= 1, where, "batch = ", batch, "; expected at least one request");
+    const index_t candidates = k + cfg_.depth * k * k;
+    SPECDEC_EXPECTS(cfg_.total_tokens >= 1 && cfg_.total_tokens <= 1 + candidates, where, "total_tokens = ",
+                    cfg_.total_tokens, "; expected 1 <= total_tokens <= 1 + top_k + depth * top_k^2 = ", 1 + candidates,
+                    " (the root plus every candidate)");
+    requests_.resize(static_cast<std::size_t>(batch));
+  }
+
+  const dynamic_tree_config& config() const noexcept { return cfg_; }
+  /// Expansions done so far (0 after begin()).
+  index_t steps_done() const noexcept { return steps_; }
+  /// Whether every expansion forward has been consumed (finish() may be called).
+  bool expansions_complete() const noexcept { return began_ && steps_ == cfg_.depth; }
+
+  /// Starts a build. \param root_logits backend `[batch x V']` (draft vocabulary).
+  /// \param root_tokens host `[batch]`: the committed token of each request (node 0).
+  /// \returns the frontier for the first draft forward.
+  /// \throws invalid_argument on a shape mismatch, k > V', bad logits, or a d2t that maps outside
+  /// `[0, target_vocab)` (when target_vocab > 0).
+  draft_step begin(matrix_view<const float, space> root_logits, std::span<const std::int32_t> root_tokens,
+                   index_t target_vocab = 0) {
+    constexpr const char* where = "specdec::eagle2_tree_builder::begin";
+    SPECDEC_EXPECTS(root_logits.rows() == batch_, where, "root_logits has ", root_logits.rows(),
+                    " rows; expected one per request (", batch_, ")");
+    SPECDEC_EXPECTS(static_cast<index_t>(root_tokens.size()) == batch_, where, "root_tokens has ", root_tokens.size(),
+                    " entries; expected one per request (", batch_, ")");
+    SPECDEC_EXPECTS(cfg_.d2t.empty() || static_cast<index_t>(cfg_.d2t.size()) == root_logits.cols(), where, "d2t has ",
+                    cfg_.d2t.size(), " entries; expected one per draft-vocabulary entry (", root_logits.cols(), ")");
+    vocab_ = root_logits.cols();
+    target_vocab_ = target_vocab;
+    topk_.run(root_logits, scale());
+    const index_t k = cfg_.top_k;
+    for (index_t b = 0; b < batch_; ++b) {
+      request& q = requests_[static_cast<std::size_t>(b)];
+      q = request{};
+      q.root_token = root_tokens[static_cast<std::size_t>(b)];
+      q.frontier.resize(static_cast<std::size_t>(k));
+      q.parent_list.push_back(-1);
+      for (index_t c = 0; c < k; ++c) {
+        const auto j = static_cast<std::size_t>(b * k + c);
+        q.scores.push_back(topk_.values()[j]);
+        q.tokens.push_back(map(topk_.indices()[j]));
+        q.parents.push_back(-1);
+        q.frontier[static_cast<std::size_t>(c)] = static_cast<std::int32_t>(c);
+      }
+      q.mask.assign(static_cast<std::size_t>(k * k), 0);
+      for (index_t c = 0; c < k; ++c) q.mask[static_cast<std::size_t>(c * k + c)] = 1;
+      q.parent_slot.assign(static_cast<std::size_t>(k), -1);
+    }
+    began_ = true;
+    steps_ = 0;
+    return current_step();
+  }
+
+  /// One expansion from the frontier's draft logits. \param frontier_logits backend `[batch k x V']`,
+  /// row `b k + r` = frontier slot r of request b. \returns the next frontier (unused after the last
+  /// expansion). \throws invalid_argument before begin(), after `depth` expansions, on a shape
+  /// mismatch or bad logits.
+  draft_step expand(matrix_view<const float, space> frontier_logits) {
+    check_expand("specdec::eagle2_tree_builder::expand", frontier_logits, steps_ < cfg_.depth);
+    topk_.run(frontier_logits, scale());
+    grow(topk_.values(), topk_.indices());
+    return current_step();
+  }
+
+  /// Jakiro's penultimate dual-head forward (jakiro/model/cnets.py, `topK_genrate`): the left head's
+  /// logits drive this expansion as usual; the right head's top-k (computed for the same input
+  /// frontier) becomes the children of the frontier just selected, slot for slot (right row j hangs
+  /// under new frontier slot j, as Jakiro does), with no further forward. Consumes the last two steps:
+  /// call it when exactly two expansions remain. \param left_logits, right_logits backend `[batch k x V']`.
+  draft_step expand_dual(matrix_view<const float, space> left_logits, matrix_view<const float, space> right_logits) {
+    constexpr const char* where = "specdec::eagle2_tree_builder::expand_dual";
+    check_expand(where, left_logits, steps_ + 2 == cfg_.depth);
+    check_expand(where, right_logits, true);
+    topk_.run(right_logits, scale());
+    const std::vector<float> right_values = topk_.values();
+    const std::vector<std::int32_t> right_indices = topk_.indices();
+    topk_.run(left_logits, scale());
+    grow(topk_.values(), topk_.indices());
+    grow(right_values, right_indices);
+    return current_step();
+  }
+
+  /// Reranks every candidate of every request and returns the trees.
+  /// \throws invalid_argument when called before begin() or before all `depth` expansions.
+  std::vector<dynamic_tree_result> finish() const {
+    constexpr const char* where = "specdec::eagle2_tree_builder::finish";
+    SPECDEC_EXPECTS(began_, where, "called before begin()");
+    SPECDEC_EXPECTS(steps_ == cfg_.depth, where, steps_, " expansions done; expected depth = ", cfg_.depth);
+    std::vector<dynamic_tree_result> out(static_cast<std::size_t>(batch_));
+    const index_t keep = cfg_.total_tokens - 1;
+    for (index_t b = 0; b < batch_; ++b) {
+      const request& q = requests_[static_cast<std::size_t>(b)];
+      std::vector<std::int32_t> order(q.scores.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](std::int32_t x, std::int32_t y) {
+        const float sx = q.scores[static_cast<std::size_t>(x)], sy = q.scores[static_cast<std::size_t>(y)];
+        return sx > sy || (sx == sy && x < y);
+      });
+      std::vector<std::int32_t> sel(order.begin(), order.begin() + keep);
+      std::sort(sel.begin(), sel.end());
+      dynamic_tree_result& r = out[static_cast<std::size_t>(b)];
+      r.selected = sel;
+      r.parent_list = q.parent_list;
+      draft_tree& t = r.tree;
+      t.token = {q.root_token};
+      t.parent = {-1};
+      t.depth = {0};
+      t.score = {0.0f};
+      std::vector<std::int32_t> node_of(q.scores.size(), -1);
+      for (std::size_t i = 0; i < sel.size(); ++i) {
+        const auto f = static_cast<std::size_t>(sel[i]);
+        node_of[f] = static_cast<std::int32_t>(i + 1);
+        const std::int32_t pf = q.parents[f];
+        const std::int32_t parent = pf < 0 ? 0 : node_of[static_cast<std::size_t>(pf)];
+        SPECDEC_EXPECTS(parent >= 0, where, "candidate ", f, " was selected without its parent ", pf,
+                        " (scores must not increase along a path: NaN or positive log-probabilities?)");
+        t.token.push_back(q.tokens[f]);
+        t.parent.push_back(parent);
+        t.depth.push_back(t.depth[static_cast<std::size_t>(parent)] + 1);
+        t.score.push_back(q.scores[f]);
+      }
+    }
+    return out;
+  }
+
+  /// Flat candidates of request b (for debugging and conformance): scores and target token ids.
+  const std::vector<float>& candidate_scores(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).scores; }
+  const std::vector<std::int32_t>& candidate_tokens(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).tokens; }
+
+ private:
+  struct request {
+    std::int32_t root_token = 0;
+    std::vector<float> scores;            // per flat candidate, cumulative
+    std::vector<std::int32_t> tokens;     // per flat candidate, target ids
+    std::vector<std::int32_t> parents;    // per flat candidate: parent flat index, -1 = root
+    std::vector<std::int32_t> frontier;   // flat index of each frontier slot
+    std::vector<std::int32_t> parent_slot;
+    std::vector<std::int32_t> parent_list;
+    std::vector<std::uint8_t> mask;       // k x k (steps + 1)
+  };
+
+  detail::topk_scale scale() const noexcept {
+    return cfg_.score == tree_score::probability ? detail::topk_scale::probabilities : detail::topk_scale::log_probabilities;
+  }
+
+  std::int32_t map(std::int32_t t) const {
+    if (cfg_.d2t.empty()) return t;
+    const std::int32_t mapped = t + cfg_.d2t[static_cast<std::size_t>(t)];
+    SPECDEC_EXPECTS(mapped >= 0 && (target_vocab_ <= 0 || mapped < target_vocab_), "specdec::eagle2_tree_builder",
+                    "d2t maps draft token ", t, " to ", mapped, "; expected a target id in [0, ",
+                    target_vocab_ > 0 ? target_vocab_ : index_t(INT32_MAX), ")");
+    return mapped;
+  }
+
+  void check_expand(const char* where, matrix_view<const float, space> logits, bool step_left) const {
+    SPECDEC_EXPECTS(began_, where, "called before begin()");
+    SPECDEC_EXPECTS(step_left, where, steps_, " of ", cfg_.depth, " expansions are done; this call does not fit");
+    SPECDEC_EXPECTS(logits.rows() == batch_ * cfg_.top_k && logits.cols() == vocab_, where, "logits is ", logits.rows(),
+                    " x ", logits.cols(), "; expected ", batch_ * cfg_.top_k, " x ", vocab_,
+                    " (batch * top_k frontier rows of the draft vocabulary)");
+  }
+
+  /// Appends one k x k grid per request. Row r of the grid hangs under frontier slot r; its children
+  /// are `values/indices` row `b k + r`. The new frontier is the top k of the grid by cumulative score.
+  /// For Jakiro's right head the rows are the previous frontier's, aligned with the new slots.
+  void grow(const std::vector<float>& values, const std::vector<std::int32_t>& indices) {
+    const index_t k = cfg_.top_k;
+    for (index_t b = 0; b < batch_; ++b) {
+      request& q = requests_[static_cast<std::size_t>(b)];
+      const auto base = static_cast<std::int32_t>(q.scores.size());
+      std::vector<float> grid(static_cast<std::size_t>(k * k));
+      for (index_t r = 0; r < k; ++r) {
+        const std::int32_t parent = q.frontier[static_cast<std::size_t>(r)];
+        const float parent_score = q.scores[static_cast<std::size_t>(parent)];
+        q.parent_list.push_back(parent);
+        for (index_t c = 0; c < k; ++c) {
+          const auto j = static_cast<std::size_t>((b * k + r) * k + c);
+          const float s = cfg_.score == tree_score::probability ? parent_score * values[j] : values[j] + parent_score;
+          grid[static_cast<std::size_t>(r * k + c)] = s;
+          q.scores.push_back(s);
+          q.tokens.push_back(map(indices[j]));
+          q.parents.push_back(parent);
+        }
+      }
+      // The next frontier: top k of the grid, ties to the lower flat index.
+      std::vector<std::int32_t> order(grid.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int32_t x, std::int32_t y) {
+        const float sx = grid[static_cast<std::size_t>(x)], sy = grid[static_cast<std::size_t>(y)];
+        return sx > sy || (sx == sy && x < y);
+      });
+      const index_t old_cols = k * (steps_ + 1);
+      std::vector<std::uint8_t> mask(static_cast<std::size_t>(k * (old_cols + k)), 0);
+      for (index_t s = 0; s < k; ++s) {
+        const std::int32_t g = order[static_cast<std::size_t>(s)];
+        q.frontier[static_cast<std::size_t>(s)] = base + g;
+        q.parent_slot[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(g / k);
+        for (index_t c = 0; c < old_cols; ++c)
+          mask[static_cast<std::size_t>(s * (old_cols + k) + c)] = q.mask[static_cast<std::size_t>((g / k) * old_cols + c)];
+        mask[static_cast<std::size_t>(s * (old_cols + k) + old_cols + s)] = 1;
+      }
+      q.mask = std::move(mask);
+    }
+    ++steps_;
+  }
+
+  draft_step current_step() const {
+    const index_t k = cfg_.top_k;
+    draft_step s;
+    s.step = steps_;
+    s.mask_cols = k * (steps_ + 1);
+    for (const request& q : requests_) {
+      for (index_t r = 0; r < k; ++r) {
+        const std::int32_t f = q.frontier[static_cast<std::size_t>(r)];
+        s.frontier.push_back(f);
+        s.input_ids.push_back(q.tokens[static_cast<std::size_t>(f)]);
+        s.parent_slot.push_back(q.parent_slot[static_cast<std::size_t>(r)]);
+      }
+      s.draft_mask.insert(s.draft_mask.end(), q.mask.begin(), q.mask.end());
+    }
+    return s;
+  }
+
+  B* backend_;
+  dynamic_tree_config cfg_;
+  index_t batch_;
+  detail::host_topk<B> topk_;
+  std::vector<request> requests_;
+  index_t vocab_ = 0;
+  index_t target_vocab_ = 0;
+  index_t steps_ = 0;
+  bool began_ = false;
+};
+
+/// EAGLE's target-side buffers from a finished tree (`topK_genrate`'s outputs), host:
+/// `draft_tokens` `[T]`, `tree_mask` `[T x T]` 0/1, `position_ids` `[T]` = depth, `retrieve_indices`
+/// `[leaves x (max_depth + 1)]` -1 padded (leaves by node index; `path_order::lexicographic` is what
+/// EAGLE returns when a logits processor is set, i.e. when sampling).
+struct eagle_buffers {
+  std::vector<std::int64_t> draft_tokens;
+  std::vector<float> tree_mask;
+  std::vector<std::int64_t> position_ids;
+  std::vector<std::int64_t> retrieve_indices;
+  index_t nodes = 0, leaves = 0, path_length = 0;
+};
+
+inline eagle_buffers make_eagle_buffers(const draft_tree& tree, path_order order = path_order::node_index) {
+  validate(tree);
+  eagle_buffers out;
+  const index_t n = tree.size();
+  out.nodes = n;
+  out.draft_tokens.assign(tree.token.begin(), tree.token.end());
+  out.tree_mask.resize(static_cast<std::size_t>(n * n));
+  tree_mask_dense(tree, 0, matrix_view<float>(out.tree_mask.data(), n, n));
+  out.position_ids.assign(tree.depth.begin(), tree.depth.end());
+  const retrieve_paths_result paths = retrieve_paths(tree, order);
+  out.leaves = paths.rows;
+  out.path_length = paths.cols;
+  out.retrieve_indices.assign(paths.paths.begin(), paths.paths.end());
+  return out;
+}
+
+}  // namespace specdec
