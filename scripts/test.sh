@@ -16,11 +16,16 @@ echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
   >/dev/null
-cmake --build build/asan --target specdec_tests -j"$jobs"
+cmake --build build/asan --target specdec_tests specdec-conformance -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build/asan/tests/specdec_tests
+for backend in eigen thrust; do
+  ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees | tail -1
+done
 
 echo "== Benchmarks, briefly"
 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
+  | grep -E '^BM_'
+build/release/bench/specdec_bench_trees --benchmark_filter='V:32000|bookkeeping' --benchmark_min_time=0.01 \
   | grep -E '^BM_'
 build/release/examples/specdec_primitives_demo --quick >/dev/null
 echo "specdec: all tests passed"

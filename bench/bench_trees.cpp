@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tree construction on one CPU core (Eigen backend): a full EAGLE-2 build (MoA's settings: top-k 8,
+// depth 6, 62 tokens; EAGLE-2's defaults: top-k 10, depth 5, 60 tokens) and Medusa's 63-node
+// candidate build, reported as `x_stream` = time / one streaming max-reduction over every logits row
+// the build reads, measured in the same process; rows come from a pool larger than the LLC. Beside
+// each, the straightforward sort-based build (copy + std::partial_sort per row, std::sort of all
+// candidates). Also the tree bookkeeping of a 64-node tree: mask + positions + retrieve paths.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/interop/medusa.hpp>
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/tree/eagle2.hpp>
+
+namespace {
+
+using specdec::index_t;
+constexpr std::size_t pool_bytes = std::size_t(256) << 20;
+
+struct pool {
+  index_t cols;
+  std::vector<float> data;
+  index_t rows_total, next = 0;
+  explicit pool(index_t v) : cols(v) {
+    rows_total = static_cast<index_t>(pool_bytes / (sizeof(float) * v));
+    data.resize(static_cast<std::size_t>(rows_total * v));
+    const specdec::philox_stream s{3, 0};
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;
+  }
+  specdec::matrix_view<const float> take(index_t rows) {
+    if (next + rows > rows_total) next = 0;
+    const float* p = data.data() + next * cols;
+    next += rows;
+    return {p, rows, cols};
+  }
+};
+
+double stream_seconds(pool& p, index_t rows) {
+  double best = 1e30;
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int reps = 50;
+    for (int i = 0; i < reps; ++i) {
+      const auto x = p.take(rows);
+      for (index_t r = 0; r < rows; ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+  }
+  return best;
+}
+
+void report(benchmark::State& state, double per_iteration_stream) {
+  state.counters["x_stream"] = benchmark::Counter(state.iterations() * per_iteration_stream,
+                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_eagle2_build(benchmark::State& state) {
+  const index_t v = state.range(0), k = state.range(1), depth = state.range(2), total = state.range(3);
+  pool p(v);
+  specdec::eigen b;
+  const double stream = stream_seconds(p, 1 + depth * k);
+  specdec::eagle2_tree_builder<specdec::eigen> builder(b, {k, depth, total, specdec::tree_score::log_probability, {}});
+  const std::vector<std::int32_t> root{1};
+  for (auto _ : state) {
+    builder.begin(p.take(1), root);
+    for (index_t i = 0; i < depth; ++i) builder.expand(p.take(k));
+    benchmark::DoNotOptimize(builder.finish());
+  }
+  report(state, stream);
+}
+
+/// The straightforward build: log-softmax by two scalar passes, copy + partial_sort per row, a full
+/// sort of every candidate at the end.
+void BM_eagle2_build_baseline(benchmark::State& state) {
+  const index_t v = state.range(0), k = state.range(1), depth = state.range(2), total = state.range(3);
+  pool p(v);
+  const double stream = stream_seconds(p, 1 + depth * k);
+  std::vector<index_t> ids(static_cast<std::size_t>(v));
+  const auto top = [&](const float* x, std::vector<std::pair<float, int>>& out) {
+    float m = *std::max_element(x, x + v);
+    double s = 0;
+    for (index_t j = 0; j < v; ++j) s += std::exp(x[j] - m);
+    const float lse = m + static_cast<float>(std::log(s));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](index_t a, index_t b) { return x[a] > x[b]; });
+    out.clear();
+    for (index_t c = 0; c < k; ++c) out.push_back({x[ids[static_cast<std::size_t>(c)]] - lse, static_cast<int>(ids[static_cast<std::size_t>(c)])});
+  };
+  std::vector<std::pair<float, int>> row;
+  for (auto _ : state) {
+    std::vector<float> scores, frontier_scores;
+    top(p.take(1).row(0), row);
+    for (auto& [s, t] : row) scores.push_back(s), frontier_scores.push_back(s);
+    for (index_t i = 0; i < depth; ++i) {
+      const auto x = p.take(k);
+      std::vector<float> grid;
+      for (index_t r = 0; r < k; ++r) {
+        top(x.row(r), row);
+        for (auto& [s, t] : row) grid.push_back(s + frontier_scores[static_cast<std::size_t>(r)]);
+      }
+      scores.insert(scores.end(), grid.begin(), grid.end());
+      std::sort(grid.begin(), grid.end(), std::greater<>());
+      frontier_scores.assign(grid.begin(), grid.begin() + k);
+    }
+    std::vector<int> order(scores.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return scores[static_cast<std::size_t>(a)] > scores[static_cast<std::size_t>(b)]; });
+    order.resize(static_cast<std::size_t>(total - 1));
+    std::sort(order.begin(), order.end());
+    benchmark::DoNotOptimize(order.data());
+  }
+  report(state, stream);
+}
+
+void BM_medusa_candidates(benchmark::State& state) {
+  const index_t v = state.range(0);
+  pool p(v);
+  specdec::eigen b;
+  const auto buf = specdec::medusa::make_buffers(specdec::choices::medusa_mc_sim_7b_63());
+  const double stream = stream_seconds(p, 5);
+  for (auto _ : state) {
+    const auto heads = p.take(4);
+    const auto base = p.take(1);
+    benchmark::DoNotOptimize(specdec::medusa::fill_candidates(b, buf, heads, base));
+  }
+  report(state, stream);
+}
+
+/// Mask + positions + retrieve paths of Medusa's 64-node tree (no vocabulary rows: absolute time).
+void BM_tree_bookkeeping_64(benchmark::State& state) {
+  const auto tree = specdec::make_static_tree(specdec::choices::medusa_mc_sim_7b_63()).tree;
+  std::vector<std::uint8_t> mask(64 * 64);
+  std::vector<std::int64_t> positions(64);
+  for (auto _ : state) {
+    specdec::tree_mask_dense(tree, 0, specdec::matrix_view<std::uint8_t>(mask.data(), 64, 64));
+    specdec::tree_positions(tree, 1000, specdec::vector_view<std::int64_t>(positions));
+    benchmark::DoNotOptimize(specdec::retrieve_paths(tree));
+    benchmark::DoNotOptimize(mask.data());
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_eagle2_build)->Args({32000, 8, 6, 62})->Args({128256, 8, 6, 62})->Args({32000, 10, 5, 60})->Args({128256, 10, 5, 60})
+    ->ArgNames({"V", "k", "depth", "T"});
+BENCHMARK(BM_eagle2_build_baseline)->Args({32000, 8, 6, 62})->Args({128256, 8, 6, 62})->Args({32000, 10, 5, 60})->Args({128256, 10, 5, 60})
+    ->ArgNames({"V", "k", "depth", "T"});
+BENCHMARK(BM_medusa_candidates)->Arg(32000)->Arg(128256)->ArgName("V");
+BENCHMARK(BM_tree_bookkeeping_64);
+BENCHMARK_MAIN();
