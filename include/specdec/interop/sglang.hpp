@@ -16,6 +16,7 @@
 
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/tree/detail/host_topk.hpp>
 
 namespace specdec::sglang {
 
@@ -49,14 +50,8 @@ inline organized organize_draft_results(std::span<const float> flat_scores, std:
   const index_t keep = num_draft_tokens - 1;
   SPECDEC_EXPECTS(keep >= 0 && keep <= static_cast<index_t>(flat_scores.size()), where, "num_draft_tokens = ",
                   num_draft_tokens, "; expected 1 <= num_draft_tokens <= 1 + ", flat_scores.size(), " candidates");
-  std::vector<std::int64_t> order(flat_scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](std::int64_t x, std::int64_t y) {
-    const float sx = flat_scores[static_cast<std::size_t>(x)], sy = flat_scores[static_cast<std::size_t>(y)];
-    return sx > sy || (sx == sy && x < y);
-  });
   organized out;
-  out.selected.assign(order.begin(), order.begin() + keep);
+  out.selected = detail::best_indices<std::int64_t>(flat_scores, keep);
   std::sort(out.selected.begin(), out.selected.end());
   for (const std::int64_t f : out.selected) out.tokens.push_back(flat_tokens[static_cast<std::size_t>(f)]);
   out.parent_list.assign(step_parents.begin(), step_parents.end());

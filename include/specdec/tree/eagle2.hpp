@@ -184,13 +184,7 @@ class eagle2_tree_builder {
     const index_t keep = cfg_.total_tokens - 1;
     for (index_t b = 0; b < batch_; ++b) {
       const request& q = requests_[static_cast<std::size_t>(b)];
-      std::vector<std::int32_t> order(q.scores.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](std::int32_t x, std::int32_t y) {
-        const float sx = q.scores[static_cast<std::size_t>(x)], sy = q.scores[static_cast<std::size_t>(y)];
-        return sx > sy || (sx == sy && x < y);
-      });
-      std::vector<std::int32_t> sel(order.begin(), order.begin() + keep);
+      std::vector<std::int32_t> sel = detail::best_indices<std::int32_t>(q.scores, keep);
       std::sort(sel.begin(), sel.end());
       dynamic_tree_result& r = out[static_cast<std::size_t>(b)];
       r.selected = sel;
@@ -277,12 +271,7 @@ class eagle2_tree_builder {
         }
       }
       // The next frontier: top k of the grid, ties to the lower flat index.
-      std::vector<std::int32_t> order(grid.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int32_t x, std::int32_t y) {
-        const float sx = grid[static_cast<std::size_t>(x)], sy = grid[static_cast<std::size_t>(y)];
-        return sx > sy || (sx == sy && x < y);
-      });
+      const std::vector<std::int32_t> order = detail::best_indices<std::int32_t>(grid, k);
       const index_t old_cols = k * (steps_ + 1);
       std::vector<std::uint8_t> mask(static_cast<std::size_t>(k * (old_cols + k)), 0);
       for (index_t s = 0; s < k; ++s) {

@@ -5,10 +5,14 @@
 #pragma once
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
@@ -17,6 +21,20 @@ namespace specdec::detail {
 /// What the builder ranks by: raw logits (Medusa, EAGLE-1 static drafting), log-softmax values (EAGLE-2,
 /// Jakiro), or softmax probabilities (SGLang).
 enum class topk_scale { logits, log_probabilities, probabilities };
+
+/// Indices of the `keep` best of `scores` in rank order (larger score first, ties to the lower
+/// index: the rule of every specdec top-k). Host; candidate lists are k^2 or a few hundred long.
+template <class Index>
+std::vector<Index> best_indices(std::span<const float> scores, index_t keep) {
+  std::vector<Index> order(scores.size());
+  std::iota(order.begin(), order.end(), Index(0));
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](Index x, Index y) {
+    return ranks_before(scores[static_cast<std::size_t>(x)], static_cast<std::int32_t>(x),
+                        scores[static_cast<std::size_t>(y)], static_cast<std::int32_t>(y));
+  });
+  order.resize(static_cast<std::size_t>(keep));
+  return order;
+}
 
 /// Owns the backend buffers for `max_rows x k` results, allocated once, and the host copies.
 template <backend B>
