@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief Everything in specdec that needs no optional dependency: the core layer and the backend
-/// concept. Backends are included on their own: <specdec/backend/eigen.hpp> (Eigen) and
+/// \brief Everything in specdec that needs no optional dependency: the core layer, the backend
+/// concept, trees, masks and the peers' layouts. Backends are included on their own: <specdec/backend/eigen.hpp> (Eigen) and
 /// <specdec/backend/thrust.hpp> (Thrust).
 #pragma once
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/core.hpp>
+#include <specdec/interop/interop.hpp>
+#include <specdec/mask/mask.hpp>
+#include <specdec/tree/trees.hpp>

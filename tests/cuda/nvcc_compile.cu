@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compile-only check that the Thrust backend builds for CUDA under nvcc: instantiates every
-// primitive for thrust<cuda> so that device code of the shared kernels is generated.
+// primitive for thrust<cuda> so that device code of the shared kernels is generated, and every
+// algorithm written against the backend concept.
 #include <specdec/backend/thrust.hpp>
-#include <specdec/core/core.hpp>
+#include <specdec/specdec.hpp>
 
 using backend = specdec::thrust<specdec::thrust_system::cuda>;
 static_assert(specdec::backend<backend>);
@@ -26,4 +27,17 @@ void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, s
   b.row_sample_residual(x, x, u, t);
   b.gather_rows(x, ids, y);
   b.gather_elements(x, cols, y);
+}
+
+// The algorithms: each class template and function template once, for device memory.
+template class specdec::eagle2_tree_builder<backend>;
+template class specdec::eagle1::static_drafter<backend>;
+template class specdec::jakiro::static_drafter<backend>;
+
+specdec::jakiro::moe_proposal propose_both(backend& b, specdec::matrix_view<const float, specdec::device_space> left,
+                                           specdec::matrix_view<const float, specdec::device_space> right) {
+  auto greedy = specdec::jakiro::propose_greedy(b, left, right, 4);
+  auto sampled = specdec::jakiro::propose_sampled(b, left, right, 4, {});
+  greedy.tokens.insert(greedy.tokens.end(), sampled.tokens.begin(), sampled.tokens.end());
+  return greedy;
 }

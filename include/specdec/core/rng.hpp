@@ -19,17 +19,17 @@
 /// consecutive words: `((w0 >> 5) * 2^26 + (w1 >> 6)) * 2^-53`, also in [0, 1).
 #pragma once
 
-#include <array>
 #include <cstdint>
 
 #include <specdec/config.hpp>
+#include <specdec/core/device_array.hpp>
 
 namespace specdec {
 
 /// One Philox4x32 block: four 32-bit counter words in, four pseudo-random words out.
-using philox_counter = std::array<std::uint32_t, 4>;
+using philox_counter = device_array<std::uint32_t, 4>;
 /// The two 32-bit key words.
-using philox_key = std::array<std::uint32_t, 2>;
+using philox_key = device_array<std::uint32_t, 2>;
 
 namespace detail {
 inline constexpr std::uint32_t philox_m0 = 0xD2511F53u;
@@ -85,7 +85,7 @@ struct philox_stream {
                                  static_cast<std::uint32_t>(subsequence),
                                  static_cast<std::uint32_t>(subsequence >> 32)};
     const philox_key key{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
-    return philox4x32_10(counter, key)[i & 3u];
+    return philox4x32_10(counter, key)[static_cast<int>(i & 3u)];
   }
 
   /// Uniform float in [0, 1) at position `i` of the stream; consumes one word.

@@ -4,7 +4,6 @@
 /// elements, as DLPack and mdspan count them) and the memory space as part of the type.
 #pragma once
 
-#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include <specdec/config.hpp>
+#include <specdec/core/device_array.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/memory_space.hpp>
 
@@ -97,7 +97,7 @@ class view {
     data_ = m.data();
     if constexpr (Rank == 2) {
       extents_ = {m.rows(), m.cols()};
-      strides_ = M::IsRowMajor ? std::array<index_t, 2>{outer, inner} : std::array<index_t, 2>{inner, outer};
+      strides_ = M::IsRowMajor ? device_array<index_t, 2>{outer, inner} : device_array<index_t, 2>{inner, outer};
     } else {
       SPECDEC_EXPECTS(m.rows() == 1 || m.cols() == 1, "specdec::view",
                       "a rank-1 view needs an Eigen vector, got ", m.rows(), " x ", m.cols());
@@ -168,8 +168,8 @@ class view {
 
  private:
   T* data_ = nullptr;
-  std::array<index_t, Rank> extents_{};
-  std::array<index_t, Rank> strides_{};
+  device_array<index_t, Rank> extents_{};
+  device_array<index_t, Rank> strides_{};
 };
 
 template <class T, class Space = host_space>

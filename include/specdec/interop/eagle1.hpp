@@ -168,9 +168,15 @@ class static_drafter {
   static_step begin(matrix_view<const float, space> root_logits) {
     SPECDEC_EXPECTS(root_logits.rows() == 1, "specdec::eagle1::static_drafter::begin", "root_logits has ",
                     root_logits.rows(), " rows; expected 1");
-    ss_token_.clear();
     topk_.run(root_logits, detail::topk_scale::logits);
-    ss_token_ = topk_.indices();
+    return begin_with(topk_.indices());
+  }
+  /// Same as begin() with the root's `top_k` children proposed by the caller (a sampled draft, or
+  /// Jakiro*'s two experts: see specdec/tree/jakiro.hpp). \param root_row host `[top_k]`.
+  static_step begin_with(std::span<const std::int32_t> root_row) {
+    SPECDEC_EXPECTS(static_cast<index_t>(root_row.size()) == buf_->top_k, "specdec::eagle1::static_drafter::begin_with",
+                    "root_row has ", root_row.size(), " tokens; expected top_k = ", buf_->top_k);
+    ss_token_.assign(root_row.begin(), root_row.end());
     level_ = 0;
     return step();
   }
@@ -180,13 +186,26 @@ class static_drafter {
   static_step expand(matrix_view<const float, space> level_logits) {
     constexpr const char* where = "specdec::eagle1::static_drafter::expand";
     SPECDEC_EXPECTS(!done(), where, "every level has been expanded already");
-    const draft_level& level = buf_->levels[static_cast<std::size_t>(level_)];
-    SPECDEC_EXPECTS(level_logits.rows() == static_cast<index_t>(level.nodes.size()), where, "level_logits has ",
-                    level_logits.rows(), " rows; level ", level_, " has ", level.nodes.size(), " expanded nodes");
+    SPECDEC_EXPECTS(level_logits.rows() == level_rows(), where, "level_logits has ", level_logits.rows(),
+                    " rows; level ", level_, " has ", level_rows(), " expanded nodes");
     topk_.run(level_logits, detail::topk_scale::logits);
-    ss_token_.insert(ss_token_.end(), topk_.indices().begin(), topk_.indices().end());
+    return expand_with(topk_.indices());
+  }
+  /// Same as expand() with the children proposed by the caller. \param level_rows host
+  /// `[m x top_k]`, row j = the children of the level's j-th expanded node.
+  static_step expand_with(std::span<const std::int32_t> rows) {
+    constexpr const char* where = "specdec::eagle1::static_drafter::expand_with";
+    SPECDEC_EXPECTS(!done(), where, "every level has been expanded already");
+    SPECDEC_EXPECTS(static_cast<index_t>(rows.size()) == level_rows() * buf_->top_k, where, "rows has ",
+                    rows.size(), " tokens; level ", level_, " needs ", level_rows(), " x top_k = ",
+                    level_rows() * buf_->top_k);
+    ss_token_.insert(ss_token_.end(), rows.begin(), rows.end());
     ++level_;
     return step();
+  }
+  /// Number of expanded nodes of the level the next expand() drafts (0 once done()).
+  index_t level_rows() const noexcept {
+    return done() ? 0 : static_cast<index_t>(buf_->levels[static_cast<std::size_t>(level_)].nodes.size());
   }
 
   const std::vector<std::int32_t>& ss_token() const noexcept { return ss_token_; }

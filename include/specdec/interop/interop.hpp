@@ -5,6 +5,7 @@
 #pragma once
 
 #include <specdec/interop/eagle1.hpp>
+#include <specdec/interop/jakiro.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/trtllm.hpp>
