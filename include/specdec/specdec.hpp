@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
 /// \brief Everything in specdec that needs no optional dependency: the core layer, the backend
-/// concept, trees, masks and the peers' layouts. Backends are included on their own: <specdec/backend/eigen.hpp> (Eigen) and
+/// concept, trees, masks, samplers and the peers' layouts. Backends are included on their own: <specdec/backend/eigen.hpp> (Eigen) and
 /// <specdec/backend/thrust.hpp> (Thrust).
 #pragma once
 
@@ -9,4 +9,5 @@
 #include <specdec/core/core.hpp>
 #include <specdec/interop/interop.hpp>
 #include <specdec/mask/mask.hpp>
+#include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/trees.hpp>

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief What the verifiers share: reading only the rows a decision needs, and the distribution a
+/// verification walk carries from sibling to sibling (a target row, minus rejected candidates or
+/// draft rows), drawn from in the canonical order of backend/detail/row_kernels.hpp so that a draw
+/// here gives the token `row_sample` / `row_sample_residual` give for the same row and uniform.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/memory_space.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::sampling::detail {
+
+/// Host access to single rows of a backend matrix: host-space rows are read in place; device rows are
+/// downloaded once each, on first use, so a verifier transfers exactly the rows it reads.
+template <backend B>
+class row_reader {
+ public:
+  using space = typename B::memory_space;
+  row_reader(B& b, matrix_view<const float, space> m) : backend_(&b), m_(m) {}
+
+  const float* row(index_t r) {
+    if constexpr (std::is_same_v<space, host_space>) {
+      return m_.row(r);
+    } else {
+      auto it = cache_.find(r);
+      if (it == cache_.end())
+        it = cache_.emplace(r, backend_->download(vector_view<const float, space>(m_.row(r), m_.cols()))).first;
+      return it->second.data();
+    }
+  }
+  /// One entry without reading the row in full.
+  float at(index_t r, index_t column) {
+    if constexpr (std::is_same_v<space, host_space>) return m_(r, column);
+    else return row(r)[column];
+  }
+  index_t rows() const noexcept { return m_.rows(); }
+  index_t cols() const noexcept { return m_.cols(); }
+
+ private:
+  B* backend_;
+  matrix_view<const float, space> m_;
+  std::map<index_t, std::vector<float>> cache_;
+};
+
+/// Canonical chunk masses (8 lanes in double, lanes combined pairwise, see row_kernels.hpp) of the
+/// entries `entry(0..n)`; returns the total and fills `masses`.
+template <class Entry>
+double canonical_masses(const Entry& entry, index_t n, std::vector<double>& masses) {
+  const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+  masses.assign(static_cast<std::size_t>(chunks), 0.0);
+  double total = 0.0;
+  for (index_t c = 0; c < chunks; ++c) {
+    const index_t begin = c * specdec::detail::sample_chunk;
+    const index_t len = std::min(specdec::detail::sample_chunk, n - begin);
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (index_t i = 0; i < len; ++i) lane[i % 8] += static_cast<double>(entry(begin + i));
+    masses[static_cast<std::size_t>(c)] = specdec::detail::combine_lanes(lane);
+    total += masses[static_cast<std::size_t>(c)];
+  }
+  return total;
+}
+
+/// The distribution at a tree node while its children are tested: starts as the target row p and
+/// loses each rejected candidate (deterministic drafts: the token is zeroed) or each rejected draft
+/// distribution (`p := max(0, p - scale q)`, materialised). `prob(x)` is the normalised current value;
+/// `draw` samples the current entries without normalising (inverse CDF on `u * mass`).
+class working_distribution {
+ public:
+  working_distribution(const float* p, index_t n) : p_(p), n_(n) {}
+
+  /// Current probability of token x (the untouched row reads p(x) exactly, as the references do).
+  float prob(index_t x) const {
+    if (!modified_) return p_[x];
+    const float value = entry(x);
+    return mass_ > 0.0 ? static_cast<float>(static_cast<double>(value) / mass_) : 0.0f;
+  }
+  /// Unnormalised current entry of token x.
+  float entry(index_t x) const {
+    if (!w_.empty()) return w_[static_cast<std::size_t>(x)];
+    if (std::find(excluded_.begin(), excluded_.end(), x) != excluded_.end()) return 0.0f;
+    return p_[x];
+  }
+
+  /// Zeroes token x (a rejected deterministic candidate) and renormalises.
+  void remove(index_t x) {
+    if (!modified_) start();
+    const float removed = entry(x);
+    if (!w_.empty()) w_[static_cast<std::size_t>(x)] = 0.0f;
+    else excluded_.push_back(x);
+    mass_ -= static_cast<double>(removed);
+    if (mass_ < 0.0) mass_ = 0.0;
+  }
+  /// Replaces the distribution by max(0, current - scale * q) (a rejected sampled draft; scale is the
+  /// lenience, 1 for lossless verification). Normalisation is implicit in prob() and draw().
+  void subtract(const float* q, float scale = 1.0f) {
+    std::vector<float> next(static_cast<std::size_t>(n_));
+    const bool normalised = !modified_;
+    for (index_t j = 0; j < n_; ++j) {
+      // The references subtract from the normalised distribution, in fp32.
+      const float current = normalised ? p_[j] : prob(j);
+      const float r = current - scale * q[j];
+      next[static_cast<std::size_t>(j)] = r > 0.0f ? r : 0.0f;
+    }
+    w_ = std::move(next);
+    excluded_.clear();
+    modified_ = true;
+    mass_ = canonical_masses([&](index_t j) { return w_[static_cast<std::size_t>(j)]; }, n_, masses_);
+  }
+
+  bool modified() const noexcept { return modified_; }
+  /// Mass of the current entries (1 for the untouched row, by definition of a distribution).
+  double mass() const noexcept { return modified_ ? mass_ : 1.0; }
+
+  /// Inverse-CDF draw from the current entries with uniform u, in the canonical order; when the mass
+  /// is zero, `fallback` decides (sample_target draws from the untouched row).
+  std::int32_t draw(double u, empty_residual fallback) {
+    const auto current = [&](index_t j) { return entry(j); };
+    const double total = canonical_masses(current, n_, masses_);
+    if (total > 0.0) return specdec::detail::locate_sample(masses_.data(), n_, current, u * total);
+    switch (fallback) {
+      case empty_residual::sample_target: {
+        const auto base = [&](index_t j) { return p_[j]; };
+        const double base_total = canonical_masses(base, n_, masses_);
+        return specdec::detail::locate_sample(masses_.data(), n_, base, u * base_total);
+      }
+      case empty_residual::token_zero: return 0;
+      case empty_residual::last_token: break;
+    }
+    return static_cast<std::int32_t>(n_ - 1);
+  }
+
+  /// vLLM's exponential race: argmax over j of entry(j) / noise[j] (first index on ties). An all-zero
+  /// current distribution gives token 0, as vLLM.
+  std::int32_t race(const float* noise) const {
+    std::int32_t best = 0;
+    float best_score = -1.0f;
+    for (index_t j = 0; j < n_; ++j) {
+      const float score = entry(j) / noise[j];
+      if (score > best_score) {
+        best_score = score;
+        best = static_cast<std::int32_t>(j);
+      }
+    }
+    return best;
+  }
+
+  /// The current entries, unnormalised (what the next token is drawn from).
+  std::vector<float> entries() const {
+    std::vector<float> out(static_cast<std::size_t>(n_));
+    for (index_t j = 0; j < n_; ++j) out[static_cast<std::size_t>(j)] = entry(j);
+    return out;
+  }
+
+ private:
+  void start() {
+    modified_ = true;
+    mass_ = canonical_masses([&](index_t j) { return p_[j]; }, n_, masses_);
+  }
+
+  const float* p_;
+  index_t n_;
+  bool modified_ = false;
+  double mass_ = 1.0;
+  std::vector<float> w_;
+  std::vector<index_t> excluded_;
+  std::vector<double> masses_;
+};
+
+/// Checks a probability value read from a row: finite and in [0, 1].
+inline void check_probability(const char* where, const char* what, index_t row, index_t column, float value) {
+  SPECDEC_EXPECTS(value >= 0.0f && value <= 1.0f, where, what, "[", row, ", ", column, "] = ", value,
+                  "; expected a probability in [0, 1]");
+}
+
+/// Checks a whole probability row: finite, non-negative, summing to 1 within the backends' tolerance.
+inline void check_probability_row(const char* where, const char* what, index_t row, const float* p, index_t n) {
+  double total = 0.0;
+  for (index_t j = 0; j < n; ++j) {
+    SPECDEC_EXPECTS(p[j] >= 0.0f && p[j] <= 1.0f, where, what, "[", row, ", ", j, "] = ", p[j],
+                    "; expected a probability in [0, 1]");
+    total += static_cast<double>(p[j]);
+  }
+  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= specdec::detail::probability_sum_tolerance, where, what, " row ", row,
+                  " sums to ", total, "; expected 1 within ", specdec::detail::probability_sum_tolerance);
+}
+
+}  // namespace specdec::sampling::detail

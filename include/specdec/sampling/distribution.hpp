@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief The distribution processing applied identically to the target and to the draft before
+/// verification: temperature, min-p, top-k, top-p (vLLM's order), per request; and FlashInfer's
+/// renormalisation kernels on probabilities (what SGLang applies to its target).
+///
+/// Lossless verification is lossless with respect to the distributions it is given, so the draft
+/// probabilities a verifier receives must be the ones the drafter sampled from: run the drafter's
+/// logits through the same function with the same parameters.
+///
+/// These run on the host (`host_space` views): a row's top-p needs a sort, which the backend concept
+/// does not offer. Engines that process on the device keep their own kernels; the tests pin down the
+/// semantics those must match.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::sampling {
+
+/// One request's sampling parameters. Defaults leave the distribution untouched (temperature 1).
+struct sampling_params {
+  float temperature = 1.0f;  ///< >= 0; 0 means greedy: a one-hot row at the argmax (ties to the lower index)
+  index_t top_k = 0;         ///< 0 = off; else keep the logits >= the k-th largest (ties at the k-th kept, as vLLM)
+  float top_p = 1.0f;        ///< in (0, 1]; 1 = off
+  float min_p = 0.0f;        ///< in [0, 1]; keep p >= min_p * max p; 0 = off
+};
+
+namespace detail {
+inline void check_params(const char* where, const sampling_params& s, index_t vocab, std::size_t row) {
+  SPECDEC_EXPECTS(s.temperature >= 0.0f && std::isfinite(s.temperature), where, "row ", row, ": temperature = ",
+                  s.temperature, "; expected a finite value >= 0");
+  SPECDEC_EXPECTS(s.top_k >= 0 && s.top_k <= vocab, where, "row ", row, ": top_k = ", s.top_k,
+                  "; expected 0 (off) or 1..V = ", vocab);
+  SPECDEC_EXPECTS(s.top_p > 0.0f && s.top_p <= 1.0f, where, "row ", row, ": top_p = ", s.top_p,
+                  "; expected a value in (0, 1]");
+  SPECDEC_EXPECTS(s.min_p >= 0.0f && s.min_p <= 1.0f, where, "row ", row, ": min_p = ", s.min_p,
+                  "; expected a value in [0, 1]");
+}
+}  // namespace detail
+
+/// probs = softmax of the processed logits, row by row: divide by the temperature, drop tokens below
+/// min_p times the largest probability, keep the top_k largest logits (ties at the k-th kept), then
+/// top-p on the renormalised survivors (vLLM: sort ascending, cumulative probability, drop the entries
+/// whose cumulative sum is <= 1 - top_p, never the largest; equal values ordered by index), then a
+/// softmax over what is left (in double, rounded to float). Dropped tokens get probability 0.
+///
+/// \param logits host `[rows x V]`. \param params one entry for every row, or a single entry for all.
+/// \param probs host `[rows x V]` output (may not alias logits).
+/// \throws invalid_argument on shape mismatches, NaN or infinite logits, parameters out of range.
+inline void target_probabilities(matrix_view<const float> logits, std::span<const sampling_params> params,
+                                 matrix_view<float> probs) {
+  constexpr const char* where = "specdec::sampling::target_probabilities";
+  const index_t rows = logits.rows(), vocab = logits.cols();
+  SPECDEC_EXPECTS(probs.rows() == rows && probs.cols() == vocab, where, "probs is ", probs.rows(), " x ", probs.cols(),
+                  "; expected ", rows, " x ", vocab);
+  SPECDEC_EXPECTS(params.size() == 1 || static_cast<index_t>(params.size()) == rows, where, "params has ",
+                  params.size(), " entries; expected 1 or one per row (", rows, ")");
+  std::vector<double> x(static_cast<std::size_t>(vocab));
+  std::vector<char> keep(static_cast<std::size_t>(vocab));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
+  for (index_t r = 0; r < rows; ++r) {
+    const sampling_params& s = params[params.size() == 1 ? 0 : static_cast<std::size_t>(r)];
+    detail::check_params(where, s, vocab, static_cast<std::size_t>(r));
+    index_t argmax = 0;
+    for (index_t j = 0; j < vocab; ++j) {
+      const float v = logits(r, j);
+      SPECDEC_EXPECTS(std::isfinite(v), where, "logits[", r, ", ", j, "] = ", v, "; expected finite logits");
+      if (v > logits(r, argmax)) argmax = j;
+    }
+    if (s.temperature == 0.0f) {
+      for (index_t j = 0; j < vocab; ++j) probs(r, j) = j == argmax ? 1.0f : 0.0f;
+      continue;
+    }
+    const double max = static_cast<double>(logits(r, argmax)) / s.temperature;
+    for (index_t j = 0; j < vocab; ++j) {
+      x[static_cast<std::size_t>(j)] = static_cast<double>(logits(r, j)) / s.temperature;
+      keep[static_cast<std::size_t>(j)] = 1;
+    }
+    if (s.min_p > 0.0f) {
+      const double floor = max + std::log(static_cast<double>(s.min_p));  // p_j >= min_p p_max in logit space
+      for (index_t j = 0; j < vocab; ++j) keep[static_cast<std::size_t>(j)] = x[static_cast<std::size_t>(j)] >= floor;
+    }
+    if (s.top_k > 0 && s.top_k < vocab) {
+      std::vector<double> kept;
+      for (index_t j = 0; j < vocab; ++j)
+        if (keep[static_cast<std::size_t>(j)]) kept.push_back(x[static_cast<std::size_t>(j)]);
+      if (static_cast<index_t>(kept.size()) > s.top_k) {
+        std::nth_element(kept.begin(), kept.begin() + (s.top_k - 1), kept.end(), std::greater<>());
+        const double kth = kept[static_cast<std::size_t>(s.top_k - 1)];
+        for (index_t j = 0; j < vocab; ++j)
+          keep[static_cast<std::size_t>(j)] = keep[static_cast<std::size_t>(j)] && x[static_cast<std::size_t>(j)] >= kth;
+      }
+    }
+    const auto softmax_mass = [&] {
+      double total = 0.0;
+      for (index_t j = 0; j < vocab; ++j)
+        if (keep[static_cast<std::size_t>(j)]) total += std::exp(x[static_cast<std::size_t>(j)] - max);
+      return total;
+    };
+    if (s.top_p < 1.0f) {
+      const double total = softmax_mass();
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+        return x[static_cast<std::size_t>(a)] < x[static_cast<std::size_t>(b)];
+      });
+      double cumulative = 0.0;
+      std::int32_t largest = order.back();
+      for (const std::int32_t j : order) {
+        if (!keep[static_cast<std::size_t>(j)]) continue;
+        cumulative += std::exp(x[static_cast<std::size_t>(j)] - max) / total;
+        if (cumulative <= 1.0 - static_cast<double>(s.top_p) && j != largest) keep[static_cast<std::size_t>(j)] = 0;
+      }
+    }
+    const double total = softmax_mass();
+    for (index_t j = 0; j < vocab; ++j)
+      probs(r, j) = keep[static_cast<std::size_t>(j)]
+                        ? static_cast<float>(std::exp(x[static_cast<std::size_t>(j)] - max) / total)
+                        : 0.0f;
+  }
+}
+
+/// FlashInfer's `top_k_renorm_probs`: keep the k largest probabilities of each row (ties at the k-th
+/// kept), zero the rest, renormalise. \param probs host `[rows x V]`, in place.
+/// \throws invalid_argument on k outside [1, V] or entries outside [0, 1].
+inline void top_k_renorm(matrix_view<float> probs, index_t k) {
+  constexpr const char* where = "specdec::sampling::top_k_renorm";
+  const index_t vocab = probs.cols();
+  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  for (index_t r = 0; r < probs.rows(); ++r) {
+    for (index_t j = 0; j < vocab; ++j) {
+      SPECDEC_EXPECTS(probs(r, j) >= 0.0f && probs(r, j) <= 1.0f, where, "probs[", r, ", ", j, "] = ", probs(r, j),
+                      "; expected a probability in [0, 1]");
+      row[static_cast<std::size_t>(j)] = probs(r, j);
+    }
+    std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<>());
+    const float kth = row[static_cast<std::size_t>(k - 1)];
+    double total = 0.0;
+    for (index_t j = 0; j < vocab; ++j) total += probs(r, j) >= kth ? static_cast<double>(probs(r, j)) : 0.0;
+    for (index_t j = 0; j < vocab; ++j)
+      probs(r, j) = probs(r, j) >= kth ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
+  }
+}
+
+/// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities is
+/// below top_p (the smallest set of largest tokens reaching top_p, ties included), zero the rest,
+/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1].
+inline void top_p_renorm(matrix_view<float> probs, float top_p) {
+  constexpr const char* where = "specdec::sampling::top_p_renorm";
+  SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
+  const index_t vocab = probs.cols();
+  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
+  std::vector<char> keep(static_cast<std::size_t>(vocab));
+  for (index_t r = 0; r < probs.rows(); ++r) {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return probs(r, a) > probs(r, b); });
+    double larger = 0.0;  // mass strictly larger than the current value
+    double run = 0.0;     // mass of the values seen so far
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const float v = probs(r, order[i]);
+      if (i > 0 && v < probs(r, order[i - 1])) larger = run;
+      keep[static_cast<std::size_t>(order[i])] = larger < static_cast<double>(top_p);
+      run += static_cast<double>(v);
+    }
+    double total = 0.0;
+    for (index_t j = 0; j < vocab; ++j) total += keep[static_cast<std::size_t>(j)] ? static_cast<double>(probs(r, j)) : 0.0;
+    for (index_t j = 0; j < vocab; ++j)
+      probs(r, j) = keep[static_cast<std::size_t>(j)] ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
+  }
+}
+
+}  // namespace specdec::sampling

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Where a verification step's random numbers come from: caller-supplied uniforms, or Philox.
+///
+/// Every verifier reads one `uniform_stream` per request, position by position, in the order its
+/// documentation gives (the "consumption order"), and reports how many positions it read. Because a
+/// Philox stream is a pure function of (seed, subsequence, position), the same stream gives the same
+/// decisions on every backend and every thread count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/rng.hpp>
+
+namespace specdec::sampling {
+
+/// The interval a convention's uniforms live in.
+enum class uniform_range {
+  closed_open,  ///< [0, 1): vLLM (fp64 torch.rand), Leviathan, EAGLE's random.random(), specdec
+  open_closed,  ///< (0, 1]: FlashInfer's curand_uniform
+};
+
+/// A request's uniforms: either caller-supplied values (in consumption order) or Philox uniforms
+/// (53-bit doubles, `philox_stream::uniform_double` at `offset + i`; mapped to `1 - u` for the
+/// (0, 1] range).
+class uniform_stream {
+ public:
+  /// Caller-supplied values; reading past the end throws. The span must outlive the stream.
+  static uniform_stream values(std::span<const double> u) {
+    uniform_stream s;
+    s.values_ = u;
+    return s;
+  }
+  /// Philox uniforms starting at position `offset` of `rng`.
+  static uniform_stream philox(philox_stream rng, std::uint64_t offset = 0) {
+    uniform_stream s;
+    s.rng_ = rng;
+    s.offset_ = offset;
+    s.is_philox_ = true;
+    return s;
+  }
+
+  /// Position `i` of the stream in `range`. \throws invalid_argument when a supplied value is outside
+  /// the range, or when `i` is past the supplied values.
+  double at(std::uint64_t i, uniform_range range = uniform_range::closed_open) const {
+    constexpr const char* where = "specdec::sampling::uniform_stream";
+    if (is_philox_) {
+      const double u = rng_.uniform_double(offset_ + i);
+      return range == uniform_range::closed_open ? u : 1.0 - u;
+    }
+    SPECDEC_EXPECTS(i < values_.size(), where, "the verification needs uniform ", i, " but only ", values_.size(),
+                    " were supplied");
+    const double u = values_[static_cast<std::size_t>(i)];
+    if (range == uniform_range::closed_open)
+      SPECDEC_EXPECTS(u >= 0.0 && u < 1.0, where, "uniform ", i, " = ", u, "; expected a value in [0, 1)");
+    else
+      SPECDEC_EXPECTS(u > 0.0 && u <= 1.0, where, "uniform ", i, " = ", u, "; expected a value in (0, 1]");
+    return u;
+  }
+
+  bool is_philox() const noexcept { return is_philox_; }
+  std::size_t supplied() const noexcept { return values_.size(); }
+
+ private:
+  std::span<const double> values_{};
+  philox_stream rng_{};
+  std::uint64_t offset_ = 0;
+  bool is_philox_ = false;
+};
+
+}  // namespace specdec::sampling

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Umbrella header of the sampling layer: distribution processing, greedy, stochastic (lossless
+/// and lenient), SGLang's coin rule and typical acceptance.
+#pragma once
+
+#include <specdec/sampling/distribution.hpp>
+#include <specdec/sampling/greedy.hpp>
+#include <specdec/sampling/lenient.hpp>
+#include <specdec/sampling/randomness.hpp>
+#include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/tree_coin.hpp>
+#include <specdec/sampling/typical.hpp>

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Lossless (and lenient) stochastic verification of draft chains and trees: speculative
+/// sampling (Leviathan et al. / Chen et al.) for chains, and recursive rejection over siblings
+/// (SpecInfer's multi-step speculative sampling, EAGLE's form for deterministic drafts) for trees, with
+/// the vLLM and FlashInfer conventions as options. SGLang's one-coin-per-level tree rule is
+/// specdec/sampling/tree_coin.hpp.
+///
+/// **The walk.** From the root, the children of the current node are tested in node-index order
+/// (SGLang's sibling order, EAGLE's path order). Child c with token x is accepted with probability
+/// min(1, P(x) / (l Q_c(x))), where P is the current target distribution at the node, Q_c the
+/// distribution c was drawn from (a draft row, or a point mass for deterministic drafts: top-k trees,
+/// n-gram), and l the lenience (1 = lossless). On acceptance the walk descends to c with P = c's target
+/// row; on rejection P becomes norm(max(0, P - l Q_c)) (for a point mass: P with x removed) and the next
+/// sibling is tested. When no child is accepted, or the node is a leaf, or the depth cap is reached,
+/// one token is drawn from P: the corrected token after a rejection, the bonus token otherwise. With
+/// l = 1 the emitted sequence is distributed exactly as sampling from the target (SpecInfer Thm 4.2),
+/// provided each child with a draft row was drawn independently from that row.
+///
+/// **Rows read.** Only the target rows of the nodes the walk visits (one entry per tested child, a
+/// full row where a residual is formed or the final token drawn) and the draft rows of rejected
+/// children. Device rows are downloaded one at a time, only those.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/rows.hpp>
+#include <specdec/sampling/randomness.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec::sampling {
+
+/// The per-candidate acceptance test, given the current target probability p = P(x), the draft
+/// probability q = Q(x) (1 for deterministic drafts) and a uniform u. Peers differ at the boundary.
+enum class acceptance_test {
+  ratio,           ///< accept iff q > 0 and fp32(p / (l q)) >= u (vLLM v1, Leviathan's r <= p/q). Default.
+  strict_product,  ///< accept iff u l q < p in fp32 (FlashInfer, SGLang's classic chain): q = 0 < p accepts.
+};
+
+/// How the corrected / bonus token is drawn from the final distribution.
+enum class final_draw {
+  inverse_cdf,       ///< one uniform, canonical inverse CDF on the unnormalised entries (FlashInfer, SGLang). Default.
+  exponential_race,  ///< argmax of entry / E with E the request's Exp(1) noise row (vLLM); consumes no uniform.
+};
+
+/// Options shared by every request of a call.
+struct speculative_options {
+  acceptance_test test = acceptance_test::ratio;
+  uniform_range range = uniform_range::closed_open;
+  final_draw draw = final_draw::inverse_cdf;
+  /// What the final draw does when the distribution left is all zero (reachable only through rounding or
+  /// through q(x) = 0 rejections): draw from the node's target row (default), token 0 (vLLM), V - 1 (SGLang).
+  empty_residual fallback = empty_residual::sample_target;
+  /// Leviathan et al.'s lenience l in (0, 1]: accept with min(1, p / (l q)), residual max(0, p - l q).
+  /// 1 is lossless; smaller values trade fidelity for acceptance (no token is emitted with probability
+  /// above p(x) / l).
+  float lenience = 1.0f;
+  /// FlashInfer's `accepted_token_num`: after a rejection at chain position i, positions i..k-1 of the
+  /// chain are re-tested with fresh uniforms (i included) and the passes counted (consumes k - i
+  /// uniforms before the final draw). Chains only.
+  bool flashinfer_retest = false;
+};
+
+/// One request: its draft tree (a chain is a tree where node i + 1 is the only child of node i) and
+/// where its rows are.
+struct speculative_request {
+  const draft_tree* tree = nullptr;
+  /// Row of `target_probs` holding node 0's target distribution; node i's is `target_row + i` (the
+  /// distribution of the token after node i: its children's and, at a leaf, the bonus token's).
+  index_t target_row = 0;
+  /// Row of `draft_probs` of the distribution each node was drawn from, `[tree.size()]` (entry 0 unused),
+  /// -1 for a deterministic node. Empty: every node is deterministic (top-k trees, n-gram drafts).
+  std::span<const index_t> draft_rows = {};
+  /// The request's uniforms (see each function for the consumption order).
+  uniform_stream uniforms = {};
+  /// Exp(1) noise row of `exponential_noise` for final_draw::exponential_race (vLLM: one row per request,
+  /// shared by its positions).
+  index_t noise_row = -1;
+  /// Most draft tokens that may be accepted (SGLang's num_spec_steps - 1); -1 for no cap.
+  index_t max_accepted = -1;
+  /// A bonus token sampled by the caller (vLLM samples it outside the rejection sampler): emitted when
+  /// the walk ends without a rejection, instead of a draw from the last node's row.
+  std::optional<std::int32_t> bonus_token = std::nullopt;
+};
+
+/// What one request's verification decided.
+struct speculative_result {
+  std::vector<std::int32_t> accepted_nodes;  ///< node indices of the accepted path, root excluded
+  std::vector<std::int32_t> tokens;          ///< emitted: the accepted tokens, then the final token
+  bool bonus = false;                        ///< the final token is a bonus token (nothing was rejected last)
+  index_t acceptance_tests = 0;              ///< uniforms used by acceptance tests
+  index_t uniforms_consumed = 0;             ///< all uniforms read (tests, re-tests, final draw)
+  index_t retest_accepted = 0;               ///< FlashInfer's accepted_token_num (with flashinfer_retest)
+  /// The distribution the final token was drawn from, unnormalised `[V]` (filled when asked for).
+  std::vector<float> final_distribution;
+};
+
+namespace detail {
+
+inline bool passes(acceptance_test test, float p, float q, float lenience, double u) {
+  const float lq = lenience * q;
+  if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
+  return static_cast<float>(u) * lq < p;
+}
+
+inline std::vector<std::vector<std::int32_t>> children_of(const draft_tree& tree) {
+  std::vector<std::vector<std::int32_t>> children(static_cast<std::size_t>(tree.size()));
+  for (index_t i = 1; i < tree.size(); ++i)
+    children[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])].push_back(static_cast<std::int32_t>(i));
+  return children;
+}
+
+}  // namespace detail
+
+/// Stochastic verification of a batch of draft trees (chains included), the walk of the file comment.
+///
+/// Uniform consumption order per request (position i of its stream): one per acceptance test, in walk
+/// order; with `flashinfer_retest`, then one per re-tested chain position; then one for the final draw
+/// (none with exponential_race, none when a caller bonus token is used). So a chain of k drafts reads
+/// at most k + 1 (k + 2 with re-tests) and a tree at most (nodes - 1) + 1. Deterministic siblings that
+/// repeat an already rejected token are skipped without a test (their probability is 0 by then).
+///
+/// \param target_probs backend `[rows x V]` target probabilities (after temperature / top-k / top-p,
+///   exactly the distribution to be sampled).
+/// \param draft_probs backend `[rows' x V]` draft probabilities, or an empty view when every node is
+///   deterministic.
+/// \param exponential_noise backend `[rows'' x V]` Exp(1) noise for exponential_race, else empty.
+/// \param keep_final_distribution fill `speculative_result::final_distribution`.
+/// \throws invalid_argument on a malformed tree, rows out of range, tokens >= V, probability entries
+///   outside [0, 1], a final row that is not a distribution (NaN, negative, sum != 1 within 1e-4),
+///   uniforms outside the convention's range or too few supplied, lenience outside (0, 1], re-tests on a
+///   non-chain, exponential_race without noise.
+template <backend B>
+std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                                                   matrix_view<const float, typename B::memory_space> draft_probs,
+                                                   std::span<const speculative_request> requests,
+                                                   const speculative_options& options = {},
+                                                   matrix_view<const float, typename B::memory_space> exponential_noise = {},
+                                                   bool keep_final_distribution = false) {
+  constexpr const char* where = "specdec::sampling::verify_speculative";
+  SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
+                  "; expected a value in (0, 1]");
+  const index_t vocab = target_probs.cols();
+  SPECDEC_EXPECTS(draft_probs.size() == 0 || draft_probs.cols() == vocab, where, "draft_probs has ",
+                  draft_probs.cols(), " columns; target_probs has ", vocab);
+  SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
+                  "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
+  sampling::detail::row_reader<B> target(b, target_probs), draft(b, draft_probs), noise(b, exponential_noise);
+  std::vector<speculative_result> results;
+  results.reserve(requests.size());
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const speculative_request& q = requests[r];
+    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
+    const draft_tree& tree = *q.tree;
+    validate(tree, vocab);
+    const index_t n = tree.size();
+    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
+                    " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
+                    target_probs.rows());
+    SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
+                    " has ", q.draft_rows.size(), " draft rows; expected 0 or one per node (", n, ")");
+    for (index_t i = 1; i < static_cast<index_t>(q.draft_rows.size()); ++i) {
+      const index_t row = q.draft_rows[static_cast<std::size_t>(i)];
+      SPECDEC_EXPECTS(row >= -1 && row < draft_probs.rows(), where, "request ", r, " node ", i, " has draft row ", row,
+                      "; draft_probs has ", draft_probs.rows(), " rows (-1: deterministic)");
+    }
+    const auto children = detail::children_of(tree);
+    const bool is_chain = std::all_of(children.begin(), children.end(), [](const auto& c) { return c.size() <= 1; });
+    SPECDEC_EXPECTS(!options.flashinfer_retest || is_chain, where, "request ", r,
+                    ": flashinfer_retest applies to chains; this tree branches");
+    if (options.draw == final_draw::exponential_race)
+      SPECDEC_EXPECTS(q.noise_row >= 0 && q.noise_row < exponential_noise.rows(), where, "request ", r,
+                      " has noise_row ", q.noise_row, "; exponential_noise has ", exponential_noise.rows(), " rows");
+
+    speculative_result out;
+    std::uint64_t position = 0;
+    const auto next_uniform = [&] { return q.uniforms.at(position++, options.range); };
+    index_t node = 0;
+    bool rejected_here = false;
+    std::int32_t rejected_child = -1;
+    for (;;) {
+      const index_t row = q.target_row + node;
+      sampling::detail::working_distribution dist(nullptr, vocab);
+      const float* p_row = nullptr;
+      const auto load = [&] {
+        if (!p_row) {
+          p_row = target.row(row);
+          dist = sampling::detail::working_distribution(p_row, vocab);
+        }
+      };
+      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
+      std::int32_t accepted = -1;
+      rejected_here = false;
+      if (!capped) {
+        std::vector<std::int32_t> rejected_tokens;
+        for (const std::int32_t c : children[static_cast<std::size_t>(node)]) {
+          const std::int32_t x = tree.token[static_cast<std::size_t>(c)];
+          const index_t q_row = q.draft_rows.empty() ? -1 : q.draft_rows[static_cast<std::size_t>(c)];
+          if (q_row < 0 && std::find(rejected_tokens.begin(), rejected_tokens.end(), x) != rejected_tokens.end()) continue;
+          // The untouched row is read one entry at a time; a residual needs the whole row.
+          float p_x;
+          if (!dist.modified() && !p_row) p_x = target.at(row, x);
+          else {
+            load();
+            p_x = dist.prob(x);
+          }
+          sampling::detail::check_probability(where, "target_probs", row, x, p_x);
+          float q_x = 1.0f;
+          if (q_row >= 0) {
+            q_x = draft.at(q_row, x);
+            sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
+          }
+          const double u = next_uniform();
+          ++out.acceptance_tests;
+          if (detail::passes(options.test, p_x, q_x, options.lenience, u)) {
+            accepted = c;
+            break;
+          }
+          load();
+          rejected_here = true;
+          rejected_child = c;
+          if (q_row >= 0) {
+            const float* q_values = draft.row(q_row);
+            sampling::detail::check_probability_row(where, "draft_probs", q_row, q_values, vocab);
+            dist.subtract(q_values, options.lenience);
+          } else if (options.lenience == 1.0f) {
+            dist.remove(x);
+            rejected_tokens.push_back(x);
+          } else {
+            // A point mass scaled by l: only token x changes, to max(0, p(x) - l).
+            std::vector<float> point(static_cast<std::size_t>(vocab), 0.0f);
+            point[static_cast<std::size_t>(x)] = 1.0f;
+            dist.subtract(point.data(), options.lenience);
+          }
+        }
+      }
+      if (accepted >= 0) {
+        out.accepted_nodes.push_back(accepted);
+        out.tokens.push_back(tree.token[static_cast<std::size_t>(accepted)]);
+        node = accepted;
+        continue;
+      }
+      // The walk ends at `node`: re-tests (FlashInfer), then the final token.
+      if (options.flashinfer_retest && rejected_here) {
+        for (index_t i = node; i + 1 < n; ++i) {  // chain positions from the rejected one on
+          const std::int32_t x = tree.token[static_cast<std::size_t>(i + 1)];
+          const index_t q_row = q.draft_rows.empty() ? -1 : q.draft_rows[static_cast<std::size_t>(i + 1)];
+          const float p_x = target.at(q.target_row + i, x);
+          const float q_x = q_row >= 0 ? draft.at(q_row, x) : 1.0f;
+          out.retest_accepted += detail::passes(options.test, p_x, q_x, options.lenience, next_uniform()) ? 1 : 0;
+        }
+      }
+      out.retest_accepted += static_cast<index_t>(out.accepted_nodes.size());
+      out.bonus = !rejected_here;
+      (void)rejected_child;
+      if (out.bonus && q.bonus_token) {
+        SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", r, " bonus_token = ",
+                        *q.bonus_token, "; expected a token in [0, ", vocab, ")");
+        out.tokens.push_back(*q.bonus_token);
+        break;
+      }
+      load();
+      if (!dist.modified()) sampling::detail::check_probability_row(where, "target_probs", row, p_row, vocab);
+      if (keep_final_distribution) out.final_distribution = dist.entries();
+      const std::int32_t token = options.draw == final_draw::exponential_race
+                                     ? dist.race(noise.row(q.noise_row))
+                                     : dist.draw(next_uniform(), options.fallback);
+      out.tokens.push_back(token);
+      break;
+    }
+    out.uniforms_consumed = static_cast<index_t>(position);
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+/// A chain as a draft tree: node 0 = the committed token, node i = draft token i - 1, each the only
+/// child of the one before. \throws invalid_argument on negative tokens.
+inline draft_tree make_chain(std::int32_t root_token, std::span<const std::int32_t> draft_tokens) {
+  std::vector<std::int32_t> tokens = {root_token};
+  std::vector<std::int32_t> parents = {-1};
+  for (std::size_t i = 0; i < draft_tokens.size(); ++i) {
+    tokens.push_back(draft_tokens[i]);
+    parents.push_back(static_cast<std::int32_t>(i));
+  }
+  return make_tree(std::move(tokens), parents);
+}
+
+/// Emitted tokens of a batch padded to `[batch x width]` with -1 (vLLM's and FlashInfer's layout,
+/// width = max drafts + 1). \throws invalid_argument when a request emitted more than `width` tokens.
+inline std::vector<std::int32_t> padded_tokens(std::span<const speculative_result> results, index_t width) {
+  std::vector<std::int32_t> out(results.size() * static_cast<std::size_t>(width), -1);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    SPECDEC_EXPECTS(static_cast<index_t>(results[r].tokens.size()) <= width, "specdec::sampling::padded_tokens",
+                    "request ", r, " emitted ", results[r].tokens.size(), " tokens; width is ", width);
+    std::copy(results[r].tokens.begin(), results[r].tokens.end(), out.begin() + static_cast<std::ptrdiff_t>(r) * width);
+  }
+  return out;
+}
+
+}  // namespace specdec::sampling

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Typical acceptance (Medusa's `evaluate_posterior` with `sampling='typical'`, fast mode, and
+/// vLLM v0's TypicalAcceptanceSampler for chains): lossy, deterministic, no draft probabilities.
+///
+/// A candidate x under the target distribution p of its parent is accepted iff p(x) > min(epsilon,
+/// delta exp(-H(p))), H(p) = -sum p log(p + 1e-5) (natural log). The accepted path is the deepest node
+/// whose every ancestor is accepted; among equally deep ones, the largest sum of log p along the path
+/// (Medusa's likelihood tie-break), then the lowest node index. The token after it is the target argmax
+/// at the last accepted node (Medusa fast mode; vLLM v0's recovered token).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/sampling/detail/rows.hpp>
+#include <specdec/sampling/speculative.hpp>
+
+namespace specdec::sampling {
+
+/// Medusa's defaults in `medusa_generate`: posterior_threshold 0.09, posterior_alpha 0.3.
+struct typical_options {
+  float epsilon = 0.09f;  ///< posterior_threshold: the hard threshold
+  float delta = 0.3f;     ///< posterior_alpha: scale of exp(-entropy)
+};
+
+/// Entropy and threshold of one target row, as Medusa computes them.
+struct typical_threshold {
+  double entropy;
+  double threshold;
+};
+
+/// H(p) = -sum p log(p + 1e-5) and min(epsilon, delta exp(-H)). \param p host `[V]`.
+inline typical_threshold typical_row_threshold(const float* p, index_t n, typical_options options) {
+  double entropy = 0.0;
+  for (index_t j = 0; j < n; ++j) entropy -= static_cast<double>(p[j]) * std::log(static_cast<double>(p[j]) + 1e-5);
+  return {entropy, std::min(static_cast<double>(options.epsilon), static_cast<double>(options.delta) * std::exp(-entropy))};
+}
+
+/// Typical acceptance over a batch of trees (chains included), as the file comment says. Consumes no
+/// randomness; reads the target rows of the root and of accepted nodes only.
+/// \param target_probs backend `[rows x V]` (softmax(logits / T)); node i uses row `target_row + i`.
+/// \throws invalid_argument on a malformed tree, rows out of range, a row that is not a distribution,
+///   epsilon or delta that are not positive and finite.
+template <backend B>
+std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                                               std::span<const speculative_request> requests, typical_options options = {}) {
+  constexpr const char* where = "specdec::sampling::verify_typical";
+  SPECDEC_EXPECTS(options.epsilon > 0.0f && std::isfinite(options.epsilon), where, "epsilon = ", options.epsilon,
+                  "; expected a finite value > 0");
+  SPECDEC_EXPECTS(options.delta > 0.0f && std::isfinite(options.delta), where, "delta = ", options.delta,
+                  "; expected a finite value > 0");
+  const index_t vocab = target_probs.cols();
+  sampling::detail::row_reader<B> target(b, target_probs);
+  std::vector<speculative_result> results;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const speculative_request& q = requests[r];
+    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
+    const draft_tree& tree = *q.tree;
+    validate(tree, vocab);
+    const index_t n = tree.size();
+    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
+                    " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
+                    target_probs.rows());
+    // Accepted flags and path likelihoods in node order (parents come first).
+    std::vector<char> accepted(static_cast<std::size_t>(n), 0);
+    std::vector<double> likelihood(static_cast<std::size_t>(n), 0.0);
+    std::vector<double> threshold(static_cast<std::size_t>(n), -1.0);  // of each node's row, once read
+    accepted[0] = 1;
+    index_t best = 0;
+    for (index_t i = 1; i < n; ++i) {
+      const auto parent = static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)]);
+      if (!accepted[parent]) continue;
+      if (q.max_accepted >= 0 && tree.depth[static_cast<std::size_t>(i)] > q.max_accepted) continue;
+      const index_t row = q.target_row + static_cast<index_t>(parent);
+      const float* p = target.row(row);
+      if (threshold[parent] < 0.0) {
+        sampling::detail::check_probability_row(where, "target_probs", row, p, vocab);
+        threshold[parent] = typical_row_threshold(p, vocab, options).threshold;
+      }
+      const float p_x = p[tree.token[static_cast<std::size_t>(i)]];
+      if (!(static_cast<double>(p_x) > threshold[parent])) continue;
+      accepted[static_cast<std::size_t>(i)] = 1;
+      likelihood[static_cast<std::size_t>(i)] = likelihood[parent] + std::log(static_cast<double>(p_x));
+      const auto depth = [&](index_t k) { return tree.depth[static_cast<std::size_t>(k)]; };
+      if (depth(i) > depth(best) ||
+          (depth(i) == depth(best) && likelihood[static_cast<std::size_t>(i)] > likelihood[static_cast<std::size_t>(best)]))
+        best = i;
+    }
+    speculative_result out;
+    for (index_t k = best; k > 0; k = tree.parent[static_cast<std::size_t>(k)])
+      out.accepted_nodes.insert(out.accepted_nodes.begin(), static_cast<std::int32_t>(k));
+    for (const std::int32_t k : out.accepted_nodes) out.tokens.push_back(tree.token[static_cast<std::size_t>(k)]);
+    const float* last = target.row(q.target_row + best);
+    std::int32_t argmax = 0;
+    for (index_t j = 1; j < vocab; ++j)
+      if (last[j] > last[argmax]) argmax = static_cast<std::int32_t>(j);
+    out.tokens.push_back(argmax);
+    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+}  // namespace specdec::sampling
