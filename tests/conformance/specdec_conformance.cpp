@@ -5,6 +5,7 @@
 // last; exits non-zero when anything failed. Integer outputs must match exactly; recorded scores to
 // 1e-5 (absolute for log-probabilities, relative for probabilities), as goldens/trees/README.md says.
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/trtllm.hpp>
+#include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 namespace {
@@ -114,6 +116,18 @@ class runner {
     if (kind == "sglang_eagle_pipeline") return sglang_pipeline(c);
     if (kind == "sglang_build_tree_malformed") return sglang_malformed(c);
     if (kind == "sglang_verify_tree_greedy") return sglang_verify(c);
+    if (kind == "chain_greedy") return chain_greedy(c);
+    if (kind == "chain_rejection" && c.value("convention", "") == "flashinfer_chain_speculative_sampling")
+      return flashinfer_chain(c);
+    if (kind == "chain_rejection" || kind == "chain_rejection_no_draft_probs") return vllm_chain(c);
+    if (kind == "target_distribution_preprocessing") return renorm(c);
+    if (kind == "tree_greedy") return tree_greedy(c);
+    if (kind == "tree_sampling_target_only") return tree_target_only(c);
+    if (kind == "typical_acceptance_tree") return typical_tree(c);
+    if (kind == "tree_recursive_rejection_deterministic_drafts") return eagle_posterior(c);
+    if (kind == "acceptance_predicate_conventions") return predicate_conventions(c);
+    if (kind == "analytic_acceptance") return analytic(c);
+    if (kind == "lossy_acceptance") return lenience(c);
     throw mismatch("kind, expected a supported kind, got '" + kind + "'");
   }
 
@@ -407,6 +421,582 @@ class runner {
     expect_equal("outputs.predicts", out.at("predicts"), r.predicts);
     expect_equal("outputs.accept_index", out.at("accept_index"), r.accept_index);
     expect_equal("outputs.accept_token_num", out.at("accept_token_num"), r.accept_token_num);
+  }
+
+
+  // ---------------------------------------------------------------------------------------------
+  // Samplers (goldens/samplers).
+
+  /// Rows appended one by one, then uploaded as one backend matrix.
+  struct row_stack {
+    std::vector<float> values;
+    index_t cols = 0;
+    index_t add(const std::vector<float>& row) {
+      if (cols == 0) cols = static_cast<index_t>(row.size());
+      if (static_cast<index_t>(row.size()) != cols) throw mismatch("rows, expected equal lengths, got a ragged table");
+      values.insert(values.end(), row.begin(), row.end());
+      return static_cast<index_t>(values.size()) / cols - 1;
+    }
+  };
+  specdec::matrix_view<const float, space> upload(const row_stack& rows) {
+    if (rows.values.empty()) return {};
+    keep_.push_back(b_.upload(std::span<const float>(rows.values)));
+    return {keep_.back().view().data(), static_cast<index_t>(rows.values.size()) / rows.cols, rows.cols};
+  }
+  static std::vector<float> uniform_row(index_t v) { return std::vector<float>(static_cast<std::size_t>(v), 1.0f / static_cast<float>(v)); }
+
+  static void expect_true(const std::string& field, bool ok, const std::string& detail) {
+    if (!ok) throw mismatch(field + ", " + detail);
+  }
+
+  void chain_greedy(const json& c) {
+    for (const json& k : c.at("cases")) {
+      const std::string name = k.value("name", "case");
+      const auto& drafts = k.at("draft_token_ids");
+      std::vector<specdec::draft_tree> trees;
+      std::vector<std::int32_t> argmax;
+      std::int32_t vocab = 1;
+      for (std::size_t r = 0; r < drafts.size(); ++r) {
+        const auto d = flat_as<std::int32_t>(drafts[r]);
+        const auto t = flat_as<std::int32_t>(k.at("target_argmax")[r]);
+        trees.push_back(specdec::sampling::make_chain(0, d));
+        argmax.insert(argmax.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(d.size()));
+        argmax.push_back(0);  // the bonus position: the caller's bonus token is used instead
+        for (auto x : d) vocab = std::max(vocab, x + 1);
+        for (auto x : t) vocab = std::max(vocab, x + 1);
+      }
+      const auto bonus = flat_as<std::int32_t>(k.at("bonus_token_ids"));
+      std::vector<specdec::sampling::speculative_request> requests(trees.size());
+      index_t row = 0;
+      for (std::size_t r = 0; r < trees.size(); ++r) {
+        requests[r].tree = &trees[r];
+        requests[r].target_row = row;
+        requests[r].bonus_token = bonus[r];
+        vocab = std::max(vocab, bonus[r] + 1);
+        row += trees[r].size();
+      }
+      const auto results = specdec::sampling::verify_greedy(argmax, vocab, requests);
+      expect_equal(name + ".output_token_ids", k.at("expected_output_token_ids"),
+                   specdec::sampling::padded_tokens(results, k.at("max_spec_len").get<index_t>() + 1));
+      if (k.contains("expected_num_emitted")) {
+        std::vector<index_t> emitted;
+        for (const auto& r : results) emitted.push_back(static_cast<index_t>(r.tokens.size()));
+        expect_equal(name + ".num_emitted", k.at("expected_num_emitted"), emitted);
+      }
+    }
+  }
+
+  /// vLLM v1's random path (with or without draft probabilities): ratio test, fp64 uniforms in [0, 1),
+  /// exponential-race recovery with the request's noise row, bonus token supplied by the caller.
+  void vllm_chain(const json& c) {
+    const index_t vocab = c.at("vocab_size").get<index_t>();
+    const bool no_draft_probs = c.at("kind") == "chain_rejection_no_draft_probs";
+    row_stack target, draft, noise;
+    std::vector<specdec::draft_tree> trees;
+    std::vector<std::vector<index_t>> draft_rows;
+    std::vector<std::vector<double>> uniforms;
+    const json& requests_json = c.at("requests");
+    for (const json& q : requests_json) {
+      const auto d = flat_as<std::int32_t>(q.at("draft_token_ids"));
+      trees.push_back(specdec::sampling::make_chain(0, d));
+      std::vector<index_t> rows = {-1};
+      for (std::size_t i = 0; i < d.size(); ++i) {
+        const index_t t = target.add(flat_as<float>(q.at("target_probs")[i]));
+        if (i == 0) draft_rows.emplace_back();
+        (void)t;
+        if (!no_draft_probs) rows.push_back(draft.add(flat_as<float>(q.at("draft_probs")[i])));
+      }
+      target.add(uniform_row(vocab));  // bonus row, unused: the bonus token is given
+      if (d.empty()) draft_rows.emplace_back();
+      draft_rows.back() = no_draft_probs ? std::vector<index_t>{} : rows;
+      noise.add(flat_as<float>(q.at("exponentials")));
+      uniforms.push_back(flat(q.at("uniforms")));
+    }
+    std::vector<specdec::sampling::speculative_request> requests(trees.size());
+    index_t row = 0;
+    for (std::size_t r = 0; r < trees.size(); ++r) {
+      auto& q = requests[r];
+      q.tree = &trees[r];
+      q.target_row = row;
+      row += trees[r].size();
+      q.draft_rows = draft_rows[r];
+      q.uniforms = specdec::sampling::uniform_stream::values(uniforms[r]);
+      q.noise_row = static_cast<index_t>(r);
+      q.bonus_token = requests_json[r].at("bonus_token_id").get<std::int32_t>();
+    }
+    specdec::sampling::speculative_options options;
+    options.test = specdec::sampling::acceptance_test::ratio;
+    options.draw = specdec::sampling::final_draw::exponential_race;
+    options.fallback = specdec::empty_residual::token_zero;
+    const auto results = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), requests, options, upload(noise));
+    const index_t width = c.at("max_spec_len").get<index_t>() + 1;
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      const json& q = requests_json[r];
+      const std::string name = "requests[" + std::to_string(r) + "]";
+      std::vector<specdec::sampling::speculative_result> one = {results[r]};
+      expect_equal(name + ".output_token_ids", q.at("expected_output_token_ids"), specdec::sampling::padded_tokens(one, width));
+      expect_equal(name + ".num_accepted_draft_tokens", q.at("expected_num_accepted_draft_tokens"),
+                   std::vector<index_t>{static_cast<index_t>(results[r].accepted_nodes.size())});
+    }
+  }
+
+  /// FlashInfer's chain kernel: strict product test, uniforms in (0, 1] in consumption order, re-tests,
+  /// inverse-CDF final token.
+  void flashinfer_chain(const json& c) {
+    for (std::size_t bi = 0; bi < c.at("batches").size(); ++bi) {
+      const json& batch = c.at("batches")[bi];
+      const std::string name = "batches[" + std::to_string(bi) + "]";
+      const index_t k = batch.at("num_speculative_tokens").get<index_t>();
+      const std::size_t bs = batch.at("draft_token_ids").size();
+      row_stack target, draft;
+      std::vector<specdec::draft_tree> trees;
+      std::vector<std::vector<index_t>> draft_rows(bs);
+      std::vector<std::vector<double>> uniforms(bs);
+      for (std::size_t r = 0; r < bs; ++r) {
+        trees.push_back(specdec::sampling::make_chain(0, flat_as<std::int32_t>(batch.at("draft_token_ids")[r])));
+        draft_rows[r].push_back(-1);
+        for (index_t i = 0; i < k; ++i) draft_rows[r].push_back(draft.add(flat_as<float>(batch.at("draft_probs")[r][static_cast<std::size_t>(i)])));
+        for (index_t i = 0; i <= k; ++i) target.add(flat_as<float>(batch.at("target_probs")[r][static_cast<std::size_t>(i)]));
+        uniforms[r] = flat(batch.at("uniform_streams")[r]);
+      }
+      std::vector<specdec::sampling::speculative_request> requests(bs);
+      for (std::size_t r = 0; r < bs; ++r) {
+        requests[r].tree = &trees[r];
+        requests[r].target_row = static_cast<index_t>(r) * (k + 1);
+        requests[r].draft_rows = draft_rows[r];
+        requests[r].uniforms = specdec::sampling::uniform_stream::values(uniforms[r]);
+      }
+      specdec::sampling::speculative_options options;
+      options.test = specdec::sampling::acceptance_test::strict_product;
+      options.range = specdec::sampling::uniform_range::open_closed;
+      options.flashinfer_retest = true;
+      options.fallback = specdec::empty_residual::last_token;
+      const auto results = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), requests, options, {}, true);
+      std::vector<index_t> accepted, emitted, consumed;
+      std::vector<float> final_dist;
+      for (const auto& r : results) {
+        accepted.push_back(r.retest_accepted);
+        emitted.push_back(static_cast<index_t>(r.accepted_nodes.size()));
+        consumed.push_back(r.uniforms_consumed);
+        final_dist.insert(final_dist.end(), r.final_distribution.begin(), r.final_distribution.end());
+      }
+      expect_equal(name + ".output_token_ids", batch.at("expected_output_token_ids"), specdec::sampling::padded_tokens(results, k + 1));
+      expect_equal(name + ".accepted_token_num", batch.at("expected_accepted_token_num"), accepted);
+      expect_equal(name + ".emitted_draft_token_num", batch.at("expected_emitted_draft_token_num"), emitted);
+      if (batch.contains("expected_uniforms_consumed"))
+        expect_equal(name + ".uniforms_consumed", batch.at("expected_uniforms_consumed"), consumed);
+      if (batch.contains("expected_final_distribution_unnormalized"))
+        expect_close(name + ".final_distribution", batch.at("expected_final_distribution_unnormalized"), final_dist, 1e-6, false);
+    }
+  }
+
+  void renorm(const json& c) {
+    const std::vector<float> probs = flat_as<float>(c.at("probs"));
+    const index_t v = static_cast<index_t>(c.at("probs")[0].size());
+    const index_t rows = static_cast<index_t>(probs.size()) / v;
+    std::vector<float> top_p = probs, top_k = probs;
+    specdec::sampling::top_p_renorm(specdec::as_matrix(top_p, rows, v), c.at("top_p").get<float>());
+    specdec::sampling::top_k_renorm(specdec::as_matrix(top_k, rows, v), c.at("top_k").get<index_t>());
+    expect_close("recomputed_top_p_renorm", c.at("recomputed_top_p_renorm"), top_p, 1e-6, false);
+    expect_close("recomputed_top_k_renorm", c.at("recomputed_top_k_renorm"), top_k, 1e-6, false);
+    expect_close("docstring_top_p_renorm", c.at("docstring_top_p_renorm"), top_p, 2e-4, false);
+    expect_close("docstring_top_k_renorm", c.at("docstring_top_k_renorm"), top_k, 2e-4, false);
+  }
+
+  /// SGLang's per-request tree layout (candidates, retrive_index, next_token / next_sibling links) as
+  /// draft trees, nodes in SGLang's order.
+  static std::vector<specdec::draft_tree> trees_from_links(const json& in) {
+    std::vector<specdec::draft_tree> trees;
+    for (std::size_t b = 0; b < in.at("candidates").size(); ++b) {
+      const auto cand = flat_as<std::int32_t>(in.at("candidates")[b]);
+      const auto next_token = flat_as<std::int32_t>(in.at("retrieve_next_token")[b]);
+      const auto next_sibling = flat_as<std::int32_t>(in.at("retrieve_next_sibling")[b]);
+      std::vector<std::int32_t> parent(cand.size(), -1);
+      for (std::size_t i = 0; i < cand.size(); ++i)
+        for (std::int32_t child = next_token[i]; child >= 0; child = next_sibling[static_cast<std::size_t>(child)])
+          parent[static_cast<std::size_t>(child)] = static_cast<std::int32_t>(i);
+      trees.push_back(specdec::make_tree(cand, parent));
+    }
+    return trees;
+  }
+
+  /// SGLang's outputs from specdec's results: predicts at each accepted slot, accept_index, counts.
+  static void expect_sglang_layout(const std::string& name, const json& in, const std::vector<specdec::sampling::speculative_result>& results,
+                                   const json& predicts, const json& accept_index, const json& accept_token_num) {
+    const index_t steps = in.at("num_spec_steps").get<index_t>();
+    std::vector<std::int32_t> got_predicts(in.at("predicts_len").get<std::size_t>(), in.at("predicts_init").get<std::int32_t>());
+    std::vector<std::int32_t> got_index, got_count;
+    for (std::size_t b = 0; b < results.size(); ++b) {
+      const auto slots = flat_as<std::int32_t>(in.at("retrieve_index")[b]);
+      std::vector<std::int32_t> path = {0};
+      path.insert(path.end(), results[b].accepted_nodes.begin(), results[b].accepted_nodes.end());
+      for (std::size_t i = 0; i < path.size(); ++i)
+        got_predicts[static_cast<std::size_t>(slots[static_cast<std::size_t>(path[i])])] = results[b].tokens[i];
+      for (index_t i = 0; i < steps; ++i)
+        got_index.push_back(i < static_cast<index_t>(path.size()) ? slots[static_cast<std::size_t>(path[static_cast<std::size_t>(i)])] : -1);
+      got_count.push_back(static_cast<std::int32_t>(results[b].accepted_nodes.size()));
+    }
+    expect_equal(name + ".predicts", predicts, got_predicts);
+    expect_equal(name + ".accept_index", accept_index, got_index);
+    expect_equal(name + ".accept_token_num", accept_token_num, got_count);
+  }
+
+  /// SGLang's verify_tree_greedy twice: the interop function on SGLang's own layout, and specdec's
+  /// verify_greedy on the same trees.
+  void tree_greedy(const json& c) {
+    const json& in = c.at("inputs");
+    const json& out = c.at("expected");
+    const index_t bs = static_cast<index_t>(in.at("candidates").size());
+    const index_t n = static_cast<index_t>(in.at("candidates")[0].size());
+    const auto cand = flat_as<std::int64_t>(in.at("candidates"));
+    const auto ri = flat_as<std::int64_t>(in.at("retrieve_index"));
+    const auto nt = flat_as<std::int64_t>(in.at("retrieve_next_token"));
+    const auto ns = flat_as<std::int64_t>(in.at("retrieve_next_sibling"));
+    const auto tp = flat_as<std::int64_t>(in.at("target_predict"));
+    using mv = specdec::matrix_view<const std::int64_t>;
+    const index_t steps = in.at("num_spec_steps").get<index_t>();
+    const auto r = specdec::sglang::verify_tree_greedy(mv(cand.data(), bs, n), mv(ri.data(), bs, n), mv(nt.data(), bs, n),
+                                                       mv(ns.data(), bs, n), tp, steps);
+    expect_equal("sglang.predicts", out.at("predicts"), r.predicts);
+    expect_equal("sglang.accept_index", out.at("accept_index"), r.accept_index);
+    expect_equal("sglang.accept_token_num", out.at("accept_token_num"), r.accept_token_num);
+    const auto trees = trees_from_links(in);
+    std::vector<specdec::sampling::speculative_request> requests(trees.size());
+    std::int32_t vocab = 1;
+    for (auto x : tp) vocab = std::max(vocab, static_cast<std::int32_t>(x) + 1);
+    for (auto x : cand) vocab = std::max(vocab, static_cast<std::int32_t>(x) + 1);
+    std::vector<std::vector<std::int32_t>> first_child, next_sibling;
+    for (std::size_t b = 0; b < trees.size(); ++b) {
+      first_child.push_back(flat_as<std::int32_t>(in.at("retrieve_next_token")[b]));
+      next_sibling.push_back(flat_as<std::int32_t>(in.at("retrieve_next_sibling")[b]));
+    }
+    for (std::size_t b = 0; b < trees.size(); ++b) {
+      requests[b].tree = &trees[b];
+      requests[b].target_row = static_cast<index_t>(b) * n;
+      requests[b].max_accepted = steps - 1;
+      requests[b].first_child = first_child[b];
+      requests[b].next_sibling = next_sibling[b];
+    }
+    const std::vector<std::int32_t> argmax(tp.begin(), tp.end());
+    expect_sglang_layout("verify_greedy", in, specdec::sampling::verify_greedy(argmax, vocab, requests), out.at("predicts"),
+                         out.at("accept_index"), out.at("accept_token_num"));
+  }
+
+  void tree_target_only(const json& c) {
+    const json& in = c.at("inputs");
+    const auto trees = trees_from_links(in);
+    const index_t n = static_cast<index_t>(in.at("candidates")[0].size());
+    std::vector<std::vector<std::int32_t>> first_child, next_sibling;
+    for (std::size_t b = 0; b < trees.size(); ++b) {
+      first_child.push_back(flat_as<std::int32_t>(in.at("retrieve_next_token")[b]));
+      next_sibling.push_back(flat_as<std::int32_t>(in.at("retrieve_next_sibling")[b]));
+    }
+    row_stack target;
+    std::vector<std::vector<double>> uniforms(trees.size());
+    for (std::size_t b = 0; b < trees.size(); ++b) {
+      for (index_t i = 0; i < n; ++i) target.add(flat_as<float>(in.at("target_probs")[b][static_cast<std::size_t>(i)]));
+      uniforms[b] = flat(in.at("uniform_samples")[b]);
+      uniforms[b].push_back(in.at("uniform_samples_for_final_sampling")[b].get<double>());
+    }
+    const auto probs = upload(target);
+    std::vector<specdec::sampling::speculative_request> requests(trees.size());
+    for (std::size_t b = 0; b < trees.size(); ++b) {
+      requests[b].tree = &trees[b];
+      requests[b].target_row = static_cast<index_t>(b) * n;
+      requests[b].uniforms = specdec::sampling::uniform_stream::values(uniforms[b]);
+      requests[b].max_accepted = in.at("num_spec_steps").get<index_t>() - 1;
+      requests[b].first_child = first_child[b];
+      requests[b].next_sibling = next_sibling[b];
+    }
+    for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
+      const json& e = c.at("cases")[k];
+      // SGLang's launcher clamps threshold_acc to >= 1e-9; threshold_single = 0 accepts every first child.
+      const specdec::sampling::coin_thresholds th{e.at("threshold_single").get<float>(),
+                                                  std::max(e.at("threshold_acc").get<float>(), 1e-9f)};
+      const auto results = specdec::sampling::verify_coin_tree(b_, probs, requests, th);
+      expect_sglang_layout("cases[" + std::to_string(k) + "]", in, results, e.at("expected_predicts"),
+                           e.at("expected_accept_index"), e.at("expected_accept_token_num"));
+    }
+  }
+
+  /// Candidate paths (`[paths x (depth + 1)]`, column 0 the root, -1 padding) merged into a tree; with
+  /// each node's row (the first path through it at its depth) and each node's first path.
+  struct path_tree {
+    specdec::draft_tree tree;
+    std::vector<std::pair<std::size_t, std::size_t>> row_of;  // (path, depth) of each node's distribution
+    std::vector<std::size_t> first_path;
+  };
+  static path_tree tree_from_paths(const json& candidates) {
+    std::vector<std::int32_t> tokens, parents;
+    path_tree out;
+    std::vector<std::vector<std::int32_t>> prefixes;
+    for (std::size_t p = 0; p < candidates.size(); ++p) {
+      const auto path = flat_as<std::int32_t>(candidates[p]);
+      std::vector<std::int32_t> prefix;
+      std::int32_t parent = -1;
+      for (std::size_t d = 0; d < path.size() && path[d] >= 0; ++d) {
+        prefix.push_back(path[d]);
+        const auto it = std::find(prefixes.begin(), prefixes.end(), prefix);
+        if (it != prefixes.end()) {
+          parent = static_cast<std::int32_t>(it - prefixes.begin());
+          continue;
+        }
+        prefixes.push_back(prefix);
+        tokens.push_back(path[d]);
+        parents.push_back(parent);
+        out.row_of.emplace_back(p, d);
+        out.first_path.push_back(p);
+        parent = static_cast<std::int32_t>(tokens.size() - 1);
+      }
+    }
+    // Paths add nodes depth-first; renumber breadth-first (stable by depth) as draft_tree requires.
+    std::vector<std::int32_t> depth(tokens.size(), 0), order(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) depth[i] = parents[i] < 0 ? 0 : depth[static_cast<std::size_t>(parents[i])] + 1;
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return depth[static_cast<std::size_t>(a)] < depth[static_cast<std::size_t>(b)]; });
+    std::vector<std::int32_t> new_index(tokens.size());
+    for (std::size_t i = 0; i < order.size(); ++i) new_index[static_cast<std::size_t>(order[i])] = static_cast<std::int32_t>(i);
+    std::vector<std::int32_t> t2, p2;
+    path_tree sorted;
+    for (const std::int32_t o : order) {
+      t2.push_back(tokens[static_cast<std::size_t>(o)]);
+      p2.push_back(parents[static_cast<std::size_t>(o)] < 0 ? -1 : new_index[static_cast<std::size_t>(parents[static_cast<std::size_t>(o)])]);
+      sorted.row_of.push_back(out.row_of[static_cast<std::size_t>(o)]);
+      sorted.first_path.push_back(out.first_path[static_cast<std::size_t>(o)]);
+    }
+    sorted.tree = specdec::make_tree(t2, p2);
+    return sorted;
+  }
+
+  void typical_tree(const json& c) {
+    const json& in = c.at("inputs");
+    const path_tree pt = tree_from_paths(in.at("candidates"));
+    const json& post = in.at("posterior_prob");
+    const index_t depth_rows = static_cast<index_t>(post[0].size());
+    row_stack target;
+    for (std::size_t i = 0; i < pt.row_of.size(); ++i) {
+      const auto [path, depth] = pt.row_of[i];
+      // Leaves past the last posterior row get a placeholder row (never read: nothing hangs below them).
+      target.add(static_cast<index_t>(depth) < depth_rows ? flat_as<float>(post[path][depth])
+                                                          : uniform_row(static_cast<index_t>(post[0][0].size())));
+    }
+    const auto probs = upload(target);
+    specdec::sampling::speculative_request request;
+    request.tree = &pt.tree;
+    for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
+      const json& e = c.at("cases")[k];
+      const std::string name = "cases[" + std::to_string(k) + "]";
+      const specdec::sampling::typical_options options{e.at("posterior_threshold").get<float>(), e.at("posterior_alpha").get<float>()};
+      const auto r = specdec::sampling::verify_typical(b_, probs, std::span(&request, 1), options).at(0);
+      const json& x = e.at("expected");
+      const std::size_t best = r.accepted_nodes.empty() ? 0 : pt.first_path[static_cast<std::size_t>(r.accepted_nodes.back())];
+      expect_equal(name + ".accept_length", x.at("accept_length"), std::vector<std::size_t>{r.accepted_nodes.size()});
+      expect_equal(name + ".best_candidate", x.at("best_candidate"), std::vector<std::size_t>{best});
+      std::vector<float> threshold, entropy;
+      for (std::size_t p = 0; p < post.size(); ++p)
+        for (index_t d = 0; d < depth_rows; ++d) {
+          const auto row = flat_as<float>(post[p][static_cast<std::size_t>(d)]);
+          const auto t = specdec::sampling::typical_row_threshold(row.data(), static_cast<index_t>(row.size()), options);
+          threshold.push_back(static_cast<float>(t.threshold));
+          entropy.push_back(static_cast<float>(t.entropy));
+        }
+      expect_close(name + ".threshold", x.at("threshold"), threshold, 1e-5, true);
+      expect_close(name + ".entropy", x.at("entropy"), entropy, 1e-5, true);
+    }
+  }
+
+  /// EAGLE's evaluate_posterior (sampling): the stream covers the acceptance tests only (the final
+  /// token comes from torch.multinomial there), so one more uniform is appended for specdec's draw.
+  void eagle_posterior(const json& c) {
+    const json& in = c.at("inputs");
+    const path_tree pt = tree_from_paths(in.at("candidates"));
+    row_stack target;
+    for (const auto& [path, depth] : pt.row_of) target.add(flat_as<float>(in.at("probs")[path][depth]));
+    const auto probs = upload(target);
+    for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
+      const json& e = c.at("cases")[k];
+      const std::string name = "cases[" + std::to_string(k) + "]";
+      std::vector<double> stream = flat(e.at("uniform_stream"));
+      stream.push_back(0.5);
+      specdec::sampling::speculative_request request;
+      request.tree = &pt.tree;
+      request.uniforms = specdec::sampling::uniform_stream::values(stream);
+      const auto r = specdec::sampling::verify_speculative(b_, probs, {}, std::span(&request, 1), {}, {}, true).at(0);
+      const json& x = e.at("expected");
+      const std::size_t best = r.accepted_nodes.empty() ? 0 : pt.first_path[static_cast<std::size_t>(r.accepted_nodes.back())];
+      expect_equal(name + ".best_candidate", x.at("best_candidate"), std::vector<std::size_t>{best});
+      expect_equal(name + ".accept_length", x.at("accept_length"), std::vector<std::size_t>{r.accepted_nodes.size()});
+      expect_equal(name + ".accepted_tokens", x.at("accepted_tokens"), std::vector<std::int32_t>(r.tokens.begin(), r.tokens.end() - 1));
+      expect_equal(name + ".uniforms_consumed", x.at("uniforms_consumed"), std::vector<index_t>{r.acceptance_tests});
+      double mass = 0.0;
+      for (const float v : r.final_distribution) mass += v;
+      std::vector<float> normalised;
+      for (const float v : r.final_distribution) normalised.push_back(static_cast<float>(v / mass));
+      expect_close(name + ".sample_p", x.at("sample_p"), normalised, 1e-6, false);
+    }
+  }
+
+  /// One single-draft chain decided by the given convention: accepted or not.
+  bool single_decision(float p_x, float q_x, double u, specdec::sampling::acceptance_test test, specdec::sampling::uniform_range range) {
+    const std::vector<float> p = {p_x, 1.0f - p_x, 0.0f, 0.0f}, q = {q_x, 1.0f - q_x, 0.0f, 0.0f};
+    row_stack target, draft;
+    target.add(p);
+    target.add(uniform_row(4));
+    draft.add(q);
+    const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{0});
+    const std::vector<index_t> rows = {-1, 0};
+    const std::vector<double> stream = {u, 0.5};
+    specdec::sampling::speculative_request request{&chain, 0, rows, specdec::sampling::uniform_stream::values(stream)};
+    specdec::sampling::speculative_options options;
+    options.test = test;
+    options.range = range;
+    return !specdec::sampling::verify_speculative(b_, upload(target), upload(draft), std::span(&request, 1), options)
+                .at(0).accepted_nodes.empty();
+  }
+
+  void predicate_conventions(const json& c) {
+    using specdec::sampling::acceptance_test;
+    using specdec::sampling::uniform_range;
+    for (const json& k : c.at("cases")) {
+      const std::string name = k.at("case");
+      if (k.contains("target_prob") && k.contains("draft_prob")) {
+        const float p = k.at("target_prob"), q = k.at("draft_prob");
+        const double u = k.at("uniform");
+        const auto check = [&](const char* key, acceptance_test test, uniform_range range) {
+          if (!k.contains(key)) return;
+          expect_equal(name + "." + key, k.at(key), std::vector<int>{single_decision(p, q, u, test, range) ? 1 : 0});
+        };
+        if (u < 1.0) {  // [0, 1) conventions cannot see u = 1
+          check("vllm_v1_accept", acceptance_test::ratio, uniform_range::closed_open);
+          check("leviathan_alg1_accept", acceptance_test::ratio, uniform_range::closed_open);
+          check("specinfer_accept", acceptance_test::ratio, uniform_range::closed_open);
+        }
+        check("flashinfer_accept", acceptance_test::strict_product, uniform_range::open_closed);
+        check("sglang_chain_classic_accept", acceptance_test::strict_product, uniform_range::open_closed);
+      } else if (k.contains("distribution")) {
+        const auto dist = flat_as<float>(k.at("distribution"));
+        for (const auto& [key, u] : std::vector<std::pair<std::string, double>>{{"uniform_1_0", 1.0}, {"uniform_0_5", 0.5}, {"uniform_0_25", 0.25}, {"uniform_0_2", 0.2}}) {
+          // A bonus draw from `dist` with FlashInfer's (0, 1] uniforms.
+          row_stack target;
+          target.add(dist);
+          const specdec::draft_tree root = specdec::make_tree({0}, {-1});
+          const std::vector<double> stream = {u};
+          specdec::sampling::speculative_request request{&root, 0, {}, specdec::sampling::uniform_stream::values(stream)};
+          specdec::sampling::speculative_options options;
+          options.range = uniform_range::open_closed;
+          const auto r = specdec::sampling::verify_speculative(b_, upload(target), {}, std::span(&request, 1), options).at(0);
+          expect_equal(name + "." + key, k.at(key), r.tokens);
+        }
+      } else if (k.contains("coin")) {
+        // SGLang's tree rule at the boundary: one child whose target mass equals the coin.
+        const float mass = k.at("prob_acc");
+        row_stack target;
+        target.add({mass, 1.0f - mass});
+        target.add({0.5f, 0.5f});
+        const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{0});
+        const std::vector<double> stream = {k.at("coin").get<double>(), 0.5, 0.5};
+        specdec::sampling::speculative_request request{&chain, 0, {}, specdec::sampling::uniform_stream::values(stream)};
+        const auto r = specdec::sampling::verify_coin_tree(b_, upload(target), std::span(&request, 1), {1.0f, k.at("threshold_acc").get<float>()}).at(0);
+        expect_equal(name + ".sglang_tree_accept", k.at("sglang_tree_accept"), std::vector<int>{r.accepted_nodes.empty() ? 0 : 1});
+      } else if (k.contains("vllm_v1")) {
+        // All-zero residual: q(x) = 0 rejects in vLLM, and p == q elsewhere leaves nothing.
+        row_stack target, draft, noise;
+        target.add({0.0f, 0.5f, 0.5f, 0.0f});
+        target.add(uniform_row(4));
+        draft.add({0.0f, 0.5f, 0.5f, 0.0f});
+        noise.add({1.0f, 1.0f, 1.0f, 1.0f});
+        const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{3});
+        const std::vector<index_t> rows = {-1, 0};
+        const std::vector<double> stream = {0.5, 0.5};
+        specdec::sampling::speculative_request request{&chain, 0, rows, specdec::sampling::uniform_stream::values(stream), 0};
+        specdec::sampling::speculative_options options;
+        options.draw = specdec::sampling::final_draw::exponential_race;
+        const auto r = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), std::span(&request, 1), options, upload(noise)).at(0);
+        expect_equal(name + ".vllm_v1", k.at("vllm_v1"), std::vector<std::int32_t>{r.tokens.back()});
+        // SGLang's tree kernel: V - 1 when the residual is empty (both candidates rejected, nothing left).
+        row_stack t2;
+        t2.add({0.5f, 0.5f});
+        t2.add({0.5f, 0.5f});
+        t2.add({0.5f, 0.5f});
+        const specdec::draft_tree both = specdec::make_tree({0, 0, 1}, {-1, 0, 0});
+        const std::vector<double> coins = {0.99, 0.5, 0.5, 0.5};
+        specdec::sampling::speculative_request r2{&both, 0, {}, specdec::sampling::uniform_stream::values(coins)};
+        const auto s = specdec::sampling::verify_coin_tree(b_, upload(t2), std::span(&r2, 1), {1.0f, 1.1f}).at(0);
+        expect_true(name + ".sglang_tree_target_only", s.tokens.back() == 1, "expected V - 1 = 1, got " + std::to_string(s.tokens.back()));
+      }
+    }
+  }
+
+  void analytic(const json& c) {
+    for (std::size_t i = 0; i < c.at("cases").size(); ++i) {
+      const json& k = c.at("cases")[i];
+      const std::string name = "cases[" + std::to_string(i) + "]";
+      const std::vector<double> p = flat(k.at("target_p")), q = flat(k.at("draft_q"));
+      const double alpha = specdec::sampling::lenient_acceptance_rate(p, q);
+      if (std::abs(alpha - k.at("alpha").get<double>()) > 1e-12)
+        throw mismatch(name + ".alpha, expected " + std::to_string(k.at("alpha").get<double>()) + ", got " + std::to_string(alpha));
+      for (const json& g : k.at("per_gamma")) {
+        const index_t gamma = g.at("gamma");
+        const double tokens = specdec::sampling::expected_tokens_per_step(alpha, gamma);
+        if (std::abs(tokens - g.at("expected_generated_tokens").get<double>()) > 1e-9)
+          throw mismatch(name + ".expected_generated_tokens, expected " + std::to_string(g.at("expected_generated_tokens").get<double>()) + ", got " + std::to_string(tokens));
+        const auto dist = specdec::sampling::tokens_per_step_distribution(alpha, gamma);
+        for (const auto& item : g.at("prob_num_generated").items()) {
+          const double want = item.value().template get<double>();
+          if (std::abs(dist[static_cast<std::size_t>(std::stoi(item.key()) - 1)] - want) > 1e-9)
+            throw mismatch(name + ".prob_num_generated[" + item.key() + "], expected " + std::to_string(want));
+        }
+      }
+    }
+  }
+
+  void lenience(const json& c) {
+    const json& single = c.at("single_position");
+    const std::vector<double> p = flat(single.at("target_p")), q = flat(single.at("draft_q"));
+    for (const json& k : single.at("cases")) {
+      const double l = k.at("lenience");
+      const std::string name = "single_position[l=" + std::to_string(l) + "]";
+      if (std::abs(specdec::sampling::lenient_acceptance_rate(p, q, l) - k.at("alpha").get<double>()) > 1e-12)
+        throw mismatch(name + ".alpha");
+      const auto out = specdec::sampling::lenient_output_distribution(p, q, l);
+      expect_close(name + ".output_distribution", k.at("single_position_output_distribution"),
+                   std::vector<float>(out.begin(), out.end()), 1e-7, false);
+    }
+    const json& chain = c.at("chain");
+    row_stack target, draft;
+    for (const json& r : chain.at("target_rows")) target.add(flat_as<float>(r));
+    for (const json& r : chain.at("draft_rows")) draft.add(flat_as<float>(r));
+    const auto tp = upload(target), dp = upload(draft);
+    const specdec::draft_tree tree = specdec::sampling::make_chain(0, flat_as<std::int32_t>(chain.at("draft_token_ids")));
+    std::vector<index_t> rows = {-1};
+    for (index_t i = 0; i < dp.rows(); ++i) rows.push_back(i);
+    for (std::size_t i = 0; i < chain.at("cases").size(); ++i) {
+      const json& k = chain.at("cases")[i];
+      const std::string name = "chain.cases[" + std::to_string(i) + "]";
+      // The golden draws the final token with its own uniform: the stream is the acceptance uniforms
+      // actually used, then the final one.
+      specdec::sampling::speculative_options options;
+      options.lenience = k.at("lenience");
+      const std::vector<double> tests = flat(k.at("uniforms"));
+      const index_t accepted = k.at("expected").at("num_accepted");
+      std::vector<double> stream(tests.begin(), tests.begin() + std::min<std::ptrdiff_t>(accepted + 1, static_cast<std::ptrdiff_t>(tests.size())));
+      stream.push_back(k.at("final_uniform"));
+      specdec::sampling::speculative_request request{&tree, 0, rows, specdec::sampling::uniform_stream::values(stream)};
+      const auto r = specdec::sampling::verify_speculative(b_, tp, dp, std::span(&request, 1), options, {}, true).at(0);
+      expect_equal(name + ".num_accepted", k.at("expected").at("num_accepted"), std::vector<std::size_t>{r.accepted_nodes.size()});
+      expect_equal(name + ".output", k.at("expected").at("output"), r.tokens);
+      double mass = 0.0;
+      for (const float v : r.final_distribution) mass += v;
+      std::vector<float> normalised;
+      for (const float v : r.final_distribution) normalised.push_back(static_cast<float>(v / mass));
+      expect_close(name + ".final_dist", k.at("expected").at("final_dist"), normalised, 1e-6, false);
+    }
+    for (std::size_t i = 0; i < c.at("greedy").size(); ++i) {
+      const json& k = c.at("greedy")[i];
+      const auto probs = flat_as<float>(k.at("target_p"));
+      expect_equal("greedy[" + std::to_string(i) + "].accept", k.at("accept"),
+                   std::vector<int>{specdec::sampling::lenient_greedy_accepts(probs, k.at("draft_token"), k.at("lenience")) ? 1 : 0});
+    }
   }
 
   B& b_;

@@ -35,12 +35,12 @@ inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_
     const speculative_request& q = requests[r];
     SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
     const draft_tree& tree = *q.tree;
-    validate(tree, vocab_size);
+    detail::check_tree(where, tree, vocab_size, r);
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= static_cast<index_t>(target_argmax.size()), where,
                     "request ", r, " needs argmax rows [", q.target_row, ", ", q.target_row + n, ") but target_argmax has ",
                     target_argmax.size());
-    const auto children = detail::children_of(tree);
+    const auto children = detail::children_of(where, q, r);
     speculative_result out;
     index_t node = 0;
     for (;;) {

@@ -86,6 +86,11 @@ struct speculative_request {
   index_t noise_row = -1;
   /// Most draft tokens that may be accepted (SGLang's num_spec_steps - 1); -1 for no cap.
   index_t max_accepted = -1;
+  /// Sibling order, optional: `first_child` / `next_sibling` `[tree.size()]` links (SGLang's
+  /// retrive_next_token / retrive_next_sibling, request-local, -1 for none). Empty: children are visited in
+  /// node-index order (what build_tree produces). The links must describe the tree's parent relation.
+  std::span<const std::int32_t> first_child = {};
+  std::span<const std::int32_t> next_sibling = {};
   /// A bonus token sampled by the caller (vLLM samples it outside the rejection sampler): emitted when
   /// the walk ends without a rejection, instead of a draw from the last node's row.
   std::optional<std::int32_t> bonus_token = std::nullopt;
@@ -111,10 +116,43 @@ inline bool passes(acceptance_test test, float p, float q, float lenience, doubl
   return static_cast<float>(u) * lq < p;
 }
 
-inline std::vector<std::vector<std::int32_t>> children_of(const draft_tree& tree) {
-  std::vector<std::vector<std::int32_t>> children(static_cast<std::size_t>(tree.size()));
-  for (index_t i = 1; i < tree.size(); ++i)
-    children[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])].push_back(static_cast<std::int32_t>(i));
+/// Validates a request's tree: well formed, and every draft token (node 1 on) in [0, V). The root's
+/// token is the committed one, which verification never reads.
+inline void check_tree(const char* where, const draft_tree& tree, index_t vocab, std::size_t request) {
+  validate(tree);
+  for (index_t i = 1; i < tree.size(); ++i) {
+    const std::int32_t x = tree.token[static_cast<std::size_t>(i)];
+    SPECDEC_EXPECTS(x >= 0 && x < vocab, where, "request ", request, " node ", i, " has token ", x,
+                    "; expected a token id in [0, V = ", vocab, ")");
+  }
+}
+
+/// Children of every node in visiting order: the request's links when given (checked against the
+/// parents), else node-index order.
+template <class Request>
+std::vector<std::vector<std::int32_t>> children_of(const char* where, const Request& q, std::size_t request) {
+  const draft_tree& tree = *q.tree;
+  const auto n = static_cast<std::size_t>(tree.size());
+  std::vector<std::vector<std::int32_t>> children(n);
+  if (q.first_child.empty() && q.next_sibling.empty()) {
+    for (index_t i = 1; i < tree.size(); ++i)
+      children[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])].push_back(static_cast<std::int32_t>(i));
+    return children;
+  }
+  SPECDEC_EXPECTS(q.first_child.size() == n && q.next_sibling.size() == n, where, "request ", request, " has ",
+                  q.first_child.size(), " first_child and ", q.next_sibling.size(), " next_sibling links; expected ", n,
+                  " each");
+  std::size_t linked = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::int32_t c = q.first_child[i]; c >= 0; c = q.next_sibling[static_cast<std::size_t>(c)]) {
+      SPECDEC_EXPECTS(static_cast<std::size_t>(c) < n && tree.parent[static_cast<std::size_t>(c)] == static_cast<std::int32_t>(i) &&
+                          ++linked < n,
+                      where, "request ", request, ": the links list node ", c, " under node ", i,
+                      ", which is not its parent in the tree (or the links cycle)");
+      children[i].push_back(c);
+    }
+  SPECDEC_EXPECTS(linked + 1 == n, where, "request ", request, ": the links reach ", linked, " of the ", n - 1,
+                  " non-root nodes");
   return children;
 }
 
@@ -160,7 +198,7 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
     const speculative_request& q = requests[r];
     SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
     const draft_tree& tree = *q.tree;
-    validate(tree, vocab);
+    detail::check_tree(where, tree, vocab, r);
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
                     " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
@@ -172,7 +210,7 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
       SPECDEC_EXPECTS(row >= -1 && row < draft_probs.rows(), where, "request ", r, " node ", i, " has draft row ", row,
                       "; draft_probs has ", draft_probs.rows(), " rows (-1: deterministic)");
     }
-    const auto children = detail::children_of(tree);
+    const auto children = detail::children_of(where, q, r);
     const bool is_chain = std::all_of(children.begin(), children.end(), [](const auto& c) { return c.size() <= 1; });
     SPECDEC_EXPECTS(!options.flashinfer_retest || is_chain, where, "request ", r,
                     ": flashinfer_retest applies to chains; this tree branches");

@@ -25,7 +25,8 @@
 
 namespace specdec::sampling {
 
-/// SGLang's thresholds; (1, 1) is lossless. SGLang's launcher clamps both to >= 1e-9.
+/// SGLang's thresholds; (1, 1) is lossless. `single` = 0 accepts every first child; `accumulated` must be
+/// positive (SGLang's launcher clamps it to >= 1e-9).
 struct coin_thresholds {
   float single = 1.0f;
   float accumulated = 1.0f;
@@ -40,7 +41,8 @@ struct coin_thresholds {
 /// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction).
 /// \param target_probs backend `[rows x V]`; node i of a request uses row `target_row + i`.
 /// \param fallback token for an all-zero final distribution (SGLang: V - 1).
-/// \throws invalid_argument as verify_speculative, and on thresholds that are not positive and finite.
+/// \throws invalid_argument as verify_speculative, and on thresholds out of range (single >= 0,
+///   accumulated > 0, both finite).
 template <backend B>
 std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                                                  std::span<const speculative_request> requests,
@@ -48,8 +50,8 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
                                                  empty_residual fallback = empty_residual::last_token,
                                                  bool keep_final_distribution = false) {
   constexpr const char* where = "specdec::sampling::verify_coin_tree";
-  SPECDEC_EXPECTS(thresholds.single > 0.0f && std::isfinite(thresholds.single), where,
-                  "threshold_single = ", thresholds.single, "; expected a finite value > 0");
+  SPECDEC_EXPECTS(thresholds.single >= 0.0f && std::isfinite(thresholds.single), where,
+                  "threshold_single = ", thresholds.single, "; expected a finite value >= 0");
   SPECDEC_EXPECTS(thresholds.accumulated > 0.0f && std::isfinite(thresholds.accumulated), where,
                   "threshold_acc = ", thresholds.accumulated, "; expected a finite value > 0");
   const index_t vocab = target_probs.cols();
@@ -59,12 +61,12 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
     const speculative_request& q = requests[r];
     SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
     const draft_tree& tree = *q.tree;
-    validate(tree, vocab);
+    detail::check_tree(where, tree, vocab, r);
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
                     " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
                     target_probs.rows());
-    const auto children = detail::children_of(tree);
+    const auto children = detail::children_of(where, q, r);
     speculative_result out;
     index_t node = 0;
     for (;;) {

@@ -61,7 +61,7 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     const speculative_request& q = requests[r];
     SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
     const draft_tree& tree = *q.tree;
-    validate(tree, vocab);
+    detail::check_tree(where, tree, vocab, r);
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
                     " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
