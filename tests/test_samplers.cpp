@@ -1,0 +1,417 @@
+// SPDX-License-Identifier: Apache-2.0
+// Statistical tests of the stochastic verifiers, on every backend: the emitted tokens are distributed as
+// the target (chi-square against the 1e-4 quantile, fixed seeds), the acceptance matches the theory
+// within 3 standard errors, a 1 % error in the rule is detected (power), lenience reproduces its closed
+// form; plus the verifiers' errors on bad input.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+#include <specdec/sampling/sampling.hpp>
+#include <specdec/tree/static_tree.hpp>
+
+#include "backend_conformance.hpp"
+#include "statistics.hpp"
+
+#define SPECDEC_SAMPLER_BACKENDS \
+  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+
+using specdec::index_t;
+namespace sampling = specdec::sampling;
+
+namespace {
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const specdec::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// Inverse-CDF draw from a host row (the test's own drafter).
+std::int32_t draw(const std::vector<float>& p, index_t row, index_t v, double u) {
+  double run = 0.0;
+  std::int32_t last = 0;
+  for (index_t j = 0; j < v; ++j) {
+    const double x = p[static_cast<std::size_t>(row * v + j)];
+    if (x <= 0.0) continue;
+    run += x;
+    last = static_cast<std::int32_t>(j);
+    if (run > u) return last;
+  }
+  return last;
+}
+
+std::vector<double> row_of(const std::vector<float>& m, index_t row, index_t v) {
+  return std::vector<double>(m.begin() + row * v, m.begin() + (row + 1) * v);
+}
+
+/// Per-position counts of emitted tokens and the tokens emitted per step, from `n` chain steps with
+/// drafts drawn from q. Target rows [gamma + 1 x V], draft rows [gamma x V] (host, uploaded here).
+struct chain_run {
+  std::vector<std::vector<double>> counts;  // [gamma + 1][V]: token at emitted position j, when emitted
+  double mean_tokens = 0.0, sd_tokens = 0.0;
+};
+template <class B>
+chain_run run_chain(B& b, const std::vector<float>& p, const std::vector<float>& q, index_t gamma, index_t v, index_t n,
+                    std::uint64_t seed, float lenience = 1.0f) {
+  auto target = b.upload(std::span<const float>(p));
+  auto draft = b.upload(std::span<const float>(q));
+  std::vector<specdec::draft_tree> trees;
+  trees.reserve(static_cast<std::size_t>(n));
+  const specdec::philox_stream drafter{seed, 1};
+  for (index_t s = 0; s < n; ++s) {
+    std::vector<std::int32_t> tokens;
+    for (index_t i = 0; i < gamma; ++i)
+      tokens.push_back(draw(q, i, v, drafter.uniform_double(static_cast<std::uint64_t>(s * gamma + i))));
+    trees.push_back(sampling::make_chain(0, tokens));
+  }
+  std::vector<index_t> rows = {-1};
+  for (index_t i = 0; i < gamma; ++i) rows.push_back(i);
+  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(n));
+  for (index_t s = 0; s < n; ++s) {
+    auto& r = requests[static_cast<std::size_t>(s)];
+    r.tree = &trees[static_cast<std::size_t>(s)];
+    r.draft_rows = rows;
+    r.uniforms = sampling::uniform_stream::philox({seed, 2 + static_cast<std::uint64_t>(s)});
+  }
+  sampling::speculative_options options;
+  options.lenience = lenience;
+  const auto results = sampling::verify_speculative(
+      b, specdec::matrix_view<const float, typename B::memory_space>(target.view().data(), gamma + 1, v),
+      specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), gamma, v), requests, options);
+  chain_run out;
+  out.counts.assign(static_cast<std::size_t>(gamma + 1), std::vector<double>(static_cast<std::size_t>(v), 0.0));
+  double sum = 0.0, sum2 = 0.0;
+  for (const auto& r : results) {
+    for (std::size_t j = 0; j < r.tokens.size(); ++j) out.counts[j][static_cast<std::size_t>(r.tokens[j])] += 1.0;
+    const double t = static_cast<double>(r.tokens.size());
+    sum += t;
+    sum2 += t * t;
+  }
+  out.mean_tokens = sum / static_cast<double>(n);
+  out.sd_tokens = std::sqrt(sum2 / static_cast<double>(n) - out.mean_tokens * out.mean_tokens);
+  return out;
+}
+
+/// Chi-square of a position's counts against p, or 0 when too few steps reached it (expected count < 5
+/// in some cell with mass): such positions are not tested.
+bool position_matches(const std::vector<double>& counts, const std::vector<double>& p, double& statistic) {
+  double n = 0.0;
+  for (double c : counts) n += c;
+  for (double x : p)
+    if (x > 0.0 && n * x < 5.0) return true;
+  statistic = specdec::testing::chi_square(counts, p);
+  index_t cells = 0;
+  for (double x : p) cells += x > 0.0 ? 1 : 0;
+  return statistic < specdec::testing::chi_square_quantile(static_cast<double>(cells - 1));
+}
+
+}  // namespace
+
+// gamma = 1..5, V = 6, 40 000 steps each. Each emitted position (when reached) must be distributed as
+// its target row: chi-square with V - 1 dof against the 1e-4 quantile (about 25.7). Tokens per step:
+// with position-varying alphas E[N] = 1 + sum_j prod_{i<=j} alpha_i, within 3 standard errors.
+TEST_CASE_TEMPLATE("chain speculative sampling is lossless and accepts at the theoretical rate", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 6, n = 40000;
+  for (index_t gamma = 1; gamma <= 5; ++gamma) {
+    CAPTURE(gamma);
+    const auto p = conformance::random_probs(300 + static_cast<std::uint64_t>(gamma), gamma + 1, v, 1.5f).data;
+    const auto q = conformance::random_probs(400 + static_cast<std::uint64_t>(gamma), gamma, v, 1.5f).data;
+    const chain_run run = run_chain(h.b, p, q, gamma, v, n, 7000 + static_cast<std::uint64_t>(gamma));
+    for (index_t j = 0; j <= gamma; ++j) {
+      CAPTURE(j);
+      double statistic = 0.0;
+      CHECK(position_matches(run.counts[static_cast<std::size_t>(j)], row_of(p, j, v), statistic));
+    }
+    double expected = 1.0, prefix = 1.0;
+    for (index_t i = 0; i < gamma; ++i) {
+      prefix *= sampling::lenient_acceptance_rate(row_of(p, i, v), row_of(q, i, v));
+      expected += prefix;
+    }
+    CHECK(std::abs(run.mean_tokens - expected) < 3.0 * run.sd_tokens / std::sqrt(static_cast<double>(n)));
+  }
+}
+
+// i.i.d. positions: E[N] = (1 - alpha^(gamma+1)) / (1 - alpha).
+TEST_CASE_TEMPLATE("tokens per step match (1 - alpha^(g+1)) / (1 - alpha) for i.i.d. positions", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 8, n = 40000, gamma = 4;
+  const auto p1 = conformance::random_probs(11, 1, v, 1.5f).data;
+  const auto q1 = conformance::random_probs(12, 1, v, 1.5f).data;
+  std::vector<float> p, q;
+  for (index_t i = 0; i <= gamma; ++i) p.insert(p.end(), p1.begin(), p1.end());
+  for (index_t i = 0; i < gamma; ++i) q.insert(q.end(), q1.begin(), q1.end());
+  const chain_run run = run_chain(h.b, p, q, gamma, v, n, 99);
+  const double alpha = sampling::lenient_acceptance_rate(row_of(p1, 0, v), row_of(q1, 0, v));
+  CHECK(std::abs(run.mean_tokens - sampling::expected_tokens_per_step(alpha, gamma)) <
+        3.0 * run.sd_tokens / std::sqrt(static_cast<double>(n)));
+}
+
+// Power: the distribution test must reject a rule that is 1 % wrong. Accepting with min(1, p / (0.99 q))
+// instead of min(1, p / q) moves mass onto the tokens with p < q: for these rows P_0.99 - p =
+// (+0.00505, -0.00253, -0.00126, -0.00126), so at N = 700 000 single-position steps the wrong rule's
+// expected statistic is dof + N sum (P_0.99 - p)^2 / p = 3 + 71, asserted to exceed three times the
+// 1e-4 threshold (21.8); the sampled statistic of the wrong rule must exceed the threshold and the
+// correct rule's must not. The power is a property of the test, so it runs on one backend.
+TEST_CASE("a 1 % error in the acceptance rule fails the distribution test") {
+  specdec::eigen b;
+  const index_t v = 4, n = 700000;
+  const std::vector<float> p = {0.5f, 0.25f, 0.125f, 0.125f, 0.25f, 0.25f, 0.25f, 0.25f};  // row 1: bonus
+  const std::vector<float> q = {0.75f, 0.125f, 0.0625f, 0.0625f};
+  const std::vector<double> p0 = row_of(p, 0, v), q0 = row_of(q, 0, v);
+  const auto wrong = sampling::lenient_output_distribution(p0, q0, 0.99);
+  double lambda = 0.0;
+  for (index_t j = 0; j < v; ++j) lambda += (wrong[j] - p0[j]) * (wrong[j] - p0[j]) / p0[j];
+  lambda *= static_cast<double>(n);
+  const double threshold = specdec::testing::chi_square_quantile(3);
+  CHECK(3.0 + lambda > 3.0 * threshold);
+  const chain_run right = run_chain(b, p, q, 1, v, n, 5);
+  const chain_run off = run_chain(b, p, q, 1, v, n, 5, 0.99f);
+  CHECK(specdec::testing::chi_square(right.counts[0], p0) < threshold);
+  CHECK(specdec::testing::chi_square(off.counts[0], p0) > threshold);
+  // And the lenient output follows its own closed form.
+  CHECK(specdec::testing::chi_square(off.counts[0], wrong) < threshold);
+}
+
+// Lenience reproduces its closed form: P(x) = min(q, p / l) + (1 - alpha_l) residual.
+TEST_CASE_TEMPLATE("lenience reproduces its analytic output distribution and acceptance", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 5, n = 60000;
+  const std::vector<float> p = {0.05f, 0.15f, 0.4f, 0.3f, 0.1f, 0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+  const std::vector<float> q = {0.3f, 0.3f, 0.2f, 0.1f, 0.1f};
+  for (const float l : {0.5f, 0.25f}) {
+    CAPTURE(l);
+    const chain_run run = run_chain(h.b, p, q, 1, v, n, 17, l);
+    const auto expected = sampling::lenient_output_distribution(row_of(p, 0, v), row_of(q, 0, v), l);
+    CHECK(specdec::testing::chi_square(run.counts[0], expected) < specdec::testing::chi_square_quantile(4));
+    const double alpha = sampling::lenient_acceptance_rate(row_of(p, 0, v), row_of(q, 0, v), l);
+    CHECK(std::abs(run.mean_tokens - (1.0 + alpha)) < 3.0 * run.sd_tokens / std::sqrt(static_cast<double>(n)));
+  }
+}
+
+namespace {
+
+/// Tree experiment with deterministic candidates: the root's first emitted token must follow p_root, and
+/// the second, given the first is candidate c, must follow c's row. Also P(accept at root) = the
+/// candidates' target mass.
+template <class B>
+void check_tree(B& b, const specdec::draft_tree& tree, index_t v, const std::vector<float>& p, index_t n,
+                bool coin_rule, std::uint64_t seed) {
+  auto target = b.upload(std::span<const float>(p));
+  const specdec::matrix_view<const float, typename B::memory_space> rows(target.view().data(), tree.size(), v);
+  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(n));
+  for (index_t s = 0; s < n; ++s) {
+    requests[static_cast<std::size_t>(s)].tree = &tree;
+    requests[static_cast<std::size_t>(s)].uniforms = sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(s)});
+  }
+  const auto results = coin_rule ? sampling::verify_coin_tree(b, rows, requests)
+                                 : sampling::verify_speculative(b, rows, {}, requests);
+  std::vector<double> first(static_cast<std::size_t>(v), 0.0);
+  std::vector<std::vector<double>> second(static_cast<std::size_t>(tree.size()), std::vector<double>(static_cast<std::size_t>(v), 0.0));
+  double accepted_root = 0.0;
+  for (const auto& r : results) {
+    first[static_cast<std::size_t>(r.tokens[0])] += 1.0;
+    if (!r.accepted_nodes.empty()) {
+      accepted_root += 1.0;
+      second[static_cast<std::size_t>(r.accepted_nodes[0])][static_cast<std::size_t>(r.tokens[1])] += 1.0;
+    }
+  }
+  double statistic = 0.0;
+  CHECK(position_matches(first, row_of(p, 0, v), statistic));
+  double candidate_mass = 0.0;
+  for (index_t c = 1; c < tree.size(); ++c)
+    if (tree.parent[static_cast<std::size_t>(c)] == 0) {
+      candidate_mass += p[static_cast<std::size_t>(tree.token[static_cast<std::size_t>(c)])];
+      CAPTURE(c);
+      CHECK(position_matches(second[static_cast<std::size_t>(c)], row_of(p, c, v), statistic));
+    }
+  const double rate = accepted_root / static_cast<double>(n);
+  CHECK(std::abs(rate - candidate_mass) < 3.0 * std::sqrt(candidate_mass * (1.0 - candidate_mass) / static_cast<double>(n)));
+}
+
+/// Medusa's 63-choice tree with each node's token = its rank (distinct among siblings).
+specdec::draft_tree medusa_tree() {
+  const auto s = specdec::make_static_tree(specdec::choices::medusa_mc_sim_7b_63());
+  specdec::draft_tree t = s.tree;
+  for (index_t i = 1; i < t.size(); ++i) t.token[static_cast<std::size_t>(i)] = s.rank[static_cast<std::size_t>(i)];
+  return t;
+}
+
+/// An EAGLE-2-shaped tree: top-3 at the root, 2 children under each of the first two, a chain below.
+specdec::draft_tree eagle2_tree() {
+  return specdec::make_tree({0, 2, 0, 5, 1, 3, 4, 0, 6}, {-1, 0, 0, 0, 1, 1, 2, 2, 4});
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("tree verification is lossless: Medusa's 63-node tree and an EAGLE-2 shape, both rules", B,
+                   SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t n = 40000;
+  for (const bool coin : {false, true}) {
+    CAPTURE(coin);
+    const auto medusa = medusa_tree();
+    check_tree(h.b, medusa, 12, conformance::random_probs(21, medusa.size(), 12, 1.0f).data, n, coin, 31);
+    const auto eagle = eagle2_tree();
+    check_tree(h.b, eagle, 8, conformance::random_probs(22, eagle.size(), 8, 1.5f).data, n, coin, 32);
+  }
+}
+
+// Target and draft both processed with top-k = 3 and top-p = 0.8 from logits: tokens outside the
+// target's support must never appear (chi-square is infinite otherwise) and the distribution must match.
+TEST_CASE_TEMPLATE("chain verification with top-k / top-p processed distributions", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 8, gamma = 3, n = 40000;
+  for (const sampling::sampling_params params : {sampling::sampling_params{1.0f, 3, 1.0f, 0.0f},
+                                                 sampling::sampling_params{1.0f, 0, 0.8f, 0.0f},
+                                                 sampling::sampling_params{0.7f, 5, 0.9f, 0.0f}}) {
+    CAPTURE(params.top_k);
+    CAPTURE(params.top_p);
+    const auto target_logits = conformance::random_logits(50, gamma + 1, v, 2.0f);
+    const auto draft_logits = conformance::random_logits(51, gamma, v, 2.0f);
+    std::vector<float> p(target_logits.data.size()), q(draft_logits.data.size());
+    sampling::target_probabilities(specdec::as_matrix(std::as_const(target_logits.data), gamma + 1, v), std::span(&params, 1),
+                                   specdec::as_matrix(p, gamma + 1, v));
+    sampling::target_probabilities(specdec::as_matrix(std::as_const(draft_logits.data), gamma, v), std::span(&params, 1),
+                                   specdec::as_matrix(q, gamma, v));
+    const chain_run run = run_chain(h.b, p, q, gamma, v, n, 61);
+    for (index_t j = 0; j <= gamma; ++j) {
+      CAPTURE(j);
+      double statistic = 0.0;
+      CHECK(position_matches(run.counts[static_cast<std::size_t>(j)], row_of(p, j, v), statistic));
+    }
+  }
+}
+
+TEST_CASE("distribution processing: vLLM's order and rules against a scalar reading") {
+  // Logits 4, 3, 3, 2, 1, 0: top-k 2 keeps the tie at the 2nd (3 tokens); top-p 0.5 on the remaining
+  // renormalised distribution drops the ascending-cumsum prefix <= 0.5.
+  const std::vector<float> logits = {4, 3, 3, 2, 1, 0};
+  std::vector<float> probs(6);
+  const auto run = [&](sampling::sampling_params s) {
+    sampling::target_probabilities(specdec::as_matrix(logits, 1, 6), std::span(&s, 1), specdec::as_matrix(probs, 1, 6));
+    return probs;
+  };
+  auto r = run({1.0f, 2, 1.0f, 0.0f});
+  const double z = std::exp(4.0) + 2 * std::exp(3.0);
+  CHECK(r[0] == doctest::Approx(std::exp(4.0) / z));
+  CHECK(r[1] == doctest::Approx(std::exp(3.0) / z));
+  CHECK(r[2] == doctest::Approx(std::exp(3.0) / z));
+  CHECK(r[3] == 0.0f);
+  // top-p 0.5 after top-k 2: ascending order 1 (0.212), 2 (0.212), 0 (0.576): cumsums 0.212, 0.424 <= 0.5
+  // are dropped; token 0 alone remains.
+  r = run({1.0f, 2, 0.5f, 0.0f});
+  CHECK(r == std::vector<float>{1, 0, 0, 0, 0, 0});
+  // min-p 0.3 keeps p >= 0.3 max p: e^-1 = 0.37 passes, e^-2 = 0.135 does not.
+  r = run({1.0f, 0, 1.0f, 0.3f});
+  CHECK(r[3] == 0.0f);
+  CHECK(r[2] > 0.0f);
+  // Temperature 0: one-hot at the argmax.
+  r = run({0.0f, 0, 1.0f, 0.0f});
+  CHECK(r == std::vector<float>{1, 0, 0, 0, 0, 0});
+  // Per-row parameters and bad input.
+  const sampling::sampling_params bad_t{-1.0f, 0, 1.0f, 0.0f}, bad_k{1.0f, 7, 1.0f, 0.0f}, bad_p{1.0f, 0, 0.0f, 0.0f};
+  CHECK(error_of([&] { run(bad_t); }).find("temperature = -1") != std::string::npos);
+  CHECK(error_of([&] { run(bad_k); }).find("top_k = 7") != std::string::npos);
+  CHECK(error_of([&] { run(bad_p); }).find("top_p = 0") != std::string::npos);
+  const std::vector<float> nan_logits = {0, NAN, 1, 2, 3, 4};
+  const sampling::sampling_params plain{};
+  CHECK(error_of([&] {
+          sampling::target_probabilities(specdec::as_matrix(nan_logits, 1, 6), std::span(&plain, 1), specdec::as_matrix(probs, 1, 6));
+        }).find("logits[0, 1] = nan") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft consumes nothing", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 4;
+  std::vector<float> p = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
+  auto target = h.up(p);
+  const auto rows = target.matrix(2, v);
+  const specdec::draft_tree chain = sampling::make_chain(0, std::vector<std::int32_t>{1});
+  const std::vector<double> u = {0.5, 0.5};
+  sampling::speculative_request request{&chain, 0, {}, sampling::uniform_stream::values(u)};
+  const auto verify = [&](sampling::speculative_options o = {}) {
+    return sampling::verify_speculative(h.b, rows, {}, std::span(&request, 1), o);
+  };
+  sampling::speculative_options lenient;
+  lenient.lenience = 1.5f;
+  CHECK(error_of([&] { verify(lenient); }).find("lenience = 1.5") != std::string::npos);
+  const std::vector<double> bad_u = {1.0, 0.5};
+  request.uniforms = sampling::uniform_stream::values(bad_u);
+  CHECK(error_of([&] { verify(); }).find("uniform 0 = 1; expected a value in [0, 1)") != std::string::npos);
+  const std::vector<double> short_u = {};
+  request.uniforms = sampling::uniform_stream::values(short_u);
+  CHECK(error_of([&] { verify(); }).find("needs uniform 0 but only 0 were supplied") != std::string::npos);
+  request.uniforms = sampling::uniform_stream::values(u);
+  const specdec::draft_tree wide = sampling::make_chain(0, std::vector<std::int32_t>{7});
+  request.tree = &wide;
+  CHECK(error_of([&] { verify(); }).find("node 1 has token 7; expected a token id in [0, V = 4)") != std::string::npos);
+  const specdec::draft_tree longer = sampling::make_chain(0, std::vector<std::int32_t>{1, 2});
+  request.tree = &longer;
+  CHECK(error_of([&] { verify(); }).find("needs target rows [0, 3) but target_probs has 2") != std::string::npos);
+  // A target row that is not a distribution is caught where it is read in full.
+  std::vector<float> unnormalised = {0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
+  auto bad_rows = h.up(unnormalised);
+  const std::vector<double> reject = {0.9, 0.5};
+  const specdec::draft_tree root_only = specdec::make_tree({0}, {-1});
+  request.tree = &root_only;
+  request.uniforms = sampling::uniform_stream::values(reject);
+  CHECK(error_of([&] { sampling::verify_speculative(h.b, bad_rows.matrix(2, v), {}, std::span(&request, 1)); })
+            .find("sums to 2") != std::string::npos);
+  // A request without drafts and with a caller bonus consumes no uniform.
+  request.bonus_token = 3;
+  const auto r = verify().at(0);
+  CHECK(r.uniforms_consumed == 0);
+  CHECK(r.tokens == std::vector<std::int32_t>{3});
+  // The same Philox seed gives the same decisions (and the backends agree: the draws are host code over
+  // the canonical order, checked in the conformance suite).
+  request.tree = &chain;
+  request.bonus_token = std::nullopt;
+  request.uniforms = sampling::uniform_stream::philox({123, 4});
+  CHECK(verify().at(0).tokens == verify().at(0).tokens);
+}
+
+TEST_CASE_TEMPLATE("the final draw picks the token row_sample and row_sample_residual pick", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 3000;  // three sampling chunks
+  const auto p = conformance::random_probs(71, 2, v).data;
+  const auto q = conformance::random_probs(72, 1, v).data;
+  auto target = h.up(p);
+  auto draft = h.up(q);
+  for (const double u : {0.0, 0.125, 0.5, 0.90625, 0.99609375}) {  // exact in float: the backends take float uniforms
+    CAPTURE(u);
+    // Bonus draw from row 0 (a root-only tree) against row_sample.
+    const specdec::draft_tree root_only = specdec::make_tree({0}, {-1});
+    const std::vector<double> stream = {u};
+    sampling::speculative_request bonus{&root_only, 0, {}, sampling::uniform_stream::values(stream)};
+    const auto got = sampling::verify_speculative(h.b, target.matrix(2, v), {}, std::span(&bonus, 1)).at(0).tokens.at(0);
+    const std::vector<float> uf = {static_cast<float>(u)};
+    auto ub = h.up(uf);
+    auto token = h.b.template allocate<std::int32_t>(1);
+    const specdec::matrix_view<const float, typename B::memory_space> row0(target.view().data(), 1, v);
+    h.b.row_sample(row0, specdec::vector_view<const float, typename B::memory_space>(ub.view().data(), 1), token.view());
+    CHECK(got == h.down(token).at(0));
+    // Residual draw after a rejection (p(x) / q(x) < u forced by u close to 1) against row_sample_residual.
+    std::int32_t x = 0;
+    for (index_t j = 0; j < v; ++j)
+      if (p[static_cast<std::size_t>(j)] < q[static_cast<std::size_t>(j)]) x = static_cast<std::int32_t>(j);
+    const specdec::draft_tree chain = sampling::make_chain(0, std::vector<std::int32_t>{x});
+    const std::vector<index_t> draft_rows = {-1, 0};
+    const std::vector<double> residual_stream = {0.9999999, u};
+    sampling::speculative_request rejected{&chain, 0, draft_rows, sampling::uniform_stream::values(residual_stream)};
+    const auto res = sampling::verify_speculative(h.b, target.matrix(2, v), draft.matrix(1, v), std::span(&rejected, 1)).at(0);
+    REQUIRE(res.accepted_nodes.empty());
+    h.b.row_sample_residual(row0, specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), 1, v),
+                            specdec::vector_view<const float, typename B::memory_space>(ub.view().data(), 1), token.view());
+    CHECK(res.tokens.at(0) == h.down(token).at(0));
+  }
+}
