@@ -125,12 +125,14 @@ class working_distribution {
   /// Inverse-CDF draw from the current entries with uniform u, in the canonical order; when the mass
   /// is zero, `fallback` decides (sample_target draws from the untouched row).
   std::int32_t draw(double u, empty_residual fallback) {
-    const auto current = [&](index_t j) { return entry(j); };
+    // The shared search takes a host-device entry source, so excluded tokens are materialised first.
+    if (w_.empty() && !excluded_.empty()) w_ = entries();
+    const specdec::detail::probability_source<float> current{w_.empty() ? p_ : w_.data()};
     const double total = canonical_masses(current, n_, masses_);
     if (total > 0.0) return specdec::detail::locate_sample(masses_.data(), n_, current, u * total);
     switch (fallback) {
       case empty_residual::sample_target: {
-        const auto base = [&](index_t j) { return p_[j]; };
+        const specdec::detail::probability_source<float> base{p_};
         const double base_total = canonical_masses(base, n_, masses_);
         return specdec::detail::locate_sample(masses_.data(), n_, base, u * base_total);
       }
