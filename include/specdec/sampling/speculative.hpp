@@ -127,6 +127,18 @@ inline void check_tree(const char* where, const draft_tree& tree, index_t vocab,
   }
 }
 
+/// Checks a request's tree (check_tree) and that its target rows exist; returns the tree.
+template <class Request>
+const draft_tree& checked_tree(const char* where, const Request& q, std::size_t request, index_t vocab, index_t target_rows) {
+  SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", request, " has no tree");
+  check_tree(where, *q.tree, vocab, request);
+  const index_t n = q.tree->size();
+  SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_rows, where, "request ", request,
+                  " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
+                  target_rows);
+  return *q.tree;
+}
+
 /// Children of every node in visiting order: the request's links when given (checked against the
 /// parents), else node-index order.
 template <class Request>
@@ -196,13 +208,8 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
-    const draft_tree& tree = *q.tree;
-    detail::check_tree(where, tree, vocab, r);
+    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows());
     const index_t n = tree.size();
-    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
-                    " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
-                    target_probs.rows());
     SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
                     " has ", q.draft_rows.size(), " draft rows; expected 0 or one per node (", n, ")");
     for (index_t i = 1; i < static_cast<index_t>(q.draft_rows.size()); ++i) {

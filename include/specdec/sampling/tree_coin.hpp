@@ -59,13 +59,8 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
   std::vector<speculative_result> results;
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
-    const draft_tree& tree = *q.tree;
-    detail::check_tree(where, tree, vocab, r);
+    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows());
     const index_t n = tree.size();
-    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_probs.rows(), where, "request ", r,
-                    " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
-                    target_probs.rows());
     const auto children = detail::children_of(where, q, r);
     speculative_result out;
     index_t node = 0;
