@@ -21,6 +21,18 @@
 
 namespace conformance {
 
+/// Runs `f` and returns the specdec::invalid_argument message ("" when nothing was thrown), so a test
+/// can check that the error names what was wrong.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const specdec::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 using specdec::index_t;
 using specdec::reference::matrix;
 

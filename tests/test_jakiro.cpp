@@ -23,15 +23,7 @@ using specdec::index_t;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const specdec::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
+using conformance::error_of;
 
 // The concatenated distribution of the statistical test: left expert 4 tokens, right expert 4 tokens.
 const std::vector<double> moe_p = {8 / 32.0, 4 / 32.0, 2 / 32.0, 2 / 32.0, 6 / 32.0, 4 / 32.0, 4 / 32.0, 2 / 32.0};

@@ -25,15 +25,7 @@ namespace sampling = specdec::sampling;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const specdec::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
+using conformance::error_of;
 
 /// Inverse-CDF draw from a host row (the test's own drafter).
 std::int32_t draw(const std::vector<float>& p, index_t row, index_t v, double u) {

@@ -28,16 +28,7 @@ using specdec::index_t;
 
 namespace {
 
-/// Runs `f` and returns the invalid_argument message ("" when nothing was thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const specdec::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
+using conformance::error_of;
 
 // A tree with two branches and a chain: 0 -> {1, 2}, 1 -> {3, 4}, 3 -> {5}.
 specdec::draft_tree sample_tree() { return specdec::make_tree({7, 8, 9, 10, 11, 12}, {-1, 0, 0, 1, 1, 3}); }

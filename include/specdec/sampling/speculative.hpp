@@ -230,7 +230,6 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
     const auto next_uniform = [&] { return q.uniforms.at(position++, options.range); };
     index_t node = 0;
     bool rejected_here = false;
-    std::int32_t rejected_child = -1;
     for (;;) {
       const index_t row = q.target_row + node;
       sampling::detail::working_distribution dist(nullptr, vocab);
@@ -271,7 +270,6 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
           }
           load();
           rejected_here = true;
-          rejected_child = c;
           if (q_row >= 0) {
             const float* q_values = draft.row(q_row);
             sampling::detail::check_probability_row(where, "draft_probs", q_row, q_values, vocab);
@@ -280,10 +278,7 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
             dist.remove(x);
             rejected_tokens.push_back(x);
           } else {
-            // A point mass scaled by l: only token x changes, to max(0, p(x) - l).
-            std::vector<float> point(static_cast<std::size_t>(vocab), 0.0f);
-            point[static_cast<std::size_t>(x)] = 1.0f;
-            dist.subtract(point.data(), options.lenience);
+            dist.subtract_point(x, options.lenience);
           }
         }
       }
@@ -305,7 +300,6 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
       }
       out.retest_accepted += static_cast<index_t>(out.accepted_nodes.size());
       out.bonus = !rejected_here;
-      (void)rejected_child;
       if (out.bonus && q.bonus_token) {
         SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", r, " bonus_token = ",
                         *q.bonus_token, "; expected a token in [0, ", vocab, ")");

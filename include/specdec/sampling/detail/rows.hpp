@@ -104,18 +104,12 @@ class working_distribution {
   /// Replaces the distribution by max(0, current - scale * q) (a rejected sampled draft; scale is the
   /// lenience, 1 for lossless verification). Normalisation is implicit in prob() and draw().
   void subtract(const float* q, float scale = 1.0f) {
-    std::vector<float> next(static_cast<std::size_t>(n_));
-    const bool normalised = !modified_;
-    for (index_t j = 0; j < n_; ++j) {
-      // The references subtract from the normalised distribution, in fp32.
-      const float current = normalised ? p_[j] : prob(j);
-      const float r = current - scale * q[j];
-      next[static_cast<std::size_t>(j)] = r > 0.0f ? r : 0.0f;
-    }
-    w_ = std::move(next);
-    excluded_.clear();
-    modified_ = true;
-    mass_ = canonical_masses([&](index_t j) { return w_[static_cast<std::size_t>(j)]; }, n_, masses_);
+    subtract_entries([q](index_t j) { return q[j]; }, scale);
+  }
+  /// Same with q the point mass at x (a rejected deterministic draft under lenience scale < 1; at
+  /// scale 1 remove(x) is the same thing without materialising the row).
+  void subtract_point(index_t x, float scale) {
+    subtract_entries([x](index_t j) { return j == x ? 1.0f : 0.0f; }, scale);
   }
 
   bool modified() const noexcept { return modified_; }
@@ -165,6 +159,22 @@ class working_distribution {
   }
 
  private:
+  template <class Draft>
+  void subtract_entries(const Draft& q, float scale) {
+    std::vector<float> next(static_cast<std::size_t>(n_));
+    const bool normalised = !modified_;
+    for (index_t j = 0; j < n_; ++j) {
+      // The references subtract from the normalised distribution, in fp32.
+      const float current = normalised ? p_[j] : prob(j);
+      const float r = current - scale * q(j);
+      next[static_cast<std::size_t>(j)] = r > 0.0f ? r : 0.0f;
+    }
+    w_ = std::move(next);
+    excluded_.clear();
+    modified_ = true;
+    mass_ = canonical_masses([&](index_t j) { return w_[static_cast<std::size_t>(j)]; }, n_, masses_);
+  }
+
   void start() {
     modified_ = true;
     mass_ = canonical_masses([&](index_t j) { return p_[j]; }, n_, masses_);
