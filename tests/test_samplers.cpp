@@ -349,7 +349,7 @@ TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft cons
   CHECK(error_of([&] { verify(); }).find("node 1 has token 7; expected a token id in [0, V = 4)") != std::string::npos);
   const specdec::draft_tree longer = sampling::make_chain(0, std::vector<std::int32_t>{1, 2});
   request.tree = &longer;
-  CHECK(error_of([&] { verify(); }).find("needs target rows [0, 3) but target_probs has 2") != std::string::npos);
+  CHECK(error_of([&] { verify(); }).find("needs target rows [0, 3) but the target has 2 rows") != std::string::npos);
   // A target row that is not a distribution is caught where it is read in full.
   std::vector<float> unnormalised = {0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
   auto bad_rows = h.up(unnormalised);
@@ -405,5 +405,98 @@ TEST_CASE_TEMPLATE("the final draw picks the token row_sample and row_sample_res
     h.b.row_sample_residual(row0, specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), 1, v),
                             specdec::vector_view<const float, typename B::memory_space>(ub.view().data(), 1), token.view());
     CHECK(res.tokens.at(0) == h.down(token).at(0));
+  }
+}
+
+// The logits form softens only the rows its walk reads; its decisions must be those of the
+// probability form over the whole softmaxed matrix, with and without draft rows.
+TEST_CASE_TEMPLATE("verify_speculative_logits decides as verify_speculative over row_softmax", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 50;
+  const auto tree = specdec::make_tree({0, 1, 2, 3, 1, 4, 5, 2}, {-1, 0, 0, 0, 1, 1, 2, 4});
+  const index_t n = tree.size();
+  const auto logits = conformance::random_logits(81, n, v, 3.0f).data;
+  const auto q = conformance::random_probs(82, n, v).data;
+  auto target_logits = h.up(logits);
+  auto draft = h.up(q);
+  for (const float temperature : {0.5f, 1.0f, 1.7f}) {
+    CAPTURE(temperature);
+    auto probs = h.b.template allocate<float>(n * v);
+    h.b.row_softmax(target_logits.matrix(n, v), temperature,
+                    specdec::matrix_view<float, typename B::memory_space>(probs.view().data(), n, v));
+    const specdec::matrix_view<const float, typename B::memory_space> prob_rows(probs.view().data(), n, v);
+    for (const bool with_drafts : {false, true}) {
+      std::vector<index_t> rows;
+      if (with_drafts)
+        for (index_t i = 0; i < n; ++i) rows.push_back(i == 0 ? -1 : i);
+      std::vector<sampling::speculative_request> requests;
+      for (std::uint64_t seed = 0; seed < 200; ++seed)
+        requests.push_back({&tree, 0, rows, sampling::uniform_stream::philox({seed, 9})});
+      const auto draft_rows = with_drafts ? draft.matrix(n, v) : decltype(draft.matrix(n, v)){};
+      const auto want = sampling::verify_speculative(h.b, prob_rows, draft_rows, requests);
+      const auto got = sampling::verify_speculative_logits(h.b, target_logits.matrix(n, v), temperature, draft_rows, requests);
+      REQUIRE(got.size() == want.size());
+      index_t accepted = 0;
+      for (std::size_t r = 0; r < got.size(); ++r) {
+        CHECK(got[r].tokens == want[r].tokens);
+        CHECK(got[r].accepted_nodes == want[r].accepted_nodes);
+        CHECK(got[r].uniforms_consumed == want[r].uniforms_consumed);
+        accepted += static_cast<index_t>(want[r].accepted_nodes.size());
+      }
+      CHECK(accepted > 0);  // the comparison covers descents, not only root rejections
+    }
+  }
+  const std::vector<double> u = {0.5, 0.5};
+  sampling::speculative_request one{&tree, 0, {}, sampling::uniform_stream::values(u)};
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, target_logits.matrix(n, v), 0.0f, {}, std::span(&one, 1)); })
+            .find("temperature = 0; expected a finite temperature > 0") != std::string::npos);
+  auto with_nan = logits;
+  with_nan[3] = std::nanf("");
+  auto nan_rows = h.up(with_nan);
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, nan_rows.matrix(n, v), 1.0f, {}, std::span(&one, 1)); })
+            .find("NaN") != std::string::npos);
+}
+
+// Greedy on the backend (lazy per visited row on host backends) against a scalar walk over the
+// scalar argmax of every row; planted maxima make walks descend, ties go to the lower index.
+TEST_CASE_TEMPLATE("verify_greedy on the backend matches a scalar greedy walk", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 300;
+  const auto tree = specdec::make_tree({0, 5, 6, 7, 5, 8, 9, 6, 7}, {-1, 0, 0, 0, 1, 1, 2, 4, 4});
+  const index_t n = tree.size();
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    CAPTURE(seed);
+    auto logits = conformance::random_logits(90 + seed, 2 * n, v, 2.0f).data;
+    const specdec::philox_stream plant{seed, 3};
+    for (index_t row = 0; row < 2 * n; ++row) {
+      const auto token = static_cast<index_t>(5 + plant.uniform(static_cast<std::uint64_t>(row)) * 5.0f);  // 5..9
+      logits[static_cast<std::size_t>(row * v + token)] = 10.0f;
+      if (row % 3 == 0) logits[static_cast<std::size_t>(row * v + 2)] = 10.0f;  // a tie the lower index wins
+    }
+    auto rows = h.up(logits);
+    std::vector<sampling::speculative_request> requests(2);
+    requests[0] = {&tree, 0};
+    requests[1] = {&tree, n};
+    requests[1].max_accepted = 1;
+    const auto got = sampling::verify_greedy(h.b, rows.matrix(2 * n, v), requests);
+    for (std::size_t r = 0; r < 2; ++r) {
+      std::vector<std::int32_t> want;
+      index_t node = 0;
+      for (;;) {
+        const float* x = logits.data() + (requests[r].target_row + node) * v;
+        const auto best = static_cast<std::int32_t>(std::max_element(x, x + v) - x);
+        want.push_back(best);
+        const bool capped = requests[r].max_accepted >= 0 && static_cast<index_t>(want.size()) > requests[r].max_accepted;
+        index_t next = -1;
+        for (index_t c = 1; c < n && !capped; ++c)
+          if (tree.parent[static_cast<std::size_t>(c)] == node && tree.token[static_cast<std::size_t>(c)] == best) {
+            next = c;
+            break;
+          }
+        if (next < 0) break;
+        node = next;
+      }
+      CHECK(got.at(r).tokens == want);
+    }
   }
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -18,35 +19,25 @@
 
 namespace specdec::sampling {
 
-/// Greedy verification of a batch of trees, from the target's argmax per node.
-///
-/// Children are tested in node-index order and the first whose token equals `target_argmax[target_row
-/// + node]` is accepted (SGLang's sibling order). The final token is the argmax after the last accepted
-/// node, or the caller's `bonus_token` when the walk ended at a leaf or the depth cap without a mismatch
-/// (vLLM samples the bonus outside). Consumes no randomness; `draft_rows`, `uniforms`, `noise_row` are
-/// ignored. \param target_argmax host `[rows]`, e.g. from the backend's `row_argmax` over the target
-/// logits of every node (the only pass over vocabulary rows greedy verification needs).
-/// \throws invalid_argument on a malformed tree, rows out of range, argmax tokens outside [0, vocab_size).
-inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_t> target_argmax, index_t vocab_size,
-                                                     std::span<const speculative_request> requests) {
-  constexpr const char* where = "specdec::sampling::verify_greedy";
+namespace detail {
+
+/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
+/// only for the rows the walk visits.
+template <class ArgmaxOf>
+std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
+                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of) {
   std::vector<speculative_result> results;
+  results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
-    const draft_tree& tree = *q.tree;
-    detail::check_tree(where, tree, vocab_size, r);
-    const index_t n = tree.size();
-    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= static_cast<index_t>(target_argmax.size()), where,
-                    "request ", r, " needs argmax rows [", q.target_row, ", ", q.target_row + n, ") but target_argmax has ",
-                    target_argmax.size());
-    const auto children = detail::children_of(where, q, r);
+    const draft_tree& tree = checked_tree(where, q, r, vocab_size, rows);
+    const auto children = children_of(where, q, r);
     speculative_result out;
     index_t node = 0;
     for (;;) {
-      const std::int32_t best = target_argmax[static_cast<std::size_t>(q.target_row + node)];
-      SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target_argmax[", q.target_row + node, "] = ", best,
-                      "; expected a token in [0, ", vocab_size, ")");
+      const std::int32_t best = argmax_of(q.target_row + node);
+      SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ",
+                      best, "; expected a token in [0, ", vocab_size, ")");
       const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
       std::int32_t accepted = -1;
       if (!capped)
@@ -71,16 +62,47 @@ inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_
   return results;
 }
 
-/// Greedy verification on the backend: `row_argmax` over every target row, then verify_greedy.
+}  // namespace detail
+
+/// Greedy verification of a batch of trees, from the target's argmax per node.
+///
+/// Children are tested in node-index order and the first whose token equals `target_argmax[target_row
+/// + node]` is accepted (SGLang's sibling order). The final token is the argmax after the last accepted
+/// node, or the caller's `bonus_token` when the walk ended at a leaf or the depth cap without a mismatch
+/// (vLLM samples the bonus outside). Consumes no randomness; `draft_rows`, `uniforms`, `noise_row` are
+/// ignored. \param target_argmax host `[rows]`, e.g. from the backend's `row_argmax` over the target
+/// logits of every node (the only pass over vocabulary rows greedy verification needs).
+/// \throws invalid_argument on a malformed tree, rows out of range, argmax tokens outside [0, vocab_size).
+inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_t> target_argmax, index_t vocab_size,
+                                                     std::span<const speculative_request> requests) {
+  return detail::greedy_walk("specdec::sampling::verify_greedy", vocab_size, static_cast<index_t>(target_argmax.size()),
+                             requests, [&](index_t row) { return target_argmax[static_cast<std::size_t>(row)]; });
+}
+
+/// Greedy verification on the backend from the target's logits. Host-space backends take the argmax
+/// of a node row only when the walk visits it (a 60-node tree whose walk accepts two tokens reads three
+/// rows); device backends run one batched `row_argmax` over every row and download the argmaxes once
+/// (one synchronisation instead of one per visited row). Same results either way.
 /// \param target_logits backend `[rows x V]` logits (or probabilities: the argmax is the same).
+/// \throws invalid_argument as the host overload, and on NaN / +inf in a row whose argmax is taken.
 template <backend B>
 std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                                               std::span<const speculative_request> requests) {
-  auto argmax = b.template allocate<std::int32_t>(target_logits.rows());
-  b.row_argmax(target_logits, argmax.view());
-  const std::vector<std::int32_t> host = b.download(vector_view<const std::int32_t, typename B::memory_space>(
-      argmax.view().data(), target_logits.rows()));
-  return verify_greedy(host, target_logits.cols(), requests);
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  using space = typename B::memory_space;
+  if constexpr (std::is_same_v<space, host_space>) {
+    std::int32_t best = 0;
+    return detail::greedy_walk(where, target_logits.cols(), target_logits.rows(), requests, [&](index_t row) {
+      b.row_argmax(matrix_view<const float>(target_logits.row(row), 1, target_logits.cols()), vector_view<std::int32_t>(&best, 1));
+      return best;
+    });
+  } else {
+    auto argmax = b.template allocate<std::int32_t>(target_logits.rows());
+    b.row_argmax(target_logits, argmax.view());
+    const std::vector<std::int32_t> host =
+        b.download(vector_view<const std::int32_t, space>(argmax.view().data(), target_logits.rows()));
+    return verify_greedy(host, target_logits.cols(), requests);
+  }
 }
 
 }  // namespace specdec::sampling

@@ -134,8 +134,8 @@ const draft_tree& checked_tree(const char* where, const Request& q, std::size_t 
   check_tree(where, *q.tree, vocab, request);
   const index_t n = q.tree->size();
   SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_rows, where, "request ", request,
-                  " needs target rows [", q.target_row, ", ", q.target_row + n, ") but target_probs has ",
-                  target_rows);
+                  " needs target rows [", q.target_row, ", ", q.target_row + n, ") but the target has ",
+                  target_rows, " rows");
   return *q.tree;
 }
 
@@ -170,45 +170,30 @@ std::vector<std::vector<std::int32_t>> children_of(const char* where, const Requ
 
 }  // namespace detail
 
-/// Stochastic verification of a batch of draft trees (chains included), the walk of the file comment.
-///
-/// Uniform consumption order per request (position i of its stream): one per acceptance test, in walk
-/// order; with `flashinfer_retest`, then one per re-tested chain position; then one for the final draw
-/// (none with exponential_race, none when a caller bonus token is used). So a chain of k drafts reads
-/// at most k + 1 (k + 2 with re-tests) and a tree at most (nodes - 1) + 1. Deterministic siblings that
-/// repeat an already rejected token are skipped without a test (their probability is 0 by then).
-///
-/// \param target_probs backend `[rows x V]` target probabilities (after temperature / top-k / top-p,
-///   exactly the distribution to be sampled).
-/// \param draft_probs backend `[rows' x V]` draft probabilities, or an empty view when every node is
-///   deterministic.
-/// \param exponential_noise backend `[rows'' x V]` Exp(1) noise for exponential_race, else empty.
-/// \param keep_final_distribution fill `speculative_result::final_distribution`.
-/// \throws invalid_argument on a malformed tree, rows out of range, tokens >= V, probability entries
-///   outside [0, 1], a final row that is not a distribution (NaN, negative, sum != 1 within 1e-4),
-///   uniforms outside the convention's range or too few supplied, lenience outside (0, 1], re-tests on a
-///   non-chain, exponential_race without noise.
+namespace detail {
+
+/// The walk of the file comment over a batch, reading target rows through `target` (in place,
+/// downloaded, or softened from logits on first use).
 template <backend B>
-std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float, typename B::memory_space> target_probs,
-                                                   matrix_view<const float, typename B::memory_space> draft_probs,
-                                                   std::span<const speculative_request> requests,
-                                                   const speculative_options& options = {},
-                                                   matrix_view<const float, typename B::memory_space> exponential_noise = {},
-                                                   bool keep_final_distribution = false) {
-  constexpr const char* where = "specdec::sampling::verify_speculative";
+std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
+                                            matrix_view<const float, typename B::memory_space> draft_probs,
+                                            std::span<const speculative_request> requests,
+                                            const speculative_options& options,
+                                            matrix_view<const float, typename B::memory_space> exponential_noise,
+                                            bool keep_final_distribution) {
   SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
                   "; expected a value in (0, 1]");
-  const index_t vocab = target_probs.cols();
+  const index_t vocab = target.cols();
   SPECDEC_EXPECTS(draft_probs.size() == 0 || draft_probs.cols() == vocab, where, "draft_probs has ",
                   draft_probs.cols(), " columns; target_probs has ", vocab);
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
-  sampling::detail::row_reader<B> target(b, target_probs), draft(b, draft_probs), noise(b, exponential_noise);
+  sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
   std::vector<speculative_result> results;
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows());
+    const draft_tree& tree = checked_tree(where, q, r, vocab, target.rows());
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
                     " has ", q.draft_rows.size(), " draft rows; expected 0 or one per node (", n, ")");
@@ -319,6 +304,62 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
     results.push_back(std::move(out));
   }
   return results;
+}
+
+}  // namespace detail
+
+/// Stochastic verification of a batch of draft trees (chains included), the walk of the file comment.
+///
+/// Uniform consumption order per request (position i of its stream): one per acceptance test, in walk
+/// order; with `flashinfer_retest`, then one per re-tested chain position; then one for the final draw
+/// (none with exponential_race, none when a caller bonus token is used). So a chain of k drafts reads
+/// at most k + 1 (k + 2 with re-tests) and a tree at most (nodes - 1) + 1. Deterministic siblings that
+/// repeat an already rejected token are skipped without a test (their probability is 0 by then).
+///
+/// \param target_probs backend `[rows x V]` target probabilities (after temperature / top-k / top-p,
+///   exactly the distribution to be sampled).
+/// \param draft_probs backend `[rows' x V]` draft probabilities, or an empty view when every node is
+///   deterministic.
+/// \param exponential_noise backend `[rows'' x V]` Exp(1) noise for exponential_race, else empty.
+/// \param keep_final_distribution fill `speculative_result::final_distribution`.
+/// \throws invalid_argument on a malformed tree, rows out of range, tokens >= V, probability entries
+///   outside [0, 1], a final row that is not a distribution (NaN, negative, sum != 1 within 1e-4),
+///   uniforms outside the convention's range or too few supplied, lenience outside (0, 1], re-tests on a
+///   non-chain, exponential_race without noise.
+template <backend B>
+std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                                                   matrix_view<const float, typename B::memory_space> draft_probs,
+                                                   std::span<const speculative_request> requests,
+                                                   const speculative_options& options = {},
+                                                   matrix_view<const float, typename B::memory_space> exponential_noise = {},
+                                                   bool keep_final_distribution = false) {
+  sampling::detail::row_reader<B> target(b, target_probs);
+  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, draft_probs, requests, options,
+                             exponential_noise, keep_final_distribution);
+}
+
+/// verify_speculative from the target's logits: node rows are softened (`row_softmax` at `temperature`)
+/// on the backend only when the walk reads them, so a tree whose walk stops after a few levels costs a
+/// few rows, not one softmax per node. Same walk, uniforms and results as verify_speculative over
+/// `row_softmax(target_logits, temperature)`. Top-k / top-p / min-p targets are processed by the caller
+/// (sampling/distribution.hpp) and verified with verify_speculative.
+/// \param target_logits backend `[rows x V]` raw target logits. \param temperature > 0.
+/// \throws invalid_argument as verify_speculative, and on a temperature <= 0 or NaN / infinite logits in
+///   a row that is read.
+template <backend B>
+std::vector<speculative_result> verify_speculative_logits(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                                                          float temperature,
+                                                          matrix_view<const float, typename B::memory_space> draft_probs,
+                                                          std::span<const speculative_request> requests,
+                                                          const speculative_options& options = {},
+                                                          matrix_view<const float, typename B::memory_space> exponential_noise = {},
+                                                          bool keep_final_distribution = false) {
+  constexpr const char* where = "specdec::sampling::verify_speculative_logits";
+  SPECDEC_EXPECTS(temperature > 0.0f && std::isfinite(temperature), where, "temperature = ", temperature,
+                  "; expected a finite temperature > 0 (temperature 0 is greedy: verify_greedy)");
+  sampling::detail::row_reader<B> target(b, target_logits, temperature);
+  return detail::verify_walk(where, b, target, draft_probs, requests, options, exponential_noise,
+                             keep_final_distribution);
 }
 
 /// A chain as a draft tree: node 0 = the committed token, node i = draft token i - 1, each the only

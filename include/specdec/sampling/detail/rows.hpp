@@ -22,34 +22,79 @@
 namespace specdec::sampling::detail {
 
 /// Host access to single rows of a backend matrix: host-space rows are read in place; device rows are
-/// downloaded once each, on first use, so a verifier transfers exactly the rows it reads.
+/// downloaded once each, on first use, so a verifier transfers exactly the rows it reads. In softening
+/// mode the matrix holds logits and a row is read as `row_softmax(logits row, temperature)`, computed
+/// on the backend on first use: only the rows a verifier reads are ever softened.
+///
+/// Host copies live in per-thread scratch rows that outlive the reader: a verifier called once per
+/// decoding step would otherwise allocate (and page-fault) V floats per row it reads, which costs
+/// more than reading the row.
 template <backend B>
 class row_reader {
  public:
   using space = typename B::memory_space;
   row_reader(B& b, matrix_view<const float, space> m) : backend_(&b), m_(m) {}
+  row_reader(B& b, matrix_view<const float, space> logits, float temperature)
+      : backend_(&b), m_(logits), temperature_(temperature), softened_(true) {}
+  row_reader(const row_reader&) = delete;
+  row_reader& operator=(const row_reader&) = delete;
+  ~row_reader() {
+    for (auto& [row, values] : cache_) spare_rows().push_back(std::move(values));
+  }
 
   const float* row(index_t r) {
-    if constexpr (std::is_same_v<space, host_space>) {
-      return m_.row(r);
-    } else {
-      auto it = cache_.find(r);
-      if (it == cache_.end())
-        it = cache_.emplace(r, backend_->download(vector_view<const float, space>(m_.row(r), m_.cols()))).first;
-      return it->second.data();
+    if (!softened_) {
+      if constexpr (std::is_same_v<space, host_space>) return m_.row(r);
     }
+    auto it = cache_.find(r);
+    if (it == cache_.end()) it = cache_.emplace(r, fetch(r)).first;
+    return it->second.data();
   }
-  /// One entry without reading the row in full.
+  /// One entry without reading the row in full (softened rows are computed in full: p(x) needs the
+  /// row's normaliser).
   float at(index_t r, index_t column) {
-    if constexpr (std::is_same_v<space, host_space>) return m_(r, column);
-    else return row(r)[column];
+    if constexpr (std::is_same_v<space, host_space>)
+      if (!softened_) return m_(r, column);
+    return row(r)[column];
   }
   index_t rows() const noexcept { return m_.rows(); }
   index_t cols() const noexcept { return m_.cols(); }
+  /// Rows softened or downloaded so far.
+  index_t rows_read() const noexcept { return static_cast<index_t>(cache_.size()); }
 
  private:
+  static std::vector<std::vector<float>>& spare_rows() {
+    thread_local std::vector<std::vector<float>> spare;
+    return spare;
+  }
+  std::vector<float> scratch_row() {
+    auto& spare = spare_rows();
+    std::vector<float> out;
+    if (!spare.empty()) {
+      out = std::move(spare.back());
+      spare.pop_back();
+    }
+    out.resize(static_cast<std::size_t>(m_.cols()));
+    return out;
+  }
+  std::vector<float> fetch(index_t r) {
+    const matrix_view<const float, space> one(m_.row(r), 1, m_.cols());
+    if (!softened_) return backend_->download(vector_view<const float, space>(one.row(0), one.cols()));
+    if constexpr (std::is_same_v<space, host_space>) {
+      std::vector<float> out = scratch_row();
+      backend_->row_softmax(one, temperature_, matrix_view<float>(out.data(), 1, m_.cols()));
+      return out;
+    } else {
+      auto out = backend_->template allocate<float>(m_.cols());
+      backend_->row_softmax(one, temperature_, matrix_view<float, space>(out.view().data(), 1, m_.cols()));
+      return backend_->download(vector_view<const float, space>(out.view().data(), m_.cols()));
+    }
+  }
+
   B* backend_;
   matrix_view<const float, space> m_;
+  float temperature_ = 1.0f;
+  bool softened_ = false;
   std::map<index_t, std::vector<float>> cache_;
 };
 
