@@ -7,6 +7,7 @@
 
 using backend = specdec::thrust<specdec::thrust_system::cuda>;
 static_assert(specdec::backend<backend>);
+static_assert(specdec::dense_backend<backend>);
 
 void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                  specdec::matrix_view<float, specdec::device_space> y,
@@ -27,6 +28,20 @@ void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, s
   b.row_sample_residual(x, x, u, t);
   b.gather_rows(x, ids, y);
   b.gather_elements(x, cols, y);
+}
+
+void instantiate_every_dense_primitive(backend& b, specdec::matrix_view<const float, specdec::device_space> x,
+                                       specdec::matrix_view<float, specdec::device_space> y,
+                                       specdec::vector_view<const float, specdec::device_space> w,
+                                       specdec::vector_view<const std::int64_t, specdec::device_space> positions,
+                                       specdec::matrix_view<const std::uint8_t, specdec::device_space> allowed) {
+  b.gemm(x, specdec::transpose::no, x, specdec::transpose::yes, y);
+  b.rms_norm(x, w, 1e-5f, y);
+  b.rope(y, positions, 64, 10000.0);
+  b.silu_mul(x, x, y);
+  b.add_rows(y, x);
+  b.attention(x, x, x, {4, 2, 64, 0.125f}, allowed, y);
+  b.attention(x, x, x, {4, 2, 64, 0.125f}, x, y);
 }
 
 // The algorithms: each class template and function template once, for device memory.

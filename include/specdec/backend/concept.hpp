@@ -9,8 +9,8 @@
 /// unspecified. A backend object owns a scratch arena that grows on demand; it is not safe to share
 /// one backend object between threads that call it concurrently (use one per thread or stream).
 ///
-/// Dense primitives for the drafter blocks (GEMM, RMSNorm, RoPE, attention) join the concept with
-/// the blocks; algorithms that need only the row primitives constrain on `backend` and keep working.
+/// The dense primitives of the drafter blocks (GEMM, RMSNorm, RoPE, attention, SwiGLU) form the
+/// refinement `dense_backend`; algorithms that need only the row primitives constrain on `backend`.
 #pragma once
 
 #include <concepts>
@@ -29,6 +29,19 @@ enum class empty_residual {
   sample_target,  ///< draw from p with the same uniform (default: keeps the output distributed as p)
   token_zero,     ///< emit token 0 (vLLM)
   last_token,     ///< emit token V - 1 (SGLang's tree kernel)
+};
+
+/// Whether a GEMM operand is used as stored or transposed (row-major storage). A Linear layer's
+/// weight `[out x in]` is used transposed: y = x W^T.
+enum class transpose : int { no = 0, yes = 1 };
+
+/// Heads of a (grouped-query) attention call. Query head h reads key/value head h / (heads / kv_heads)
+/// (repeat-interleave, as Hugging Face's repeat_kv). `scale` multiplies q.k (1 / sqrt(head_dim) in Llama).
+struct attention_heads {
+  index_t heads = 1;
+  index_t kv_heads = 1;
+  index_t head_dim = 1;
+  float scale = 1.0f;
 };
 
 // clang-format off
@@ -69,6 +82,26 @@ concept backend = requires(B& b, typename B::template buffer<float>& owned,
   // gathers
   b.gather_rows(x, row_ids, y);
   b.gather_elements(x, column_ids, y);
+};
+
+/// A backend with the dense primitives the drafter blocks are written with (specdec/blocks/): GEMM,
+/// RMSNorm, RoPE, SwiGLU's activation, row additions (bias, residual) and masked GQA attention, all
+/// float, row-major, in the backend's memory space. Algorithms that need only row primitives
+/// constrain on `backend`.
+template <class B>
+concept dense_backend = backend<B> && requires(B& b, matrix_view<const float, typename B::memory_space> x,
+                                               matrix_view<float, typename B::memory_space> y,
+                                               vector_view<const float, typename B::memory_space> w,
+                                               vector_view<const std::int64_t, typename B::memory_space> positions,
+                                               matrix_view<const std::uint8_t, typename B::memory_space> allowed,
+                                               const attention_heads& heads, index_t n, float f, double theta) {
+  b.gemm(x, transpose::no, x, transpose::yes, y, f, f);
+  b.rms_norm(x, w, f, y);
+  b.rope(y, positions, n, theta);
+  b.silu_mul(x, x, y);
+  b.add_rows(y, x);
+  b.attention(x, x, x, heads, allowed, y);
+  b.attention(x, x, x, heads, x, y);
 };
 // clang-format on
 

@@ -39,6 +39,8 @@
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/dense_checks.hpp>
+#include <specdec/backend/detail/dense_kernels.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/workspace.hpp>
@@ -691,7 +693,84 @@ class thrust {
     raise_index_faults(where, "column_ids", s.faults, x.rows());
   }
 
+  // ---- dense primitives of the drafter blocks (see specdec::dense_backend); eigen:: documents each ----
+  // Plain kernels over for_each work items (a GEMM row tile, a row, a query-head pair): correct on
+  // every system; cuBLAS / a tuned attention kernel are the way to speed on CUDA and not built in.
+
+  /// See eigen::gemm. One work item per (row, 64-column tile) of c.
+  void gemm(matrix_view<const float, memory_space> a, transpose ta, matrix_view<const float, memory_space> b,
+            transpose tb, matrix_view<float, memory_space> c, float alpha = 1.0f, float beta = 0.0f) {
+    detail::check_gemm("specdec::thrust::gemm", a, ta, b, tb, c);
+    if (c.size() == 0) return;
+    constexpr index_t tile = 64;
+    const index_t tiles = (c.cols() + tile - 1) / tile;
+    const index_t inner = ta == transpose::yes ? a.rows() : a.cols();
+    for_each(c.rows() * tiles, detail::gemm_tile_fn<float>{detail::untagged(a), detail::untagged(b), detail::untagged(c),
+                                                            ta == transpose::yes, tb == transpose::yes, inner, tiles,
+                                                            tile, alpha, beta});
+  }
+
+  /// See eigen::rms_norm.
+  void rms_norm(matrix_view<const float, memory_space> x, vector_view<const float, memory_space> weight, float eps,
+                matrix_view<float, memory_space> out) {
+    detail::check_rms_norm("specdec::thrust::rms_norm", x, weight, eps, out);
+    for_each(x.rows(), detail::rms_norm_fn<float>{detail::untagged(x), weight.data(), eps, detail::untagged(out)});
+  }
+
+  /// See eigen::rope.
+  void rope(matrix_view<float, memory_space> x, vector_view<const std::int64_t, memory_space> positions, index_t head_dim,
+            double theta) {
+    detail::check_rope("specdec::thrust::rope", x, positions, head_dim, theta);
+    for_each(x.rows(), detail::rope_fn<float>{detail::untagged(x), positions.data(), head_dim, theta});
+  }
+
+  /// See eigen::silu_mul.
+  void silu_mul(matrix_view<const float, memory_space> gate, matrix_view<const float, memory_space> up,
+                matrix_view<float, memory_space> out) {
+    detail::check_silu_mul("specdec::thrust::silu_mul", gate, up, out);
+    for_each(gate.rows(), detail::silu_mul_fn<float>{detail::untagged(gate), detail::untagged(up), detail::untagged(out)});
+  }
+
+  /// See eigen::add_rows.
+  void add_rows(matrix_view<float, memory_space> y, matrix_view<const float, memory_space> x) {
+    detail::check_add_rows("specdec::thrust::add_rows", y, x);
+    for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x)});
+  }
+
+  /// See eigen::attention (boolean mask). One work item per (query, head); the fault flags are read
+  /// back once (the call's one synchronisation on CUDA).
+  void attention(matrix_view<const float, memory_space> q, matrix_view<const float, memory_space> k,
+                 matrix_view<const float, memory_space> v, const attention_heads& heads,
+                 matrix_view<const std::uint8_t, memory_space> allowed, matrix_view<float, memory_space> out) {
+    constexpr const char* where = "specdec::thrust::attention";
+    detail::check_attention(where, q, k, v, heads, allowed, "allowed", out);
+    run_attention(where, detail::attention_fn<float>{detail::untagged(q), detail::untagged(k), detail::untagged(v),
+                                                      heads, detail::untagged(allowed), {}, detail::untagged(out), nullptr});
+  }
+
+  /// See eigen::attention (additive mask).
+  void attention(matrix_view<const float, memory_space> q, matrix_view<const float, memory_space> k,
+                 matrix_view<const float, memory_space> v, const attention_heads& heads,
+                 matrix_view<const float, memory_space> additive_mask, matrix_view<float, memory_space> out) {
+    constexpr const char* where = "specdec::thrust::attention";
+    detail::check_attention(where, q, k, v, heads, additive_mask, "additive_mask", out);
+    run_attention(where, detail::attention_fn<float>{detail::untagged(q), detail::untagged(k), detail::untagged(v),
+                                                      heads, {}, detail::untagged(additive_mask), detail::untagged(out),
+                                                      nullptr});
+  }
+
  private:
+  void run_attention(const char* where, detail::attention_fn<float> f) {
+    const index_t items = f.q.rows() * f.shape.heads;
+    if (items == 0) return;
+    scratch_layout s = scratch(layout_kind::gather, items, 1, 1);
+    f.faults = s.faults;
+    for_each(items, f);
+    const std::vector<detail::fault> host = fetch_faults(s.faults, items);
+    for (index_t item = 0; item < items; ++item)
+      if (host[static_cast<std::size_t>(item)] != detail::fault::none)
+        detail::throw_attention_fault(where, item / f.shape.heads, host[static_cast<std::size_t>(item)]);
+  }
   /// Work-item chunk of the reductions: long enough to amortise a launch per item on the CPU,
   /// short enough to give a GPU rows x chunks items in flight.
   static constexpr index_t reduce_chunk = 4096;
