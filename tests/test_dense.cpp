@@ -100,6 +100,10 @@ TEST_CASE_TEMPLATE("rms_norm, silu_mul and add_rows match the reference", B, SPE
   h.b.add_rows(y.matrix(rows, cols), cview<B>(dw.view().data(), 1, cols));     // bias
   for (std::size_t i = 0; i < x.size(); ++i) want[i] = static_cast<double>(x[i]) + up[i] + w[i % static_cast<std::size_t>(cols)];
   check_dense_close(h.down(y), want, "add_rows");
+  h.b.add_rows(y.matrix(rows, cols), cview<B>(du.view().data(), rows, cols),
+               specdec::vector_view<const float, typename B::memory_space>(dw.view().data(), rows));  // weighted
+  for (std::size_t i = 0; i < x.size(); ++i) want[i] += static_cast<double>(w[i / static_cast<std::size_t>(cols)]) * up[i];
+  check_dense_close(h.down(y), want, "add_rows (per-row weights)");
 }
 
 TEST_CASE_TEMPLATE("rope rotates every head at its row's position (rotate-half)", B, SPECDEC_DENSE_BACKENDS) {

@@ -40,6 +40,7 @@ void instantiate_every_dense_primitive(backend& b, specdec::matrix_view<const fl
   b.rope(y, positions, 64, 10000.0);
   b.silu_mul(x, x, y);
   b.add_rows(y, x);
+  b.add_rows(y, x, w);
   b.attention(x, x, x, {4, 2, 64, 0.125f}, allowed, y);
   b.attention(x, x, x, {4, 2, 64, 0.125f}, x, y);
 }

@@ -100,6 +100,7 @@ concept dense_backend = backend<B> && requires(B& b, matrix_view<const float, ty
   b.rope(y, positions, n, theta);
   b.silu_mul(x, x, y);
   b.add_rows(y, x);
+  b.add_rows(y, x, w);
   b.attention(x, x, x, heads, allowed, y);
   b.attention(x, x, x, heads, x, y);
 };

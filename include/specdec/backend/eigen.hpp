@@ -350,6 +350,14 @@ class eigen {
     for (index_t r = 0; r < y.rows(); ++r) f(r);
   }
 
+  /// `y(r, :) += scale[r] x(r, :)`: a per-row weighted sum (MoE expert mixing). \param scale host `[rows]`.
+  void add_rows(matrix_view<float> y, matrix_view<const float> x, vector_view<const float> scale) {
+    detail::check_add_rows("specdec::eigen::add_rows", y, x);
+    detail::check_length("specdec::eigen::add_rows", "scale", scale, y.rows(), "one weight per row of y");
+    const detail::add_rows_fn<float> f{y, x, scale.data()};
+    for (index_t r = 0; r < y.rows(); ++r) f(r);
+  }
+
   /// Softmax attention with GQA under a boolean mask: `out(i, head h) = sum_j softmax_j(scale q_h(i) .
   /// k_g(j)) v_g(j)` over the keys j with `allowed(i, j) != 0`, g = h / (heads / kv_heads). q, k, v are
   /// already projected (and rotated); heads are contiguous column blocks of head_dim.

@@ -737,6 +737,14 @@ class thrust {
     for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x)});
   }
 
+  /// See eigen::add_rows (per-row weights).
+  void add_rows(matrix_view<float, memory_space> y, matrix_view<const float, memory_space> x,
+                vector_view<const float, memory_space> scale) {
+    detail::check_add_rows("specdec::thrust::add_rows", y, x);
+    detail::check_length("specdec::thrust::add_rows", "scale", scale, y.rows(), "one weight per row of y");
+    for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x), scale.data()});
+  }
+
   /// See eigen::attention (boolean mask). One work item per (query, head); the fault flags are read
   /// back once (the call's one synchronisation on CUDA).
   void attention(matrix_view<const float, memory_space> q, matrix_view<const float, memory_space> k,

@@ -184,14 +184,16 @@ struct silu_mul_fn {
   }
 };
 
-/// y(r, :) += v (bias) or y += x (residual), one row per item.
+/// y(r, :) += v (bias), y += x (residual) or y(r, :) += scale[r] x(r, :), one row per item.
 template <class T>
 struct add_rows_fn {
   matrix_view<T, host_space> y;
   matrix_view<const T, host_space> x;  // rows 1: broadcast
+  const T* scale = nullptr;            // nullptr: 1
   SPECDEC_HOST_DEVICE void operator()(index_t r) const {
     const T* add = x.row(x.rows() == 1 ? 0 : r);
-    for (index_t j = 0; j < y.cols(); ++j) y(r, j) += add[j];
+    const T s = scale ? scale[r] : T(1);
+    for (index_t j = 0; j < y.cols(); ++j) y(r, j) += s * add[j];
   }
 };
 

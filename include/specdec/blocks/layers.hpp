@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief The Llama pieces every drafter block is made of, generic over a `dense_backend`: Linear
+/// layers, a KV cache that appends and crops, the attention sub-layer (projections, optional RoPE,
+/// masked GQA attention, output projection; self- or cross-attention) and the SwiGLU MLP, composed
+/// into the pre-norm decoder layer `h = x + Attn(RMSNorm(x)); y = h + MLP(RMSNorm(h))`.
+///
+/// Conventions (Hugging Face Llama, transformers < 4.46; ../shared/specs/blocks.md section 1): a
+/// Linear weight is `[out x in]` and y = x W^T + b; heads are contiguous column blocks of head_dim;
+/// query head h reads key/value head h / (heads / kv_heads); the cache holds keys after RoPE. Every
+/// activation is a row-major `[tokens x width]` matrix in the backend's memory space; weights are
+/// non-owning views (a checkpoint mapped by specdec/io/safetensors.hpp, or the engine's own tensors).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::blocks {
+
+/// A Linear layer: weight `[out x in]`, optional bias `[out]` (empty view: none).
+template <class Space = host_space>
+struct linear {
+  matrix_view<const float, Space> weight;
+  vector_view<const float, Space> bias;
+
+  index_t in() const noexcept { return weight.cols(); }
+  index_t out() const noexcept { return weight.rows(); }
+  /// \throws invalid_argument naming `name` when the weight is not `[out x in]` or the bias not `[out]`
+  /// (or present where `bias_expected` is false, or absent where it is true).
+  void validate(const std::string& name, index_t out_features, index_t in_features, bool bias_expected = false) const {
+    SPECDEC_EXPECTS(weight.rows() == out_features && weight.cols() == in_features && weight.data() != nullptr,
+                    "specdec::blocks", name, ".weight has shape [", weight.rows(), " x ", weight.cols(), "]; expected [",
+                    out_features, " x ", in_features, "]");
+    if (bias_expected)
+      SPECDEC_EXPECTS(bias.rows() == out_features && bias.data() != nullptr, "specdec::blocks", name, ".bias has length ",
+                      bias.rows(), "; expected ", out_features);
+    else
+      SPECDEC_EXPECTS(bias.rows() == 0, "specdec::blocks", name, ".bias is present (length ", bias.rows(),
+                      "); this layer has no bias");
+  }
+};
+
+/// A weight vector (RMSNorm weights, learned embeddings flattened) checked against its length.
+template <class Space>
+void validate_vector(const vector_view<const float, Space>& v, const std::string& name, index_t length) {
+  SPECDEC_EXPECTS(v.rows() == length && v.data() != nullptr, "specdec::blocks", name, " has length ", v.rows(),
+                  "; expected ", length);
+}
+
+/// Shape of an attention sub-layer.
+struct attention_config {
+  index_t hidden = 0;    ///< model width E (input and output of the sub-layer)
+  index_t heads = 0;     ///< query heads H
+  index_t kv_heads = 0;  ///< key / value heads
+  index_t head_dim = 0;  ///< d; q is [T x H d], k and v [T x kv_heads d]
+  double rope_theta = 10000.0;
+  bool rope = true;      ///< false: no rotary embedding (Amphista's slot attention)
+
+  attention_heads heads_shape() const {
+    return {heads, kv_heads, head_dim, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
+  }
+  void validate() const {
+    SPECDEC_EXPECTS(hidden >= 1 && heads >= 1 && kv_heads >= 1 && head_dim >= 1 && heads % kv_heads == 0,
+                    "specdec::blocks::attention_config", "hidden = ", hidden, ", heads = ", heads, ", kv_heads = ", kv_heads,
+                    ", head_dim = ", head_dim, "; expected positive sizes with heads a multiple of kv_heads");
+    SPECDEC_EXPECTS(!rope || (head_dim % 2 == 0 && rope_theta > 1.0), "specdec::blocks::attention_config",
+                    "rope needs an even head_dim and rope_theta > 1; got head_dim = ", head_dim, ", rope_theta = ", rope_theta);
+  }
+};
+
+/// q / k / v / o projections of an attention sub-layer (biases optional: Qwen2 has q/k/v biases).
+template <class Space = host_space>
+struct attention_weights {
+  linear<Space> q, k, v, o;
+  void validate(const attention_config& c, const std::string& prefix, bool qkv_bias = false) const {
+    c.validate();
+    q.validate(prefix + "q_proj", c.heads * c.head_dim, c.hidden, qkv_bias);
+    k.validate(prefix + "k_proj", c.kv_heads * c.head_dim, c.hidden, qkv_bias);
+    v.validate(prefix + "v_proj", c.kv_heads * c.head_dim, c.hidden, qkv_bias);
+    o.validate(prefix + "o_proj", c.hidden, c.heads * c.head_dim);
+  }
+};
+
+/// SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases.
+template <class Space = host_space>
+struct mlp_weights {
+  linear<Space> gate, up, down;
+  void validate(index_t hidden, index_t intermediate, const std::string& prefix) const {
+    gate.validate(prefix + "gate_proj", intermediate, hidden);
+    up.validate(prefix + "up_proj", intermediate, hidden);
+    down.validate(prefix + "down_proj", hidden, intermediate);
+  }
+};
+
+/// A pre-norm Llama decoder layer.
+struct layer_config {
+  attention_config attention;
+  index_t intermediate = 0;
+  float rms_eps = 1e-5f;
+  bool input_norm = true;  ///< false: EAGLE / Jakiro layer 0 feeds the fused input to attention unnormalised
+};
+
+template <class Space = host_space>
+struct layer_weights {
+  vector_view<const float, Space> input_norm;  ///< [E]; empty when layer_config::input_norm is false
+  vector_view<const float, Space> post_norm;   ///< [E] post_attention_layernorm
+  attention_weights<Space> attention;
+  mlp_weights<Space> mlp;                      ///< may stay empty where the caller replaces the MLP (Jakiro's MoE)
+
+  /// \param prefix checkpoint name prefix, e.g. "layers.0." (attention under prefix + "self_attn.").
+  void validate(const layer_config& c, const std::string& prefix, bool with_mlp = true) const {
+    if (c.input_norm) validate_vector(input_norm, prefix + "input_layernorm.weight", c.attention.hidden);
+    validate_vector(post_norm, prefix + "post_attention_layernorm.weight", c.attention.hidden);
+    attention.validate(c.attention, prefix + "self_attn.");
+    if (with_mlp) mlp.validate(c.attention.hidden, c.intermediate, prefix + "mlp.");
+  }
+};
+
+/// How queries see keys in an attention call. Keys are the cache (when one is given) followed by the
+/// call's own rows.
+template <class Space = host_space>
+struct attention_mask {
+  enum class kind {
+    causal,    ///< query i sees every cached key and its own rows 0..i (decoding, prefill)
+    none,      ///< every query sees every key (LSA over layers, Amphista's slots, MoA's inference CA)
+    allowed,   ///< `allowed` [T x keys] uint8 (a tree: specdec::tree_mask_dense with the prefix)
+    additive,  ///< `additive` [T x keys] float, 0 / -inf
+  };
+  kind type = kind::causal;
+  matrix_view<const std::uint8_t, Space> allowed = {};
+  matrix_view<const float, Space> additive = {};
+
+  static attention_mask causal() { return {}; }
+  static attention_mask none() { return {kind::none}; }
+  static attention_mask from(matrix_view<const std::uint8_t, Space> m) { return {kind::allowed, m, {}}; }
+  static attention_mask from(matrix_view<const float, Space> m) { return {kind::additive, {}, m}; }
+};
+
+/// A KV cache of one attention sub-layer: `capacity` rows of `width` = kv_heads x head_dim keys
+/// (after RoPE) and values, in the backend's memory. append() adds a call's rows; crop() keeps the
+/// first n (the verified length); keep() compacts a tree's accepted rows behind the prefix.
+template <dense_backend B>
+class kv_cache {
+ public:
+  using space = typename B::memory_space;
+  kv_cache(B& b, index_t capacity, index_t width)
+      : b_(&b), capacity_(capacity), width_(width), keys_(b.template allocate<float>(capacity * width)),
+        values_(b.template allocate<float>(capacity * width)) {
+    SPECDEC_EXPECTS(capacity >= 1 && width >= 1, "specdec::blocks::kv_cache", "capacity = ", capacity, ", width = ", width,
+                    "; expected both >= 1");
+  }
+  index_t size() const noexcept { return size_; }
+  index_t capacity() const noexcept { return capacity_; }
+  index_t width() const noexcept { return width_; }
+  matrix_view<const float, space> keys() { return {keys_.view().data(), size_, width_}; }
+  matrix_view<const float, space> values() { return {values_.view().data(), size_, width_}; }
+  /// Rows [size, size + n) for the caller to fill, then counted. \throws invalid_argument past capacity.
+  std::pair<matrix_view<float, space>, matrix_view<float, space>> extend(index_t n) {
+    SPECDEC_EXPECTS(n >= 0 && size_ + n <= capacity_, "specdec::blocks::kv_cache::extend", "appending ", n, " rows to ",
+                    size_, " exceeds the capacity of ", capacity_);
+    const index_t at = size_;
+    size_ += n;
+    return {matrix_view<float, space>(keys_.view().data() + at * width_, n, width_),
+            matrix_view<float, space>(values_.view().data() + at * width_, n, width_)};
+  }
+  /// Keeps the first n rows. \throws invalid_argument when n > size.
+  void crop(index_t n) {
+    SPECDEC_EXPECTS(n >= 0 && n <= size_, "specdec::blocks::kv_cache::crop", "n = ", n, "; the cache holds ", size_,
+                    " rows");
+    size_ = n;
+  }
+  /// Keeps rows [0, prefix) and then the rows `prefix + offsets[i]` in order (a tree's accepted path,
+  /// offsets ascending), dropping the rest. \throws invalid_argument on offsets out of range or not
+  /// ascending.
+  void keep(index_t prefix, std::span<const std::int32_t> offsets) {
+    constexpr const char* where = "specdec::blocks::kv_cache::keep";
+    SPECDEC_EXPECTS(prefix >= 0 && prefix <= size_, where, "prefix = ", prefix, "; the cache holds ", size_, " rows");
+    std::vector<std::int32_t> rows;
+    for (std::size_t i = 0; i < offsets.size(); ++i) {
+      SPECDEC_EXPECTS(offsets[i] >= 0 && prefix + offsets[i] < size_ && (i == 0 || offsets[i] > offsets[i - 1]), where,
+                      "offset ", offsets[i], " at ", i, " is out of range or not ascending (", size_ - prefix,
+                      " rows after the prefix)");
+      rows.push_back(static_cast<std::int32_t>(prefix + offsets[i]));
+    }
+    if (rows.empty()) {
+      size_ = prefix;
+      return;
+    }
+    auto ids = b_->upload(std::span<const std::int32_t>(rows));
+    const auto n = static_cast<index_t>(rows.size());
+    for (auto* store : {&keys_, &values_}) {
+      auto moved = b_->template allocate<float>(n * width_);
+      b_->gather_rows(matrix_view<const float, space>(store->view().data(), size_, width_),
+                      vector_view<const std::int32_t, space>(ids.view().data(), n), moved.matrix(n, width_));
+      b_->gather_rows(matrix_view<const float, space>(moved.view().data(), n, width_),
+                      vector_view<const std::int32_t, space>(identity(n).view().data(), n),
+                      matrix_view<float, space>(store->view().data() + prefix * width_, n, width_));
+    }
+    size_ = prefix + n;
+  }
+
+ private:
+  typename B::template buffer<std::int32_t> identity(index_t n) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    return b_->upload(std::span<const std::int32_t>(ids));
+  }
+  B* b_;
+  index_t capacity_, width_, size_ = 0;
+  typename B::template buffer<float> keys_, values_;
+};
+
+namespace detail {
+
+template <class B>
+using mview = matrix_view<float, typename B::memory_space>;
+template <class B>
+using cmview = matrix_view<const float, typename B::memory_space>;
+
+template <dense_backend B>
+cmview<B> as_const(const mview<B>& m) {
+  return {m.data(), m.rows(), m.cols(), m.stride(0), m.stride(1)};
+}
+
+/// Scratch `[rows x cols]` owned by the caller's list (kept alive until the call returns).
+template <dense_backend B>
+mview<B> scratch(B& b, std::vector<typename B::template buffer<float>>& keep, index_t rows, index_t cols) {
+  keep.push_back(b.template allocate<float>(rows * cols));
+  return keep.back().matrix(rows, cols);
+}
+
+/// The boolean mask of a causal call: `queries` rows over `past + queries` keys.
+template <dense_backend B>
+typename B::template buffer<std::uint8_t> causal_mask(B& b, index_t past, index_t queries) {
+  std::vector<std::uint8_t> m(static_cast<std::size_t>(queries * (past + queries)), 0);
+  for (index_t i = 0; i < queries; ++i)
+    for (index_t j = 0; j <= past + i; ++j) m[static_cast<std::size_t>(i * (past + queries) + j)] = 1;
+  return b.upload(std::span<const std::uint8_t>(m));
+}
+
+}  // namespace detail
+
+/// dst = src (row by row, through gather_rows). Backend `[T x W]` each.
+template <dense_backend B>
+void copy_rows(B& b, matrix_view<const float, typename B::memory_space> src, matrix_view<float, typename B::memory_space> dst) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(src.rows()));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
+  auto dev = b.upload(std::span<const std::int32_t>(ids));
+  b.gather_rows(src, vector_view<const std::int32_t, typename B::memory_space>(dev.view().data(), src.rows()), dst);
+}
+
+/// y = x W^T + b. \param x backend `[T x in]`. \param y backend `[T x out]`.
+template <dense_backend B>
+void apply(B& b, const linear<typename B::memory_space>& layer, matrix_view<const float, typename B::memory_space> x,
+           matrix_view<float, typename B::memory_space> y) {
+  b.gemm(x, transpose::no, layer.weight, transpose::yes, y);
+  if (layer.bias.rows() > 0)
+    b.add_rows(y, matrix_view<const float, typename B::memory_space>(layer.bias.data(), 1, layer.bias.rows()));
+}
+
+/// The attention of a sub-layer on already-normalised inputs: q from `query_in` `[Tq x E]` at
+/// `query_positions` `[Tq]`, k / v from `source_in` `[Tk x E]` at `source_positions` `[Tk]` (pass the
+/// same views for self-attention), RoPE on q and k when the config says so, appended to `cache` when
+/// one is given (keys then span the cache), attention under `mask`, then o_proj into `out` `[Tq x E]`.
+/// `segment` > 0 splits the rows into independent sequences of that many rows (MoA's LSA: one
+/// sequence of L layers per token); with segments the mask must be `none` or `causal` and no cache.
+/// \throws invalid_argument on shapes, a mask of the wrong extent, a cache of the wrong width.
+template <dense_backend B>
+void attention_forward(B& b, const attention_config& c, const attention_weights<typename B::memory_space>& w,
+                       matrix_view<const float, typename B::memory_space> query_in,
+                       vector_view<const std::int64_t, typename B::memory_space> query_positions,
+                       matrix_view<const float, typename B::memory_space> source_in,
+                       vector_view<const std::int64_t, typename B::memory_space> source_positions,
+                       kv_cache<B>* cache, const attention_mask<typename B::memory_space>& mask,
+                       matrix_view<float, typename B::memory_space> out, index_t segment = 0) {
+  constexpr const char* where = "specdec::blocks::attention_forward";
+  using space = typename B::memory_space;
+  const index_t tq = query_in.rows(), tk = source_in.rows(), kv_width = c.kv_heads * c.head_dim;
+  SPECDEC_EXPECTS(query_in.cols() == c.hidden && source_in.cols() == c.hidden, where, "inputs have ", query_in.cols(), " and ",
+                  source_in.cols(), " columns; expected hidden = ", c.hidden);
+  SPECDEC_EXPECTS(!cache || cache->width() == kv_width, where, "the cache holds rows of ", cache ? cache->width() : 0,
+                  "; expected kv_heads x head_dim = ", kv_width);
+  SPECDEC_EXPECTS(segment == 0 || (!cache && tq == tk && tq % segment == 0 &&
+                                   (mask.type == attention_mask<space>::kind::none ||
+                                    mask.type == attention_mask<space>::kind::causal)),
+                  where, "segments of ", segment, " rows need equal query / source rows divisible by it, no cache, and a "
+                  "none or causal mask");
+  std::vector<typename B::template buffer<float>> keep;
+  auto q = detail::scratch(b, keep, tq, c.heads * c.head_dim);
+  apply(b, w.q, query_in, q);
+  detail::mview<B> k, v;
+  if (cache) {
+    auto rows = cache->extend(tk);
+    k = rows.first;
+    v = rows.second;
+  } else {
+    k = detail::scratch(b, keep, tk, kv_width);
+    v = detail::scratch(b, keep, tk, kv_width);
+  }
+  apply(b, w.k, source_in, k);
+  apply(b, w.v, source_in, v);
+  if (c.rope) {
+    b.rope(q, query_positions, c.head_dim, c.rope_theta);
+    b.rope(k, source_positions, c.head_dim, c.rope_theta);
+  }
+  const detail::cmview<B> keys = cache ? cache->keys() : detail::as_const<B>(k);
+  const detail::cmview<B> values = cache ? cache->values() : detail::as_const<B>(v);
+  auto context = detail::scratch(b, keep, tq, c.heads * c.head_dim);
+  const attention_heads heads = c.heads_shape();
+  const index_t seg = segment > 0 ? segment : tq;
+  const index_t past = keys.rows() - (segment > 0 ? keys.rows() : tk);
+  for (index_t s0 = 0; s0 < (segment > 0 ? tq : 1) ; s0 += seg) {
+    const index_t rows = segment > 0 ? seg : tq;
+    const detail::cmview<B> qs(q.data() + s0 * q.cols(), rows, q.cols());
+    const detail::cmview<B> ks = segment > 0 ? detail::cmview<B>(keys.data() + s0 * kv_width, rows, kv_width) : keys;
+    const detail::cmview<B> vs = segment > 0 ? detail::cmview<B>(values.data() + s0 * kv_width, rows, kv_width) : values;
+    const detail::mview<B> os(context.data() + s0 * context.cols(), rows, context.cols());
+    switch (mask.type) {
+      case attention_mask<space>::kind::causal: {
+        auto m = detail::causal_mask(b, segment > 0 ? 0 : past, rows);
+        b.attention(qs, ks, vs, heads, matrix_view<const std::uint8_t, space>(m.view().data(), rows, ks.rows()), os);
+        break;
+      }
+      case attention_mask<space>::kind::none:
+        b.attention(qs, ks, vs, heads, matrix_view<const std::uint8_t, space>(), os);
+        break;
+      case attention_mask<space>::kind::allowed:
+        b.attention(qs, ks, vs, heads, mask.allowed, os);
+        break;
+      case attention_mask<space>::kind::additive:
+        b.attention(qs, ks, vs, heads, mask.additive, os);
+        break;
+    }
+  }
+  apply(b, w.o, detail::as_const<B>(context), out);
+}
+
+/// y = down(silu(gate(x)) * up(x)). \param x backend `[T x E]`, \param y backend `[T x E]`.
+template <dense_backend B>
+void mlp_forward(B& b, const mlp_weights<typename B::memory_space>& w, matrix_view<const float, typename B::memory_space> x,
+                 matrix_view<float, typename B::memory_space> y) {
+  std::vector<typename B::template buffer<float>> keep;
+  auto gate = detail::scratch(b, keep, x.rows(), w.gate.out());
+  auto up = detail::scratch(b, keep, x.rows(), w.up.out());
+  apply(b, w.gate, x, gate);
+  apply(b, w.up, x, up);
+  b.silu_mul(detail::as_const<B>(gate), detail::as_const<B>(up), gate);
+  apply(b, w.down, detail::as_const<B>(gate), y);
+}
+
+/// What decoder_layer_forward skips (ADMG / Draft & Verify drafting): a skipped sub-layer leaves the
+/// residual stream unchanged and writes no KV.
+struct layer_skip {
+  bool attention = false;
+  bool mlp = false;
+};
+
+/// The pre-norm decoder layer, in place on the residual stream `x` `[T x E]`:
+/// x += Attn(RMSNorm_in(x)) (self-attention at `positions`, keys = cache + rows), then
+/// x += MLP(RMSNorm_post(x)). `after_attention`, when given, receives x between the two (ADMG's
+/// statistic; MoA's hidden states). \throws invalid_argument on shapes (validate the weights once with
+/// layer_weights::validate).
+template <dense_backend B>
+void decoder_layer_forward(B& b, const layer_config& c, const layer_weights<typename B::memory_space>& w,
+                           matrix_view<float, typename B::memory_space> x,
+                           vector_view<const std::int64_t, typename B::memory_space> positions, kv_cache<B>* cache,
+                           const attention_mask<typename B::memory_space>& mask = {}, layer_skip skip = {},
+                           index_t segment = 0) {
+  const index_t t = x.rows(), e = x.cols();
+  std::vector<typename B::template buffer<float>> keep;
+  auto normed = detail::scratch(b, keep, t, e);
+  auto delta = detail::scratch(b, keep, t, e);
+  if (!skip.attention) {
+    if (c.input_norm) b.rms_norm(detail::as_const<B>(x), w.input_norm, c.rms_eps, normed);
+    const detail::cmview<B> in = c.input_norm ? detail::as_const<B>(normed) : detail::as_const<B>(x);
+    attention_forward(b, c.attention, w.attention, in, positions, in, positions, cache, mask, delta, segment);
+    b.add_rows(x, detail::as_const<B>(delta));
+  }
+  if (!skip.mlp) {
+    b.rms_norm(detail::as_const<B>(x), w.post_norm, c.rms_eps, normed);
+    mlp_forward(b, w.mlp, detail::as_const<B>(normed), delta);
+    b.add_rows(x, detail::as_const<B>(delta));
+  }
+}
+
+}  // namespace specdec::blocks
