@@ -19,7 +19,7 @@ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF -DSP
 cmake --build build/asan --target specdec_tests specdec-conformance -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build/asan/tests/specdec_tests
 for backend in eigen thrust; do
-  ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers | tail -1
+  ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
 
 echo "== Benchmarks, briefly"

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "blocks.hpp"
+
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/eagle1.hpp>
@@ -107,6 +109,13 @@ class runner {
   explicit runner(B& b) : b_(b) {}
 
   void run(const json& c) {
+    if (c.contains("block")) {
+      try {
+        return conformance_blocks::block_runner<B>(b_).run(c);
+      } catch (const conformance_blocks::block_mismatch& e) {
+        throw mismatch(e.what());
+      }
+    }
     const std::string kind = c.at("kind");
     if (kind == "eagle2_dynamic_tree" || kind == "jakiro_dynamic_tree") return dynamic_tree(c, kind == "jakiro_dynamic_tree");
     if (kind == "medusa_buffers") return medusa(c);

@@ -54,7 +54,7 @@ template <dense_backend B>
 void forward(B& b, const layer_config& c, const weights<typename B::memory_space>& w,
              vector_view<const std::int32_t, typename B::memory_space> tokens,
              matrix_view<const float, typename B::memory_space> feature,
-             vector_view<const std::int64_t, typename B::memory_space> positions, kv_cache<B>* cache,
+             vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
              const attention_mask<typename B::memory_space>& mask, matrix_view<float, typename B::memory_space> out) {
   fuse(b, w, tokens, feature, out);
   decoder_layer_forward(b, c, w.layer, out, positions, cache, mask);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -279,7 +280,7 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
                        vector_view<const std::int64_t, typename B::memory_space> query_positions,
                        matrix_view<const float, typename B::memory_space> source_in,
                        vector_view<const std::int64_t, typename B::memory_space> source_positions,
-                       kv_cache<B>* cache, const attention_mask<typename B::memory_space>& mask,
+                       std::type_identity_t<kv_cache<B>>* cache, const attention_mask<typename B::memory_space>& mask,
                        matrix_view<float, typename B::memory_space> out, index_t segment = 0) {
   constexpr const char* where = "specdec::blocks::attention_forward";
   using space = typename B::memory_space;
@@ -371,7 +372,7 @@ struct layer_skip {
 template <dense_backend B>
 void decoder_layer_forward(B& b, const layer_config& c, const layer_weights<typename B::memory_space>& w,
                            matrix_view<float, typename B::memory_space> x,
-                           vector_view<const std::int64_t, typename B::memory_space> positions, kv_cache<B>* cache,
+                           vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
                            const attention_mask<typename B::memory_space>& mask = {}, layer_skip skip = {},
                            index_t segment = 0) {
   const index_t t = x.rows(), e = x.cols();

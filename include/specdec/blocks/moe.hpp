@@ -167,7 +167,7 @@ result<B> draft_layer_forward(B& b, const layer_config& c, const eagle::weights<
                               const config& moe_config, const weights<typename B::memory_space>& moe_weights,
                               vector_view<const std::int32_t, typename B::memory_space> tokens,
                               matrix_view<const float, typename B::memory_space> feature,
-                              vector_view<const std::int64_t, typename B::memory_space> positions, kv_cache<B>* cache,
+                              vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
                               const attention_mask<typename B::memory_space>& mask,
                               matrix_view<float, typename B::memory_space> left_out,
                               matrix_view<float, typename B::memory_space> right_out = {}) {

@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// specdec-conformance, block goldens (../shared/goldens/blocks/README.md): ADMG rules and statistic,
+// Jakiro's MoE and draft layer, the Llama decoder layer as MoA's self-attention. Values are exact
+// float64 math; an fp32 implementation must be within abs 1e-4 + rel 1e-4, integers exact.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moe.hpp>
+#include <specdec/policy/admg.hpp>
+
+namespace conformance_blocks {
+
+using json = nlohmann::json;
+using specdec::index_t;
+
+struct block_mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline std::vector<double> values_of(const json& t) {
+  std::vector<double> out;
+  const json& data = t.is_object() ? t.at("data") : t;
+  for (const auto& v : data) out.push_back(v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>());
+  return out;
+}
+inline std::vector<float> floats_of(const json& t) {
+  const auto d = values_of(t);
+  return {d.begin(), d.end()};
+}
+
+inline void expect_close(const std::string& field, const json& expected, const std::vector<float>& got) {
+  const auto want = values_of(expected);
+  if (want.size() != got.size())
+    throw block_mismatch(field + ", expected " + std::to_string(want.size()) + " values, got " + std::to_string(got.size()));
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (!(std::abs(want[i] - static_cast<double>(got[i])) <= 1e-4 + 1e-4 * std::abs(want[i])))
+      throw block_mismatch(field + "[" + std::to_string(i) + "], expected " + std::to_string(want[i]) + ", got " +
+                           std::to_string(got[i]));
+}
+template <class T>
+void expect_exact(const std::string& field, const json& expected, const std::vector<T>& got) {
+  const auto want = values_of(expected);
+  bool same = want.size() == got.size();
+  for (std::size_t i = 0; same && i < want.size(); ++i) same = want[i] == static_cast<double>(got[i]);
+  if (!same) throw block_mismatch(field + ", integer values differ");
+}
+
+/// Weights of a case uploaded to the backend, by checkpoint name.
+template <class B>
+class tensors {
+ public:
+  using space = typename B::memory_space;
+  tensors(B& b, const json& params) : b_(b) {
+    for (const auto& [name, t] : params.items()) {
+      const auto shape = t.at("shape").template get<std::vector<index_t>>();
+      store_.emplace(name, entry{b.upload(std::span<const float>(floats_of(t))), shape});
+    }
+  }
+  specdec::matrix_view<const float, space> matrix(const std::string& name) {
+    auto& e = at(name);
+    const index_t rows = e.shape.size() == 1 ? 1 : e.shape[0];
+    return {e.data.view().data(), rows, e.data.view().rows() / rows};
+  }
+  specdec::vector_view<const float, space> vector(const std::string& name) {
+    auto& e = at(name);
+    return {e.data.view().data(), e.data.view().rows()};
+  }
+  specdec::blocks::linear<space> linear(const std::string& name) {
+    specdec::blocks::linear<space> l{matrix(name + ".weight"), {}};
+    if (store_.count(name + ".bias")) l.bias = vector(name + ".bias");
+    return l;
+  }
+  specdec::blocks::attention_weights<space> attention(const std::string& prefix) {
+    return {linear(prefix + "q_proj"), linear(prefix + "k_proj"), linear(prefix + "v_proj"), linear(prefix + "o_proj")};
+  }
+  specdec::blocks::mlp_weights<space> mlp(const std::string& prefix) {
+    return {linear(prefix + "gate_proj"), linear(prefix + "up_proj"), linear(prefix + "down_proj")};
+  }
+  specdec::blocks::layer_weights<space> layer(const std::string& prefix, bool input_norm = true, bool with_mlp = true) {
+    specdec::blocks::layer_weights<space> w;
+    if (input_norm) w.input_norm = vector(prefix + "input_layernorm.weight");
+    w.post_norm = vector(prefix + "post_attention_layernorm.weight");
+    w.attention = attention(prefix + "self_attn.");
+    if (with_mlp) w.mlp = mlp(prefix + "mlp.");
+    return w;
+  }
+  bool has(const std::string& name) const { return store_.count(name) != 0; }
+
+ private:
+  struct entry {
+    typename B::template buffer<float> data;
+    std::vector<index_t> shape;
+  };
+  entry& at(const std::string& name) {
+    auto it = store_.find(name);
+    if (it == store_.end()) throw block_mismatch("params, expected a tensor named '" + name + "'");
+    return it->second;
+  }
+  B& b_;
+  std::map<std::string, entry> store_;
+};
+
+template <class B>
+class block_runner {
+ public:
+  using space = typename B::memory_space;
+  explicit block_runner(B& b) : b_(b) {}
+
+  void run(const json& c) {
+    const std::string block = c.at("block");
+    if (block == "admg.rules") return admg_rules(c.at("inputs"), c.at("inputs").at("cos"), c.at("expected"));
+    if (block == "admg.cosine_then_rules") return admg_cosine(c);
+    if (block == "jakiro.moe") return jakiro_moe(c, false);
+    if (block == "jakiro.moe_topk_generalised") return jakiro_moe(c, true);
+    if (block == "jakiro.draft_layer") return jakiro_layer(c);
+    if (block == "moa.self_attention") return moa_self_attention(c);
+    throw block_mismatch("block, expected a supported block kind, got '" + block + "'");
+  }
+
+ private:
+  template <class T>
+  typename B::template buffer<std::remove_const_t<T>> up(const std::vector<T>& v) {
+    return b_.upload(std::span<const T>(v));
+  }
+  std::vector<float> down(const specdec::matrix_view<float, space>& m) {
+    return b_.download(specdec::vector_view<const float, space>(m.data(), m.rows() * m.cols()));
+  }
+  std::vector<float> down(typename B::template buffer<float>& buf) { return b_.download(buf.view()); }
+
+  static void admg_rules(const json& in, const json& cosine, const json& expected) {
+    const std::vector<double> cos = values_of(cosine);
+    const std::map<std::string, specdec::admg::rule_variant> variants = {
+        {"canonical", specdec::admg::rule_variant::paper},
+        {"mlp_only_every_m", specdec::admg::rule_variant::mlp_only_every_m},
+        {"zero_based_every_m", specdec::admg::rule_variant::zero_based_every_m},
+        {"strict_threshold", specdec::admg::rule_variant::strict_threshold},
+        {"every_m_of_removed", specdec::admg::rule_variant::every_m_of_removed}};
+    for (const auto& [name, want] : expected.items()) {
+      const auto v = variants.find(name);
+      if (v == variants.end()) throw block_mismatch("expected." + name + ", an ADMG reading specdec does not know");
+      const specdec::admg::rules r{in.at("alpha").get<double>(), in.at("m").get<index_t>(), in.at("n").get<index_t>(), v->second};
+      const auto plan = specdec::admg::plan_layers(cos, r);
+      const auto one_based = [](std::vector<index_t> ids) {
+        for (auto& i : ids) ++i;
+        return ids;
+      };
+      expect_exact(name + ".attn_removed_0based", want.at("attn_removed_0based"), plan.attention_removed());
+      expect_exact(name + ".mlp_removed_0based", want.at("mlp_removed_0based"), plan.mlp_removed());
+      expect_exact(name + ".attn_removed_1based", want.at("attn_removed_1based"), one_based(plan.attention_removed()));
+      expect_exact(name + ".mlp_removed_1based", want.at("mlp_removed_1based"), one_based(plan.mlp_removed()));
+    }
+  }
+
+  void admg_cosine(const json& c) {
+    const json& in = c.at("inputs");
+    const auto shape = in.at("x_in").at("shape").get<std::vector<index_t>>();  // [L, T, E]
+    const index_t layers = shape[0], t = shape[1], e = shape[2];
+    const auto x_in = floats_of(in.at("x_in")), x_out = floats_of(in.at("x_out"));
+    std::vector<double> mean, mean_skip;
+    for (index_t l = 0; l < layers; ++l) {
+      auto a = up(std::vector<float>(x_in.begin() + l * t * e, x_in.begin() + (l + 1) * t * e));
+      auto o = up(std::vector<float>(x_out.begin() + l * t * e, x_out.begin() + (l + 1) * t * e));
+      const specdec::matrix_view<const float, space> av(a.view().data(), t, e), ov(o.view().data(), t, e);
+      mean.push_back(specdec::admg::attention_cosine(b_, av, ov));
+      if (t > 1) mean_skip.push_back(specdec::admg::attention_cosine(b_, av, ov, true));
+    }
+    const json& out = c.at("outputs");
+    expect_close("cos_mean", out.at("cos_mean"), std::vector<float>(mean.begin(), mean.end()));
+    if (t > 1)
+      expect_close("cos_mean_excluding_pos0", out.at("cos_mean_excluding_pos0"), std::vector<float>(mean_skip.begin(), mean_skip.end()));
+    // Rules on the statistic as computed (double): the thresholds compare exactly.
+    admg_rules(in, json(mean), out.at("expected"));
+  }
+
+  void jakiro_moe(const json& c, bool generalised) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const std::string prefix = generalised ? "" : "mlp_moe.";
+    specdec::blocks::moe::config cfg{dims.at("E").get<index_t>(), dims.at("num_experts").get<index_t>(),
+                                     dims.at("expert_intermediate").get<index_t>(),
+                                     generalised ? specdec::blocks::moe::routing::top2
+                                                 : specdec::blocks::moe::routing::jakiro_two_experts};
+    specdec::blocks::moe::weights<space> mw{w.linear(prefix + "gate"), {}};
+    for (index_t i = 0; i < cfg.experts; ++i) mw.experts.push_back(w.mlp(prefix + "experts." + std::to_string(i) + "."));
+    mw.validate(cfg, prefix);
+    const auto x = floats_of(c.at("inputs").at("x"));
+    const index_t t = static_cast<index_t>(x.size()) / cfg.hidden, e = cfg.hidden;
+    auto dx = up(x);
+    const specdec::matrix_view<const float, space> xv(dx.view().data(), t, e);
+    auto r = specdec::blocks::moe::forward(b_, cfg, mw, xv, !generalised);
+    const json& out = c.at("outputs");
+    expect_close("router_logits", out.at("router_logits"), r.router_logits);
+    expect_close("weighted_top1", out.at("weighted_top1"), down(r.weighted_top1));
+    expect_close("weighted_top2", out.at("weighted_top2"), down(r.weighted_top2));
+    const index_t vocab = dims.at("vocab").get<index_t>();
+    const auto lm_head = w.linear("lm_head");
+    const auto logits_of = [&](typename B::template buffer<float>& f) {
+      auto l = b_.template allocate<float>(t * vocab);
+      specdec::blocks::apply(b_, lm_head, specdec::matrix_view<const float, space>(f.view().data(), t, e), l.matrix(t, vocab));
+      return down(l);
+    };
+    expect_close("logits_weighted_top1", out.at("logits_weighted_top1"), logits_of(r.weighted_top1));
+    expect_close("logits_weighted_top2", out.at("logits_weighted_top2"), logits_of(r.weighted_top2));
+    if (generalised) {
+      std::vector<std::int32_t> selected;
+      std::vector<float> s;
+      for (index_t i = 0; i < t; ++i) {
+        selected.push_back(r.top1[static_cast<std::size_t>(i)]);
+        selected.push_back(r.top2[static_cast<std::size_t>(i)]);
+        s.push_back(r.s_top1[static_cast<std::size_t>(i)]);
+        s.push_back(r.s_top2[static_cast<std::size_t>(i)]);
+      }
+      expect_exact("selected", out.at("selected"), selected);
+      expect_close("s", out.at("s"), s);
+      expect_close("moe_sum", out.at("moe_sum"), down(r.left));
+      expect_close("logits_moe_sum", out.at("logits_moe_sum"), logits_of(r.left));
+      return;
+    }
+    std::vector<int> top1_is_0, const_top1_is_0;
+    for (index_t i = 0; i < t; ++i) {
+      top1_is_0.push_back(r.top1[static_cast<std::size_t>(i)] == 0);
+      const_top1_is_0.push_back(r.contrastive_top1[static_cast<std::size_t>(i)] == 0);
+    }
+    expect_exact("top1_is_expert0", out.at("top1_is_expert0"), top1_is_0);
+    expect_close("s_top1", out.at("s_top1"), r.s_top1);
+    expect_close("s_top2", out.at("s_top2"), r.s_top2);
+    expect_close("left", out.at("left"), down(r.left));
+    expect_exact("const_top1_is_expert0", out.at("const_top1_is_expert0"), const_top1_is_0);
+    expect_close("beta", out.at("beta"), r.beta);
+    expect_close("alpha", out.at("alpha"), r.alpha);
+    expect_close("right", out.at("right"), down(r.right));
+    expect_close("logits_left", out.at("logits_left"), logits_of(r.left));
+    expect_close("logits_right", out.at("logits_right"), logits_of(r.right));
+    // The block's outputs: plain = left; penult = [left, right]; first_forward = the last token only.
+    auto stacked = down(r.left);
+    const auto right = down(r.right);
+    stacked.insert(stacked.end(), right.begin(), right.end());
+    expect_close("block_out_plain", out.at("block_out_plain"), down(r.left));
+    expect_close("block_out_penult_stacked", out.at("block_out_penult_stacked"), stacked);
+    auto last = specdec::blocks::moe::forward(b_, cfg, mw, specdec::matrix_view<const float, space>(dx.view().data() + (t - 1) * e, 1, e), false);
+    expect_close("block_out_first_forward", out.at("block_out_first_forward"), down(last.left));
+  }
+
+  void jakiro_layer(const json& c) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const index_t e = dims.at("E").get<index_t>(), vocab = dims.at("vocab").get<index_t>();
+    specdec::blocks::layer_config lc{{e, dims.at("num_attention_heads").get<index_t>(), dims.at("num_key_value_heads").get<index_t>(),
+                                      dims.at("head_dim").get<index_t>(), dims.at("rope_theta").get<double>(), true},
+                                     0, dims.at("rms_norm_eps").get<float>(), false};
+    specdec::blocks::eagle::weights<space> ew{w.matrix("embed_tokens.weight"), w.linear("fc"), w.layer("layers.0.", false, false)};
+    ew.validate(lc, vocab, false);
+    specdec::blocks::moe::config mc{e, dims.at("num_experts").get<index_t>(), dims.at("expert_intermediate").get<index_t>()};
+    specdec::blocks::moe::weights<space> mw{w.linear("layers.0.mlp_moe.gate"), {}};
+    for (index_t i = 0; i < mc.experts; ++i) mw.experts.push_back(w.mlp("layers.0.mlp_moe.experts." + std::to_string(i) + "."));
+    mw.validate(mc, "layers.0.mlp_moe.");
+    const json& in = c.at("inputs");
+    const auto ids = values_of(in.at("input_ids"));
+    const auto t = static_cast<index_t>(ids.size());
+    std::vector<std::int32_t> tokens(ids.begin(), ids.end());
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
+    for (index_t i = 0; i < t; ++i) positions[static_cast<std::size_t>(i)] = i;
+    auto dt = up(tokens);
+    auto dp = up(positions);
+    auto feature = up(floats_of(in.at("target_hidden")));
+    const specdec::vector_view<const std::int32_t, space> tv(dt.view().data(), t);
+    const specdec::matrix_view<const float, space> fv(feature.view().data(), t, e);
+    auto fused = b_.template allocate<float>(t * e);
+    specdec::blocks::eagle::fuse(b_, ew, tv, fv, fused.matrix(t, e));
+    expect_close("fused", c.at("outputs").at("fused"), down(fused));
+    const bool penult = in.at("penult_forward").get<bool>();
+    auto left = b_.template allocate<float>(t * e);
+    auto right = b_.template allocate<float>(t * e);
+    specdec::blocks::moe::draft_layer_forward(b_, lc, ew, mc, mw, tv, fv,
+                                              specdec::vector_view<const std::int64_t, space>(dp.view().data(), t), nullptr,
+                                              specdec::blocks::attention_mask<space>::causal(), left.matrix(t, e),
+                                              penult ? right.matrix(t, e) : specdec::matrix_view<float, space>());
+    auto got = down(left);
+    if (penult) {
+      const auto r = down(right);
+      got.insert(got.end(), r.begin(), r.end());
+    }
+    expect_close("out", c.at("outputs").at("out"), got);
+  }
+
+  void moa_self_attention(const json& c) {
+    const json& sa = c.at("dims").at("sa");
+    const json& target = c.at("dims").at("target");
+    tensors<B> w(b_, c.at("params"));
+    const index_t e = sa.at("hidden").get<index_t>(), kv = sa.at("num_key_value_heads").get<index_t>(),
+                  d = sa.at("head_dim").get<index_t>();
+    specdec::blocks::layer_config lc{{e, sa.at("num_attention_heads").get<index_t>(), kv, d,
+                                      target.at("rope_theta").get<double>(), true},
+                                     sa.at("intermediate_size").get<index_t>(), target.at("rms_norm_eps").get<float>(), true};
+    const auto lw = w.layer("self_attention.");
+    lw.validate(lc, "self_attention.");
+    const json& in = c.at("inputs");
+    const auto pos = values_of(in.at("position_ids"));
+    const auto t = static_cast<index_t>(pos.size());
+    auto dp = up(std::vector<std::int64_t>(pos.begin(), pos.end()));
+    auto x = up(floats_of(in.at("x")));
+    specdec::blocks::kv_cache<B> cache(b_, t, kv * d);
+    specdec::blocks::decoder_layer_forward(b_, lc, lw, x.matrix(t, e), specdec::vector_view<const std::int64_t, space>(dp.view().data(), t),
+                                           &cache);
+    expect_close("y", c.at("outputs").at("y"), down(x));
+    // The cache is token-major [T x kv d]; the golden's present K/V are [1, kv, T, d].
+    const auto heads_major = [&](specdec::matrix_view<const float, space> m) {
+      const auto flat = b_.download(specdec::vector_view<const float, space>(m.data(), m.rows() * m.cols()));
+      std::vector<float> out;
+      for (index_t h = 0; h < kv; ++h)
+        for (index_t i = 0; i < t; ++i)
+          for (index_t j = 0; j < d; ++j) out.push_back(flat[static_cast<std::size_t>(i * kv * d + h * d + j)]);
+      return out;
+    };
+    expect_close("present_k", c.at("outputs").at("present_k"), heads_major(cache.keys()));
+    expect_close("present_v", c.at("outputs").at("present_v"), heads_major(cache.values()));
+  }
+
+  B& b_;
+};
+
+}  // namespace conformance_blocks
