@@ -10,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moa.hpp>
 #include <specdec/blocks/moe.hpp>
 #include <specdec/policy/admg.hpp>
 
@@ -121,6 +123,12 @@ class block_runner {
     if (block == "jakiro.moe_topk_generalised") return jakiro_moe(c, true);
     if (block == "jakiro.draft_layer") return jakiro_layer(c);
     if (block == "moa.self_attention") return moa_self_attention(c);
+    if (block == "moa.layer_self_attention") return moa_lsa(c);
+    if (block == "moa.cross_attention.inference") return moa_cross_attention(c, false);
+    if (block == "moa.cross_attention.train_mask") return moa_cross_attention(c, true);
+    if (block == "moa.target_layer_inference.train") return moa_tli(c);
+    if (block == "amphista.auto_embedding") return amphista_auto(c);
+    if (block == "amphista.staged_adaptation_pipeline") return amphista_staged(c);
     throw block_mismatch("block, expected a supported block kind, got '" + block + "'");
   }
 
@@ -321,6 +329,241 @@ class block_runner {
     };
     expect_close("present_k", c.at("outputs").at("present_k"), heads_major(cache.keys()));
     expect_close("present_v", c.at("outputs").at("present_v"), heads_major(cache.values()));
+  }
+
+
+  static specdec::blocks::layer_config layer_of(const json& d, const json& target, bool rope = true) {
+    const index_t e = d.contains("hidden") ? d.at("hidden").get<index_t>() : d.at("E").get<index_t>();
+    const index_t heads = d.at("num_attention_heads").get<index_t>();
+    const index_t head_dim = d.contains("head_dim") ? d.at("head_dim").get<index_t>() : e / heads;
+    const double theta = d.contains("rope_theta") ? d.at("rope_theta").get<double>()
+                         : target.contains("rope_theta") ? target.at("rope_theta").get<double>() : 10000.0;
+    const float eps = d.contains("rms_norm_eps") ? d.at("rms_norm_eps").get<float>() : target.at("rms_norm_eps").get<float>();
+    return {{e, heads, d.at("num_key_value_heads").get<index_t>(), head_dim, theta, rope},
+            d.at("intermediate_size").get<index_t>(), eps, true};
+  }
+  specdec::vector_view<const std::int64_t, space> positions(std::vector<typename B::template buffer<std::int64_t>>& keep,
+                                                              const std::vector<std::int64_t>& p) {
+    keep.push_back(up(p));
+    return {keep.back().view().data(), static_cast<index_t>(p.size())};
+  }
+  static std::vector<std::int64_t> range(index_t first, index_t n) {
+    std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = first + i;
+    return p;
+  }
+  /// [1, heads, T, d] (heads-major) -> [T x heads d] (token-major).
+  static std::vector<float> token_major(const json& t) {
+    const auto shape = t.at("shape").get<std::vector<index_t>>();
+    const index_t h = shape[1], n = shape[2], d = shape[3];
+    const auto v = floats_of(t);
+    std::vector<float> out(v.size());
+    for (index_t a = 0; a < h; ++a)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < d; ++j) out[static_cast<std::size_t>(i * h * d + a * d + j)] = v[static_cast<std::size_t>((a * n + i) * d + j)];
+    return out;
+  }
+  static std::vector<float> heads_major(const std::vector<float>& v, index_t n, index_t h, index_t d) {
+    std::vector<float> out(v.size());
+    for (index_t a = 0; a < h; ++a)
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < d; ++j) out[static_cast<std::size_t>((a * n + i) * d + j)] = v[static_cast<std::size_t>(i * h * d + a * d + j)];
+    return out;
+  }
+
+  void moa_lsa(const json& c) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const auto lc = layer_of(dims.at("lsa"), dims.at("target"));
+    const auto lw = w.layer("layer_self_attention.");
+    lw.validate(lc, "layer_self_attention.");
+    const auto ekv2e = w.linear("Ekv2E");
+    const index_t e_kv = dims.at("E_kv").get<index_t>(), e = dims.at("ekv2e").at("out").get<index_t>();
+    ekv2e.validate("Ekv2E", e, e_kv, true);
+    const json& in = c.at("inputs");
+    const auto layers = static_cast<index_t>(in.at("k").size());
+    const auto shape = in.at("k")[0].at("shape").get<std::vector<index_t>>();
+    const index_t t = shape[2], d = shape[3];
+    std::vector<typename B::template buffer<float>> store;
+    std::vector<specdec::matrix_view<const float, space>> keys, values;
+    for (index_t l = 0; l < layers; ++l) {
+      store.push_back(up(token_major(in.at("k")[static_cast<std::size_t>(l)])));
+      keys.emplace_back(store.back().view().data(), t, shape[1] * d);
+      store.push_back(up(token_major(in.at("v")[static_cast<std::size_t>(l)])));
+      values.emplace_back(store.back().view().data(), t, shape[1] * d);
+    }
+    auto packed = b_.template allocate<float>(t * layers * e_kv);
+    specdec::blocks::moa::pack_kv<B>(b_, keys, values, d, 0, t, packed.matrix(t * layers, e_kv));
+    const json& out = c.at("outputs");
+    expect_close("KV_packed", out.at("KV_packed"), down(packed));
+    auto mean = b_.template allocate<float>(t * e_kv);
+    auto projected = b_.template allocate<float>(t * e);
+    specdec::blocks::moa::layer_self_attention(b_, lc, lw, ekv2e, layers, packed.matrix(t * layers, e_kv), mean.matrix(t, e_kv),
+                                               projected.matrix(t, e));
+    expect_close("lsa_layer_out", out.at("lsa_layer_out"), down(packed));
+    expect_close("lsa_mean_over_layers", out.at("lsa_mean_over_layers"), down(mean));
+    expect_close("ekv2e_out", out.at("ekv2e_out"), down(projected));
+  }
+
+  void moa_cross_attention(const json& c, bool training) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const auto lc = layer_of(dims.at("ca"), dims.at("target"));
+    const auto lw = w.layer("cross_attention.");
+    lw.validate(lc, "cross_attention.");
+    const json& in = c.at("inputs");
+    const json& out = c.at("outputs");
+    const index_t e = lc.attention.hidden;
+    auto query = up(floats_of(in.at("q_in")));
+    auto source = up(floats_of(in.at("kv_in")));
+    const index_t tq = query.view().rows() / e, tk = source.view().rows() / e;
+    std::vector<typename B::template buffer<std::int64_t>> keep;
+    const specdec::matrix_view<const float, space> src(source.view().data(), tk, e);
+    if (!training) {
+      const auto qp = values_of(in.at("q_position_ids"));
+      specdec::blocks::kv_cache<B> cache(b_, tk + tq, lc.attention.kv_heads * lc.attention.head_dim);
+      specdec::blocks::moa::cross_attention(b_, lc, lw, query.matrix(tq, e), positions(keep, std::vector<std::int64_t>(qp.begin(), qp.end())),
+                                            src, positions(keep, range(0, tk)), &cache, specdec::blocks::attention_mask<space>::none());
+      const index_t kv = lc.attention.kv_heads, d = lc.attention.head_dim;
+      const auto cache_rows = [&](specdec::matrix_view<const float, space> m) {
+        return heads_major(b_.download(specdec::vector_view<const float, space>(m.data(), m.rows() * m.cols())), tk, kv, d);
+      };
+      expect_close("cache_k", out.at("cache_k"), cache_rows(cache.keys()));
+      expect_close("cache_v", out.at("cache_v"), cache_rows(cache.values()));
+      expect_close("y", out.at("y"), down(query));
+      return;
+    }
+    const auto rm = values_of(in.at("response_mask"));
+    const auto masks = specdec::blocks::moa::make_training_masks(std::vector<std::int32_t>(rm.begin(), rm.end()));
+    expect_exact("start_positions", out.at("start_positions"), masks.start_positions);
+    expect_exact("mask_allowed", out.at("mask_allowed"), masks.cross_attention);
+    expect_exact("staircase_sa_mask_allowed", out.at("staircase_sa_mask_allowed"), masks.staircase);
+    auto allowed = up(masks.cross_attention);
+    const auto pp = values_of(in.at("position_ids"));
+    const auto pos = positions(keep, std::vector<std::int64_t>(pp.begin(), pp.end()));
+    specdec::blocks::moa::cross_attention(b_, lc, lw, query.matrix(tq, e), pos, src, pos, nullptr,
+                                          specdec::blocks::attention_mask<space>::from(
+                                              specdec::matrix_view<const std::uint8_t, space>(allowed.view().data(), tq, tk)));
+    expect_close("y", out.at("y"), down(query));
+  }
+
+  void moa_tli(const json& c) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    auto lc = layer_of(dims, dims);
+    const index_t e = lc.attention.hidden, layers = dims.at("num_layers").get<index_t>(), n = dims.at("tli_N").get<index_t>(),
+                  vocab = dims.at("vocab").get<index_t>();
+    lc.attention.head_dim = e / lc.attention.heads;
+    const json& in = c.at("inputs");
+    const json& out = c.at("outputs");
+    auto x = up(floats_of(in.at("x")));
+    auto hidden = up(floats_of(in.at("target_hidden_in")));
+    const index_t t = x.view().rows() / e;
+    const auto rm = values_of(in.at("response_mask"));
+    const auto pp = values_of(in.at("position_ids"));
+    std::vector<typename B::template buffer<std::int64_t>> keep;
+    const auto pos = positions(keep, std::vector<std::int64_t>(pp.begin(), pp.end()));
+    std::vector<float> teacher, after, normed_host, logits_host;
+    specdec::blocks::moa::target_layer_inference<B>(
+        b_, x.matrix(t, e), specdec::matrix_view<const float, space>(hidden.view().data(), t, e),
+        std::vector<std::int32_t>(rm.begin(), rm.end()), [&](specdec::matrix_view<float, space> f) {
+          teacher = down(f);
+          for (index_t l = layers - n; l < layers; ++l) {
+            const std::string prefix = "model.layers." + std::to_string(l) + ".";
+            const auto lw = w.layer(prefix);
+            lw.validate(lc, prefix);
+            specdec::blocks::decoder_layer_forward(b_, lc, lw, f, pos, nullptr);
+          }
+          after = down(f);
+          auto normed = b_.template allocate<float>(t * e);
+          b_.rms_norm(specdec::matrix_view<const float, space>(f.data(), t, e), w.vector("model.norm.weight"), lc.rms_eps,
+                      normed.matrix(t, e));
+          normed_host = down(normed);
+          auto logits = b_.template allocate<float>(t * vocab);
+          specdec::blocks::apply(b_, w.linear("lm_head"), specdec::matrix_view<const float, space>(normed.view().data(), t, e),
+                                 logits.matrix(t, vocab));
+          logits_host = down(logits);
+        });
+    expect_close("teacher_forced_input", out.at("teacher_forced_input"), teacher);
+    expect_close("after_layers", out.at("after_layers"), after);
+    expect_close("normed", out.at("normed"), normed_host);
+    expect_close("logits", out.at("logits"), logits_host);
+  }
+
+  specdec::blocks::amphista::weights<space> amphista_weights(tensors<B>& w, const std::string& prefix, index_t k) {
+    specdec::blocks::amphista::weights<space> aw;
+    aw.position_embedding = w.matrix(prefix + "pos_emb");
+    aw.auto_embedding.input_norm = w.vector(prefix + "layer.input_layernorm.weight");
+    aw.auto_embedding.post_norm = w.vector(prefix + "layer.post_attention_layernorm.weight");
+    aw.auto_embedding.attention = w.attention(prefix + "layer.");
+    aw.auto_embedding.mlp = w.mlp(prefix + "layer.mlp.");
+    for (index_t h = 0; h < k; ++h) aw.heads.push_back(w.matrix(prefix + "heads." + std::to_string(h) + ".weight"));
+    return aw;
+  }
+
+  void amphista_auto(const json& c) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const index_t k = dims.at("K_heads").get<index_t>(), e = dims.at("E").get<index_t>(), vocab = dims.at("vocab").get<index_t>();
+    specdec::blocks::amphista::config cfg{{}, layer_of(dims, dims, false), k, 0, vocab};
+    auto aw = amphista_weights(w, "", k);
+    aw.auto_embedding.validate(cfg.auto_embedding, "layer.");
+    auto z = up(floats_of(c.at("inputs").at("z")));
+    auto u = b_.template allocate<float>(k * e);
+    auto o = b_.template allocate<float>(k * e);
+    auto logits = b_.template allocate<float>(k * vocab);
+    specdec::blocks::amphista::auto_embedding(b_, cfg, aw, specdec::matrix_view<const float, space>(z.view().data(), k, e),
+                                              logits.matrix(k, vocab), u.matrix(k, e), o.matrix(k, e));
+    const json& out = c.at("outputs");
+    expect_close("u", out.at("u"), down(u));
+    expect_close("o", out.at("o"), down(o));
+    expect_close("logits", out.at("logits"), down(logits));
+  }
+
+  void amphista_staged(const json& c) {
+    const json& dims = c.at("dims");
+    tensors<B> w(b_, c.at("params"));
+    const index_t k = dims.at("K_heads").get<index_t>(), e = dims.at("E").get<index_t>(), vocab = dims.at("vocab").get<index_t>();
+    auto slot = layer_of(dims, dims, false);
+    slot.attention.kv_heads = dims.at("num_key_value_heads").get<index_t>();
+    // The goldens' reconstruction feeds ceil(K/2) heads from stage 1 (the paper: floor(K/2)).
+    specdec::blocks::amphista::config cfg{layer_of(dims, dims), slot, k, (k + 1) / 2, vocab};
+    auto aw = amphista_weights(w, "auto.", k);
+    for (const char* s : {"stage1", "stage2"}) {
+      auto& st = std::string(s) == "stage1" ? aw.stage1 : aw.stage2;
+      st.fuse = w.linear(std::string(s) + ".fuse");
+      st.layer = w.layer(std::string(s) + ".layer.");
+      st.layer.validate(cfg.stage, std::string(s) + ".layer.");
+    }
+    const json& in = c.at("inputs");
+    const json& out = c.at("outputs");
+    auto h = up(floats_of(in.at("h")));
+    auto emb = up(floats_of(in.at("e")));
+    const index_t t = h.view().rows() / e;
+    const auto pp = values_of(in.at("position_ids"));
+    std::vector<typename B::template buffer<std::int64_t>> keep;
+    const auto pos = positions(keep, std::vector<std::int64_t>(pp.begin(), pp.end()));
+    auto s1 = b_.template allocate<float>(t * e);
+    auto s2 = b_.template allocate<float>(t * e);
+    const specdec::matrix_view<const float, space> ev(emb.view().data(), t, e);
+    specdec::blocks::amphista::stage_forward(b_, cfg.stage, aw.stage1, specdec::matrix_view<const float, space>(h.view().data(), t, e), ev,
+                                             pos, nullptr, s1.matrix(t, e));
+    expect_close("stage1_out", out.at("stage1_out"), down(s1));
+    specdec::blocks::amphista::stage_forward(b_, cfg.stage, aw.stage2, specdec::matrix_view<const float, space>(s1.view().data(), t, e), ev,
+                                             pos, nullptr, s2.matrix(t, e));
+    expect_close("stage2_out", out.at("stage2_out"), down(s2));
+    auto z = b_.template allocate<float>(k * e);
+    specdec::blocks::amphista::head_inputs(b_, cfg, aw, specdec::matrix_view<const float, space>(s1.view().data() + (t - 1) * e, 1, e),
+                                           specdec::matrix_view<const float, space>(s2.view().data() + (t - 1) * e, 1, e), z.matrix(k, e));
+    expect_close("z", out.at("z"), down(z));
+    auto logits = b_.template allocate<float>(k * vocab);
+    auto u = b_.template allocate<float>(k * e);
+    auto o = b_.template allocate<float>(k * e);
+    specdec::blocks::amphista::auto_embedding(b_, cfg, aw, specdec::matrix_view<const float, space>(z.view().data(), k, e),
+                                              logits.matrix(k, vocab), u.matrix(k, e), o.matrix(k, e));
+    expect_close("u", out.at("u"), down(u));
+    expect_close("o", out.at("o"), down(o));
+    expect_close("logits", out.at("logits"), down(logits));
   }
 
   B& b_;
