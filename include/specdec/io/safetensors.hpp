@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief A safetensors reader (8-byte little-endian header length, a JSON header mapping tensor names
+/// to {dtype, shape, data_offsets}, then the raw little-endian data) that loads F32, F16 and BF16
+/// tensors as host float32 and maps checkpoint names onto the blocks' weight structs. Dependency-free:
+/// the header is read by the small JSON reader below. Truncated or inconsistent files are rejected
+/// with specdec::invalid_argument naming the file and the tensor.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <specdec/blocks/layers.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::io {
+
+/// One tensor of a checkpoint, converted to float32.
+struct tensor {
+  std::string dtype;           ///< as stored: "F32", "F16" or "BF16"
+  std::vector<index_t> shape;  ///< row-major extents
+  std::vector<float> values;   ///< product(shape) values
+};
+
+namespace detail {
+
+/// IEEE half -> float (subnormals, infinities and NaN included).
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+inline float bfloat16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
+
+/// The subset of JSON a safetensors header uses, parsed strictly.
+class json_reader {
+ public:
+  json_reader(std::string_view text, const std::string& file) : s_(text), file_(file) {}
+
+  struct value {
+    enum class kind { object, array, string, number, literal } type = kind::literal;
+    std::string text;  // string contents, number or literal spelling
+    std::vector<std::pair<std::string, value>> members;
+    std::vector<value> items;
+  };
+
+  value document() {
+    value v = parse();
+    skip();
+    expect(i_ == s_.size(), "trailing characters after the header object");
+    return v;
+  }
+
+ private:
+  void expect(bool ok, const char* what) const {
+    SPECDEC_EXPECTS(ok, "specdec::io::safetensors", file_, ": malformed JSON header at byte ", i_, ": ", what);
+  }
+  void skip() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+  }
+  char peek() {
+    skip();
+    expect(i_ < s_.size(), "unexpected end");
+    return s_[i_];
+  }
+  std::string string_literal() {
+    expect(peek() == '"', "expected a string");
+    ++i_;
+    std::string out;
+    while (true) {
+      expect(i_ < s_.size(), "unterminated string");
+      const char c = s_[i_++];
+      if (c == '"') return out;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      expect(i_ < s_.size(), "unterminated escape");
+      const char e = s_[i_++];
+      switch (e) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {  // kept as UTF-8 for the BMP; names in practice are ASCII
+          expect(i_ + 4 <= s_.size(), "short \\u escape");
+          const unsigned code = static_cast<unsigned>(std::stoul(std::string(s_.substr(i_, 4)), nullptr, 16));
+          i_ += 4;
+          if (code < 0x80) out += static_cast<char>(code);
+          else if (code < 0x800) out += static_cast<char>(0xc0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3f));
+          else out += static_cast<char>(0xe0 | (code >> 12)), out += static_cast<char>(0x80 | ((code >> 6) & 0x3f)),
+                      out += static_cast<char>(0x80 | (code & 0x3f));
+          break;
+        }
+        default: expect(false, "unknown escape");
+      }
+    }
+  }
+  value parse() {
+    value v;
+    const char c = peek();
+    if (c == '{') {
+      v.type = value::kind::object;
+      ++i_;
+      if (peek() == '}') return ++i_, v;
+      while (true) {
+        std::string key = string_literal();
+        expect(peek() == ':', "expected ':'");
+        ++i_;
+        v.members.emplace_back(std::move(key), parse());
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
+        expect(peek() == '}', "expected ',' or '}'");
+        ++i_;
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.type = value::kind::array;
+      ++i_;
+      if (peek() == ']') return ++i_, v;
+      while (true) {
+        v.items.push_back(parse());
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
+        expect(peek() == ']', "expected ',' or ']'");
+        ++i_;
+        return v;
+      }
+    }
+    if (c == '"') {
+      v.type = value::kind::string;
+      v.text = string_literal();
+      return v;
+    }
+    const std::size_t start = i_;
+    while (i_ < s_.size() && std::string_view("+-.0123456789eEtruefalsn").find(s_[i_]) != std::string_view::npos) ++i_;
+    expect(i_ > start, "expected a value");
+    v.text = std::string(s_.substr(start, i_ - start));
+    v.type = (v.text == "true" || v.text == "false" || v.text == "null") ? value::kind::literal : value::kind::number;
+    return v;
+  }
+
+  std::string_view s_;
+  std::size_t i_ = 0;
+  std::string file_;
+};
+
+}  // namespace detail
+
+/// A loaded checkpoint: every tensor as host float32, by name.
+class safetensors {
+ public:
+  /// Reads and validates a whole file. \throws invalid_argument when the file cannot be read, is shorter
+  /// than its header says, has a malformed header, an unsupported dtype, offsets outside the data or
+  /// overlapping, or a byte count that does not match dtype x shape.
+  static safetensors open(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    SPECDEC_EXPECTS(static_cast<bool>(in), "specdec::io::safetensors", path.string(), ": cannot open the file");
+    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return parse(std::as_bytes(std::span<const char>(raw.data(), raw.size())), path.string());
+  }
+
+  /// Parses a checkpoint held in memory (`name` is used in error messages).
+  static safetensors parse(std::span<const std::byte> bytes, const std::string& name = "<memory>") {
+    constexpr const char* where = "specdec::io::safetensors";
+    SPECDEC_EXPECTS(bytes.size() >= 8, where, name, ": ", bytes.size(), " bytes; expected at least the 8-byte header length");
+    std::uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<std::uint8_t>(bytes[static_cast<std::size_t>(i)]);
+    SPECDEC_EXPECTS(header <= bytes.size() - 8, where, name, ": the header claims ", header, " bytes but only ",
+                    bytes.size() - 8, " follow the length");
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header));
+    const auto doc = detail::json_reader(text, name).document();
+    SPECDEC_EXPECTS(doc.type == detail::json_reader::value::kind::object, where, name, ": the header is not a JSON object");
+    const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(header));
+    safetensors out;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    for (const auto& [tensor_name, entry] : doc.members) {
+      if (tensor_name == "__metadata__") continue;
+      const auto field = [&](const char* key) -> const detail::json_reader::value& {
+        for (const auto& [k, v] : entry.members)
+          if (k == key) return v;
+        specdec::detail::throw_invalid_argument(where, name, ": tensor '", tensor_name, "' has no '", key, "'");
+      };
+      const std::string dtype = field("dtype").text;
+      const std::size_t width = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+      SPECDEC_EXPECTS(width != 0, where, name, ": tensor '", tensor_name, "' has dtype ", dtype, "; expected F32, F16 or BF16");
+      tensor t{dtype, {}, {}};
+      std::uint64_t count = 1;
+      for (const auto& d : field("shape").items) {
+        SPECDEC_EXPECTS(d.type == detail::json_reader::value::kind::number && d.text.find_first_of(".eE-") == std::string::npos,
+                        where, name, ": tensor '", tensor_name, "' has a shape entry '", d.text, "'; expected non-negative integers");
+        t.shape.push_back(static_cast<index_t>(std::stoll(d.text)));
+        count *= static_cast<std::uint64_t>(t.shape.back());
+      }
+      const auto& offsets = field("data_offsets").items;
+      SPECDEC_EXPECTS(offsets.size() == 2, where, name, ": tensor '", tensor_name, "' needs data_offsets [begin, end]");
+      const std::uint64_t begin = std::stoull(offsets[0].text), end = std::stoull(offsets[1].text);
+      SPECDEC_EXPECTS(begin <= end && end <= data.size(), where, name, ": tensor '", tensor_name, "' spans bytes [", begin, ", ",
+                      end, ") but the data holds ", data.size(), " bytes (truncated file?)");
+      SPECDEC_EXPECTS(end - begin == count * width, where, name, ": tensor '", tensor_name, "' has ", end - begin,
+                      " bytes; its shape and dtype ", dtype, " need ", count * width);
+      ranges.emplace_back(begin, end);
+      t.values.resize(static_cast<std::size_t>(count));
+      const std::byte* p = data.data() + begin;
+      for (std::size_t i = 0; i < t.values.size(); ++i) {
+        if (width == 4) {
+          std::uint32_t u = 0;
+          for (int k = 3; k >= 0; --k) u = (u << 8) | static_cast<std::uint8_t>(p[4 * i + static_cast<std::size_t>(k)]);
+          t.values[i] = std::bit_cast<float>(u);
+        } else {
+          const auto u = static_cast<std::uint16_t>(static_cast<std::uint8_t>(p[2 * i]) |
+                                                    (static_cast<std::uint8_t>(p[2 * i + 1]) << 8));
+          t.values[i] = dtype == "F16" ? detail::half_to_float(u) : detail::bfloat16_to_float(u);
+        }
+      }
+      SPECDEC_EXPECTS(out.tensors_.emplace(tensor_name, std::move(t)).second, where, name, ": tensor '", tensor_name,
+                      "' appears twice");
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (std::size_t i = 1; i < ranges.size(); ++i)
+      SPECDEC_EXPECTS(ranges[i].first >= ranges[i - 1].second, where, name, ": tensors overlap at byte ", ranges[i].first);
+    return out;
+  }
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [n, t] : tensors_) out.push_back(n);
+    return out;
+  }
+  /// \throws invalid_argument naming the tensor when it is missing.
+  const tensor& at(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    SPECDEC_EXPECTS(it != tensors_.end(), "specdec::io::safetensors", "no tensor named '", name, "' in the checkpoint");
+    return it->second;
+  }
+  /// A 2-D tensor as a host matrix view (a 1-D tensor as one row). \throws on rank > 2.
+  matrix_view<const float> matrix(const std::string& name) const {
+    const tensor& t = at(name);
+    SPECDEC_EXPECTS(t.shape.size() == 1 || t.shape.size() == 2, "specdec::io::safetensors", "tensor '", name, "' has rank ",
+                    t.shape.size(), "; expected 1 or 2");
+    const index_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
+    return {t.values.data(), rows, static_cast<index_t>(t.values.size()) / std::max<index_t>(rows, 1)};
+  }
+  vector_view<const float> vector(const std::string& name) const {
+    const tensor& t = at(name);
+    return {t.values.data(), static_cast<index_t>(t.values.size())};
+  }
+  /// `name.weight` and, when present, `name.bias`.
+  blocks::linear<host_space> linear(const std::string& name) const {
+    blocks::linear<host_space> l{matrix(name + ".weight"), {}};
+    if (contains(name + ".bias")) l.bias = vector(name + ".bias");
+    return l;
+  }
+  /// Hugging Face Llama names under `prefix` (e.g. "model.layers.3."): input_layernorm,
+  /// post_attention_layernorm, self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj. Validate the result
+  /// against the layer's configuration with layer_weights::validate.
+  blocks::layer_weights<host_space> layer(const std::string& prefix, bool input_norm = true, bool with_mlp = true) const {
+    blocks::layer_weights<host_space> w;
+    if (input_norm) w.input_norm = vector(prefix + "input_layernorm.weight");
+    w.post_norm = vector(prefix + "post_attention_layernorm.weight");
+    w.attention = {linear(prefix + "self_attn.q_proj"), linear(prefix + "self_attn.k_proj"), linear(prefix + "self_attn.v_proj"),
+                   linear(prefix + "self_attn.o_proj")};
+    if (with_mlp) w.mlp = {linear(prefix + "mlp.gate_proj"), linear(prefix + "mlp.up_proj"), linear(prefix + "mlp.down_proj")};
+    return w;
+  }
+
+ private:
+  std::map<std::string, tensor> tensors_;
+};
+
+}  // namespace specdec::io

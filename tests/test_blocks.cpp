@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+// Blocks beyond the goldens: the decoder layer decoding token by token through its KV cache equals
+// one causal pass over the sequence; a tree verified in one pass under its mask equals each root-to-leaf
+// path run as a chain; kv_cache::keep compacts an accepted path; the safetensors reader (F32 / F16 /
+// BF16, truncated and inconsistent files); Draft & Verify's exit threshold; ADMG's argument errors.
+#include "backend_conformance.hpp"
+
+#include <cstring>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+#include <specdec/blocks/layers.hpp>
+#include <specdec/io/safetensors.hpp>
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/policy/admg.hpp>
+#include <specdec/tree/tree.hpp>
+
+using namespace conformance;
+namespace blocks = specdec::blocks;
+
+#define SPECDEC_BLOCK_BACKENDS specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>
+
+namespace {
+
+/// A small random Llama layer (E 16, 4 heads, 2 kv heads, d 4, MLP 24) with host-owned weights.
+struct random_layer {
+  blocks::layer_config config{{16, 4, 2, 4, 10000.0, true}, 24, 1e-5f, true};
+  std::vector<std::vector<float>> store;
+  template <class B>
+  blocks::layer_weights<typename B::memory_space> weights(harness<B>& h, std::vector<typename B::template buffer<float>>& keep) {
+    using space = typename B::memory_space;
+    std::uint64_t seed = 100;
+    const auto make = [&](index_t rows, index_t cols, float lo, float hi) {
+      keep.push_back(h.up(uniform_floats(seed++, static_cast<std::size_t>(rows * cols), lo, hi)));
+      return specdec::matrix_view<const float, space>(keep.back().view().data(), rows, cols);
+    };
+    const auto lin = [&](index_t out, index_t in) { return blocks::linear<space>{make(out, in, -0.4f, 0.4f), {}}; };
+    const auto norm = [&] {
+      const auto m = make(1, 16, 0.8f, 1.2f);
+      return specdec::vector_view<const float, space>(m.data(), 16);
+    };
+    blocks::layer_weights<space> w{norm(), norm(), {lin(16, 16), lin(8, 16), lin(8, 16), lin(16, 16)}, {lin(24, 16), lin(24, 16), lin(16, 24)}};
+    w.validate(config, "layers.0.");
+    return w;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("decoding through the KV cache equals one causal pass; a tree pass equals its paths", B, SPECDEC_BLOCK_BACKENDS) {
+  using space = typename B::memory_space;
+  harness<B> h;
+  random_layer layer;
+  std::vector<typename B::template buffer<float>> keep;
+  const auto w = layer.weights(h, keep);
+  const index_t t = 6, e = 16, width = 8;
+  const auto x = uniform_floats(7, static_cast<std::size_t>(t * e), -1.0f, 1.0f);
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(t));
+  for (index_t i = 0; i < t; ++i) pos[static_cast<std::size_t>(i)] = 10 + i;
+  auto dpos = h.up(pos);
+  // One causal pass.
+  auto full = h.up(x);
+  blocks::decoder_layer_forward(h.b, layer.config, w, full.matrix(t, e), specdec::vector_view<const std::int64_t, space>(dpos.view().data(), t), nullptr);
+  const auto want = h.down(full);
+  // Prefill 2 rows, then one row at a time through the cache.
+  blocks::kv_cache<B> cache(h.b, 16, width);
+  std::vector<float> got;
+  for (index_t start = 0; start < t;) {
+    const index_t n = start == 0 ? 2 : 1;
+    auto rows = h.up(std::vector<float>(x.begin() + start * e, x.begin() + (start + n) * e));
+    blocks::decoder_layer_forward(h.b, layer.config, w, rows.matrix(n, e),
+                                  specdec::vector_view<const std::int64_t, space>(dpos.view().data() + start, n), &cache);
+    const auto part = h.down(rows);
+    got.insert(got.end(), part.begin(), part.end());
+    start += n;
+  }
+  CHECK(cache.size() == t);
+  check_close(got, std::vector<double>(want.begin(), want.end()), 1e-5, 1e-5, "incremental vs full");
+
+  // A tree after a 2-row prefix: nodes 0..4 with parents -1, 0, 0, 1, 2 (two paths: 0-1-3 and 0-2-4).
+  cache.crop(2);
+  const auto tree = specdec::make_tree({1, 2, 3, 4, 5}, {-1, 0, 0, 1, 2});
+  std::vector<std::uint8_t> allowed(static_cast<std::size_t>(5 * 7));
+  specdec::tree_mask_dense(tree, 2, specdec::matrix_view<std::uint8_t>(allowed.data(), 5, 7));
+  std::vector<std::int64_t> tree_pos(5);
+  specdec::tree_positions(tree, 12, specdec::vector_view<std::int64_t>(tree_pos));
+  const auto node_x = uniform_floats(8, 5 * 16, -1.0f, 1.0f);
+  auto tx = h.up(node_x);
+  auto tp = h.up(tree_pos);
+  auto dm = h.up(allowed);
+  blocks::decoder_layer_forward(h.b, layer.config, w, tx.matrix(5, e), specdec::vector_view<const std::int64_t, space>(tp.view().data(), 5),
+                                &cache, blocks::attention_mask<space>::from(specdec::matrix_view<const std::uint8_t, space>(dm.view().data(), 5, 7)));
+  const auto tree_out = h.down(tx);
+  for (const std::vector<int>& path : {std::vector<int>{0, 1, 3}, std::vector<int>{0, 2, 4}}) {
+    blocks::kv_cache<B> chain_cache(h.b, 16, width);
+    auto prefix = h.up(std::vector<float>(x.begin(), x.begin() + 2 * e));
+    blocks::decoder_layer_forward(h.b, layer.config, w, prefix.matrix(2, e),
+                                  specdec::vector_view<const std::int64_t, space>(dpos.view().data(), 2), &chain_cache);
+    std::vector<float> rows;
+    std::vector<std::int64_t> p;
+    for (int n : path) {
+      rows.insert(rows.end(), node_x.begin() + n * e, node_x.begin() + (n + 1) * e);
+      p.push_back(tree_pos[static_cast<std::size_t>(n)]);
+    }
+    auto cr = h.up(rows);
+    auto cp = h.up(p);
+    blocks::decoder_layer_forward(h.b, layer.config, w, cr.matrix(3, e), specdec::vector_view<const std::int64_t, space>(cp.view().data(), 3),
+                                  &chain_cache);
+    const auto chain_out = h.down(cr);
+    std::vector<float> tree_rows;
+    for (int n : path) tree_rows.insert(tree_rows.end(), tree_out.begin() + n * e, tree_out.begin() + (n + 1) * e);
+    check_close(tree_rows, std::vector<double>(chain_out.begin(), chain_out.end()), 1e-5, 1e-5, "tree vs chain");
+    if (path[1] == 2) {
+      // Keep the accepted path 0-2-4 behind the prefix: the cache then equals the chain's.
+      const std::vector<std::int32_t> offsets = {0, 2, 4};
+      cache.keep(2, offsets);
+      REQUIRE(cache.size() == 5);
+      const auto a = h.b.download(specdec::vector_view<const float, space>(cache.keys().data(), 5 * width));
+      const auto c = h.b.download(specdec::vector_view<const float, space>(chain_cache.keys().data(), 5 * width));
+      check_close(a, std::vector<double>(c.begin(), c.end()), 1e-6, 1e-6, "kept keys");
+    }
+  }
+  CHECK(error_of([&] { cache.crop(9); }).find("n = 9; the cache holds 5 rows") != std::string::npos);
+}
+
+namespace {
+void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+std::vector<std::byte> checkpoint(const std::string& header, const std::vector<std::uint8_t>& data) {
+  std::vector<std::byte> out;
+  put_u64(out, header.size());
+  for (char c : header) out.push_back(static_cast<std::byte>(c));
+  for (auto b : data) out.push_back(static_cast<std::byte>(b));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("safetensors: F32, F16 and BF16 tensors; truncated and inconsistent files are rejected") {
+  // a: F32 [2 x 1] = {1.5, -2}; b: F16 [2] = {1, -0.5} (0x3c00, 0xb800) plus a subnormal check in c;
+  // c: BF16 [1] = 3.0 (0x4040); d: F16 [1] = smallest subnormal 2^-24 (0x0001).
+  std::vector<std::uint8_t> data;
+  for (float f : {1.5f, -2.0f}) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    for (int i = 0; i < 4; ++i) data.push_back(static_cast<std::uint8_t>(u >> (8 * i)));
+  }
+  for (std::uint16_t u : {std::uint16_t{0x3c00}, std::uint16_t{0xb800}, std::uint16_t{0x4040}, std::uint16_t{0x0001}})
+    data.push_back(static_cast<std::uint8_t>(u & 0xff)), data.push_back(static_cast<std::uint8_t>(u >> 8));
+  const std::string header = R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"F16","shape":[2],"data_offsets":[8,12]},"c":{"dtype":"BF16","shape":[1],"data_offsets":[12,14]},)"
+                             R"("d":{"dtype":"F16","shape":[1],"data_offsets":[14,16]}})";
+  const auto st = specdec::io::safetensors::parse(checkpoint(header, data));
+  CHECK(st.at("a").values == std::vector<float>{1.5f, -2.0f});
+  CHECK(st.matrix("a").rows() == 2);
+  CHECK(st.at("b").values == std::vector<float>{1.0f, -0.5f});
+  CHECK(st.at("c").values == std::vector<float>{3.0f});
+  CHECK(st.at("d").values == std::vector<float>{std::ldexp(1.0f, -24)});
+  CHECK(st.names().size() == 4);
+
+  const auto error = [](const std::vector<std::byte>& bytes) {
+    return error_of([&] { specdec::io::safetensors::parse(bytes); });
+  };
+  auto truncated = checkpoint(header, data);
+  truncated.resize(truncated.size() - 3);
+  CHECK(error(truncated).find("tensor 'c' spans bytes [12, 14) but the data holds 13 bytes") != std::string::npos);
+  CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)).find("has 8 bytes; its shape and dtype F32 need 12") !=
+        std::string::npos);
+  CHECK(error(checkpoint(R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", data)).find("has dtype I8; expected F32, F16 or BF16") !=
+        std::string::npos);
+  CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", data))
+            .find("tensors overlap") != std::string::npos);
+  CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", data)).find("malformed JSON header") != std::string::npos);
+  std::vector<std::byte> short_header;
+  put_u64(short_header, 1000);
+  CHECK(error(short_header).find("the header claims 1000 bytes") != std::string::npos);
+  CHECK(error_of([&] { (void)st.at("missing"); }).find("no tensor named 'missing'") != std::string::npos);
+}
+
+TEST_CASE("Draft & Verify's exit threshold rises on poor matches and falls on good early stops") {
+  specdec::admg::draft_exit policy({0.6, 8});
+  CHECK(policy.stop(0.5, 1));
+  CHECK_FALSE(policy.stop(0.7, 1));
+  CHECK(policy.stop(0.99, 8));
+  policy.update(0, 4);  // matchness 0 < 0.9: th -> 0.9 * 0.6 + 0.1 * 0.61
+  CHECK(policy.threshold() == doctest::Approx(0.601));
+  specdec::admg::draft_exit good({0.6, 8});
+  for (int i = 0; i < 10; ++i) good.update(4, 4);  // matchness -> 1, early stops: the bar falls
+  CHECK(good.threshold() < 0.6);
+  const double before = good.threshold();
+  good.update(8, 8);  // ran to the maximum: the threshold holds
+  CHECK(good.threshold() == doctest::Approx(before));
+  const std::vector<double> cosines = {0.99, 0.5};
+  CHECK(error_of([&] { specdec::admg::plan_layers(cosines, {1.5, 3, 2}); }).find("alpha = 1.5") != std::string::npos);
+  const std::vector<double> bad = {2.0};
+  CHECK(error_of([&] { specdec::admg::plan_layers(bad); }).find("cosine[0] = 2") != std::string::npos);
+}
