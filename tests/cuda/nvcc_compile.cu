@@ -65,3 +65,18 @@ std::size_t verify_every_way(backend& b, specdec::matrix_view<const float, specd
          specdec::sampling::verify_coin_tree(b, p, requests).size() +
          specdec::sampling::verify_typical(b, p, requests).size() + specdec::sampling::verify_greedy(b, p, requests).size();
 }
+
+// The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
+void run_blocks(backend& b, const specdec::blocks::layer_config& c,
+                const specdec::blocks::layer_weights<specdec::device_space>& w,
+                const specdec::blocks::eagle::weights<specdec::device_space>& ew,
+                const specdec::blocks::moe::config& mc, const specdec::blocks::moe::weights<specdec::device_space>& mw,
+                specdec::matrix_view<float, specdec::device_space> x,
+                specdec::vector_view<const std::int64_t, specdec::device_space> positions,
+                specdec::vector_view<const std::int32_t, specdec::device_space> tokens) {
+  specdec::blocks::kv_cache<backend> cache(b, 64, c.attention.kv_heads * c.attention.head_dim);
+  specdec::blocks::decoder_layer_forward(b, c, w, x, positions, &cache);
+  specdec::blocks::moe::draft_layer_forward(b, c, ew, mc, mw, tokens, x, positions, &cache, {}, x, x);
+  specdec::blocks::moa::cross_attention(b, c, w, x, positions, x, positions, &cache, {});
+  specdec::blocks::moa::layer_self_attention(b, c, w, w.attention.q, 4, x, x, x);
+}
