@@ -383,12 +383,13 @@ class eigen {
 
  private:
   void run_attention(const char* where, detail::attention_fn<float> f) {
-    for (index_t item = 0; item < f.q.rows() * f.shape.heads; ++item) {
-      detail::fault result = detail::fault::none;
-      f.faults = &result;
+    const index_t items = f.q.rows() * f.shape.heads;
+    std::vector<detail::fault> faults(static_cast<std::size_t>(items), detail::fault::none);
+    f.faults = faults.data();
+    for (index_t item = 0; item < items; ++item) {
       f(item);
-      if (result != detail::fault::none)
-        detail::throw_attention_fault(where, item / f.shape.heads, result);
+      if (faults[static_cast<std::size_t>(item)] != detail::fault::none)
+        detail::throw_attention_fault(where, item / f.shape.heads, faults[static_cast<std::size_t>(item)]);
     }
   }
   /// Chunk length of the streaming kernels: 8 KiB of fp32 stays in L1 for the second look.
