@@ -9,6 +9,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/layers.hpp>
 #include <specdec/io/safetensors.hpp>
 #include <specdec/mask/tree_mask.hpp>
@@ -194,4 +195,30 @@ TEST_CASE("Draft & Verify's exit threshold rises on poor matches and falls on go
   CHECK(error_of([&] { specdec::admg::plan_layers(cosines, {1.5, 3, 2}); }).find("alpha = 1.5") != std::string::npos);
   const std::vector<double> bad = {2.0};
   CHECK(error_of([&] { specdec::admg::plan_layers(bad); }).find("cosine[0] = 2") != std::string::npos);
+}
+
+TEST_CASE("amphista head inputs: stage split and the per-head ResBlock x + SiLU(W x + b)") {
+  specdec::eigen b;
+  const index_t e = 3;
+  const std::vector<float> h1 = {0.5f, -1.0f, 2.0f}, h2 = {1.0f, 0.25f, -0.5f};
+  const std::vector<float> w0 = {0.1f, 0.2f, 0.3f, -0.4f, 0.5f, 0.6f, 0.7f, -0.8f, 0.9f}, bias = {0.1f, -0.2f, 0.3f};
+  blocks::amphista::weights<specdec::host_space> w;
+  for (int k = 0; k < 3; ++k)
+    w.head_mlps.push_back({specdec::matrix_view<const float>(w0.data(), e, e), specdec::vector_view<const float>(bias.data(), e)});
+  blocks::amphista::config c;
+  c.heads = 3;
+  c.stage1_heads = blocks::amphista::config::paper_split(3);  // floor(3 / 2) = 1
+  std::vector<float> z(9);
+  blocks::amphista::head_inputs(b, c, w, specdec::matrix_view<const float>(h1.data(), 1, e), specdec::matrix_view<const float>(h2.data(), 1, e),
+                                specdec::matrix_view<float>(z.data(), 3, e));
+  std::vector<double> want;
+  for (int k = 0; k < 3; ++k) {
+    const auto& x = k < 1 ? h1 : h2;
+    for (index_t i = 0; i < e; ++i) {
+      double y = bias[static_cast<std::size_t>(i)];
+      for (index_t j = 0; j < e; ++j) y += static_cast<double>(w0[static_cast<std::size_t>(i * e + j)]) * x[static_cast<std::size_t>(j)];
+      want.push_back(x[static_cast<std::size_t>(i)] + y / (1.0 + std::exp(-y)));
+    }
+  }
+  check_close(z, want, 1e-6, 1e-6, "head inputs");
 }

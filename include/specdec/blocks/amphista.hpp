@@ -112,13 +112,13 @@ void head_inputs(B& b, const config& c, const weights<typename B::memory_space>&
                       (w.head_mlps.empty() || static_cast<index_t>(w.head_mlps.size()) == c.heads),
                   "specdec::blocks::amphista::head_inputs", "stage1_heads = ", c.stage1_heads, " of K = ", c.heads,
                   ", z has ", z.rows(), " rows, ", w.head_mlps.size(), " head MLPs; expected 0 <= stage1_heads <= K, K rows, 0 or K MLPs");
+  auto hidden = b.template allocate<float>(e);
+  auto ones = b.upload(std::span<const float>(std::vector<float>(static_cast<std::size_t>(w.head_mlps.empty() ? 0 : e), 1.0f)));
   for (index_t k = 0; k < c.heads; ++k) {
     const auto& src = k < c.stage1_heads ? h1 : h2;
     const matrix_view<float, space> row(z.data() + k * z.stride(0), 1, e);
     copy_rows(b, src, row);
     if (w.head_mlps.empty()) continue;
-    auto hidden = b.template allocate<float>(e);
-    auto ones = b.upload(std::span<const float>(std::vector<float>(static_cast<std::size_t>(e), 1.0f)));
     apply(b, w.head_mlps[static_cast<std::size_t>(k)], src, hidden.matrix(1, e));
     b.silu_mul(matrix_view<const float, space>(hidden.view().data(), 1, e), matrix_view<const float, space>(ones.view().data(), 1, e),
                hidden.matrix(1, e));

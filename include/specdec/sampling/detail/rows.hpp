@@ -39,7 +39,10 @@ class row_reader {
   row_reader(const row_reader&) = delete;
   row_reader& operator=(const row_reader&) = delete;
   ~row_reader() {
-    for (auto& [row, values] : cache_) spare_rows().push_back(std::move(values));
+    // Bounded: downloaded rows are returned here too, and a thread must not hoard them without limit.
+    auto& spare = spare_rows();
+    for (auto& [row, values] : cache_)
+      if (spare.size() < max_spare_rows) spare.push_back(std::move(values));
   }
 
   const float* row(index_t r) {
@@ -63,6 +66,7 @@ class row_reader {
   index_t rows_read() const noexcept { return static_cast<index_t>(cache_.size()); }
 
  private:
+  static constexpr std::size_t max_spare_rows = 32;
   static std::vector<std::vector<float>>& spare_rows() {
     thread_local std::vector<std::vector<float>> spare;
     return spare;
