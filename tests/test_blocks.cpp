@@ -2,7 +2,8 @@
 // Blocks beyond the goldens: the decoder layer decoding token by token through its KV cache equals
 // one causal pass over the sequence; a tree verified in one pass under its mask equals each root-to-leaf
 // path run as a chain; kv_cache::keep compacts an accepted path; the safetensors reader (F32 / F16 /
-// BF16, truncated and inconsistent files); Draft & Verify's exit threshold; ADMG's argument errors.
+// BF16, truncated and inconsistent files); Draft & Verify's exit threshold; ADMG's argument errors; the
+// MoA drafter's caches across a rejected draft.
 #include "backend_conformance.hpp"
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moa.hpp>
 #include <specdec/io/safetensors.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/admg.hpp>
@@ -221,4 +223,70 @@ TEST_CASE("amphista head inputs: stage split and the per-head ResBlock x + SiLU(
     }
   }
   check_close(z, want, 1e-6, 1e-6, "head inputs");
+}
+
+TEST_CASE_TEMPLATE("MoA drafter: incremental drafting with a rejected draft cropped equals a fresh run", B, SPECDEC_BLOCK_BACKENDS) {
+  using space = typename B::memory_space;
+  harness<B> h;
+  random_layer layer;  // self- and cross-attention: E 16
+  std::vector<typename B::template buffer<float>> keep;
+  std::uint64_t seed = 300;
+  const auto make = [&](index_t rows, index_t cols, float lo, float hi) {
+    keep.push_back(h.up(uniform_floats(seed++, static_cast<std::size_t>(rows * cols), lo, hi)));
+    return specdec::matrix_view<const float, space>(keep.back().view().data(), rows, cols);
+  };
+  const auto lin = [&](index_t out, index_t in) { return blocks::linear<space>{make(out, in, -0.4f, 0.4f), {}}; };
+  const auto norm = [&](index_t n) { return specdec::vector_view<const float, space>(make(1, n, 0.8f, 1.2f).data(), n); };
+  // Target: 2 layers, one kv head of 4 -> E_kv = 8; the LSA layer has 4 heads of 2, 2 kv heads.
+  const blocks::moa::config config{{{8, 4, 2, 2, 10000.0, true}, 12, 1e-5f, true}, layer.config, layer.config, 2, 4};
+  const blocks::moa::weights<space> w{
+      {norm(8), norm(8), {lin(8, 8), lin(4, 8), lin(4, 8), lin(8, 8)}, {lin(12, 8), lin(12, 8), lin(8, 12)}},
+      {make(16, 8, -0.4f, 0.4f), norm(16)},
+      layer.weights(h, keep),
+      layer.weights(h, keep)};
+  const index_t e = 16, tokens = 6;
+  std::vector<specdec::matrix_view<const float, space>> keys, values;
+  for (int l = 0; l < 2; ++l) {
+    keys.push_back(make(tokens, 4, -1.0f, 1.0f));
+    values.push_back(make(tokens, 4, -1.0f, 1.0f));
+  }
+  // Embeddings of prompt (3), bonus, draft 1 (accepted), draft 2 (rejected), and the token after.
+  const auto embedding = uniform_floats(9, static_cast<std::size_t>(7 * e), -1.0f, 1.0f);
+  const auto rows_of = [&](std::initializer_list<int> ids) {
+    std::vector<float> out;
+    for (int i : ids) out.insert(out.end(), embedding.begin() + i * e, embedding.begin() + (i + 1) * e);
+    return h.up(out);
+  };
+  const auto positions = [&](const std::vector<std::int64_t>& p) { return h.up(p); };
+  auto feature = h.b.template allocate<float>(e);
+  blocks::moa::drafter<B> incremental(h.b, config, w, 16);
+  incremental.add_verified(keys, values, 0, 3);
+  {
+    auto x = rows_of({0, 1, 2, 3});
+    auto p = positions({0, 1, 2, 3});
+    incremental.forward(x.matrix(4, e), specdec::vector_view<const std::int64_t, space>(p.view().data(), 4), feature.matrix(1, e));
+  }
+  for (const auto& [id, at] : {std::pair{4, 4}, std::pair{5, 5}}) {
+    auto x = rows_of({id});
+    auto p = positions({at});
+    incremental.forward(x.matrix(1, e), specdec::vector_view<const std::int64_t, space>(p.view().data(), 1), feature.matrix(1, e));
+  }
+  CHECK(incremental.self_attention_cache().size() == 6);
+  // The target accepted draft 1 only: the bonus and draft 1 are verified, draft 2's row goes.
+  incremental.crop(5);
+  incremental.add_verified(keys, values, 3, 2);
+  CHECK(incremental.verified() == 5);
+  auto x = rows_of({6});
+  auto p = positions({5});
+  incremental.forward(x.matrix(1, e), specdec::vector_view<const std::int64_t, space>(p.view().data(), 1), feature.matrix(1, e));
+  const auto got = h.down(feature);
+
+  blocks::moa::drafter<B> fresh(h.b, config, w, 16);
+  fresh.add_verified(keys, values, 0, 5);
+  auto all = rows_of({0, 1, 2, 3, 4, 6});
+  auto all_positions = positions({0, 1, 2, 3, 4, 5});
+  fresh.forward(all.matrix(6, e), specdec::vector_view<const std::int64_t, space>(all_positions.view().data(), 6), feature.matrix(1, e));
+  const auto want = h.down(feature);
+  check_close(got, std::vector<double>(want.begin(), want.end()), 1e-5, 1e-5, "incremental vs fresh");
+  CHECK(error_of([&] { fresh.add_verified(keys, values, 4, 1); }).find("expected to continue at 5") != std::string::npos);
 }

@@ -127,6 +127,8 @@ class block_runner {
     if (block == "moa.cross_attention.inference") return moa_cross_attention(c, false);
     if (block == "moa.cross_attention.train_mask") return moa_cross_attention(c, true);
     if (block == "moa.target_layer_inference.train") return moa_tli(c);
+    if (block == "moa.pipeline.train_forward") return moa_pipeline(c, true);
+    if (block == "moa.pipeline.inference_chain") return moa_pipeline(c, false);
     if (block == "amphista.auto_embedding") return amphista_auto(c);
     if (block == "amphista.staged_adaptation_pipeline") return amphista_staged(c);
     throw block_mismatch("block, expected a supported block kind, got '" + block + "'");
@@ -445,6 +447,94 @@ class block_runner {
                                           specdec::blocks::attention_mask<space>::from(
                                               specdec::matrix_view<const std::uint8_t, space>(allowed.view().data(), tq, tk)));
     expect_close("y", out.at("y"), down(query));
+  }
+
+  /// The whole drafter: train_forward, or the inference drafter generating `steps` greedy tokens.
+  void moa_pipeline(const json& c, bool training) {
+    const json& dims = c.at("dims");
+    const json& target = dims.at("target");
+    tensors<B> w(b_, c.at("params"));
+    specdec::blocks::moa::config mc{layer_of(dims.at("lsa"), target), layer_of(dims.at("sa"), target),
+                                    layer_of(dims.at("ca"), target), target.at("num_layers").get<index_t>(),
+                                    target.at("head_dim").get<index_t>()};
+    const specdec::blocks::moa::weights<space> mw{w.layer("layer_self_attention."), w.linear("Ekv2E"),
+                                                  w.layer("self_attention."), w.layer("cross_attention.")};
+    mw.validate(mc);
+    const index_t e = mc.hidden(), vocab = target.at("vocab").get<index_t>();
+    const json& in = c.at("inputs");
+    const json& out = c.at("outputs");
+    const auto shape = in.at("k")[0].at("shape").get<std::vector<index_t>>();
+    const index_t cached = shape[2], width = shape[1] * shape[3];
+    std::vector<typename B::template buffer<float>> store;
+    std::vector<specdec::matrix_view<const float, space>> keys, values;
+    for (index_t l = 0; l < mc.target_layers; ++l) {
+      store.push_back(up(token_major(in.at("k")[static_cast<std::size_t>(l)])));
+      keys.emplace_back(store.back().view().data(), cached, width);
+      store.push_back(up(token_major(in.at("v")[static_cast<std::size_t>(l)])));
+      values.emplace_back(store.back().view().data(), cached, width);
+    }
+    const auto token_values = values_of(in.at("tokens"));
+    const std::vector<std::int32_t> tokens(token_values.begin(), token_values.end());
+    const auto embed = w.matrix("model.embed_tokens.weight");
+    const auto lm_head = w.linear("lm_head");
+    const auto embeddings = [&](const std::vector<std::int32_t>& ids) {
+      auto d = up(ids);
+      auto x = b_.template allocate<float>(static_cast<index_t>(ids.size()) * e);
+      b_.gather_rows(embed, specdec::vector_view<const std::int32_t, space>(d.view().data(), static_cast<index_t>(ids.size())),
+                     x.matrix(static_cast<index_t>(ids.size()), e));
+      return x;
+    };
+    const auto logits_of = [&](specdec::matrix_view<const float, space> features) {
+      auto logits = b_.template allocate<float>(features.rows() * vocab);
+      specdec::blocks::apply(b_, lm_head, features, logits.matrix(features.rows(), vocab));
+      return down(logits);
+    };
+    if (training) {
+      const index_t t = static_cast<index_t>(tokens.size());
+      const auto rm = values_of(in.at("response_mask"));
+      auto x = embeddings(tokens);
+      auto stream = b_.template allocate<float>(t * e), sa = b_.template allocate<float>(t * e),
+           ca = b_.template allocate<float>(t * e);
+      specdec::blocks::moa::train_forward<B>(b_, mc, mw, keys, values, specdec::matrix_view<const float, space>(x.view().data(), t, e),
+                                             std::vector<std::int32_t>(rm.begin(), rm.end()), in.at("staircase").get<bool>(),
+                                             stream.matrix(t, e), sa.matrix(t, e), ca.matrix(t, e));
+      expect_exact("start_positions", out.at("start_positions"),
+                   specdec::blocks::moa::make_training_masks(std::vector<std::int32_t>(rm.begin(), rm.end())).start_positions);
+      expect_close("ekv2e_out", out.at("ekv2e_out"), down(stream));
+      expect_close("sa_out", out.at("sa_out"), down(sa));
+      expect_close("ca_out", out.at("ca_out"), down(ca));
+      expect_close("logits", out.at("logits"), logits_of(specdec::matrix_view<const float, space>(ca.view().data(), t, e)));
+      return;
+    }
+    // Inference: the prompt's K/V are verified, then the prompt and the bonus token go through the
+    // self-attention, and each step drafts greedily from the last feature.
+    const index_t steps = in.at("steps").get<index_t>(), n = cached;
+    auto stream = b_.template allocate<float>(n * e);
+    specdec::blocks::moa::key_value_stream<B>(b_, mc, mw, keys, values, 0, n, stream.matrix(n, e));
+    expect_close("ekv2e_out", out.at("ekv2e_out"), down(stream));
+    specdec::blocks::moa::drafter<B> drafter(b_, mc, mw, n + 1 + steps);
+    drafter.add_verified(keys, values, 0, n);
+    std::vector<typename B::template buffer<std::int64_t>> keep;
+    auto feature = b_.template allocate<float>(e);
+    std::vector<std::int32_t> drafted, feed = tokens;
+    for (index_t s = 0; s < steps; ++s) {
+      auto x = embeddings(feed);
+      const auto rows = static_cast<index_t>(feed.size());
+      drafter.forward(x.matrix(rows, e), positions(keep, range(n + 1 + s - rows, rows)), feature.matrix(1, e));
+      if (s == 0) {
+        const index_t kv = mc.cross_attention.attention.kv_heads, d = mc.cross_attention.attention.head_dim;
+        const auto cache_rows = [&](specdec::matrix_view<const float, space> m) {
+          return heads_major(b_.download(specdec::vector_view<const float, space>(m.data(), m.rows() * m.cols())), n, kv, d);
+        };
+        expect_close("ca_cache_k", out.at("ca_cache_k"), cache_rows(drafter.cross_attention_cache().keys()));
+        expect_close("ca_cache_v", out.at("ca_cache_v"), cache_rows(drafter.cross_attention_cache().values()));
+      }
+      const auto logits = logits_of(specdec::matrix_view<const float, space>(feature.view().data(), 1, e));
+      expect_close("step_logits[" + std::to_string(s) + "]", out.at("step_logits")[static_cast<std::size_t>(s)], logits);
+      drafted.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      feed = {drafted.back()};
+    }
+    expect_exact("draft_tokens", out.at("draft_tokens"), drafted);
   }
 
   void moa_tli(const json& c) {

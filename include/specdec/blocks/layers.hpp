@@ -306,14 +306,19 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
     k = detail::scratch(b, keep, tk, kv_width);
     v = detail::scratch(b, keep, tk, kv_width);
   }
-  apply(b, w.k, source_in, k);
-  apply(b, w.v, source_in, v);
+  // A call may bring no new keys (MoA's cross-attention while no token was verified since the last
+  // call): the queries then read the cache alone.
+  if (tk > 0) {
+    apply(b, w.k, source_in, k);
+    apply(b, w.v, source_in, v);
+  }
   if (c.rope) {
     b.rope(q, query_positions, c.head_dim, c.rope_theta);
-    b.rope(k, source_positions, c.head_dim, c.rope_theta);
+    if (tk > 0) b.rope(k, source_positions, c.head_dim, c.rope_theta);
   }
   const detail::cmview<B> keys = cache ? cache->keys() : detail::as_const<B>(k);
   const detail::cmview<B> values = cache ? cache->values() : detail::as_const<B>(v);
+  SPECDEC_EXPECTS(keys.rows() >= 1, where, "no keys to attend to: the cache is empty and the call brings no source rows");
   auto context = detail::scratch(b, keep, tq, c.heads * c.head_dim);
   const attention_heads heads = c.heads_shape();
   const index_t seg = segment > 0 ? segment : tq;

@@ -6,12 +6,14 @@
 /// E_kv -> E projection, the causal self-attention layer over token embeddings (a plain decoder layer:
 /// blocks::decoder_layer_forward with its cache), cross-attention with one RMSNorm shared by both
 /// streams, its inference (no mask) and training (verified-prefix) masks, and Target Layer Inference
-/// through a caller-provided callback.
+/// through a caller-provided callback; and the two wirings of the whole drafter (MOASpec.forward):
+/// train_forward and the incremental inference `drafter`.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -160,5 +162,175 @@ void target_layer_inference(B& b, matrix_view<float, typename B::memory_space> f
                 matrix_view<float, space>(features.data() + i * features.stride(0), 1, features.cols()));
   run_last_layers(features);
 }
+
+/// Shapes of a whole MoA drafter (blocks.md 2.6). The LSA layer is E_kv wide (twice the target's
+/// kv_heads x head_dim) with the target's head count and RoPE over the layer index; self- and
+/// cross-attention are E wide (the target's hidden size) with RoPE at token positions.
+struct config {
+  layer_config layer_self_attention;
+  layer_config self_attention;
+  layer_config cross_attention;
+  index_t target_layers = 0;  ///< L, the target layers whose K/V are packed
+  index_t target_head_dim = 0;  ///< head_dim of the target's cache rows
+
+  index_t hidden() const noexcept { return self_attention.attention.hidden; }
+  index_t kv_width() const noexcept { return layer_self_attention.attention.hidden; }
+  /// \throws invalid_argument when the parts disagree on widths.
+  void validate() const {
+    constexpr const char* where = "specdec::blocks::moa::config";
+    SPECDEC_EXPECTS(target_layers >= 1 && target_head_dim >= 1 && kv_width() % (2 * target_head_dim) == 0, where,
+                    "target_layers = ", target_layers, ", target_head_dim = ", target_head_dim, ", E_kv = ", kv_width(),
+                    "; expected L >= 1 and E_kv a multiple of 2 head_dim");
+    SPECDEC_EXPECTS(cross_attention.attention.hidden == hidden(), where, "cross-attention is ", cross_attention.attention.hidden,
+                    " wide; expected the self-attention's ", hidden());
+  }
+};
+
+/// Non-owning views of a MoA drafter's trained weights, named as in the HEBO checkpoint.
+template <class Space = host_space>
+struct weights {
+  layer_weights<Space> layer_self_attention;
+  linear<Space> ekv2e;  ///< [E x E_kv] with bias
+  layer_weights<Space> self_attention;
+  layer_weights<Space> cross_attention;
+
+  /// \throws invalid_argument naming the first tensor whose shape does not match `c`.
+  void validate(const config& c) const {
+    c.validate();
+    layer_self_attention.validate(c.layer_self_attention, "layer_self_attention.");
+    ekv2e.validate("Ekv2E", c.hidden(), c.kv_width(), true);
+    self_attention.validate(c.self_attention, "self_attention.");
+    cross_attention.validate(c.cross_attention, "cross_attention.");
+  }
+};
+
+/// The cross-attention's key/value stream for target tokens [first, first + count): their K/V in every
+/// target layer packed (pack_kv), Layer Self-Attention, mean over layers, Ekv2E, into `out`
+/// `[count x E]`. \param keys, values per target layer, backend `[tokens x kv_heads head_dim]`.
+template <dense_backend B>
+void key_value_stream(B& b, const config& c, const weights<typename B::memory_space>& w,
+                      std::span<const matrix_view<const float, typename B::memory_space>> keys,
+                      std::span<const matrix_view<const float, typename B::memory_space>> values, index_t first, index_t count,
+                      matrix_view<float, typename B::memory_space> out) {
+  SPECDEC_EXPECTS(static_cast<index_t>(keys.size()) == c.target_layers, "specdec::blocks::moa::key_value_stream", "got ",
+                  keys.size(), " target layers; the config says L = ", c.target_layers);
+  if (count == 0) return;
+  std::vector<typename B::template buffer<float>> keep;
+  auto packed = detail::scratch(b, keep, count * c.target_layers, c.kv_width());
+  auto mean = detail::scratch(b, keep, count, c.kv_width());
+  pack_kv(b, keys, values, c.target_head_dim, first, count, packed);
+  layer_self_attention(b, c.layer_self_attention, w.layer_self_attention, w.ekv2e, c.target_layers, packed, mean, out);
+}
+
+/// The training-time forward of the drafter over a whole sequence of T tokens at positions 0..T-1
+/// (MOASpec.forward with TLI = 0): `kv_stream` = key_value_stream of all T tokens; `self_attention_out`
+/// = the SA layer over `embeddings` (the target's token embeddings) under a causal mask, or the
+/// staircase mask when `staircase`; `out` = cross-attention of that over the stream under the
+/// verified-prefix mask of `response_mask`. The caller applies the target's LM head to `out` (TLI = 0)
+/// or target_layer_inference. All matrices backend `[T x E]`. \throws invalid_argument on shapes.
+template <dense_backend B>
+void train_forward(B& b, const config& c, const weights<typename B::memory_space>& w,
+                   std::span<const matrix_view<const float, typename B::memory_space>> keys,
+                   std::span<const matrix_view<const float, typename B::memory_space>> values,
+                   matrix_view<const float, typename B::memory_space> embeddings, std::span<const std::int32_t> response_mask,
+                   bool staircase, matrix_view<float, typename B::memory_space> kv_stream,
+                   matrix_view<float, typename B::memory_space> self_attention_out,
+                   matrix_view<float, typename B::memory_space> out) {
+  using space = typename B::memory_space;
+  const index_t t = embeddings.rows();
+  SPECDEC_EXPECTS(static_cast<index_t>(response_mask.size()) == t && embeddings.cols() == c.hidden(),
+                  "specdec::blocks::moa::train_forward", "embeddings are [", t, " x ", embeddings.cols(), "] with ",
+                  response_mask.size(), " response_mask entries; expected [T x ", c.hidden(), "] and T entries");
+  key_value_stream(b, c, w, keys, values, 0, t, kv_stream);
+  const auto masks = make_training_masks(response_mask);
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(t));
+  for (index_t i = 0; i < t; ++i) pos[static_cast<std::size_t>(i)] = i;
+  auto positions = b.upload(std::span<const std::int64_t>(pos));
+  const vector_view<const std::int64_t, space> p(positions.view().data(), t);
+  auto stair = b.upload(std::span<const std::uint8_t>(masks.staircase));
+  auto cross = b.upload(std::span<const std::uint8_t>(masks.cross_attention));
+  copy_rows(b, embeddings, self_attention_out);
+  decoder_layer_forward(b, c.self_attention, w.self_attention, self_attention_out, p, nullptr,
+                        staircase ? attention_mask<space>::from(matrix_view<const std::uint8_t, space>(stair.view().data(), t, t))
+                                  : attention_mask<space>::causal());
+  copy_rows(b, detail::as_const<B>(self_attention_out), out);
+  cross_attention(b, c.cross_attention, w.cross_attention, out, p, detail::as_const<B>(kv_stream), p, nullptr,
+                  attention_mask<space>::from(matrix_view<const std::uint8_t, space>(cross.view().data(), t, t)));
+}
+
+/// The drafter at inference, one request (the reference reshapes with batch 1), holding its two
+/// caches. An engine drives it per speculation step:
+///   1. add_verified(target K/V, first, count) for the tokens the target has just verified (the
+///      prompt at first): their key/value stream is computed once and queued for the cross-attention;
+///   2. forward(embeddings of the new tokens, positions, features) runs the self-attention over
+///      them with its cache (the prompt plus the bonus token on the first call, then one drafted
+///      token per call for a chain, or a tree under its ancestor mask) and the cross-attention for the
+///      last `features.rows()` rows over every verified token; the caller applies the target's LM head
+///      to `features` and picks the next draft token;
+///   3. after verification, crop(length) drops self-attention rows of rejected drafts (the rows of
+///      accepted drafts stay valid: same tokens at the same positions).
+template <dense_backend B>
+class drafter {
+ public:
+  using space = typename B::memory_space;
+  /// \param capacity the longest sequence (prompt + generated + drafts) the caches must hold.
+  drafter(B& b, const config& c, const weights<space>& w, index_t capacity)
+      : b_(&b), config_(c), weights_(w),
+        self_attention_cache_(b, capacity, c.self_attention.attention.kv_heads * c.self_attention.attention.head_dim),
+        cross_attention_cache_(b, capacity, c.cross_attention.attention.kv_heads * c.cross_attention.attention.head_dim),
+        queued_(b.template allocate<float>(capacity * c.hidden())), capacity_(capacity) {
+    w.validate(c);
+  }
+
+  /// Queues target tokens [first, first + count) as verified. \param keys, values the target's cache,
+  /// per layer, backend `[tokens x kv_heads head_dim]` (post-RoPE). \throws invalid_argument when
+  /// `first` is not the next unverified token or the caches would overflow.
+  void add_verified(std::span<const matrix_view<const float, space>> keys,
+                    std::span<const matrix_view<const float, space>> values, index_t first, index_t count) {
+    SPECDEC_EXPECTS(first == verified() && count >= 0 && first + count <= capacity_, "specdec::blocks::moa::drafter::add_verified",
+                    "tokens [", first, ", ", first + count, ") given; expected to continue at ", verified(),
+                    " within the capacity of ", capacity_);
+    key_value_stream(*b_, config_, weights_, keys, values, first, count,
+                     matrix_view<float, space>(queued_.view().data() + queued_rows_ * config_.hidden(), count, config_.hidden()));
+    queued_rows_ += count;
+  }
+  /// Tokens whose key/value stream exists (cached or queued).
+  index_t verified() const noexcept { return cross_attention_cache_.size() + queued_rows_; }
+
+  /// Self-attention over `x` `[n x E]` (the token embeddings of the new tokens, modified in place) at
+  /// `positions` `[n]` under `mask` (keys = cache + rows; causal by default, a tree's ancestor mask
+  /// for tree drafting), then cross-attention for its last `features.rows()` rows into `features`
+  /// `[q x E]`, the queued verified stream moving into the cross-attention cache first.
+  void forward(matrix_view<float, space> x, vector_view<const std::int64_t, space> positions,
+               matrix_view<float, space> features, const attention_mask<space>& mask = {}) {
+    const index_t n = x.rows(), q = features.rows(), e = config_.hidden();
+    SPECDEC_EXPECTS(q >= 1 && q <= n && positions.size() == n, "specdec::blocks::moa::drafter::forward", "x has ", n,
+                    " rows, positions ", positions.size(), ", features ", q, "; expected 1 <= features <= x = positions");
+    decoder_layer_forward(*b_, config_.self_attention, weights_.self_attention, x, positions, &self_attention_cache_, mask);
+    copy_rows(*b_, matrix_view<const float, space>(x.data() + (n - q) * x.stride(0), q, e, x.stride(0), 1), features);
+    std::vector<std::int64_t> source(static_cast<std::size_t>(queued_rows_));
+    for (index_t i = 0; i < queued_rows_; ++i) source[static_cast<std::size_t>(i)] = cross_attention_cache_.size() + i;
+    auto source_positions = b_->upload(std::span<const std::int64_t>(source));
+    cross_attention(*b_, config_.cross_attention, weights_.cross_attention, features,
+                    vector_view<const std::int64_t, space>(positions.data() + (n - q), q),
+                    matrix_view<const float, space>(queued_.view().data(), queued_rows_, e),
+                    vector_view<const std::int64_t, space>(source_positions.view().data(), queued_rows_),
+                    &cross_attention_cache_, attention_mask<space>::none());
+    queued_rows_ = 0;
+  }
+
+  /// Keeps the first `length` self-attention rows (the tokens verified so far).
+  void crop(index_t length) { self_attention_cache_.crop(length); }
+  kv_cache<B>& self_attention_cache() noexcept { return self_attention_cache_; }
+  kv_cache<B>& cross_attention_cache() noexcept { return cross_attention_cache_; }
+
+ private:
+  B* b_;
+  config config_;
+  weights<space> weights_;
+  kv_cache<B> self_attention_cache_, cross_attention_cache_;
+  typename B::template buffer<float> queued_;
+  index_t capacity_, queued_rows_ = 0;
+};
 
 }  // namespace specdec::blocks::moa
