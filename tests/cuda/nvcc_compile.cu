@@ -79,4 +79,12 @@ void run_blocks(backend& b, const specdec::blocks::layer_config& c,
   specdec::blocks::moe::draft_layer_forward(b, c, ew, mc, mw, tokens, x, positions, &cache, {}, x, x);
   specdec::blocks::moa::cross_attention(b, c, w, x, positions, x, positions, &cache, {});
   specdec::blocks::moa::layer_self_attention(b, c, w, w.attention.q, 4, x, x, x);
+  const specdec::blocks::moa::config moa_config{c, c, c, 1, c.attention.head_dim};
+  const specdec::blocks::moa::weights<specdec::device_space> moa_weights{w, w.attention.q, w, w};
+  const specdec::matrix_view<const float, specdec::device_space> kv(x.data(), x.rows(), x.cols());
+  specdec::blocks::moa::drafter<backend> drafter(b, moa_config, moa_weights, 64);
+  drafter.add_verified(std::span(&kv, 1), std::span(&kv, 1), 0, x.rows());
+  drafter.forward(x, positions, x);
+  specdec::blocks::moa::train_forward<backend>(b, moa_config, moa_weights, std::span(&kv, 1), std::span(&kv, 1), kv,
+                                               std::vector<std::int32_t>(x.rows(), 0), false, x, x, x);
 }
