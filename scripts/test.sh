@@ -29,5 +29,7 @@ build/release/bench/specdec_bench_trees --benchmark_filter='V:32000|bookkeeping'
   | grep -E '^BM_'
 build/release/bench/specdec_bench_samplers --benchmark_filter='V:32000/batch:1/' --benchmark_min_time=0.01 \
   | grep -E '^verify'
+build/release/bench/specdec_bench_blocks --benchmark_filter='T:1/' --benchmark_min_time=0.01 \
+  | grep -E '/(gemm|block)/'
 build/release/examples/specdec_primitives_demo --quick >/dev/null
 echo "specdec: all tests passed"
