@@ -28,11 +28,15 @@
 #include <thrust/device_ptr.h>
 #include <thrust/system/cuda/execution_policy.h>
 #include <thrust/system/cuda/vector.h>
+#if defined(SPECDEC_USE_CUBLAS)
+#include <cublas_v2.h>
+#endif
 #endif
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -695,13 +699,23 @@ class thrust {
 
   // ---- dense primitives of the drafter blocks (see specdec::dense_backend); eigen:: documents each ----
   // Plain kernels over for_each work items (a GEMM row tile, a row, a query-head pair): correct on
-  // every system; cuBLAS / a tuned attention kernel are the way to speed on CUDA and not built in.
+  // every system. On CUDA with SPECDEC_USE_CUBLAS (set by CMake's SPECDEC_ENABLE_CUDA, which links
+  // cuBLAS) the GEMM goes to cublasSgemm; a tuned attention kernel is not built in.
 
-  /// See eigen::gemm. One work item per (row, 64-column tile) of c.
+  /// See eigen::gemm. One work item per (row, 64-column tile) of c; cublasSgemm on CUDA with
+  /// SPECDEC_USE_CUBLAS when all three matrices have unit column stride.
   void gemm(matrix_view<const float, memory_space> a, transpose ta, matrix_view<const float, memory_space> b,
             transpose tb, matrix_view<float, memory_space> c, float alpha = 1.0f, float beta = 0.0f) {
     detail::check_gemm("specdec::thrust::gemm", a, ta, b, tb, c);
     if (c.size() == 0) return;
+#if defined(__CUDACC__) && defined(SPECDEC_USE_CUBLAS)
+    if constexpr (std::is_same_v<System, thrust_system::cuda>) {
+      if (a.stride(1) == 1 && b.stride(1) == 1 && c.stride(1) == 1 && a.size() > 0 && b.size() > 0) {
+        cublas_gemm(a, ta, b, tb, c, alpha, beta);
+        return;
+      }
+    }
+#endif
     constexpr index_t tile = 64;
     const index_t tiles = (c.cols() + tile - 1) / tile;
     const index_t inner = ta == transpose::yes ? a.rows() : a.cols();
@@ -869,6 +883,29 @@ class thrust {
     ::thrust::for_each(System::policy(), ::thrust::counting_iterator<index_t>(0),
                        ::thrust::counting_iterator<index_t>(n), f);
   }
+
+#if defined(__CUDACC__) && defined(SPECDEC_USE_CUBLAS)
+  /// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major matrix with row
+  /// stride s is its transpose in column-major with leading dimension s, so the operands swap and
+  /// keep their own transpose flags.
+  void cublas_gemm(matrix_view<const float, memory_space> a, transpose ta, matrix_view<const float, memory_space> b,
+                   transpose tb, matrix_view<float, memory_space> c, float alpha, float beta) {
+    if (!cublas_) {
+      cublasHandle_t h = nullptr;
+      SPECDEC_EXPECTS(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasCreate failed");
+      cublas_ = std::shared_ptr<cublasContext>(h, [](cublasHandle_t p) { cublasDestroy(p); });
+    }
+    const auto op = [](transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
+    const index_t inner = ta == transpose::yes ? a.rows() : a.cols();
+    const auto ld = [](const auto& m) { return static_cast<int>(std::max<index_t>(m.stride(0), std::max<index_t>(m.cols(), 1))); };
+    const cublasStatus_t status =
+        cublasSgemm(cublas_.get(), op(tb), op(ta), static_cast<int>(c.cols()), static_cast<int>(c.rows()), static_cast<int>(inner),
+                    &alpha, b.data(), ld(b), a.data(), ld(a), &beta, c.data(), ld(c));
+    SPECDEC_EXPECTS(status == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasSgemm failed with status ",
+                    static_cast<int>(status));
+  }
+  std::shared_ptr<cublasContext> cublas_;
+#endif
 
   template <class T>
   static void copy_from_host(const T* src, std::size_t n, T* dst) {
