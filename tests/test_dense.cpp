@@ -9,8 +9,14 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 
+#if defined(__CUDACC__)
+#define SPECDEC_DENSE_BACKENDS \
+  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>, \
+      specdec::thrust<specdec::thrust_system::cuda>
+#else
 #define SPECDEC_DENSE_BACKENDS \
   specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+#endif
 
 using namespace conformance;
 namespace ref = specdec::reference;
