@@ -12,6 +12,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -298,6 +299,11 @@ class eigen {
             float alpha = 1.0f, float beta = 0.0f) {
     detail::check_gemm("specdec::eigen::gemm", a, ta, b, tb, c);
     if (c.size() == 0) return;
+    if (ta == transpose::no && tb == transpose::yes && c.rows() <= skinny_gemm_rows && a.cols() > 0 &&
+        a.stride(1) == 1 && b.stride(1) == 1) {
+      skinny_gemm(a, b, c, alpha, beta);
+      return;
+    }
     using stride = Eigen::OuterStride<>;
     using rows_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     const auto map = [](const matrix_view<const float>& m) {
@@ -316,6 +322,74 @@ class eigen {
     else if (ta == transpose::no) out.noalias() += alpha * ma * mb.transpose();
     else if (tb == transpose::no) out.noalias() += alpha * ma.transpose() * mb;
     else out.noalias() += alpha * ma.transpose() * mb.transpose();
+  }
+
+  /// Rows up to which `x W^T` (a few token rows times a Linear weight) takes the row-dot kernel.
+  static constexpr index_t skinny_gemm_rows = 16;
+
+  /// `c = alpha a b^T + beta c` for a few rows of `a`: each weight row is read once while the rows of
+  /// `a` stay in cache. Eigen's blocked GEMM packs the whole weight on every call, which for decoding
+  /// shapes (a chain or a small tree against a large weight) costs several passes over it. Every
+  /// entry is a dot product summed in a fixed order (16 lanes over the inner extent, then a fixed
+  /// tree), independent of the number of rows and of alignment: a token's row comes out bit-identical
+  /// whether it is computed alone or among the rows of a draft tree, so a verifier's logits for a node
+  /// equal what vanilla decoding computes for that token.
+  static void skinny_gemm(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, float alpha, float beta) {
+    const index_t m = c.rows(), n = c.cols();
+    for (index_t j = 0; j < n; ++j)
+      for (index_t t0 = 0; t0 < m; t0 += 4) {
+        switch (std::min<index_t>(4, m - t0)) {
+          case 1: skinny_rows<1>(a, b, c, t0, j, alpha, beta); break;
+          case 2: skinny_rows<2>(a, b, c, t0, j, alpha, beta); break;
+          case 3: skinny_rows<3>(a, b, c, t0, j, alpha, beta); break;
+          default: skinny_rows<4>(a, b, c, t0, j, alpha, beta); break;
+        }
+      }
+  }
+  /// Rows [t0, t0 + R) of c, column j. R is a compile-time constant so that the R x 16 accumulators
+  /// live in vector registers.
+  template <int R>
+  static void skinny_rows(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, index_t t0, index_t j,
+                          float alpha, float beta) {
+    constexpr index_t lanes = 16;
+    const index_t k = a.cols(), k_main = k / lanes * lanes;
+    const float* w = b.data() + j * b.stride(0);
+    const float* x[R];
+    for (int t = 0; t < R; ++t) x[t] = a.data() + (t0 + t) * a.stride(0);
+    float acc[R][lanes] = {};
+#if defined(__GNUC__)
+    // GCC / Clang vector types keep the R x 16 accumulators in registers (plain arrays were spilled);
+    // lane l of `low` / `high` is acc[t][l] / acc[t][8 + l], the same order as the portable loop.
+    using v8 = float __attribute__((vector_size(32)));
+    v8 low[R] = {}, high[R] = {};
+    for (index_t i = 0; i < k_main; i += lanes) {
+      v8 w0, w1;
+      std::memcpy(&w0, w + i, sizeof(v8));
+      std::memcpy(&w1, w + i + 8, sizeof(v8));
+      for (int t = 0; t < R; ++t) {
+        v8 x0, x1;
+        std::memcpy(&x0, x[t] + i, sizeof(v8));
+        std::memcpy(&x1, x[t] + i + 8, sizeof(v8));
+        low[t] += x0 * w0;
+        high[t] += x1 * w1;
+      }
+    }
+    for (int t = 0; t < R; ++t) {
+      std::memcpy(acc[t], &low[t], sizeof(v8));
+      std::memcpy(acc[t] + 8, &high[t], sizeof(v8));
+    }
+#else
+    for (index_t i = 0; i < k_main; i += lanes)
+      for (int t = 0; t < R; ++t)
+        for (index_t l = 0; l < lanes; ++l) acc[t][l] += x[t][i + l] * w[i + l];
+#endif
+    for (int t = 0; t < R; ++t) {
+      for (index_t i = k_main; i < k; ++i) acc[t][i - k_main] += x[t][i] * w[i];
+      for (index_t width = lanes / 2; width >= 1; width /= 2)
+        for (index_t l = 0; l < width; ++l) acc[t][l] += acc[t][l + width];
+      float& out = c.data()[(t0 + t) * c.stride(0) + j];
+      out = beta == 0.0f ? alpha * acc[t][0] : alpha * acc[t][0] + beta * out;
+    }
   }
 
   /// RMSNorm per row: `out = weight * x / sqrt(mean(x^2) + eps)` (Llama; mean of squares in double).

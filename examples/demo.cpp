@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// specdec's demo: SmolLM2-135M-Instruct on the CPU, decoded by vanilla greedy decoding, ADMG
+// self-speculation, prompt lookup, and EAGLE-2 trees drafted by the ADMG self-draft, on a few fixed
+// prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
+// generation at temperature 0.8. Prints a table and one `RESULT` line per method.
+//
+//   specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] [--tree-depth D]
+//                [--tree-tokens T] [--alpha A]
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/decoding.hpp"
+#include "engine/gguf.hpp"
+#include "engine/llama.hpp"
+#include "engine/tokenizer.hpp"
+
+namespace {
+
+struct method_total {
+  std::string name;
+  engine::generation_stats sum;
+  bool identical = true;
+  double draft_cost = 0;  // one draft forward in target units (ADMG methods)
+};
+
+void accumulate(engine::generation_stats& a, const engine::generation_stats& b) {
+  a.new_tokens += b.new_tokens;
+  a.target_calls += b.target_calls;
+  a.draft_calls += b.draft_calls;
+  a.drafted += b.drafted;
+  a.accepted += b.accepted;
+  a.draft_units += b.draft_units;
+  a.seconds += b.seconds;
+  a.prefill_seconds += b.prefill_seconds;
+  a.draft_seconds += b.draft_seconds;
+  a.verify_forward_seconds += b.verify_forward_seconds;
+  a.sampling_seconds += b.sampling_seconds;
+  a.bookkeeping_seconds += b.bookkeeping_seconds;
+}
+
+std::string chat(const std::string& user) {
+  return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+const std::vector<std::string> demo_prompts = {
+    // Summarisation: the answer repeats the text's phrases, which prompt lookup finds.
+    "Summarize the following text.\n\nThe Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in "
+    "Paris, France. It is named after the engineer Gustave Eiffel, whose company designed and built the tower "
+    "from 1887 to 1889. Locally nicknamed \"La dame de fer\" (French for \"Iron Lady\"), it was constructed as the "
+    "centerpiece of the 1889 World's Fair, and to crown the centennial anniversary of the French Revolution. "
+    "Although initially criticised by some of France's leading artists and intellectuals for its design, it has "
+    "since become a global cultural icon of France and one of the most recognisable structures in the world.",
+    "Add a docstring to this Python function and return the whole function.\n\ndef moving_average(values, window):\n"
+    "    result = []\n    for i in range(len(values) - window + 1):\n        chunk = values[i:i + window]\n"
+    "        result.append(sum(chunk) / window)\n    return result",
+    "What is the capital of France? Answer in one sentence.",
+    "Give three tips for staying healthy.",
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  bool quick = false;
+  engine::index_t max_new = 64, draft_length = 8, tree_k = 2, tree_depth = 3, tree_tokens = 6;
+  double alpha = 0.985;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&] {
+      if (i + 1 >= argc) {
+        std::cerr << "specdec_demo: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (a == "--model") model_path = value();
+    else if (a == "--quick") quick = true;
+    else if (a == "--max-new") max_new = std::stol(value());
+    else if (a == "--draft") draft_length = std::stol(value());
+    else if (a == "--tree-k") tree_k = std::stol(value());
+    else if (a == "--tree-depth") tree_depth = std::stol(value());
+    else if (a == "--tree-tokens") tree_tokens = std::stol(value());
+    else if (a == "--alpha") alpha = std::stod(value());
+    else {
+      std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] "
+                   "[--tree-depth D] [--tree-tokens T] [--alpha A]\n";
+      return 2;
+    }
+  }
+  if (model_path.empty()) {
+    std::cerr << "specdec_demo: --model PATH.gguf is required (scripts/demo.sh fetches SmolLM2-135M-Instruct)\n";
+    return 2;
+  }
+  if (quick) max_new = std::min<engine::index_t>(max_new, 32);
+
+  try {
+    const auto file = engine::gguf_file::read(model_path);
+    const engine::bpe_tokenizer tokenizer(file);
+    const auto model = engine::llama_model::load(file);
+    const auto& c = model.config();
+    std::printf("specdec demo: %s, %ld layers, hidden %ld, vocab %ld (weights dequantised to f32), Eigen backend, one thread\n",
+                file.get_or<std::string>("general.name", "model").c_str(), static_cast<long>(c.layers),
+                static_cast<long>(c.hidden), static_cast<long>(c.vocab));
+    const std::size_t prompt_count = quick ? 2 : demo_prompts.size();
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (std::size_t p = 0; p < prompt_count; ++p) prompts.push_back(tokenizer.encode(chat(demo_prompts[p])));
+    engine::generation_options options;
+    options.max_new_tokens = max_new;
+    options.stop_tokens = {tokenizer.special("<|im_end|>"), tokenizer.eos()};
+    specdec::admg::rules rules;
+    rules.alpha = alpha;
+    specdec::admg::draft_exit::parameters exit;
+    exit.max_draft = draft_length;
+
+    std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg"};
+    std::vector<method_total> totals;
+    std::vector<std::vector<std::int32_t>> reference(prompt_count);
+    for (const auto& name : names) {
+      method_total total{name, {}, true, 0};
+      for (std::size_t p = 0; p < prompt_count; ++p) {
+        std::unique_ptr<engine::drafter> d;
+        if (name == "admg") d = std::make_unique<engine::admg_drafter>(model, rules, exit);
+        if (name == "prompt_lookup")
+          d = std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, draft_length, 1});
+        if (name == "eagle2_admg")
+          d = std::make_unique<engine::eagle2_admg_drafter>(
+              model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}});
+        std::fprintf(stderr, "\r[%-13s] prompt %zu/%zu ...", name.c_str(), p + 1, prompt_count);
+        const auto g = engine::generate(model, prompts[p], d.get(), options);
+        if (name == "vanilla") reference[p] = g.tokens;
+        else if (g.tokens != reference[p]) total.identical = false;
+        if (auto* a = dynamic_cast<engine::admg_drafter*>(d.get())) total.draft_cost = a->self_draft().cost();
+        accumulate(total.sum, g.stats);
+        if (p == 0 && name == "vanilla")
+          std::fprintf(stderr, "\r[vanilla      ] first answer: %s\n", tokenizer.decode(g.tokens).c_str());
+      }
+      std::fprintf(stderr, "\r[%-13s] done: %ld tokens in %.2f s                 \n", name.c_str(),
+                   static_cast<long>(total.sum.new_tokens), total.sum.seconds);
+      totals.push_back(total);
+    }
+
+    const double vanilla_rate = totals[0].sum.tokens_per_second();
+    std::printf("\n%-14s %8s %8s %8s %9s %8s %10s  %s\n", "method", "tau", "calls", "tok/s", "speedup", "proj.acc",
+                "identical", "time split: draft / verify fwd / sampling / bookkeeping (s)");
+    for (const auto& t : totals) {
+      const auto& s = t.sum;
+      std::printf("%-14s %8.2f %8ld %8.2f %8.2fx %7.2fx %10s  %.2f / %.2f / %.3f / %.3f\n", t.name.c_str(), s.tau(),
+                  static_cast<long>(s.target_calls), s.tokens_per_second(), s.tokens_per_second() / vanilla_rate,
+                  s.projected_speedup(), t.name == "vanilla" ? "-" : (t.identical ? "yes" : "NO"), s.draft_seconds,
+                  s.verify_forward_seconds, s.sampling_seconds, s.bookkeeping_seconds);
+    }
+    std::printf("\ntau = tokens per target forward; proj.acc = speed-up on a memory-bound accelerator where a forward over a\n"
+                "small tree costs one forward and a self-draft forward the share of the weights it reads.\n\n");
+    bool all_identical = true;
+    for (const auto& t : totals) {
+      const auto& s = t.sum;
+      std::printf("RESULT method=%s tau=%.3f calls=%ld tok_s=%.2f speedup=%.3f identical=%s\n", t.name.c_str(), s.tau(),
+                  static_cast<long>(s.target_calls), s.tokens_per_second(), s.tokens_per_second() / vanilla_rate,
+                  t.identical ? "yes" : "no");
+      all_identical = all_identical && t.identical;
+    }
+    std::printf("\ngreedy outputs identical to vanilla greedy, token for token: %s\n", all_identical ? "yes" : "NO");
+
+    // One sampled generation: lossless speculative sampling with prompt lookup drafts.
+    engine::generation_options sampled = options;
+    sampled.temperature = 0.8f;
+    sampled.seed = 2026;
+    engine::prompt_lookup_drafter lookup({3, 1, draft_length, 1});
+    const auto g = engine::generate(model, prompts[0], &lookup, sampled);
+    std::printf("\nsampled (T = 0.8, prompt lookup + lossless speculative sampling, tau %.2f):\n%s\n", g.stats.tau(),
+                tokenizer.decode(g.tokens).c_str());
+    return all_identical ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "specdec_demo: " << e.what() << "\n";
+    return 1;
+  }
+}
