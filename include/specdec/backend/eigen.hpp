@@ -336,6 +336,11 @@ class eigen {
   /// equal what vanilla decoding computes for that token.
   static void skinny_gemm(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, float alpha, float beta) {
     const index_t m = c.rows(), n = c.cols();
+    // Columns are independent and each is summed in a fixed order: threads (when the translation unit
+    // is built with OpenMP) change the speed, never the result.
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (n * a.cols() * m >= (index_t{1} << 18))
+#endif
     for (index_t j = 0; j < n; ++j)
       for (index_t t0 = 0; t0 < m; t0 += 4) {
         switch (std::min<index_t>(4, m - t0)) {
