@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what specdec's build, tests, examples and benchmarks need on Debian, skipping what is there.
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev doctest-dev libbenchmark-dev libthrust-dev libcub-dev nlohmann-json3-dev)
+packages=(cmake g++ make libeigen3-dev doctest-dev libbenchmark-dev libthrust-dev libcub-dev nlohmann-json3-dev
+          python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
