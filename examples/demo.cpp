@@ -58,7 +58,12 @@ const std::vector<std::string> demo_prompts = {
     "Add a docstring to this Python function and return the whole function.\n\ndef moving_average(values, window):\n"
     "    result = []\n    for i in range(len(values) - window + 1):\n        chunk = values[i:i + window]\n"
     "        result.append(sum(chunk) / window)\n    return result",
-    "What is the capital of France? Answer in one sentence.",
+    // Question answering over a given document (retrieval-augmented style): answers quote it.
+    "Read the meeting notes and list every action item with its owner.\n\nMeeting notes, 14 March: Alice will "
+    "send the budget report to the finance team by Friday. Bob will update the project timeline and share it "
+    "with the client. Carol will book the conference room for the quarterly review. David will fix the login "
+    "bug reported by the support team before the next release.",
+    // Open-ended: little to copy, where drafting has to pay for itself.
     "Give three tips for staying healthy.",
 };
 
@@ -103,7 +108,7 @@ int main(int argc, char** argv) {
     const engine::bpe_tokenizer tokenizer(file);
     const auto model = engine::llama_model::load(file);
     const auto& c = model.config();
-    std::printf("specdec demo: %s, %ld layers, hidden %ld, vocab %ld (weights dequantised to f32), Eigen backend, one thread\n",
+    std::printf("specdec demo: %s, %ld layers, hidden %ld, vocab %ld (weights dequantised to f32), Eigen backend\n",
                 file.get_or<std::string>("general.name", "model").c_str(), static_cast<long>(c.layers),
                 static_cast<long>(c.hidden), static_cast<long>(c.vocab));
     const std::size_t prompt_count = quick ? 2 : demo_prompts.size();
@@ -126,7 +131,7 @@ int main(int argc, char** argv) {
         std::unique_ptr<engine::drafter> d;
         if (name == "admg") d = std::make_unique<engine::admg_drafter>(model, rules, exit);
         if (name == "prompt_lookup")
-          d = std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, draft_length, 1});
+          d = std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 2, draft_length, 1, true});
         if (name == "eagle2_admg")
           d = std::make_unique<engine::eagle2_admg_drafter>(
               model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}});
@@ -170,7 +175,7 @@ int main(int argc, char** argv) {
     engine::generation_options sampled = options;
     sampled.temperature = 0.8f;
     sampled.seed = 2026;
-    engine::prompt_lookup_drafter lookup({3, 1, draft_length, 1});
+    engine::prompt_lookup_drafter lookup({3, 2, draft_length, 1, true});
     const auto g = engine::generate(model, prompts[0], &lookup, sampled);
     std::printf("\nsampled (T = 0.8, prompt lookup + lossless speculative sampling, tau %.2f):\n%s\n", g.stats.tau(),
                 tokenizer.decode(g.tokens).c_str());

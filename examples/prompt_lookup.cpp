@@ -12,6 +12,6 @@ int main(int argc, char** argv) {
   return engine::example_main(argc, argv, tree ? "prompt lookup, tree of 3 continuations" : "prompt lookup, chain",
                               [tree](const engine::llama_model&) {
                                 return std::make_unique<engine::prompt_lookup_drafter>(
-                                    engine::prompt_lookup_drafter::parameters{3, 1, 4, tree ? 3 : 1});
+                                    engine::prompt_lookup_drafter::parameters{3, 2, 8, tree ? 3 : 1, true});
                               });
 }

@@ -196,11 +196,20 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
 class prompt_lookup_drafter : public drafter {
  public:
   struct parameters {
-    index_t max_ngram = 3, min_ngram = 1;
-    index_t draft_length = 8;
+    index_t max_ngram = 3, min_ngram = 2;
+    index_t draft_length = 8;  ///< the most tokens per continuation
     index_t branches = 1;
+    /// Adapt the length: double it (up to draft_length) after a fully accepted draft, halve it after
+    /// a draft with nothing accepted. On a CPU, verifying T rows costs ~T/3 forwards, so long drafts
+    /// must be earned.
+    bool adaptive = true;
   };
-  explicit prompt_lookup_drafter(parameters p) : p_(p) {}
+  explicit prompt_lookup_drafter(parameters p) : p_(p), length_(p.adaptive ? std::min<index_t>(2, p.draft_length) : p.draft_length) {}
+  void verified(index_t accepted, index_t drafted) override {
+    if (!p_.adaptive || drafted == 0) return;
+    if (accepted == drafted) length_ = std::min(p_.draft_length, 2 * length_);
+    else if (accepted == 0) length_ = std::max<index_t>(1, length_ / 2);
+  }
   std::string name() const override { return p_.branches > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
 
   draft propose(draft_context& ctx) override {
@@ -210,7 +219,7 @@ class prompt_lookup_drafter : public drafter {
     for (index_t g = std::min(p_.max_ngram, len - 1); g >= p_.min_ngram && continuations.empty(); --g) {
       for (index_t start = len - g - 1; start >= 0 && static_cast<index_t>(continuations.size()) < p_.branches; --start) {
         if (!std::equal(s.begin() + start, s.begin() + start + g, s.end() - g)) continue;
-        std::vector<std::int32_t> c(s.begin() + start + g, s.begin() + std::min(len, start + g + p_.draft_length));
+        std::vector<std::int32_t> c(s.begin() + start + g, s.begin() + std::min(len, start + g + length_));
         if (c.empty() || std::find(continuations.begin(), continuations.end(), c) != continuations.end()) continue;
         continuations.push_back(std::move(c));
       }
@@ -251,6 +260,7 @@ class prompt_lookup_drafter : public drafter {
 
  private:
   parameters p_;
+  index_t length_;
 };
 
 // ---------------------------------------------------------------------------------------------------
