@@ -5,7 +5,7 @@
 // generation at temperature 0.8. Prints a table and one `RESULT` line per method.
 //
 //   specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] [--tree-depth D]
-//                [--tree-tokens T] [--alpha A]
+//                [--tree-tokens T] [--alpha A] [--admg-m M]
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   std::string model_path;
   bool quick = false;
   engine::index_t max_new = 64, draft_length = 8, tree_k = 2, tree_depth = 3, tree_tokens = 6;
-  double alpha = 0.985;
+  double alpha = 0.995;  // SmolLM2-135M: the paper's 0.985 (tuned on 13B models) removes too much
+  engine::index_t admg_m = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -91,9 +92,10 @@ int main(int argc, char** argv) {
     else if (a == "--tree-depth") tree_depth = std::stol(value());
     else if (a == "--tree-tokens") tree_tokens = std::stol(value());
     else if (a == "--alpha") alpha = std::stod(value());
+    else if (a == "--admg-m") admg_m = std::stol(value());
     else {
       std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] "
-                   "[--tree-depth D] [--tree-tokens T] [--alpha A]\n";
+                   "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M]\n";
       return 2;
     }
   }
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
     options.stop_tokens = {tokenizer.special("<|im_end|>"), tokenizer.eos()};
     specdec::admg::rules rules;
     rules.alpha = alpha;
+    rules.m = admg_m;
     specdec::admg::draft_exit::parameters exit;
     exit.max_draft = draft_length;
 

@@ -308,6 +308,51 @@ class admg_self_draft {
   double cost_ = 1.0;
 };
 
+/// ADMG's draft-length policy against the clock: per step it chooses between drafting and a plain
+/// step by the measured tokens per second of each (exponential moving averages of whole steps: draft,
+/// target forward, verification), and re-tries the losing choice after an interval that doubles each
+/// time it loses again. Draft & Verify's exit rule picks the length of a draft; this gate decides
+/// whether drafting pays at all on this machine, so the method is not slower than vanilla decoding
+/// where its drafts are too poor or too expensive.
+class throughput_gate {
+ public:
+  /// Whether to draft in the step that starts now.
+  bool draft_now() {
+    start_ = clock_type::now();
+    bool draft;
+    if (rate_[1] < 0) draft = true;            // measure drafting first
+    else if (rate_[0] < 0) draft = false;      // then a plain step
+    else {
+      const bool better = rate_[1] >= rate_[0];
+      draft = ++since_explore_ >= interval_ ? !better : better;
+    }
+    drafting_ = draft;
+    return draft;
+  }
+  /// The step that started at draft_now() committed `tokens` tokens.
+  void finished(index_t tokens) {
+    const double seconds = std::max(seconds_since(start_), 1e-9);
+    const double rate = static_cast<double>(tokens) / seconds;
+    double& r = rate_[drafting_ ? 1 : 0];
+    const bool was_better = r >= 0 && rate_[drafting_ ? 0 : 1] >= 0 && r >= rate_[drafting_ ? 0 : 1];
+    r = r < 0 ? rate : 0.8 * r + 0.2 * rate;
+    if (since_explore_ >= interval_) {
+      // An exploration step: back off further if the explored choice is still the worse one.
+      const bool now_better = r >= rate_[drafting_ ? 0 : 1];
+      interval_ = now_better || was_better ? 8 : std::min<index_t>(2 * interval_, 256);
+      since_explore_ = 0;
+    }
+  }
+  double draft_rate() const noexcept { return rate_[1]; }
+  double plain_rate() const noexcept { return rate_[0]; }
+
+ private:
+  clock_type::time_point start_{};
+  double rate_[2] = {-1.0, -1.0};  // tokens per second: [plain, draft]
+  bool drafting_ = true;
+  index_t since_explore_ = 0, interval_ = 8;
+};
+
 /// Softmax of one row at temperature `temperature` (1 when greedy), in double for the exit rule.
 inline std::vector<float> softmax_row(const float* row, index_t vocab, float temperature) {
   const float t = temperature > 0.0f ? temperature : 1.0f;
@@ -320,13 +365,16 @@ inline std::vector<float> softmax_row(const float* row, index_t vocab, float tem
 }
 
 /// ADMG self-speculative decoding: drafts a chain with the self-draft until Draft & Verify's exit
-/// rule stops it (top-1 draft probability below an adaptive threshold) or `max_draft` tokens.
+/// rule stops it (top-1 draft probability below an adaptive threshold) or `max_draft` tokens; the
+/// throughput gate skips drafting in steps where it has measured that drafting does not pay.
 /// Greedy: the draft's argmax; sampled: a draw from the draft's softmax at the temperature, whose
 /// distribution goes to the verifier.
 class admg_drafter : public drafter {
  public:
-  admg_drafter(const llama_model& model, specdec::admg::rules rules, specdec::admg::draft_exit::parameters exit)
-      : model_(&model), self_(rules), exit_(exit) {}
+  /// \param gated whether the throughput gate may skip drafting where it does not pay.
+  admg_drafter(const llama_model& model, specdec::admg::rules rules, specdec::admg::draft_exit::parameters exit,
+               bool gated = true)
+      : model_(&model), self_(rules), exit_(exit), gated_(gated) {}
   std::string name() const override { return "admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
@@ -337,6 +385,7 @@ class admg_drafter : public drafter {
     const index_t vocab = model_->config().vocab;
     std::vector<std::int32_t> tokens = {ctx.sequence.back()}, parents = {-1};
     draft out;
+    if (gated_ && !gate_.draft_now()) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
     out.draft_rows = {-1};
     std::vector<float> logits;
     for (index_t i = 0; i < exit_.max_draft(); ++i) {
@@ -368,12 +417,18 @@ class admg_drafter : public drafter {
     out.tree = specdec::make_tree(std::move(tokens), parents);
     return out;
   }
-  void verified(index_t accepted, index_t drafted) override { exit_.update(accepted, drafted); }
+  void verified(index_t accepted, index_t drafted) override {
+    if (drafted > 0) exit_.update(accepted, drafted);
+    if (gated_) gate_.finished(accepted + 1);
+  }
+  const throughput_gate& gate() const { return gate_; }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
   specdec::admg::draft_exit exit_;
+  bool gated_;
+  throughput_gate gate_;
 };
 
 /// EAGLE-2 dynamic trees drafted by the ADMG self-draft: the root's draft logits start the builder,

@@ -344,13 +344,59 @@ class eigen {
     for (index_t j = 0; j < n; ++j)
       for (index_t t0 = 0; t0 < m; t0 += 4) {
         switch (std::min<index_t>(4, m - t0)) {
-          case 1: skinny_rows<1>(a, b, c, t0, j, alpha, beta); break;
+          case 1:
+            if (m == 1 && j % 4 == 0 && j + 4 <= n) {
+              // A single row: four columns at a time, for eight independent accumulator chains.
+              skinny_columns4(a, b, c, t0, j, alpha, beta);
+              j += 3;
+            } else {
+              skinny_rows<1>(a, b, c, t0, j, alpha, beta);
+            }
+            break;
           case 2: skinny_rows<2>(a, b, c, t0, j, alpha, beta); break;
           case 3: skinny_rows<3>(a, b, c, t0, j, alpha, beta); break;
           default: skinny_rows<4>(a, b, c, t0, j, alpha, beta); break;
         }
       }
   }
+  /// Row t0 of c, columns [j0, j0 + 4): each entry summed exactly as skinny_rows sums it.
+  static void skinny_columns4(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, index_t t0,
+                              index_t j0, float alpha, float beta) {
+#if defined(__GNUC__)
+    constexpr index_t lanes = 16;
+    const index_t k = a.cols(), k_main = k / lanes * lanes;
+    const float* x = a.data() + t0 * a.stride(0);
+    using v8 = float __attribute__((vector_size(32)));
+    v8 low[4] = {}, high[4] = {};
+    for (index_t i = 0; i < k_main; i += lanes) {
+      v8 x0, x1;
+      std::memcpy(&x0, x + i, sizeof(v8));
+      std::memcpy(&x1, x + i + 8, sizeof(v8));
+      for (int jj = 0; jj < 4; ++jj) {
+        const float* w = b.data() + (j0 + jj) * b.stride(0) + i;
+        v8 w0, w1;
+        std::memcpy(&w0, w, sizeof(v8));
+        std::memcpy(&w1, w + 8, sizeof(v8));
+        low[jj] += x0 * w0;
+        high[jj] += x1 * w1;
+      }
+    }
+    for (int jj = 0; jj < 4; ++jj) {
+      float acc[lanes];
+      std::memcpy(acc, &low[jj], sizeof(v8));
+      std::memcpy(acc + 8, &high[jj], sizeof(v8));
+      const float* w = b.data() + (j0 + jj) * b.stride(0);
+      for (index_t i = k_main; i < k; ++i) acc[i - k_main] += x[i] * w[i];
+      for (index_t width = lanes / 2; width >= 1; width /= 2)
+        for (index_t l = 0; l < width; ++l) acc[l] += acc[l + width];
+      float& out = c.data()[t0 * c.stride(0) + j0 + jj];
+      out = beta == 0.0f ? alpha * acc[0] : alpha * acc[0] + beta * out;
+    }
+#else
+    for (index_t jj = 0; jj < 4; ++jj) skinny_rows<1>(a, b, c, t0, j0 + jj, alpha, beta);
+#endif
+  }
+
   /// Rows [t0, t0 + R) of c, column j. R is a compile-time constant so that the R x 16 accumulators
   /// live in vector registers.
   template <int R>
