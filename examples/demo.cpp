@@ -127,30 +127,35 @@ int main(int argc, char** argv) {
 
     std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg"};
     std::vector<method_total> totals;
-    std::vector<std::vector<std::int32_t>> reference(prompt_count);
+    // One drafter per method for all prompts, as an engine keeps its policies across requests: what
+    // the draft-length policies learn (ADMG's exit threshold and throughput gate, prompt lookup's
+    // length) carries over; ADMG's layer plan is re-measured on each prompt's prefill.
+    std::vector<std::unique_ptr<engine::drafter>> drafters;
     for (const auto& name : names) {
-      method_total total{name, {}, true, 0};
-      for (std::size_t p = 0; p < prompt_count; ++p) {
-        std::unique_ptr<engine::drafter> d;
-        if (name == "admg") d = std::make_unique<engine::admg_drafter>(model, rules, exit);
-        if (name == "prompt_lookup")
-          d = std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 2, draft_length, 1, true});
-        if (name == "eagle2_admg")
-          d = std::make_unique<engine::eagle2_admg_drafter>(
-              model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}});
-        std::fprintf(stderr, "\r[%-13s] prompt %zu/%zu ...", name.c_str(), p + 1, prompt_count);
-        const auto g = engine::generate(model, prompts[p], d.get(), options);
-        if (name == "vanilla") reference[p] = g.tokens;
-        else if (g.tokens != reference[p]) total.identical = false;
-        if (auto* a = dynamic_cast<engine::admg_drafter*>(d.get())) total.draft_cost = a->self_draft().cost();
-        accumulate(total.sum, g.stats);
-        if (p == 0 && name == "vanilla")
-          std::fprintf(stderr, "\r[vanilla      ] first answer: %s\n", tokenizer.decode(g.tokens).c_str());
-      }
-      std::fprintf(stderr, "\r[%-13s] done: %ld tokens in %.2f s                 \n", name.c_str(),
-                   static_cast<long>(total.sum.new_tokens), total.sum.seconds);
-      totals.push_back(total);
+      totals.push_back({name, {}, true, 0});
+      if (name == "vanilla") drafters.push_back(nullptr);
+      if (name == "admg") drafters.push_back(std::make_unique<engine::admg_drafter>(model, rules, exit));
+      if (name == "prompt_lookup")
+        drafters.push_back(
+            std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 2, draft_length, 1, true}));
+      if (name == "eagle2_admg")
+        drafters.push_back(std::make_unique<engine::eagle2_admg_drafter>(
+            model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}}));
     }
+    // Methods interleave per prompt, so that drift in the machine's speed hits them alike.
+    for (std::size_t p = 0; p < prompt_count; ++p) {
+      std::vector<std::int32_t> reference;
+      for (std::size_t m = 0; m < names.size(); ++m) {
+        std::fprintf(stderr, "\r[prompt %zu/%zu] %-14s", p + 1, prompt_count, names[m].c_str());
+        const auto g = engine::generate(model, prompts[p], drafters[m].get(), options);
+        if (m == 0) reference = g.tokens;
+        else if (g.tokens != reference) totals[m].identical = false;
+        if (auto* a = dynamic_cast<engine::admg_drafter*>(drafters[m].get())) totals[m].draft_cost = a->self_draft().cost();
+        accumulate(totals[m].sum, g.stats);
+        if (m == 0) std::fprintf(stderr, "\r[prompt %zu/%zu] vanilla answer: %s\n", p + 1, prompt_count, tokenizer.decode(g.tokens).c_str());
+      }
+    }
+    std::fprintf(stderr, "\r%40s\r", "");
 
     const double vanilla_rate = totals[0].sum.tokens_per_second();
     std::printf("\n%-14s %8s %8s %8s %9s %8s %10s  %s\n", "method", "tau", "calls", "tok/s", "speedup", "proj.acc",
