@@ -371,8 +371,10 @@ struct layer_skip {
 
 /// The pre-norm decoder layer, in place on the residual stream `x` `[T x E]`:
 /// x += Attn(RMSNorm_in(x)) (self-attention at `positions`, keys = cache + rows), then
-/// x += MLP(RMSNorm_post(x)). `after_attention`, when given, receives x between the two (ADMG's
-/// statistic; MoA's hidden states). \throws invalid_argument on shapes (validate the weights once with
+/// x += MLP(RMSNorm_post(x)). To observe x between the two (ADMG's statistic), call it twice with
+/// `skip = {false, true}` then `{true, false}`: the same computation. `mask` as attention_mask
+/// (causal by default; a tree's `[T x (cached + T)]` mask to verify a draft tree). A skipped attention
+/// writes no cache rows. \throws invalid_argument on shapes (validate the weights once with
 /// layer_weights::validate).
 template <dense_backend B>
 void decoder_layer_forward(B& b, const layer_config& c, const layer_weights<typename B::memory_space>& w,
