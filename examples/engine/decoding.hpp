@@ -96,6 +96,10 @@ class drafter {
   virtual draft propose(draft_context& ctx) = 0;
   /// Verification feedback: `accepted` of `drafted` draft tokens.
   virtual void verified(index_t /*accepted*/, index_t /*drafted*/) {}
+  /// Hooks for every target forward (Medusa reads the target's last hidden state), and the accepted
+  /// nodes of the tree just verified (root excluded).
+  virtual const forward_hooks* target_hooks() { return nullptr; }
+  virtual void accepted_path(std::span<const std::int32_t> /*nodes*/) {}
 };
 
 /// Generates up to `options.max_new_tokens` tokens after `prompt` (at least one token), with
@@ -140,7 +144,8 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
     }
     stats.bookkeeping_seconds += seconds_since(t);
     t = clock_type::now();
-    session.forward(dr.tree.token, positions, chain ? std::span<const std::uint8_t>() : std::span<const std::uint8_t>(mask), logits);
+    session.forward(dr.tree.token, positions, chain ? std::span<const std::uint8_t>() : std::span<const std::uint8_t>(mask), logits,
+                    nullptr, d ? d->target_hooks() : nullptr);
     ++stats.target_calls;
     stats.verify_forward_seconds += seconds_since(t);
     // 3. Verify.
@@ -169,7 +174,10 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
     cached += static_cast<index_t>(kept.size());
     stats.drafted += n - 1;
     stats.accepted += static_cast<index_t>(result.accepted_nodes.size());
-    if (d) d->verified(static_cast<index_t>(result.accepted_nodes.size()), dr.tree.max_depth());
+    if (d) {
+      d->verified(static_cast<index_t>(result.accepted_nodes.size()), dr.tree.max_depth());
+      d->accepted_path(result.accepted_nodes);
+    }
     bool stop = false;
     for (auto token : result.tokens) {
       if (stats.new_tokens >= options.max_new_tokens) break;
