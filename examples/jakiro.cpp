@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// Jakiro MoE trees on the example engine: an EAGLE-style draft layer whose MLP is Jakiro's two-expert
+// MoE (specdec::blocks::moe::draft_layer_forward) drafts an EAGLE-2 dynamic tree; its penultimate
+// forward yields the left (weighted experts) and right (contrastive) outputs, whose candidates
+// eagle2_tree_builder::expand_dual decouples as Jakiro's topK_genrate does.
+//
+// The draft layer's weights are random unless trained (there is no public Jakiro checkpoint for
+// SmolLM2): this example shows the wiring and measures what random weights give (next to nothing is
+// accepted). The draft layer reads the target's embedding and LM head and the target's final hidden
+// states (after its final norm) of the committed tokens, which it keeps in its own KV cache.
+#include <cmath>
+#include <list>
+#include <random>
+
+#include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/moe.hpp>
+#include <specdec/tree/eagle2.hpp>
+
+#include "engine/example_main.hpp"
+
+namespace {
+
+using engine::index_t;
+namespace blocks = specdec::blocks;
+using space = specdec::host_space;
+
+class jakiro_drafter : public engine::drafter {
+ public:
+  jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree)
+      : model_(&model), tree_(tree), rng_(17) {
+    const auto& c = model.config();
+    const index_t e = c.hidden;
+    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
+    moe_ = {e, 2, e, blocks::moe::routing::jakiro_two_experts};
+    weights_.embed = model.embedding();
+    weights_.fc = linear(e, 2 * e, true);
+    weights_.layer.post_norm = specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(e), 1.0f)), e);
+    weights_.layer.attention = {linear(e, e), linear(c.kv_heads * c.head_dim, e), linear(c.kv_heads * c.head_dim, e), linear(e, e)};
+    weights_.validate(layer_, c.vocab, false);
+    moe_weights_.gate = linear(moe_.router_outputs(), e);
+    for (int i = 0; i < 2; ++i) moe_weights_.experts.push_back({linear(e, e), linear(e, e), linear(e, e)});
+    moe_weights_.validate(moe_, "mlp_moe.");
+    cache_ = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
+    hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
+      if (layer + 1 != model_->config().layers) return;
+      // The target's final hidden states (after its final norm), as EAGLE's drafter reads them.
+      last_hidden_.resize(static_cast<std::size_t>(x.rows() * x.cols()));
+      backend_.rms_norm(x, model_->final_norm(), model_->config().rms_eps,
+                        specdec::matrix_view<float>(last_hidden_.data(), x.rows(), x.cols()));
+    };
+  }
+  std::string name() const override { return "jakiro"; }
+  const engine::forward_hooks* prefill_hooks() override { return &hooks_; }
+  const engine::forward_hooks* target_hooks() override { return &hooks_; }
+  void after_prefill(engine::llama_session&) override { features_ = last_hidden_; }
+  void accepted_path(std::span<const std::int32_t> nodes) override {
+    // The root and the accepted nodes are committed: their target features extend the context.
+    const index_t e = model_->config().hidden;
+    std::vector<std::int32_t> rows = {0};
+    rows.insert(rows.end(), nodes.begin(), nodes.end());
+    for (auto r : rows) features_.insert(features_.end(), last_hidden_.begin() + r * e, last_hidden_.begin() + (r + 1) * e);
+  }
+
+  engine::draft propose(engine::draft_context& ctx) override {
+    const auto& c = model_->config();
+    const index_t e = c.hidden, n = ctx.cached, k = tree_.top_k;
+    // 1. Draft rows for the committed context: row p fuses token x_{p+1} with the target feature f_p
+    //    (rows computed in earlier steps stay; the last one, p = n - 1, carries the root).
+    cache_->crop(std::min(cache_->size(), n));
+    std::vector<float> out;
+    const index_t first = cache_->size();
+    if (n - first < 1) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
+    std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
+    for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+    const auto left = run(tokens, engine::host_matrix(features_.data() + first * e, n - first, e), positions, {}, false, out);
+    ++ctx.stats.draft_calls;
+    std::vector<float> root_feature(left.end() - e, left.end()), logits;
+    head(root_feature, 1, logits);
+    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
+    const std::int32_t root[1] = {ctx.sequence.back()};
+    auto step = builder.begin(engine::host_matrix(logits.data(), 1, c.vocab), std::span(root, 1));
+    // Each frontier row reads its parent's draft feature.
+    std::vector<float> parent_features;
+    for (index_t r = 0; r < k; ++r) parent_features.insert(parent_features.end(), root_feature.begin(), root_feature.end());
+    for (index_t s = 0; s < tree_.depth; ++s) {
+      const bool dual = s + 2 == tree_.depth;
+      const index_t drafted = k * (s + 1), width = n + drafted;
+      std::vector<std::uint8_t> allowed(static_cast<std::size_t>(k * width), 0);
+      for (index_t r = 0; r < k; ++r) {
+        std::fill_n(allowed.begin() + r * width, n, std::uint8_t{1});
+        for (index_t j = 0; j < drafted; ++j)
+          allowed[static_cast<std::size_t>(r * width + n + j)] = step.draft_mask[static_cast<std::size_t>(r * drafted + j)];
+      }
+      std::vector<std::int64_t> frontier_positions(static_cast<std::size_t>(k), n + s);
+      std::vector<float> right;
+      const auto features = run(step.input_ids, engine::host_matrix(parent_features.data(), k, e), frontier_positions, allowed, dual, right);
+      ++ctx.stats.draft_calls;
+      std::vector<float> left_logits, right_logits;
+      head(features, k, left_logits);
+      if (dual) {
+        head(right, k, right_logits);
+        step = builder.expand_dual(engine::host_matrix(left_logits.data(), k, c.vocab), engine::host_matrix(right_logits.data(), k, c.vocab));
+        break;
+      }
+      step = builder.expand(engine::host_matrix(left_logits.data(), k, c.vocab));
+      parent_features.clear();
+      for (index_t r = 0; r < k; ++r) {
+        const auto slot = step.parent_slot[static_cast<std::size_t>(r)];
+        parent_features.insert(parent_features.end(), features.begin() + slot * e, features.begin() + (slot + 1) * e);
+      }
+    }
+    cache_->crop(n);
+    return {builder.finish().at(0).tree, {}, {}};
+  }
+
+ private:
+  /// One draft-layer forward: left output returned, right output into `right` when `dual`.
+  std::vector<float> run(std::span<const std::int32_t> tokens, engine::host_matrix features, std::span<const std::int64_t> positions,
+                         std::span<const std::uint8_t> allowed, bool dual, std::vector<float>& right) {
+    const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
+    std::vector<float> left(static_cast<std::size_t>(t * e));
+    if (dual) right.assign(static_cast<std::size_t>(t * e), 0.0f);
+    const auto mask = allowed.empty() ? blocks::attention_mask<space>::causal()
+                                      : blocks::attention_mask<space>::from(specdec::matrix_view<const std::uint8_t>(
+                                            allowed.data(), t, static_cast<index_t>(allowed.size()) / t));
+    blocks::moe::draft_layer_forward(backend_, layer_, weights_, moe_, moe_weights_, specdec::vector_view<const std::int32_t>(tokens.data(), t),
+                                     features, specdec::vector_view<const std::int64_t>(positions.data(), t), cache_.get(), mask,
+                                     specdec::matrix_view<float>(left.data(), t, e),
+                                     dual ? specdec::matrix_view<float>(right.data(), t, e) : specdec::matrix_view<float>());
+    return left;
+  }
+  void head(const std::vector<float>& features, index_t rows, std::vector<float>& logits) {
+    const auto& c = model_->config();
+    logits.resize(static_cast<std::size_t>(rows * c.vocab));
+    backend_.gemm(engine::host_matrix(features.data(), rows, c.hidden), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
+                  specdec::matrix_view<float>(logits.data(), rows, c.vocab));
+  }
+  const float* store(std::vector<float> v) {
+    store_.push_back(std::move(v));
+    return store_.back().data();
+  }
+  blocks::linear<space> linear(index_t out, index_t in, bool bias = false) {
+    std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(in)), 1.0f / std::sqrt(static_cast<float>(in)));
+    std::vector<float> w(static_cast<std::size_t>(out * in));
+    for (auto& x : w) x = u(rng_);
+    blocks::linear<space> l{specdec::matrix_view<const float>(store(std::move(w)), out, in), {}};
+    if (bias) l.bias = specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(out), 0.0f)), out);
+    return l;
+  }
+
+  const engine::llama_model* model_;
+  specdec::dynamic_tree_config tree_;
+  std::mt19937 rng_;
+  std::list<std::vector<float>> store_;
+  specdec::eigen backend_;
+  blocks::layer_config layer_;
+  blocks::moe::config moe_;
+  blocks::eagle::weights<space> weights_;
+  blocks::moe::weights<space> moe_weights_;
+  std::unique_ptr<blocks::kv_cache<specdec::eigen>> cache_;
+  engine::forward_hooks hooks_;
+  std::vector<float> last_hidden_, features_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return engine::example_main(
+      argc, argv, "Jakiro MoE draft layer on EAGLE-2 trees with decoupled experts (RANDOM weights: no trained checkpoint; expect ~0 accepted)",
+      [](const engine::llama_model& model) {
+        return std::make_unique<jakiro_drafter>(model, specdec::dynamic_tree_config{2, 2, 6, specdec::tree_score::log_probability, {}});
+      });
+}
