@@ -8,15 +8,12 @@
 // SmolLM2): this example shows the wiring and measures what random weights give (next to nothing is
 // accepted). The draft layer reads the target's embedding and LM head and the target's final hidden
 // states (after its final norm) of the committed tokens, which it keeps in its own KV cache.
-#include <cmath>
-#include <list>
-#include <random>
-
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/moe.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 #include "engine/example_main.hpp"
+#include "engine/random_weights.hpp"
 
 namespace {
 
@@ -27,18 +24,17 @@ using space = specdec::host_space;
 class jakiro_drafter : public engine::drafter {
  public:
   jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree)
-      : model_(&model), tree_(tree), rng_(17) {
+      : model_(&model), tree_(tree), random_(17) {
     const auto& c = model.config();
     const index_t e = c.hidden;
     layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
     moe_ = {e, 2, e, blocks::moe::routing::jakiro_two_experts};
     weights_.embed = model.embedding();
-    weights_.fc = linear(e, 2 * e, true);
-    weights_.layer.post_norm = specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(e), 1.0f)), e);
-    weights_.layer.attention = {linear(e, e), linear(c.kv_heads * c.head_dim, e), linear(c.kv_heads * c.head_dim, e), linear(e, e)};
+    weights_.fc = random_.linear(e, 2 * e, true);
+    weights_.layer = random_.layer(layer_, false);
     weights_.validate(layer_, c.vocab, false);
-    moe_weights_.gate = linear(moe_.router_outputs(), e);
-    for (int i = 0; i < 2; ++i) moe_weights_.experts.push_back({linear(e, e), linear(e, e), linear(e, e)});
+    moe_weights_.gate = random_.linear(moe_.router_outputs(), e);
+    for (int i = 0; i < 2; ++i) moe_weights_.experts.push_back(random_.mlp(e, e));
     moe_weights_.validate(moe_, "mlp_moe.");
     cache_ = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
     hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
@@ -136,23 +132,10 @@ class jakiro_drafter : public engine::drafter {
     backend_.gemm(engine::host_matrix(features.data(), rows, c.hidden), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
                   specdec::matrix_view<float>(logits.data(), rows, c.vocab));
   }
-  const float* store(std::vector<float> v) {
-    store_.push_back(std::move(v));
-    return store_.back().data();
-  }
-  blocks::linear<space> linear(index_t out, index_t in, bool bias = false) {
-    std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(in)), 1.0f / std::sqrt(static_cast<float>(in)));
-    std::vector<float> w(static_cast<std::size_t>(out * in));
-    for (auto& x : w) x = u(rng_);
-    blocks::linear<space> l{specdec::matrix_view<const float>(store(std::move(w)), out, in), {}};
-    if (bias) l.bias = specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(out), 0.0f)), out);
-    return l;
-  }
 
   const engine::llama_model* model_;
   specdec::dynamic_tree_config tree_;
-  std::mt19937 rng_;
-  std::list<std::vector<float>> store_;
+  engine::random_weights random_;
   specdec::eigen backend_;
   blocks::layer_config layer_;
   blocks::moe::config moe_;

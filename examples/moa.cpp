@@ -8,61 +8,37 @@
 // accepted). Shapes follow the paper's layout at SmolLM2's width: the LSA layer is E_kv = 2 x 192 = 384
 // wide; the paper ties its heads to the target's head count (9), which does not divide 384, so it uses
 // 6 heads of 64 (a documented deviation); self- and cross-attention are 576 wide with 9 heads of 64.
-#include <cmath>
-#include <list>
-#include <random>
-
 #include <specdec/blocks/moa.hpp>
 
 #include "engine/example_main.hpp"
+#include "engine/random_weights.hpp"
 
 namespace {
 
 using engine::index_t;
 namespace blocks = specdec::blocks;
 
-/// Random weights for a MoA drafter, owned (weights ~ U(-s, s) with s = 1 / sqrt(fan_in); norms 1).
+/// Random weights for a MoA drafter in the paper's layout at the target's width.
 class random_moa {
  public:
-  random_moa(const engine::llama_config& target, std::uint32_t seed) : rng_(seed) {
+  random_moa(const engine::llama_config& target, std::uint32_t seed) : random_(seed) {
     const index_t e = target.hidden, kv = target.kv_heads * target.head_dim;
     config_.layer_self_attention = {{2 * kv, 6, 3, 2 * kv / 6, target.rope_theta, true}, 2 * e, target.rms_eps, true};
     config_.self_attention = {{e, target.heads, target.kv_heads, target.head_dim, target.rope_theta, true}, 2 * e, target.rms_eps, true};
     config_.cross_attention = config_.self_attention;
     config_.target_layers = target.layers;
     config_.target_head_dim = target.head_dim;
-    weights_.layer_self_attention = layer(config_.layer_self_attention);
-    weights_.ekv2e = linear(e, 2 * kv, true);
-    weights_.self_attention = layer(config_.self_attention);
-    weights_.cross_attention = layer(config_.cross_attention);
+    weights_.layer_self_attention = random_.layer(config_.layer_self_attention);
+    weights_.ekv2e = random_.linear(e, 2 * kv, true);
+    weights_.self_attention = random_.layer(config_.self_attention);
+    weights_.cross_attention = random_.layer(config_.cross_attention);
     weights_.validate(config_);
   }
   const blocks::moa::config& config() const { return config_; }
   const blocks::moa::weights<specdec::host_space>& weights() const { return weights_; }
 
  private:
-  const float* store(std::vector<float> v) {
-    store_.push_back(std::move(v));
-    return store_.back().data();
-  }
-  blocks::linear<specdec::host_space> linear(index_t out, index_t in, bool bias = false) {
-    std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(in)), 1.0f / std::sqrt(static_cast<float>(in)));
-    std::vector<float> w(static_cast<std::size_t>(out * in));
-    for (auto& x : w) x = u(rng_);
-    blocks::linear<specdec::host_space> l{specdec::matrix_view<const float>(store(std::move(w)), out, in), {}};
-    if (bias) l.bias = specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(out), 0.0f)), out);
-    return l;
-  }
-  blocks::layer_weights<specdec::host_space> layer(const blocks::layer_config& c) {
-    const auto& a = c.attention;
-    const auto ones = [&] { return specdec::vector_view<const float>(store(std::vector<float>(static_cast<std::size_t>(a.hidden), 1.0f)), a.hidden); };
-    return {ones(), ones(),
-            {linear(a.heads * a.head_dim, a.hidden), linear(a.kv_heads * a.head_dim, a.hidden),
-             linear(a.kv_heads * a.head_dim, a.hidden), linear(a.hidden, a.heads * a.head_dim)},
-            {linear(c.intermediate, a.hidden), linear(c.intermediate, a.hidden), linear(a.hidden, c.intermediate)}};
-  }
-  std::mt19937 rng_;
-  std::list<std::vector<float>> store_;
+  engine::random_weights random_;
   blocks::moa::config config_;
   blocks::moa::weights<specdec::host_space> weights_;
 };

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Amphista on the example engine: two staged adaptation layers (fuse [target feature; next token's
+// embedding], then a causal decoder layer, each with its own KV cache over the committed context), the
+// K heads' inputs (heads 1..floor(K/2) from stage 1, the rest from stage 2), the auto-embedding block
+// (bi-directional attention across the K head slots) and per-head LM heads; the heads' top-k lists fill
+// a static tree (specdec::make_static_tree), which the loop verifies in one forward.
+//
+// Weights are random unless trained (there is no public Amphista checkpoint for SmolLM2): this example
+// shows the wiring and measures what random weights give (next to nothing is accepted). Every head
+// shares the target's LM head instead of carrying its own 49152 x 576 matrix.
+#include <specdec/blocks/amphista.hpp>
+#include <specdec/tree/static_tree.hpp>
+
+#include "engine/example_main.hpp"
+#include "engine/random_weights.hpp"
+
+namespace {
+
+using engine::index_t;
+namespace blocks = specdec::blocks;
+namespace amphista = specdec::blocks::amphista;
+
+class amphista_drafter : public engine::drafter {
+ public:
+  amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k)
+      : model_(&model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k), random_(23) {
+    const auto& c = model.config();
+    const index_t e = c.hidden, kv = c.kv_heads * c.head_dim;
+    config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, 2 * e, c.rms_eps, true};
+    config_.auto_embedding = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, false}, 2 * e, c.rms_eps, true};
+    config_.heads = shape_.tree.max_depth();
+    config_.stage1_heads = amphista::config::paper_split(config_.heads);
+    config_.vocab = c.vocab;
+    for (auto* stage : {&weights_.stage1, &weights_.stage2}) *stage = {random_.linear(e, 2 * e, true), random_.layer(config_.stage)};
+    for (index_t k = 0; k < config_.heads; ++k) {
+      weights_.head_mlps.push_back(random_.linear(e, e, true));
+      weights_.heads.push_back(model.lm_head());
+    }
+    weights_.position_embedding = random_.matrix(config_.heads, e, 0.02f);
+    weights_.auto_embedding = random_.layer(config_.auto_embedding);
+    for (auto* cache : {&stage1_cache_, &stage2_cache_}) *cache = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
+    hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
+      if (layer + 1 != model_->config().layers) return;
+      last_hidden_.resize(static_cast<std::size_t>(x.rows() * x.cols()));
+      backend_.rms_norm(x, model_->final_norm(), model_->config().rms_eps,
+                        specdec::matrix_view<float>(last_hidden_.data(), x.rows(), x.cols()));
+    };
+  }
+  std::string name() const override { return "amphista"; }
+  const engine::forward_hooks* prefill_hooks() override { return &hooks_; }
+  const engine::forward_hooks* target_hooks() override { return &hooks_; }
+  void after_prefill(engine::llama_session&) override { features_ = last_hidden_; }
+  void accepted_path(std::span<const std::int32_t> nodes) override {
+    const index_t e = model_->config().hidden;
+    std::vector<std::int32_t> rows = {0};
+    rows.insert(rows.end(), nodes.begin(), nodes.end());
+    for (auto r : rows) features_.insert(features_.end(), last_hidden_.begin() + r * e, last_hidden_.begin() + (r + 1) * e);
+  }
+
+  engine::draft propose(engine::draft_context& ctx) override {
+    const auto& c = model_->config();
+    const index_t e = c.hidden, n = ctx.cached, first = stage1_cache_->size(), rows = n - first;
+    if (rows < 1) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
+    // Stage rows for the committed context not yet seen: row p = [f_p ; embedding of x_{p+1}].
+    std::vector<std::int32_t> next_tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
+    std::vector<float> embedded(static_cast<std::size_t>(rows * e)), h1(embedded.size()), h2(embedded.size());
+    backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(next_tokens.data(), rows),
+                         specdec::matrix_view<float>(embedded.data(), rows, e));
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));
+    for (index_t p = 0; p < rows; ++p) positions[static_cast<std::size_t>(p)] = first + p;
+    const specdec::vector_view<const std::int64_t> pos(positions.data(), rows);
+    const engine::host_matrix emb(embedded.data(), rows, e);
+    amphista::stage_forward(backend_, config_.stage, weights_.stage1, engine::host_matrix(features_.data() + first * e, rows, e), emb, pos,
+                            stage1_cache_.get(), specdec::matrix_view<float>(h1.data(), rows, e));
+    amphista::stage_forward(backend_, config_.stage, weights_.stage2, engine::host_matrix(h1.data(), rows, e), emb, pos,
+                            stage2_cache_.get(), specdec::matrix_view<float>(h2.data(), rows, e));
+    // The K heads at the last position (the root's row), then the auto-embedding block.
+    const index_t k = config_.heads;
+    std::vector<float> z(static_cast<std::size_t>(k * e)), logits(static_cast<std::size_t>(k * c.vocab));
+    amphista::head_inputs(backend_, config_, weights_, engine::host_matrix(h1.data() + (rows - 1) * e, 1, e),
+                          engine::host_matrix(h2.data() + (rows - 1) * e, 1, e), specdec::matrix_view<float>(z.data(), k, e));
+    amphista::auto_embedding(backend_, config_, weights_, engine::host_matrix(z.data(), k, e),
+                             specdec::matrix_view<float>(logits.data(), k, c.vocab));
+    ++ctx.stats.draft_calls;
+    std::vector<float> values(static_cast<std::size_t>(k * top_k_));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(k * top_k_));
+    backend_.row_topk(engine::host_matrix(logits.data(), k, c.vocab), top_k_, specdec::matrix_view<float>(values.data(), k, top_k_),
+                      specdec::matrix_view<std::int32_t>(ids.data(), k, top_k_));
+    // Node at depth d with last rank r: the r-th candidate of head d - 1.
+    specdec::draft_tree tree = shape_.tree;
+    tree.token[0] = ctx.sequence.back();
+    for (index_t i = 1; i < tree.size(); ++i)
+      tree.token[static_cast<std::size_t>(i)] =
+          ids[static_cast<std::size_t>((tree.depth[static_cast<std::size_t>(i)] - 1) * top_k_ + shape_.rank[static_cast<std::size_t>(i)])];
+    return {std::move(tree), {}, {}};
+  }
+
+ private:
+  const engine::llama_model* model_;
+  specdec::static_tree shape_;
+  index_t top_k_;
+  engine::random_weights random_;
+  specdec::eigen backend_;
+  amphista::config config_;
+  amphista::weights<specdec::host_space> weights_;
+  std::unique_ptr<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
+  engine::forward_hooks hooks_;
+  std::vector<float> last_hidden_, features_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return engine::example_main(
+      argc, argv, "Amphista staged adaptation + auto-embedding heads on a static tree (RANDOM weights: no trained checkpoint; expect ~0 accepted)",
+      [](const engine::llama_model& model) {
+        return std::make_unique<amphista_drafter>(model, std::vector<specdec::choice>{{0}, {1}, {0, 0}, {0, 1}, {0, 0, 0}, {0, 0, 0, 0}}, 3);
+      });
+}
