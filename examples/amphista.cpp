@@ -12,6 +12,7 @@
 #include <specdec/tree/static_tree.hpp>
 
 #include "engine/example_main.hpp"
+#include "engine/feature_drafter.hpp"
 #include "engine/random_weights.hpp"
 
 namespace {
@@ -20,10 +21,10 @@ using engine::index_t;
 namespace blocks = specdec::blocks;
 namespace amphista = specdec::blocks::amphista;
 
-class amphista_drafter : public engine::drafter {
+class amphista_drafter : public engine::feature_drafter {
  public:
   amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k)
-      : model_(&model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k), random_(23) {
+      : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k), random_(23) {
     const auto& c = model.config();
     const index_t e = c.hidden, kv = c.kv_heads * c.head_dim;
     config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, 2 * e, c.rms_eps, true};
@@ -39,23 +40,8 @@ class amphista_drafter : public engine::drafter {
     weights_.position_embedding = random_.matrix(config_.heads, e, 0.02f);
     weights_.auto_embedding = random_.layer(config_.auto_embedding);
     for (auto* cache : {&stage1_cache_, &stage2_cache_}) *cache = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
-    hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
-      if (layer + 1 != model_->config().layers) return;
-      last_hidden_.resize(static_cast<std::size_t>(x.rows() * x.cols()));
-      backend_.rms_norm(x, model_->final_norm(), model_->config().rms_eps,
-                        specdec::matrix_view<float>(last_hidden_.data(), x.rows(), x.cols()));
-    };
   }
   std::string name() const override { return "amphista"; }
-  const engine::forward_hooks* prefill_hooks() override { return &hooks_; }
-  const engine::forward_hooks* target_hooks() override { return &hooks_; }
-  void after_prefill(engine::llama_session&) override { features_ = last_hidden_; }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    const index_t e = model_->config().hidden;
-    std::vector<std::int32_t> rows = {0};
-    rows.insert(rows.end(), nodes.begin(), nodes.end());
-    for (auto r : rows) features_.insert(features_.end(), last_hidden_.begin() + r * e, last_hidden_.begin() + (r + 1) * e);
-  }
 
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
@@ -70,7 +56,7 @@ class amphista_drafter : public engine::drafter {
     for (index_t p = 0; p < rows; ++p) positions[static_cast<std::size_t>(p)] = first + p;
     const specdec::vector_view<const std::int64_t> pos(positions.data(), rows);
     const engine::host_matrix emb(embedded.data(), rows, e);
-    amphista::stage_forward(backend_, config_.stage, weights_.stage1, engine::host_matrix(features_.data() + first * e, rows, e), emb, pos,
+    amphista::stage_forward(backend_, config_.stage, weights_.stage1, engine::host_matrix(features().data() + first * e, rows, e), emb, pos,
                             stage1_cache_.get(), specdec::matrix_view<float>(h1.data(), rows, e));
     amphista::stage_forward(backend_, config_.stage, weights_.stage2, engine::host_matrix(h1.data(), rows, e), emb, pos,
                             stage2_cache_.get(), specdec::matrix_view<float>(h2.data(), rows, e));
@@ -86,26 +72,16 @@ class amphista_drafter : public engine::drafter {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(k * top_k_));
     backend_.row_topk(engine::host_matrix(logits.data(), k, c.vocab), top_k_, specdec::matrix_view<float>(values.data(), k, top_k_),
                       specdec::matrix_view<std::int32_t>(ids.data(), k, top_k_));
-    // Node at depth d with last rank r: the r-th candidate of head d - 1.
-    specdec::draft_tree tree = shape_.tree;
-    tree.token[0] = ctx.sequence.back();
-    for (index_t i = 1; i < tree.size(); ++i)
-      tree.token[static_cast<std::size_t>(i)] =
-          ids[static_cast<std::size_t>((tree.depth[static_cast<std::size_t>(i)] - 1) * top_k_ + shape_.rank[static_cast<std::size_t>(i)])];
-    return {std::move(tree), {}, {}};
+    return {fill(shape_, ctx.sequence.back(), ids, top_k_), {}, {}};
   }
 
  private:
-  const engine::llama_model* model_;
   specdec::static_tree shape_;
   index_t top_k_;
   engine::random_weights random_;
-  specdec::eigen backend_;
   amphista::config config_;
   amphista::weights<specdec::host_space> weights_;
   std::unique_ptr<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
-  engine::forward_hooks hooks_;
-  std::vector<float> last_hidden_, features_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <specdec/tree/eagle2.hpp>
 
 #include "engine/example_main.hpp"
+#include "engine/feature_drafter.hpp"
 #include "engine/random_weights.hpp"
 
 namespace {
@@ -21,10 +22,10 @@ using engine::index_t;
 namespace blocks = specdec::blocks;
 using space = specdec::host_space;
 
-class jakiro_drafter : public engine::drafter {
+class jakiro_drafter : public engine::feature_drafter {
  public:
   jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree)
-      : model_(&model), tree_(tree), random_(17) {
+      : feature_drafter(model), tree_(tree), random_(17) {
     const auto& c = model.config();
     const index_t e = c.hidden;
     layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
@@ -37,25 +38,8 @@ class jakiro_drafter : public engine::drafter {
     for (int i = 0; i < 2; ++i) moe_weights_.experts.push_back(random_.mlp(e, e));
     moe_weights_.validate(moe_, "mlp_moe.");
     cache_ = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
-    hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
-      if (layer + 1 != model_->config().layers) return;
-      // The target's final hidden states (after its final norm), as EAGLE's drafter reads them.
-      last_hidden_.resize(static_cast<std::size_t>(x.rows() * x.cols()));
-      backend_.rms_norm(x, model_->final_norm(), model_->config().rms_eps,
-                        specdec::matrix_view<float>(last_hidden_.data(), x.rows(), x.cols()));
-    };
   }
   std::string name() const override { return "jakiro"; }
-  const engine::forward_hooks* prefill_hooks() override { return &hooks_; }
-  const engine::forward_hooks* target_hooks() override { return &hooks_; }
-  void after_prefill(engine::llama_session&) override { features_ = last_hidden_; }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    // The root and the accepted nodes are committed: their target features extend the context.
-    const index_t e = model_->config().hidden;
-    std::vector<std::int32_t> rows = {0};
-    rows.insert(rows.end(), nodes.begin(), nodes.end());
-    for (auto r : rows) features_.insert(features_.end(), last_hidden_.begin() + r * e, last_hidden_.begin() + (r + 1) * e);
-  }
 
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
@@ -69,7 +53,7 @@ class jakiro_drafter : public engine::drafter {
     std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
     std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
     for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
-    const auto left = run(tokens, engine::host_matrix(features_.data() + first * e, n - first, e), positions, {}, false, out);
+    const auto left = run(tokens, engine::host_matrix(features().data() + first * e, n - first, e), positions, {}, false, out);
     ++ctx.stats.draft_calls;
     std::vector<float> root_feature(left.end() - e, left.end()), logits;
     head(root_feature, 1, logits);
@@ -133,17 +117,13 @@ class jakiro_drafter : public engine::drafter {
                   specdec::matrix_view<float>(logits.data(), rows, c.vocab));
   }
 
-  const engine::llama_model* model_;
   specdec::dynamic_tree_config tree_;
   engine::random_weights random_;
-  specdec::eigen backend_;
   blocks::layer_config layer_;
   blocks::moe::config moe_;
   blocks::eagle::weights<space> weights_;
   blocks::moe::weights<space> moe_weights_;
   std::unique_ptr<blocks::kv_cache<specdec::eigen>> cache_;
-  engine::forward_hooks hooks_;
-  std::vector<float> last_hidden_, features_;
 };
 
 }  // namespace

@@ -14,15 +14,16 @@
 #include <specdec/tree/static_tree.hpp>
 
 #include "engine/example_main.hpp"
+#include "engine/feature_drafter.hpp"
 
 namespace {
 
 using engine::index_t;
 
-class medusa_drafter : public engine::drafter {
+class medusa_drafter : public engine::feature_drafter {
  public:
   medusa_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k)
-      : model_(&model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
+      : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
     const index_t e = model.config().hidden;
     heads_ = shape_.tree.max_depth();
     std::mt19937 rng(13);
@@ -30,24 +31,17 @@ class medusa_drafter : public engine::drafter {
     weight_.resize(static_cast<std::size_t>(heads_ * e * e));
     for (auto& w : weight_) w = u(rng);
     bias_.assign(static_cast<std::size_t>(heads_ * e), 0.0f);
-    hooks_.after_layer = [this](index_t layer, engine::host_matrix x) {
-      if (layer + 1 == model_->config().layers) last_hidden_.assign(x.data(), x.data() + x.rows() * x.cols());
-    };
   }
   std::string name() const override { return "medusa"; }
-  const engine::forward_hooks* prefill_hooks() override { return &hooks_; }
-  const engine::forward_hooks* target_hooks() override { return &hooks_; }
-  void after_prefill(engine::llama_session&) override { keep_row(last_rows() - 1); }
-  void accepted_path(std::span<const std::int32_t> nodes) override { keep_row(nodes.empty() ? 0 : nodes.back()); }
 
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
     const index_t e = c.hidden;
-    if (root_hidden_.empty()) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
-    // The target's final norm, then each head's ResBlock and the shared LM head.
-    std::vector<float> h(static_cast<std::size_t>(e)), z(static_cast<std::size_t>(heads_ * e)), logits(static_cast<std::size_t>(heads_ * c.vocab));
-    backend_.rms_norm(engine::host_matrix(root_hidden_.data(), 1, e), model_->final_norm(), c.rms_eps,
-                      specdec::matrix_view<float>(h.data(), 1, e));
+    // The target's final hidden state of the token before the root, then each head's ResBlock and
+    // the shared LM head.
+    if (committed_features() < ctx.cached) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
+    const std::vector<float> h(features().end() - e, features().end());
+    std::vector<float> z(static_cast<std::size_t>(heads_ * e)), logits(static_cast<std::size_t>(heads_ * c.vocab));
     for (index_t k = 0; k < heads_; ++k) {
       float* out = z.data() + k * e;
       backend_.gemm(engine::host_matrix(h.data(), 1, e), specdec::transpose::no,
@@ -64,27 +58,13 @@ class medusa_drafter : public engine::drafter {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(heads_ * top_k_));
     backend_.row_topk(engine::host_matrix(logits.data(), heads_, c.vocab), top_k_, specdec::matrix_view<float>(values.data(), heads_, top_k_),
                       specdec::matrix_view<std::int32_t>(ids.data(), heads_, top_k_));
-    // Node i at depth d with last rank r takes the r-th candidate of head d - 1.
-    specdec::draft_tree tree = shape_.tree;
-    tree.token[0] = ctx.sequence.back();
-    for (index_t i = 1; i < tree.size(); ++i)
-      tree.token[static_cast<std::size_t>(i)] =
-          ids[static_cast<std::size_t>((tree.depth[static_cast<std::size_t>(i)] - 1) * top_k_ + shape_.rank[static_cast<std::size_t>(i)])];
-    return {std::move(tree), {}, {}};
+    return {fill(shape_, ctx.sequence.back(), ids, top_k_), {}, {}};
   }
 
  private:
-  index_t last_rows() const { return static_cast<index_t>(last_hidden_.size()) / model_->config().hidden; }
-  void keep_row(index_t row) {
-    const index_t e = model_->config().hidden;
-    root_hidden_.assign(last_hidden_.begin() + row * e, last_hidden_.begin() + (row + 1) * e);
-  }
-  const engine::llama_model* model_;
   specdec::static_tree shape_;
   index_t top_k_, heads_ = 0;
-  std::vector<float> weight_, bias_, last_hidden_, root_hidden_;
-  engine::forward_hooks hooks_;
-  specdec::eigen backend_;
+  std::vector<float> weight_, bias_;
 };
 
 }  // namespace
