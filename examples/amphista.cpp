@@ -68,11 +68,7 @@ class amphista_drafter : public engine::feature_drafter {
     amphista::auto_embedding(backend_, config_, weights_, engine::host_matrix(z.data(), k, e),
                              specdec::matrix_view<float>(logits.data(), k, c.vocab));
     ++ctx.stats.draft_calls;
-    std::vector<float> values(static_cast<std::size_t>(k * top_k_));
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(k * top_k_));
-    backend_.row_topk(engine::host_matrix(logits.data(), k, c.vocab), top_k_, specdec::matrix_view<float>(values.data(), k, top_k_),
-                      specdec::matrix_view<std::int32_t>(ids.data(), k, top_k_));
-    return {fill(shape_, ctx.sequence.back(), ids, top_k_), {}, {}};
+    return {fill(shape_, ctx.sequence.back(), engine::host_matrix(logits.data(), k, c.vocab), top_k_), {}, {}};
   }
 
  private:

@@ -27,21 +27,6 @@ struct method_total {
   double draft_cost = 0;  // one draft forward in target units (ADMG methods)
 };
 
-void accumulate(engine::generation_stats& a, const engine::generation_stats& b) {
-  a.new_tokens += b.new_tokens;
-  a.target_calls += b.target_calls;
-  a.draft_calls += b.draft_calls;
-  a.drafted += b.drafted;
-  a.accepted += b.accepted;
-  a.draft_units += b.draft_units;
-  a.seconds += b.seconds;
-  a.prefill_seconds += b.prefill_seconds;
-  a.draft_seconds += b.draft_seconds;
-  a.verify_forward_seconds += b.verify_forward_seconds;
-  a.sampling_seconds += b.sampling_seconds;
-  a.bookkeeping_seconds += b.bookkeeping_seconds;
-}
-
 std::string chat(const std::string& user) {
   return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
          "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
@@ -151,7 +136,7 @@ int main(int argc, char** argv) {
         if (m == 0) reference = g.tokens;
         else if (g.tokens != reference) totals[m].identical = false;
         if (auto* a = dynamic_cast<engine::admg_drafter*>(drafters[m].get())) totals[m].draft_cost = a->self_draft().cost();
-        accumulate(totals[m].sum, g.stats);
+        totals[m].sum += g.stats;
         if (m == 0) std::fprintf(stderr, "\r[prompt %zu/%zu] vanilla answer: %s\n", p + 1, prompt_count, tokenizer.decode(g.tokens).c_str());
       }
     }

@@ -54,11 +54,7 @@ class medusa_drafter : public engine::feature_drafter {
     backend_.gemm(engine::host_matrix(z.data(), heads_, e), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
                   specdec::matrix_view<float>(logits.data(), heads_, c.vocab));
     ++ctx.stats.draft_calls;
-    std::vector<float> values(static_cast<std::size_t>(heads_ * top_k_));
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(heads_ * top_k_));
-    backend_.row_topk(engine::host_matrix(logits.data(), heads_, c.vocab), top_k_, specdec::matrix_view<float>(values.data(), heads_, top_k_),
-                      specdec::matrix_view<std::int32_t>(ids.data(), heads_, top_k_));
-    return {fill(shape_, ctx.sequence.back(), ids, top_k_), {}, {}};
+    return {fill(shape_, ctx.sequence.back(), engine::host_matrix(logits.data(), heads_, c.vocab), top_k_), {}, {}};
   }
 
  private:

@@ -55,6 +55,21 @@ struct generation_stats {
          bookkeeping_seconds = 0;
   /// Mean tokens committed per target forward (accepted drafts + 1).
   double tau() const { return target_calls ? static_cast<double>(new_tokens) / static_cast<double>(target_calls) : 0.0; }
+  generation_stats& operator+=(const generation_stats& o) {
+    new_tokens += o.new_tokens;
+    target_calls += o.target_calls;
+    draft_calls += o.draft_calls;
+    drafted += o.drafted;
+    accepted += o.accepted;
+    draft_units += o.draft_units;
+    seconds += o.seconds;
+    prefill_seconds += o.prefill_seconds;
+    draft_seconds += o.draft_seconds;
+    verify_forward_seconds += o.verify_forward_seconds;
+    sampling_seconds += o.sampling_seconds;
+    bookkeeping_seconds += o.bookkeeping_seconds;
+    return *this;
+  }
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(new_tokens) / seconds : 0.0; }
   /// Speed-up over vanilla where a forward over a small tree costs one forward (memory-bound).
   double projected_speedup() const {
@@ -342,12 +357,10 @@ class throughput_gate {
     const double seconds = std::max(seconds_since(start_), 1e-9);
     const double rate = static_cast<double>(tokens) / seconds;
     double& r = rate_[drafting_ ? 1 : 0];
-    const bool was_better = r >= 0 && rate_[drafting_ ? 0 : 1] >= 0 && r >= rate_[drafting_ ? 0 : 1];
     r = r < 0 ? rate : 0.8 * r + 0.2 * rate;
     if (since_explore_ >= interval_) {
-      // An exploration step: back off further if the explored choice is still the worse one.
-      const bool now_better = r >= rate_[drafting_ ? 0 : 1];
-      interval_ = now_better || was_better ? 8 : std::min<index_t>(2 * interval_, 256);
+      // An exploration step tried the worse choice: back off further unless it has now overtaken.
+      interval_ = r >= rate_[drafting_ ? 0 : 1] ? 8 : std::min<index_t>(2 * interval_, 256);
       since_explore_ = 0;
     }
   }
