@@ -6,6 +6,8 @@
 // kernels accumulate in float over at most a few hundred terms of magnitude <= 1).
 #include "backend_conformance.hpp"
 
+#include <cstring>
+
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 
@@ -75,6 +77,32 @@ TEST_CASE_TEMPLATE("gemm matches the reference in every transpose combination, w
           h.b.gemm(cview<B>(dc.view().data(), 2, 2), transpose::no, cview<B>(dx.view().data(), 2, 2), transpose::no,
                    dc.matrix(2, 2));
         }).find("c aliases an input") != std::string::npos);
+}
+
+// The engine's greedy speculative decoding relies on this: x W^T for up to 16 rows gives each row the
+// same bits whatever the number of rows beside it (every register tile and the column remainder sum an
+// entry in the same order), so a tree node's logits equal the ones vanilla decoding computes.
+TEST_CASE("eigen::gemm gives a row the same bits alone and among up to 16 rows") {
+  specdec::eigen backend;
+  for (const index_t inner : {index_t{1}, index_t{8}, index_t{37}, index_t{576}}) {
+    const index_t n = 29;  // three 8-column groups and a remainder of 5
+    const auto w = uniform_floats(5, static_cast<std::size_t>(n * inner), -1.0f, 1.0f);
+    const auto x = uniform_floats(6, static_cast<std::size_t>(16 * inner), -1.0f, 1.0f);
+    std::vector<float> alone(static_cast<std::size_t>(16 * n));
+    for (index_t r = 0; r < 16; ++r)
+      backend.gemm(specdec::matrix_view<const float>(x.data() + r * inner, 1, inner), transpose::no,
+                   specdec::matrix_view<const float>(w.data(), n, inner), transpose::yes,
+                   specdec::matrix_view<float>(alone.data() + r * n, 1, n));
+    for (index_t m = 2; m <= 16; ++m) {
+      CAPTURE(inner);
+      CAPTURE(m);
+      std::vector<float> together(static_cast<std::size_t>(m * n));
+      backend.gemm(specdec::matrix_view<const float>(x.data(), m, inner), transpose::no,
+                   specdec::matrix_view<const float>(w.data(), n, inner), transpose::yes,
+                   specdec::matrix_view<float>(together.data(), m, n));
+      CHECK(std::memcmp(together.data(), alone.data(), together.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE_TEMPLATE("rms_norm, silu_mul and add_rows match the reference", B, SPECDEC_DENSE_BACKENDS) {

@@ -111,6 +111,8 @@ class drafter {
   virtual draft propose(draft_context& ctx) = 0;
   /// Verification feedback: `accepted` of `drafted` draft tokens.
   virtual void verified(index_t /*accepted*/, index_t /*drafted*/) {}
+  /// Wall time of the target forward that verified a draft of `rows` tree nodes (root included).
+  virtual void target_forward_timed(index_t /*rows*/, double /*seconds*/) {}
   /// Hooks for every target forward (Medusa reads the target's last hidden state), and the accepted
   /// nodes of the tree just verified (root excluded).
   virtual const forward_hooks* target_hooks() { return nullptr; }
@@ -162,7 +164,9 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
     session.forward(dr.tree.token, positions, chain ? std::span<const std::uint8_t>() : std::span<const std::uint8_t>(mask), logits,
                     nullptr, d ? d->target_hooks() : nullptr);
     ++stats.target_calls;
-    stats.verify_forward_seconds += seconds_since(t);
+    const double forward_seconds = seconds_since(t);
+    stats.verify_forward_seconds += forward_seconds;
+    if (d) d->target_forward_timed(n, forward_seconds);
     // 3. Verify.
     t = clock_type::now();
     specdec::sampling::speculative_request request;
@@ -212,6 +216,104 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
 }
 
 // ---------------------------------------------------------------------------------------------------
+/// Measured wall time of a target forward by its number of rows: the hardware half of a draft-length
+/// policy. On a CPU the cost is flat for a few rows (the weights stream from memory either way) and
+/// then grows with the rows (compute); on an accelerator it stays flat much longer. A row count keeps
+/// the median of its last samples (a forward preempted by another process does not move it), and the
+/// costs are made non-decreasing in the rows. A row count never measured is assumed to cost what the
+/// largest measured smaller one costs: optimistic, so that a policy tries it and learns its price.
+class forward_cost {
+ public:
+  void record(index_t rows, double seconds) {
+    if (rows < 1) return;
+    if (static_cast<index_t>(samples_.size()) < rows) samples_.resize(static_cast<std::size_t>(rows));
+    auto& s = samples_[static_cast<std::size_t>(rows - 1)];
+    s.push_back(seconds);
+    if (s.size() > window) s.erase(s.begin());
+  }
+  /// Seconds for a forward of `rows` rows; 0 until anything is measured.
+  double operator()(index_t rows) const {
+    double cost = 0, cheapest = 0;
+    for (index_t r = 1; r <= static_cast<index_t>(samples_.size()); ++r) {
+      auto s = samples_[static_cast<std::size_t>(r - 1)];
+      if (s.empty()) continue;
+      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+      const double median = s[s.size() / 2];
+      if (r <= rows) cost = std::max(cost, median);
+      cheapest = cheapest == 0 ? median : std::min(cheapest, median);
+    }
+    return cost > 0 ? cost : cheapest;  // below every measured row count: as cheap as the cheapest
+  }
+
+ private:
+  static constexpr std::size_t window = 15;
+  std::vector<std::vector<double>> samples_;  ///< [rows - 1]: the most recent forward times
+};
+
+/// Acceptance of a chain draft by depth: a_i = P(draft token i accepted | tokens 1..i-1 accepted),
+/// counted from verifications (a chain of L tokens with A accepted is a trial at depths 1..min(A+1, L)
+/// and a success at depths 1..A). Older verifications fade (weight 0.97 per verification, about the
+/// last 30 count) so that the estimate follows the text; depths with few trials lean on the pooled
+/// rate (a pseudo-count of 4).
+class acceptance_by_depth {
+ public:
+  void record(index_t accepted, index_t drafted) {
+    const index_t tried = std::min(accepted + 1, drafted);
+    if (static_cast<index_t>(trials_.size()) < tried) {
+      trials_.resize(static_cast<std::size_t>(tried), 0);
+      successes_.resize(static_cast<std::size_t>(tried), 0);
+    }
+    for (std::size_t i = 0; i < trials_.size(); ++i) {
+      trials_[i] *= fade;
+      successes_[i] *= fade;
+    }
+    for (index_t i = 0; i < tried; ++i) {
+      ++trials_[static_cast<std::size_t>(i)];
+      if (i < accepted) ++successes_[static_cast<std::size_t>(i)];
+    }
+  }
+  /// Rate at depth `depth` (1-based); a uniform prior (0.5) before any trial.
+  double rate(index_t depth) const {
+    double pooled_trials = 0, pooled_successes = 0;
+    for (std::size_t i = 0; i < trials_.size(); ++i) {
+      pooled_trials += trials_[i];
+      pooled_successes += successes_[i];
+    }
+    const double pooled = (pooled_successes + 1) / (pooled_trials + 2);
+    const auto i = static_cast<std::size_t>(depth - 1);
+    if (i >= trials_.size()) return pooled;
+    return (successes_[i] + 4 * pooled) / (trials_[i] + 4);
+  }
+  /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
+  double expected_tokens(index_t length) const {
+    double expected = 1, reach = 1;
+    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i));
+    return expected;
+  }
+
+ private:
+  static constexpr double fade = 0.97;
+  std::vector<double> trials_, successes_;
+};
+
+/// The draft length that maximises expected committed tokens per second of verification,
+/// `expected_tokens(L) / cost(L + 1)` over L in [0, longest]; 0 means "do not draft". Before any
+/// forward is measured every length costs the same and the longest wins (and gets measured).
+inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, index_t longest) {
+  index_t best = 0;
+  double best_rate = 0;
+  for (index_t length = 0; length <= longest; ++length) {
+    const double seconds = cost(length + 1);
+    const double rate = acceptance.expected_tokens(length) / (seconds > 0 ? seconds : 1.0);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = length;
+    }
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------------------
 /// Prompt lookup (n-gram) drafting: the longest suffix of the context (max_ngram down to min_ngram
 /// tokens) that occurred before proposes the tokens that followed it. With `branches` > 1 the most
 /// recent distinct continuations are merged into a tree (a trie), verified in one forward. Free: no
@@ -222,27 +324,28 @@ class prompt_lookup_drafter : public drafter {
     index_t max_ngram = 3, min_ngram = 2;
     index_t draft_length = 8;  ///< the most tokens per continuation
     index_t branches = 1;
-    /// Adapt the length: double it (up to draft_length) after a fully accepted draft, halve it after
-    /// a draft with nothing accepted. On a CPU, verifying T rows costs ~T/3 forwards, so long drafts
-    /// must be earned.
-    bool adaptive = true;
+    /// Choose each draft's length by best_draft_length: the acceptance measured by depth against the
+    /// measured cost of verifying that many rows. Off: always draft_length tokens when a match has them.
+    bool cost_aware = true;
   };
-  explicit prompt_lookup_drafter(parameters p) : p_(p), length_(p.adaptive ? std::min<index_t>(2, p.draft_length) : p.draft_length) {}
+  explicit prompt_lookup_drafter(parameters p) : p_(p) {}
   void verified(index_t accepted, index_t drafted) override {
-    if (!p_.adaptive || drafted == 0) return;
-    if (accepted == drafted) length_ = std::min(p_.draft_length, 2 * length_);
-    else if (accepted == 0) length_ = std::max<index_t>(1, length_ / 2);
+    if (drafted > 0) acceptance_.record(accepted, drafted);
   }
+  void target_forward_timed(index_t rows, double seconds) override { cost_.record(rows, seconds); }
   std::string name() const override { return p_.branches > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
 
   draft propose(draft_context& ctx) override {
     const auto& s = ctx.sequence;
     const auto len = static_cast<index_t>(s.size());
+    index_t length = p_.cost_aware ? best_draft_length(acceptance_, cost_, p_.draft_length) : p_.draft_length;
+    // A policy that stopped drafting would never see evidence to resume: every 16th step it drafts one.
+    if (length == 0 && ++idle_steps_ % 16 == 0) length = 1;
     std::vector<std::vector<std::int32_t>> continuations;
-    for (index_t g = std::min(p_.max_ngram, len - 1); g >= p_.min_ngram && continuations.empty(); --g) {
+    for (index_t g = std::min(p_.max_ngram, len - 1); length > 0 && g >= p_.min_ngram && continuations.empty(); --g) {
       for (index_t start = len - g - 1; start >= 0 && static_cast<index_t>(continuations.size()) < p_.branches; --start) {
         if (!std::equal(s.begin() + start, s.begin() + start + g, s.end() - g)) continue;
-        std::vector<std::int32_t> c(s.begin() + start + g, s.begin() + std::min(len, start + g + length_));
+        std::vector<std::int32_t> c(s.begin() + start + g, s.begin() + std::min(len, start + g + length));
         if (c.empty() || std::find(continuations.begin(), continuations.end(), c) != continuations.end()) continue;
         continuations.push_back(std::move(c));
       }
@@ -283,7 +386,9 @@ class prompt_lookup_drafter : public drafter {
 
  private:
   parameters p_;
-  index_t length_;
+  acceptance_by_depth acceptance_;
+  forward_cost cost_;
+  index_t idle_steps_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------

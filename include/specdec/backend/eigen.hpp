@@ -327,120 +327,122 @@ class eigen {
   /// Rows up to which `x W^T` (a few token rows times a Linear weight) takes the row-dot kernel.
   static constexpr index_t skinny_gemm_rows = 16;
 
-  /// `c = alpha a b^T + beta c` for a few rows of `a`: each weight row is read once while the rows of
-  /// `a` stay in cache. Eigen's blocked GEMM packs the whole weight on every call, which for decoding
-  /// shapes (a chain or a small tree against a large weight) costs several passes over it. Every
-  /// entry is a dot product summed in a fixed order (16 lanes over the inner extent, then a fixed
-  /// tree), independent of the number of rows and of alignment: a token's row comes out bit-identical
-  /// whether it is computed alone or among the rows of a draft tree, so a verifier's logits for a node
-  /// equal what vanilla decoding computes for that token.
+  /// `c = alpha a b^T + beta c` for a few rows of `a`: each weight row is read once from memory while
+  /// the rows of `a` stay in cache. Eigen's blocked GEMM packs the whole weight on every call, which
+  /// for decoding shapes (a chain or a small tree against a large weight) costs several passes over it.
+  ///
+  /// Every entry is one dot product summed in a fixed order: 8 lanes (lane l takes the products at
+  /// offsets congruent to l mod 8, in index order, each a fused multiply-add when the target has FMA),
+  /// then the lanes combined as ((0+4)+(2+6))+((1+5)+(3+7)). The order depends on neither the number
+  /// of rows, nor the register tile an entry falls in, nor alignment: a token's row comes out
+  /// bit-identical whether it is computed alone or among the rows of a draft tree, so a verifier's
+  /// logits for a node equal what vanilla decoding computes for that token. The tiles (rows x columns
+  /// of c per inner loop) are chosen so that at least 8 accumulators are in flight and few loads feed
+  /// each multiply-add: with 4 rows the kernel is bound by the FMA units, not by loads.
   static void skinny_gemm(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, float alpha, float beta) {
     const index_t m = c.rows(), n = c.cols();
-    // Columns are independent and each is summed in a fixed order: threads (when the translation unit
-    // is built with OpenMP) change the speed, never the result.
+    const index_t groups = (n + skinny_group - 1) / skinny_group;
+    // Column groups are independent and each entry is summed in a fixed order: threads (when the
+    // translation unit is built with OpenMP) change the speed, never the result.
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (n * a.cols() * m >= (index_t{1} << 18))
 #endif
-    for (index_t j = 0; j < n; ++j)
+    for (index_t g = 0; g < groups; ++g) {
+      const index_t j0 = g * skinny_group;
+      const bool full = j0 + skinny_group <= n;
       for (index_t t0 = 0; t0 < m; t0 += 4) {
-        switch (std::min<index_t>(4, m - t0)) {
-          case 1:
-            if (m == 1 && j % 4 == 0 && j + 4 <= n) {
-              // A single row: four columns at a time, for eight independent accumulator chains.
-              skinny_columns4(a, b, c, t0, j, alpha, beta);
-              j += 3;
-            } else {
-              skinny_rows<1>(a, b, c, t0, j, alpha, beta);
+        const index_t rows = std::min<index_t>(4, m - t0);
+        if (!full) {
+          for (index_t j = j0; j < n; ++j) switch (rows) {
+              case 1: skinny_tile<1, 1>(a, b, c, t0, j, alpha, beta); break;
+              case 2: skinny_tile<2, 1>(a, b, c, t0, j, alpha, beta); break;
+              case 3: skinny_tile<3, 1>(a, b, c, t0, j, alpha, beta); break;
+              default: skinny_tile<4, 1>(a, b, c, t0, j, alpha, beta); break;
             }
+          continue;
+        }
+        switch (rows) {
+          case 1: skinny_tile<1, 8>(a, b, c, t0, j0, alpha, beta); break;
+          case 2:
+            for (index_t j = j0; j < j0 + skinny_group; j += 4) skinny_tile<2, 4>(a, b, c, t0, j, alpha, beta);
             break;
-          case 2: skinny_rows<2>(a, b, c, t0, j, alpha, beta); break;
-          case 3: skinny_rows<3>(a, b, c, t0, j, alpha, beta); break;
-          default: skinny_rows<4>(a, b, c, t0, j, alpha, beta); break;
+          case 3:
+            for (index_t j = j0; j < j0 + skinny_group; j += 2) skinny_tile<3, 2>(a, b, c, t0, j, alpha, beta);
+            break;
+          default:
+            for (index_t j = j0; j < j0 + skinny_group; j += 2) skinny_tile<4, 2>(a, b, c, t0, j, alpha, beta);
+            break;
         }
       }
-  }
-  /// Row t0 of c, columns [j0, j0 + 4): each entry summed exactly as skinny_rows sums it.
-  static void skinny_columns4(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, index_t t0,
-                              index_t j0, float alpha, float beta) {
-#if defined(__GNUC__)
-    constexpr index_t lanes = 16;
-    const index_t k = a.cols(), k_main = k / lanes * lanes;
-    const float* x = a.data() + t0 * a.stride(0);
-    using v8 = float __attribute__((vector_size(32)));
-    v8 low[4] = {}, high[4] = {};
-    for (index_t i = 0; i < k_main; i += lanes) {
-      v8 x0, x1;
-      std::memcpy(&x0, x + i, sizeof(v8));
-      std::memcpy(&x1, x + i + 8, sizeof(v8));
-      for (int jj = 0; jj < 4; ++jj) {
-        const float* w = b.data() + (j0 + jj) * b.stride(0) + i;
-        v8 w0, w1;
-        std::memcpy(&w0, w, sizeof(v8));
-        std::memcpy(&w1, w + 8, sizeof(v8));
-        low[jj] += x0 * w0;
-        high[jj] += x1 * w1;
-      }
     }
-    for (int jj = 0; jj < 4; ++jj) {
-      float acc[lanes];
-      std::memcpy(acc, &low[jj], sizeof(v8));
-      std::memcpy(acc + 8, &high[jj], sizeof(v8));
-      const float* w = b.data() + (j0 + jj) * b.stride(0);
-      for (index_t i = k_main; i < k; ++i) acc[i - k_main] += x[i] * w[i];
-      for (index_t width = lanes / 2; width >= 1; width /= 2)
-        for (index_t l = 0; l < width; ++l) acc[l] += acc[l + width];
-      float& out = c.data()[t0 * c.stride(0) + j0 + jj];
-      out = beta == 0.0f ? alpha * acc[0] : alpha * acc[0] + beta * out;
-    }
-#else
-    for (index_t jj = 0; jj < 4; ++jj) skinny_rows<1>(a, b, c, t0, j0 + jj, alpha, beta);
-#endif
   }
+  /// Columns of c per unit of parallel work (every tile width divides it).
+  static constexpr index_t skinny_group = 8;
 
-  /// Rows [t0, t0 + R) of c, column j. R is a compile-time constant so that the R x 16 accumulators
-  /// live in vector registers.
-  template <int R>
-  static void skinny_rows(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, index_t t0, index_t j,
+  /// Rows [t0, t0 + R) and columns [j0, j0 + C) of c. R and C are compile-time constants so that the
+  /// R x C accumulators of 8 lanes live in vector registers.
+  template <int R, int C>
+  static void skinny_tile(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, index_t t0, index_t j0,
                           float alpha, float beta) {
-    constexpr index_t lanes = 16;
+    constexpr index_t lanes = 8;
     const index_t k = a.cols(), k_main = k / lanes * lanes;
-    const float* w = b.data() + j * b.stride(0);
     const float* x[R];
+    const float* w[C];
     for (int t = 0; t < R; ++t) x[t] = a.data() + (t0 + t) * a.stride(0);
-    float acc[R][lanes] = {};
+    for (int u = 0; u < C; ++u) w[u] = b.data() + (j0 + u) * b.stride(0);
+    float acc[R][C][lanes];
 #if defined(__GNUC__)
-    // GCC / Clang vector types keep the R x 16 accumulators in registers (plain arrays were spilled);
-    // lane l of `low` / `high` is acc[t][l] / acc[t][8 + l], the same order as the portable loop.
+    // GCC / Clang vector types keep the accumulators in registers (plain arrays were spilled); lane l
+    // of `sum[t][u]` is acc[t][u][l], the same order as the portable loop below.
     using v8 = float __attribute__((vector_size(32)));
-    v8 low[R] = {}, high[R] = {};
+    // The tile loops must be unrolled for the accumulators to stay in registers.
+    v8 sum[R][C] = {};
     for (index_t i = 0; i < k_main; i += lanes) {
-      v8 w0, w1;
-      std::memcpy(&w0, w + i, sizeof(v8));
-      std::memcpy(&w1, w + i + 8, sizeof(v8));
+      v8 wv[C];
+#pragma GCC unroll 8
+      for (int u = 0; u < C; ++u) {
+        std::memcpy(&wv[u], w[u] + i, sizeof(v8));
+        __builtin_prefetch(w[u] + C * b.stride(0) + i);  // the next tile's rows: weights come from memory
+      }
+#pragma GCC unroll 4
       for (int t = 0; t < R; ++t) {
-        v8 x0, x1;
-        std::memcpy(&x0, x[t] + i, sizeof(v8));
-        std::memcpy(&x1, x[t] + i + 8, sizeof(v8));
-        low[t] += x0 * w0;
-        high[t] += x1 * w1;
+        v8 xv;
+        std::memcpy(&xv, x[t] + i, sizeof(v8));
+#pragma GCC unroll 8
+        for (int u = 0; u < C; ++u) skinny_madd(sum[t][u], xv, wv[u]);
       }
     }
-    for (int t = 0; t < R; ++t) {
-      std::memcpy(acc[t], &low[t], sizeof(v8));
-      std::memcpy(acc[t] + 8, &high[t], sizeof(v8));
-    }
+    for (int t = 0; t < R; ++t)
+      for (int u = 0; u < C; ++u) std::memcpy(acc[t][u], &sum[t][u], sizeof(v8));
 #else
+    for (int t = 0; t < R; ++t)
+      for (int u = 0; u < C; ++u)
+        for (index_t l = 0; l < lanes; ++l) acc[t][u][l] = 0.0f;
     for (index_t i = 0; i < k_main; i += lanes)
       for (int t = 0; t < R; ++t)
-        for (index_t l = 0; l < lanes; ++l) acc[t][l] += x[t][i + l] * w[i + l];
+        for (int u = 0; u < C; ++u)
+          for (index_t l = 0; l < lanes; ++l) skinny_madd(acc[t][u][l], x[t][i + l], w[u][i + l]);
 #endif
-    for (int t = 0; t < R; ++t) {
-      for (index_t i = k_main; i < k; ++i) acc[t][i - k_main] += x[t][i] * w[i];
-      for (index_t width = lanes / 2; width >= 1; width /= 2)
-        for (index_t l = 0; l < width; ++l) acc[t][l] += acc[t][l + width];
-      float& out = c.data()[(t0 + t) * c.stride(0) + j];
-      out = beta == 0.0f ? alpha * acc[t][0] : alpha * acc[t][0] + beta * out;
-    }
+    for (int t = 0; t < R; ++t)
+      for (int u = 0; u < C; ++u) {
+        float* lane = acc[t][u];
+        for (index_t i = k_main; i < k; ++i) skinny_madd(lane[i - k_main], x[t][i], w[u][i]);
+        const float dot = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+        float& out = c.data()[(t0 + t) * c.stride(0) + j0 + u];
+        out = beta == 0.0f ? alpha * dot : alpha * dot + beta * out;
+      }
+  }
+  /// `acc += x * w`, rounded once where the target has FMA (scalar and vector alike, so the tail and
+  /// the body of a dot product use the same operation on every path), twice otherwise. By reference:
+  /// passing 256-bit vectors by value changes the ABI between builds with and without AVX.
+  template <class T>
+  static void skinny_madd(T& acc, const T& x, const T& w) noexcept {
+#if defined(__FMA__) && defined(__GNUC__)
+    if constexpr (std::is_same_v<T, float>) acc = __builtin_fmaf(x, w, acc);
+    else acc = __builtin_ia32_vfmaddps256(x, w, acc);
+#else
+    acc += x * w;
+#endif
   }
 
   /// RMSNorm per row: `out = weight * x / sqrt(mean(x^2) + eps)` (Llama; mean of squares in double).
