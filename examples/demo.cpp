@@ -4,8 +4,12 @@
 // prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
 // generation at temperature 0.8. Prints a table and one `RESULT` line per method.
 //
-//   specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] [--tree-depth D]
-//                [--tree-tokens T] [--alpha A] [--admg-m M]
+//   specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K]
+//                [--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M]
+//
+// Timing: a shared VM's speed drifts by up to a quarter within seconds, so the methods run interleaved
+// per prompt, the whole set R times (default 3), and each (prompt, method) counts its median run.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -59,7 +63,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   engine::index_t max_new = 64, draft_length = 8, tree_k = 2, tree_depth = 3, tree_tokens = 6;
   double alpha = 0.995;  // SmolLM2-135M: the paper's 0.985 (tuned on 13B models) removes too much
-  engine::index_t admg_m = 4;
+  engine::index_t admg_m = 4, repeat = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--model") model_path = value();
     else if (a == "--quick") quick = true;
+    else if (a == "--repeat") repeat = std::max(1L, std::stol(value()));
     else if (a == "--max-new") max_new = std::stol(value());
     else if (a == "--draft") draft_length = std::stol(value());
     else if (a == "--tree-k") tree_k = std::stol(value());
@@ -79,7 +84,7 @@ int main(int argc, char** argv) {
     else if (a == "--alpha") alpha = std::stod(value());
     else if (a == "--admg-m") admg_m = std::stol(value());
     else {
-      std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--max-new N] [--draft N] [--tree-k K] "
+      std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K] "
                    "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M]\n";
       return 2;
     }
@@ -88,7 +93,10 @@ int main(int argc, char** argv) {
     std::cerr << "specdec_demo: --model PATH.gguf is required (scripts/demo.sh fetches SmolLM2-135M-Instruct)\n";
     return 2;
   }
-  if (quick) max_new = std::min<engine::index_t>(max_new, 32);
+  if (quick) {
+    max_new = std::min<engine::index_t>(max_new, 32);
+    repeat = 1;
+  }
 
   try {
     const auto file = engine::gguf_file::read(model_path);
@@ -113,8 +121,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg"};
     std::vector<method_total> totals;
     // One drafter per method for all prompts, as an engine keeps its policies across requests: what
-    // the draft-length policies learn (ADMG's exit threshold and throughput gate, prompt lookup's
-    // length) carries over; ADMG's layer plan is re-measured on each prompt's prefill.
+    // the draft-length policies learn (measured acceptance and costs, ADMG's exit threshold) carries
+    // over; ADMG's layer plan is re-measured on each prompt's prefill.
     std::vector<std::unique_ptr<engine::drafter>> drafters;
     for (const auto& name : names) {
       totals.push_back({name, {}, true, 0});
@@ -127,20 +135,32 @@ int main(int argc, char** argv) {
         drafters.push_back(std::make_unique<engine::eagle2_admg_drafter>(
             model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}}));
     }
-    // Methods interleave per prompt, so that drift in the machine's speed hits them alike.
-    for (std::size_t p = 0; p < prompt_count; ++p) {
-      std::vector<std::int32_t> reference;
-      for (std::size_t m = 0; m < names.size(); ++m) {
-        std::fprintf(stderr, "\r[prompt %zu/%zu] %-14s", p + 1, prompt_count, names[m].c_str());
-        const auto g = engine::generate(model, prompts[p], drafters[m].get(), options);
-        if (m == 0) reference = g.tokens;
-        else if (g.tokens != reference) totals[m].identical = false;
-        if (auto* a = dynamic_cast<engine::admg_drafter*>(drafters[m].get())) totals[m].draft_cost = a->self_draft().cost();
-        totals[m].sum += g.stats;
-        if (m == 0) std::fprintf(stderr, "\r[prompt %zu/%zu] vanilla answer: %s\n", p + 1, prompt_count, tokenizer.decode(g.tokens).c_str());
+    // Methods interleave per prompt, so that drift in the machine's speed hits them alike; each
+    // (prompt, method) keeps its median run of `repeat`.
+    std::vector<std::vector<std::vector<engine::generation_stats>>> runs(
+        prompt_count, std::vector<std::vector<engine::generation_stats>>(names.size()));
+    for (engine::index_t r = 0; r < repeat; ++r)
+      for (std::size_t p = 0; p < prompt_count; ++p) {
+        std::vector<std::int32_t> reference;
+        for (std::size_t m = 0; m < names.size(); ++m) {
+          std::fprintf(stderr, "\r[run %ld/%ld, prompt %zu/%zu] %-14s", static_cast<long>(r + 1), static_cast<long>(repeat), p + 1,
+                       prompt_count, names[m].c_str());
+          const auto g = engine::generate(model, prompts[p], drafters[m].get(), options);
+          if (m == 0) reference = g.tokens;
+          else if (g.tokens != reference) totals[m].identical = false;
+          if (auto* a = dynamic_cast<engine::admg_drafter*>(drafters[m].get())) totals[m].draft_cost = a->self_draft().cost();
+          runs[p][m].push_back(g.stats);
+          if (m == 0 && r == 0)
+            std::fprintf(stderr, "\r[prompt %zu/%zu] vanilla answer: %s\n", p + 1, prompt_count, tokenizer.decode(g.tokens).c_str());
+        }
       }
-    }
-    std::fprintf(stderr, "\r%40s\r", "");
+    std::fprintf(stderr, "\r%60s\r", "");
+    for (std::size_t p = 0; p < prompt_count; ++p)
+      for (std::size_t m = 0; m < names.size(); ++m) {
+        auto& r = runs[p][m];
+        std::sort(r.begin(), r.end(), [](const auto& x, const auto& y) { return x.seconds < y.seconds; });
+        totals[m].sum += r[r.size() / 2];
+      }
 
     const double vanilla_rate = totals[0].sum.tokens_per_second();
     std::printf("\n%-14s %8s %8s %8s %9s %8s %10s  %s\n", "method", "tau", "calls", "tok/s", "speedup", "proj.acc",

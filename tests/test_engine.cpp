@@ -326,12 +326,33 @@ TEST_CASE("engine: the cost-aware draft length weighs measured acceptance agains
   CHECK(acceptance.expected_tokens(3) == doctest::Approx(1 + a1 + a1 * a2 + a1 * a2 * a3));
 
   // Costs 1, 1.1, 1.1, 2 for 1..4 rows: three drafts (4 rows) would double the cost for < 1 more token.
-  CHECK(engine::best_draft_length(acceptance, cost, 3) == 2);
-  CHECK(engine::best_draft_length(acceptance, cost, 1) == 1);
+  CHECK(engine::best_draft_length(acceptance, cost, 0.0, 3) == 2);
+  CHECK(engine::best_draft_length(acceptance, cost, 0.0, 1) == 1);
   engine::acceptance_by_depth hopeless;
   for (int i = 0; i < 100; ++i) hopeless.record(0, 2);
-  CHECK(engine::best_draft_length(hopeless, cost, 3) == 0);  // drafting does not pay: verify the root alone
-  CHECK(engine::best_draft_length(acceptance, engine::forward_cost{}, 5) == 5);  // nothing measured yet
+  CHECK(engine::best_draft_length(hopeless, cost, 0.0, 3) == 0);  // drafting does not pay: verify the root alone
+  CHECK(engine::best_draft_length(acceptance, engine::forward_cost{}, 0.0, 5) == 5);  // nothing measured yet
+  // A draft token as dear as a target forward: 1.8 tokens for 2.1 s loses to 1 token for 1 s.
+  CHECK(engine::best_draft_length(acceptance, cost, 1.0, 3) == 0);
+
+  // Where drafting does not pay the policy probes with one token after 16, then 32, 64 ... idle steps.
+  engine::draft_length_policy policy(4);
+  policy.target_forward_timed(1, 1.0);
+  policy.target_forward_timed(2, 1.5);
+  policy.draft_token_timed(0.5);
+  for (int i = 0; i < 50; ++i) policy.verified(0, 1);
+  std::vector<int> probes;
+  for (int step = 1; step <= 16 + 32 + 64; ++step)
+    if (const auto length = policy.choose(); length > 0) {
+      CHECK(length == 1);
+      probes.push_back(step);
+      policy.verified(0, 1);
+    }
+  CHECK(probes == std::vector<int>{16, 48, 112});
+  // Evidence that drafting pays (every draft accepted) resumes drafting at the length that pays most.
+  for (int i = 0; i < 100; ++i) policy.verified(4, 4);
+  policy.target_forward_timed(5, 1.6);
+  CHECK(policy.choose() == 4);
 }
 
 TEST_CASE("engine: SmolLM2-135M-Instruct, when present, answers and round-trips its tokenizer") {

@@ -296,15 +296,18 @@ class acceptance_by_depth {
   std::vector<double> trials_, successes_;
 };
 
-/// The draft length that maximises expected committed tokens per second of verification,
-/// `expected_tokens(L) / cost(L + 1)` over L in [0, longest]; 0 means "do not draft". Before any
-/// forward is measured every length costs the same and the longest wins (and gets measured).
-inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, index_t longest) {
+/// The draft length that maximises expected committed tokens per second,
+/// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
+/// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
+/// is measured every length costs the same and the longest wins (and gets measured).
+inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
+                                 index_t longest) {
   index_t best = 0;
   double best_rate = 0;
   for (index_t length = 0; length <= longest; ++length) {
-    const double seconds = cost(length + 1);
-    const double rate = acceptance.expected_tokens(length) / (seconds > 0 ? seconds : 1.0);
+    double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
+    if (seconds <= 0) seconds = 1.0;
+    const double rate = acceptance.expected_tokens(length) / seconds;
     if (rate > best_rate) {
       best_rate = rate;
       best = length;
@@ -312,6 +315,42 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
   }
   return best;
 }
+
+/// A drafter's draft-length policy against the clock: measured acceptance by depth, measured target
+/// forward cost by rows and measured cost of one draft token, combined by best_draft_length. Where
+/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles
+/// (16 up to 512 steps) each time the evidence still says no: without drafts there would be no
+/// evidence to resume on, and a longer probe would cost more than it could show.
+class draft_length_policy {
+ public:
+  explicit draft_length_policy(index_t longest) : longest_(longest) {}
+  /// The length for the step that starts now (0: verify the root alone).
+  index_t choose() {
+    const index_t length = best_draft_length(acceptance_, target_cost_, draft_cost_(1), longest_);
+    if (length > 0) {
+      interval_ = first_interval;
+      idle_ = 0;
+      return length;
+    }
+    if (++idle_ < interval_) return 0;
+    idle_ = 0;
+    interval_ = std::min<index_t>(2 * interval_, last_interval);
+    return 1;
+  }
+  void verified(index_t accepted, index_t drafted) {
+    if (drafted > 0) acceptance_.record(accepted, drafted);
+  }
+  void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
+  void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
+  const acceptance_by_depth& acceptance() const noexcept { return acceptance_; }
+
+ private:
+  static constexpr index_t first_interval = 16, last_interval = 512;
+  index_t longest_;
+  acceptance_by_depth acceptance_;
+  forward_cost target_cost_, draft_cost_;
+  index_t idle_ = 0, interval_ = first_interval;
+};
 
 // ---------------------------------------------------------------------------------------------------
 /// Prompt lookup (n-gram) drafting: the longest suffix of the context (max_ngram down to min_ngram
@@ -328,19 +367,15 @@ class prompt_lookup_drafter : public drafter {
     /// measured cost of verifying that many rows. Off: always draft_length tokens when a match has them.
     bool cost_aware = true;
   };
-  explicit prompt_lookup_drafter(parameters p) : p_(p) {}
-  void verified(index_t accepted, index_t drafted) override {
-    if (drafted > 0) acceptance_.record(accepted, drafted);
-  }
-  void target_forward_timed(index_t rows, double seconds) override { cost_.record(rows, seconds); }
+  explicit prompt_lookup_drafter(parameters p) : p_(p), policy_(p.draft_length) {}
+  void verified(index_t accepted, index_t drafted) override { policy_.verified(accepted, drafted); }
+  void target_forward_timed(index_t rows, double seconds) override { policy_.target_forward_timed(rows, seconds); }
   std::string name() const override { return p_.branches > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
 
   draft propose(draft_context& ctx) override {
     const auto& s = ctx.sequence;
     const auto len = static_cast<index_t>(s.size());
-    index_t length = p_.cost_aware ? best_draft_length(acceptance_, cost_, p_.draft_length) : p_.draft_length;
-    // A policy that stopped drafting would never see evidence to resume: every 16th step it drafts one.
-    if (length == 0 && ++idle_steps_ % 16 == 0) length = 1;
+    const index_t length = p_.cost_aware ? policy_.choose() : p_.draft_length;
     std::vector<std::vector<std::int32_t>> continuations;
     for (index_t g = std::min(p_.max_ngram, len - 1); length > 0 && g >= p_.min_ngram && continuations.empty(); --g) {
       for (index_t start = len - g - 1; start >= 0 && static_cast<index_t>(continuations.size()) < p_.branches; --start) {
@@ -386,9 +421,7 @@ class prompt_lookup_drafter : public drafter {
 
  private:
   parameters p_;
-  acceptance_by_depth acceptance_;
-  forward_cost cost_;
-  index_t idle_steps_ = 0;
+  draft_length_policy policy_;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -436,49 +469,6 @@ class admg_self_draft {
   double cost_ = 1.0;
 };
 
-/// ADMG's draft-length policy against the clock: per step it chooses between drafting and a plain
-/// step by the measured tokens per second of each (exponential moving averages of whole steps: draft,
-/// target forward, verification), and re-tries the losing choice after an interval that doubles each
-/// time it loses again. Draft & Verify's exit rule picks the length of a draft; this gate decides
-/// whether drafting pays at all on this machine, so the method is not slower than vanilla decoding
-/// where its drafts are too poor or too expensive.
-class throughput_gate {
- public:
-  /// Whether to draft in the step that starts now.
-  bool draft_now() {
-    start_ = clock_type::now();
-    bool draft;
-    if (rate_[1] < 0) draft = true;            // measure drafting first
-    else if (rate_[0] < 0) draft = false;      // then a plain step
-    else {
-      const bool better = rate_[1] >= rate_[0];
-      draft = ++since_explore_ >= interval_ ? !better : better;
-    }
-    drafting_ = draft;
-    return draft;
-  }
-  /// The step that started at draft_now() committed `tokens` tokens.
-  void finished(index_t tokens) {
-    const double seconds = std::max(seconds_since(start_), 1e-9);
-    const double rate = static_cast<double>(tokens) / seconds;
-    double& r = rate_[drafting_ ? 1 : 0];
-    r = r < 0 ? rate : 0.8 * r + 0.2 * rate;
-    if (since_explore_ >= interval_) {
-      // An exploration step tried the worse choice: back off further unless it has now overtaken.
-      interval_ = r >= rate_[drafting_ ? 0 : 1] ? 8 : std::min<index_t>(2 * interval_, 256);
-      since_explore_ = 0;
-    }
-  }
-  double draft_rate() const noexcept { return rate_[1]; }
-  double plain_rate() const noexcept { return rate_[0]; }
-
- private:
-  clock_type::time_point start_{};
-  double rate_[2] = {-1.0, -1.0};  // tokens per second: [plain, draft]
-  bool drafting_ = true;
-  index_t since_explore_ = 0, interval_ = 8;
-};
-
 /// Softmax of one row at temperature `temperature` (1 when greedy), in double for the exit rule.
 inline std::vector<float> softmax_row(const float* row, index_t vocab, float temperature) {
   const float t = temperature > 0.0f ? temperature : 1.0f;
@@ -491,16 +481,19 @@ inline std::vector<float> softmax_row(const float* row, index_t vocab, float tem
 }
 
 /// ADMG self-speculative decoding: drafts a chain with the self-draft until Draft & Verify's exit
-/// rule stops it (top-1 draft probability below an adaptive threshold) or `max_draft` tokens; the
-/// throughput gate skips drafting in steps where it has measured that drafting does not pay.
+/// rule stops it (top-1 draft probability below an adaptive threshold) or the length the
+/// draft_length_policy chose (at most `max_draft`), which weighs measured acceptance against the
+/// measured costs of a self-draft forward and of verifying: where drafting does not pay on this
+/// machine it drafts nothing (and probes now and then), so the method is not slower than vanilla.
 /// Greedy: the draft's argmax; sampled: a draw from the draft's softmax at the temperature, whose
 /// distribution goes to the verifier.
 class admg_drafter : public drafter {
  public:
-  /// \param gated whether the throughput gate may skip drafting where it does not pay.
+  /// \param cost_aware whether the draft_length_policy chooses the length (else: up to max_draft,
+  /// stopped by the exit rule alone).
   admg_drafter(const llama_model& model, specdec::admg::rules rules, specdec::admg::draft_exit::parameters exit,
-               bool gated = true)
-      : model_(&model), self_(rules), exit_(exit), gated_(gated) {}
+               bool cost_aware = true)
+      : model_(&model), self_(rules), exit_(exit), cost_aware_(cost_aware), policy_(exit_.max_draft()) {}
   std::string name() const override { return "admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
@@ -511,13 +504,16 @@ class admg_drafter : public drafter {
     const index_t vocab = model_->config().vocab;
     std::vector<std::int32_t> tokens = {ctx.sequence.back()}, parents = {-1};
     draft out;
-    if (gated_ && !gate_.draft_now()) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
+    const index_t length = cost_aware_ ? policy_.choose() : exit_.max_draft();
+    if (length == 0) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
     out.draft_rows = {-1};
     std::vector<float> logits;
-    for (index_t i = 0; i < exit_.max_draft(); ++i) {
+    for (index_t i = 0; i < length; ++i) {
       const std::int32_t token[1] = {tokens.back()};
       const std::int64_t position[1] = {ctx.cached + i};
+      const auto start = clock_type::now();
       self_.forward(ctx, token, position, {}, logits);
+      policy_.draft_token_timed(seconds_since(start));
       auto p = softmax_row(logits.data(), vocab, ctx.temperature);
       std::int32_t next = static_cast<std::int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
       const double top1 = p[static_cast<std::size_t>(next)];
@@ -545,16 +541,17 @@ class admg_drafter : public drafter {
   }
   void verified(index_t accepted, index_t drafted) override {
     if (drafted > 0) exit_.update(accepted, drafted);
-    if (gated_) gate_.finished(accepted + 1);
+    policy_.verified(accepted, drafted);
   }
-  const throughput_gate& gate() const { return gate_; }
+  void target_forward_timed(index_t rows, double seconds) override { policy_.target_forward_timed(rows, seconds); }
+  const draft_length_policy& policy() const { return policy_; }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
   specdec::admg::draft_exit exit_;
-  bool gated_;
-  throughput_gate gate_;
+  bool cost_aware_;
+  draft_length_policy policy_;
 };
 
 /// EAGLE-2 dynamic trees drafted by the ADMG self-draft: the root's draft logits start the builder,
