@@ -457,6 +457,64 @@ TEST_CASE_TEMPLATE("verify_speculative_logits decides as verify_speculative over
             .find("NaN") != std::string::npos);
 }
 
+// vLLM's mixed batches: greedy requests (temperature 0) beside sampled ones in one call. Each greedy
+// request decides exactly as verify_greedy alone and reads no uniform; each sampled request decides
+// exactly as it would alone, whatever sits beside it.
+TEST_CASE_TEMPLATE("a batch mixes greedy and sampled requests, each deciding as it would alone", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 40;
+  const auto tree = specdec::make_tree({0, 3, 4, 5, 3, 6, 7}, {-1, 0, 0, 0, 1, 1, 4});
+  const index_t n = tree.size();
+  const index_t requests_count = 12;
+  auto logits = conformance::random_logits(95, requests_count * n, v, 2.0f).data;
+  for (index_t row = 0; row < requests_count * n; row += 2) logits[static_cast<std::size_t>(row * v + 3 + row % 5)] = 6.0f;  // descents
+  const auto q = conformance::random_probs(96, n, v).data;
+  auto target = h.up(logits);
+  auto draft = h.up(q);
+  const auto target_rows = target.matrix(requests_count * n, v);
+  std::vector<index_t> draft_rows;
+  for (index_t i = 0; i < n; ++i) draft_rows.push_back(i == 0 ? -1 : i);
+  std::vector<sampling::speculative_request> mixed;
+  for (index_t r = 0; r < requests_count; ++r) {
+    sampling::speculative_request one{&tree, r * n, draft_rows, sampling::uniform_stream::philox({static_cast<std::uint64_t>(r), 4})};
+    one.greedy = r % 3 == 1;
+    if (one.greedy) one.uniforms = {};  // a greedy request needs no randomness at all
+    mixed.push_back(one);
+  }
+  for (const bool from_logits : {true, false}) {
+    CAPTURE(from_logits);
+    auto probs = h.b.template allocate<float>(requests_count * n * v);
+    h.b.row_softmax(target_rows, 0.8f,
+                    specdec::matrix_view<float, typename B::memory_space>(probs.view().data(), requests_count * n, v));
+    const specdec::matrix_view<const float, typename B::memory_space> prob_rows(probs.view().data(), requests_count * n, v);
+    const auto verify = [&](std::span<const sampling::speculative_request> requests) {
+      return from_logits ? sampling::verify_speculative_logits(h.b, target_rows, 0.8f, draft.matrix(n, v), requests)
+                         : sampling::verify_speculative(h.b, prob_rows, draft.matrix(n, v), requests);
+    };
+    const auto got = verify(mixed);
+    REQUIRE(got.size() == mixed.size());
+    index_t greedy_accepted = 0;
+    for (std::size_t r = 0; r < mixed.size(); ++r) {
+      CAPTURE(r);
+      const auto alone = mixed[r].greedy ? sampling::verify_greedy(h.b, from_logits ? target_rows : prob_rows, std::span(&mixed[r], 1))
+                                         : verify(std::span(&mixed[r], 1));
+      CHECK(got[r].tokens == alone.at(0).tokens);
+      CHECK(got[r].accepted_nodes == alone.at(0).accepted_nodes);
+      CHECK(got[r].uniforms_consumed == alone.at(0).uniforms_consumed);
+      if (mixed[r].greedy) {
+        CHECK(got[r].uniforms_consumed == 0);
+        greedy_accepted += static_cast<index_t>(got[r].accepted_nodes.size());
+      }
+    }
+    CHECK(greedy_accepted > 0);  // the greedy walks descend, not only stop at the root
+  }
+  // Errors name the request by its place in the batch.
+  auto broken = mixed;
+  broken[4].target_row = requests_count * n;
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, target_rows, 0.8f, draft.matrix(n, v), broken); })
+            .find("request 4 needs target rows") != std::string::npos);
+}
+
 // Greedy on the backend (lazy per visited row on host backends) against a scalar walk over the
 // scalar argmax of every row; planted maxima make walks descend, ties go to the lower index.
 TEST_CASE_TEMPLATE("verify_greedy on the backend matches a scalar greedy walk", B, SPECDEC_SAMPLER_BACKENDS) {

@@ -19,51 +19,6 @@
 
 namespace specdec::sampling {
 
-namespace detail {
-
-/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
-/// only for the rows the walk visits.
-template <class ArgmaxOf>
-std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
-                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of) {
-  std::vector<speculative_result> results;
-  results.reserve(requests.size());
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const speculative_request& q = requests[r];
-    const draft_tree& tree = checked_tree(where, q, r, vocab_size, rows);
-    const auto children = children_of(where, q, r);
-    speculative_result out;
-    index_t node = 0;
-    for (;;) {
-      const std::int32_t best = argmax_of(q.target_row + node);
-      SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ",
-                      best, "; expected a token in [0, ", vocab_size, ")");
-      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-      std::int32_t accepted = -1;
-      if (!capped)
-        for (const std::int32_t c : children[static_cast<std::size_t>(node)])
-          if (tree.token[static_cast<std::size_t>(c)] == best) {
-            accepted = c;
-            break;
-          }
-      if (accepted >= 0) {
-        out.accepted_nodes.push_back(accepted);
-        out.tokens.push_back(best);
-        node = accepted;
-        continue;
-      }
-      out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
-      out.tokens.push_back(out.bonus && q.bonus_token ? *q.bonus_token : best);
-      break;
-    }
-    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
-    results.push_back(std::move(out));
-  }
-  return results;
-}
-
-}  // namespace detail
-
 /// Greedy verification of a batch of trees, from the target's argmax per node.
 ///
 /// Children are tested in node-index order and the first whose token equals `target_argmax[target_row

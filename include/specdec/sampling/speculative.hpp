@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -94,6 +95,13 @@ struct speculative_request {
   /// A bonus token sampled by the caller (vLLM samples it outside the rejection sampler): emitted when
   /// the walk ends without a rejection, instead of a draw from the last node's row.
   std::optional<std::int32_t> bonus_token = std::nullopt;
+  /// A greedy (temperature 0) request inside a sampled batch, as vLLM's per-request `is_greedy`: verified
+  /// exactly as verify_greedy verifies it (a child is accepted iff its token is the argmax of its
+  /// parent's target row, ties to the lower index; the final token is the last node's argmax, or
+  /// `bonus_token`), from the rows as given (raw logits in verify_speculative_logits, not softened).
+  /// Consumes no uniforms; `draft_rows`, `uniforms` and `noise_row` are ignored. verify_greedy ignores
+  /// the flag (every request there is greedy).
+  bool greedy = false;
 };
 
 /// What one request's verification decided.
@@ -168,6 +176,82 @@ std::vector<std::vector<std::int32_t>> children_of(const char* where, const Requ
   return children;
 }
 
+/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
+/// only for the rows the walk visits. `first_request` numbers the requests in error messages (a greedy
+/// request walked inside a sampled batch keeps its batch index).
+template <class ArgmaxOf>
+std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
+                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of,
+                                            std::size_t first_request = 0) {
+  std::vector<speculative_result> results;
+  results.reserve(requests.size());
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const speculative_request& q = requests[r];
+    const draft_tree& tree = checked_tree(where, q, first_request + r, vocab_size, rows);
+    const auto children = children_of(where, q, first_request + r);
+    speculative_result out;
+    index_t node = 0;
+    for (;;) {
+      const std::int32_t best = argmax_of(q.target_row + node);
+      SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ",
+                      best, "; expected a token in [0, ", vocab_size, ")");
+      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
+      std::int32_t accepted = -1;
+      if (!capped)
+        for (const std::int32_t c : children[static_cast<std::size_t>(node)])
+          if (tree.token[static_cast<std::size_t>(c)] == best) {
+            accepted = c;
+            break;
+          }
+      if (accepted >= 0) {
+        out.accepted_nodes.push_back(accepted);
+        out.tokens.push_back(best);
+        node = accepted;
+        continue;
+      }
+      out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
+      out.tokens.push_back(out.bonus && q.bonus_token ? *q.bonus_token : best);
+      break;
+    }
+    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+
+/// Target argmaxes for the greedy requests of a sampled batch, from the rows as given. Host backends
+/// take a row's argmax when the walk visits it; device backends run one batched `row_argmax` over all
+/// rows (when any request is greedy) and download it once, as verify_greedy does.
+template <backend B>
+class greedy_rows {
+ public:
+  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, std::span<const speculative_request> requests)
+      : backend_(&b), rows_(rows) {
+    if constexpr (!std::is_same_v<typename B::memory_space, host_space>) {
+      if (std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; })) {
+        auto argmax = b.template allocate<std::int32_t>(rows.rows());
+        b.row_argmax(rows, argmax.view());
+        all_ = b.download(vector_view<const std::int32_t, typename B::memory_space>(argmax.view().data(), rows.rows()));
+      }
+    }
+  }
+  std::int32_t operator()(index_t row) {
+    if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
+      std::int32_t best = 0;
+      backend_->row_argmax(matrix_view<const float>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
+      return best;
+    } else {
+      return all_.at(static_cast<std::size_t>(row));
+    }
+  }
+
+ private:
+  B* backend_;
+  matrix_view<const float, typename B::memory_space> rows_;
+  std::vector<std::int32_t> all_;
+};
+
 }  // namespace detail
 
 namespace detail {
@@ -176,6 +260,7 @@ namespace detail {
 /// downloaded, or softened from logits on first use).
 template <backend B>
 std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
+                                            matrix_view<const float, typename B::memory_space> raw_target,
                                             matrix_view<const float, typename B::memory_space> draft_probs,
                                             std::span<const speculative_request> requests,
                                             const speculative_options& options,
@@ -189,10 +274,16 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
   sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
+  greedy_rows<B> argmax(b, raw_target, requests);
   std::vector<speculative_result> results;
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
+    if (q.greedy) {
+      results.push_back(std::move(
+          greedy_walk(where, vocab, target.rows(), requests.subspan(r, 1), [&](index_t row) { return argmax(row); }, r).front()));
+      continue;
+    }
     const draft_tree& tree = checked_tree(where, q, r, vocab, target.rows());
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
@@ -316,6 +407,9 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
 /// at most k + 1 (k + 2 with re-tests) and a tree at most (nodes - 1) + 1. Deterministic siblings that
 /// repeat an already rejected token are skipped without a test (their probability is 0 by then).
 ///
+/// Mixed batches: a request with `greedy` set is verified by the greedy rule from the argmax of its
+/// rows and consumes nothing, so greedy and sampled requests (each with its own seed) share one call.
+///
 /// \param target_probs backend `[rows x V]` target probabilities (after temperature / top-k / top-p,
 ///   exactly the distribution to be sampled).
 /// \param draft_probs backend `[rows' x V]` draft probabilities, or an empty view when every node is
@@ -334,8 +428,8 @@ std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float
                                                    matrix_view<const float, typename B::memory_space> exponential_noise = {},
                                                    bool keep_final_distribution = false) {
   sampling::detail::row_reader<B> target(b, target_probs);
-  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, draft_probs, requests, options,
-                             exponential_noise, keep_final_distribution);
+  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, target_probs, draft_probs, requests,
+                             options, exponential_noise, keep_final_distribution);
 }
 
 /// verify_speculative from the target's logits: node rows are softened (`row_softmax` at `temperature`)
@@ -358,7 +452,7 @@ std::vector<speculative_result> verify_speculative_logits(B& b, matrix_view<cons
   SPECDEC_EXPECTS(temperature > 0.0f && std::isfinite(temperature), where, "temperature = ", temperature,
                   "; expected a finite temperature > 0 (temperature 0 is greedy: verify_greedy)");
   sampling::detail::row_reader<B> target(b, target_logits, temperature);
-  return detail::verify_walk(where, b, target, draft_probs, requests, options, exponential_noise,
+  return detail::verify_walk(where, b, target, target_logits, draft_probs, requests, options, exponential_noise,
                              keep_final_distribution);
 }
 
