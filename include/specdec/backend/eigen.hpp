@@ -396,7 +396,11 @@ class eigen {
     // of `sum[t][u]` is acc[t][u][l], the same order as the portable loop below.
     using v8 = float __attribute__((vector_size(32)));
     // The tile loops must be unrolled for the accumulators to stay in registers.
-    v8 sum[R][C] = {};
+    v8 sum[R][C];  // zeroed element by element: `= {}` became a call to memset per tile
+#pragma GCC unroll 4
+    for (int t = 0; t < R; ++t)
+#pragma GCC unroll 8
+      for (int u = 0; u < C; ++u) sum[t][u] = v8{};
     for (index_t i = 0; i < k_main; i += lanes) {
       v8 wv[C];
 #pragma GCC unroll 8
@@ -513,11 +517,16 @@ class eigen {
     const index_t items = f.q.rows() * f.shape.heads;
     std::vector<detail::fault> faults(static_cast<std::size_t>(items), detail::fault::none);
     f.faults = faults.data();
-    for (index_t item = 0; item < items; ++item) {
-      f(item);
+    // (query, head) items are independent and each is computed in one fixed order, so threads (when
+    // the translation unit is built with OpenMP) change the speed, never the result. A fault is
+    // reported for the first faulting item in order, after the loop (nothing may throw inside it).
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (items * f.k.rows() * f.shape.head_dim >= (index_t{1} << 15))
+#endif
+    for (index_t item = 0; item < items; ++item) f(item);
+    for (index_t item = 0; item < items; ++item)
       if (faults[static_cast<std::size_t>(item)] != detail::fault::none)
         detail::throw_attention_fault(where, item / f.shape.heads, faults[static_cast<std::size_t>(item)]);
-    }
   }
   /// Chunk length of the streaming kernels: 8 KiB of fp32 stays in L1 for the second look.
   static constexpr index_t chunk = 2048;
