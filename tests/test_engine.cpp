@@ -337,6 +337,7 @@ TEST_CASE("engine: the cost-aware draft length weighs measured acceptance agains
 
   // Where drafting does not pay the policy probes with one token after 16, then 32, 64 ... idle steps.
   engine::draft_length_policy policy(4);
+  CHECK(policy.choose() == 1);  // nothing measured: the cheapest informative draft
   policy.target_forward_timed(1, 1.0);
   policy.target_forward_timed(2, 1.5);
   policy.draft_token_timed(0.5);

@@ -324,8 +324,11 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 class draft_length_policy {
  public:
   explicit draft_length_policy(index_t longest) : longest_(longest) {}
-  /// The length for the step that starts now (0: verify the root alone).
+  /// The length for the step that starts now (0: verify the root alone). The first draft is one
+  /// token: it prices a draft token and a two-row verification at the least cost; longer lengths are
+  /// tried from there while their forwards are still unmeasured (forward_cost's optimism).
   index_t choose() {
+    if (target_cost_(1) == 0) return std::min<index_t>(1, longest_);
     const index_t length = best_draft_length(acceptance_, target_cost_, draft_cost_(1), longest_);
     if (length > 0) {
       interval_ = first_interval;
