@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Row primitives of the Eigen backend (one CPU core) against the hardware limit measured in the same
 // process: `x_stream` = time / time of one streaming pass (a plain max-reduction) over the same
-// bytes. Rows come from a pool larger than the last-level cache, so nothing is cache-resident.
+// bytes. Rows come from a pool larger than the last-level cache, so nothing is cache-resident. Every
+// call is paired with a streaming pass over other rows of the pool right after it, and x_stream is
+// the ratio of the two sums: the VM's speed wanders by +-15 % over seconds, and a limit measured once
+// per shape, minutes away from the call it divides, carried that drift into the ratio.
 // Beside each: the straightforward baseline (copy + std::partial_sort, what llama.cpp does; or a
 // two-pass scalar loop), reported as `x_stream` too.
 #include <benchmark/benchmark.h>
@@ -10,7 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -48,48 +50,44 @@ struct pool {
   }
 };
 
-/// Seconds per call of one streaming max-reduction over rows x V floats, measured once per shape.
-double stream_seconds(index_t rows, index_t cols) {
-  static std::map<std::pair<index_t, index_t>, double> cache;
-  auto [it, fresh] = cache.try_emplace({rows, cols}, 0.0);
-  if (!fresh) return it->second;
-  pool p(rows, cols, false);
-  const int reps = static_cast<int>(std::max<index_t>(20, (index_t(1) << 30) / (rows * cols * 4)));
-  double best = 1e30;
-  for (int trial = 0; trial < 3; ++trial) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) {
-      const auto x = p.take();
-      for (index_t r = 0; r < rows; ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), cols).max);
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-  }
-  return it->second = best;
+/// The hardware limit: one streaming max-reduction over every row of x.
+void stream_pass(specdec::matrix_view<const float> x) {
+  for (index_t r = 0; r < x.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
 }
 
-/// x_stream = (seconds per iteration) / (seconds of one streaming pass). kAvgIterations divides the
-/// counter by the iteration count; the counter holds total time / stream time.
-void report(benchmark::State& state, index_t rows, index_t cols, double elapsed) {
-  state.counters["x_stream"] =
-      benchmark::Counter(elapsed / stream_seconds(rows, cols), benchmark::Counter::kAvgIterations);
-  state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<std::int64_t>(sizeof(float)));
+/// Runs `body` on the next `pool_rows` rows of a pool per iteration, each call followed by a
+/// streaming pass over the pool's next rows (timed apart; the benchmark's time is the body's alone,
+/// through manual timing). Reports x_stream = sum of body times / sum of stream times.
+template <class F>
+void run_rows(benchmark::State& state, bool probabilities, index_t pool_rows, F&& body) {
+  const index_t cols = state.range(1);
+  pool p(pool_rows, cols, probabilities);
+  double body_seconds = 0, stream_seconds = 0;
+  for (auto _ : state) {
+    const auto x = p.take();
+    const auto t0 = std::chrono::steady_clock::now();
+    body(x);
+    const auto t1 = std::chrono::steady_clock::now();
+    stream_pass(p.take());
+    const auto t2 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
+    body_seconds += seconds;
+    stream_seconds += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(seconds);
+  }
+  state.counters["x_stream"] = body_seconds / stream_seconds;
+  state.SetBytesProcessed(state.iterations() * pool_rows * cols * static_cast<std::int64_t>(sizeof(float)));
 }
 
 template <class F>
 void run(benchmark::State& state, bool probabilities, F&& body) {
-  const index_t rows = state.range(0), cols = state.range(1);
-  pool p(rows, cols, probabilities);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) body(p.take());
-  report(state, rows, cols, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  run_rows(state, probabilities, state.range(0), std::forward<F>(body));
 }
 
 specdec::eigen backend;
 
-void BM_stream_max(benchmark::State& state) {
-  run(state, false, [&](specdec::matrix_view<const float> x) {
-    for (index_t r = 0; r < x.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
-  });
+void BM_stream_max(benchmark::State& state) {  // the limit against itself: x_stream ~ 1 (a sanity check)
+  run(state, false, stream_pass);
 }
 
 void BM_argmax(benchmark::State& state) {
@@ -188,19 +186,15 @@ void BM_sample_baseline(benchmark::State& state) {
 }
 
 void BM_sample_residual(benchmark::State& state) {
-  // p and q are consecutive slices of the pool: the streaming pass for this one reads 2x the bytes.
+  // p and q are consecutive rows of one pool slice: the streaming pass for this one reads 2x the bytes.
   const index_t rows = state.range(0), cols = state.range(1);
-  pool p(2 * rows, cols, true);
   std::vector<float> u(static_cast<std::size_t>(rows), 0.6180339f);
   std::vector<std::int32_t> tok(u.size());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    const auto both = p.take();
+  run_rows(state, true, 2 * rows, [&](specdec::matrix_view<const float> both) {
     backend.row_sample_residual(specdec::matrix_view<const float>(both.row(0), rows, cols),
                                 specdec::matrix_view<const float>(both.row(rows), rows, cols),
                                 specdec::vector_view<const float>(u), specdec::vector_view<std::int32_t>(tok));
-  }
-  report(state, 2 * rows, cols, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
@@ -215,16 +209,16 @@ void topk_shapes(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK(BM_stream_max)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_argmax)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_argmax_baseline)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_topk)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"});
-BENCHMARK(BM_topk_baseline)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"});
-BENCHMARK(BM_topk_logsumexp)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"});
-BENCHMARK(BM_log_softmax)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_log_softmax_baseline)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_sample)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_sample_baseline)->Apply(shapes)->ArgNames({"rows", "V"});
-BENCHMARK(BM_sample_residual)->Apply(shapes)->ArgNames({"rows", "V"});
+BENCHMARK(BM_stream_max)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_argmax)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_argmax_baseline)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_topk)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"})->UseManualTime();
+BENCHMARK(BM_topk_baseline)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"})->UseManualTime();
+BENCHMARK(BM_topk_logsumexp)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"})->UseManualTime();
+BENCHMARK(BM_log_softmax)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_log_softmax_baseline)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_sample)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_sample_baseline)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_sample_residual)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
 
 BENCHMARK_MAIN();
