@@ -43,38 +43,39 @@ struct pool {
   }
 };
 
-double stream_seconds(pool& p, index_t rows) {
-  double best = 1e30;
-  for (int trial = 0; trial < 3; ++trial) {
+/// Runs `body` once per iteration, each call followed by a streaming max-reduction over `stream_rows`
+/// other rows of the pool (timed apart; the benchmark's time is the body's, through manual timing).
+/// x_stream = sum of body times / sum of stream times: pairing each call with its limit measured a
+/// moment later keeps the VM's drift (+-15 % over seconds) out of the ratio.
+template <class F>
+void run_paired(benchmark::State& state, pool& p, index_t stream_rows, F&& body) {
+  double body_seconds = 0, stream_seconds = 0;
+  for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int reps = 50;
-    for (int i = 0; i < reps; ++i) {
-      const auto x = p.take(rows);
-      for (index_t r = 0; r < rows; ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+    body();
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto x = p.take(stream_rows);
+    for (index_t r = 0; r < stream_rows; ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
+    body_seconds += seconds;
+    stream_seconds += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(seconds);
   }
-  return best;
-}
-
-void report(benchmark::State& state, double per_iteration_stream) {
-  state.counters["x_stream"] = benchmark::Counter(state.iterations() * per_iteration_stream,
-                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["x_stream"] = body_seconds / stream_seconds;
 }
 
 void BM_eagle2_build(benchmark::State& state) {
   const index_t v = state.range(0), k = state.range(1), depth = state.range(2), total = state.range(3);
   pool p(v);
   specdec::eigen b;
-  const double stream = stream_seconds(p, 1 + depth * k);
   specdec::eagle2_tree_builder<specdec::eigen> builder(b, {k, depth, total, specdec::tree_score::log_probability, {}});
   const std::vector<std::int32_t> root{1};
-  for (auto _ : state) {
+  run_paired(state, p, 1 + depth * k, [&] {
     builder.begin(p.take(1), root);
     for (index_t i = 0; i < depth; ++i) builder.expand(p.take(k));
     benchmark::DoNotOptimize(builder.finish());
-  }
-  report(state, stream);
+  });
 }
 
 /// The straightforward build: log-softmax by two scalar passes, copy + partial_sort per row, a full
@@ -82,7 +83,6 @@ void BM_eagle2_build(benchmark::State& state) {
 void BM_eagle2_build_baseline(benchmark::State& state) {
   const index_t v = state.range(0), k = state.range(1), depth = state.range(2), total = state.range(3);
   pool p(v);
-  const double stream = stream_seconds(p, 1 + depth * k);
   std::vector<index_t> ids(static_cast<std::size_t>(v));
   const auto top = [&](const float* x, std::vector<std::pair<float, int>>& out) {
     float m = *std::max_element(x, x + v);
@@ -95,7 +95,7 @@ void BM_eagle2_build_baseline(benchmark::State& state) {
     for (index_t c = 0; c < k; ++c) out.push_back({x[ids[static_cast<std::size_t>(c)]] - lse, static_cast<int>(ids[static_cast<std::size_t>(c)])});
   };
   std::vector<std::pair<float, int>> row;
-  for (auto _ : state) {
+  run_paired(state, p, 1 + depth * k, [&] {
     std::vector<float> scores, frontier_scores;
     top(p.take(1).row(0), row);
     for (auto& [s, t] : row) scores.push_back(s), frontier_scores.push_back(s);
@@ -116,8 +116,7 @@ void BM_eagle2_build_baseline(benchmark::State& state) {
     order.resize(static_cast<std::size_t>(total - 1));
     std::sort(order.begin(), order.end());
     benchmark::DoNotOptimize(order.data());
-  }
-  report(state, stream);
+  });
 }
 
 void BM_medusa_candidates(benchmark::State& state) {
@@ -125,13 +124,11 @@ void BM_medusa_candidates(benchmark::State& state) {
   pool p(v);
   specdec::eigen b;
   const auto buf = specdec::medusa::make_buffers(specdec::choices::medusa_mc_sim_7b_63());
-  const double stream = stream_seconds(p, 5);
-  for (auto _ : state) {
+  run_paired(state, p, 5, [&] {
     const auto heads = p.take(4);
     const auto base = p.take(1);
     benchmark::DoNotOptimize(specdec::medusa::fill_candidates(b, buf, heads, base));
-  }
-  report(state, stream);
+  });
 }
 
 /// Mask + positions + retrieve paths of Medusa's 64-node tree (no vocabulary rows: absolute time).
@@ -150,9 +147,11 @@ void BM_tree_bookkeeping_64(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_eagle2_build)->Args({32000, 8, 6, 62})->Args({128256, 8, 6, 62})->Args({32000, 10, 5, 60})->Args({128256, 10, 5, 60})
-    ->ArgNames({"V", "k", "depth", "T"});
+    ->ArgNames({"V", "k", "depth", "T"})
+    ->UseManualTime();
 BENCHMARK(BM_eagle2_build_baseline)->Args({32000, 8, 6, 62})->Args({128256, 8, 6, 62})->Args({32000, 10, 5, 60})->Args({128256, 10, 5, 60})
-    ->ArgNames({"V", "k", "depth", "T"});
-BENCHMARK(BM_medusa_candidates)->Arg(32000)->Arg(128256)->ArgName("V");
+    ->ArgNames({"V", "k", "depth", "T"})
+    ->UseManualTime();
+BENCHMARK(BM_medusa_candidates)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
 BENCHMARK(BM_tree_bookkeeping_64);
 BENCHMARK_MAIN();
