@@ -393,6 +393,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     }
     out.uniforms_consumed = static_cast<index_t>(position);
     results.push_back(std::move(out));
+    target.recycle();  // requests rarely share rows; one that does reads them again
   }
   return results;
 }
