@@ -337,8 +337,8 @@ class eigen {
   /// of rows, nor the register tile an entry falls in, nor alignment: a token's row comes out
   /// bit-identical whether it is computed alone or among the rows of a draft tree, so a verifier's
   /// logits for a node equal what vanilla decoding computes for that token. The tiles (rows x columns
-  /// of c per inner loop) are chosen so that at least 8 accumulators are in flight and few loads feed
-  /// each multiply-add: with 4 rows the kernel is bound by the FMA units, not by loads.
+  /// of c per inner loop: 4 x 2, 3 x 2, 2 x 4, 1 x 8) keep 6 to 8 accumulator chains in flight, and
+  /// each tile prefetches the next tile's weight rows so that memory keeps streaming under the FMAs.
   static void skinny_gemm(matrix_view<const float> a, matrix_view<const float> b, matrix_view<float> c, float alpha, float beta) {
     const index_t m = c.rows(), n = c.cols();
     const index_t groups = (n + skinny_group - 1) / skinny_group;
@@ -390,6 +390,10 @@ class eigen {
     const float* w[C];
     for (int t = 0; t < R; ++t) x[t] = a.data() + (t0 + t) * a.stride(0);
     for (int u = 0; u < C; ++u) w[u] = b.data() + (j0 + u) * b.stride(0);
+    // The next tile's weight rows (this thread's next work under the static schedule); the last tile
+    // prefetches its own rows rather than form a pointer past the weight.
+    const float* next[C];
+    for (int u = 0; u < C; ++u) next[u] = j0 + C + u < b.rows() ? w[u] + C * b.stride(0) : w[u];
     float acc[R][C][lanes];
 #if defined(__GNUC__)
     // GCC / Clang vector types keep the accumulators in registers (plain arrays were spilled); lane l
@@ -406,7 +410,7 @@ class eigen {
 #pragma GCC unroll 8
       for (int u = 0; u < C; ++u) {
         std::memcpy(&wv[u], w[u] + i, sizeof(v8));
-        __builtin_prefetch(w[u] + C * b.stride(0) + i);  // the next tile's rows: weights come from memory
+        __builtin_prefetch(next[u] + i);
       }
 #pragma GCC unroll 4
       for (int t = 0; t < R; ++t) {
