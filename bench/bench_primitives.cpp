@@ -2,9 +2,7 @@
 // Row primitives of the Eigen backend (one CPU core) against the hardware limit measured in the same
 // process: `x_stream` = time / time of one streaming pass (a plain max-reduction) over the same
 // bytes. Rows come from a pool larger than the last-level cache, so nothing is cache-resident. Every
-// call is paired with a streaming pass over other rows of the pool right after it, and x_stream is
-// the ratio of the two sums: the VM's speed wanders by +-15 % over seconds, and a limit measured once
-// per shape, minutes away from the call it divides, carried that drift into the ratio.
+// call is paired with a streaming pass over other rows of the pool right after it (paired.hpp).
 // Beside each: the straightforward baseline (copy + std::partial_sort, what llama.cpp does; or a
 // two-pass scalar loop), reported as `x_stream` too.
 #include <benchmark/benchmark.h>
@@ -19,6 +17,8 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/core/rng.hpp>
+
+#include "paired.hpp"
 
 namespace {
 
@@ -50,32 +50,20 @@ struct pool {
   }
 };
 
-/// The hardware limit: one streaming max-reduction over every row of x.
-void stream_pass(specdec::matrix_view<const float> x) {
-  for (index_t r = 0; r < x.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
-}
+using bench::stream_pass;
 
-/// Runs `body` on the next `pool_rows` rows of a pool per iteration, each call followed by a
-/// streaming pass over the pool's next rows (timed apart; the benchmark's time is the body's alone,
-/// through manual timing). Reports x_stream = sum of body times / sum of stream times.
+/// Runs `body` on the next `pool_rows` rows of a pool per iteration, each call paired with a streaming
+/// pass over the pool's next rows (bench/paired.hpp).
 template <class F>
 void run_rows(benchmark::State& state, bool probabilities, index_t pool_rows, F&& body) {
   const index_t cols = state.range(1);
   pool p(pool_rows, cols, probabilities);
-  double body_seconds = 0, stream_seconds = 0;
+  bench::paired_ratio ratio;
   for (auto _ : state) {
     const auto x = p.take();
-    const auto t0 = std::chrono::steady_clock::now();
-    body(x);
-    const auto t1 = std::chrono::steady_clock::now();
-    stream_pass(p.take());
-    const auto t2 = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(t1 - t0).count();
-    body_seconds += seconds;
-    stream_seconds += std::chrono::duration<double>(t2 - t1).count();
-    state.SetIterationTime(seconds);
+    ratio.measure(state, [&] { body(x); }, [&] { stream_pass(p.take()); });
   }
-  state.counters["x_stream"] = body_seconds / stream_seconds;
+  state.counters["x_stream"] = ratio.x_stream();
   state.SetBytesProcessed(state.iterations() * pool_rows * cols * static_cast<std::int64_t>(sizeof(float)));
 }
 

@@ -3,8 +3,8 @@
 // (top-k 10, depth 5), batch 1 and 16, V in {32000, 128256, 151936}, temperature 0 (greedy) and 1
 // (lossless speculative sampling from the target's logits). `x_stream` = time / one streaming
 // max-reduction over every target row of every request (batch x nodes rows), each call paired with a
-// streaming pass over another call's rows right after it (x_stream = ratio of the sums); rows come
-// from a pool at least 8x the LLC and twice one call's rows.
+// streaming pass over another call's rows right after it (paired.hpp); rows come from a pool at
+// least 8x the LLC and twice one call's rows.
 //
 // The target rows are random logits in which the first child of every node is planted with a high
 // logit (p ~ 0.6 at T = 1), so walks descend a few levels as real drafts do; the measured mean
@@ -26,6 +26,8 @@
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/tree/eagle2.hpp>
+
+#include "paired.hpp"
 
 namespace {
 
@@ -152,38 +154,34 @@ void BM_verify(benchmark::State& state) {
   std::vector<std::int32_t> argmax(static_cast<std::size_t>(f.pool->rows_per_call));
   std::uint64_t step = 0;
   double accepted = 0.0;
-  double body_seconds = 0.0, stream_seconds = 0.0;
+  bench::paired_ratio ratio;
   for (auto _ : state) {
     const auto logits = f.pool->take();
     const auto requests = requests_for(f, batch, step++);
-    const auto t0 = std::chrono::steady_clock::now();
     std::vector<sampling::speculative_result> results;
-    if (greedy && !Baseline) {
-      results = sampling::verify_greedy(b, logits, requests);
-    } else if (greedy) {
-      for (index_t r = 0; r < logits.rows(); ++r)
-        argmax[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(std::max_element(logits.row(r), logits.row(r) + v) - logits.row(r));
-      results = sampling::verify_greedy(argmax, v, requests);
-    } else if (!Baseline) {
-      results = sampling::verify_speculative_logits(b, logits, 1.0f, draft, requests);
-    } else {
-      softmax_all(logits, probs);
-      results = sampling::verify_speculative(b, specdec::matrix_view<const float>(probs.data(), logits.rows(), v), draft, requests);
-    }
-    benchmark::DoNotOptimize(results.data());
-    const auto t1 = std::chrono::steady_clock::now();
-    // The limit, paired: one streaming pass over another call's rows right after this call, so that
-    // the VM's drift (+-15 % over seconds) stays out of the ratio.
-    const auto other = f.pool->take();
-    for (index_t r = 0; r < other.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(other.row(r), v).max);
-    const auto t2 = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(t1 - t0).count();
-    body_seconds += seconds;
-    stream_seconds += std::chrono::duration<double>(t2 - t1).count();
-    state.SetIterationTime(seconds);
+    ratio.measure(
+        state,
+        [&] {
+          if (greedy && !Baseline) {
+            results = sampling::verify_greedy(b, logits, requests);
+          } else if (greedy) {
+            for (index_t r = 0; r < logits.rows(); ++r)
+              argmax[static_cast<std::size_t>(r)] =
+                  static_cast<std::int32_t>(std::max_element(logits.row(r), logits.row(r) + v) - logits.row(r));
+            results = sampling::verify_greedy(argmax, v, requests);
+          } else if (!Baseline) {
+            results = sampling::verify_speculative_logits(b, logits, 1.0f, draft, requests);
+          } else {
+            softmax_all(logits, probs);
+            results = sampling::verify_speculative(b, specdec::matrix_view<const float>(probs.data(), logits.rows(), v), draft,
+                                                   requests);
+          }
+          benchmark::DoNotOptimize(results.data());
+        },
+        [&] { bench::stream_pass(f.pool->take()); });  // another call's rows
     for (const auto& r : results) accepted += static_cast<double>(r.accepted_nodes.size());
   }
-  state.counters["x_stream"] = body_seconds / stream_seconds;
+  state.counters["x_stream"] = ratio.x_stream();
   state.counters["accepted"] = accepted / static_cast<double>(state.iterations() * batch);
 }
 

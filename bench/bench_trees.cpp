@@ -20,6 +20,8 @@
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/eagle2.hpp>
 
+#include "paired.hpp"
+
 namespace {
 
 using specdec::index_t;
@@ -43,26 +45,13 @@ struct pool {
   }
 };
 
-/// Runs `body` once per iteration, each call followed by a streaming max-reduction over `stream_rows`
-/// other rows of the pool (timed apart; the benchmark's time is the body's, through manual timing).
-/// x_stream = sum of body times / sum of stream times: pairing each call with its limit measured a
-/// moment later keeps the VM's drift (+-15 % over seconds) out of the ratio.
+/// Runs `body` once per iteration, each call paired with a streaming pass over `stream_rows` other
+/// rows of the pool (bench/paired.hpp).
 template <class F>
 void run_paired(benchmark::State& state, pool& p, index_t stream_rows, F&& body) {
-  double body_seconds = 0, stream_seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    body();
-    const auto t1 = std::chrono::steady_clock::now();
-    const auto x = p.take(stream_rows);
-    for (index_t r = 0; r < stream_rows; ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
-    const auto t2 = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(t1 - t0).count();
-    body_seconds += seconds;
-    stream_seconds += std::chrono::duration<double>(t2 - t1).count();
-    state.SetIterationTime(seconds);
-  }
-  state.counters["x_stream"] = body_seconds / stream_seconds;
+  bench::paired_ratio ratio;
+  for (auto _ : state) ratio.measure(state, body, [&] { bench::stream_pass(p.take(stream_rows)); });
+  state.counters["x_stream"] = ratio.x_stream();
 }
 
 void BM_eagle2_build(benchmark::State& state) {

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// x_stream by pairing, shared by the benchmarks: every timed call is followed by the hardware limit
+// (one streaming max-reduction over other rows of the same pool, so neither warms the cache for the
+// other), and x_stream is the ratio of the two sums. This VM's speed wanders by +-15 % over seconds;
+// a limit measured once per shape, minutes away from the calls it divides, carried that drift into
+// the ratio.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/view.hpp>
+
+namespace bench {
+
+/// The hardware limit: one streaming max-reduction over every row of x.
+inline void stream_pass(specdec::matrix_view<const float> x) {
+  for (specdec::index_t r = 0; r < x.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
+}
+
+class paired_ratio {
+ public:
+  /// Times `call()`, then `limit()`; the iteration's (manual) time is the call's alone.
+  template <class Call, class Limit>
+  void measure(benchmark::State& state, Call&& call, Limit&& limit) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    const auto t1 = std::chrono::steady_clock::now();
+    limit();
+    const auto t2 = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(t1 - t0).count();
+    call_seconds_ += seconds;
+    limit_seconds_ += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(seconds);
+  }
+  /// Sum of call times over sum of limit times.
+  double x_stream() const { return call_seconds_ / limit_seconds_; }
+
+ private:
+  double call_seconds_ = 0.0, limit_seconds_ = 0.0;
+};
+
+}  // namespace bench
