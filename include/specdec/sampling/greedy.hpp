@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <span>
-#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -43,21 +42,9 @@ inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_
 template <backend B>
 std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                                               std::span<const speculative_request> requests) {
-  constexpr const char* where = "specdec::sampling::verify_greedy";
-  using space = typename B::memory_space;
-  if constexpr (std::is_same_v<space, host_space>) {
-    std::int32_t best = 0;
-    return detail::greedy_walk(where, target_logits.cols(), target_logits.rows(), requests, [&](index_t row) {
-      b.row_argmax(matrix_view<const float>(target_logits.row(row), 1, target_logits.cols()), vector_view<std::int32_t>(&best, 1));
-      return best;
-    });
-  } else {
-    auto argmax = b.template allocate<std::int32_t>(target_logits.rows());
-    b.row_argmax(target_logits, argmax.view());
-    const std::vector<std::int32_t> host =
-        b.download(vector_view<const std::int32_t, space>(argmax.view().data(), target_logits.rows()));
-    return verify_greedy(host, target_logits.cols(), requests);
-  }
+  detail::greedy_rows<B> argmax(b, target_logits);
+  return detail::greedy_walk("specdec::sampling::verify_greedy", target_logits.cols(), target_logits.rows(), requests,
+                             [&](index_t row) { return argmax(row); });
 }
 
 }  // namespace specdec::sampling

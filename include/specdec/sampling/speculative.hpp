@@ -219,17 +219,16 @@ std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_siz
   return results;
 }
 
-
-/// Target argmaxes for the greedy requests of a sampled batch, from the rows as given. Host backends
-/// take a row's argmax when the walk visits it; device backends run one batched `row_argmax` over all
-/// rows (when any request is greedy) and download it once, as verify_greedy does.
+/// Target argmaxes of the rows a greedy walk visits, from the rows as given (verify_greedy, and the
+/// greedy requests of a sampled batch). Host backends take a row's argmax when the walk visits it;
+/// device backends run one batched `row_argmax` over all rows and download it once (one
+/// synchronisation instead of one per visited row), when `needed`.
 template <backend B>
 class greedy_rows {
  public:
-  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, std::span<const speculative_request> requests)
-      : backend_(&b), rows_(rows) {
+  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, bool needed = true) : backend_(&b), rows_(rows) {
     if constexpr (!std::is_same_v<typename B::memory_space, host_space>) {
-      if (std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; })) {
+      if (needed) {
         auto argmax = b.template allocate<std::int32_t>(rows.rows());
         b.row_argmax(rows, argmax.view());
         all_ = b.download(vector_view<const std::int32_t, typename B::memory_space>(argmax.view().data(), rows.rows()));
@@ -274,7 +273,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
   sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
-  greedy_rows<B> argmax(b, raw_target, requests);
+  greedy_rows<B> argmax(b, raw_target, std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; }));
   std::vector<speculative_result> results;
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
