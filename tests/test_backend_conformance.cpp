@@ -37,6 +37,22 @@ matrix adversarial_logits(index_t cols) {
   return m;
 }
 
+/// Logits whose magnitude stresses the exponential's range reduction: a large positive or negative
+/// offset (at temperature 0.01 the scaled maximum is ~1.4e6 in row 0 and ~5e6 in row 1, beyond
+/// the vector path's range), most terms far below 2^-125 of the maximum (row 3), and -inf masks.
+matrix extreme_logits(std::uint64_t seed, index_t cols) {
+  matrix m = random_logits(seed, 5, cols);
+  auto at = [&](index_t r, index_t j) -> float& { return m.data[static_cast<std::size_t>(r * cols + j)]; };
+  for (index_t j = 0; j < cols; ++j) {
+    at(0, j) += 1.0e4f;
+    at(1, j) += 3.5e4f;
+    at(2, j) -= 1.0e5f;
+    at(3, j) = j % 10 == 0 ? at(3, j) : -1.0e4f - static_cast<float>(j);
+    if (j % 3 == 1) at(4, j) = -INFINITY;
+  }
+  return m;
+}
+
 template <class B>
 void check_argmax(harness<B>& h, const matrix& x) {
   auto in = h.up(x.data);
@@ -202,6 +218,7 @@ TEST_CASE_TEMPLATE("row_topk_logsumexp equals top-k of log-softmax and the log-s
     check_fused(h, without_masked_row(adversarial_logits(3000)), 100, t);
     check_fused(h, without_masked_row(adversarial_logits(300)), 300, t);
   }
+  for (const float t : {1.0f, 0.01f}) check_fused(h, extreme_logits(46, 4999), 8, t);
 }
 
 TEST_CASE_TEMPLATE("row_logsumexp, row_softmax, row_log_softmax match the reference", B, SPECDEC_TEST_BACKENDS) {
@@ -211,6 +228,9 @@ TEST_CASE_TEMPLATE("row_logsumexp, row_softmax, row_log_softmax match the refere
     check_normalisers(h, without_masked_row(adversarial_logits(9000)), t);
   }
   check_normalisers(h, random_logits(41, 2, 262144), 1.0f);
+  for (const float t : {1.0f, 0.01f}) {
+    for (index_t v : {7, 4999}) check_normalisers(h, extreme_logits(45 + v, v), t);
+  }
 
   SUBCASE("temperature 0 is the greedy limit: one-hot at the lowest argmax") {
     const matrix x = without_masked_row(adversarial_logits(50));
