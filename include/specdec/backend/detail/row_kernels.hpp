@@ -122,6 +122,20 @@ inline bool any_lane(const M& m) noexcept {
   for (std::uint64_t word : words) any |= word;
   return any != 0;
 }
+/// The lanes of a comparison mask as the low bits of an integer (lane l is bit l).
+template <class M>
+inline std::uint64_t lane_bits(const M& m) noexcept {
+  constexpr int lanes = static_cast<int>(sizeof(M) / sizeof(m[0]));
+#if defined(__AVX__)
+  if constexpr (sizeof(M) == 32 && sizeof(m[0]) == 4) {
+    typedef float vf __attribute__((vector_size(32)));
+    return static_cast<std::uint32_t>(__builtin_ia32_movmskps256(reinterpret_cast<vf>(m)));
+  }
+#endif
+  std::uint64_t bits = 0;
+  for (int l = 0; l < lanes; ++l) bits |= static_cast<std::uint64_t>(m[l] != 0) << l;
+  return bits;
+}
 #else
 #define SPECDEC_HOST_SIMD 0
 #endif
@@ -450,19 +464,24 @@ struct topk_accumulator {
   SPECDEC_HOST_DEVICE void offer(T v, std::int32_t i) noexcept {
     if (count == k && !(v > values[k - 1])) return;
     const index_t last = count < k ? count : k - 1;  // the slot that is overwritten or filled
-    // Binary search for the first entry the candidate beats; an equal value stays ahead (it has the
-    // lower index). Then a plain shift, which compiles to block moves instead of a compare per step.
-    index_t lo = 0, hi = last;
-    while (lo < hi) {
-      const index_t mid = (lo + hi) / 2;
-      if (v > values[mid]) hi = mid;
-      else lo = mid + 1;
+    // The first entry the candidate beats (an equal value stays ahead: it has the lower index), by a
+    // binary search whose steps are conditional moves, not branches: candidates arrive in no
+    // predictable order, and a mispredicted step cost more than the whole search.
+    // The step sizes depend on `last` only, so the loop's own branch is predictable too.
+    index_t pos = 0;
+    if (last > 0) {
+      for (index_t len = last; len > 1; len -= len / 2) pos = v > values[pos + len / 2] ? pos : pos + len / 2;
+      pos += v > values[pos] ? 0 : 1;
     }
-    const index_t pos = lo;
+#if SPECDEC_DEVICE_CODE
     for (index_t j = last; j > pos; --j) {
       values[j] = values[j - 1];
       indices[j] = indices[j - 1];
     }
+#else
+    std::memmove(values + pos + 1, values + pos, static_cast<std::size_t>(last - pos) * sizeof(T));
+    std::memmove(indices + pos + 1, indices + pos, static_cast<std::size_t>(last - pos) * sizeof(std::int32_t));
+#endif
     values[pos] = v;
     indices[pos] = i;
     if (count < k) ++count;
@@ -480,18 +499,72 @@ SPECDEC_HOST_DEVICE inline bool ranks_before(T va, std::int32_t ia, T vb, std::i
 /// passed after one vectorised compare per entry, so for typical logits almost every block costs
 /// that compare only; inside a block that holds a candidate, only the vectors that hold one are
 /// looked at entry by entry. `Accumulator` is topk_accumulator or anything with its interface
-/// (`full`, `threshold`, `offer`, `best`); it must start empty and offers must come in increasing
-/// index order. `offset` is added to reported indices.
+/// (`k`, `count`, `full`, `threshold`, `offer`, `best`); offers come in increasing index order.
+/// `offset` is added to reported indices.
 ///
 /// Returns whether a NaN was seen and the maximum of everything the accumulator was offered, this
 /// span included: once the accumulator is full, the maximum is its best entry (a new maximum beats
 /// the threshold, so it is offered), which is what spares the block loop a max-reduction.
 inline constexpr index_t topk_block = 64;
 
+/// Blocks whose maxima seed an empty top-k (see topk_scan).
+inline constexpr index_t topk_seed_blocks = 32;
+
+#if SPECDEC_HOST_SIMD
+/// A floor under the top-k of x[0, topk_seed_blocks * topk_block):
+/// the k-th largest of the blocks' maxima (k <= topk_seed_blocks). k distinct entries reach it, so an
+/// entry below it cannot be among the k best. NaNs are passed over (the caller's scan reports them).
+template <class T>
+inline T topk_seed_floor(const T* x, index_t k) noexcept {
+  using vec = typename simd<T>::vec;
+  constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+  T maxima[topk_seed_blocks];
+  for (index_t b = 0; b < topk_seed_blocks; ++b) {
+    vec m = simd_load(x + b * topk_block);
+    for (index_t j = w; j < topk_block; j += w) {
+      const vec v = simd_load(x + b * topk_block + j);
+      m = m < v ? v : m;
+    }
+    T block_max = m[0];
+    for (int l = 1; l < w; ++l) block_max = block_max < m[l] ? m[l] : block_max;
+    maxima[b] = block_max != block_max ? negative_infinity<T>() : block_max;
+  }
+  // The k-th largest by a partial selection sort: k <= 32 passes over 32 values.
+  for (index_t i = 0; i < k; ++i) {
+    index_t best = i;
+    for (index_t j = i + 1; j < topk_seed_blocks; ++j) best = maxima[j] > maxima[best] ? j : best;
+    const T v = maxima[best];
+    maxima[best] = maxima[i];
+    maxima[i] = v;
+  }
+  return maxima[k - 1];
+}
+#endif
+
 template <class T, class Accumulator>
 SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t offset, Accumulator& acc) noexcept {
   max_scan<T> total{negative_infinity<T>(), false};
   index_t b0 = 0;
+#if SPECDEC_HOST_SIMD
+  // Filling an empty accumulator with every entry until it is full, and then raising its threshold
+  // one insertion at a time, costs k ln(span / k) insertions over the first span; on a row of
+  // 32000 that was two thirds of all of them. A floor from the first 32 blocks' maxima lets only
+  // the entries that reach it in (about k for random logits); the accumulator is full after them.
+  if (acc.count == 0 && acc.k <= topk_seed_blocks && n >= topk_seed_blocks * topk_block) {
+    using vec = typename simd<T>::vec;
+    constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+    const T floor = topk_seed_floor(x, acc.k);
+    for (; b0 < topk_seed_blocks * topk_block; b0 += w) {
+      const vec v = simd_load(x + b0);
+      if (!any_lane(!(v < floor))) continue;  // "not below the floor": at or above it, or NaN
+      for (int l = 0; l < w; ++l) {
+        const T e = v[l];
+        total.has_nan = total.has_nan || e != e;
+        if (e >= floor && (!acc.full() || e > acc.threshold())) acc.offer(e, static_cast<std::int32_t>(offset + b0 + l));
+      }
+    }
+  }
+#endif
   // Until the accumulator is full every entry is a candidate.
   for (; b0 < n && !acc.full(); ++b0) {
     const T v = x[b0];
@@ -509,7 +582,6 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
   };
 #if SPECDEC_HOST_SIMD
   {
-    using vec = typename simd<T>::vec;
     using mask = typename simd<T>::mask;
     constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
     static_assert(topk_block % w == 0);
@@ -518,10 +590,14 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
       mask candidate{};
       for (index_t j = 0; j < topk_block; j += w) candidate |= !(simd_load(x + b0 + j) <= threshold);
       if (!any_lane(candidate)) continue;
-      for (index_t j = b0; j < b0 + topk_block; j += w) {
-        const vec v = simd_load(x + j);
-        if (!any_lane(!(v <= acc.threshold()))) continue;
-        for (int l = 0; l < w; ++l) offer_entry(v[l], j + l);
+      // One bit per entry of the block that was "not <= threshold", then a walk over the set bits:
+      // one loop whose exit is the only unpredictable branch, where a test per vector and per lane
+      // cost a misprediction each on the way to every candidate.
+      std::uint64_t bits = 0;
+      for (index_t j = 0; j < topk_block; j += w) bits |= lane_bits(!(simd_load(x + b0 + j) <= threshold)) << j;
+      for (; bits != 0; bits &= bits - 1) {
+        const index_t i = b0 + __builtin_ctzll(bits);
+        offer_entry(x[i], i);
       }
     }
   }
