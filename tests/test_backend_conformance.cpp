@@ -211,6 +211,85 @@ TEST_CASE_TEMPLATE("row_topk matches the reference, ties to the lower index", B,
 }
 
 
+/// Rows that stress the block-maxima top-k (k > 32 with at least 2k blocks of 64 on the host):
+/// a partial last block holding the maximum, a floor that many entries tie with, a floor of -inf,
+/// negative values only, signed zeros, and candidates far beyond the ranking buffer.
+matrix block_topk_logits(index_t cols) {
+  matrix m = random_logits(90, 7, cols);
+  auto at = [&](index_t r, index_t j) -> float& { return m.data[static_cast<std::size_t>(r * cols + j)]; };
+  for (index_t j = 0; j < cols; ++j) {
+    at(1, j) = std::round(at(1, j) * 4.0f) / 4.0f;        // 65 distinct values: ties at the floor
+    at(2, j) = j % 997 == 0 ? at(2, j) : -INFINITY;       // 33 finite: a floor of -inf for k > 33
+    at(3, j) = -100.0f - std::fabs(at(3, j));             // negative only
+    at(4, j) = j % 3 == 0 ? -0.0f : (j % 3 == 1 ? 0.0f : -1.0f);  // +-0 tie with one another
+    at(5, j) = j % 64 == 5 ? 3.0f : at(5, j) - 10.0f;     // one equal maximum per block
+    at(6, j) = static_cast<float>((j * 7919) % 1000) / 100.0f;  // every value repeated cols / 1000 times
+  }
+  at(0, cols - 1) = 50.0f;  // the maximum in the partial last block
+  at(0, cols - 2) = 40.0f;
+  return m;
+}
+
+TEST_CASE_TEMPLATE("row_topk by block maxima: ties at the floor, masks, signed zeros, partial blocks", B,
+                   SPECDEC_TEST_BACKENDS) {
+  harness<B> h;
+  const matrix x = block_topk_logits(32000 + 37);
+  for (index_t k : {33, 64, 100, 256}) check_topk(h, x, k);
+  check_fused(h, x, 64, 1.0f);  // row 2's top-k holds -inf log-probabilities
+  check_fused(h, x, 256, 0.5f);
+  SUBCASE("NaN or +inf anywhere in the row is reported") {
+    for (const index_t at : {index_t{0}, index_t{8}, index_t{63}, index_t{64 * 100 + 17}, index_t{32000 + 36}}) {
+      for (const float bad : {NAN, INFINITY}) {
+        matrix y = random_logits(91, 2, 32000 + 37);
+        y.data[static_cast<std::size_t>(32000 + 37 + at)] = bad;
+        auto in = h.up(y.data);
+        auto vals = h.b.template allocate<float>(2 * 64);
+        auto ids = h.b.template allocate<std::int32_t>(2 * 64);
+        auto lse = h.b.template allocate<float>(2);
+        INFO("at ", at, " value ", bad);
+        CHECK_THROWS_AS(h.b.row_topk(in.matrix(2, y.cols), 64, vals.matrix(2, 64), ids.matrix(2, 64)),
+                        specdec::invalid_argument);
+        CHECK_THROWS_AS(h.b.row_topk_logsumexp(in.matrix(2, y.cols), 64, 1.0f, vals.matrix(2, 64), ids.matrix(2, 64),
+                                               lse.view()),
+                        specdec::invalid_argument);
+      }
+    }
+  }
+}
+
+#if SPECDEC_HOST_SIMD
+TEST_CASE("kth_largest_floor is at most the k-th largest, and at most 7 values above it are not among the k") {
+  const auto check = [](std::vector<float> v, index_t k) {
+    const auto m = static_cast<index_t>(v.size());
+    const float largest = *std::max_element(v.begin(), v.end());
+    v.resize(v.size() + 8, -INFINITY);  // the padding kth_largest_floor reads
+    const float floor = specdec::detail::kth_largest_floor(v.data(), m, k, largest);
+    v.resize(static_cast<std::size_t>(m));
+    std::vector<float> sorted = v;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const float kth = sorted[static_cast<std::size_t>(k - 1)];
+    INFO("size ", v.size(), " k ", k, " k-th ", kth, " floor ", floor);
+    REQUIRE(floor <= kth);
+    const auto reaching = std::count_if(v.begin(), v.end(), [&](float e) { return e >= floor; });
+    CHECK((floor == kth || reaching <= k + 7));
+  };
+  for (index_t k : {1, 8, 64, 500}) {
+    check(uniform_floats(1, 500, -4.0f, 4.0f), k);
+    check(uniform_floats(2, 500, 3.9f, 4.0f), k);       // close values: deep in the mantissa
+    check(uniform_floats(3, 500, -1e6f, -1e5f), k);     // negative keys
+    check(uniform_floats(4, 500, -1e-30f, 1e-30f), k);  // both signs around 0
+    std::vector<float> masked = uniform_floats(5, 500, -4.0f, 4.0f);
+    for (std::size_t i = 0; i < masked.size(); ++i)
+      if (i % 5 != 0) masked[i] = -INFINITY;
+    check(masked, k);  // k beyond the finite values: the floor is -inf
+    check(std::vector<float>(500, 2.5f), k);
+    std::vector<float> zeros(500, 0.0f);
+    for (std::size_t i = 0; i < zeros.size(); i += 2) zeros[i] = -0.0f;
+    check(zeros, k);
+  }
+}
+#endif
+
 TEST_CASE_TEMPLATE("row_topk_logsumexp equals top-k of log-softmax and the log-sum-exp", B, SPECDEC_TEST_BACKENDS) {
   harness<B> h;
   for (const float t : {1.0f, 0.7f, 2.0f}) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/block_topk.hpp>
 #include <specdec/backend/detail/checks.hpp>
 #include <specdec/backend/detail/dense_checks.hpp>
 #include <specdec/backend/detail/dense_kernels.hpp>
@@ -536,6 +537,9 @@ class eigen {
   static constexpr index_t chunk = 2048;
   /// Above this k, a sorted insertion buffer costs more than a partial sort of all indices.
   static constexpr index_t small_k = 256;
+  /// Up to this k the seeded streaming top-k (detail::topk_scan) needs few insertions and beats the
+  /// block-maxima top-k's selection step; above it the block-maxima top-k (detail/block_topk.hpp).
+  static constexpr index_t streaming_topk_max_k = 32;
 
   /// Running (max, sum of exp((x - max) / T)) of a row, updated one chunk at a time.
   template <class V>
@@ -575,6 +579,16 @@ class eigen {
 
   template <class V>
   detail::max_scan<V> topk_row(const V* x, index_t n, index_t k, V* values, std::int32_t* indices) {
+#if SPECDEC_HOST_SIMD
+    if constexpr (std::is_same_v<V, float>) {
+      if (k > streaming_topk_max_k && k <= small_k && detail::use_block_topk(n, k)) {
+        blocks_.reserve(n, k);
+        const auto s = detail::block_maxima(x, n, blocks_.maxima.data());
+        if (detail::logits_fault(s) == detail::fault::none) detail::topk_from_block_maxima(x, n, k, s.max, blocks_, values, indices);
+        return s;
+      }
+    }
+#endif
     if (k <= small_k) {
       detail::topk_accumulator<V> top{values, indices, k, 0};
       return detail::topk_scan(x, n, 0, top);
@@ -647,6 +661,9 @@ class eigen {
   std::vector<detail::residual_chunk_mass> residual_partials_;
   std::vector<double> masses_;
   std::vector<std::int32_t> order_;
+#if SPECDEC_HOST_SIMD
+  detail::block_topk_workspace blocks_;
+#endif
 };
 
 static_assert(backend<eigen>);
