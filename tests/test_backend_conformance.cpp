@@ -237,6 +237,20 @@ TEST_CASE_TEMPLATE("row_topk by block maxima: ties at the floor, masks, signed z
   for (index_t k : {33, 64, 100, 256}) check_topk(h, x, k);
   check_fused(h, x, 64, 1.0f);  // row 2's top-k holds -inf log-probabilities
   check_fused(h, x, 256, 0.5f);
+  SUBCASE("the fused scan's running reference: rising rows, a masked prefix, the maximum in the tail") {
+    const index_t cols = 32000 + 37;
+    matrix y = random_logits(92, 4, cols);
+    for (index_t j = 0; j < cols; ++j) {
+      y.data[static_cast<std::size_t>(j)] = 0.01f * static_cast<float>(j) - 100.0f;  // raised every few chunks
+      if (j < 5000) y.data[static_cast<std::size_t>(cols + j)] = -INFINITY;
+      y.data[static_cast<std::size_t>(3 * cols + j)] -= 200.0f;
+    }
+    y.data[static_cast<std::size_t>(3 * cols + cols - 3)] = 100.0f;  // 300 above the rest, in the last partial block
+    for (const float t : {1.0f, 0.05f}) {
+      check_fused(h, y, 8, t);
+      check_fused(h, y, 64, t);
+    }
+  }
   SUBCASE("NaN or +inf anywhere in the row is reported") {
     for (const index_t at : {index_t{0}, index_t{8}, index_t{63}, index_t{64 * 100 + 17}, index_t{32000 + 36}}) {
       for (const float bad : {NAN, INFINITY}) {

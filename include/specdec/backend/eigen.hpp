@@ -137,6 +137,27 @@ class eigen {
       const V* x = logits.row(r);
       V* vals = values.row(r);
       std::int32_t* ids = indices.row(r);
+      const auto finish = [&](V max, V sum) {
+        const V log_s = detail::log_(sum);
+        lse(r) = max * inv_t + log_s;
+        for (index_t i = 0; i < k; ++i) vals[i] = (vals[i] - max) * inv_t - log_s;
+      };
+#if SPECDEC_HOST_SIMD
+      if constexpr (std::is_same_v<V, float>) {
+        if (k <= small_k && detail::use_block_topk(n, k)) {
+          blocks_.reserve(n, k);
+          const detail::block_sum_exp s = detail::block_maxima_sum_exp(x, n, inv_t, blocks_.maxima.data());
+          if (s.done) {
+            detail::fault f = detail::logits_fault(s.scan);
+            if (f == detail::fault::none && s.scan.max == detail::negative_infinity<V>()) f = detail::fault::all_masked;
+            raise_if(where, "logits", logits, r, f);
+            detail::topk_from_block_maxima(x, n, k, s.scan.max, blocks_, vals, ids);
+            finish(s.scan.max, s.sum);
+            continue;
+          }
+        }
+      }
+#endif
       online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
       if (k <= small_k) {
         detail::topk_accumulator<V> top{vals, ids, k, 0};
@@ -156,9 +177,7 @@ class eigen {
         if (!acc.has_nan) topk_large(x, n, k, vals, ids);
       }
       raise_if(where, "logits", logits, r, acc.fault());
-      const V log_s = detail::log_(acc.sum);
-      lse(r) = acc.max * inv_t + log_s;
-      for (index_t i = 0; i < k; ++i) vals[i] = (vals[i] - acc.max) * inv_t - log_s;
+      finish(acc.max, acc.sum);
     }
   }
 

@@ -238,6 +238,169 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
   visit([&](index_t i) { acc.offer(x[i], static_cast<std::int32_t>(i)); });
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The fused top-k + log-sum-exp in one look at each entry.
+//
+// The sum of exponentials is compute-bound on a CPU core (a dozen vector instructions per eight
+// entries), the streaming pass memory-bound. Reading each chunk twice (max first, then the sum from
+// L1) left the two costs mostly added up. Here every entry is loaded once and feeds the block maximum
+// and its term together, with the data prefetched 8 KiB ahead, so the arithmetic runs under the
+// memory stream. The terms need a reference near the row's maximum before the maximum is known: the
+// first chunk that holds a finite entry is read for its maximum first and sets it, and a later chunk
+// whose maximum lands more than 2^64 above it (its terms may have overflowed) is summed again after
+// the reference is raised, which for logits happens a few times per row at most.
+// ---------------------------------------------------------------------------------------------------
+
+#if defined(__FMA__)
+/// Terms 2^(x c - ref) for an integer ref (see simd_sum_exp2_integer_ref): the form with FMA.
+struct integer_reference_terms {
+  using vec = simd<float>::vec;
+  float c, ref;
+  vec scale, shift, lowest;
+  /// Whether a reference can be built for a chunk maximum `max` (|ceil(max c)| < 2^22 - 128).
+  static bool representable(float max, float c) noexcept {
+    const float r = std::ceil(max * c);
+    return r > -4194000.0f && r < 4194000.0f;
+  }
+  integer_reference_terms(float c_, float max) noexcept
+      : c(c_), ref(std::ceil(max * c_)), scale(vec{} + c_), shift(vec{} + (round_to_int_shift - ref)),
+        lowest(vec{} + (ref - 125.0f) / c_) {}
+  vec operator()(vec v) const noexcept {
+    v = lowest > v ? lowest : v;
+    const vec big = simd_fma(v, scale, shift);
+    return simd_scale_by_exponent(simd_exp2_reduced(simd_fma(v, scale, shift - big)), big);
+  }
+  double scalar(float x) const noexcept { return std::exp2(std::fma(static_cast<double>(x), c, -static_cast<double>(ref))); }
+  /// log2 of 2^(ref) / 2^(max c), with max c taken exactly (its FMA residual).
+  double log2_reference_over(float max) const noexcept {
+    const float max_c = max * c;
+    return (static_cast<double>(ref) - max_c) - std::fma(max, c, -max_c);
+  }
+};
+#endif
+
+/// Terms 2^((x - ref) c) for a float ref: the form without FMA (see simd_sum_exp2_shifted).
+struct shifted_reference_terms {
+  using vec = simd<float>::vec;
+  float c, ref;
+  static bool representable(float, float) noexcept { return true; }
+  shifted_reference_terms(float c_, float max) noexcept : c(c_), ref(max) {}
+  vec operator()(vec v) const noexcept {
+    vec t = (v - ref) * c;
+    t = (vec{} - 126.0f) > t ? vec{} - 126.0f : t;
+    const vec big = t + round_to_int_shift;
+    return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_int_shift)), big);
+  }
+  double scalar(float x) const noexcept { return std::exp2((static_cast<double>(x) - ref) * c); }
+  double log2_reference_over(float max) const noexcept { return (static_cast<double>(ref) - max) * c; }
+};
+
+#if defined(__FMA__)
+using reference_terms = integer_reference_terms;
+#else
+using reference_terms = shifted_reference_terms;
+#endif
+
+/// What block_maxima_sum_exp found.
+struct block_sum_exp {
+  max_scan<float> scan;  ///< the row's maximum and NaN flag, exact
+  float sum;             ///< sum_j exp((x_j - max) * inv_t); 0 for a row that is entirely -inf
+  bool done;             ///< false: the logits are too large for the vector form; use sum_exp_shifted
+};
+
+/// One look at each entry of x[0, n): maxima[b] as block_maxima, the row's maximum and NaN flag, and
+/// the sum of exponentials with temperature (inv_t = 1 / T). A row with NaN or +inf stops early and
+/// reports it (maxima and sum are then meaningless).
+template <class Terms = reference_terms>
+inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t, float* maxima) noexcept {
+  using vec = simd<float>::vec;
+  constexpr int w = simd_bytes / 4;
+  constexpr index_t chunk_blocks = 32;                    // 8 KiB: the unit the reference is checked in
+  constexpr index_t prefetch_distance = 2048;             // floats ahead: 8 KiB
+  constexpr float headroom = 64.0f;                       // terms up to 2^64: chunk sums far from overflow
+  const float c = inv_t * 1.44269504088896341f;
+  const index_t full = n / maxima_block;
+  const auto faulty = [&]() { return block_sum_exp{scan_max(x, n), 0.0f, true}; };
+  block_sum_exp result{{negative_infinity<float>(), false}, 0.0f, true};
+  double total = 0.0;  // sum of terms relative to `terms`
+  bool referenced = false;
+  Terms terms(c, 0.0f);
+  const auto rebase = [&](float max) {
+    const Terms next(c, max);
+    total *= std::exp2(terms.log2_reference_over(max) - next.log2_reference_over(max));
+    terms = next;
+  };
+  for (index_t b0 = 0; b0 < full; b0 += chunk_blocks) {
+    const index_t b1 = b0 + chunk_blocks < full ? b0 + chunk_blocks : full;
+    const float* chunk = x + b0 * maxima_block;
+    const index_t len = (b1 - b0) * maxima_block;
+    if (!referenced) {  // the first look at a chunk that may set the reference
+      const max_scan<float> m = scan_max(chunk, len);
+      if (m.has_nan || m.max == -negative_infinity<float>()) return faulty();
+      if (m.max == negative_infinity<float>()) {  // all masked so far: nothing to sum
+        block_maxima(chunk, len, maxima + b0);
+        continue;
+      }
+      if (!Terms::representable(m.max, c)) return {result.scan, 0.0f, false};
+      terms = Terms(c, m.max);
+      referenced = true;
+    }
+    vec s0{}, s1{}, chunk_max = vec{} + negative_infinity<float>();
+    for (index_t b = b0; b < b1; ++b) {
+      const float* p = x + b * maxima_block;
+      if (b * maxima_block + prefetch_distance + maxima_block <= n)
+        for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
+      vec m0 = simd_load(p), m1 = simd_load(p + w);
+      for (index_t j = 0; j < maxima_block; j += 2 * w) {
+        const vec v0 = simd_load(p + j), v1 = simd_load(p + j + w);
+        m0 = m0 < v0 ? v0 : m0;
+        m1 = m1 < v1 ? v1 : m1;
+        s0 += terms(v0);
+        s1 += terms(v1);
+      }
+      m0 = m0 < m1 ? m1 : m0;
+      maxima[b] = horizontal_max(m0);
+      chunk_max = chunk_max < m0 ? m0 : chunk_max;
+    }
+    const float cm = horizontal_max(chunk_max);
+    // A NaN may hide from the maxima but not from the sum; +inf shows as the maximum.
+    if (cm != cm || cm == -negative_infinity<float>()) return faulty();
+    s0 += s1;
+    if (cm > result.scan.max) result.scan.max = cm;
+    if (terms.log2_reference_over(cm) < -headroom) {  // terms of this chunk may have overflowed
+      if (!Terms::representable(cm, c)) return {result.scan, 0.0f, false};
+      rebase(cm);
+      s0 = simd_sum_terms(chunk, len, nullptr, 0, terms);
+    }
+    float chunk_sum = 0.0f;
+    for (int l = 0; l < w; ++l) chunk_sum += s0[l];
+    if (chunk_sum != chunk_sum) return faulty();
+    total += chunk_sum;
+  }
+  if (full * maxima_block < n) {  // the partial last block
+    const float* tail = x + full * maxima_block;
+    const index_t len = n - full * maxima_block;
+    const max_scan<float> m = scan_max(tail, len);
+    if (m.has_nan || m.max == -negative_infinity<float>()) return faulty();
+    maxima[full] = m.max;
+    if (m.max > result.scan.max) result.scan.max = m.max;
+    if (m.max != negative_infinity<float>()) {
+      if (!Terms::representable(m.max, c)) return {result.scan, 0.0f, false};
+      if (!referenced || terms.log2_reference_over(m.max) < -headroom) {
+        if (referenced) {
+          rebase(m.max);
+        } else {
+          terms = Terms(c, m.max);
+          referenced = true;
+        }
+      }
+      for (index_t i = 0; i < len; ++i) total += terms.scalar(tail[i]);
+    }
+  }
+  if (referenced) result.sum = static_cast<float>(total * std::exp2(terms.log2_reference_over(result.scan.max)));
+  return result;
+}
+
 #endif  // SPECDEC_HOST_SIMD
 
 }  // namespace specdec::detail
