@@ -4,9 +4,12 @@
 /// transcendental functions and compiler-vectorised reductions, host memory.
 ///
 /// Cost model: every row primitive streams its input once from memory (softmax and log-softmax read
-/// it twice and write once; sampling re-reads one 4 KiB chunk). Top-k skips 64-element blocks that
-/// cannot beat the current k-th value after a max-reduction over them, so for k << V it costs about
-/// one streaming pass. Requires Eigen >= 3.4 (link `specdec::eigen`).
+/// it twice and write once; sampling re-reads one 4 KiB chunk). Top-k with k <= 32 skips 64-element
+/// blocks that cannot beat the current k-th value after a max-reduction over them; larger k (and the
+/// fused top-k + log-sum-exp) record every block's maximum in the one pass and look again, from
+/// cache, only at the ~k blocks that reach the k-th largest of them (detail/block_topk.hpp). Either
+/// way top-k costs about one streaming pass for k << V. The backend object keeps scratch between
+/// calls, so one object serves one thread at a time. Requires Eigen >= 3.4 (link `specdec::eigen`).
 #pragma once
 
 #include <Eigen/Core>

@@ -269,8 +269,10 @@ inline simd<float>::vec simd_sum_terms(const float* x, index_t n, const float* n
 
 /// 2^n * p where `big` holds n in its low mantissa bits (big = 1.5 * 2^23 + n) and 2^n * p is a
 /// normal number: n is added to p's exponent as an integer (the high bits of 1.5 * 2^23 shift out).
+/// Unsigned lanes: a term whose exponent leaves the float range (which block_maxima_sum_exp computes
+/// and then discards) wraps instead of overflowing a signed integer.
 inline simd<float>::vec simd_scale_by_exponent(const simd<float>::vec& p, const simd<float>::vec& big) noexcept {
-  using mask = simd<float>::mask;
+  typedef std::uint32_t mask __attribute__((vector_size(simd_bytes)));
   mask n_bits, p_bits;
   std::memcpy(&n_bits, &big, sizeof n_bits);
   std::memcpy(&p_bits, &p, sizeof p_bits);
