@@ -251,56 +251,6 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
 // the reference is raised, which for logits happens a few times per row at most.
 // ---------------------------------------------------------------------------------------------------
 
-#if defined(__FMA__)
-/// Terms 2^(x c - ref) for an integer ref (see simd_sum_exp2_integer_ref): the form with FMA.
-struct integer_reference_terms {
-  using vec = simd<float>::vec;
-  float c, ref;
-  vec scale, shift, lowest;
-  /// Whether a reference can be built for a chunk maximum `max` (|ceil(max c)| < 2^22 - 128).
-  static bool representable(float max, float c) noexcept {
-    const float r = std::ceil(max * c);
-    return r > -4194000.0f && r < 4194000.0f;
-  }
-  integer_reference_terms(float c_, float max) noexcept
-      : c(c_), ref(std::ceil(max * c_)), scale(vec{} + c_), shift(vec{} + (round_to_int_shift - ref)),
-        lowest(vec{} + (ref - 125.0f) / c_) {}
-  vec operator()(vec v) const noexcept {
-    v = lowest > v ? lowest : v;
-    const vec big = simd_fma(v, scale, shift);
-    return simd_scale_by_exponent(simd_exp2_reduced(simd_fma(v, scale, shift - big)), big);
-  }
-  double scalar(float x) const noexcept { return std::exp2(std::fma(static_cast<double>(x), c, -static_cast<double>(ref))); }
-  /// log2 of 2^(ref) / 2^(max c), with max c taken exactly (its FMA residual).
-  double log2_reference_over(float max) const noexcept {
-    const float max_c = max * c;
-    return (static_cast<double>(ref) - max_c) - std::fma(max, c, -max_c);
-  }
-};
-#endif
-
-/// Terms 2^((x - ref) c) for a float ref: the form without FMA (see simd_sum_exp2_shifted).
-struct shifted_reference_terms {
-  using vec = simd<float>::vec;
-  float c, ref;
-  static bool representable(float, float) noexcept { return true; }
-  shifted_reference_terms(float c_, float max) noexcept : c(c_), ref(max) {}
-  vec operator()(vec v) const noexcept {
-    vec t = (v - ref) * c;
-    t = (vec{} - 126.0f) > t ? vec{} - 126.0f : t;
-    const vec big = t + round_to_int_shift;
-    return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_int_shift)), big);
-  }
-  double scalar(float x) const noexcept { return std::exp2((static_cast<double>(x) - ref) * c); }
-  double log2_reference_over(float max) const noexcept { return (static_cast<double>(ref) - max) * c; }
-};
-
-#if defined(__FMA__)
-using reference_terms = integer_reference_terms;
-#else
-using reference_terms = shifted_reference_terms;
-#endif
-
 /// What block_maxima_sum_exp found.
 struct block_sum_exp {
   max_scan<float> scan;  ///< the row's maximum and NaN flag, exact

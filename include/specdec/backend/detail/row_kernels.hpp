@@ -296,46 +296,73 @@ inline simd<float>::vec simd_exp2_reduced(const simd<float>::vec& f) noexcept {
 inline constexpr float round_to_int_shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
 
 #if defined(__FMA__)
-/// The sum of 2^(x * c - ref) over the vector part of x[0, n), for an integer ref >= max(x) * c
-/// with |ref| < 2^22 - 128: what sum_exp_shifted spends its time in when the CPU has FMA.
+/// The terms 2^(x * c - ref) for an integer ref = ceil(m * c) with |ref| < 2^22 - 128, built from a
+/// reference value m: what sum_exp_shifted spends its time in when the CPU has FMA.
 ///
 /// Each term is 2^(n + f) with n = round(x * c) - ref and f = x * c - round(x * c). The rounding is
 /// the 1.5 * 2^23 trick folded into FMAs: big = x * c + (1.5 * 2^23 - ref) holds n in its low
 /// mantissa bits, and f = x * c + ((1.5 * 2^23 - ref) - big) is exact up to the FMA's one rounding,
-/// because 1.5 * 2^23 - ref is an integer (with ref = max * c itself the constant would not be
+/// because 1.5 * 2^23 - ref is an integer (with ref = m * c itself the constant would not be
 /// exact; without a fused multiply-add, x * c would be rounded at the magnitude of x * c). x is
 /// first raised to the value whose exponent is -125, so -inf (the mask value) needs no special case:
 /// a term below 2^-125 reads as about 2^-125, which moves a sum that holds a term >= 1/2 by less
 /// than V * 2^-124 relative.
 ///
 /// Measured on the CI machine's CPU: 0.20-0.25 ns per float from L1, against 0.29-0.32 for the
-/// (x - max) * c form below; one instruction fewer and a shorter chain from the load to the
+/// (x - m) * c form below; one instruction fewer and a shorter chain from the load to the
 /// polynomial.
-inline simd<float>::vec simd_sum_exp2_integer_ref(const float* x, index_t n, float c, float ref,
-                                                  const float* next, index_t next_n) noexcept {
+struct integer_reference_terms {
   using vec = simd<float>::vec;
-  const vec scale = vec{} + c, shift = vec{} + (round_to_int_shift - ref), lowest = vec{} + (ref - 125.0f) / c;
-  return simd_sum_terms(x, n, next, next_n, [&](vec v) {
+  float c, ref;
+  vec scale, shift, lowest;
+  /// Whether the integer reference for m exists (|ceil(m c)| < 2^22 - 128).
+  static bool representable(float m, float c) noexcept {
+    const float r = std::ceil(m * c);
+    return r > -4194000.0f && r < 4194000.0f;
+  }
+  integer_reference_terms(float c_, float m) noexcept
+      : c(c_), ref(std::ceil(m * c_)), scale(vec{} + c_), shift(vec{} + (round_to_int_shift - ref)),
+        lowest(vec{} + (ref - 125.0f) / c_) {}
+  vec operator()(vec v) const noexcept {
     v = lowest > v ? lowest : v;
     const vec big = simd_fma(v, scale, shift);
     return simd_scale_by_exponent(simd_exp2_reduced(simd_fma(v, scale, shift - big)), big);
-  });
-}
+  }
+  /// One term in double (for the few entries outside whole vectors).
+  double scalar(float x) const noexcept { return std::exp2(std::fma(static_cast<double>(x), c, -static_cast<double>(ref))); }
+  /// log2(2^ref / 2^(max c)), with max c taken exactly (its FMA residual): a sum of terms times
+  /// 2^this is the sum of 2^((x - max) c).
+  double log2_reference_over(float max) const noexcept {
+    const float max_c = max * c;
+    return (static_cast<double>(ref) - max_c) - std::fma(max, c, -max_c);
+  }
+};
 #endif
 
-/// The sum of 2^((x - max) * c) over the vector part of x[0, n): the form that needs no FMA.
-/// (x - max) * c is clamped at -126, so -inf and far-below terms read as about 2^-126.
-inline simd<float>::vec simd_sum_exp2_shifted(const float* x, index_t n, float max, float c, const float* next,
-                                              index_t next_n) noexcept {
+/// The terms 2^((x - m) * c) for a reference value m: the form that needs no FMA. (x - m) * c is
+/// clamped at -126, so -inf and far-below terms read as about 2^-126. Same interface as
+/// integer_reference_terms.
+struct shifted_reference_terms {
   using vec = simd<float>::vec;
-  const vec lowest = vec{} - 126.0f;
-  return simd_sum_terms(x, n, next, next_n, [&](vec v) {
-    vec t = (v - max) * c;
-    t = lowest > t ? lowest : t;
+  float c, ref;
+  static bool representable(float, float) noexcept { return true; }
+  shifted_reference_terms(float c_, float m) noexcept : c(c_), ref(m) {}
+  vec operator()(vec v) const noexcept {
+    vec t = (v - ref) * c;
+    t = (vec{} - 126.0f) > t ? vec{} - 126.0f : t;
     const vec big = t + round_to_int_shift;
     return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_int_shift)), big);
-  });
-}
+  }
+  double scalar(float x) const noexcept { return std::exp2((static_cast<double>(x) - ref) * c); }
+  double log2_reference_over(float max) const noexcept { return (static_cast<double>(ref) - max) * c; }
+};
+
+/// The fastest term form this build has.
+#if defined(__FMA__)
+using reference_terms = integer_reference_terms;
+#else
+using reference_terms = shifted_reference_terms;
+#endif
 #endif
 
 /// sum_j exp((x[j] - max) * inv_t) over x[0, n) with max > -inf finite (exp is exactly 0 at -inf).
@@ -353,20 +380,13 @@ SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv
     const float c = inv_t * 1.44269504088896341f;
     simd<float>::vec s;
     double factor = 1.0;
-#if defined(__FMA__)
-    const float max_c = max * c;
-    const float ref = std::ceil(max_c);
-    if (ref > -4194000.0f && ref < 4194000.0f) {
-      s = simd_sum_exp2_integer_ref(x, n, c, ref, next, next_n);
-      // Every term came out 2^(max * c - ref) too small; max * c = max_c + max_c_low exactly.
-      const double max_c_low = std::fma(max, c, -max_c);
-      factor = std::exp2((static_cast<double>(ref) - max_c) - max_c_low);
+    if (reference_terms::representable(max, c)) {
+      const reference_terms terms(c, max);
+      s = simd_sum_terms(x, n, next, next_n, terms);
+      factor = std::exp2(terms.log2_reference_over(max));  // 1 for the shifted form
     } else {  // logits near 2^22 / c: the integer reference would not be exact
-      s = simd_sum_exp2_shifted(x, n, max, c, next, next_n);
+      s = simd_sum_terms(x, n, next, next_n, shifted_reference_terms(c, max));
     }
-#else
-    s = simd_sum_exp2_shifted(x, n, max, c, next, next_n);
-#endif
     for (int l = 0; l < w; ++l) sum += s[l];
     sum = static_cast<float>(static_cast<double>(sum) * factor);
     i = n / (2 * w) * (2 * w);
