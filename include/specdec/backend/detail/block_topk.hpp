@@ -246,9 +246,10 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
 // L1) left the two costs mostly added up. Here every entry is loaded once and feeds the block maximum
 // and its term together, with the data prefetched 8 KiB ahead, so the arithmetic runs under the
 // memory stream. The terms need a reference near the row's maximum before the maximum is known: the
-// first chunk that holds a finite entry is read for its maximum first and sets it, and a later chunk
-// whose maximum lands more than 2^64 above it (its terms may have overflowed) is summed again after
-// the reference is raised, which for logits happens a few times per row at most.
+// first chunk that holds a finite entry is read for its maximum first and sets it. Terms of entries
+// above the reference are fine up to 2^64 (a chunk's sum stays far from overflow); a chunk whose
+// maximum's term exceeds that is summed again after the reference is raised to its maximum, which
+// for logits happens a few times per row at most. Accuracy is that of sum_exp_shifted.
 // ---------------------------------------------------------------------------------------------------
 
 /// What block_maxima_sum_exp found.
