@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend_conformance.hpp"
 
+#include <bit>
+
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 
@@ -253,7 +255,9 @@ TEST_CASE_TEMPLATE("row_topk by block maxima: ties at the floor, masks, signed z
   }
   SUBCASE("NaN or +inf anywhere in the row is reported") {
     for (const index_t at : {index_t{0}, index_t{8}, index_t{63}, index_t{64 * 100 + 17}, index_t{32000 + 36}}) {
-      for (const float bad : {NAN, INFINITY}) {
+      // NaNs with payloads too: the fused scan finds a NaN by its NaN sum, and an exponent added to
+      // a NaN's bits as an integer once turned some payloads into finite numbers.
+      for (const float bad : {NAN, INFINITY, std::bit_cast<float>(0x7FC00155u), std::bit_cast<float>(0xFF8001FFu)}) {
         matrix y = random_logits(91, 2, 32000 + 37);
         y.data[static_cast<std::size_t>(32000 + 37 + at)] = bad;
         auto in = h.up(y.data);

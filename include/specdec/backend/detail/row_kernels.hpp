@@ -267,19 +267,21 @@ inline simd<float>::vec simd_sum_terms(const float* x, index_t n, const float* n
   return s0 + s1;
 }
 
-/// 2^n * p where `big` holds n in its low mantissa bits (big = 1.5 * 2^23 + n) and 2^n * p is a
-/// normal number: n is added to p's exponent as an integer (the high bits of 1.5 * 2^23 shift out).
-/// Unsigned lanes: a term whose exponent leaves the float range (which block_maxima_sum_exp computes
-/// and then discards) wraps instead of overflowing a signed integer.
+/// 2^n * p where `big` holds n + 127 in its low mantissa bits (big = 1.5 * 2^23 + 127 + n, see
+/// round_to_exponent_shift) and -126 <= n <= 127: big's bits shifted up by 23 are the float 2^n (the
+/// high bits of 1.5 * 2^23 shift out), and p is multiplied by it, exactly for a normal result.
+/// A multiply, not an integer add of n to p's exponent bits: a NaN p then stays NaN whatever its
+/// payload (the add carried some payloads into finite numbers, and block_maxima_sum_exp finds a NaN
+/// logit by its NaN sum). Unsigned lanes: a term whose exponent leaves the range (which
+/// block_maxima_sum_exp computes and then discards) wraps instead of overflowing a signed integer.
 inline simd<float>::vec simd_scale_by_exponent(const simd<float>::vec& p, const simd<float>::vec& big) noexcept {
   typedef std::uint32_t mask __attribute__((vector_size(simd_bytes)));
-  mask n_bits, p_bits;
-  std::memcpy(&n_bits, &big, sizeof n_bits);
-  std::memcpy(&p_bits, &p, sizeof p_bits);
-  p_bits += n_bits << 23;
-  simd<float>::vec result;
-  std::memcpy(&result, &p_bits, sizeof result);
-  return result;
+  mask bits;
+  std::memcpy(&bits, &big, sizeof bits);
+  bits <<= 23;
+  simd<float>::vec scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
 /// 2^f for |f| <= 1/2 (a little beyond is fine): degree-5 minimax polynomial, relative error
@@ -294,15 +296,18 @@ inline simd<float>::vec simd_exp2_reduced(const simd<float>::vec& f) noexcept {
 }
 
 inline constexpr float round_to_int_shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+/// round_to_int_shift plus the float exponent bias: big = y + this rounds y to an integer n and holds
+/// n + 127 in its low bits, the form simd_scale_by_exponent reads.
+inline constexpr float round_to_exponent_shift = round_to_int_shift + 127.0f;
 
 #if defined(__FMA__)
 /// The terms 2^(x * c - ref) for an integer ref = ceil(m * c) with |ref| < 2^22 - 128, built from a
 /// reference value m: what sum_exp_shifted spends its time in when the CPU has FMA.
 ///
 /// Each term is 2^(n + f) with n = round(x * c) - ref and f = x * c - round(x * c). The rounding is
-/// the 1.5 * 2^23 trick folded into FMAs: big = x * c + (1.5 * 2^23 - ref) holds n in its low
-/// mantissa bits, and f = x * c + ((1.5 * 2^23 - ref) - big) is exact up to the FMA's one rounding,
-/// because 1.5 * 2^23 - ref is an integer (with ref = m * c itself the constant would not be
+/// the 1.5 * 2^23 trick folded into FMAs: big = x * c + (1.5 * 2^23 + 127 - ref) holds n + 127 in
+/// its low mantissa bits, and f = x * c + ((1.5 * 2^23 + 127 - ref) - big) is exact up to the FMA's
+/// one rounding, because 1.5 * 2^23 + 127 - ref is an integer (below 2^24) (with ref = m * c itself the constant would not be
 /// exact; without a fused multiply-add, x * c would be rounded at the magnitude of x * c). x is
 /// first raised to the value whose exponent is -125, so -inf (the mask value) needs no special case:
 /// a term below 2^-125 reads as about 2^-125, which moves a sum that holds a term >= 1/2 by less
@@ -321,7 +326,7 @@ struct integer_reference_terms {
     return r > -4194000.0f && r < 4194000.0f;
   }
   integer_reference_terms(float c_, float m) noexcept
-      : c(c_), ref(std::ceil(m * c_)), scale(vec{} + c_), shift(vec{} + (round_to_int_shift - ref)),
+      : c(c_), ref(std::ceil(m * c_)), scale(vec{} + c_), shift(vec{} + (round_to_exponent_shift - ref)),
         lowest(vec{} + (ref - 125.0f) / c_) {}
   vec operator()(vec v) const noexcept {
     v = lowest > v ? lowest : v;
@@ -350,8 +355,8 @@ struct shifted_reference_terms {
   vec operator()(vec v) const noexcept {
     vec t = (v - ref) * c;
     t = (vec{} - 126.0f) > t ? vec{} - 126.0f : t;
-    const vec big = t + round_to_int_shift;
-    return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_int_shift)), big);
+    const vec big = t + round_to_exponent_shift;
+    return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_exponent_shift)), big);
   }
   double scalar(float x) const noexcept { return std::exp2((static_cast<double>(x) - ref) * c); }
   double log2_reference_over(float max) const noexcept { return (static_cast<double>(ref) - max) * c; }
