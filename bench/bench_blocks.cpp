@@ -15,8 +15,6 @@
 // are far larger than the LLC.
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/eigen.hpp>  // Eigen/Core, included under GCC 12's AVX-512 workaround
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/moa.hpp>
 #include <specdec/blocks/moe.hpp>

@@ -12,7 +12,22 @@
 /// calls, so one object serves one thread at a time. Requires Eigen >= 3.4 (link `specdec::eigen`).
 #pragma once
 
+// GCC 12's AVX-512 intrinsics build `_mm512_undefined_ps` from a self-initialised variable, and its
+// maybe-uninitialized pass reports it wherever Eigen's GEMM packing inlines them (GCC bug 105593,
+// fixed in 13), system headers or not. GCC >= 12 honours a diagnostic pragma along the inlining chain,
+// so the suppression covers exactly the lines of Eigen and the intrinsics headers it pulls in, and
+// none of the code that includes this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <Eigen/Core>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #include <algorithm>
 #include <cstring>

@@ -9,15 +9,18 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <specdec/blocks/layers.hpp>
@@ -62,10 +65,12 @@ class json_reader {
  public:
   json_reader(std::string_view text, const std::string& file) : s_(text), file_(file) {}
 
+  /// Objects keep their members in order as parallel `keys` / `items` (a vector of pairs would need
+  /// the pair, and so `value`, complete inside its own definition); arrays use `items` alone.
   struct value {
     enum class kind { object, array, string, number, literal } type = kind::literal;
-    std::string text;  // string contents, number or literal spelling
-    std::vector<std::pair<std::string, value>> members;
+    std::string text;               // string contents, number or literal spelling
+    std::vector<std::string> keys;  // object member names, one per entry of items
     std::vector<value> items;
   };
 
@@ -111,7 +116,13 @@ class json_reader {
         case 't': out += '\t'; break;
         case 'u': {  // kept as UTF-8 for the BMP; names in practice are ASCII
           expect(i_ + 4 <= s_.size(), "short \\u escape");
-          const unsigned code = static_cast<unsigned>(std::stoul(std::string(s_.substr(i_, 4)), nullptr, 16));
+          unsigned code = 0;
+          for (std::size_t k = 0; k < 4; ++k) {
+            const char h = s_[i_ + k];
+            const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            expect(digit >= 0, "\\u escape with a non-hexadecimal digit");
+            code = code * 16 + static_cast<unsigned>(digit);
+          }
           i_ += 4;
           if (code < 0x80) out += static_cast<char>(code);
           else if (code < 0x800) out += static_cast<char>(0xc0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3f));
@@ -134,7 +145,8 @@ class json_reader {
         std::string key = string_literal();
         expect(peek() == ':', "expected ':'");
         ++i_;
-        v.members.emplace_back(std::move(key), parse());
+        v.keys.push_back(std::move(key));
+        v.items.push_back(parse());
         if (peek() == ',') {
           ++i_;
           continue;
@@ -206,32 +218,60 @@ class safetensors {
     const std::span<const std::byte> data = bytes.subspan(8 + static_cast<std::size_t>(header));
     safetensors out;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-    for (const auto& [tensor_name, entry] : doc.members) {
+    for (std::size_t m = 0; m < doc.keys.size(); ++m) {
+      const std::string& tensor_name = doc.keys[m];
+      const detail::json_reader::value& entry = doc.items[m];
       if (tensor_name == "__metadata__") continue;
-      const auto field = [&](const char* key) -> const detail::json_reader::value& {
-        for (const auto& [k, v] : entry.members)
-          if (k == key) return v;
+      SPECDEC_EXPECTS(entry.type == detail::json_reader::value::kind::object, where, name, ": tensor '", tensor_name,
+                      "' is not a JSON object");
+      const auto field = [&](const char* key, detail::json_reader::value::kind type) -> const detail::json_reader::value& {
+        for (std::size_t f = 0; f < entry.keys.size(); ++f)
+          if (entry.keys[f] == key) {
+            SPECDEC_EXPECTS(entry.items[f].type == type, where, name, ": tensor '", tensor_name, "' has a '", key,
+                            "' of the wrong JSON type");
+            return entry.items[f];
+          }
         specdec::detail::throw_invalid_argument(where, name, ": tensor '", tensor_name, "' has no '", key, "'");
       };
-      const std::string dtype = field("dtype").text;
+      // A non-negative JSON integer no larger than `limit`, else an error naming the tensor and field.
+      const auto integer = [&](const detail::json_reader::value& v, const char* what, std::uint64_t limit) {
+        std::uint64_t x = 0;
+        const char* first = v.text.data();
+        const char* last = first + v.text.size();
+        const auto [end_of_number, error] = std::from_chars(first, last, x);
+        SPECDEC_EXPECTS(v.type == detail::json_reader::value::kind::number && !v.text.empty() && v.text[0] != '-' &&
+                            error == std::errc() && end_of_number == last && x <= limit,
+                        where, name, ": tensor '", tensor_name, "' has ", what, " '", v.text,
+                        "'; expected an integer in [0, ", limit, "]");
+        return x;
+      };
+      using kind = detail::json_reader::value::kind;
+      const std::string dtype = field("dtype", kind::string).text;
       const std::size_t width = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
       SPECDEC_EXPECTS(width != 0, where, name, ": tensor '", tensor_name, "' has dtype ", dtype, "; expected F32, F16 or BF16");
       tensor t{dtype, {}, {}};
-      std::uint64_t count = 1;
-      for (const auto& d : field("shape").items) {
-        SPECDEC_EXPECTS(d.type == detail::json_reader::value::kind::number && d.text.find_first_of(".eE-") == std::string::npos,
-                        where, name, ": tensor '", tensor_name, "' has a shape entry '", d.text, "'; expected non-negative integers");
-        t.shape.push_back(static_cast<index_t>(std::stoll(d.text)));
-        count *= static_cast<std::uint64_t>(t.shape.back());
+      // The element count is bounded by the data it must fit in, so the product is checked against
+      // that bound before every multiply and can never wrap.
+      const std::uint64_t max_count = data.size() / width;
+      for (const auto& d : field("shape", kind::array).items)
+        t.shape.push_back(static_cast<index_t>(
+            integer(d, "a shape entry", static_cast<std::uint64_t>(std::numeric_limits<index_t>::max()))));
+      std::uint64_t count = std::find(t.shape.begin(), t.shape.end(), index_t{0}) != t.shape.end() ? 0 : 1;
+      for (const index_t extent : t.shape) {
+        if (count == 0) break;
+        SPECDEC_EXPECTS(count <= max_count / static_cast<std::uint64_t>(extent), where, name, ": tensor '", tensor_name,
+                        "' has a shape whose element count exceeds the ", max_count, " ", dtype, " values the data can hold");
+        count *= static_cast<std::uint64_t>(extent);
       }
-      const auto& offsets = field("data_offsets").items;
+      const auto& offsets = field("data_offsets", kind::array).items;
       SPECDEC_EXPECTS(offsets.size() == 2, where, name, ": tensor '", tensor_name, "' needs data_offsets [begin, end]");
-      const std::uint64_t begin = std::stoull(offsets[0].text), end = std::stoull(offsets[1].text);
+      const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max();
+      const std::uint64_t begin = integer(offsets[0], "a data offset", limit), end = integer(offsets[1], "a data offset", limit);
       SPECDEC_EXPECTS(begin <= end && end <= data.size(), where, name, ": tensor '", tensor_name, "' spans bytes [", begin, ", ",
                       end, ") but the data holds ", data.size(), " bytes (truncated file?)");
       SPECDEC_EXPECTS(end - begin == count * width, where, name, ": tensor '", tensor_name, "' has ", end - begin,
                       " bytes; its shape and dtype ", dtype, " need ", count * width);
-      ranges.emplace_back(begin, end);
+      if (begin < end) ranges.emplace_back(begin, end);  // an empty tensor overlaps nothing
       t.values.resize(static_cast<std::size_t>(count));
       const std::byte* p = data.data() + begin;
       for (std::size_t i = 0; i < t.values.size(); ++i) {
@@ -272,7 +312,7 @@ class safetensors {
     SPECDEC_EXPECTS(t.shape.size() == 1 || t.shape.size() == 2, "specdec::io::safetensors", "tensor '", name, "' has rank ",
                     t.shape.size(), "; expected 1 or 2");
     const index_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
-    return {t.values.data(), rows, static_cast<index_t>(t.values.size()) / std::max<index_t>(rows, 1)};
+    return {t.values.data(), rows, t.shape.back()};
   }
   vector_view<const float> vector(const std::string& name) const {
     const tensor& t = at(name);
