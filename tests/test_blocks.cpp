@@ -180,6 +180,37 @@ TEST_CASE("safetensors: F32, F16 and BF16 tensors; truncated and inconsistent fi
   CHECK(error_of([&] { (void)st.at("missing"); }).find("no tensor named 'missing'") != std::string::npos);
 }
 
+TEST_CASE("safetensors: numbers out of range, overflowing shapes and malformed fields give specdec's error") {
+  // Each of these leaked std::out_of_range / std::invalid_argument("stoull") from std::sto*, or was
+  // accepted: a shape whose element count wraps 64 bits to 0 matched an empty byte range.
+  const std::vector<std::uint8_t> data(16, 0);
+  const auto error = [&](const std::string& header) {
+    return error_of([&] { specdec::io::safetensors::parse(checkpoint(header, data)); });
+  };
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})")
+            .find("element count exceeds the 4 F32 values the data can hold") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,4]}})")
+            .find("has a shape entry '99999999999999999999'; expected an integer in [0, 9223372036854775807]") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,99999999999999999999]}})")
+            .find("has a data offset '99999999999999999999'") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[true,4]}})").find("has a data offset 'true'") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})").find("has a shape entry '-1'") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[1e3],"data_offsets":[0,4]}})").find("has a shape entry '1e3'") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4-]}})").find("has a data offset '4-'") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})").find("has a 'shape' of the wrong JSON type") != std::string::npos);
+  CHECK(error(R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})").find("has a 'dtype' of the wrong JSON type") != std::string::npos);
+  CHECK(error(R"({"a":[1,2]})").find("tensor 'a' is not a JSON object") != std::string::npos);
+  CHECK(error(R"({"a\uZZ12":{}})").find("non-hexadecimal digit") != std::string::npos);
+  // An empty tensor is valid whatever its other extents, and overlaps nothing.
+  const auto st = specdec::io::safetensors::parse(
+      checkpoint(R"({"e":{"dtype":"F32","shape":[0,4294967296],"data_offsets":[4,4]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
+  CHECK(st.at("e").values.empty());
+  CHECK(st.matrix("e").rows() == 0);
+  CHECK(st.matrix("e").cols() == 4294967296);
+  CHECK(st.at("a").values.size() == 2);
+  CHECK(specdec::io::safetensors::parse(checkpoint(R"({"\u00e9":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", data)).contains("\xc3\xa9"));
+}
+
 TEST_CASE("Draft & Verify's exit threshold rises on poor matches and falls on good early stops") {
   specdec::admg::draft_exit policy({0.6, 8});
   CHECK(policy.stop(0.5, 1));
