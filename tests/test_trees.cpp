@@ -219,7 +219,10 @@ TEST_CASE("SGLang build_tree: bit-packing bound, shapes") {
 TEST_CASE_TEMPLATE("EAGLE-2 builder matches the scalar reference on every backend", B, SPECDEC_TREE_BACKENDS) {
   conformance::harness<B> h;
   const index_t v = 300;
-  for (const auto& [k, depth, total] : std::vector<std::tuple<int, int, int>>{{4, 3, 20}, {8, 2, 30}, {1, 4, 5}, {3, 0, 3}, {5, 2, 1}}) {
+  for (const auto& shape : std::vector<std::tuple<int, int, int>>{{4, 3, 20}, {8, 2, 30}, {1, 4, 5}, {3, 0, 3}, {5, 2, 1}}) {
+    // Plain variables, not structured bindings: CAPTURE and the checks below capture them in lambdas,
+    // which clang 14 does not allow for bindings.
+    const int k = std::get<0>(shape), depth = std::get<1>(shape), total = std::get<2>(shape);
     CAPTURE(k);
     CAPTURE(depth);
     const auto root = conformance::random_logits(11 + k, 1, v);
