@@ -558,3 +558,126 @@ TEST_CASE_TEMPLATE("verify_greedy on the backend matches a scalar greedy walk", 
     }
   }
 }
+
+namespace {
+/// vLLM v0's TypicalAcceptanceSampler for one chain, transcribed from its tensor code: the predicate
+/// in fp32 per position (entropy with 1e-5 inside the log), `limits` = first rejected position (k when
+/// none), drafts before it, the recovered token (target argmax) at it, and the bonus token at k when
+/// nothing was rejected (-1 when bonus tokens are disabled). Output `[k + 1]`, -1 padded.
+std::vector<std::int32_t> vllm_v0_typical(const std::vector<float>& probs, index_t v, const std::vector<std::int32_t>& drafts,
+                                          std::int32_t bonus, bool disable_bonus, float threshold, float alpha) {
+  const auto k = static_cast<index_t>(drafts.size());
+  index_t limit = k;
+  for (index_t i = 0; i < k && limit == k; ++i) {
+    const float* p = probs.data() + i * v;
+    float entropy = 0.0f;
+    for (index_t j = 0; j < v; ++j) entropy -= p[j] * std::log(p[j] + 1e-5f);
+    const float bar = std::min(threshold, std::exp(-entropy) * alpha);
+    if (!(p[drafts[static_cast<std::size_t>(i)]] > bar)) limit = i;
+  }
+  std::vector<std::int32_t> out(static_cast<std::size_t>(k + 1), -1);
+  for (index_t i = 0; i < limit; ++i) out[static_cast<std::size_t>(i)] = drafts[static_cast<std::size_t>(i)];
+  if (limit < k) {
+    const float* p = probs.data() + limit * v;
+    out[static_cast<std::size_t>(limit)] = static_cast<std::int32_t>(std::max_element(p, p + v) - p);
+  } else if (!disable_bonus) {
+    out[static_cast<std::size_t>(k)] = bonus;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("typical acceptance: vLLM v0's convention (k rows, caller's bonus token) beside Medusa's", B,
+                   SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  using space = typename B::memory_space;
+  const index_t v = 24, k = 4;
+  // vLLM's own test scenarios: a flat target accepts everything (then the bonus token); a one-hot
+  // target with drafts that miss emits only its argmax at position 0; and random targets whose drafts
+  // are partly their argmax give partial acceptance, over a batch, at non-default posteriors.
+  std::vector<float> flat(static_cast<std::size_t>(k * v), 1.0f / static_cast<float>(v));
+  std::vector<float> one_hot(static_cast<std::size_t>(k * v), 0.0f);
+  for (index_t i = 0; i < k; ++i) one_hot[static_cast<std::size_t>(i * v + 5 + i)] = 1.0f;
+  struct scenario {
+    std::vector<float> probs;
+    std::vector<std::int32_t> drafts;
+  };
+  std::vector<scenario> batch = {{flat, {3, 7, 11, 0}}, {one_hot, {4, 6, 7, 8}}};
+  for (std::uint64_t s = 0; s < 6; ++s) {
+    const auto m = conformance::random_probs(900 + s, k, v, 3.0f);
+    std::vector<std::int32_t> drafts;
+    for (index_t i = 0; i < k; ++i) {
+      const float* row = m.data.data() + i * v;
+      const auto top = static_cast<std::int32_t>(std::max_element(row, row + v) - row);
+      drafts.push_back(i < static_cast<index_t>(s % 5) ? top : static_cast<std::int32_t>((top + 1 + i) % v));
+    }
+    batch.push_back({m.data, drafts});
+  }
+  std::vector<float> all;
+  std::vector<specdec::draft_tree> trees;
+  for (const auto& sc : batch) {
+    all.insert(all.end(), sc.probs.begin(), sc.probs.end());
+    trees.push_back(sampling::make_chain(1, sc.drafts));
+  }
+  auto rows = h.up(all);
+  const auto n_requests = static_cast<index_t>(batch.size());
+  for (const bool disable_bonus : {false, true}) {
+    for (const auto& [threshold, alpha] : {std::pair{0.09f, 0.3f}, std::pair{0.3f, 0.09f}}) {
+      std::vector<sampling::speculative_request> requests(batch.size());
+      for (std::size_t r = 0; r < batch.size(); ++r) {
+        requests[r].tree = &trees[r];
+        requests[r].target_row = static_cast<index_t>(r) * k;  // k rows per request: vLLM's layout
+        requests[r].bonus_token = static_cast<std::int32_t>(20 + r % 4);
+      }
+      sampling::typical_options options;
+      options.epsilon = threshold;
+      options.delta = alpha;
+      options.convention = sampling::typical_convention::vllm_v0;
+      options.emit_bonus = !disable_bonus;
+      const auto got = sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(rows.view().data(), n_requests * k, v),
+                                                requests, options);
+      const auto padded = sampling::padded_tokens(got, k + 1);
+      for (std::size_t r = 0; r < batch.size(); ++r) {
+        CAPTURE(r);
+        const auto want = vllm_v0_typical(batch[r].probs, v, batch[r].drafts, *requests[r].bonus_token, disable_bonus, threshold, alpha);
+        CHECK(std::vector<std::int32_t>(padded.begin() + static_cast<std::ptrdiff_t>(r) * (k + 1),
+                                        padded.begin() + static_cast<std::ptrdiff_t>(r + 1) * (k + 1)) == want);
+        CHECK(got[r].bonus == (got[r].accepted_nodes.size() == static_cast<std::size_t>(k)));
+      }
+      // The scenarios cover what they claim: the flat row accepts all, the one-hot one nothing.
+      CHECK(got[0].accepted_nodes.size() == static_cast<std::size_t>(k));
+      CHECK(got[1].tokens == std::vector<std::int32_t>{5});
+    }
+  }
+  // Medusa's convention on the same chains reads a row per node (k + 1) and ends with the argmax of
+  // the last accepted node's row, never a caller's token.
+  std::vector<float> with_leaf_rows;
+  for (const auto& sc : batch) {
+    with_leaf_rows.insert(with_leaf_rows.end(), sc.probs.begin(), sc.probs.end());
+    with_leaf_rows.insert(with_leaf_rows.end(), one_hot.begin(), one_hot.begin() + v);  // leaf row: argmax 5
+  }
+  auto medusa_rows = h.up(with_leaf_rows);
+  std::vector<sampling::speculative_request> requests(batch.size());
+  for (std::size_t r = 0; r < batch.size(); ++r) {
+    requests[r].tree = &trees[r];
+    requests[r].target_row = static_cast<index_t>(r) * (k + 1);
+    requests[r].bonus_token = 23;
+  }
+  const auto medusa = sampling::verify_typical(
+      h.b, specdec::matrix_view<const float, space>(medusa_rows.view().data(), n_requests * (k + 1), v), requests);
+  CHECK(medusa[0].tokens == std::vector<std::int32_t>{3, 7, 11, 0, 5});
+  // Errors: vLLM's convention needs the bonus token when everything is accepted; and k rows suffice
+  // for it where Medusa's needs k + 1.
+  requests[0].bonus_token.reset();
+  requests[0].target_row = 0;
+  sampling::typical_options vllm;
+  vllm.convention = sampling::typical_convention::vllm_v0;
+  CHECK(error_of([&] {
+          (void)sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(rows.view().data(), k, v),
+                                         std::span(requests.data(), 1), vllm);
+        }).find("accepted every draft but has bonus_token = none") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(rows.view().data(), k, v),
+                                         std::span(requests.data(), 1));
+        }).find("needs target rows [0, 5) (medusa: one per node) but the target has 4 rows") != std::string::npos);
+}

@@ -795,7 +795,9 @@ class runner {
     for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
       const json& e = c.at("cases")[k];
       const std::string name = "cases[" + std::to_string(k) + "]";
-      const specdec::sampling::typical_options options{e.at("posterior_threshold").get<float>(), e.at("posterior_alpha").get<float>()};
+      specdec::sampling::typical_options options;
+      options.epsilon = e.at("posterior_threshold").get<float>();
+      options.delta = e.at("posterior_alpha").get<float>();
       const auto r = specdec::sampling::verify_typical(b_, probs, std::span(&request, 1), options).at(0);
       const json& x = e.at("expected");
       const std::size_t best = r.accepted_nodes.empty() ? 0 : pt.first_path[static_cast<std::size_t>(r.accepted_nodes.back())];

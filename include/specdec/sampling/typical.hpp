@@ -7,25 +7,46 @@
 /// delta exp(-H(p))), H(p) = -sum p log(p + 1e-5) (natural log). The accepted path is the deepest node
 /// whose every ancestor is accepted; among equally deep ones, the largest sum of log p along the path
 /// (Medusa's likelihood tie-break), then the lowest node index. The token after it is the target argmax
-/// at the last accepted node (Medusa fast mode; vLLM v0's recovered token).
+/// at the last accepted node (Medusa fast mode; vLLM v0's recovered token), except under vLLM v0's
+/// convention when that node is a leaf: then it is the bonus token the caller sampled.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/speculative.hpp>
+#include <specdec/tree/tree.hpp>
 
 namespace specdec::sampling {
+
+/// Whose conventions decide the final token and the rows a request needs.
+enum class typical_convention {
+  /// Medusa (`evaluate_posterior`, fast mode): every node has a target row (a request of n nodes
+  /// needs n rows); the final token is always the target argmax at the last accepted node, including
+  /// after a fully accepted path (the last node's own row).
+  medusa,
+  /// vLLM v0's TypicalAcceptanceSampler: only nodes with children have rows (a chain of k drafts needs
+  /// k rows: n - 1 for a tree of n nodes, the last node being a leaf); at a rejection the final token
+  /// is the target argmax there (vLLM's recovered token); when the walk accepts down to a leaf the
+  /// final token is the request's `bonus_token`, sampled by the caller, or nothing when
+  /// `emit_bonus` is false (vLLM's `disable_bonus_tokens`).
+  vllm_v0,
+};
 
 /// Medusa's defaults in `medusa_generate`: posterior_threshold 0.09, posterior_alpha 0.3.
 struct typical_options {
   float epsilon = 0.09f;  ///< posterior_threshold: the hard threshold
   float delta = 0.3f;     ///< posterior_alpha: scale of exp(-entropy)
+  typical_convention convention = typical_convention::medusa;
+  /// vllm_v0 only: emit the caller's bonus token after a fully accepted path (vLLM's
+  /// `not disable_bonus_tokens`). Ignored by medusa, which always emits the last node's argmax.
+  bool emit_bonus = true;
 };
 
 /// Entropy and threshold of one target row, as Medusa computes them.
@@ -43,9 +64,16 @@ inline typical_threshold typical_row_threshold(const float* p, index_t n, typica
 
 /// Typical acceptance over a batch of trees (chains included), as the file comment says. Consumes no
 /// randomness; reads the target rows of the root and of accepted nodes only.
+///
+/// Conventions (typical_options::convention): Medusa's final token is the argmax at the last accepted
+/// node, and every node has a row; vLLM v0's is the caller's `bonus_token` when the walk accepts down
+/// to a leaf (nothing with `emit_bonus = false`), and leaves have no rows. `speculative_result::bonus`
+/// says whether the final token is that bonus token.
 /// \param target_probs backend `[rows x V]` (softmax(logits / T)); node i uses row `target_row + i`.
-/// \throws invalid_argument on a malformed tree, rows out of range, a row that is not a distribution,
-///   epsilon or delta that are not positive and finite.
+/// \throws invalid_argument on a malformed tree, rows out of range (n rows per request under medusa,
+///   n - 1 under vllm_v0), a row that is read and is not a distribution (its final argmax row included),
+///   epsilon or delta that are not positive and finite, and under vllm_v0 with `emit_bonus` a fully
+///   accepted request without a `bonus_token` in [0, V).
 template <backend B>
 std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                                                std::span<const speculative_request> requests, typical_options options = {}) {
@@ -55,12 +83,21 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
   SPECDEC_EXPECTS(options.delta > 0.0f && std::isfinite(options.delta), where, "delta = ", options.delta,
                   "; expected a finite value > 0");
   const index_t vocab = target_probs.cols();
+  const bool vllm = options.convention == typical_convention::vllm_v0;
   sampling::detail::row_reader<B> target(b, target_probs);
   std::vector<speculative_result> results;
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows());
+    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
+    const draft_tree& tree = *q.tree;
+    detail::check_tree(where, tree, vocab, r);
     const index_t n = tree.size();
+    const index_t rows_needed = vllm ? n - 1 : n;  // vLLM's last node, a leaf, has no row
+    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + rows_needed <= target_probs.rows(), where, "request ", r,
+                    " needs target rows [", q.target_row, ", ", q.target_row + rows_needed, ") (",
+                    vllm ? "vllm_v0: one per node but the last" : "medusa: one per node", ") but the target has ",
+                    target_probs.rows(), " rows");
+    const std::vector<bool> leaf = leaf_flags(tree);
     // Accepted flags and path likelihoods in node order (parents come first).
     std::vector<char> accepted(static_cast<std::size_t>(n), 0);
     std::vector<double> likelihood(static_cast<std::size_t>(n), 0.0);
@@ -90,12 +127,25 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     for (index_t k = best; k > 0; k = tree.parent[static_cast<std::size_t>(k)])
       out.accepted_nodes.insert(out.accepted_nodes.begin(), static_cast<std::int32_t>(k));
     for (const std::int32_t k : out.accepted_nodes) out.tokens.push_back(tree.token[static_cast<std::size_t>(k)]);
+    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+    if (vllm && leaf[static_cast<std::size_t>(best)]) {
+      out.bonus = true;
+      if (options.emit_bonus) {
+        SPECDEC_EXPECTS(q.bonus_token && *q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", r,
+                        " accepted every draft but has bonus_token = ", q.bonus_token ? std::to_string(*q.bonus_token) : "none",
+                        "; vllm_v0 emits the caller's bonus token: expected one in [0, ", vocab, ") (or emit_bonus = false)");
+        out.tokens.push_back(*q.bonus_token);
+      }
+      results.push_back(std::move(out));
+      continue;
+    }
     const float* last = target.row(q.target_row + best);
+    if (threshold[static_cast<std::size_t>(best)] < 0.0)  // not yet checked as a parent row
+      sampling::detail::check_probability_row(where, "target_probs", q.target_row + best, last, vocab);
     std::int32_t argmax = 0;
     for (index_t j = 1; j < vocab; ++j)
       if (last[j] > last[argmax]) argmax = static_cast<std::int32_t>(j);
     out.tokens.push_back(argmax);
-    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
     results.push_back(std::move(out));
   }
   return results;
