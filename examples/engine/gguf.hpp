@@ -93,11 +93,8 @@ struct gguf_tensor_info {
   std::uint32_t type = 0;
   std::uint64_t offset = 0;  ///< from the start of the data section
   std::size_t bytes = 0;
-  std::size_t values() const {
-    std::size_t n = 1;
-    for (auto d : dims) n *= static_cast<std::size_t>(d);
-    return n;
-  }
+  std::size_t count = 0;  ///< product of dims, checked against the file when read
+  std::size_t values() const { return count; }
 };
 
 /// A GGUF file read into memory.
@@ -202,7 +199,11 @@ class gguf_file {
     if (type != array) return integer(type, what);
     const auto elem = scalar<std::uint32_t>(what);
     const auto n = scalar<std::uint64_t>(what);
-    if (n > bytes_.size()) throw gguf_error(name_ + ": array '" + key + "' claims " + std::to_string(n) + " elements");
+    // Every element takes at least one byte (a string at least its 8-byte length), so a count beyond
+    // what is left of the file is malformed; checked before anything is reserved.
+    const std::size_t min_bytes = elem == str ? 8 : 1;
+    if (n > (bytes_.size() - pos_) / min_bytes)
+      throw gguf_error(name_ + ": array '" + key + "' claims " + std::to_string(n) + " elements, more than the file holds");
     if (elem == str) {
       std::vector<std::string> v;
       v.reserve(static_cast<std::size_t>(n));
@@ -255,18 +256,35 @@ class gguf_file {
       if (t.dims[0] % block_values != 0)
         throw gguf_error(name_ + ": tensor '" + t.name + "' has rows of " + std::to_string(t.dims[0]) +
                          " values, not a multiple of its block of " + std::to_string(block_values));
-      t.bytes = t.values() / block_values * block_bytes;
+      // A tensor's bytes must lie in the file, so it has at most file-size / bytes-per-block blocks;
+      // bounding the block count by that before each multiply means the product never wraps.
+      const std::uint64_t max_blocks = bytes_.size() / block_bytes;
+      std::uint64_t blocks = t.dims[0] / block_values;
+      for (std::size_t d = 1; d < t.dims.size() && blocks != 0; ++d) {
+        if (blocks > max_blocks / t.dims[d])
+          throw gguf_error(name_ + ": tensor '" + t.name + "' has more values than the file can hold (" +
+                           std::to_string(bytes_.size()) + " bytes)");
+        blocks *= t.dims[d];
+      }
+      if (blocks > max_blocks)
+        throw gguf_error(name_ + ": tensor '" + t.name + "' has more values than the file can hold (" +
+                         std::to_string(bytes_.size()) + " bytes)");
+      t.count = static_cast<std::size_t>(blocks * block_values);
+      t.bytes = static_cast<std::size_t>(blocks * block_bytes);
       infos.push_back(std::move(t));
     }
-    const auto alignment = static_cast<std::size_t>(get_or<std::int64_t>("general.alignment", 32));
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-      throw gguf_error(name_ + ": general.alignment = " + std::to_string(alignment) + "; expected a power of two");
+    const std::int64_t alignment_value = get_or<std::int64_t>("general.alignment", 32);
+    if (alignment_value <= 0 || alignment_value > (std::int64_t(1) << 30) || (alignment_value & (alignment_value - 1)) != 0)
+      throw gguf_error(name_ + ": general.alignment = " + std::to_string(alignment_value) + "; expected a power of two up to 2^30");
+    const auto alignment = static_cast<std::size_t>(alignment_value);
     data_start_ = (pos_ + alignment - 1) / alignment * alignment;
     for (auto& t : infos) {
       if (t.offset % alignment != 0)
         throw gguf_error(name_ + ": tensor '" + t.name + "' starts at offset " + std::to_string(t.offset) +
                          ", not a multiple of the alignment " + std::to_string(alignment));
-      if (data_start_ + t.offset + t.bytes > bytes_.size() || data_start_ + t.offset < data_start_)
+      // Compared by subtraction from the file size, so no sum can wrap.
+      if (data_start_ > bytes_.size() || t.offset > bytes_.size() - data_start_ ||
+          t.bytes > bytes_.size() - data_start_ - t.offset)
         throw gguf_error(name_ + ": tensor '" + t.name + "' needs bytes [" + std::to_string(data_start_ + t.offset) + ", " +
                          std::to_string(data_start_ + t.offset + t.bytes) + ") but the file has " +
                          std::to_string(bytes_.size()) + " (truncated?)");

@@ -43,8 +43,17 @@ class bpe_tokenizer {
       for (std::size_t i = 0; i < types.size() && i < tokens_.size(); ++i)
         if (types[i] == 3 || types[i] == 4) special_.emplace_back(tokens_[i], static_cast<std::int32_t>(i));
     }
-    eos_ = static_cast<std::int32_t>(f.get_or<std::int64_t>("tokenizer.ggml.eos_token_id", -1));
-    unknown_ = static_cast<std::int32_t>(f.get_or<std::int64_t>("tokenizer.ggml.unknown_token_id", 0));
+    if (tokens_.empty() || tokens_.size() > static_cast<std::size_t>(INT32_MAX))
+      throw gguf_error("tokenizer.ggml.tokens has " + std::to_string(tokens_.size()) + " entries; expected 1 to 2^31 - 1");
+    const auto id_or = [&](const char* key, std::int64_t fallback, std::int64_t lowest) {
+      const std::int64_t id = f.get_or<std::int64_t>(key, fallback);
+      if (id < lowest || id >= static_cast<std::int64_t>(tokens_.size()))
+        throw gguf_error(std::string(key) + " = " + std::to_string(id) + "; expected an id in [" + std::to_string(lowest) +
+                         ", " + std::to_string(tokens_.size()) + ")");
+      return static_cast<std::int32_t>(id);
+    };
+    eos_ = id_or("tokenizer.ggml.eos_token_id", -1, -1);
+    unknown_ = id_or("tokenizer.ggml.unknown_token_id", 0, 0);
     build_byte_maps();
   }
 

@@ -80,7 +80,8 @@ struct tree_buffers {
 /// parent is not among the selected nodes is left out of the links and its walk stops there (as if
 /// its parent were the root); every walk stops after S hops, so a cycle cannot hang; the parent search
 /// scans the N - 1 selected entries only. Valid trees are unaffected.
-/// \throws invalid_argument on shapes that do not match, N < 1, k < 1, or N > 32 with bit-packing.
+/// \throws invalid_argument on shapes that do not match, N < 1, k < 1, S < 1, a seq_len outside
+///   [0, 2^40], or N > 32 with bit-packing.
 inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matrix_view<const std::int64_t> selected_index,
                                matrix_view<const std::int64_t> draft_tokens_wo_root,
                                std::span<const std::int64_t> verified_id, std::span<const std::int64_t> seq_lens,
@@ -109,8 +110,9 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
   out.retrive_next_sibling.assign(sz, -1);
   std::vector<std::size_t> row_offset(static_cast<std::size_t>(bs) + 1, 0);  // full_mask: start of request b
   for (index_t b = 0; b < bs; ++b) {
-    SPECDEC_EXPECTS(seq_lens[static_cast<std::size_t>(b)] >= 0, where, "seq_lens[", b, "] = ",
-                    seq_lens[static_cast<std::size_t>(b)], "; expected >= 0");
+    // The bound keeps n (seq_len + n) and the running offsets far from overflow.
+    SPECDEC_EXPECTS(seq_lens[static_cast<std::size_t>(b)] >= 0 && seq_lens[static_cast<std::size_t>(b)] <= (index_t{1} << 40),
+                    where, "seq_lens[", b, "] = ", seq_lens[static_cast<std::size_t>(b)], "; expected 0 <= seq_len <= 2^40");
     const index_t cols = mode == tree_mask_mode::full_mask ? seq_lens[static_cast<std::size_t>(b)] + n : n;
     row_offset[static_cast<std::size_t>(b) + 1] = row_offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(n * cols);
   }
@@ -183,7 +185,8 @@ struct greedy_verification {
 /// at the last accepted node.
 /// \param candidates `[bs x N]` token ids; \param retrive_index, next_token, next_sibling `[bs x N]`
 /// (build_tree's, global scope); \param target_predict `[bs * N]` target argmax per node, indexed by
-/// retrive_index. \throws invalid_argument on shapes that do not match or links out of range.
+/// retrive_index. \throws invalid_argument on shapes that do not match, links out of range or links
+/// that cycle.
 inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> candidates,
                                               matrix_view<const std::int64_t> retrive_index,
                                               matrix_view<const std::int64_t> next_token,
@@ -212,8 +215,11 @@ inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> ca
     for (index_t step = 1; step < num_spec_step; ++step) {
       const std::int64_t want = target_predict[global(b, last)];
       index_t match = -1;
+      index_t hops = 0;  // a sibling chain visits each node once; more means the links cycle
       for (std::int64_t c = next_token(b, last); c != -1; c = next_sibling(b, c)) {
         SPECDEC_EXPECTS(c >= 0 && c < n, where, "a link of request ", b, " points at node ", c, "; expected [0, ", n, ")");
+        SPECDEC_EXPECTS(++hops <= n, where, "the sibling links of request ", b, " under node ", last,
+                        " cycle; expected each child list to end with -1");
         if (candidates(b, c) == want) {
           match = c;
           break;

@@ -90,7 +90,8 @@ void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
 /// 8 m + b (`bitorder="little"`); each request starts on a byte boundary. `indptr` gets batch + 1
 /// byte offsets (FlashInfer's `mask_indptr` after `segment_packbits`).
 /// \returns the packed bytes; `indptr` is resized to batch + 1.
-/// \throws invalid_argument when the spans differ in length or a prefix length is negative.
+/// \throws invalid_argument when the spans differ in length, a tree is malformed, a prefix length is
+///   negative, or the packed masks exceed the 2^31 - 1 bytes an int32 `indptr` addresses.
 inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const draft_tree> trees,
                                                              std::span<const index_t> prefix_lengths,
                                                              std::vector<std::int32_t>& indptr) {
@@ -98,9 +99,17 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const dra
   SPECDEC_EXPECTS(trees.size() == prefix_lengths.size(), where, "prefix_lengths has ", prefix_lengths.size(),
                   " entries; expected one per tree (", trees.size(), ")");
   indptr.assign(trees.size() + 1, 0);
+  // Byte offsets are int32 (FlashInfer's mask_indptr), so the total is bounded before anything is
+  // multiplied: the bounds keep every product below 2^63.
+  constexpr index_t max_bytes = std::numeric_limits<std::int32_t>::max();
   for (std::size_t r = 0; r < trees.size(); ++r) {
+    validate(trees[r]);
     SPECDEC_EXPECTS(prefix_lengths[r] >= 0, where, "prefix_lengths[", r, "] = ", prefix_lengths[r], "; expected >= 0");
-    const index_t n = trees[r].size(), cells = n * (prefix_lengths[r] + n);
+    const index_t n = trees[r].size(), room = max_bytes - indptr[r];
+    SPECDEC_EXPECTS(prefix_lengths[r] <= 8 * room / n - n && n * (prefix_lengths[r] + n) <= 8 * room, where,
+                    "prefix_lengths[", r, "] = ", prefix_lengths[r], " with ", n, " nodes after ", indptr[r],
+                    " bytes of earlier requests needs more than the int32 mask_indptr can address (", max_bytes, " bytes)");
+    const index_t cells = n * (prefix_lengths[r] + n);
     indptr[r + 1] = static_cast<std::int32_t>(indptr[r] + (cells + 7) / 8);
   }
   std::vector<std::uint8_t> packed(static_cast<std::size_t>(indptr.back()), 0);

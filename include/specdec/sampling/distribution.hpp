@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -44,6 +45,24 @@ inline void check_params(const char* where, const sampling_params& s, index_t vo
   SPECDEC_EXPECTS(s.min_p >= 0.0f && s.min_p <= 1.0f, where, "row ", row, ": min_p = ", s.min_p,
                   "; expected a value in [0, 1]");
 }
+
+/// Row sums the renormalisers accept. They rescale their output, so the input's mass matters only as
+/// far as it moves the top-p cut; 1e-3 admits rows rounded for display (FlashInfer's own docstring
+/// examples, 4 decimals, sum to 1 +- 2.5e-4) and rejects rows that are not distributions at all.
+inline constexpr double renorm_sum_tolerance = 1e-3;
+
+/// Checks row r of a probability matrix the renormalisers read: every entry in [0, 1] (NaN fails),
+/// the row summing to 1 within renorm_sum_tolerance.
+inline void check_probabilities(const char* where, matrix_view<const float> probs, index_t r) {
+  double total = 0.0;
+  for (index_t j = 0; j < probs.cols(); ++j) {
+    const float p = probs(r, j);
+    SPECDEC_EXPECTS(p >= 0.0f && p <= 1.0f, where, "probs[", r, ", ", j, "] = ", p, "; expected a probability in [0, 1]");
+    total += static_cast<double>(p);
+  }
+  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= renorm_sum_tolerance, where, "probs row ", r, " sums to ", total,
+                  "; expected 1 within ", renorm_sum_tolerance);
+}
 }  // namespace detail
 
 /// probs = softmax of the processed logits, row by row: divide by the temperature, drop tokens below
@@ -52,13 +71,18 @@ inline void check_params(const char* where, const sampling_params& s, index_t vo
 /// whose cumulative sum is <= 1 - top_p, never the largest; equal values ordered by index), then a
 /// softmax over what is left (in double, rounded to float). Dropped tokens get probability 0.
 ///
-/// \param logits host `[rows x V]`. \param params one entry for every row, or a single entry for all.
+/// A logit of -inf masks its token (probability 0 whatever the parameters): what vLLM's top-k / top-p
+/// masking and engines' grammar masks produce.
+///
+/// \param logits host `[rows x V]`, V >= 1. \param params one entry for every row, or a single entry for all.
 /// \param probs host `[rows x V]` output (may not alias logits).
-/// \throws invalid_argument on shape mismatches, NaN or infinite logits, parameters out of range.
+/// \throws invalid_argument on shape mismatches, V = 0, a NaN or +inf logit, a row whose every logit is
+///   -inf (nothing to sample), parameters out of range.
 inline void target_probabilities(matrix_view<const float> logits, std::span<const sampling_params> params,
                                  matrix_view<float> probs) {
   constexpr const char* where = "specdec::sampling::target_probabilities";
   const index_t rows = logits.rows(), vocab = logits.cols();
+  SPECDEC_EXPECTS(vocab >= 1, where, "logits has ", vocab, " columns; expected a vocabulary of at least one token");
   SPECDEC_EXPECTS(probs.rows() == rows && probs.cols() == vocab, where, "probs is ", probs.rows(), " x ", probs.cols(),
                   "; expected ", rows, " x ", vocab);
   SPECDEC_EXPECTS(params.size() == 1 || static_cast<index_t>(params.size()) == rows, where, "params has ",
@@ -72,9 +96,12 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
     index_t argmax = 0;
     for (index_t j = 0; j < vocab; ++j) {
       const float v = logits(r, j);
-      SPECDEC_EXPECTS(std::isfinite(v), where, "logits[", r, ", ", j, "] = ", v, "; expected finite logits");
+      SPECDEC_EXPECTS(!std::isnan(v) && v != std::numeric_limits<float>::infinity(), where, "logits[", r, ", ", j, "] = ", v,
+                      "; expected a finite logit, or -inf for a masked token");
       if (v > logits(r, argmax)) argmax = j;
     }
+    SPECDEC_EXPECTS(std::isfinite(logits(r, argmax)), where, "logits row ", r,
+                    " has no finite entry (every token masked); expected at least one token to sample");
     if (s.temperature == 0.0f) {
       for (index_t j = 0; j < vocab; ++j) probs(r, j) = j == argmax ? 1.0f : 0.0f;
       continue;
@@ -129,18 +156,16 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
 
 /// FlashInfer's `top_k_renorm_probs`: keep the k largest probabilities of each row (ties at the k-th
 /// kept), zero the rest, renormalise. \param probs host `[rows x V]`, in place.
-/// \throws invalid_argument on k outside [1, V] or entries outside [0, 1].
+/// \throws invalid_argument on k outside [1, V], entries outside [0, 1] (NaN included), or a row that
+///   does not sum to 1 within 1e-3.
 inline void top_k_renorm(matrix_view<float> probs, index_t k) {
   constexpr const char* where = "specdec::sampling::top_k_renorm";
   const index_t vocab = probs.cols();
   SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
   std::vector<float> row(static_cast<std::size_t>(vocab));
   for (index_t r = 0; r < probs.rows(); ++r) {
-    for (index_t j = 0; j < vocab; ++j) {
-      SPECDEC_EXPECTS(probs(r, j) >= 0.0f && probs(r, j) <= 1.0f, where, "probs[", r, ", ", j, "] = ", probs(r, j),
-                      "; expected a probability in [0, 1]");
-      row[static_cast<std::size_t>(j)] = probs(r, j);
-    }
+    detail::check_probabilities(where, probs, r);
+    for (index_t j = 0; j < vocab; ++j) row[static_cast<std::size_t>(j)] = probs(r, j);
     std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<>());
     const float kth = row[static_cast<std::size_t>(k - 1)];
     double total = 0.0;
@@ -152,7 +177,8 @@ inline void top_k_renorm(matrix_view<float> probs, index_t k) {
 
 /// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities is
 /// below top_p (the smallest set of largest tokens reaching top_p, ties included), zero the rest,
-/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1].
+/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1],
+/// entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
 inline void top_p_renorm(matrix_view<float> probs, float top_p) {
   constexpr const char* where = "specdec::sampling::top_p_renorm";
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
@@ -160,6 +186,7 @@ inline void top_p_renorm(matrix_view<float> probs, float top_p) {
   std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
   std::vector<char> keep(static_cast<std::size_t>(vocab));
   for (index_t r = 0; r < probs.rows(); ++r) {
+    detail::check_probabilities(where, probs, r);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return probs(r, a) > probs(r, b); });
     double larger = 0.0;  // mass strictly larger than the current value

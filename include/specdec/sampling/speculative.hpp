@@ -210,6 +210,9 @@ std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_siz
         continue;
       }
       out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
+      if (out.bonus && q.bonus_token)
+        SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab_size, where, "request ", first_request + r,
+                        " bonus_token = ", *q.bonus_token, "; expected a token in [0, ", vocab_size, ")");
       out.tokens.push_back(out.bonus && q.bonus_token ? *q.bonus_token : best);
       break;
     }
@@ -309,9 +312,13 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       const index_t row = q.target_row + node;
       sampling::detail::working_distribution dist(nullptr, vocab);
       const float* p_row = nullptr;
+      // Every full row the walk reads is checked before use: a residual or a final draw from a row
+      // with NaN, negative entries or the wrong mass would otherwise be silently clamped or rescaled.
+      // Softened rows come from row_softmax, which has checked the logits.
       const auto load = [&] {
         if (!p_row) {
           p_row = target.row(row);
+          if (!target.softened()) sampling::detail::check_probability_row(where, "target_probs", row, p_row, vocab);
           dist = sampling::detail::working_distribution(p_row, vocab);
         }
       };
@@ -369,7 +376,9 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
           const std::int32_t x = tree.token[static_cast<std::size_t>(i + 1)];
           const index_t q_row = q.draft_rows.empty() ? -1 : q.draft_rows[static_cast<std::size_t>(i + 1)];
           const float p_x = target.at(q.target_row + i, x);
+          sampling::detail::check_probability(where, "target_probs", q.target_row + i, x, p_x);
           const float q_x = q_row >= 0 ? draft.at(q_row, x) : 1.0f;
+          if (q_row >= 0) sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
           out.retest_accepted += detail::passes(options.test, p_x, q_x, options.lenience, next_uniform()) ? 1 : 0;
         }
       }
@@ -382,7 +391,6 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
         break;
       }
       load();
-      if (!dist.modified()) sampling::detail::check_probability_row(where, "target_probs", row, p_row, vocab);
       if (keep_final_distribution) out.final_distribution = dist.entries();
       const std::int32_t token = options.draw == final_draw::exponential_race
                                      ? dist.race(noise.row(q.noise_row))

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -84,18 +85,12 @@ class eagle2_tree_builder {
  public:
   using space = typename B::memory_space;
 
-  /// \throws invalid_argument for k < 1, depth < 0, T outside [1, 1 + k + d k^2], or batch < 1.
+  /// \throws invalid_argument for k < 1, depth < 0, T outside [1, 1 + k + d k^2], batch < 1, or a
+  /// configuration whose candidates (k + d k^2 per request) or top-k results (batch k^2) exceed the
+  /// int32 range of flat indices. Allocates nothing: the top-k buffers (batch k^2 values and indices)
+  /// are allocated by the first begin(), once k has been checked against the vocabulary.
   eagle2_tree_builder(B& b, dynamic_tree_config config, index_t batch = 1)
-      : backend_(&b), cfg_(std::move(config)), batch_(batch), topk_(b, batch * std::max<index_t>(cfg_.top_k, 1), std::max<index_t>(cfg_.top_k, 1)) {
-    constexpr const char* where = "specdec::eagle2_tree_builder";
-    const index_t k = cfg_.top_k;
-    SPECDEC_EXPECTS(k >= 1, where, "top_k = ", k, "; expected top_k >= 1");
-    SPECDEC_EXPECTS(cfg_.depth >= 0, where, "depth = ", cfg_.depth, "; expected depth >= 0");
-    SPECDEC_EXPECTS(batch >= 1, where, "batch = ", batch, "; expected at least one request");
-    const index_t candidates = k + cfg_.depth * k * k;
-    SPECDEC_EXPECTS(cfg_.total_tokens >= 1 && cfg_.total_tokens <= 1 + candidates, where, "total_tokens = ",
-                    cfg_.total_tokens, "; expected 1 <= total_tokens <= 1 + top_k + depth * top_k^2 = ", 1 + candidates,
-                    " (the root plus every candidate)");
+      : backend_(&b), cfg_(checked(std::move(config), batch)), batch_(batch) {
     requests_.resize(static_cast<std::size_t>(batch));
   }
 
@@ -119,9 +114,12 @@ class eagle2_tree_builder {
                     " entries; expected one per request (", batch_, ")");
     SPECDEC_EXPECTS(cfg_.d2t.empty() || static_cast<index_t>(cfg_.d2t.size()) == root_logits.cols(), where, "d2t has ",
                     cfg_.d2t.size(), " entries; expected one per draft-vocabulary entry (", root_logits.cols(), ")");
+    SPECDEC_EXPECTS(cfg_.top_k <= root_logits.cols(), where, "top_k = ", cfg_.top_k, " exceeds the draft vocabulary V' = ",
+                    root_logits.cols());
     vocab_ = root_logits.cols();
     target_vocab_ = target_vocab;
-    topk_.run(root_logits, scale());
+    if (!topk_) topk_.emplace(*backend_, batch_ * cfg_.top_k, cfg_.top_k);
+    topk_->run(root_logits, scale());
     const index_t k = cfg_.top_k;
     for (index_t b = 0; b < batch_; ++b) {
       request& q = requests_[static_cast<std::size_t>(b)];
@@ -131,8 +129,8 @@ class eagle2_tree_builder {
       q.parent_list.push_back(-1);
       for (index_t c = 0; c < k; ++c) {
         const auto j = static_cast<std::size_t>(b * k + c);
-        q.scores.push_back(topk_.values()[j]);
-        q.tokens.push_back(map(topk_.indices()[j]));
+        q.scores.push_back(topk_->values()[j]);
+        q.tokens.push_back(map(topk_->indices()[j]));
         q.parents.push_back(-1);
         q.frontier[static_cast<std::size_t>(c)] = static_cast<std::int32_t>(c);
       }
@@ -151,8 +149,8 @@ class eagle2_tree_builder {
   /// mismatch or bad logits.
   draft_step expand(matrix_view<const float, space> frontier_logits) {
     check_expand("specdec::eagle2_tree_builder::expand", frontier_logits, steps_ < cfg_.depth);
-    topk_.run(frontier_logits, scale());
-    grow(topk_.values(), topk_.indices());
+    topk_->run(frontier_logits, scale());
+    grow(topk_->values(), topk_->indices());
     return current_step();
   }
 
@@ -165,11 +163,11 @@ class eagle2_tree_builder {
     constexpr const char* where = "specdec::eagle2_tree_builder::expand_dual";
     check_expand(where, left_logits, steps_ + 2 == cfg_.depth);
     check_expand(where, right_logits, true);
-    topk_.run(right_logits, scale());
-    const std::vector<float> right_values = topk_.values();
-    const std::vector<std::int32_t> right_indices = topk_.indices();
-    topk_.run(left_logits, scale());
-    grow(topk_.values(), topk_.indices());
+    topk_->run(right_logits, scale());
+    const std::vector<float> right_values = topk_->values();
+    const std::vector<std::int32_t> right_indices = topk_->indices();
+    topk_->run(left_logits, scale());
+    grow(topk_->values(), topk_->indices());
     grow(right_values, right_indices);
     return current_step();
   }
@@ -226,6 +224,23 @@ class eagle2_tree_builder {
     std::vector<std::int32_t> parent_list;
     std::vector<std::uint8_t> mask;       // k x k (steps + 1)
   };
+
+  static dynamic_tree_config checked(dynamic_tree_config cfg, index_t batch) {
+    constexpr const char* where = "specdec::eagle2_tree_builder";
+    constexpr index_t int32_max = std::numeric_limits<std::int32_t>::max();
+    const index_t k = cfg.top_k;
+    // k^2 < 2^31, so every product below is bounded before it is formed.
+    SPECDEC_EXPECTS(k >= 1 && k <= 46340, where, "top_k = ", k, "; expected 1 <= top_k <= 46340 (k^2 flat indices must fit int32)");
+    SPECDEC_EXPECTS(cfg.depth >= 0 && cfg.depth <= (int32_max - k) / (k * k), where, "depth = ", cfg.depth,
+                    "; expected 0 <= depth <= ", (int32_max - k) / (k * k), " (top_k + depth top_k^2 candidates must fit int32)");
+    SPECDEC_EXPECTS(batch >= 1 && batch <= int32_max / (k * k), where, "batch = ", batch, "; expected 1 <= batch <= ",
+                    int32_max / (k * k), " (batch top_k^2 top-k results must fit int32)");
+    const index_t candidates = k + cfg.depth * k * k;
+    SPECDEC_EXPECTS(cfg.total_tokens >= 1 && cfg.total_tokens <= 1 + candidates, where, "total_tokens = ", cfg.total_tokens,
+                    "; expected 1 <= total_tokens <= 1 + top_k + depth * top_k^2 = ", 1 + candidates,
+                    " (the root plus every candidate)");
+    return cfg;
+  }
 
   detail::topk_scale scale() const noexcept {
     return cfg_.score == tree_score::probability ? detail::topk_scale::probabilities : detail::topk_scale::log_probabilities;
@@ -307,7 +322,7 @@ class eagle2_tree_builder {
   B* backend_;
   dynamic_tree_config cfg_;
   index_t batch_;
-  detail::host_topk<B> topk_;
+  std::optional<detail::host_topk<B>> topk_;  // allocated by the first begin()
   std::vector<request> requests_;
   index_t vocab_ = 0;
   index_t target_vocab_ = 0;

@@ -68,7 +68,8 @@ inline void validate(const draft_tree& tree, index_t vocab_size = 0) {
 }
 
 /// Builds a tree from tokens and parents (depths computed, scores zero) and validates it.
-/// \throws invalid_argument as validate(); also when a parent is out of range.
+/// \throws invalid_argument as validate(); also when a parent is out of range or a token (the root's
+///   included) is negative.
 inline draft_tree make_tree(std::vector<std::int32_t> tokens, const std::vector<std::int32_t>& parents,
                             index_t vocab_size = 0) {
   constexpr const char* where = "specdec::make_tree";
@@ -77,6 +78,9 @@ inline draft_tree make_tree(std::vector<std::int32_t> tokens, const std::vector<
                   " entries; expected one per token (", n, ")");
   draft_tree tree{std::move(tokens), parents, std::vector<std::int32_t>(static_cast<std::size_t>(n), 0),
                   std::vector<float>(static_cast<std::size_t>(n), 0.0f)};
+  for (index_t i = 0; i < n; ++i)
+    SPECDEC_EXPECTS(tree.token[static_cast<std::size_t>(i)] >= 0, where, "node ", i, " has token ",
+                    tree.token[static_cast<std::size_t>(i)], "; expected a token id >= 0");
   for (index_t i = 1; i < n; ++i) {
     const std::int32_t p = parents[static_cast<std::size_t>(i)];
     SPECDEC_EXPECTS(p >= 0 && p < i, where, "node ", i, " has parent ", p, "; expected a parent index in [0, ",

@@ -68,6 +68,8 @@ class row_reader {
   }
   index_t rows() const noexcept { return m_.rows(); }
   index_t cols() const noexcept { return m_.cols(); }
+  /// Whether rows are computed by row_softmax from logits (and so are distributions by construction).
+  bool softened() const noexcept { return softened_; }
   /// Rows softened or downloaded since the last recycle().
   index_t rows_read() const noexcept { return static_cast<index_t>(cache_.size()); }
 
