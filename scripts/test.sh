@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: the suite in Release with warnings as errors, the same suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, each benchmark briefly (so none can rot), and the demo
-# on its short prompt set, which fails when any speculative greedy output differs from vanilla greedy.
+# Runs every test: the suite in Release with warnings as errors (g++, native instruction set), the
+# instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
+# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for a minute (scripts/fuzz.sh),
+# each benchmark briefly (so none can rot), and the demo on its short prompt set, which fails when
+# any speculative greedy output differs from vanilla greedy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -16,17 +18,36 @@ cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$stric
 cmake --build build/release -j"$jobs"
 (cd build/release && ctest --output-on-failure -j"$jobs")
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
+echo "== Instruction sets: the -march targets for the other of x86-64-v3 (AVX2) / x86-64-v4 (AVX-512), compile only"
+# The build above used this machine's; CI machines differ, so the other one is compiled here (with
+# warnings as errors) and a green run on one CPU cannot hide a failure on the next.
+if [ "$(uname -m)" = x86_64 ]; then
+  if g++ -march=native -dM -E -x c++ /dev/null | grep -q __AVX512F__; then isas=(x86-64-v3); else isas=(x86-64-v4); fi
+  g++ -march=native -dM -E -x c++ /dev/null | grep -q __AVX2__ || isas=(x86-64-v3 x86-64-v4)
+  for isa in "${isas[@]}"; do
+    cmake -S . -B "build/$isa" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$strict" -DSPECDEC_NATIVE_ARCH="$isa" >/dev/null
+    targets=$(cmake --build "build/$isa" --target help | grep -oE 'specdec_(demo|admg|prompt_lookup|eagle2_admg|moa|medusa|jakiro|amphista|bench_[a-z]+|tests_native)\b' | sort -u)
+    # shellcheck disable=SC2086
+    cmake --build "build/$isa" -j"$jobs" --target $targets >/dev/null
+    echo "$isa: $(echo $targets | wc -w) targets built"
+  done
+fi
+
+echo "== clang++: the suite under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build/asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF \
+  -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
   >/dev/null
-cmake --build build/asan --target specdec_tests specdec-conformance -j"$jobs"
+cmake --build build/asan --target specdec_tests specdec-conformance specdec_header_tests -j"$jobs"
 # Under the sanitizers the engine tests use their tiny model only (the real one is checked above).
 SPECDEC_MODEL=/nonexistent ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \
   build/asan/tests/specdec_tests
 for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
+
+echo "== Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-60} s (fails on any finding)"
+scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-60}"
 
 echo "== Benchmarks, briefly"
 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \

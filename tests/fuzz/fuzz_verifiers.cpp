@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every verifier with random small vocabularies, trees, rows (valid distributions and arbitrary
+// floats), uniforms and options, on the Eigen and the Thrust (CPP) backends. Each call either throws
+// specdec::invalid_argument or returns per request an accepted path that is a root-to-node path of
+// its tree within the depth cap, emitted tokens that are the path's tokens followed by at most one
+// final token, every token in [0, V), no more uniforms than were supplied, a final token with mass in
+// the distribution it was drawn from; and both backends return exactly the same results.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+#include <specdec/sampling/sampling.hpp>
+
+#include "fuzz_input.hpp"
+
+namespace {
+using specdec::index_t;
+namespace sampling = specdec::sampling;
+
+/// Rows `[rows x V]`: normalised non-negative weights (a valid distribution), or raw fuzz floats.
+std::vector<float> make_rows(fuzz::input& in, index_t rows, index_t v, bool valid) {
+  std::vector<float> x(static_cast<std::size_t>(rows * v));
+  for (index_t r = 0; r < rows; ++r) {
+    double total = 0.0;
+    for (index_t j = 0; j < v; ++j) {
+      float& e = x[static_cast<std::size_t>(r * v + j)];
+      e = valid ? static_cast<float>(in.byte() % 8) : in.value();
+      total += e;
+    }
+    if (valid) {
+      if (total == 0.0) x[static_cast<std::size_t>(r * v)] = 1.0f, total = 1.0;
+      for (index_t j = 0; j < v; ++j) x[static_cast<std::size_t>(r * v + j)] = static_cast<float>(x[static_cast<std::size_t>(r * v + j)] / total);
+    }
+  }
+  return x;
+}
+
+void check(const std::vector<sampling::speculative_result>& results, const std::vector<specdec::draft_tree>& trees,
+           const std::vector<sampling::speculative_request>& requests, index_t v, bool path_tokens) {
+  fuzz::require(results.size() == requests.size(), "one result per request");
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const auto& out = results[r];
+    const auto& t = trees[r];
+    std::int32_t previous = 0;
+    for (const auto node : out.accepted_nodes) {
+      fuzz::require(node > 0 && node < t.size() && t.parent[static_cast<std::size_t>(node)] == previous, "accepted path", node, previous);
+      previous = node;
+    }
+    if (requests[r].max_accepted >= 0)
+      fuzz::require(static_cast<index_t>(out.accepted_nodes.size()) <= requests[r].max_accepted, "depth cap");
+    const std::size_t k = out.accepted_nodes.size();
+    fuzz::require(out.tokens.size() >= k && out.tokens.size() <= k + 1, "emitted count", static_cast<long long>(out.tokens.size()), static_cast<long long>(k));
+    for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+      fuzz::require(out.tokens[i] >= 0 && out.tokens[i] < v, "emitted token outside [0, V)", out.tokens[i], v);
+      if (path_tokens && i < k)
+        fuzz::require(out.tokens[i] == t.token[static_cast<std::size_t>(out.accepted_nodes[i])], "accepted token", out.tokens[i]);
+    }
+    if (!requests[r].uniforms.is_philox())
+      fuzz::require(static_cast<std::size_t>(out.uniforms_consumed) <= requests[r].uniforms.supplied(), "uniforms consumed");
+    if (!out.final_distribution.empty() && out.tokens.size() > k) {
+      double mass = 0.0;
+      for (const float e : out.final_distribution) mass += e;
+      if (mass > 0.0) fuzz::require(out.final_distribution[static_cast<std::size_t>(out.tokens.back())] > 0.0f, "final token without mass");
+    }
+  }
+}
+
+bool same(const std::vector<sampling::speculative_result>& a, const std::vector<sampling::speculative_result>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].tokens != b[i].tokens || a[i].accepted_nodes != b[i].accepted_nodes || a[i].bonus != b[i].bonus ||
+        a[i].uniforms_consumed != b[i].uniforms_consumed || a[i].final_distribution != b[i].final_distribution)
+      return false;
+  return true;
+}
+
+/// Runs `call` on both backends: both throw, or both return the same results (then checked).
+template <class Call>
+void on_both(Call call, const std::vector<specdec::draft_tree>& trees, const std::vector<sampling::speculative_request>& requests,
+             index_t v, bool path_tokens) {
+  specdec::eigen e;
+  specdec::thrust<specdec::thrust_system::cpp> t;
+  std::optional<std::vector<sampling::speculative_result>> a, b;
+  try {
+    a = call(e);
+  } catch (const specdec::invalid_argument&) {
+  }
+  try {
+    b = call(t);
+  } catch (const specdec::invalid_argument&) {
+  }
+  fuzz::require(a.has_value() == b.has_value(), "one backend threw, the other did not", a.has_value(), b.has_value());
+  if (!a) return;
+  fuzz::require(same(*a, *b), "backends disagree");
+  check(*a, trees, requests, v, path_tokens);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::input in(data, size);
+  const index_t v = in.range(1, 9), n_requests = in.range(1, 3);
+  std::vector<specdec::draft_tree> trees;
+  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(n_requests));
+  index_t rows = 0;
+  for (index_t r = 0; r < n_requests; ++r) {
+    const auto n = static_cast<std::size_t>(in.range(1, 7));
+    std::vector<std::int32_t> tokens(n), parents(n);
+    const bool chain = in.flag();
+    for (std::size_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<std::int32_t>(in.range(0, v - (in.byte() < 250 ? 1 : 0)));  // sometimes == V
+      parents[i] = i == 0 ? -1 : static_cast<std::int32_t>(chain ? i - 1 : in.range(0, static_cast<std::int64_t>(i) - 1));
+    }
+    trees.push_back(specdec::make_tree(tokens, parents));
+  }
+  std::vector<std::vector<double>> uniform_values(static_cast<std::size_t>(n_requests));
+  std::vector<std::vector<index_t>> draft_rows(static_cast<std::size_t>(n_requests));
+  const index_t draft_count = in.range(0, 4);
+  for (index_t r = 0; r < n_requests; ++r) {
+    auto& q = requests[static_cast<std::size_t>(r)];
+    q.tree = &trees[static_cast<std::size_t>(r)];
+    q.target_row = rows + (in.byte() < 250 ? 0 : in.range(-1, 2));
+    rows += trees[static_cast<std::size_t>(r)].size();
+    if (in.flag()) {
+      auto& u = uniform_values[static_cast<std::size_t>(r)];
+      u.resize(static_cast<std::size_t>(in.range(0, 10)));
+      for (auto& x : u) x = in.byte() < 250 ? static_cast<double>(in.byte()) / 256.0 : static_cast<double>(in.value());
+      q.uniforms = sampling::uniform_stream::values(u);
+    } else {
+      q.uniforms = sampling::uniform_stream::philox({in.u32(), in.u32()});
+    }
+    if (in.flag()) {
+      auto& d = draft_rows[static_cast<std::size_t>(r)];
+      for (index_t i = 0; i < trees[static_cast<std::size_t>(r)].size(); ++i) d.push_back(in.range(-1, draft_count - 1 + (in.byte() < 250 ? 0 : 1)));
+      q.draft_rows = d;
+    }
+    if (in.flag()) q.bonus_token = static_cast<std::int32_t>(in.range(-1, v));
+    if (in.flag()) q.max_accepted = in.range(-1, 4);
+    q.noise_row = in.range(-1, n_requests);
+    q.greedy = in.byte() < 40;
+  }
+  const bool valid = in.byte() < 200;
+  const auto target = make_rows(in, rows + 1, v, valid);  // one spare row: vLLM's typical needs n - 1
+  const auto draft = make_rows(in, draft_count, v, in.byte() < 220);
+  const auto noise = make_rows(in, n_requests, v, true);
+  sampling::speculative_options options;
+  options.test = in.flag() ? sampling::acceptance_test::ratio : sampling::acceptance_test::strict_product;
+  options.range = in.flag() ? sampling::uniform_range::closed_open : sampling::uniform_range::open_closed;
+  options.draw = in.byte() < 200 ? sampling::final_draw::inverse_cdf : sampling::final_draw::exponential_race;
+  options.fallback = static_cast<specdec::empty_residual>(in.range(0, 2));
+  options.lenience = in.byte() < 200 ? 1.0f : in.weight();
+  options.flashinfer_retest = in.byte() < 40;
+  const float temperature = in.byte() < 240 ? 0.25f + static_cast<float>(in.byte()) / 64.0f : in.value();
+  const bool keep = in.flag();
+  const index_t target_rows = rows + (in.byte() < 250 ? 0 : in.range(-2, 1));
+
+  const auto view = [&](auto& backend, auto& buffer, index_t r) {
+    using space = typename std::remove_reference_t<decltype(backend)>::memory_space;
+    return specdec::matrix_view<const float, space>(buffer.view().data(), r, v);
+  };
+  switch (in.byte() % 6) {
+    case 0:
+      on_both([&](auto& be) {
+        auto t = be.upload(std::span<const float>(target));
+        auto d = be.upload(std::span<const float>(draft));
+        auto z = be.upload(std::span<const float>(noise));
+        return sampling::verify_speculative(be, view(be, t, target_rows), view(be, d, draft_count), requests, options,
+                                            options.draw == sampling::final_draw::exponential_race ? view(be, z, n_requests)
+                                                                                                 : decltype(view(be, z, 0)){},
+                                            keep);
+      }, trees, requests, v, true);
+      break;
+    case 1:
+      on_both([&](auto& be) {
+        auto t = be.upload(std::span<const float>(target));
+        auto d = be.upload(std::span<const float>(draft));
+        return sampling::verify_speculative_logits(be, view(be, t, target_rows), temperature, view(be, d, draft_count), requests,
+                                                   options, {}, keep);
+      }, trees, requests, v, false);
+      break;
+    case 2:
+      on_both([&](auto& be) {
+        auto t = be.upload(std::span<const float>(target));
+        return sampling::verify_greedy(be, view(be, t, target_rows), requests);
+      }, trees, requests, v, true);
+      break;
+    case 3: {
+      sampling::typical_options typical;
+      typical.epsilon = in.weight();
+      typical.delta = in.weight();
+      typical.convention = in.flag() ? sampling::typical_convention::medusa : sampling::typical_convention::vllm_v0;
+      typical.emit_bonus = in.flag();
+      on_both([&](auto& be) {
+        auto t = be.upload(std::span<const float>(target));
+        return sampling::verify_typical(be, view(be, t, target_rows), requests, typical);
+      }, trees, requests, v, true);
+      break;
+    }
+    case 4: {
+      sampling::coin_thresholds thresholds{in.weight(), in.weight() + (in.flag() ? 0.0f : 0.5f)};
+      on_both([&](auto& be) {
+        auto t = be.upload(std::span<const float>(target));
+        return sampling::verify_coin_tree(be, view(be, t, target_rows), requests, thresholds, options.fallback, keep);
+      }, trees, requests, v, true);
+      break;
+    }
+    default: {
+      std::vector<std::int32_t> argmax(static_cast<std::size_t>(std::max<index_t>(target_rows, 0)));
+      for (auto& a : argmax) a = static_cast<std::int32_t>(in.range(-1, v));
+      std::optional<std::vector<sampling::speculative_result>> got;
+      try {
+        got = sampling::verify_greedy(argmax, v, requests);
+      } catch (const specdec::invalid_argument&) {
+      }
+      if (got) check(*got, trees, requests, v, true);
+      break;
+    }
+  }
+  return 0;
+}
