@@ -210,3 +210,49 @@ TEST_CASE("the example engine's GGUF reader checks element and byte counts for o
   }
   CHECK(rejected);
 }
+
+TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exactly its one final token", B, specdec::eigen,
+                   specdec::thrust<specdec::thrust_system::cpp>) {
+  conformance::harness<B> h;
+  using space = typename B::memory_space;
+  const index_t v = 4;
+  const auto root_only = sampling::make_chain(2, std::span<const std::int32_t>());
+  const auto chain = sampling::make_chain(2, std::vector<std::int32_t>{1});
+  // Rows: the root-only request's one row (argmax 3), then the chain's two rows (argmax 1, then 0).
+  const std::vector<float> p = {0.1f, 0.1f, 0.1f, 0.7f, 0.05f, 0.85f, 0.05f, 0.05f, 0.7f, 0.1f, 0.1f, 0.1f};
+  auto rows = h.up(p);
+  const specdec::matrix_view<const float, space> target(rows.view().data(), 3, v);
+  const std::vector<double> u = {0.5, 0.5, 0.5};
+  std::vector<sampling::speculative_request> requests(2);
+  requests[0].tree = &root_only;
+  requests[0].target_row = 0;
+  requests[1].tree = &chain;
+  requests[1].target_row = 1;
+  for (auto& q : requests) q.uniforms = sampling::uniform_stream::values(u);
+  const auto greedy = sampling::verify_greedy(h.b, target, requests);
+  CHECK(greedy[0].tokens == std::vector<std::int32_t>{3});
+  CHECK(greedy[0].accepted_nodes.empty());
+  CHECK(greedy[0].bonus);
+  CHECK(greedy[1].tokens == std::vector<std::int32_t>{1, 0});
+  const auto sampled = sampling::verify_speculative(h.b, target, {}, requests);
+  CHECK(sampled[0].tokens.size() == 1);
+  CHECK(sampled[0].acceptance_tests == 0);
+  CHECK(sampled[0].uniforms_consumed == 1);  // the bonus draw only
+  CHECK(sampled[0].tokens[0] == 3);          // u = 0.5 falls in token 3's 0.7 of mass
+  const auto typical = sampling::verify_typical(h.b, target, requests);
+  CHECK(typical[0].tokens == std::vector<std::int32_t>{3});
+  const auto coin = sampling::verify_coin_tree(h.b, target, requests);
+  CHECK(coin[0].tokens.size() == 1);
+  // vLLM's convention: a root-only request needs no row at all and emits its bonus token.
+  sampling::typical_options vllm;
+  vllm.convention = sampling::typical_convention::vllm_v0;
+  requests[0].bonus_token = 1;
+  requests[1].bonus_token = 2;
+  requests[0].target_row = 0;
+  requests[1].target_row = 0;  // the chain's one row (node 0's)
+  const auto v0 = sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(rows.view().data() + v, 1, v),
+                                           requests, vllm);
+  CHECK(v0[0].tokens == std::vector<std::int32_t>{1});
+  CHECK(v0[0].bonus);
+  CHECK(v0[1].tokens == std::vector<std::int32_t>{1, 2});
+}

@@ -180,7 +180,7 @@ class runner {
     const auto sampled = specdec::make_eagle_buffers(result.tree, specdec::path_order::lexicographic);
     expect_equal("outputs_sampling.retrieve_indices", c.at("outputs_sampling").at("retrieve_indices"),
                  sampled.retrieve_indices);
-    if (it.contains("draft_steps")) {
+    if (it.contains("draft_steps") && !it.at("draft_steps").empty()) {  // depth 0 runs no draft forward
       const json& ds = it.at("draft_steps");
       const index_t base = ds.at(0).at("position_ids").at(0);
       for (std::size_t i = 0; i < ds.size(); ++i) {
@@ -377,12 +377,13 @@ class runner {
     }
     expect_equal("outputs.parent_list", out.at("parent_list"), parent_list);
     expect_equal("outputs.top_scores_index", out.at("top_scores_index"), selected);
-    compare_build_tree(out, parent_list, 1 + k * (steps - 1), selected, tokens, flat_as<std::int64_t>(in.at("verified_id")),
+    const index_t parent_cols = steps == 1 ? 0 : 1 + k * (steps - 1);  // SGLang: (bs, 0) with one step
+    compare_build_tree(out, parent_list, parent_cols, selected, tokens, flat_as<std::int64_t>(in.at("verified_id")),
                        flat_as<std::int64_t>(in.at("seq_lens")), k, steps, n);
     if (out.contains("tree_mask_qlen_matrix"))
       expect_equal("outputs.tree_mask_qlen_matrix", out.at("tree_mask_qlen_matrix"),
                    specdec::sglang::build_tree(
-                       specdec::matrix_view<const std::int64_t>(parent_list.data(), bs, 1 + k * (steps - 1)),
+                       specdec::matrix_view<const std::int64_t>(parent_list.data(), bs, parent_cols),
                        specdec::matrix_view<const std::int64_t>(selected.data(), bs, n - 1),
                        specdec::matrix_view<const std::int64_t>(tokens.data(), bs, n - 1),
                        flat_as<std::int64_t>(in.at("verified_id")), flat_as<std::int64_t>(in.at("seq_lens")), k, steps, n,

@@ -71,8 +71,10 @@ struct draft_step {
 /// The finished selection for one request.
 /// - `tree`: root + the T - 1 best candidates in ascending flat index (scores: cumulative);
 /// - `selected` `[T - 1]`: their flat indices (EAGLE's `top_scores_index`, SGLang's `top_scores_index`);
-/// - `parent_list` `[1 + d k]`: SGLang's parent list: -1 for the root group, then the flat index of
-///   every frontier node of every expansion (row g of the candidate grid hangs under parent_list[g]).
+/// - `parent_list` `[1 + d k]`, empty when d = 0: SGLang's parent list (`organize_draft_results`): -1
+///   for the root group, then the flat index of every frontier node of every expansion (row g of the
+///   candidate grid hangs under parent_list[g]). With no expansion SGLang's is `(bs, 0)`: every node is
+///   a root child, and build_tree never reads it.
 struct dynamic_tree_result {
   draft_tree tree;
   std::vector<std::int32_t> selected;
@@ -126,7 +128,6 @@ class eagle2_tree_builder {
       q = request{};
       q.root_token = root_tokens[static_cast<std::size_t>(b)];
       q.frontier.resize(static_cast<std::size_t>(k));
-      q.parent_list.push_back(-1);
       for (index_t c = 0; c < k; ++c) {
         const auto j = static_cast<std::size_t>(b * k + c);
         q.scores.push_back(topk_->values()[j]);
@@ -271,6 +272,7 @@ class eagle2_tree_builder {
     for (index_t b = 0; b < batch_; ++b) {
       request& q = requests_[static_cast<std::size_t>(b)];
       const auto base = static_cast<std::int32_t>(q.scores.size());
+      if (q.parent_list.empty()) q.parent_list.push_back(-1);  // the root group, once there is a grid
       std::vector<float> grid(static_cast<std::size_t>(k * k));
       for (index_t r = 0; r < k; ++r) {
         const std::int32_t parent = q.frontier[static_cast<std::size_t>(r)];
