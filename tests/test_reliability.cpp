@@ -256,3 +256,22 @@ TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exa
   CHECK(v0[0].bonus);
   CHECK(v0[1].tokens == std::vector<std::int32_t>{1, 2});
 }
+
+TEST_CASE_TEMPLATE("row primitives reject a temperature whose reciprocal scale overflows (found by fuzz_primitives)", B,
+                   specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>) {
+  conformance::harness<B> h;
+  using space = typename B::memory_space;
+  // T = 1.4e-45 made 1 / T infinite, T = 3.3e-39 made (1 / T) log2(e) infinite: softmax rows of NaN
+  // came back without an error. Now both are out of range; 1.2e-38 and above work.
+  const std::vector<float> x = {0.0607f, 0.0607f, 0.3765f, 0.0607f};
+  auto in = h.up(x);
+  auto out = h.b.template allocate<float>(4);
+  const specdec::matrix_view<const float, space> rows(in.view().data(), 1, 4);
+  const specdec::matrix_view<float, space> probs(out.view().data(), 1, 4);
+  for (const float t : {std::numeric_limits<float>::denorm_min(), 3.31904e-39f}) {
+    CHECK(contains(error_of([&] { h.b.row_softmax(rows, t, probs); }), "is out of range"));
+    CHECK(contains(error_of([&] { h.b.row_log_softmax(rows, t, probs); }), "is out of range"));
+  }
+  h.b.row_softmax(rows, 1.2e-38f, probs);
+  CHECK(h.down(out) == std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f});
+}

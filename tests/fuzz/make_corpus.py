@@ -88,7 +88,7 @@ write("tokenizer", "invalid_utf8", b"\xc3\x28 \xe2\x82 \xf0\x9f\x98 hello")
 
 # The structured harnesses read bytes through fuzz::input: random seeds of a few lengths, and for each
 # mode of the trees harness (first byte 0, 1, 2) a seed that selects it.
-for harness in ["trees", "builders", "verifiers"]:
+for harness in ["trees", "builders", "verifiers", "primitives"]:
     for i, n in enumerate([16, 64, 256, 1024]):
         data = bytes(rng.randrange(256) for _ in range(n))
         if harness == "trees":

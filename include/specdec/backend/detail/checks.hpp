@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -53,13 +54,17 @@ inline void check_k(const char* where, index_t k, index_t cols) {
   SPECDEC_EXPECTS(k >= 1 && k <= cols, where, "k = ", k, " is out of range; expected 1 <= k <= V = ", cols);
 }
 
-/// Temperature >= 0 where 0 means greedy, or > 0 where the quantity has no greedy limit.
+/// Temperature >= 0 where 0 means greedy, or > 0 where the quantity has no greedy limit. A positive
+/// temperature must be at least 4 / FLT_MAX (~1.2e-38): the kernels scale by 1 / T and by 1 / T times
+/// log2(e), and a smaller T makes that scale infinite and an entry at the row maximum 0 * inf = NaN.
 template <class T>
 void check_temperature(const char* where, T temperature, bool zero_allowed) {
+  constexpr T smallest = T(4) / std::numeric_limits<T>::max();
   SPECDEC_EXPECTS(std::isfinite(static_cast<double>(temperature)) &&
-                      (zero_allowed ? temperature >= T(0) : temperature > T(0)),
+                      (zero_allowed ? temperature >= T(0) : temperature > T(0)) &&
+                      (temperature == T(0) || temperature >= smallest),
                   where, "temperature = ", temperature, " is out of range; expected a finite value ",
-                  zero_allowed ? ">= 0 (0 means greedy)" : "> 0");
+                  zero_allowed ? ">= 0 (0 means greedy)" : "> 0", " and, when positive, >= ", smallest);
 }
 
 inline const char* describe(fault f) {
