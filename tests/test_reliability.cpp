@@ -275,3 +275,41 @@ TEST_CASE_TEMPLATE("row primitives reject a temperature whose reciprocal scale o
   h.b.row_softmax(rows, 1.2e-38f, probs);
   CHECK(h.down(out) == std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f});
 }
+
+TEST_CASE("the lenience helpers check that p and q are distributions") {
+  const std::vector<double> p = {0.5, 0.5}, heavy = {1.0, 1.0}, nan_row = {std::nan(""), 1.0};
+  CHECK(contains(error_of([&] { (void)sampling::lenient_acceptance_rate(heavy, p); }), "p sums to 2"));
+  CHECK(contains(error_of([&] { (void)sampling::lenient_acceptance_rate(p, nan_row); }), "q[0] = nan"));
+  CHECK(contains(error_of([&] { (void)sampling::lenient_output_distribution(p, heavy, 0.5); }), "q sums to 2"));
+  const std::vector<float> bad = {0.7f, -0.1f, 0.4f};
+  CHECK(contains(error_of([&] { (void)sampling::lenient_greedy_accepts(bad, 0, 1.0f); }), "target_probs[1] = -0.1"));
+  CHECK(sampling::lenient_acceptance_rate(p, p) == doctest::Approx(1.0));
+}
+
+TEST_CASE("tree buffers validate a hand-filled draft_tree instead of indexing through its parents") {
+  // A draft_tree is a plain struct an engine may fill itself; a parent index past the end made
+  // retrieve_paths, child_links and the masks read and write out of bounds.
+  specdec::draft_tree bad{{5, 6, 7}, {-1, 0, 9}, {0, 1, 2}, {0, 0, 0}};
+  std::vector<std::int32_t> links(3);
+  std::vector<std::uint8_t> dense(9);
+  std::vector<std::int32_t> packed(3);
+  std::vector<std::uint8_t> bits(3);
+  std::vector<std::int64_t> positions(3);
+  const std::string expected = "node 2 has parent 9";
+  CHECK(contains(error_of([&] { (void)specdec::retrieve_paths(bad); }), expected));
+  CHECK(contains(error_of([&] { (void)specdec::leaf_flags(bad); }), expected));
+  CHECK(contains(error_of([&] { (void)specdec::depth_offsets(bad); }), expected));
+  CHECK(contains(error_of([&] {
+                   specdec::child_links(bad, specdec::vector_view<std::int32_t>(links.data(), 3),
+                                        specdec::vector_view<std::int32_t>(links.data(), 3));
+                 }),
+                 expected));
+  CHECK(contains(error_of([&] { specdec::tree_mask_dense(bad, 0, specdec::matrix_view<std::uint8_t>(dense.data(), 3, 3)); }), expected));
+  CHECK(contains(error_of([&] { specdec::tree_mask_packed_int32(bad, specdec::matrix_view<std::int32_t>(packed.data(), 3, 1)); }), expected));
+  CHECK(contains(error_of([&] { specdec::tree_mask_bitpacked_rows(bad, specdec::vector_view<std::uint8_t>(bits.data(), 3)); }), expected));
+  CHECK(contains(error_of([&] { specdec::tree_positions(bad, 0, specdec::vector_view<std::int64_t>(positions.data(), 3)); }), expected));
+  const auto chain = sampling::make_chain(1, std::vector<std::int32_t>{2});
+  CHECK(contains(error_of([&] { specdec::tree_positions(chain, -4, specdec::vector_view<std::int64_t>(positions.data(), 2)); }),
+                 "prefix_length = -4"));
+  CHECK(contains(error_of([&] { (void)sampling::padded_tokens({}, -1); }), "width = -1"));
+}

@@ -30,10 +30,12 @@ void for_each_ancestor_or_self(const draft_tree& tree, Visit&& visit) {
 /// Dense mask `[n x (prefix_length + n)]`: columns [0, prefix_length) are the prefix (all set),
 /// column prefix_length + j is tree node j. `out` holds any type constructible from 0 and 1 (bool,
 /// uint8_t, float, ...). With prefix_length = 0 this is EAGLE's / Medusa's `tree_mask`.
-/// \throws invalid_argument when out is not `[n x (prefix_length + n)]` or prefix_length < 0.
+/// \throws invalid_argument on a malformed tree (validate), when out is not `[n x (prefix_length + n)]`
+/// or prefix_length < 0.
 template <class M>
 void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<M> out) {
   constexpr const char* where = "specdec::tree_mask_dense";
+  validate(tree);
   const index_t n = tree.size();
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == prefix_length + n, where, "out is ", out.rows(), " x ",
@@ -57,8 +59,9 @@ void tree_mask_additive(const draft_tree& tree, index_t prefix_length, matrix_vi
 /// TensorRT-LLM's packed mask of the tree part: `[n x ceil(n / 32)]` int32 words; bit b of word w of
 /// row i is set iff node i attends node 32 w + b (bit 0 = root). Bit 31 makes a word negative
 /// (two's complement), as TensorRT-LLM stores it.
-/// \throws invalid_argument when out is not `[n x ceil(n / 32)]`.
+/// \throws invalid_argument on a malformed tree (validate) or when out is not `[n x ceil(n / 32)]`.
 inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int32_t> out) {
+  validate(tree);
   const index_t n = tree.size(), words = (n + 31) / 32;
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
                   " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
@@ -72,10 +75,12 @@ inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int3
 
 /// SGLang's QLEN_ONLY_BITPACKING rows: one little-endian item per node, bit j = tree column j (bit 0 =
 /// root). `Item` is uint8_t, uint16_t or uint32_t, as SGLang picks for n <= 8, 16, 32.
-/// \param out host `[n]`. \throws invalid_argument when n exceeds the item's bits or on a length mismatch.
+/// \param out host `[n]`. \throws invalid_argument on a malformed tree (validate), when n exceeds the
+/// item's bits or on a length mismatch.
 template <class Item>
 void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
   constexpr const char* where = "specdec::tree_mask_bitpacked_rows";
+  validate(tree);
   const index_t n = tree.size();
   SPECDEC_EXPECTS(n <= static_cast<index_t>(8 * sizeof(Item)), where, "the tree has ", n,
                   " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,25 +28,40 @@ inline void check_lenience(const char* where, double lenience) {
 inline void check_same_length(const char* where, std::size_t p, std::size_t q) {
   SPECDEC_EXPECTS(p == q, where, "target has ", p, " entries and draft ", q, "; expected equal lengths");
 }
+/// A host distribution these helpers read: every entry in [0, 1] (NaN fails), summing to 1 within 1e-4.
+template <class T>
+void check_distribution(const char* where, const char* name, std::span<const T> p) {
+  double total = 0.0;
+  for (std::size_t x = 0; x < p.size(); ++x) {
+    SPECDEC_EXPECTS(p[x] >= T(0) && p[x] <= T(1), where, name, "[", x, "] = ", p[x], "; expected a probability in [0, 1]");
+    total += static_cast<double>(p[x]);
+  }
+  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= 1e-4, where, name, " sums to ", total, "; expected 1 within 1e-4");
+}
 }  // namespace detail
 
 /// Lenient greedy test: accept x iff p(x) >= l * max_y p(y); l = 1 is the exact argmax match (ties
-/// included). \param target_probs host `[V]`. \throws invalid_argument on l outside (0, 1] or x outside [0, V).
+/// included). \param target_probs host `[V]`. \throws invalid_argument on l outside (0, 1], x outside [0, V),
+/// or target_probs not a distribution.
 inline bool lenient_greedy_accepts(std::span<const float> target_probs, std::int32_t x, float lenience) {
   constexpr const char* where = "specdec::sampling::lenient_greedy_accepts";
   detail::check_lenience(where, lenience);
   SPECDEC_EXPECTS(x >= 0 && static_cast<std::size_t>(x) < target_probs.size(), where, "token ", x,
                   " is outside the vocabulary of ", target_probs.size());
+  detail::check_distribution(where, "target_probs", target_probs);
   const float best = *std::max_element(target_probs.begin(), target_probs.end());
   return target_probs[static_cast<std::size_t>(x)] >= lenience * best;
 }
 
 /// Acceptance rate of one lenient position: alpha_l = sum_x q(x) min(1, p(x) / (l q(x))) = sum_x
-/// min(p(x) / l, q(x)); l = 1 gives sum min(p, q) = 1 - TV(p, q). \param p, q host `[V]`.
+/// min(p(x) / l, q(x)); l = 1 gives sum min(p, q) = 1 - TV(p, q). \param p, q host `[V]` distributions.
+/// \throws invalid_argument on l outside (0, 1], lengths that differ, or p / q not distributions.
 inline double lenient_acceptance_rate(std::span<const double> p, std::span<const double> q, double lenience = 1.0) {
   constexpr const char* where = "specdec::sampling::lenient_acceptance_rate";
   detail::check_lenience(where, lenience);
   detail::check_same_length(where, p.size(), q.size());
+  detail::check_distribution(where, "p", p);
+  detail::check_distribution(where, "q", q);
   double alpha = 0.0;
   for (std::size_t x = 0; x < p.size(); ++x) alpha += std::min(p[x] / lenience, q[x]);
   return alpha;
@@ -53,6 +69,7 @@ inline double lenient_acceptance_rate(std::span<const double> p, std::span<const
 
 /// Distribution of the token one lenient position emits (accepted draft or residual draw):
 /// P(x) = min(q(x), p(x) / l) + (1 - alpha_l) norm(max(0, p - l q))(x). Equals p when l = 1.
+/// \throws invalid_argument as lenient_acceptance_rate.
 inline std::vector<double> lenient_output_distribution(std::span<const double> p, std::span<const double> q,
                                                        double lenience) {
   constexpr const char* where = "specdec::sampling::lenient_output_distribution";

@@ -479,6 +479,7 @@ inline draft_tree make_chain(std::int32_t root_token, std::span<const std::int32
 /// Emitted tokens of a batch padded to `[batch x width]` with -1 (vLLM's and FlashInfer's layout,
 /// width = max drafts + 1). \throws invalid_argument when a request emitted more than `width` tokens.
 inline std::vector<std::int32_t> padded_tokens(std::span<const speculative_result> results, index_t width) {
+  SPECDEC_EXPECTS(width >= 0, "specdec::sampling::padded_tokens", "width = ", width, "; expected >= 0");
   std::vector<std::int32_t> out(results.size() * static_cast<std::size_t>(width), -1);
   for (std::size_t r = 0; r < results.size(); ++r) {
     SPECDEC_EXPECTS(static_cast<index_t>(results[r].tokens.size()) <= width, "specdec::sampling::padded_tokens",

@@ -92,17 +92,21 @@ inline draft_tree make_tree(std::vector<std::int32_t> tokens, const std::vector<
 }
 
 /// Per-node positions: `positions[i] = prefix_length + depth[i]`.
-/// \param positions host `[tree.size()]`. \throws invalid_argument on a length mismatch.
+/// \param positions host `[tree.size()]`. \throws invalid_argument on a malformed tree (validate), a
+/// negative prefix_length or a length mismatch.
 template <class Int>
 void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<Int> positions) {
+  validate(tree);
+  SPECDEC_EXPECTS(prefix_length >= 0, "specdec::tree_positions", "prefix_length = ", prefix_length, "; expected >= 0");
   SPECDEC_EXPECTS(positions.size() == tree.size(), "specdec::tree_positions", "positions has ", positions.size(),
                   " entries; expected one per node (", tree.size(), ")");
   for (index_t i = 0; i < tree.size(); ++i)
     positions(i) = static_cast<Int>(prefix_length + tree.depth[static_cast<std::size_t>(i)]);
 }
 
-/// Whether each node is a leaf (has no child).
+/// Whether each node is a leaf (has no child). \throws invalid_argument on a malformed tree (validate).
 inline std::vector<bool> leaf_flags(const draft_tree& tree) {
+  validate(tree);
   std::vector<bool> leaf(static_cast<std::size_t>(tree.size()), true);
   for (index_t i = 1; i < tree.size(); ++i) leaf[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])] = false;
   return leaf;
@@ -116,7 +120,8 @@ inline std::vector<bool> leaf_flags(const draft_tree& tree) {
 enum class path_order { node_index, lexicographic, reverse_node_index };
 
 /// Root-to-leaf paths: one row per leaf, `max_depth + 1` columns, node indices root..leaf padded with
-/// -1; column 0 is always 0. A root-only tree has one row `[0]`.
+/// -1; column 0 is always 0. A root-only tree has one row `[0]`. \throws invalid_argument on a malformed
+/// tree (validate).
 /// \returns row-major `[leaves x (max_depth + 1)]` with its row count.
 struct retrieve_paths_result {
   std::vector<std::int32_t> paths;
@@ -159,10 +164,12 @@ inline retrieve_paths_result retrieve_paths(const draft_tree& tree, path_order o
 /// First-child / next-sibling links: `first_child[i]` = lowest-index child of i, `next_sibling[i]` =
 /// the next child of i's parent in index order, -1 for none (SGLang's `retrive_next_token` /
 /// `retrive_next_sibling`, TensorRT-LLM's dynamic-tree links).
-/// \param first_child, next_sibling host `[tree.size()]`. \throws invalid_argument on a length mismatch.
+/// \param first_child, next_sibling host `[tree.size()]`. \throws invalid_argument on a malformed tree
+/// (validate) or a length mismatch.
 template <class Int>
 void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_view<Int> next_sibling) {
   constexpr const char* where = "specdec::child_links";
+  validate(tree);
   SPECDEC_EXPECTS(first_child.size() == tree.size() && next_sibling.size() == tree.size(), where,
                   "first_child has ", first_child.size(), " and next_sibling ", next_sibling.size(),
                   " entries; expected one per node (", tree.size(), ") in each");
@@ -177,8 +184,9 @@ void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_vi
 
 /// Per-depth offsets: nodes of depth d are [offsets[d], offsets[d + 1]) (level order guarantees they
 /// are contiguous). \returns `max_depth + 2` entries.
-/// \throws invalid_argument when the tree is not in level order (a depth decreases).
+/// \throws invalid_argument on a malformed tree (validate) or one not in level order (a depth decreases).
 inline std::vector<index_t> depth_offsets(const draft_tree& tree) {
+  validate(tree);
   std::vector<index_t> offsets(static_cast<std::size_t>(tree.max_depth() + 2), 0);
   for (index_t i = 0; i < tree.size(); ++i) {
     if (i > 0)
