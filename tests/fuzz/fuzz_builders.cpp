@@ -76,7 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fuzz::require(std::is_sorted(r.selected.begin(), r.selected.end()) &&
                         std::adjacent_find(r.selected.begin(), r.selected.end()) == r.selected.end(),
                     "selected sorted and distinct");
-      fuzz::require(static_cast<index_t>(r.parent_list.size()) == 1 + cfg.depth * k, "parent_list length",
+      // SGLang's parent list: (bs, 0) with no expansion, else the root group and every frontier node.
+      fuzz::require(static_cast<index_t>(r.parent_list.size()) == (cfg.depth == 0 ? 0 : 1 + cfg.depth * k), "parent_list length",
                     static_cast<long long>(r.parent_list.size()));
       for (index_t i = 1; i < t.size(); ++i) {
         const auto p = static_cast<std::size_t>(t.parent[static_cast<std::size_t>(i)]);
