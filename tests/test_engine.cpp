@@ -302,60 +302,6 @@ TEST_CASE("engine: every drafter's greedy output equals vanilla greedy decoding"
   for (auto t : s1.tokens) CHECK((t >= 0 && t < model.config().vocab));
 }
 
-TEST_CASE("engine: the cost-aware draft length weighs measured acceptance against measured forward cost") {
-  engine::forward_cost cost;
-  CHECK(cost(4) == 0.0);
-  cost.record(1, 1.0);
-  CHECK(cost(1) == 1.0);
-  CHECK(cost(3) == 1.0);  // never measured: as cheap as the largest measured smaller row count
-  for (double s : {1.2, 1.1, 9.0, 1.1, 1.0}) cost.record(2, s);  // one preempted forward (9.0) does not move the median
-  CHECK(cost(2) == doctest::Approx(1.1));
-  cost.record(4, 2.0);
-  cost.record(3, 0.5);  // noise below a smaller row count's cost: costs stay non-decreasing
-  CHECK(cost(3) == doctest::Approx(1.1));
-  CHECK(cost(4) == 2.0);
-  CHECK(cost(9) == 2.0);
-
-  engine::acceptance_by_depth acceptance;
-  CHECK(acceptance.rate(1) == 0.5);
-  for (int i = 0; i < 400; ++i) acceptance.record(i % 5 == 0 ? 0 : 3, 3);  // depth 1 accepted 4 times in 5
-  CHECK(acceptance.rate(1) == doctest::Approx(0.8).epsilon(0.03));
-  CHECK(acceptance.rate(2) == doctest::Approx(1.0).epsilon(0.03));
-  // Expected tokens of a chain: 1 + a1 + a1 a2 + a1 a2 a3.
-  const double a1 = acceptance.rate(1), a2 = acceptance.rate(2), a3 = acceptance.rate(3);
-  CHECK(acceptance.expected_tokens(3) == doctest::Approx(1 + a1 + a1 * a2 + a1 * a2 * a3));
-
-  // Costs 1, 1.1, 1.1, 2 for 1..4 rows: three drafts (4 rows) would double the cost for < 1 more token.
-  CHECK(engine::best_draft_length(acceptance, cost, 0.0, 3) == 2);
-  CHECK(engine::best_draft_length(acceptance, cost, 0.0, 1) == 1);
-  engine::acceptance_by_depth hopeless;
-  for (int i = 0; i < 100; ++i) hopeless.record(0, 2);
-  CHECK(engine::best_draft_length(hopeless, cost, 0.0, 3) == 0);  // drafting does not pay: verify the root alone
-  CHECK(engine::best_draft_length(acceptance, engine::forward_cost{}, 0.0, 5) == 5);  // nothing measured yet
-  // A draft token as dear as a target forward: 1.8 tokens for 2.1 s loses to 1 token for 1 s.
-  CHECK(engine::best_draft_length(acceptance, cost, 1.0, 3) == 0);
-
-  // Where drafting does not pay the policy probes with one token after 16, then 32, 64 ... idle steps.
-  engine::draft_length_policy policy(4);
-  CHECK(policy.choose() == 1);  // nothing measured: the cheapest informative draft
-  policy.target_forward_timed(1, 1.0);
-  policy.target_forward_timed(2, 1.5);
-  policy.draft_token_timed(0.5);
-  for (int i = 0; i < 50; ++i) policy.verified(0, 1);
-  std::vector<int> probes;
-  for (int step = 1; step <= 16 + 32 + 64; ++step)
-    if (const auto length = policy.choose(); length > 0) {
-      CHECK(length == 1);
-      probes.push_back(step);
-      policy.verified(0, 1);
-    }
-  CHECK(probes == std::vector<int>{16, 48, 112});
-  // Evidence that drafting pays (every draft accepted) resumes drafting at the length that pays most.
-  for (int i = 0; i < 100; ++i) policy.verified(4, 4);
-  policy.target_forward_timed(5, 1.6);
-  CHECK(policy.choose() == 4);
-}
-
 TEST_CASE("engine: SmolLM2-135M-Instruct, when present, answers and round-trips its tokenizer") {
   const auto path = cached_model_path();
   if (path.empty() || !std::filesystem::exists(path)) {

@@ -24,9 +24,11 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/admg.hpp>
+#include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/tree/eagle2.hpp>
+#include <specdec/tree/ngram.hpp>
 #include <specdec/tree/tree.hpp>
 
 #include "llama.hpp"
@@ -216,144 +218,9 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
 }
 
 // ---------------------------------------------------------------------------------------------------
-/// Measured wall time of a target forward by its number of rows: the hardware half of a draft-length
-/// policy. On a CPU the cost is flat for a few rows (the weights stream from memory either way) and
-/// then grows with the rows (compute); on an accelerator it stays flat much longer. A row count keeps
-/// the median of its last samples (a forward preempted by another process does not move it), and the
-/// costs are made non-decreasing in the rows. A row count never measured is assumed to cost what the
-/// largest measured smaller one costs: optimistic, so that a policy tries it and learns its price.
-class forward_cost {
- public:
-  void record(index_t rows, double seconds) {
-    if (rows < 1) return;
-    if (static_cast<index_t>(samples_.size()) < rows) samples_.resize(static_cast<std::size_t>(rows));
-    auto& s = samples_[static_cast<std::size_t>(rows - 1)];
-    s.push_back(seconds);
-    if (s.size() > window) s.erase(s.begin());
-  }
-  /// Seconds for a forward of `rows` rows; 0 until anything is measured.
-  double operator()(index_t rows) const {
-    double cost = 0, cheapest = 0;
-    for (index_t r = 1; r <= static_cast<index_t>(samples_.size()); ++r) {
-      auto s = samples_[static_cast<std::size_t>(r - 1)];
-      if (s.empty()) continue;
-      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
-      const double median = s[s.size() / 2];
-      if (r <= rows) cost = std::max(cost, median);
-      cheapest = cheapest == 0 ? median : std::min(cheapest, median);
-    }
-    return cost > 0 ? cost : cheapest;  // below every measured row count: as cheap as the cheapest
-  }
-
- private:
-  static constexpr std::size_t window = 15;
-  std::vector<std::vector<double>> samples_;  ///< [rows - 1]: the most recent forward times
-};
-
-/// Acceptance of a chain draft by depth: a_i = P(draft token i accepted | tokens 1..i-1 accepted),
-/// counted from verifications (a chain of L tokens with A accepted is a trial at depths 1..min(A+1, L)
-/// and a success at depths 1..A). Older verifications fade (weight 0.97 per verification, about the
-/// last 30 count) so that the estimate follows the text; depths with few trials lean on the pooled
-/// rate (a pseudo-count of 4).
-class acceptance_by_depth {
- public:
-  void record(index_t accepted, index_t drafted) {
-    const index_t tried = std::min(accepted + 1, drafted);
-    if (static_cast<index_t>(trials_.size()) < tried) {
-      trials_.resize(static_cast<std::size_t>(tried), 0);
-      successes_.resize(static_cast<std::size_t>(tried), 0);
-    }
-    for (std::size_t i = 0; i < trials_.size(); ++i) {
-      trials_[i] *= fade;
-      successes_[i] *= fade;
-    }
-    for (index_t i = 0; i < tried; ++i) {
-      ++trials_[static_cast<std::size_t>(i)];
-      if (i < accepted) ++successes_[static_cast<std::size_t>(i)];
-    }
-  }
-  /// Rate at depth `depth` (1-based); a uniform prior (0.5) before any trial.
-  double rate(index_t depth) const {
-    double pooled_trials = 0, pooled_successes = 0;
-    for (std::size_t i = 0; i < trials_.size(); ++i) {
-      pooled_trials += trials_[i];
-      pooled_successes += successes_[i];
-    }
-    const double pooled = (pooled_successes + 1) / (pooled_trials + 2);
-    const auto i = static_cast<std::size_t>(depth - 1);
-    if (i >= trials_.size()) return pooled;
-    return (successes_[i] + 4 * pooled) / (trials_[i] + 4);
-  }
-  /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
-  double expected_tokens(index_t length) const {
-    double expected = 1, reach = 1;
-    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i));
-    return expected;
-  }
-
- private:
-  static constexpr double fade = 0.97;
-  std::vector<double> trials_, successes_;
-};
-
-/// The draft length that maximises expected committed tokens per second,
-/// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
-/// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
-/// is measured every length costs the same and the longest wins (and gets measured).
-inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
-                                 index_t longest) {
-  index_t best = 0;
-  double best_rate = 0;
-  for (index_t length = 0; length <= longest; ++length) {
-    double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
-    if (seconds <= 0) seconds = 1.0;
-    const double rate = acceptance.expected_tokens(length) / seconds;
-    if (rate > best_rate) {
-      best_rate = rate;
-      best = length;
-    }
-  }
-  return best;
-}
-
-/// A drafter's draft-length policy against the clock: measured acceptance by depth, measured target
-/// forward cost by rows and measured cost of one draft token, combined by best_draft_length. Where
-/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles
-/// (16 up to 512 steps) each time the evidence still says no: without drafts there would be no
-/// evidence to resume on, and a longer probe would cost more than it could show.
-class draft_length_policy {
- public:
-  explicit draft_length_policy(index_t longest) : longest_(longest) {}
-  /// The length for the step that starts now (0: verify the root alone). The first draft is one
-  /// token: it prices a draft token and a two-row verification at the least cost; longer lengths are
-  /// tried from there while their forwards are still unmeasured (forward_cost's optimism).
-  index_t choose() {
-    if (target_cost_(1) == 0) return std::min<index_t>(1, longest_);
-    const index_t length = best_draft_length(acceptance_, target_cost_, draft_cost_(1), longest_);
-    if (length > 0) {
-      interval_ = first_interval;
-      idle_ = 0;
-      return length;
-    }
-    if (++idle_ < interval_) return 0;
-    idle_ = 0;
-    interval_ = std::min<index_t>(2 * interval_, last_interval);
-    return 1;
-  }
-  void verified(index_t accepted, index_t drafted) {
-    if (drafted > 0) acceptance_.record(accepted, drafted);
-  }
-  void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
-  void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
-  const acceptance_by_depth& acceptance() const noexcept { return acceptance_; }
-
- private:
-  static constexpr index_t first_interval = 16, last_interval = 512;
-  index_t longest_;
-  acceptance_by_depth acceptance_;
-  forward_cost target_cost_, draft_cost_;
-  index_t idle_ = 0, interval_ = first_interval;
-};
+// The draft-length policy (measured acceptance by depth against measured forward costs) is the
+// library's: specdec/policy/draft_length.hpp.
+using specdec::policy::draft_length_policy;
 
 // ---------------------------------------------------------------------------------------------------
 /// Prompt lookup (n-gram) drafting: the longest suffix of the context (max_ngram down to min_ngram
@@ -366,8 +233,9 @@ class prompt_lookup_drafter : public drafter {
     index_t max_ngram = 3, min_ngram = 2;
     index_t draft_length = 8;  ///< the most tokens per continuation
     index_t branches = 1;
-    /// Choose each draft's length by best_draft_length: the acceptance measured by depth against the
-    /// measured cost of verifying that many rows. Off: always draft_length tokens when a match has them.
+    /// Choose each draft's length by specdec::policy::draft_length_policy: the acceptance measured by
+    /// depth against the measured cost of verifying that many rows. Off: always draft_length tokens
+    /// when a match has them.
     bool cost_aware = true;
   };
   explicit prompt_lookup_drafter(parameters p) : p_(p), policy_(p.draft_length) {}
@@ -376,50 +244,12 @@ class prompt_lookup_drafter : public drafter {
   std::string name() const override { return p_.branches > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
 
   draft propose(draft_context& ctx) override {
-    const auto& s = ctx.sequence;
-    const auto len = static_cast<index_t>(s.size());
     const index_t length = p_.cost_aware ? policy_.choose() : p_.draft_length;
-    std::vector<std::vector<std::int32_t>> continuations;
-    for (index_t g = std::min(p_.max_ngram, len - 1); length > 0 && g >= p_.min_ngram && continuations.empty(); --g) {
-      for (index_t start = len - g - 1; start >= 0 && static_cast<index_t>(continuations.size()) < p_.branches; --start) {
-        if (!std::equal(s.begin() + start, s.begin() + start + g, s.end() - g)) continue;
-        std::vector<std::int32_t> c(s.begin() + start + g, s.begin() + std::min(len, start + g + length));
-        if (c.empty() || std::find(continuations.begin(), continuations.end(), c) != continuations.end()) continue;
-        continuations.push_back(std::move(c));
-      }
-    }
-    // Merge into a trie rooted at the committed token (node order: insertion, parents first).
-    std::vector<std::int32_t> tokens = {s.back()}, parents = {-1};
-    for (const auto& c : continuations) {
-      std::int32_t node = 0;
-      for (auto token : c) {
-        std::int32_t child = -1;
-        for (std::size_t i = 1; i < tokens.size(); ++i)
-          if (parents[i] == node && tokens[i] == token) child = static_cast<std::int32_t>(i);
-        if (child < 0) {
-          tokens.push_back(token);
-          parents.push_back(node);
-          child = static_cast<std::int32_t>(tokens.size() - 1);
-        }
-        node = child;
-      }
-    }
-    return {breadth_first(tokens, parents), {}, {}};
-  }
-
-  /// specdec trees are breadth-first (every parent before its child, depths non-decreasing).
-  static specdec::draft_tree breadth_first(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& parents) {
-    std::vector<std::int32_t> depth(tokens.size(), 0), order;
-    for (std::size_t i = 1; i < tokens.size(); ++i) depth[i] = depth[static_cast<std::size_t>(parents[i])] + 1;
-    for (std::size_t i = 0; i < tokens.size(); ++i) order.push_back(static_cast<std::int32_t>(i));
-    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return depth[static_cast<std::size_t>(a)] < depth[static_cast<std::size_t>(b)]; });
-    std::vector<std::int32_t> where(tokens.size()), t, p;
-    for (std::size_t i = 0; i < order.size(); ++i) where[static_cast<std::size_t>(order[i])] = static_cast<std::int32_t>(i);
-    for (auto o : order) {
-      t.push_back(tokens[static_cast<std::size_t>(o)]);
-      p.push_back(o == 0 ? -1 : where[static_cast<std::size_t>(parents[static_cast<std::size_t>(o)])]);
-    }
-    return specdec::make_tree(std::move(t), p);
+    specdec::ngram_options options;
+    options.max_ngram = p_.max_ngram;
+    options.min_ngram = p_.min_ngram;
+    options.branches = p_.branches;
+    return {specdec::propose_ngram(ctx.sequence, length, options), {}, {}};
   }
 
  private:

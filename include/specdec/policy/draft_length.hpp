@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief How many tokens to draft, decided against the clock: measured acceptance by depth, measured
+/// target-forward cost by row count, measured cost of one draft token. A drafter that follows it is
+/// never slower than not drafting: where drafting does not pay it drafts nothing and only probes now
+/// and then. Host-only bookkeeping, a few hundred bytes; no engine types.
+///
+/// An engine reports each verification (`verified(accepted, drafted)`), the wall time of each target
+/// forward by its number of rows (`target_forward_timed`) and, for drafters that run a model, the time
+/// of one draft token (`draft_token_timed`); `choose()` gives the length of the next draft.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::policy {
+
+/// Measured wall time of a target forward by its number of rows: the hardware half of the policy. On a
+/// CPU the cost is flat for a few rows (the weights stream from memory either way) and then grows with
+/// the rows (compute); on an accelerator it stays flat much longer. A row count keeps the median of its
+/// last 15 samples (a forward preempted by another process does not move it), and costs are made
+/// non-decreasing in the rows. A row count never measured costs what the largest measured smaller one
+/// costs: optimistic, so that a policy tries it and learns its price.
+class forward_cost {
+ public:
+  /// \throws invalid_argument on rows < 1 or seconds that are negative or not finite.
+  void record(index_t rows, double seconds) {
+    constexpr const char* where = "specdec::policy::forward_cost::record";
+    SPECDEC_EXPECTS(rows >= 1, where, "rows = ", rows, "; expected a forward of at least one row");
+    SPECDEC_EXPECTS(seconds >= 0.0 && std::isfinite(seconds), where, "seconds = ", seconds, "; expected a finite time >= 0");
+    if (static_cast<index_t>(samples_.size()) < rows) samples_.resize(static_cast<std::size_t>(rows));
+    auto& s = samples_[static_cast<std::size_t>(rows - 1)];
+    s.push_back(seconds);
+    if (s.size() > window) s.erase(s.begin());
+  }
+  /// Seconds for a forward of `rows` rows; 0 until anything is measured.
+  double operator()(index_t rows) const {
+    double cost = 0, cheapest = 0;
+    for (index_t r = 1; r <= static_cast<index_t>(samples_.size()); ++r) {
+      auto s = samples_[static_cast<std::size_t>(r - 1)];
+      if (s.empty()) continue;
+      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+      const double median = s[s.size() / 2];
+      if (r <= rows) cost = std::max(cost, median);
+      cheapest = cheapest == 0 ? median : std::min(cheapest, median);
+    }
+    return cost > 0 ? cost : cheapest;  // below every measured row count: as cheap as the cheapest
+  }
+
+ private:
+  static constexpr std::size_t window = 15;
+  std::vector<std::vector<double>> samples_;  ///< [rows - 1]: the most recent forward times
+};
+
+/// Acceptance of a chain draft by depth: a_i = P(draft token i accepted | tokens 1..i-1 accepted),
+/// counted from verifications (a chain of L tokens with A accepted is a trial at depths 1..min(A+1, L)
+/// and a success at depths 1..A). Older verifications fade (weight 0.97 per verification, about the
+/// last 30 count) so that the estimate follows the text; depths with few trials lean on the pooled
+/// rate (a pseudo-count of 4). For a tree, report its accepted length and its depth.
+class acceptance_by_depth {
+ public:
+  /// \throws invalid_argument unless 0 <= accepted <= drafted.
+  void record(index_t accepted, index_t drafted) {
+    SPECDEC_EXPECTS(accepted >= 0 && accepted <= drafted, "specdec::policy::acceptance_by_depth::record", "accepted = ",
+                    accepted, ", drafted = ", drafted, "; expected 0 <= accepted <= drafted");
+    const index_t tried = std::min(accepted + 1, drafted);
+    if (static_cast<index_t>(trials_.size()) < tried) {
+      trials_.resize(static_cast<std::size_t>(tried), 0);
+      successes_.resize(static_cast<std::size_t>(tried), 0);
+    }
+    for (std::size_t i = 0; i < trials_.size(); ++i) {
+      trials_[i] *= fade;
+      successes_[i] *= fade;
+    }
+    for (index_t i = 0; i < tried; ++i) {
+      ++trials_[static_cast<std::size_t>(i)];
+      if (i < accepted) ++successes_[static_cast<std::size_t>(i)];
+    }
+  }
+  /// Rate at depth `depth` (1-based); a uniform prior (0.5) before any trial.
+  double rate(index_t depth) const {
+    double pooled_trials = 0, pooled_successes = 0;
+    for (std::size_t i = 0; i < trials_.size(); ++i) {
+      pooled_trials += trials_[i];
+      pooled_successes += successes_[i];
+    }
+    const double pooled = (pooled_successes + 1) / (pooled_trials + 2);
+    if (depth < 1 || depth > static_cast<index_t>(trials_.size())) return pooled;
+    const auto i = static_cast<std::size_t>(depth - 1);
+    return (successes_[i] + 4 * pooled) / (trials_[i] + 4);
+  }
+  /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
+  double expected_tokens(index_t length) const {
+    double expected = 1, reach = 1;
+    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i));
+    return expected;
+  }
+
+ private:
+  static constexpr double fade = 0.97;
+  std::vector<double> trials_, successes_;
+};
+
+/// The draft length that maximises expected committed tokens per second,
+/// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
+/// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
+/// is measured every length costs the same and the longest wins (and gets measured).
+/// \throws invalid_argument on longest < 0 or draft_seconds negative or not finite.
+inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
+                                 index_t longest) {
+  constexpr const char* where = "specdec::policy::best_draft_length";
+  SPECDEC_EXPECTS(longest >= 0, where, "longest = ", longest, "; expected >= 0");
+  SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds), where, "draft_seconds = ", draft_seconds,
+                  "; expected a finite time >= 0");
+  index_t best = 0;
+  double best_rate = 0;
+  for (index_t length = 0; length <= longest; ++length) {
+    double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
+    if (seconds <= 0) seconds = 1.0;
+    const double rate = acceptance.expected_tokens(length) / seconds;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = length;
+    }
+  }
+  return best;
+}
+
+/// A drafter's draft-length policy: the three measurements above combined by best_draft_length. Where
+/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles (16 up
+/// to 512 steps) each time the evidence still says no: without drafts there would be no evidence to
+/// resume on, and a longer probe would cost more than it could show.
+class draft_length_policy {
+ public:
+  /// \param longest the most tokens a draft may have (>= 0). \throws invalid_argument on longest < 0.
+  explicit draft_length_policy(index_t longest) : longest_(longest) {
+    SPECDEC_EXPECTS(longest >= 0, "specdec::policy::draft_length_policy", "longest = ", longest, "; expected >= 0");
+  }
+  /// The length for the step that starts now (0: verify the root alone). The first draft is one
+  /// token: it prices a draft token and a two-row verification at the least cost; longer lengths are
+  /// tried from there while their forwards are still unmeasured (forward_cost's optimism).
+  index_t choose() {
+    if (target_cost_(1) == 0) return std::min<index_t>(1, longest_);
+    const index_t length = best_draft_length(acceptance_, target_cost_, draft_cost_(1), longest_);
+    if (length > 0) {
+      interval_ = first_interval;
+      idle_ = 0;
+      return length;
+    }
+    if (++idle_ < interval_) return 0;
+    idle_ = 0;
+    interval_ = std::min<index_t>(2 * interval_, last_interval);
+    return std::min<index_t>(1, longest_);
+  }
+  /// A verification of a draft of `drafted` tokens (its depth, for a tree) that accepted `accepted`.
+  /// Drafts of no tokens carry no evidence and are ignored. \throws as acceptance_by_depth::record.
+  void verified(index_t accepted, index_t drafted) {
+    if (drafted > 0) acceptance_.record(accepted, drafted);
+  }
+  /// Wall time of one target forward of `rows` rows. \throws as forward_cost::record.
+  void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
+  /// Wall time of drafting one token (drafters that run a model). \throws as forward_cost::record.
+  void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
+  const acceptance_by_depth& acceptance() const noexcept { return acceptance_; }
+  const forward_cost& target_cost() const noexcept { return target_cost_; }
+  index_t longest() const noexcept { return longest_; }
+
+ private:
+  static constexpr index_t first_interval = 16, last_interval = 512;
+  index_t longest_;
+  acceptance_by_depth acceptance_;
+  forward_cost target_cost_, draft_cost_;
+  index_t idle_ = 0, interval_ = first_interval;
+};
+
+}  // namespace specdec::policy

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine-facing drafting primitives on their own: the prompt-lookup (n-gram) proposer against a
+// plain scalar reference (every suffix length, recency, distinct continuations, the trie and its level
+// order) and the cost-aware draft-length policy (its cost model, acceptance estimate, choice and probes).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <specdec/policy/draft_length.hpp>
+#include <specdec/tree/ngram.hpp>
+
+#include "backend_conformance.hpp"
+
+using specdec::index_t;
+using conformance::error_of;
+
+namespace {
+
+/// The n-gram rule written the plain way: for g from max to min, scan every earlier start, newest
+/// first; the first g with a match decides.
+std::vector<std::vector<std::int32_t>> reference_continuations(const std::vector<std::int32_t>& h, index_t length, index_t max_g,
+                                                               index_t min_g, index_t branches) {
+  std::vector<std::vector<std::int32_t>> out;
+  const auto n = static_cast<index_t>(h.size());
+  if (length == 0) return out;
+  for (index_t g = max_g; g >= min_g; --g) {
+    if (g > n - 1) continue;
+    for (index_t start = n - g - 1; start >= 0; --start) {
+      bool same = true;
+      for (index_t i = 0; i < g; ++i) same = same && h[static_cast<std::size_t>(start + i)] == h[static_cast<std::size_t>(n - g + i)];
+      if (!same) continue;
+      std::vector<std::int32_t> c;
+      for (index_t i = start + g; i < n && i < start + g + length; ++i) c.push_back(h[static_cast<std::size_t>(i)]);
+      if (c.empty() || std::find(out.begin(), out.end(), c) != out.end()) continue;
+      if (static_cast<index_t>(out.size()) < branches) out.push_back(c);
+    }
+    if (!out.empty()) return out;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ngram proposer: continuations match the scalar reference on random histories") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const auto n = static_cast<std::size_t>(1 + rng() % 40);
+    const auto alphabet = static_cast<std::int32_t>(2 + rng() % 5);  // small alphabets repeat
+    std::vector<std::int32_t> h(n);
+    for (auto& t : h) t = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(alphabet));
+    specdec::ngram_options o;
+    o.min_ngram = static_cast<index_t>(1 + rng() % 3);
+    o.max_ngram = o.min_ngram + static_cast<index_t>(rng() % 3);
+    o.branches = static_cast<index_t>(1 + rng() % 4);
+    const auto length = static_cast<index_t>(rng() % 6);
+    CAPTURE(trial);
+    const auto got = specdec::ngram_continuations(h, length, o);
+    CHECK(got == reference_continuations(h, length, o.max_ngram, o.min_ngram, o.branches));
+    // The tree holds exactly the continuations' paths, in level order, each node's children distinct.
+    const auto tree = specdec::propose_ngram(h, length, o);
+    specdec::validate(tree);
+    CHECK(tree.token[0] == h.back());
+    std::vector<std::vector<std::int32_t>> paths;
+    for (index_t i = 1; i < tree.size(); ++i) {
+      std::vector<std::int32_t> path;
+      for (index_t node = i; node > 0; node = tree.parent[static_cast<std::size_t>(node)])
+        path.insert(path.begin(), tree.token[static_cast<std::size_t>(node)]);
+      paths.push_back(path);
+    }
+    for (const auto& c : got)
+      for (std::size_t k = 1; k <= c.size(); ++k)
+        CHECK(std::find(paths.begin(), paths.end(), std::vector<std::int32_t>(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k))) !=
+              paths.end());
+    auto sorted = paths;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());  // no duplicate node
+  }
+}
+
+TEST_CASE("ngram proposer: the longest suffix wins, the most recent match first, a trie for branches") {
+  //                              0  1  2  3  4  5  6  7  8  9 10 11
+  const std::vector<std::int32_t> h = {7, 1, 2, 3, 9, 1, 2, 4, 5, 8, 1, 2};
+  // Suffix [1, 2] occurred at 5 (then 4, 5) and at 1 (then 3, 9): the most recent first.
+  CHECK(specdec::ngram_continuations(h, 2, {3, 2, 2, 0}) ==
+        std::vector<std::vector<std::int32_t>>{{4, 5}, {3, 9}});
+  const auto chain = specdec::propose_ngram(h, 3, {3, 2, 1, 0});
+  CHECK(chain.token == std::vector<std::int32_t>{2, 4, 5, 8});
+  CHECK(chain.parent == std::vector<std::int32_t>{-1, 0, 1, 2});
+  const auto tree = specdec::propose_ngram(h, 2, {3, 2, 2, 0});
+  CHECK(tree.token == std::vector<std::int32_t>{2, 4, 3, 5, 9});  // level order: depth 1, then depth 2
+  CHECK(tree.parent == std::vector<std::int32_t>{-1, 0, 0, 1, 2});
+  // A longer suffix [8, 1, 2] never occurred, so g = 2 decides; with min_ngram 3 nothing matches.
+  CHECK(specdec::propose_ngram(h, 4, {3, 3, 1, 0}).size() == 1);
+  // max_history 6: the window 2, 4, 5, 8, 1, 2 holds no earlier [1, 2].
+  CHECK(specdec::propose_ngram(h, 4, {3, 2, 1, 6}).size() == 1);
+  CHECK(specdec::propose_ngram(h, 0).size() == 1);
+  CHECK(specdec::propose_ngram(std::vector<std::int32_t>{5}, 4).size() == 1);
+  // Shared prefixes become shared nodes.
+  const std::vector<std::int32_t> shared = {1, 2, 3, 4, 0, 1, 2, 3, 5, 0, 1, 2};
+  const auto trie = specdec::propose_ngram(shared, 2, {2, 2, 3, 0});
+  CHECK(trie.token == std::vector<std::int32_t>{2, 3, 5, 4});
+  CHECK(trie.parent == std::vector<std::int32_t>{-1, 0, 1, 1});
+}
+
+TEST_CASE("ngram proposer: bad input") {
+  const std::vector<std::int32_t> h = {1, 2, 1, 2};
+  CHECK(error_of([&] { (void)specdec::propose_ngram(std::vector<std::int32_t>{}, 3); }).find("history is empty") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(h, -1); }).find("length = -1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {1, 2, 1, 0}); }).find("min_ngram = 2, max_ngram = 1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {2, 0, 1, 0}); }).find("min_ngram = 0") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {2, 1, 0, 0}); }).find("branches = 0") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {2, 1, 1, -3}); }).find("max_history = -3") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::propose_ngram(std::vector<std::int32_t>{1, -4, 1}, 2); }).find("token -4") != std::string::npos);
+}
+
+TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acceptance against measured forward cost") {
+  specdec::policy::forward_cost cost;
+  CHECK(cost(4) == 0.0);
+  cost.record(1, 1.0);
+  CHECK(cost(1) == 1.0);
+  CHECK(cost(3) == 1.0);  // never measured: as cheap as the largest measured smaller row count
+  for (double s : {1.2, 1.1, 9.0, 1.1, 1.0}) cost.record(2, s);  // one preempted forward (9.0) does not move the median
+  CHECK(cost(2) == doctest::Approx(1.1));
+  cost.record(4, 2.0);
+  cost.record(3, 0.5);  // noise below a smaller row count's cost: costs stay non-decreasing
+  CHECK(cost(3) == doctest::Approx(1.1));
+  CHECK(cost(4) == 2.0);
+  CHECK(cost(9) == 2.0);
+
+  specdec::policy::acceptance_by_depth acceptance;
+  CHECK(acceptance.rate(1) == 0.5);
+  for (int i = 0; i < 400; ++i) acceptance.record(i % 5 == 0 ? 0 : 3, 3);  // depth 1 accepted 4 times in 5
+  CHECK(acceptance.rate(1) == doctest::Approx(0.8).epsilon(0.03));
+  CHECK(acceptance.rate(2) == doctest::Approx(1.0).epsilon(0.03));
+  // Expected tokens of a chain: 1 + a1 + a1 a2 + a1 a2 a3.
+  const double a1 = acceptance.rate(1), a2 = acceptance.rate(2), a3 = acceptance.rate(3);
+  CHECK(acceptance.expected_tokens(3) == doctest::Approx(1 + a1 + a1 * a2 + a1 * a2 * a3));
+
+  // Costs 1, 1.1, 1.1, 2 for 1..4 rows: three drafts (4 rows) would double the cost for < 1 more token.
+  CHECK(specdec::policy::best_draft_length(acceptance, cost, 0.0, 3) == 2);
+  CHECK(specdec::policy::best_draft_length(acceptance, cost, 0.0, 1) == 1);
+  specdec::policy::acceptance_by_depth hopeless;
+  for (int i = 0; i < 100; ++i) hopeless.record(0, 2);
+  CHECK(specdec::policy::best_draft_length(hopeless, cost, 0.0, 3) == 0);  // drafting does not pay: verify the root alone
+  CHECK(specdec::policy::best_draft_length(acceptance, specdec::policy::forward_cost{}, 0.0, 5) == 5);  // nothing measured yet
+  // A draft token as dear as a target forward: 1.8 tokens for 2.1 s loses to 1 token for 1 s.
+  CHECK(specdec::policy::best_draft_length(acceptance, cost, 1.0, 3) == 0);
+
+  // Where drafting does not pay the policy probes with one token after 16, then 32, 64 ... idle steps.
+  specdec::policy::draft_length_policy policy(4);
+  CHECK(policy.choose() == 1);  // nothing measured: the cheapest informative draft
+  policy.target_forward_timed(1, 1.0);
+  policy.target_forward_timed(2, 1.5);
+  policy.draft_token_timed(0.5);
+  for (int i = 0; i < 50; ++i) policy.verified(0, 1);
+  std::vector<int> probes;
+  for (int step = 1; step <= 16 + 32 + 64; ++step)
+    if (const auto length = policy.choose(); length > 0) {
+      CHECK(length == 1);
+      probes.push_back(step);
+      policy.verified(0, 1);
+    }
+  CHECK(probes == std::vector<int>{16, 48, 112});
+  // Evidence that drafting pays (every draft accepted) resumes drafting at the length that pays most.
+  for (int i = 0; i < 100; ++i) policy.verified(4, 4);
+  policy.target_forward_timed(5, 1.6);
+  CHECK(policy.choose() == 4);
+}
+
+TEST_CASE("draft-length policy: bad measurements are rejected") {
+  specdec::policy::forward_cost cost;
+  CHECK(error_of([&] { cost.record(0, 1.0); }).find("rows = 0") != std::string::npos);
+  CHECK(error_of([&] { cost.record(2, -1.0); }).find("seconds = -1") != std::string::npos);
+  CHECK(error_of([&] { cost.record(2, std::nan("")); }).find("seconds = nan") != std::string::npos);
+  specdec::policy::acceptance_by_depth acceptance;
+  CHECK(error_of([&] { acceptance.record(3, 2); }).find("accepted = 3, drafted = 2") != std::string::npos);
+  CHECK(error_of([&] { acceptance.record(-1, 2); }).find("accepted = -1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::policy::best_draft_length(acceptance, cost, -0.5, 3); }).find("draft_seconds = -0.5") !=
+        std::string::npos);
+  CHECK(error_of([&] { specdec::policy::draft_length_policy p(-1); }).find("longest = -1") != std::string::npos);
+  specdec::policy::draft_length_policy none(0);
+  CHECK(none.choose() == 0);  // a policy allowed no draft never drafts, not even a probe
+}
