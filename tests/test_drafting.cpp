@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <specdec/policy/draft_length.hpp>
+#include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/ngram.hpp>
 
 #include "backend_conformance.hpp"
@@ -184,4 +185,15 @@ TEST_CASE("draft-length policy: bad measurements are rejected") {
   CHECK(error_of([&] { specdec::policy::draft_length_policy p(-1); }).find("longest = -1") != std::string::npos);
   specdec::policy::draft_length_policy none(0);
   CHECK(none.choose() == 0);  // a policy allowed no draft never drafts, not even a probe
+}
+
+TEST_CASE("configuration structs aggregate-initialise without warnings under -Wextra (designated and positional)") {
+  // docs/trees.md writes the config this way; every optional member has a default member initialiser,
+  // so neither compiler's -Wmissing-field-initializers fires (this file builds with -Werror).
+  const specdec::dynamic_tree_config designated{.top_k = 10, .depth = 5, .total_tokens = 60};
+  const specdec::dynamic_tree_config positional{4, 2, 9};
+  const specdec::ngram_options lookup{.max_ngram = 4};
+  CHECK(designated.d2t.empty());
+  CHECK(positional.score == specdec::tree_score::log_probability);
+  CHECK(lookup.min_ngram == 2);
 }

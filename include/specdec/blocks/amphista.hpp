@@ -24,22 +24,22 @@ namespace specdec::blocks::amphista {
 
 template <class Space = host_space>
 struct stage_weights {
-  linear<Space> fuse;          ///< [E x 2E] + bias, on [feature ; embedding]
-  layer_weights<Space> layer;  ///< a causal Llama decoder layer
+  linear<Space> fuse = {};          ///< [E x 2E] + bias, on [feature ; embedding]
+  layer_weights<Space> layer = {};  ///< a causal Llama decoder layer
 };
 
 template <class Space = host_space>
 struct weights {
-  stage_weights<Space> stage1, stage2;
-  std::vector<linear<Space>> head_mlps;           ///< K x [E x E] + bias, or empty (identity)
-  matrix_view<const float, Space> position_embedding;  ///< [K x E]
-  layer_weights<Space> auto_embedding;           ///< the slot-attention layer (attention config rope = false)
-  std::vector<matrix_view<const float, Space>> heads;  ///< K x [V x E], no bias
+  stage_weights<Space> stage1 = {}, stage2 = {};
+  std::vector<linear<Space>> head_mlps = {};           ///< K x [E x E] + bias, or empty (identity)
+  matrix_view<const float, Space> position_embedding = {};  ///< [K x E]
+  layer_weights<Space> auto_embedding = {};           ///< the slot-attention layer (attention config rope = false)
+  std::vector<matrix_view<const float, Space>> heads = {};  ///< K x [V x E], no bias
 };
 
 struct config {
-  layer_config stage;           ///< both adaptation layers (causal, RoPE at token positions)
-  layer_config auto_embedding;  ///< the slot layer; its attention_config::rope must be false
+  layer_config stage = {};           ///< both adaptation layers (causal, RoPE at token positions)
+  layer_config auto_embedding = {};  ///< the slot layer; its attention_config::rope must be false
   index_t heads = 4;            ///< K
   index_t stage1_heads = 2;     ///< heads fed by stage 1: floor(K / 2) in the paper
   index_t vocab = 0;

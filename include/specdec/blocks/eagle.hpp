@@ -15,9 +15,9 @@ namespace specdec::blocks::eagle {
 
 template <class Space = host_space>
 struct weights {
-  matrix_view<const float, Space> embed;  ///< [V x E] token embeddings (the target's)
-  linear<Space> fc;                       ///< [E x 2E] + bias [E]
-  layer_weights<Space> layer;             ///< "layers.0.": input_norm empty (layer 0 skips it)
+  matrix_view<const float, Space> embed = {};  ///< [V x E] token embeddings (the target's)
+  linear<Space> fc = {};                       ///< [E x 2E] + bias [E]
+  layer_weights<Space> layer = {};             ///< "layers.0.": input_norm empty (layer 0 skips it)
 
   /// \throws invalid_argument naming the first tensor whose shape does not match `c`.
   void validate(const layer_config& c, index_t vocab, bool with_mlp = true) const {

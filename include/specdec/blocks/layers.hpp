@@ -29,8 +29,8 @@ namespace specdec::blocks {
 /// A Linear layer: weight `[out x in]`, optional bias `[out]` (empty view: none).
 template <class Space = host_space>
 struct linear {
-  matrix_view<const float, Space> weight;
-  vector_view<const float, Space> bias;
+  matrix_view<const float, Space> weight = {};
+  vector_view<const float, Space> bias = {};
 
   index_t in() const noexcept { return weight.cols(); }
   index_t out() const noexcept { return weight.rows(); }
@@ -80,7 +80,7 @@ struct attention_config {
 /// q / k / v / o projections of an attention sub-layer (biases optional: Qwen2 has q/k/v biases).
 template <class Space = host_space>
 struct attention_weights {
-  linear<Space> q, k, v, o;
+  linear<Space> q = {}, k = {}, v = {}, o = {};
   void validate(const attention_config& c, const std::string& prefix, bool qkv_bias = false) const {
     c.validate();
     q.validate(prefix + "q_proj", c.heads * c.head_dim, c.hidden, qkv_bias);
@@ -93,7 +93,7 @@ struct attention_weights {
 /// SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases.
 template <class Space = host_space>
 struct mlp_weights {
-  linear<Space> gate, up, down;
+  linear<Space> gate = {}, up = {}, down = {};
   void validate(index_t hidden, index_t intermediate, const std::string& prefix) const {
     gate.validate(prefix + "gate_proj", intermediate, hidden);
     up.validate(prefix + "up_proj", intermediate, hidden);
@@ -103,7 +103,7 @@ struct mlp_weights {
 
 /// A pre-norm Llama decoder layer.
 struct layer_config {
-  attention_config attention;
+  attention_config attention = {};
   index_t intermediate = 0;
   float rms_eps = 1e-5f;
   bool input_norm = true;  ///< false: EAGLE / Jakiro layer 0 feeds the fused input to attention unnormalised
@@ -111,10 +111,10 @@ struct layer_config {
 
 template <class Space = host_space>
 struct layer_weights {
-  vector_view<const float, Space> input_norm;  ///< [E]; empty when layer_config::input_norm is false
-  vector_view<const float, Space> post_norm;   ///< [E] post_attention_layernorm
-  attention_weights<Space> attention;
-  mlp_weights<Space> mlp;                      ///< may stay empty where the caller replaces the MLP (Jakiro's MoE)
+  vector_view<const float, Space> input_norm = {};  ///< [E]; empty when layer_config::input_norm is false
+  vector_view<const float, Space> post_norm = {};   ///< [E] post_attention_layernorm
+  attention_weights<Space> attention = {};
+  mlp_weights<Space> mlp = {};                      ///< may stay empty where the caller replaces the MLP (Jakiro's MoE)
 
   /// \param prefix checkpoint name prefix, e.g. "layers.0." (attention under prefix + "self_attn.").
   void validate(const layer_config& c, const std::string& prefix, bool with_mlp = true) const {

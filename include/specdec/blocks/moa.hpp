@@ -117,9 +117,9 @@ void cross_attention(B& b, const layer_config& c, const layer_weights<typename B
 /// key j iff j <= s_i and j <= i. Self-attention "staircase": iff s_i < j <= i or j == i. Host, row-major
 /// `[T x T]` uint8 each.
 struct training_masks {
-  std::vector<std::int64_t> start_positions;
-  std::vector<std::uint8_t> cross_attention;
-  std::vector<std::uint8_t> staircase;
+  std::vector<std::int64_t> start_positions = {};
+  std::vector<std::uint8_t> cross_attention = {};
+  std::vector<std::uint8_t> staircase = {};
 };
 inline training_masks make_training_masks(std::span<const std::int32_t> response_mask) {
   training_masks m;
@@ -167,9 +167,9 @@ void target_layer_inference(B& b, matrix_view<float, typename B::memory_space> f
 /// kv_heads x head_dim) with the target's head count and RoPE over the layer index; self- and
 /// cross-attention are E wide (the target's hidden size) with RoPE at token positions.
 struct config {
-  layer_config layer_self_attention;
-  layer_config self_attention;
-  layer_config cross_attention;
+  layer_config layer_self_attention = {};
+  layer_config self_attention = {};
+  layer_config cross_attention = {};
   index_t target_layers = 0;  ///< L, the target layers whose K/V are packed
   index_t target_head_dim = 0;  ///< head_dim of the target's cache rows
 
@@ -189,10 +189,10 @@ struct config {
 /// Non-owning views of a MoA drafter's trained weights, named as in the HEBO checkpoint.
 template <class Space = host_space>
 struct weights {
-  layer_weights<Space> layer_self_attention;
-  linear<Space> ekv2e;  ///< [E x E_kv] with bias
-  layer_weights<Space> self_attention;
-  layer_weights<Space> cross_attention;
+  layer_weights<Space> layer_self_attention = {};
+  linear<Space> ekv2e = {};  ///< [E x E_kv] with bias
+  layer_weights<Space> self_attention = {};
+  layer_weights<Space> cross_attention = {};
 
   /// \throws invalid_argument naming the first tensor whose shape does not match `c`.
   void validate(const config& c) const {

@@ -26,12 +26,12 @@ inline constexpr index_t default_top_k = 10;
 /// top_k * (row of the parent in the previous level's top-k rows); `repeat_nums` run lengths of
 /// consecutive nodes sharing a parent; `position_ids` zeros `[m]`.
 struct draft_level {
-  std::vector<std::int32_t> nodes;  ///< tree node indices of the level's expanded nodes
-  std::vector<std::uint8_t> attn_mask;
+  std::vector<std::int32_t> nodes = {};  ///< tree node indices of the level's expanded nodes
+  std::vector<std::uint8_t> attn_mask = {};
   index_t mask_cols = 0;
-  std::vector<std::int64_t> tree_indices;
-  std::vector<std::int64_t> position_ids;
-  std::vector<std::int64_t> repeat_nums;
+  std::vector<std::int64_t> tree_indices = {};
+  std::vector<std::int64_t> position_ids = {};
+  std::vector<std::int64_t> repeat_nums = {};
 };
 
 /// Everything `generate_tree_buffers` (both versions) produce, host:
@@ -46,15 +46,15 @@ struct draft_level {
 struct buffers {
   static_tree shape;
   index_t top_k = default_top_k;
-  std::vector<float> tree_attn_mask;
-  std::vector<std::int64_t> tree_indices;
-  std::vector<std::int64_t> tree_position_ids;
-  std::vector<std::int64_t> retrieve_indices;
-  std::vector<std::int64_t> p_indices;
-  std::vector<std::vector<std::int64_t>> b_indices;
+  std::vector<float> tree_attn_mask = {};
+  std::vector<std::int64_t> tree_indices = {};
+  std::vector<std::int64_t> tree_position_ids = {};
+  std::vector<std::int64_t> retrieve_indices = {};
+  std::vector<std::int64_t> p_indices = {};
+  std::vector<std::vector<std::int64_t>> b_indices = {};
   index_t nodes = 0, leaves = 0, path_length = 0;
-  std::vector<std::int32_t> group;  ///< per node: its top-k row in ss_token when it has children, else -1
-  std::vector<draft_level> levels;
+  std::vector<std::int32_t> group = {};  ///< per node: its top-k row in ss_token when it has children, else -1
+  std::vector<draft_level> levels = {};
 };
 
 /// \throws invalid_argument as make_static_tree.
@@ -146,8 +146,8 @@ inline buffers make_buffers(const std::vector<choice>& choices, index_t top_k = 
 /// draft-side mask and positions `draft_position_base + level`.
 struct static_step {
   index_t level = 0;
-  std::vector<std::int32_t> input_ids;
-  std::vector<std::int64_t> position_ids;
+  std::vector<std::int32_t> input_ids = {};
+  std::vector<std::int64_t> position_ids = {};
   const draft_level* buffers = nullptr;
 };
 

@@ -28,10 +28,10 @@ inline constexpr index_t default_top_k = 10;
 /// - `retrieve_indices` `[leaves x (max_depth + 1)]`, -1 padded, leaves in descending node order.
 struct buffers {
   static_tree shape;
-  std::vector<float> attn_mask;
-  std::vector<std::int64_t> tree_indices;
-  std::vector<std::int64_t> position_ids;
-  std::vector<std::int64_t> retrieve_indices;
+  std::vector<float> attn_mask = {};
+  std::vector<std::int64_t> tree_indices = {};
+  std::vector<std::int64_t> position_ids = {};
+  std::vector<std::int64_t> retrieve_indices = {};
   index_t nodes = 0, leaves = 0, path_length = 0;
   index_t top_k = default_top_k;
 };
@@ -71,10 +71,10 @@ inline buffers make_buffers(const std::vector<choice>& choices, index_t top_k = 
 /// - `cart_candidates` `[leaves x (max_depth + 1)]` = tree_candidates along each retrieve path, the
 ///   -1 padding reading `pad_token` (Medusa appends a 0).
 struct candidates {
-  std::vector<std::int32_t> head_topk;
+  std::vector<std::int32_t> head_topk = {};
   std::int32_t root_token = 0;
-  std::vector<std::int32_t> tree_candidates;
-  std::vector<std::int32_t> cart_candidates;
+  std::vector<std::int32_t> tree_candidates = {};
+  std::vector<std::int32_t> cart_candidates = {};
 };
 
 /// Fills the tree from the last position's logits.

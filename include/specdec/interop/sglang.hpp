@@ -36,9 +36,9 @@ enum class retrieve_scope { global, local };
 /// the parents lists of every step but the last. Returns the sorted indices of the N - 1 best scores
 /// (ties to the lower index) in `selected` and their tokens in `tokens`.
 struct organized {
-  std::vector<std::int64_t> parent_list;
-  std::vector<std::int64_t> selected;
-  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> parent_list = {};
+  std::vector<std::int64_t> selected = {};
+  std::vector<std::int64_t> tokens = {};
 };
 
 /// \throws invalid_argument when the lists differ in length or N - 1 exceeds the candidates.
@@ -60,13 +60,13 @@ inline organized organize_draft_results(std::span<const float> flat_scores, std:
 
 /// Outputs of build_tree for a batch (host, int64 like SGLang's tensors).
 struct tree_buffers {
-  std::vector<std::int64_t> draft_tokens;          ///< `[bs * N]`: verified id then the selected tokens
-  std::vector<std::int64_t> positions;             ///< `[bs * N]`: seq_len + depth
-  std::vector<std::int64_t> retrive_index;         ///< `[bs x N]`
-  std::vector<std::int64_t> retrive_next_token;    ///< `[bs x N]`: first child, -1 none
-  std::vector<std::int64_t> retrive_next_sibling;  ///< `[bs x N]`: next sibling, -1 none
-  std::vector<std::uint8_t> tree_mask;             ///< bools for full_mask / qlen_only
-  std::vector<std::uint32_t> tree_mask_bits;       ///< items for qlen_only_bitpacking
+  std::vector<std::int64_t> draft_tokens = {};          ///< `[bs * N]`: verified id then the selected tokens
+  std::vector<std::int64_t> positions = {};             ///< `[bs * N]`: seq_len + depth
+  std::vector<std::int64_t> retrive_index = {};         ///< `[bs x N]`
+  std::vector<std::int64_t> retrive_next_token = {};    ///< `[bs x N]`: first child, -1 none
+  std::vector<std::int64_t> retrive_next_sibling = {};  ///< `[bs x N]`: next sibling, -1 none
+  std::vector<std::uint8_t> tree_mask = {};             ///< bools for full_mask / qlen_only
+  std::vector<std::uint32_t> tree_mask_bits = {};       ///< items for qlen_only_bitpacking
 };
 
 /// What `build_tree_kernel_efficient` computes, for `bs` requests of N nodes each.
@@ -174,9 +174,9 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
 
 /// Result of verify_tree_greedy (host, int32 / int64 as SGLang's tensors).
 struct greedy_verification {
-  std::vector<std::int32_t> predicts;       ///< `[bs * N]`: accepted token at each accepted node, the bonus at the last, -1 elsewhere
-  std::vector<std::int32_t> accept_index;   ///< `[bs x num_spec_step]`: retrive_index of accepted nodes (root first), -1 padded
-  std::vector<std::int32_t> accept_token_num;  ///< `[bs]`: accepted draft tokens (root excluded)
+  std::vector<std::int32_t> predicts = {};       ///< `[bs * N]`: accepted token at each accepted node, the bonus at the last, -1 elsewhere
+  std::vector<std::int32_t> accept_index = {};   ///< `[bs x num_spec_step]`: retrive_index of accepted nodes (root first), -1 padded
+  std::vector<std::int32_t> accept_token_num = {};  ///< `[bs]`: accepted draft tokens (root excluded)
 };
 
 /// SGLang's `verify_tree_greedy`: from the root, follow `retrive_next_token` and scan the siblings for

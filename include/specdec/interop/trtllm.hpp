@@ -22,12 +22,12 @@ namespace specdec::trtllm {
 /// - `mask` `[T x T]` 0/1 and `packed_mask` `[T x ceil(T / 32)]` int32 (tree_mask_packed_int32).
 struct medusa_setup {
   static_tree shape;
-  std::vector<std::int32_t> topks;
-  std::vector<std::int32_t> tree_ids;
-  std::vector<std::int32_t> position_offsets;
-  std::vector<std::int32_t> paths;
-  std::vector<float> mask;
-  std::vector<std::int32_t> packed_mask;
+  std::vector<std::int32_t> topks = {};
+  std::vector<std::int32_t> tree_ids = {};
+  std::vector<std::int32_t> position_offsets = {};
+  std::vector<std::int32_t> paths = {};
+  std::vector<float> mask = {};
+  std::vector<std::int32_t> packed_mask = {};
   index_t nodes = 0, leaves = 0, path_length = 0, mask_words = 0;
 };
 

@@ -27,8 +27,8 @@ namespace specdec::admg {
 /// Which sub-layers of each decoder layer the draft model skips; index = 0-based layer id (Hugging
 /// Face numbering; the paper's layer l is id l - 1).
 struct layer_plan {
-  std::vector<bool> skip_attention;
-  std::vector<bool> skip_mlp;
+  std::vector<bool> skip_attention = {};
+  std::vector<bool> skip_mlp = {};
 
   index_t layers() const noexcept { return static_cast<index_t>(skip_attention.size()); }
   /// Sorted 0-based ids of the layers whose attention (or MLP) is skipped.

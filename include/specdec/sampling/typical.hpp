@@ -51,8 +51,8 @@ struct typical_options {
 
 /// Entropy and threshold of one target row, as Medusa computes them.
 struct typical_threshold {
-  double entropy;
-  double threshold;
+  double entropy = {};
+  double threshold = {};
 };
 
 /// H(p) = -sum p log(p + 1e-5) and min(epsilon, delta exp(-H)). \param p host `[V]`.

@@ -49,7 +49,7 @@ struct dynamic_tree_config {
   index_t depth = 5;
   index_t total_tokens = 60;
   tree_score score = tree_score::log_probability;
-  std::vector<std::int32_t> d2t;
+  std::vector<std::int32_t> d2t = {};
 };
 
 /// What the engine feeds to its next draft forward, per request (host):
@@ -61,10 +61,10 @@ struct dynamic_tree_config {
 /// - position of every frontier node: `draft_position_base + step` (EAGLE's `len_posi + step`).
 struct draft_step {
   index_t step = 0;
-  std::vector<std::int32_t> input_ids;
-  std::vector<std::int32_t> frontier;
-  std::vector<std::int32_t> parent_slot;
-  std::vector<std::uint8_t> draft_mask;
+  std::vector<std::int32_t> input_ids = {};
+  std::vector<std::int32_t> frontier = {};
+  std::vector<std::int32_t> parent_slot = {};
+  std::vector<std::uint8_t> draft_mask = {};
   index_t mask_cols = 0;
 };
 
@@ -76,9 +76,9 @@ struct draft_step {
 ///   candidate grid hangs under parent_list[g]). With no expansion SGLang's is `(bs, 0)`: every node is
 ///   a root child, and build_tree never reads it.
 struct dynamic_tree_result {
-  draft_tree tree;
-  std::vector<std::int32_t> selected;
-  std::vector<std::int32_t> parent_list;
+  draft_tree tree = {};
+  std::vector<std::int32_t> selected = {};
+  std::vector<std::int32_t> parent_list = {};
 };
 
 /// Incremental EAGLE-2 tree builder for `batch` requests sharing one configuration.
@@ -337,10 +337,10 @@ class eagle2_tree_builder {
 /// `[leaves x (max_depth + 1)]` -1 padded (leaves by node index; `path_order::lexicographic` is what
 /// EAGLE returns when a logits processor is set, i.e. when sampling).
 struct eagle_buffers {
-  std::vector<std::int64_t> draft_tokens;
-  std::vector<float> tree_mask;
-  std::vector<std::int64_t> position_ids;
-  std::vector<std::int64_t> retrieve_indices;
+  std::vector<std::int64_t> draft_tokens = {};
+  std::vector<float> tree_mask = {};
+  std::vector<std::int64_t> position_ids = {};
+  std::vector<std::int64_t> retrieve_indices = {};
   index_t nodes = 0, leaves = 0, path_length = 0;
 };
 

@@ -46,12 +46,12 @@ struct moe_sampling {
 /// The `k` children proposed for each of `m` nodes, host, row-major `[m x k]` in draw (or rank) order.
 struct moe_proposal {
   index_t k = 0;
-  std::vector<std::int32_t> tokens;  ///< in [0, V); a token may appear twice in a row, once per expert
-  std::vector<std::int8_t> expert;   ///< 0 = left (router's first) expert, 1 = right
+  std::vector<std::int32_t> tokens = {};  ///< in [0, V); a token may appear twice in a row, once per expert
+  std::vector<std::int8_t> expert = {};   ///< 0 = left (router's first) expert, 1 = right
   /// EAGLE-1's draft probabilities: `g_i / (1 - sum_{j<i} g_j)` in fp32 with g the gathered softmax
   /// entries, non-finite values set to 0 and the rest clamped to [0, 1] (what EAGLE-1 / Jakiro* hand to
   /// their tree verification). Empty for the greedy proposal.
-  std::vector<float> probabilities;
+  std::vector<float> probabilities = {};
 };
 
 namespace detail {

@@ -26,9 +26,9 @@ using choice = std::vector<std::int32_t>;
 /// A static tree's shape: `tree` holds parents and depths (tokens -1 until candidates are filled),
 /// `paths[i]` the choice of node i (empty for the root), `rank[i]` its last entry (-1 for the root).
 struct static_tree {
-  draft_tree tree;
-  std::vector<choice> paths;
-  std::vector<std::int32_t> rank;
+  draft_tree tree = {};
+  std::vector<choice> paths = {};
+  std::vector<std::int32_t> rank = {};
 
   index_t size() const noexcept { return tree.size(); }
 };

@@ -25,10 +25,10 @@ namespace specdec {
 /// - `score[i]`: the builder's cumulative score (log-probability for EAGLE-2, probability product for
 ///   SGLang's form, 0 for static trees and for the root).
 struct draft_tree {
-  std::vector<std::int32_t> token;
-  std::vector<std::int32_t> parent;
-  std::vector<std::int32_t> depth;
-  std::vector<float> score;
+  std::vector<std::int32_t> token = {};
+  std::vector<std::int32_t> parent = {};
+  std::vector<std::int32_t> depth = {};
+  std::vector<float> score = {};
 
   index_t size() const noexcept { return static_cast<index_t>(token.size()); }
   /// Largest depth in the tree (0 for a root-only tree).
@@ -124,9 +124,9 @@ enum class path_order { node_index, lexicographic, reverse_node_index };
 /// tree (validate).
 /// \returns row-major `[leaves x (max_depth + 1)]` with its row count.
 struct retrieve_paths_result {
-  std::vector<std::int32_t> paths;
-  index_t rows;
-  index_t cols;
+  std::vector<std::int32_t> paths = {};
+  index_t rows = {};
+  index_t cols = {};
   std::int32_t operator()(index_t r, index_t c) const { return paths[static_cast<std::size_t>(r * cols + c)]; }
 };
 
