@@ -2,7 +2,8 @@
 // Choice lists, static trees and arbitrary parent arrays through every tree layout: each call either
 // throws specdec::invalid_argument or returns buffers that agree with the ancestor relation computed
 // here from the parents alone (masks in every layout, positions, paths, links, depth offsets), and
-// SGLang's build_tree / verify_tree_greedy on arbitrary (malformed) inputs stay in bounds.
+// SGLang's build_tree / verify_tree_greedy on arbitrary (malformed) inputs stay in bounds, and the
+// prompt-lookup proposer drafts only paths that occur in its history.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <specdec/interop/trtllm.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/eagle2.hpp>
+#include <specdec/tree/ngram.hpp>
 #include <specdec/tree/static_tree.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -210,14 +212,49 @@ void fuzz_sglang(fuzz::input& in) {
   }
 }
 
+void fuzz_ngram(fuzz::input& in) {
+  std::vector<std::int32_t> history(static_cast<std::size_t>(in.range(0, 60)));
+  const auto alphabet = static_cast<std::int32_t>(in.range(1, 6));
+  for (auto& t : history) t = in.byte() < 252 ? static_cast<std::int32_t>(in.range(0, alphabet - 1)) : static_cast<std::int32_t>(in.range(-2, 9));
+  specdec::ngram_options o;
+  o.max_ngram = in.range(-1, 5);
+  o.min_ngram = in.range(-1, 5);
+  o.branches = in.range(0, 4);
+  o.max_history = in.range(-1, 70);
+  const index_t length = in.range(-1, 8);
+  specdec::draft_tree t;
+  try {
+    t = specdec::propose_ngram(history, length, o);
+  } catch (const specdec::invalid_argument&) {
+    return;
+  }
+  specdec::validate(t);
+  fuzz::require(t.token[0] == history.back(), "the root is the last committed token");
+  fuzz::require(t.max_depth() <= length, "no path longer than length", t.max_depth(), length);
+  fuzz::require(t.size() <= 1 + o.branches * length, "at most branches x length drafted nodes", t.size());
+  // Every root-to-leaf path continues an earlier occurrence of the history's last token.
+  const auto leaf = specdec::leaf_flags(t);
+  for (index_t i = 1; i < t.size(); ++i) {
+    if (!leaf[static_cast<std::size_t>(i)]) continue;
+    std::vector<std::int32_t> path;
+    for (index_t node = i; node >= 0; node = t.parent[static_cast<std::size_t>(node)]) path.insert(path.begin(), t.token[static_cast<std::size_t>(node)]);
+    bool found = false;
+    for (std::size_t start = 0; start + path.size() <= history.size() && !found; ++start)
+      found = std::equal(path.begin(), path.end(), history.begin() + static_cast<std::ptrdiff_t>(start));
+    fuzz::require(found, "a drafted path does not occur in the history", i);
+  }
+  check_layouts(t, in);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   fuzz::input in(data, size);
-  switch (in.byte() % 3) {
+  switch (in.byte() % 4) {
     case 0: fuzz_choices(in); break;
     case 1: fuzz_parents(in); break;
-    default: fuzz_sglang(in); break;
+    case 2: fuzz_sglang(in); break;
+    default: fuzz_ngram(in); break;
   }
   return 0;
 }

@@ -92,5 +92,5 @@ for harness in ["trees", "builders", "verifiers", "primitives"]:
     for i, n in enumerate([16, 64, 256, 1024]):
         data = bytes(rng.randrange(256) for _ in range(n))
         if harness == "trees":
-            data = bytes([i % 3]) + data[1:]
+            data = bytes([i % 4]) + data[1:]
         write(harness, "random_%d" % i, data)
