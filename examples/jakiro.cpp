@@ -65,16 +65,10 @@ class jakiro_drafter : public engine::feature_drafter {
     for (index_t r = 0; r < k; ++r) parent_features.insert(parent_features.end(), root_feature.begin(), root_feature.end());
     for (index_t s = 0; s < tree_.depth; ++s) {
       const bool dual = s + 2 == tree_.depth;
-      const index_t drafted = k * (s + 1), width = n + drafted;
-      std::vector<std::uint8_t> allowed(static_cast<std::size_t>(k * width), 0);
-      for (index_t r = 0; r < k; ++r) {
-        std::fill_n(allowed.begin() + r * width, n, std::uint8_t{1});
-        for (index_t j = 0; j < drafted; ++j)
-          allowed[static_cast<std::size_t>(r * width + n + j)] = step.draft_mask[static_cast<std::size_t>(r * drafted + j)];
-      }
-      std::vector<std::int64_t> frontier_positions(static_cast<std::size_t>(k), n + s);
+      // The draft's cache holds n rows (features shifted by one: the root's draft position is n - 1).
       std::vector<float> right;
-      const auto features = run(step.input_ids, engine::host_matrix(parent_features.data(), k, e), frontier_positions, allowed, dual, right);
+      const auto features = run(step.input_ids, engine::host_matrix(parent_features.data(), k, e), step.positions(n - 1),
+                                step.attention_mask(n), dual, right);
       ++ctx.stats.draft_calls;
       std::vector<float> left_logits, right_logits;
       head(features, k, left_logits);
@@ -91,7 +85,7 @@ class jakiro_drafter : public engine::feature_drafter {
       }
     }
     cache_->crop(n);
-    return {builder.finish().at(0).tree, {}, {}};
+    return {builder.finish_single().tree, {}, {}};
   }
 
  private:

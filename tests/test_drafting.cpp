@@ -5,11 +5,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <specdec/backend/eigen.hpp>
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/ngram.hpp>
@@ -196,4 +199,45 @@ TEST_CASE("configuration structs aggregate-initialise without warnings under -We
   CHECK(designated.d2t.empty());
   CHECK(positional.score == specdec::tree_score::log_probability);
   CHECK(lookup.min_ngram == 2);
+}
+
+TEST_CASE("EAGLE-2 draft steps give the draft forward its composed attention mask and positions") {
+  specdec::eigen b;
+  const index_t v = 20, k = 3, batch = 2;
+  const specdec::dynamic_tree_config cfg{.top_k = k, .depth = 2, .total_tokens = 8};
+  specdec::eagle2_tree_builder<specdec::eigen> builder(b, cfg, batch);
+  const auto root = conformance::random_logits(5, batch, v);
+  auto step = builder.begin(specdec::matrix_view<const float>(root.data.data(), batch, v), std::vector<std::int32_t>{1, 2});
+  for (index_t s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    CHECK(step.batch() == batch);
+    for (index_t r = 0; r < batch; ++r) {
+      const index_t prefix = 4 + r;  // requests with different cached lengths
+      const auto mask = step.attention_mask(prefix, r);
+      REQUIRE(static_cast<index_t>(mask.size()) == k * (prefix + step.mask_cols));
+      std::vector<float> additive(mask.size());
+      step.additive_attention_mask(prefix, specdec::matrix_view<float>(additive.data(), k, prefix + step.mask_cols), r);
+      for (index_t row = 0; row < k; ++row)
+        for (index_t j = 0; j < prefix + step.mask_cols; ++j) {
+          const std::uint8_t want =
+              j < prefix ? 1 : step.draft_mask[static_cast<std::size_t>((r * k + row) * step.mask_cols + (j - prefix))];
+          CHECK(mask[static_cast<std::size_t>(row * (prefix + step.mask_cols) + j)] == want);
+          CHECK(additive[static_cast<std::size_t>(row * (prefix + step.mask_cols) + j)] ==
+                (want ? 0.0f : -std::numeric_limits<float>::infinity()));
+        }
+      CHECK(step.positions(10 + r, r) == std::vector<std::int64_t>(static_cast<std::size_t>(k), 10 + r + 1 + s));
+    }
+    const auto logits = conformance::random_logits(6 + static_cast<std::uint64_t>(s), batch * k, v);
+    step = builder.expand(specdec::matrix_view<const float>(logits.data.data(), batch * k, v));
+  }
+  CHECK(error_of([&] { (void)step.attention_mask(-1); }).find("prefix_length = -1") != std::string::npos);
+  CHECK(error_of([&] { (void)step.attention_mask(2, 2); }).find("request = 2") != std::string::npos);
+  CHECK(error_of([&] { (void)step.positions(-3); }).find("root_position = -3") != std::string::npos);
+  CHECK(error_of([&] { (void)builder.finish_single(); }).find("the builder has 2 requests") != std::string::npos);
+  specdec::eagle2_tree_builder<specdec::eigen> one(b, cfg);
+  (void)one.begin(specdec::matrix_view<const float>(root.data.data(), 1, v), std::vector<std::int32_t>{1});
+  const auto rows = conformance::random_logits(8, k, v);
+  (void)one.expand(specdec::matrix_view<const float>(rows.data.data(), k, v));
+  (void)one.expand(specdec::matrix_view<const float>(rows.data.data(), k, v));
+  CHECK(one.finish_single().tree.token == one.finish().front().tree.token);
 }

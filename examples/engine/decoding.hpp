@@ -407,23 +407,13 @@ class eagle2_admg_drafter : public drafter {
     self_.forward(ctx, root, root_position, {}, logits);
     specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
     auto step = builder.begin(specdec::matrix_view<const float>(logits.data(), 1, vocab), std::span(root, 1));
-    std::vector<std::uint8_t> allowed;
-    std::vector<std::int64_t> positions(static_cast<std::size_t>(k));
     for (index_t s = 0; s < tree_.depth; ++s) {
-      // Frontier rows see the prefix, the root and their own ancestors among earlier frontiers.
-      const index_t drafted = k * (s + 1), width = n + 1 + drafted;
-      allowed.assign(static_cast<std::size_t>(k * width), 0);
-      for (index_t r = 0; r < k; ++r) {
-        std::fill_n(allowed.begin() + r * width, n + 1, std::uint8_t{1});
-        for (index_t j = 0; j < drafted; ++j)
-          allowed[static_cast<std::size_t>(r * width + n + 1 + j)] = step.draft_mask[static_cast<std::size_t>(r * drafted + j)];
-      }
-      std::fill(positions.begin(), positions.end(), n + 1 + s);
-      self_.forward(ctx, step.input_ids, positions, allowed, logits);
+      // Frontier rows see the prefix and the root (n + 1 cached rows) and their ancestors among earlier frontiers.
+      self_.forward(ctx, step.input_ids, step.positions(/*root_position=*/n), step.attention_mask(/*prefix_length=*/n + 1), logits);
       step = builder.expand(specdec::matrix_view<const float>(logits.data(), k, vocab));
     }
     ctx.session.crop(n);
-    return {builder.finish().at(0).tree, {}, {}};
+    return {builder.finish_single().tree, {}, {}};
   }
 
  private:

@@ -55,17 +55,82 @@ struct dynamic_tree_config {
 /// What the engine feeds to its next draft forward, per request (host):
 /// - `input_ids` `[batch x k]`: the frontier tokens (target ids; EAGLE-3 feeds the mapped ids too);
 /// - `frontier` `[batch x k]`: their flat candidate indices;
-/// - `parent_slot` `[batch x k]`: the previous frontier slot each came from (-1 at step 0);
+/// - `parent_slot` `[batch x k]`: the previous frontier slot each came from (-1 at step 0): the row of
+///   the previous forward's hidden states each frontier node continues from (EAGLE's `out_ids`);
 /// - `draft_mask` `[batch x k x k (step + 1)]`: the draft-side tree mask among all frontier nodes so far
 ///   (EAGLE's `tree_mask`: step 0 the identity, then the parent's row followed by the identity);
-/// - position of every frontier node: `draft_position_base + step` (EAGLE's `len_posi + step`).
+/// - `attention_mask(prefix_length)`: that mask behind the request's cached draft positions, as the
+///   draft forward consumes it; `positions(root_position)`: the frontier's positions (every node of
+///   a step sits one past the step before: `root_position + 1 + step`, EAGLE's `len_posi + step`).
 struct draft_step {
   index_t step = 0;
+  index_t top_k = 0;
   std::vector<std::int32_t> input_ids = {};
   std::vector<std::int32_t> frontier = {};
   std::vector<std::int32_t> parent_slot = {};
   std::vector<std::uint8_t> draft_mask = {};
   index_t mask_cols = 0;
+
+  /// Requests in the step.
+  index_t batch() const noexcept { return top_k > 0 ? static_cast<index_t>(input_ids.size()) / top_k : 0; }
+
+  /// Request `request`'s draft attention mask `[k x (prefix_length + mask_cols)]`: row r (frontier
+  /// slot r) attends all `prefix_length` cached draft positions (the committed context and the root,
+  /// in the engine's layout), then the frontier nodes its draft_mask row allows. `M` is any type
+  /// constructible from 0 and 1 (bool, uint8_t, float 0/1), as tree_mask_dense.
+  /// \param out host `[k x (prefix_length + mask_cols)]`.
+  /// 	hrows invalid_argument on prefix_length < 0, a request out of range or a shape mismatch.
+  template <class M>
+  void attention_mask(index_t prefix_length, matrix_view<M> out, index_t request = 0) const {
+    constexpr const char* where = "specdec::draft_step::attention_mask";
+    check_request(where, request);
+    SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+    SPECDEC_EXPECTS(out.rows() == top_k && out.cols() == prefix_length + mask_cols, where, "out is ", out.rows(), " x ",
+                    out.cols(), "; expected ", top_k, " x ", prefix_length + mask_cols, " (top_k x (prefix_length + mask_cols))");
+    for (index_t r = 0; r < top_k; ++r) {
+      for (index_t j = 0; j < prefix_length; ++j) out(r, j) = M(1);
+      const std::uint8_t* row = draft_mask.data() + (request * top_k + r) * mask_cols;
+      for (index_t j = 0; j < mask_cols; ++j) out(r, prefix_length + j) = row[j] ? M(1) : M(0);
+    }
+  }
+  /// attention_mask as a new host `[k x (prefix_length + mask_cols)]` row-major uint8 buffer.
+  std::vector<std::uint8_t> attention_mask(index_t prefix_length, index_t request = 0) const {
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(top_k * (std::max<index_t>(prefix_length, 0) + mask_cols)));
+    attention_mask(prefix_length, matrix_view<std::uint8_t>(out.data(), top_k, std::max<index_t>(prefix_length, 0) + mask_cols),
+                   request);
+    return out;
+  }
+  /// The same mask as an additive float mask: 0 where attention is allowed, -inf elsewhere.
+  template <class F>
+  void additive_attention_mask(index_t prefix_length, matrix_view<F> out, index_t request = 0) const {
+    attention_mask(prefix_length, out, request);
+    for (index_t r = 0; r < out.rows(); ++r)
+      for (index_t j = 0; j < out.cols(); ++j) out(r, j) = out(r, j) == F(1) ? F(0) : -std::numeric_limits<F>::infinity();
+  }
+
+  /// Positions of the frontier nodes of request `request`, all `root_position + 1 + step` (the root
+  /// sits at `root_position` of the draft's sequence). \param out host `[k]`.
+  /// 	hrows invalid_argument on root_position < 0, a request out of range or a length mismatch.
+  template <class Int>
+  void positions(index_t root_position, vector_view<Int> out, index_t request = 0) const {
+    constexpr const char* where = "specdec::draft_step::positions";
+    check_request(where, request);
+    SPECDEC_EXPECTS(root_position >= 0, where, "root_position = ", root_position, "; expected >= 0");
+    SPECDEC_EXPECTS(out.size() == top_k, where, "out has ", out.size(), " entries; expected one per frontier slot (", top_k, ")");
+    for (index_t r = 0; r < top_k; ++r) out(r) = static_cast<Int>(root_position + 1 + step);
+  }
+  /// positions as a new host `[k]` int64 buffer.
+  std::vector<std::int64_t> positions(index_t root_position, index_t request = 0) const {
+    std::vector<std::int64_t> out(static_cast<std::size_t>(top_k));
+    positions(root_position, vector_view<std::int64_t>(out.data(), top_k), request);
+    return out;
+  }
+
+ private:
+  void check_request(const char* where, index_t request) const {
+    SPECDEC_EXPECTS(request >= 0 && request < batch(), where, "request = ", request, "; expected one of the ", batch(),
+                    " requests of the step");
+  }
 };
 
 /// The finished selection for one request.
@@ -210,6 +275,14 @@ class eagle2_tree_builder {
     return out;
   }
 
+  /// The single-request form of finish(): the one request's result. \throws invalid_argument when the
+  /// builder was made for a batch of more than one request, and as finish().
+  dynamic_tree_result finish_single() const {
+    SPECDEC_EXPECTS(batch_ == 1, "specdec::eagle2_tree_builder::finish_single", "the builder has ", batch_,
+                    " requests; finish() returns one result per request");
+    return finish().front();
+  }
+
   /// Flat candidates of request b (for debugging and conformance): scores and target token ids.
   const std::vector<float>& candidate_scores(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).scores; }
   const std::vector<std::int32_t>& candidate_tokens(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).tokens; }
@@ -308,6 +381,7 @@ class eagle2_tree_builder {
     const index_t k = cfg_.top_k;
     draft_step s;
     s.step = steps_;
+    s.top_k = k;
     s.mask_cols = k * (steps_ + 1);
     for (const request& q : requests_) {
       for (index_t r = 0; r < k; ++r) {
