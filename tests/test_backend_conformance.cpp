@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend_conformance.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
@@ -555,3 +559,41 @@ TEST_CASE_TEMPLATE("bad input throws invalid_argument naming the argument", B, S
   CHECK_THROWS_WITH_AS(run_residual(h, p, q3, u), doctest::Contains("q has shape [2 x 3]; expected the shape of p"),
                        invalid_argument);
 }
+
+#if SPECDEC_HOST_SIMD
+TEST_CASE("the vectorised chunk masses of the samplers are bit-identical to the canonical scalar lanes") {
+  // Two chunks at a time and six chains per residual chunk: the throughput changes, the lane sums may
+  // not (a sampled token depends on every bit of them).
+  for (const index_t n : {index_t{1}, index_t{7}, index_t{1024}, index_t{2048}, index_t{3000}, index_t{32000}, index_t{5 * 1024 + 3}}) {
+    CAPTURE(n);
+    auto p = conformance::uniform_floats(40 + static_cast<std::uint64_t>(n), static_cast<std::size_t>(n), 0.0f, 1.0f);
+    auto q = conformance::uniform_floats(41 + static_cast<std::uint64_t>(n), static_cast<std::size_t>(n), 0.0f, 1.0f);
+    for (std::size_t i = 0; i < p.size(); i += 97) p[i] = 0.0f;      // exact zeros
+    for (std::size_t i = 3; i < p.size(); i += 1001) p[i] = 1e-30f;  // tiny entries
+    if (n > 100) {
+      p[50] = -0.25f;                                            // flagged, not summed differently
+      q[60] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+    std::vector<specdec::detail::chunk_mass> fast(static_cast<std::size_t>(chunks));
+    std::vector<specdec::detail::residual_chunk_mass> fast_r(static_cast<std::size_t>(chunks));
+    specdec::detail::probability_chunk_masses(p.data(), n, fast.data());
+    specdec::detail::residual_chunk_masses(p.data(), q.data(), n, fast_r.data());
+    for (index_t c = 0; c < chunks; ++c) {
+      const index_t c0 = c * specdec::detail::sample_chunk, len = std::min(specdec::detail::sample_chunk, n - c0);
+      const auto slow = specdec::detail::probability_chunk_mass(p.data() + c0, len);
+      const auto slow_r = specdec::detail::residual_mass(p.data() + c0, q.data() + c0, len);
+      const auto& f = fast[static_cast<std::size_t>(c)];
+      const auto& fr = fast_r[static_cast<std::size_t>(c)];
+      CHECK(std::memcmp(&f.mass, &slow.mass, sizeof(double)) == 0);
+      CHECK(f.has_nan == slow.has_nan);
+      CHECK(f.has_negative == slow.has_negative);
+      CHECK(std::memcmp(&fr.residual, &slow_r.residual, sizeof(double)) == 0);
+      CHECK(std::memcmp(&fr.p.mass, &slow_r.p.mass, sizeof(double)) == 0);
+      CHECK(std::memcmp(&fr.q.mass, &slow_r.q.mass, sizeof(double)) == 0);
+      CHECK(fr.p.has_negative == slow_r.p.has_negative);
+      CHECK(fr.q.has_nan == slow_r.q.has_nan);
+    }
+  }
+}
+#endif

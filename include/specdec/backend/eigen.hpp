@@ -253,10 +253,17 @@ class eigen {
     masses_.resize(static_cast<std::size_t>(chunks));
     for (index_t r = 0; r < probs.rows(); ++r) {
       const V* p = probs.row(r);
-      for (index_t c = 0; c < chunks; ++c) {
-        const index_t c0 = c * detail::sample_chunk;
-        partials_[static_cast<std::size_t>(c)] =
-            detail::probability_chunk_mass(p + c0, std::min(detail::sample_chunk, n - c0));
+#if SPECDEC_HOST_SIMD
+      if constexpr (std::is_same_v<V, float>) {
+        detail::probability_chunk_masses(p, n, partials_.data());
+      } else
+#endif
+      {
+        for (index_t c = 0; c < chunks; ++c) {
+          const index_t c0 = c * detail::sample_chunk;
+          partials_[static_cast<std::size_t>(c)] =
+              detail::probability_chunk_mass(p + c0, std::min(detail::sample_chunk, n - c0));
+        }
       }
       const detail::folded_row row = detail::fold_chunks(partials_.data(), chunks, masses_.data());
       raise_if(where, "probs", probs, r, row.error());
@@ -286,10 +293,17 @@ class eigen {
     for (index_t r = 0; r < p.rows(); ++r) {
       const V* pr = p.row(r);
       const V* qr = q.row(r);
-      for (index_t c = 0; c < chunks; ++c) {
-        const index_t c0 = c * detail::sample_chunk;
-        residual_partials_[static_cast<std::size_t>(c)] =
-            detail::residual_mass(pr + c0, qr + c0, std::min(detail::sample_chunk, n - c0));
+#if SPECDEC_HOST_SIMD
+      if constexpr (std::is_same_v<V, float>) {
+        detail::residual_chunk_masses(pr, qr, n, residual_partials_.data());
+      } else
+#endif
+      {
+        for (index_t c = 0; c < chunks; ++c) {
+          const index_t c0 = c * detail::sample_chunk;
+          residual_partials_[static_cast<std::size_t>(c)] =
+              detail::residual_mass(pr + c0, qr + c0, std::min(detail::sample_chunk, n - c0));
+        }
       }
       const detail::folded_residual_row row =
           detail::fold_residual_chunks(residual_partials_.data(), chunks, masses_.data(), masses_.data() + chunks);
