@@ -31,17 +31,17 @@ struct stage_weights {
 template <class Space = host_space>
 struct weights {
   stage_weights<Space> stage1 = {}, stage2 = {};
-  std::vector<linear<Space>> head_mlps = {};           ///< K x [E x E] + bias, or empty (identity)
+  std::vector<linear<Space>> head_mlps = {};                ///< K x [E x E] + bias, or empty (identity)
   matrix_view<const float, Space> position_embedding = {};  ///< [K x E]
-  layer_weights<Space> auto_embedding = {};           ///< the slot-attention layer (attention config rope = false)
+  layer_weights<Space> auto_embedding = {};                 ///< the slot-attention layer (attention config rope = false)
   std::vector<matrix_view<const float, Space>> heads = {};  ///< K x [V x E], no bias
 };
 
 struct config {
   layer_config stage = {};           ///< both adaptation layers (causal, RoPE at token positions)
   layer_config auto_embedding = {};  ///< the slot layer; its attention_config::rope must be false
-  index_t heads = 4;            ///< K
-  index_t stage1_heads = 2;     ///< heads fed by stage 1: floor(K / 2) in the paper
+  index_t heads = 4;                 ///< K
+  index_t stage1_heads = 2;          ///< heads fed by stage 1: floor(K / 2) in the paper
   index_t vocab = 0;
 
   static index_t paper_split(index_t k) { return k / 2; }

@@ -63,7 +63,7 @@ struct attention_config {
   index_t kv_heads = 0;  ///< key / value heads
   index_t head_dim = 0;  ///< d; q is [T x H d], k and v [T x kv_heads d]
   double rope_theta = 10000.0;
-  bool rope = true;      ///< false: no rotary embedding (Amphista's slot attention)
+  bool rope = true;  ///< false: no rotary embedding (Amphista's slot attention)
 
   attention_heads heads_shape() const {
     return {heads, kv_heads, head_dim, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
@@ -114,7 +114,7 @@ struct layer_weights {
   vector_view<const float, Space> input_norm = {};  ///< [E]; empty when layer_config::input_norm is false
   vector_view<const float, Space> post_norm = {};   ///< [E] post_attention_layernorm
   attention_weights<Space> attention = {};
-  mlp_weights<Space> mlp = {};                      ///< may stay empty where the caller replaces the MLP (Jakiro's MoE)
+  mlp_weights<Space> mlp = {};  ///< may stay empty where the caller replaces the MLP (Jakiro's MoE)
 
   /// \param prefix checkpoint name prefix, e.g. "layers.0." (attention under prefix + "self_attn.").
   void validate(const layer_config& c, const std::string& prefix, bool with_mlp = true) const {

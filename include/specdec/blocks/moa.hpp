@@ -170,7 +170,7 @@ struct config {
   layer_config layer_self_attention = {};
   layer_config self_attention = {};
   layer_config cross_attention = {};
-  index_t target_layers = 0;  ///< L, the target layers whose K/V are packed
+  index_t target_layers = 0;    ///< L, the target layers whose K/V are packed
   index_t target_head_dim = 0;  ///< head_dim of the target's cache rows
 
   index_t hidden() const noexcept { return self_attention.attention.hidden; }

@@ -38,7 +38,7 @@ struct config {
 
 template <class Space = host_space>
 struct weights {
-  linear<Space> gate = {};                      ///< router [router_outputs x E], no bias
+  linear<Space> gate = {};                       ///< router [router_outputs x E], no bias
   std::vector<mlp_weights<Space>> experts = {};  ///< N SwiGLU experts
 
   /// \param prefix e.g. "layers.0.mlp_moe." (names gate.weight, experts.i.{gate,up,down}_proj.weight).
@@ -56,11 +56,11 @@ struct weights {
 /// Per-token routing decisions (host) and the mixed features (backend `[T x E]` each).
 template <dense_backend B>
 struct result {
-  std::vector<float> router_logits = {};        ///< [T x router_outputs]
-  std::vector<std::int32_t> top1 = {}, top2 = {};    ///< experts picked per token
-  std::vector<float> s_top1 = {}, s_top2 = {};       ///< their weights
+  std::vector<float> router_logits = {};            ///< [T x router_outputs]
+  std::vector<std::int32_t> top1 = {}, top2 = {};   ///< experts picked per token
+  std::vector<float> s_top1 = {}, s_top2 = {};      ///< their weights
   std::vector<std::int32_t> contrastive_top1 = {};  ///< expert decided by the contrastive pair (Jakiro)
-  std::vector<float> beta = {}, alpha = {};          ///< contrastive weights of contrastive_top1 and the other expert
+  std::vector<float> beta = {}, alpha = {};         ///< contrastive weights of contrastive_top1 and the other expert
   typename B::template buffer<float> left, right, weighted_top1, weighted_top2;
 };
 

@@ -174,8 +174,8 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
 
 /// Result of verify_tree_greedy (host, int32 / int64 as SGLang's tensors).
 struct greedy_verification {
-  std::vector<std::int32_t> predicts = {};       ///< `[bs * N]`: accepted token at each accepted node, the bonus at the last, -1 elsewhere
-  std::vector<std::int32_t> accept_index = {};   ///< `[bs x num_spec_step]`: retrive_index of accepted nodes (root first), -1 padded
+  std::vector<std::int32_t> predicts = {};          ///< `[bs * N]`: accepted token at each accepted node, the bonus at the last, -1 elsewhere
+  std::vector<std::int32_t> accept_index = {};      ///< `[bs x num_spec_step]`: retrive_index of accepted nodes (root first), -1 padded
   std::vector<std::int32_t> accept_token_num = {};  ///< `[bs]`: accepted draft tokens (root excluded)
 };
 

@@ -108,10 +108,10 @@ struct speculative_request {
 struct speculative_result {
   std::vector<std::int32_t> accepted_nodes = {};  ///< node indices of the accepted path, root excluded
   std::vector<std::int32_t> tokens = {};          ///< emitted: the accepted tokens, then the final token
-  bool bonus = false;                        ///< the final token is a bonus token (nothing was rejected last)
-  index_t acceptance_tests = 0;              ///< uniforms used by acceptance tests
-  index_t uniforms_consumed = 0;             ///< all uniforms read (tests, re-tests, final draw)
-  index_t retest_accepted = 0;               ///< FlashInfer's accepted_token_num (with flashinfer_retest)
+  bool bonus = false;                             ///< the final token is a bonus token (nothing was rejected last)
+  index_t acceptance_tests = 0;                   ///< uniforms used by acceptance tests
+  index_t uniforms_consumed = 0;                  ///< all uniforms read (tests, re-tests, final draw)
+  index_t retest_accepted = 0;                    ///< FlashInfer's accepted_token_num (with flashinfer_retest)
   /// The distribution the final token was drawn from, unnormalised `[V]` (filled when asked for).
   std::vector<float> final_distribution = {};
 };
