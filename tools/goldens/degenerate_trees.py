@@ -20,7 +20,7 @@ How the peers run (never copied into specdec; this script reads them from local 
   _medusa_setup and its helpers.
 - SGLang: select_top_k_tokens and organize_draft_results are transcribed below (a few tensor lines,
   as the existing sglang_pipeline goldens were made), and build_tree_efficient is emulated serially
-  following the kernel as ../shared/specs/trees.md describes it.
+  following sgl-kernel `csrc/speculative/eagle_utils.cu` (build_tree_efficient) at 29bd4e85.
 
 Every torch.topk call goes through a guard that requires a gap of at least 2e-4 between consecutive
 values up to rank k (+1 when it exists), so no result depends on tie order; logits are multiples of

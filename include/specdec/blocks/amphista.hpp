@@ -7,7 +7,7 @@
 /// learned position embedding over the K slots and runs one bi-directional attention layer across them
 /// (no mask, no RoPE); head k's logits are o_k W_k^T.
 ///
-/// Open points of the paper, kept configurable (../shared/specs/blocks.md section 3): the paper's split
+/// Open points of the paper (arXiv 2406.13170; no public code), kept configurable: the paper's split
 /// is floor(K/2) heads on stage 1 (the reconstruction behind the goldens uses ceil(K/2)); MLP_k is
 /// "MLP_k in R^{d x d}": specdec applies Medusa's ResBlock x + SiLU(W x + b) when weights are given and
 /// the identity otherwise.

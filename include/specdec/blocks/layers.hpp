@@ -5,7 +5,7 @@
 /// masked GQA attention, output projection; self- or cross-attention) and the SwiGLU MLP, composed
 /// into the pre-norm decoder layer `h = x + Attn(RMSNorm(x)); y = h + MLP(RMSNorm(h))`.
 ///
-/// Conventions (Hugging Face Llama, transformers < 4.46; ../shared/specs/blocks.md section 1): a
+/// Conventions (huggingface/transformers `models/llama/modeling_llama.py`, transformers < 4.46): a
 /// Linear weight is `[out x in]` and y = x W^T + b; heads are contiguous column blocks of head_dim;
 /// query head h reads key/value head h / (heads / kv_heads); the cache holds keys after RoPE. Every
 /// activation is a row-major `[tokens x width]` matrix in the backend's memory space; weights are

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief Mixture of Attentions (Zimmer et al.; HEBO `mixture-of-attentions`, ../shared/specs/blocks.md
-/// section 2): the target's per-layer K/V packed into `[T, L, E_kv]`, Layer Self-Attention (a decoder
+/// \brief Mixture of Attentions (Zimmer et al.; huawei-noah/HEBO, branch `mixture-of-attentions`,
+/// `moa_spec/models/inference/single_device/moa_spec.py` and `cross_attention.py`): the target's
+/// per-layer K/V packed into `[T, L, E_kv]`, Layer Self-Attention (a decoder
 /// layer over the layer axis, RoPE over the layer index, no mask) with the mean over layers and the
 /// E_kv -> E projection, the causal self-attention layer over token embeddings (a plain decoder layer:
 /// blocks::decoder_layer_forward with its cache), cross-attention with one RMSNorm shared by both

@@ -3,7 +3,7 @@
 /// \brief Jakiro's MoE draft layer: a router over N SwiGLU experts (intermediate size E), the "left"
 /// output (the router-weighted sum of the top-2 experts, autoregressive) and, for the penultimate
 /// forward of a tree, the contrastive "right" output `beta f_top1 - alpha f_top2` decided by a second
-/// pair of router logits (Jakiro's released `cnets.py`; ../shared/specs/blocks.md section 4). The
+/// pair of router logits (haiduo/Jakiro `jakiro/model/cnets.py`, `MixtralSparseMoeBlock`). The
 /// decoupled features `s_top1 f_top1` and `s_top2 f_top2` are returned too: the paper feeds them to
 /// separate LM-head passes. The decoder layer around the MoE is eagle::forward with the MLP replaced.
 #pragma once

@@ -4,7 +4,8 @@
 /// row (or one query-head pair) and shared by every backend: RMSNorm, rotate-half RoPE, SwiGLU's
 /// `silu(gate) * up`, masked softmax attention with GQA (one pass, online softmax), and a plain GEMM
 /// dot product for backends without a BLAS. Semantics are Hugging Face Llama's (transformers < 4.46),
-/// see ../shared/specs/blocks.md section 1; the precision choices are noted per kernel.
+/// (huggingface/transformers `models/llama/modeling_llama.py`; docs/blocks.md states the conventions);
+/// the precision choices are noted per kernel.
 #pragma once
 
 #include <cmath>
