@@ -259,16 +259,14 @@ class gguf_file {
       // A tensor's bytes must lie in the file, so it has at most file-size / bytes-per-block blocks;
       // bounding the block count by that before each multiply means the product never wraps.
       const std::uint64_t max_blocks = bytes_.size() / block_bytes;
-      std::uint64_t blocks = t.dims[0] / block_values;
-      for (std::size_t d = 1; d < t.dims.size() && blocks != 0; ++d) {
-        if (blocks > max_blocks / t.dims[d])
+      std::uint64_t blocks = 1;
+      for (std::size_t d = 0; d < t.dims.size(); ++d) {
+        const std::uint64_t factor = d == 0 ? t.dims[0] / block_values : t.dims[d];
+        if (factor > max_blocks / blocks)  // blocks >= 1: every extent is positive
           throw gguf_error(name_ + ": tensor '" + t.name + "' has more values than the file can hold (" +
                            std::to_string(bytes_.size()) + " bytes)");
-        blocks *= t.dims[d];
+        blocks *= factor;
       }
-      if (blocks > max_blocks)
-        throw gguf_error(name_ + ": tensor '" + t.name + "' has more values than the file can hold (" +
-                         std::to_string(bytes_.size()) + " bytes)");
       t.count = static_cast<std::size_t>(blocks * block_values);
       t.bytes = static_cast<std::size_t>(blocks * block_bytes);
       infos.push_back(std::move(t));

@@ -23,6 +23,7 @@
 
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/checks.hpp>
 
 namespace specdec::sampling {
 
@@ -54,14 +55,7 @@ inline constexpr double renorm_sum_tolerance = 1e-3;
 /// Checks row r of a probability matrix the renormalisers read: every entry in [0, 1] (NaN fails),
 /// the row summing to 1 within renorm_sum_tolerance.
 inline void check_probabilities(const char* where, matrix_view<const float> probs, index_t r) {
-  double total = 0.0;
-  for (index_t j = 0; j < probs.cols(); ++j) {
-    const float p = probs(r, j);
-    SPECDEC_EXPECTS(p >= 0.0f && p <= 1.0f, where, "probs[", r, ", ", j, "] = ", p, "; expected a probability in [0, 1]");
-    total += static_cast<double>(p);
-  }
-  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= renorm_sum_tolerance, where, "probs row ", r, " sums to ", total,
-                  "; expected 1 within ", renorm_sum_tolerance);
+  check_distribution(where, "probs", r, [&](index_t j) { return probs(r, j); }, probs.cols(), renorm_sum_tolerance);
 }
 }  // namespace detail
 

@@ -18,6 +18,7 @@
 
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/checks.hpp>
 
 namespace specdec::sampling {
 
@@ -31,12 +32,8 @@ inline void check_same_length(const char* where, std::size_t p, std::size_t q) {
 /// A host distribution these helpers read: every entry in [0, 1] (NaN fails), summing to 1 within 1e-4.
 template <class T>
 void check_distribution(const char* where, const char* name, std::span<const T> p) {
-  double total = 0.0;
-  for (std::size_t x = 0; x < p.size(); ++x) {
-    SPECDEC_EXPECTS(p[x] >= T(0) && p[x] <= T(1), where, name, "[", x, "] = ", p[x], "; expected a probability in [0, 1]");
-    total += static_cast<double>(p[x]);
-  }
-  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= 1e-4, where, name, " sums to ", total, "; expected 1 within 1e-4");
+  sampling::detail::check_distribution(where, name, -1, [p](index_t x) { return p[static_cast<std::size_t>(x)]; },
+                                       static_cast<index_t>(p.size()), 1e-4);
 }
 }  // namespace detail
 

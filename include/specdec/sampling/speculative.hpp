@@ -135,16 +135,27 @@ inline void check_tree(const char* where, const draft_tree& tree, index_t vocab,
   }
 }
 
-/// Checks a request's tree (check_tree) and that its target rows exist; returns the tree.
+/// Checks a request's tree (check_tree) and that its target rows exist: one per node, or one per node
+/// but the last when `last_node_has_row` is false (vLLM's typical acceptance). Returns the tree.
 template <class Request>
-const draft_tree& checked_tree(const char* where, const Request& q, std::size_t request, index_t vocab, index_t target_rows) {
+const draft_tree& checked_tree(const char* where, const Request& q, std::size_t request, index_t vocab, index_t target_rows,
+                               bool last_node_has_row = true) {
   SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", request, " has no tree");
   check_tree(where, *q.tree, vocab, request);
-  const index_t n = q.tree->size();
-  SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + n <= target_rows, where, "request ", request,
-                  " needs target rows [", q.target_row, ", ", q.target_row + n, ") but the target has ",
-                  target_rows, " rows");
+  const index_t rows = q.tree->size() - (last_node_has_row ? 0 : 1);
+  SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + rows <= target_rows, where, "request ", request,
+                  " needs target rows [", q.target_row, ", ", q.target_row + rows, ") but the target has ", target_rows,
+                  " rows", last_node_has_row ? "" : " (one per node but the last, a leaf without a row)");
   return *q.tree;
+}
+
+/// The caller's bonus token of a request, checked against the vocabulary (it is emitted as is).
+template <class Request>
+std::int32_t checked_bonus_token(const char* where, const Request& q, std::size_t request, index_t vocab) {
+  SPECDEC_EXPECTS(q.bonus_token.has_value(), where, "request ", request, " has no bonus_token");
+  SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", request, " bonus_token = ",
+                  *q.bonus_token, "; expected a token in [0, ", vocab, ")");
+  return *q.bonus_token;
 }
 
 /// Children of every node in visiting order: the request's links when given (checked against the
@@ -210,10 +221,7 @@ std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_siz
         continue;
       }
       out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
-      if (out.bonus && q.bonus_token)
-        SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab_size, where, "request ", first_request + r,
-                        " bonus_token = ", *q.bonus_token, "; expected a token in [0, ", vocab_size, ")");
-      out.tokens.push_back(out.bonus && q.bonus_token ? *q.bonus_token : best);
+      out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, first_request + r, vocab_size) : best);
       break;
     }
     out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
@@ -318,8 +326,8 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       const auto load = [&] {
         if (!p_row) {
           p_row = target.row(row);
-          if (!target.softened()) sampling::detail::check_probability_row(where, "target_probs", row, p_row, vocab);
           dist = sampling::detail::working_distribution(p_row, vocab);
+          if (!target.softened()) sampling::detail::check_weighed_row(where, "target_probs", row, dist, p_row, vocab);
         }
       };
       const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
@@ -385,9 +393,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       out.retest_accepted += static_cast<index_t>(out.accepted_nodes.size());
       out.bonus = !rejected_here;
       if (out.bonus && q.bonus_token) {
-        SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", r, " bonus_token = ",
-                        *q.bonus_token, "; expected a token in [0, ", vocab, ")");
-        out.tokens.push_back(*q.bonus_token);
+        out.tokens.push_back(detail::checked_bonus_token(where, q, r, vocab));
         break;
       }
       load();

@@ -94,7 +94,7 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
         continue;
       }
       out.bonus = !dist.modified();
-      sampling::detail::check_probability_row(where, "target_probs", row, p, vocab);
+      sampling::detail::check_weighed_row(where, "target_probs", row, dist, p, vocab);
       if (keep_final_distribution) out.final_distribution = dist.entries();
       const double u = q.uniforms.at(static_cast<std::uint64_t>(n));
       ++out.uniforms_consumed;

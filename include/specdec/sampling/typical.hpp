@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -88,15 +87,9 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
   std::vector<speculative_result> results;
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const speculative_request& q = requests[r];
-    SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", r, " has no tree");
-    const draft_tree& tree = *q.tree;
-    detail::check_tree(where, tree, vocab, r);
+    // vLLM's last node, a leaf, has no row.
+    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows(), !vllm);
     const index_t n = tree.size();
-    const index_t rows_needed = vllm ? n - 1 : n;  // vLLM's last node, a leaf, has no row
-    SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + rows_needed <= target_probs.rows(), where, "request ", r,
-                    " needs target rows [", q.target_row, ", ", q.target_row + rows_needed, ") (",
-                    vllm ? "vllm_v0: one per node but the last" : "medusa: one per node", ") but the target has ",
-                    target_probs.rows(), " rows");
     const std::vector<bool> leaf = leaf_flags(tree);
     // Accepted flags and path likelihoods in node order (parents come first).
     std::vector<char> accepted(static_cast<std::size_t>(n), 0);
@@ -130,12 +123,7 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
     if (vllm && leaf[static_cast<std::size_t>(best)]) {
       out.bonus = true;
-      if (options.emit_bonus) {
-        SPECDEC_EXPECTS(q.bonus_token && *q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", r,
-                        " accepted every draft but has bonus_token = ", q.bonus_token ? std::to_string(*q.bonus_token) : "none",
-                        "; vllm_v0 emits the caller's bonus token: expected one in [0, ", vocab, ") (or emit_bonus = false)");
-        out.tokens.push_back(*q.bonus_token);
-      }
+      if (options.emit_bonus) out.tokens.push_back(detail::checked_bonus_token(where, q, r, vocab));
       results.push_back(std::move(out));
       continue;
     }

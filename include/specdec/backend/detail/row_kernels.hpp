@@ -775,8 +775,6 @@ inline double combine(const d4& lo, const d4& hi) noexcept {
   const double lane[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
   return combine_lanes(lane);
 }
-inline bool any(i4 m) noexcept { return (m[0] | m[1] | m[2] | m[3]) != 0; }
-inline bool any8(const i8& m) noexcept { return any_lane(m); }
 }  // namespace simd_mass
 
 /// Canonical masses of every chunk of a float row `x[0, n)` into `out[chunks]`.
@@ -812,8 +810,8 @@ inline void probability_chunk_masses(const float* x, index_t n, chunk_mass* out)
       b_min = bv < b_min ? bv : b_min;
     }
     const f8 zero = {0, 0, 0, 0, 0, 0, 0, 0};
-    out[c] = chunk_mass{combine(a_lo, a_hi), any8(a_nan), any8(a_min < zero)};
-    out[c + 1] = chunk_mass{combine(b_lo, b_hi), any8(b_nan), any8(b_min < zero)};
+    out[c] = chunk_mass{combine(a_lo, a_hi), any_lane(a_nan), any_lane(a_min < zero)};
+    out[c + 1] = chunk_mass{combine(b_lo, b_hi), any_lane(b_nan), any_lane(b_min < zero)};
   }
   for (; c < chunks; ++c) out[c] = probability_chunk_mass(x + c * sample_chunk, std::min(sample_chunk, n - c * sample_chunk));
 }
@@ -847,8 +845,8 @@ inline void residual_chunk_masses(const float* p, const float* q, index_t n, res
       q_nan |= (q0 != q0) | (q1 != q1);
       q_neg |= (q0 < zero) | (q1 < zero);
     }
-    out[c] = residual_chunk_mass{combine(r_lo, r_hi), chunk_mass{combine(p_lo, p_hi), any(p_nan), any(p_neg)},
-                                 chunk_mass{combine(q_lo, q_hi), any(q_nan), any(q_neg)}};
+    out[c] = residual_chunk_mass{combine(r_lo, r_hi), chunk_mass{combine(p_lo, p_hi), any_lane(p_nan), any_lane(p_neg)},
+                                 chunk_mass{combine(q_lo, q_hi), any_lane(q_nan), any_lane(q_neg)}};
   }
 }
 #undef SPECDEC_WIDEN4

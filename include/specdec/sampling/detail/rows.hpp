@@ -18,6 +18,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/checks.hpp>
 
 namespace specdec::sampling::detail {
 
@@ -169,6 +170,27 @@ class working_distribution {
     subtract_entries([x](index_t j) { return j == x ? 1.0f : 0.0f; }, scale);
   }
 
+  /// Weighs the untouched row once, in the canonical order: its chunk masses (kept for a later draw
+  /// or removal, which then need no pass of their own), total and NaN / negative flags. One pass
+  /// serves both the caller's validity check and the draw.
+  const specdec::detail::folded_row& weigh() {
+    if (!weighed_) {
+      const index_t chunks = (n_ + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+      std::vector<specdec::detail::chunk_mass> partial(static_cast<std::size_t>(chunks));
+#if SPECDEC_HOST_SIMD
+      specdec::detail::probability_chunk_masses(p_, n_, partial.data());
+#else
+      for (index_t c = 0; c < chunks; ++c)
+        partial[static_cast<std::size_t>(c)] = specdec::detail::probability_chunk_mass(
+            p_ + c * specdec::detail::sample_chunk, std::min(specdec::detail::sample_chunk, n_ - c * specdec::detail::sample_chunk));
+#endif
+      base_masses_.resize(static_cast<std::size_t>(chunks));
+      base_ = specdec::detail::fold_chunks(partial.data(), chunks, base_masses_.data());
+      weighed_ = true;
+    }
+    return base_;
+  }
+
   bool modified() const noexcept { return modified_; }
   /// Mass of the current entries (1 for the untouched row, by definition of a distribution).
   double mass() const noexcept { return modified_ ? mass_ : 1.0; }
@@ -178,14 +200,19 @@ class working_distribution {
   std::int32_t draw(double u, empty_residual fallback) {
     // The shared search takes a host-device entry source, so excluded tokens are materialised first.
     if (w_.empty() && !excluded_.empty()) w_ = entries();
-    const specdec::detail::probability_source<float> current{w_.empty() ? p_ : w_.data()};
-    const double total = canonical_masses(current, n_, masses_);
-    if (total > 0.0) return specdec::detail::locate_sample(masses_.data(), n_, current, u * total);
+    const specdec::detail::probability_source<float> base{p_};
+    if (w_.empty()) {  // the untouched row: its weighing is the draw's mass table
+      const double total = weigh().total;
+      if (total > 0.0) return specdec::detail::locate_sample(base_masses_.data(), n_, base, u * total);
+    } else {
+      const specdec::detail::probability_source<float> current{w_.data()};
+      const double total = canonical_masses(current, n_, masses_);
+      if (total > 0.0) return specdec::detail::locate_sample(masses_.data(), n_, current, u * total);
+    }
     switch (fallback) {
       case empty_residual::sample_target: {
-        const specdec::detail::probability_source<float> base{p_};
-        const double base_total = canonical_masses(base, n_, masses_);
-        return specdec::detail::locate_sample(masses_.data(), n_, base, u * base_total);
+        const double base_total = weigh().total;
+        return specdec::detail::locate_sample(base_masses_.data(), n_, base, u * base_total);
       }
       case empty_residual::token_zero: return 0;
       case empty_residual::last_token: break;
@@ -233,8 +260,8 @@ class working_distribution {
   }
 
   void start() {
+    mass_ = weigh().total;
     modified_ = true;
-    mass_ = canonical_masses([&](index_t j) { return p_[j]; }, n_, masses_);
   }
 
   const float* p_;
@@ -243,7 +270,10 @@ class working_distribution {
   double mass_ = 1.0;
   std::vector<float> w_;
   std::vector<index_t> excluded_;
-  std::vector<double> masses_;
+  std::vector<double> masses_;       // chunk masses of the modified entries (w_)
+  bool weighed_ = false;
+  specdec::detail::folded_row base_{0.0, false, false};
+  std::vector<double> base_masses_;  // chunk masses of the untouched row p_
 };
 
 /// Checks a probability value read from a row: finite and in [0, 1].
@@ -252,16 +282,22 @@ inline void check_probability(const char* where, const char* what, index_t row, 
                   "; expected a probability in [0, 1]");
 }
 
+/// Checks the row `dist` was made from through its weighing (the pass a draw or removal needs
+/// anyway); only a row found wrong is read again, to name its first bad entry.
+inline void check_weighed_row(const char* where, const char* what, index_t row, working_distribution& dist, const float* p,
+                              index_t n);
+
 /// Checks a whole probability row: finite, non-negative, summing to 1 within the backends' tolerance.
 inline void check_probability_row(const char* where, const char* what, index_t row, const float* p, index_t n) {
-  double total = 0.0;
-  for (index_t j = 0; j < n; ++j) {
-    SPECDEC_EXPECTS(p[j] >= 0.0f && p[j] <= 1.0f, where, what, "[", row, ", ", j, "] = ", p[j],
-                    "; expected a probability in [0, 1]");
-    total += static_cast<double>(p[j]);
-  }
-  SPECDEC_EXPECTS(std::fabs(total - 1.0) <= specdec::detail::probability_sum_tolerance, where, what, " row ", row,
-                  " sums to ", total, "; expected 1 within ", specdec::detail::probability_sum_tolerance);
+  check_distribution(where, what, row, [p](index_t j) { return p[j]; }, n, specdec::detail::probability_sum_tolerance);
+}
+
+inline void check_weighed_row(const char* where, const char* what, index_t row, working_distribution& dist, const float* p,
+                              index_t n) {
+  if (dist.weigh().error() == specdec::detail::fault::none) return;
+  check_probability_row(where, what, row, p, n);
+  // The weighing and the entry check agree on what is wrong; this is reached only if they did not.
+  specdec::detail::throw_invalid_argument(where, what, " row ", row, " is not a probability distribution");
 }
 
 }  // namespace specdec::sampling::detail
