@@ -119,7 +119,7 @@ std::vector<sampling::speculative_request> requests_for(const fixture& f, index_
   std::vector<sampling::speculative_request> out(static_cast<std::size_t>(batch));
   for (index_t r = 0; r < batch; ++r) {
     auto& q = out[static_cast<std::size_t>(r)];
-    q.tree = &f.draft.tree;
+    q.tree = f.draft.tree;
     q.target_row = r * f.draft.tree.size();
     q.draft_rows = f.draft.draft_rows;
     q.uniforms = sampling::uniform_stream::philox({step, static_cast<std::uint64_t>(r)});
@@ -170,11 +170,10 @@ void BM_verify(benchmark::State& state) {
                   static_cast<std::int32_t>(std::max_element(logits.row(r), logits.row(r) + v) - logits.row(r));
             results = sampling::verify_greedy(argmax, v, requests);
           } else if (!Baseline) {
-            results = sampling::verify_speculative_logits(b, logits, 1.0f, draft, requests);
+            results = sampling::verify_speculative_logits(b, {logits, draft}, requests);
           } else {
             softmax_all(logits, probs);
-            results = sampling::verify_speculative(b, specdec::matrix_view<const float>(probs.data(), logits.rows(), v), draft,
-                                                   requests);
+            results = sampling::verify_speculative(b, {specdec::matrix_view<const float>(probs.data(), logits.rows(), v), draft}, requests);
           }
           benchmark::DoNotOptimize(results.data());
         },

@@ -119,18 +119,18 @@ TEST_CASE_TEMPLATE("stochastic verification validates every target row it forms 
     p.insert(p.end(), {0.25f, 0.25f, 0.25f, 0.25f});
     auto target = h.up(p);
     sampling::speculative_request q;
-    q.tree = &tree;
+    q.tree = tree;
     q.uniforms = sampling::uniform_stream::values(uniforms);
     const specdec::matrix_view<const float, space> rows(target.view().data(), 2, v);
     CHECK(contains(error_of([&] {
-                     (void)sampling::verify_speculative(h.b, rows, {}, std::span<const sampling::speculative_request>(&q, 1));
+                     (void)sampling::verify_speculative(h.b, {rows}, std::span<const sampling::speculative_request>(&q, 1));
                    }),
                    expected[i]));
     // The lenient path subtracts a point mass from the same row.
     sampling::speculative_options lenient;
     lenient.lenience = 0.5f;
     CHECK(contains(error_of([&] {
-                     (void)sampling::verify_speculative(h.b, rows, {}, std::span<const sampling::speculative_request>(&q, 1), lenient);
+                     (void)sampling::verify_speculative(h.b, {rows}, std::span<const sampling::speculative_request>(&q, 1), lenient);
                    }),
                    expected[i]));
   }
@@ -145,7 +145,7 @@ TEST_CASE_TEMPLATE("verify_typical checks the row of its final argmax", B, specd
     std::vector<float> p = {0.05f, 0.9f, 0.05f, fill, fill, fill};
     auto target = h.up(p);
     sampling::speculative_request q;
-    q.tree = &tree;
+    q.tree = tree;
     CHECK(contains(error_of([&] {
                      (void)sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(target.view().data(), 2, 3),
                                                     std::span<const sampling::speculative_request>(&q, 1));
@@ -159,7 +159,7 @@ TEST_CASE("the greedy walk checks the caller's bonus token against the vocabular
   const std::vector<std::int32_t> argmax = {1, 2};  // node 1 accepted, then the leaf: bonus
   for (const std::int32_t bonus : {47, -80}) {
     sampling::speculative_request q;
-    q.tree = &tree;
+    q.tree = tree;
     q.bonus_token = bonus;
     CHECK(contains(error_of([&] { (void)sampling::verify_greedy(argmax, 4, std::span<const sampling::speculative_request>(&q, 1)); }),
                    "bonus_token = " + std::to_string(bonus) + "; expected a token in [0, 4)"));
@@ -168,8 +168,7 @@ TEST_CASE("the greedy walk checks the caller's bonus token against the vocabular
     const std::vector<float> logits = {0, 5, 0, 0, 0, 0, 5, 0};
     q.greedy = true;
     CHECK(contains(error_of([&] {
-                     (void)sampling::verify_speculative_logits(b, specdec::matrix_view<const float>(logits.data(), 2, 4), 1.0f, {},
-                                                               std::span<const sampling::speculative_request>(&q, 1));
+                     (void)sampling::verify_speculative_logits(b, {specdec::matrix_view<const float>(logits.data(), 2, 4)}, std::span<const sampling::speculative_request>(&q, 1));
                    }),
                    "bonus_token = " + std::to_string(bonus)));
   }
@@ -224,9 +223,9 @@ TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exa
   const specdec::matrix_view<const float, space> target(rows.view().data(), 3, v);
   const std::vector<double> u = {0.5, 0.5, 0.5};
   std::vector<sampling::speculative_request> requests(2);
-  requests[0].tree = &root_only;
+  requests[0].tree = root_only;
   requests[0].target_row = 0;
-  requests[1].tree = &chain;
+  requests[1].tree = chain;
   requests[1].target_row = 1;
   for (auto& q : requests) q.uniforms = sampling::uniform_stream::values(u);
   const auto greedy = sampling::verify_greedy(h.b, target, requests);
@@ -234,7 +233,7 @@ TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exa
   CHECK(greedy[0].accepted_nodes.empty());
   CHECK(greedy[0].bonus);
   CHECK(greedy[1].tokens == std::vector<std::int32_t>{1, 0});
-  const auto sampled = sampling::verify_speculative(h.b, target, {}, requests);
+  const auto sampled = sampling::verify_speculative(h.b, {target}, requests);
   CHECK(sampled[0].tokens.size() == 1);
   CHECK(sampled[0].acceptance_tests == 0);
   CHECK(sampled[0].uniforms_consumed == 1);  // the bonus draw only

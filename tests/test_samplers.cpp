@@ -70,15 +70,13 @@ chain_run run_chain(B& b, const std::vector<float>& p, const std::vector<float>&
   std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(n));
   for (index_t s = 0; s < n; ++s) {
     auto& r = requests[static_cast<std::size_t>(s)];
-    r.tree = &trees[static_cast<std::size_t>(s)];
+    r.tree = trees[static_cast<std::size_t>(s)];
     r.draft_rows = rows;
     r.uniforms = sampling::uniform_stream::philox({seed, 2 + static_cast<std::uint64_t>(s)});
   }
   sampling::speculative_options options;
   options.lenience = lenience;
-  const auto results = sampling::verify_speculative(
-      b, specdec::matrix_view<const float, typename B::memory_space>(target.view().data(), gamma + 1, v),
-      specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), gamma, v), requests, options);
+  const auto results = sampling::verify_speculative(b, {specdec::matrix_view<const float, typename B::memory_space>(target.view().data(), gamma + 1, v), specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), gamma, v)}, requests, options);
   chain_run out;
   out.counts.assign(static_cast<std::size_t>(gamma + 1), std::vector<double>(static_cast<std::size_t>(v), 0.0));
   double sum = 0.0, sum2 = 0.0;
@@ -202,11 +200,11 @@ void check_tree(B& b, const specdec::draft_tree& tree, index_t v, const std::vec
   const specdec::matrix_view<const float, typename B::memory_space> rows(target.view().data(), tree.size(), v);
   std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(n));
   for (index_t s = 0; s < n; ++s) {
-    requests[static_cast<std::size_t>(s)].tree = &tree;
+    requests[static_cast<std::size_t>(s)].tree = tree;
     requests[static_cast<std::size_t>(s)].uniforms = sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(s)});
   }
   const auto results = coin_rule ? sampling::verify_coin_tree(b, rows, requests)
-                                 : sampling::verify_speculative(b, rows, {}, requests);
+                                 : sampling::verify_speculative(b, {rows}, requests);
   std::vector<double> first(static_cast<std::size_t>(v), 0.0);
   std::vector<std::vector<double>> second(static_cast<std::size_t>(tree.size()), std::vector<double>(static_cast<std::size_t>(v), 0.0));
   double accepted_root = 0.0;
@@ -330,9 +328,9 @@ TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft cons
   const auto rows = target.matrix(2, v);
   const specdec::draft_tree chain = sampling::make_chain(0, std::vector<std::int32_t>{1});
   const std::vector<double> u = {0.5, 0.5};
-  sampling::speculative_request request{&chain, 0, {}, sampling::uniform_stream::values(u)};
+  sampling::speculative_request request{chain, 0, {}, sampling::uniform_stream::values(u)};
   const auto verify = [&](sampling::speculative_options o = {}) {
-    return sampling::verify_speculative(h.b, rows, {}, std::span(&request, 1), o);
+    return sampling::verify_speculative(h.b, {rows}, std::span(&request, 1), o);
   };
   sampling::speculative_options lenient;
   lenient.lenience = 1.5f;
@@ -345,19 +343,19 @@ TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft cons
   CHECK(error_of([&] { verify(); }).find("needs uniform 0 but only 0 were supplied") != std::string::npos);
   request.uniforms = sampling::uniform_stream::values(u);
   const specdec::draft_tree wide = sampling::make_chain(0, std::vector<std::int32_t>{7});
-  request.tree = &wide;
+  request.tree = wide;
   CHECK(error_of([&] { verify(); }).find("node 1 has token 7; expected a token id in [0, V = 4)") != std::string::npos);
   const specdec::draft_tree longer = sampling::make_chain(0, std::vector<std::int32_t>{1, 2});
-  request.tree = &longer;
+  request.tree = longer;
   CHECK(error_of([&] { verify(); }).find("needs target rows [0, 3) but the target has 2 rows") != std::string::npos);
   // A target row that is not a distribution is caught where it is read in full.
   std::vector<float> unnormalised = {0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
   auto bad_rows = h.up(unnormalised);
   const std::vector<double> reject = {0.9, 0.5};
   const specdec::draft_tree root_only = specdec::make_tree({0}, {-1});
-  request.tree = &root_only;
+  request.tree = root_only;
   request.uniforms = sampling::uniform_stream::values(reject);
-  CHECK(error_of([&] { sampling::verify_speculative(h.b, bad_rows.matrix(2, v), {}, std::span(&request, 1)); })
+  CHECK(error_of([&] { sampling::verify_speculative(h.b, {bad_rows.matrix(2, v)}, std::span(&request, 1)); })
             .find("sums to 2") != std::string::npos);
   // A request without drafts and with a caller bonus consumes no uniform.
   request.bonus_token = 3;
@@ -366,7 +364,7 @@ TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft cons
   CHECK(r.tokens == std::vector<std::int32_t>{3});
   // The same Philox seed gives the same decisions (and the backends agree: the draws are host code over
   // the canonical order, checked in the conformance suite).
-  request.tree = &chain;
+  request.tree = chain;
   request.bonus_token = std::nullopt;
   request.uniforms = sampling::uniform_stream::philox({123, 4});
   CHECK(verify().at(0).tokens == verify().at(0).tokens);
@@ -384,8 +382,8 @@ TEST_CASE_TEMPLATE("the final draw picks the token row_sample and row_sample_res
     // Bonus draw from row 0 (a root-only tree) against row_sample.
     const specdec::draft_tree root_only = specdec::make_tree({0}, {-1});
     const std::vector<double> stream = {u};
-    sampling::speculative_request bonus{&root_only, 0, {}, sampling::uniform_stream::values(stream)};
-    const auto got = sampling::verify_speculative(h.b, target.matrix(2, v), {}, std::span(&bonus, 1)).at(0).tokens.at(0);
+    sampling::speculative_request bonus{root_only, 0, {}, sampling::uniform_stream::values(stream)};
+    const auto got = sampling::verify_speculative(h.b, {target.matrix(2, v)}, std::span(&bonus, 1)).at(0).tokens.at(0);
     const std::vector<float> uf = {static_cast<float>(u)};
     auto ub = h.up(uf);
     auto token = h.b.template allocate<std::int32_t>(1);
@@ -399,8 +397,8 @@ TEST_CASE_TEMPLATE("the final draw picks the token row_sample and row_sample_res
     const specdec::draft_tree chain = sampling::make_chain(0, std::vector<std::int32_t>{x});
     const std::vector<index_t> draft_rows = {-1, 0};
     const std::vector<double> residual_stream = {0.9999999, u};
-    sampling::speculative_request rejected{&chain, 0, draft_rows, sampling::uniform_stream::values(residual_stream)};
-    const auto res = sampling::verify_speculative(h.b, target.matrix(2, v), draft.matrix(1, v), std::span(&rejected, 1)).at(0);
+    sampling::speculative_request rejected{chain, 0, draft_rows, sampling::uniform_stream::values(residual_stream)};
+    const auto res = sampling::verify_speculative(h.b, {target.matrix(2, v), draft.matrix(1, v)}, std::span(&rejected, 1)).at(0);
     REQUIRE(res.accepted_nodes.empty());
     h.b.row_sample_residual(row0, specdec::matrix_view<const float, typename B::memory_space>(draft.view().data(), 1, v),
                             specdec::vector_view<const float, typename B::memory_space>(ub.view().data(), 1), token.view());
@@ -431,10 +429,10 @@ TEST_CASE_TEMPLATE("verify_speculative_logits decides as verify_speculative over
         for (index_t i = 0; i < n; ++i) rows.push_back(i == 0 ? -1 : i);
       std::vector<sampling::speculative_request> requests;
       for (std::uint64_t seed = 0; seed < 200; ++seed)
-        requests.push_back({&tree, 0, rows, sampling::uniform_stream::philox({seed, 9})});
+        requests.push_back({tree, 0, rows, sampling::uniform_stream::philox({seed, 9}), temperature});
       const auto draft_rows = with_drafts ? draft.matrix(n, v) : decltype(draft.matrix(n, v)){};
-      const auto want = sampling::verify_speculative(h.b, prob_rows, draft_rows, requests);
-      const auto got = sampling::verify_speculative_logits(h.b, target_logits.matrix(n, v), temperature, draft_rows, requests);
+      const auto want = sampling::verify_speculative(h.b, {prob_rows, draft_rows}, requests);
+      const auto got = sampling::verify_speculative_logits(h.b, {target_logits.matrix(n, v), draft_rows}, requests);
       REQUIRE(got.size() == want.size());
       index_t accepted = 0;
       for (std::size_t r = 0; r < got.size(); ++r) {
@@ -447,13 +445,14 @@ TEST_CASE_TEMPLATE("verify_speculative_logits decides as verify_speculative over
     }
   }
   const std::vector<double> u = {0.5, 0.5};
-  sampling::speculative_request one{&tree, 0, {}, sampling::uniform_stream::values(u)};
-  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, target_logits.matrix(n, v), 0.0f, {}, std::span(&one, 1)); })
-            .find("temperature = 0; expected a finite temperature > 0") != std::string::npos);
+  sampling::speculative_request one{tree, 0, {}, sampling::uniform_stream::values(u), 0.0f};
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, {target_logits.matrix(n, v)}, std::span(&one, 1)); })
+            .find("request 0 has temperature 0; expected a finite temperature > 0") != std::string::npos);
+  one.temperature = 1.0f;
   auto with_nan = logits;
   with_nan[3] = std::nanf("");
   auto nan_rows = h.up(with_nan);
-  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, nan_rows.matrix(n, v), 1.0f, {}, std::span(&one, 1)); })
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, {nan_rows.matrix(n, v)}, std::span(&one, 1)); })
             .find("NaN") != std::string::npos);
 }
 
@@ -476,7 +475,7 @@ TEST_CASE_TEMPLATE("a batch mixes greedy and sampled requests, each deciding as 
   for (index_t i = 0; i < n; ++i) draft_rows.push_back(i == 0 ? -1 : i);
   std::vector<sampling::speculative_request> mixed;
   for (index_t r = 0; r < requests_count; ++r) {
-    sampling::speculative_request one{&tree, r * n, draft_rows, sampling::uniform_stream::philox({static_cast<std::uint64_t>(r), 4})};
+    sampling::speculative_request one{tree, r * n, draft_rows, sampling::uniform_stream::philox({static_cast<std::uint64_t>(r), 4}), 0.8f};
     one.greedy = r % 3 == 1;
     if (one.greedy) one.uniforms = {};  // a greedy request needs no randomness at all
     mixed.push_back(one);
@@ -488,8 +487,8 @@ TEST_CASE_TEMPLATE("a batch mixes greedy and sampled requests, each deciding as 
                     specdec::matrix_view<float, typename B::memory_space>(probs.view().data(), requests_count * n, v));
     const specdec::matrix_view<const float, typename B::memory_space> prob_rows(probs.view().data(), requests_count * n, v);
     const auto verify = [&](std::span<const sampling::speculative_request> requests) {
-      return from_logits ? sampling::verify_speculative_logits(h.b, target_rows, 0.8f, draft.matrix(n, v), requests)
-                         : sampling::verify_speculative(h.b, prob_rows, draft.matrix(n, v), requests);
+      return from_logits ? sampling::verify_speculative_logits(h.b, {target_rows, draft.matrix(n, v)}, requests)
+                         : sampling::verify_speculative(h.b, {prob_rows, draft.matrix(n, v)}, requests);
     };
     const auto got = verify(mixed);
     REQUIRE(got.size() == mixed.size());
@@ -511,7 +510,7 @@ TEST_CASE_TEMPLATE("a batch mixes greedy and sampled requests, each deciding as 
   // Errors name the request by its place in the batch.
   auto broken = mixed;
   broken[4].target_row = requests_count * n;
-  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, target_rows, 0.8f, draft.matrix(n, v), broken); })
+  CHECK(error_of([&] { sampling::verify_speculative_logits(h.b, {target_rows, draft.matrix(n, v)}, broken); })
             .find("request 4 needs target rows") != std::string::npos);
 }
 
@@ -533,8 +532,8 @@ TEST_CASE_TEMPLATE("verify_greedy on the backend matches a scalar greedy walk", 
     }
     auto rows = h.up(logits);
     std::vector<sampling::speculative_request> requests(2);
-    requests[0] = {&tree, 0};
-    requests[1] = {&tree, n};
+    requests[0] = {tree, 0};
+    requests[1] = {tree, n};
     requests[1].max_accepted = 1;
     const auto got = sampling::verify_greedy(h.b, rows.matrix(2 * n, v), requests);
     for (std::size_t r = 0; r < 2; ++r) {
@@ -625,7 +624,7 @@ TEST_CASE_TEMPLATE("typical acceptance: vLLM v0's convention (k rows, caller's b
     for (const auto& [threshold, alpha] : {std::pair{0.09f, 0.3f}, std::pair{0.3f, 0.09f}}) {
       std::vector<sampling::speculative_request> requests(batch.size());
       for (std::size_t r = 0; r < batch.size(); ++r) {
-        requests[r].tree = &trees[r];
+        requests[r].tree = trees[r];
         requests[r].target_row = static_cast<index_t>(r) * k;  // k rows per request: vLLM's layout
         requests[r].bonus_token = static_cast<std::int32_t>(20 + r % 4);
       }
@@ -659,7 +658,7 @@ TEST_CASE_TEMPLATE("typical acceptance: vLLM v0's convention (k rows, caller's b
   auto medusa_rows = h.up(with_leaf_rows);
   std::vector<sampling::speculative_request> requests(batch.size());
   for (std::size_t r = 0; r < batch.size(); ++r) {
-    requests[r].tree = &trees[r];
+    requests[r].tree = trees[r];
     requests[r].target_row = static_cast<index_t>(r) * (k + 1);
     requests[r].bonus_token = 23;
   }
@@ -680,4 +679,104 @@ TEST_CASE_TEMPLATE("typical acceptance: vLLM v0's convention (k rows, caller's b
           (void)sampling::verify_typical(h.b, specdec::matrix_view<const float, space>(rows.view().data(), k, v),
                                          std::span(requests.data(), 1));
         }).find("needs target rows [0, 5) but the target has 4 rows") != std::string::npos);
+}
+
+// The output forms write, into caller buffers in the backend's memory space, exactly what the
+// returning forms return: tokens padded with -1, accepted counts, accepted nodes, uniforms consumed,
+// re-test counts, final distributions; strided rows (a wider caller matrix) leave the columns past the
+// view alone; a buffer too small for the deepest path fails before any work.
+TEST_CASE_TEMPLATE("every verifier's output form writes what its returning form returns", B, SPECDEC_SAMPLER_BACKENDS) {
+  conformance::harness<B> h;
+  using space = typename B::memory_space;
+  const index_t v = 24;
+  // Engine-owned arrays, viewed (no draft_tree): a 7-node tree, and a chain beside it.
+  const std::vector<std::int32_t> tokens = {0, 3, 4, 5, 3, 6, 7}, parents = {-1, 0, 0, 0, 1, 1, 4}, depths = {0, 1, 1, 1, 2, 2, 3};
+  const specdec::tree_view tree(tokens, parents, depths);
+  const specdec::draft_tree chain = sampling::make_chain(1, std::vector<std::int32_t>{3, 3, 3});
+  static_assert(!std::is_constructible_v<specdec::tree_view, specdec::draft_tree&&>, "a temporary tree would dangle");
+  const index_t batch = 9, n = tree.size();
+  auto logits = conformance::random_logits(123, batch * n, v, 2.0f).data;
+  for (index_t row = 0; row < batch * n; row += 2) logits[static_cast<std::size_t>(row * v + 3 + row % 5)] = 5.0f;  // descents
+  auto logit_rows = h.up(logits);
+  auto probs = h.b.template allocate<float>(batch * n * v);
+  h.b.row_softmax(logit_rows.matrix(batch * n, v), 1.0f, specdec::matrix_view<float, space>(probs.view().data(), batch * n, v));
+  const specdec::matrix_view<const float, space> prob_rows(probs.view().data(), batch * n, v);
+  std::vector<sampling::speculative_request> requests;
+  for (index_t r = 0; r < batch; ++r) {
+    sampling::speculative_request q;
+    q.tree = r % 3 == 2 ? specdec::tree_view(chain) : tree;
+    q.target_row = r * n;
+    q.uniforms = sampling::uniform_stream::philox({static_cast<std::uint64_t>(r), 77});
+    q.greedy = r == 4;
+    q.max_accepted = r == 5 ? 1 : -1;
+    requests.push_back(q);
+  }
+  const index_t width = 5, stride = 7;  // wider than the deepest path + 1 (4), rows 7 apart
+  const auto check = [&](const std::vector<sampling::speculative_result>& want, auto&& write, bool has_final) {
+    auto out_tokens = h.up(std::vector<std::int32_t>(static_cast<std::size_t>(batch * stride), 99));
+    auto out_accepted = h.up(std::vector<std::int32_t>(static_cast<std::size_t>(batch), 99));
+    auto out_nodes = h.up(std::vector<std::int32_t>(static_cast<std::size_t>(batch * (width - 1)), 99));
+    auto out_uniforms = h.up(std::vector<std::int32_t>(static_cast<std::size_t>(batch), 99));
+    auto out_final = h.up(std::vector<float>(static_cast<std::size_t>(batch * v), 99.0f));
+    sampling::verify_outputs<space> out;
+    out.tokens = specdec::matrix_view<std::int32_t, space>(out_tokens.view().data(), batch, width, stride, 1);
+    out.accepted = out_accepted.view();
+    out.accepted_nodes = out_nodes.matrix(batch, width - 1);
+    out.uniforms_consumed = out_uniforms.view();
+    if (has_final) out.final_distributions = out_final.matrix(batch, v);
+    write(out);
+    const auto got_tokens = h.down(out_tokens), got_accepted = h.down(out_accepted), got_nodes = h.down(out_nodes),
+               got_uniforms = h.down(out_uniforms);
+    const auto got_final = h.down(out_final);
+    REQUIRE(want.size() == static_cast<std::size_t>(batch));
+    for (std::size_t r = 0; r < want.size(); ++r) {
+      CAPTURE(r);
+      for (index_t c = 0; c < stride; ++c) {
+        const auto k = static_cast<std::size_t>(c);
+        CHECK(got_tokens[r * stride + k] == (c >= width ? 99 : k < want[r].tokens.size() ? want[r].tokens[k] : -1));
+      }
+      for (std::size_t c = 0; c + 1 < static_cast<std::size_t>(width); ++c)
+        CHECK(got_nodes[r * (width - 1) + c] == (c < want[r].accepted_nodes.size() ? want[r].accepted_nodes[c] : -1));
+      CHECK(got_accepted[r] == static_cast<std::int32_t>(want[r].accepted_nodes.size()));
+      CHECK(got_uniforms[r] == want[r].uniforms_consumed);
+      for (std::size_t j = 0; j < static_cast<std::size_t>(v); ++j)
+        CHECK(got_final[r * v + j] == (!has_final ? 99.0f : want[r].final_distribution.empty() ? 0.0f : want[r].final_distribution[j]));
+    }
+  };
+  sampling::speculative_options options;
+  options.keep_final_distribution = true;
+  const auto sampled = sampling::verify_speculative(h.b, {prob_rows}, requests, options);
+  check(sampled, [&](const auto& out) { sampling::verify_speculative(h.b, {prob_rows}, requests, {}, out); }, true);
+  auto at_temperature = requests;
+  for (auto& q : at_temperature) q.temperature = 0.7f;
+  check(sampling::verify_speculative_logits(h.b, {logit_rows.matrix(batch * n, v)}, at_temperature, options),
+        [&](const auto& out) { sampling::verify_speculative_logits(h.b, {logit_rows.matrix(batch * n, v)}, at_temperature, {}, out); },
+        true);
+  check(sampling::verify_greedy(h.b, prob_rows, requests),
+        [&](const auto& out) { sampling::verify_greedy(h.b, prob_rows, requests, out); }, false);
+  check(sampling::verify_coin_tree(h.b, prob_rows, requests, {.keep_final_distribution = true}),
+        [&](const auto& out) { sampling::verify_coin_tree(h.b, prob_rows, requests, {}, out); }, true);
+  check(sampling::verify_typical(h.b, prob_rows, requests, {.epsilon = 0.05f}),
+        [&](const auto& out) { sampling::verify_typical(h.b, prob_rows, requests, {.epsilon = 0.05f}, out); }, false);
+  index_t accepted = 0;
+  for (const auto& r : sampled) accepted += static_cast<index_t>(r.accepted_nodes.size());
+  CHECK(accepted > 0);  // the walks descend
+
+  // Too narrow for the deepest path (depth 3: 4 tokens), or the wrong batch: named, before any work.
+  auto small = h.up(std::vector<std::int32_t>(static_cast<std::size_t>(batch * 3), 0));
+  sampling::verify_outputs<space> narrow;
+  narrow.tokens = small.matrix(batch, 3);
+  CHECK(error_of([&] { sampling::verify_speculative(h.b, {prob_rows}, requests, {}, narrow); })
+            .find("outputs.tokens is 9 x 3; expected 9 rows (one per request) and at least 4 columns") != std::string::npos);
+  CHECK(h.down(small) == std::vector<std::int32_t>(static_cast<std::size_t>(batch * 3), 0));
+  narrow.tokens = small.matrix(3, 9);
+  CHECK(error_of([&] { sampling::verify_greedy(h.b, prob_rows, requests, narrow); }).find("expected 9 rows") != std::string::npos);
+  // A depth cap narrows what a request can emit: capped at 2, a width of 3 is enough.
+  auto capped = requests;
+  for (auto& q : capped) q.max_accepted = 2;
+  narrow.tokens = small.matrix(batch, 3);
+  sampling::verify_coin_tree(h.b, prob_rows, capped, {}, narrow);
+  const auto want = sampling::verify_coin_tree(h.b, prob_rows, capped);
+  const auto got = h.down(small);
+  for (std::size_t r = 0; r < want.size(); ++r) CHECK(got[r * 3] == want[r].tokens.at(0));
 }

@@ -172,7 +172,7 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
     // 3. Verify.
     t = clock_type::now();
     specdec::sampling::speculative_request request;
-    request.tree = &dr.tree;
+    request.tree = dr.tree;
     const specdec::matrix_view<const float> target(logits.data(), n, vocab);
     specdec::sampling::speculative_result result;
     if (options.temperature <= 0.0f) {
@@ -180,11 +180,10 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
     } else {
       request.uniforms = specdec::sampling::uniform_stream::philox(specdec::philox_stream{options.seed, 2 * step});
       request.draft_rows = dr.draft_rows;
+      request.temperature = options.temperature;
       const auto rows = dr.probs.empty() ? 0 : static_cast<index_t>(dr.probs.size()) / vocab;
-      result = specdec::sampling::verify_speculative_logits(backend, target, options.temperature,
-                                                            specdec::matrix_view<const float>(dr.probs.data(), rows, vocab),
-                                                            std::span(&request, 1))
-                   .at(0);
+      const specdec::matrix_view<const float> draft(dr.probs.data(), rows, vocab);
+      result = specdec::sampling::verify_speculative_logits(backend, {target, draft}, std::span(&request, 1)).at(0);
     }
     stats.sampling_seconds += seconds_since(t);
     // 4. Keep the accepted path's KV rows; commit the emitted tokens.

@@ -479,7 +479,7 @@ class runner {
       std::vector<specdec::sampling::speculative_request> requests(trees.size());
       index_t row = 0;
       for (std::size_t r = 0; r < trees.size(); ++r) {
-        requests[r].tree = &trees[r];
+        requests[r].tree = trees[r];
         requests[r].target_row = row;
         requests[r].bonus_token = bonus[r];
         vocab = std::max(vocab, bonus[r] + 1);
@@ -526,7 +526,7 @@ class runner {
     index_t row = 0;
     for (std::size_t r = 0; r < trees.size(); ++r) {
       auto& q = requests[r];
-      q.tree = &trees[r];
+      q.tree = trees[r];
       q.target_row = row;
       row += trees[r].size();
       q.draft_rows = draft_rows[r];
@@ -538,7 +538,7 @@ class runner {
     options.test = specdec::sampling::acceptance_test::ratio;
     options.draw = specdec::sampling::final_draw::exponential_race;
     options.fallback = specdec::empty_residual::token_zero;
-    const auto results = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), requests, options, upload(noise));
+    const auto results = specdec::sampling::verify_speculative(b_, {upload(target), upload(draft), upload(noise)}, requests, options);
     const index_t width = c.at("max_spec_len").get<index_t>() + 1;
     for (std::size_t r = 0; r < results.size(); ++r) {
       const json& q = requests_json[r];
@@ -571,7 +571,7 @@ class runner {
       }
       std::vector<specdec::sampling::speculative_request> requests(bs);
       for (std::size_t r = 0; r < bs; ++r) {
-        requests[r].tree = &trees[r];
+        requests[r].tree = trees[r];
         requests[r].target_row = static_cast<index_t>(r) * (k + 1);
         requests[r].draft_rows = draft_rows[r];
         requests[r].uniforms = specdec::sampling::uniform_stream::values(uniforms[r]);
@@ -581,7 +581,8 @@ class runner {
       options.range = specdec::sampling::uniform_range::open_closed;
       options.flashinfer_retest = true;
       options.fallback = specdec::empty_residual::last_token;
-      const auto results = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), requests, options, {}, true);
+      options.keep_final_distribution = true;
+      const auto results = specdec::sampling::verify_speculative(b_, {upload(target), upload(draft)}, requests, options);
       std::vector<index_t> accepted, emitted, consumed;
       std::vector<float> final_dist;
       for (const auto& r : results) {
@@ -681,7 +682,7 @@ class runner {
       next_sibling.push_back(flat_as<std::int32_t>(in.at("retrieve_next_sibling")[b]));
     }
     for (std::size_t b = 0; b < trees.size(); ++b) {
-      requests[b].tree = &trees[b];
+      requests[b].tree = trees[b];
       requests[b].target_row = static_cast<index_t>(b) * n;
       requests[b].max_accepted = steps - 1;
       requests[b].first_child = first_child[b];
@@ -711,7 +712,7 @@ class runner {
     const auto probs = upload(target);
     std::vector<specdec::sampling::speculative_request> requests(trees.size());
     for (std::size_t b = 0; b < trees.size(); ++b) {
-      requests[b].tree = &trees[b];
+      requests[b].tree = trees[b];
       requests[b].target_row = static_cast<index_t>(b) * n;
       requests[b].uniforms = specdec::sampling::uniform_stream::values(uniforms[b]);
       requests[b].max_accepted = in.at("num_spec_steps").get<index_t>() - 1;
@@ -721,7 +722,7 @@ class runner {
     for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
       const json& e = c.at("cases")[k];
       // SGLang's launcher clamps threshold_acc to >= 1e-9; threshold_single = 0 accepts every first child.
-      const specdec::sampling::coin_thresholds th{e.at("threshold_single").get<float>(),
+      const specdec::sampling::coin_options th{e.at("threshold_single").get<float>(),
                                                   std::max(e.at("threshold_acc").get<float>(), 1e-9f)};
       const auto results = specdec::sampling::verify_coin_tree(b_, probs, requests, th);
       expect_sglang_layout("cases[" + std::to_string(k) + "]", in, results, e.at("expected_predicts"),
@@ -792,7 +793,7 @@ class runner {
     }
     const auto probs = upload(target);
     specdec::sampling::speculative_request request;
-    request.tree = &pt.tree;
+    request.tree = pt.tree;
     for (std::size_t k = 0; k < c.at("cases").size(); ++k) {
       const json& e = c.at("cases")[k];
       const std::string name = "cases[" + std::to_string(k) + "]";
@@ -831,9 +832,9 @@ class runner {
       std::vector<double> stream = flat(e.at("uniform_stream"));
       stream.push_back(0.5);
       specdec::sampling::speculative_request request;
-      request.tree = &pt.tree;
+      request.tree = pt.tree;
       request.uniforms = specdec::sampling::uniform_stream::values(stream);
-      const auto r = specdec::sampling::verify_speculative(b_, probs, {}, std::span(&request, 1), {}, {}, true).at(0);
+      const auto r = specdec::sampling::verify_speculative(b_, {probs}, std::span(&request, 1), {.keep_final_distribution = true}).at(0);
       const json& x = e.at("expected");
       const std::size_t best = r.accepted_nodes.empty() ? 0 : pt.first_path[static_cast<std::size_t>(r.accepted_nodes.back())];
       expect_equal(name + ".best_candidate", x.at("best_candidate"), std::vector<std::size_t>{best});
@@ -858,11 +859,11 @@ class runner {
     const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{0});
     const std::vector<index_t> rows = {-1, 0};
     const std::vector<double> stream = {u, 0.5};
-    specdec::sampling::speculative_request request{&chain, 0, rows, specdec::sampling::uniform_stream::values(stream)};
+    specdec::sampling::speculative_request request{chain, 0, rows, specdec::sampling::uniform_stream::values(stream)};
     specdec::sampling::speculative_options options;
     options.test = test;
     options.range = range;
-    return !specdec::sampling::verify_speculative(b_, upload(target), upload(draft), std::span(&request, 1), options)
+    return !specdec::sampling::verify_speculative(b_, {upload(target), upload(draft)}, std::span(&request, 1), options)
                 .at(0).accepted_nodes.empty();
   }
 
@@ -893,10 +894,10 @@ class runner {
           target.add(dist);
           const specdec::draft_tree root = specdec::make_tree({0}, {-1});
           const std::vector<double> stream = {u};
-          specdec::sampling::speculative_request request{&root, 0, {}, specdec::sampling::uniform_stream::values(stream)};
+          specdec::sampling::speculative_request request{root, 0, {}, specdec::sampling::uniform_stream::values(stream)};
           specdec::sampling::speculative_options options;
           options.range = uniform_range::open_closed;
-          const auto r = specdec::sampling::verify_speculative(b_, upload(target), {}, std::span(&request, 1), options).at(0);
+          const auto r = specdec::sampling::verify_speculative(b_, {upload(target)}, std::span(&request, 1), options).at(0);
           expect_equal(name + "." + key, k.at(key), r.tokens);
         }
       } else if (k.contains("coin")) {
@@ -907,7 +908,7 @@ class runner {
         target.add({0.5f, 0.5f});
         const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{0});
         const std::vector<double> stream = {k.at("coin").get<double>(), 0.5, 0.5};
-        specdec::sampling::speculative_request request{&chain, 0, {}, specdec::sampling::uniform_stream::values(stream)};
+        specdec::sampling::speculative_request request{chain, 0, {}, specdec::sampling::uniform_stream::values(stream)};
         const auto r = specdec::sampling::verify_coin_tree(b_, upload(target), std::span(&request, 1), {1.0f, k.at("threshold_acc").get<float>()}).at(0);
         expect_equal(name + ".sglang_tree_accept", k.at("sglang_tree_accept"), std::vector<int>{r.accepted_nodes.empty() ? 0 : 1});
       } else if (k.contains("vllm_v1")) {
@@ -920,10 +921,11 @@ class runner {
         const specdec::draft_tree chain = specdec::sampling::make_chain(1, std::vector<std::int32_t>{3});
         const std::vector<index_t> rows = {-1, 0};
         const std::vector<double> stream = {0.5, 0.5};
-        specdec::sampling::speculative_request request{&chain, 0, rows, specdec::sampling::uniform_stream::values(stream), 0};
+        specdec::sampling::speculative_request request{chain, 0, rows, specdec::sampling::uniform_stream::values(stream)};
+        request.noise_row = 0;
         specdec::sampling::speculative_options options;
         options.draw = specdec::sampling::final_draw::exponential_race;
-        const auto r = specdec::sampling::verify_speculative(b_, upload(target), upload(draft), std::span(&request, 1), options, upload(noise)).at(0);
+        const auto r = specdec::sampling::verify_speculative(b_, {upload(target), upload(draft), upload(noise)}, std::span(&request, 1), options).at(0);
         expect_equal(name + ".vllm_v1", k.at("vllm_v1"), std::vector<std::int32_t>{r.tokens.back()});
         // SGLang's tree kernel: V - 1 when the residual is empty (both candidates rejected, nothing left).
         row_stack t2;
@@ -932,7 +934,7 @@ class runner {
         t2.add({0.5f, 0.5f});
         const specdec::draft_tree both = specdec::make_tree({0, 0, 1}, {-1, 0, 0});
         const std::vector<double> coins = {0.99, 0.5, 0.5, 0.5};
-        specdec::sampling::speculative_request r2{&both, 0, {}, specdec::sampling::uniform_stream::values(coins)};
+        specdec::sampling::speculative_request r2{both, 0, {}, specdec::sampling::uniform_stream::values(coins)};
         const auto s = specdec::sampling::verify_coin_tree(b_, upload(t2), std::span(&r2, 1), {1.0f, 1.1f}).at(0);
         expect_true(name + ".sglang_tree_target_only", s.tokens.back() == 1, "expected V - 1 = 1, got " + std::to_string(s.tokens.back()));
       }
@@ -989,12 +991,13 @@ class runner {
       // actually used, then the final one.
       specdec::sampling::speculative_options options;
       options.lenience = k.at("lenience");
+      options.keep_final_distribution = true;
       const std::vector<double> tests = flat(k.at("uniforms"));
       const index_t accepted = k.at("expected").at("num_accepted");
       std::vector<double> stream(tests.begin(), tests.begin() + std::min<std::ptrdiff_t>(accepted + 1, static_cast<std::ptrdiff_t>(tests.size())));
       stream.push_back(k.at("final_uniform"));
-      specdec::sampling::speculative_request request{&tree, 0, rows, specdec::sampling::uniform_stream::values(stream)};
-      const auto r = specdec::sampling::verify_speculative(b_, tp, dp, std::span(&request, 1), options, {}, true).at(0);
+      specdec::sampling::speculative_request request{tree, 0, rows, specdec::sampling::uniform_stream::values(stream)};
+      const auto r = specdec::sampling::verify_speculative(b_, {tp, dp}, std::span(&request, 1), options).at(0);
       expect_equal(name + ".num_accepted", k.at("expected").at("num_accepted"), std::vector<std::size_t>{r.accepted_nodes.size()});
       expect_equal(name + ".output", k.at("expected").at("output"), r.tokens);
       double mass = 0.0;

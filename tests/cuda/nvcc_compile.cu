@@ -61,7 +61,7 @@ specdec::jakiro::moe_proposal propose_both(backend& b, specdec::matrix_view<cons
 std::size_t verify_every_way(backend& b, specdec::matrix_view<const float, specdec::device_space> p,
                              specdec::matrix_view<const float, specdec::device_space> q,
                              std::span<const specdec::sampling::speculative_request> requests) {
-  return specdec::sampling::verify_speculative(b, p, q, requests).size() +
+  return specdec::sampling::verify_speculative(b, {p, q}, requests).size() +
          specdec::sampling::verify_coin_tree(b, p, requests).size() +
          specdec::sampling::verify_typical(b, p, requests).size() + specdec::sampling::verify_greedy(b, p, requests).size();
 }

@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const index_t draft_count = in.range(0, 4);
   for (index_t r = 0; r < n_requests; ++r) {
     auto& q = requests[static_cast<std::size_t>(r)];
-    q.tree = &trees[static_cast<std::size_t>(r)];
+    q.tree = trees[static_cast<std::size_t>(r)];
     q.target_row = rows + (in.byte() < 250 ? 0 : in.range(-1, 2));
     rows += trees[static_cast<std::size_t>(r)].size();
     if (in.flag()) {
@@ -157,30 +157,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.flashinfer_retest = in.byte() < 40;
   const float temperature = in.byte() < 240 ? 0.25f + static_cast<float>(in.byte()) / 64.0f : in.value();
   const bool keep = in.flag();
+  options.keep_final_distribution = keep;
+  for (auto& q : requests) q.temperature = temperature;
   const index_t target_rows = rows + (in.byte() < 250 ? 0 : in.range(-2, 1));
 
   const auto view = [&](auto& backend, auto& buffer, index_t r) {
     using space = typename std::remove_reference_t<decltype(backend)>::memory_space;
     return specdec::matrix_view<const float, space>(buffer.view().data(), r, v);
   };
-  switch (in.byte() % 6) {
+  switch (in.byte() % 7) {
     case 0:
       on_both([&](auto& be) {
         auto t = be.upload(std::span<const float>(target));
         auto d = be.upload(std::span<const float>(draft));
         auto z = be.upload(std::span<const float>(noise));
-        return sampling::verify_speculative(be, view(be, t, target_rows), view(be, d, draft_count), requests, options,
-                                            options.draw == sampling::final_draw::exponential_race ? view(be, z, n_requests)
-                                                                                                 : decltype(view(be, z, 0)){},
-                                            keep);
+        return sampling::verify_speculative(
+            be,
+            {view(be, t, target_rows), view(be, d, draft_count),
+             options.draw == sampling::final_draw::exponential_race ? view(be, z, n_requests) : decltype(view(be, z, 0)){}},
+            requests, options);
       }, trees, requests, v, true);
       break;
     case 1:
       on_both([&](auto& be) {
         auto t = be.upload(std::span<const float>(target));
         auto d = be.upload(std::span<const float>(draft));
-        return sampling::verify_speculative_logits(be, view(be, t, target_rows), temperature, view(be, d, draft_count), requests,
-                                                   options, {}, keep);
+        return sampling::verify_speculative_logits(be, {view(be, t, target_rows), view(be, d, draft_count)}, requests, options);
       }, trees, requests, v, false);
       break;
     case 2:
@@ -202,11 +204,66 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     case 4: {
-      sampling::coin_thresholds thresholds{in.weight(), in.weight() + (in.flag() ? 0.0f : 0.5f)};
+      sampling::coin_options coin{in.weight(), in.weight() + (in.flag() ? 0.0f : 0.5f), options.fallback, keep};
       on_both([&](auto& be) {
         auto t = be.upload(std::span<const float>(target));
-        return sampling::verify_coin_tree(be, view(be, t, target_rows), requests, thresholds, options.fallback, keep);
+        return sampling::verify_coin_tree(be, view(be, t, target_rows), requests, coin);
       }, trees, requests, v, true);
+      break;
+    }
+    case 5: {
+      // The output form with fuzzed output shapes: it throws exactly when a shape does not fit (or the
+      // returning form throws), and otherwise writes what the returning form returns.
+      const index_t width = in.range(0, 8), node_width = in.range(-1, 8), batch = n_requests + (in.byte() < 240 ? 0 : in.range(-1, 1));
+      std::vector<std::int32_t> tokens(static_cast<std::size_t>(std::max<index_t>(batch * width, 0)), 7);
+      std::vector<std::int32_t> nodes(static_cast<std::size_t>(std::max<index_t>(batch * node_width, 0)), 7);
+      std::vector<std::int32_t> accepted(static_cast<std::size_t>(std::max<index_t>(batch, 0)), 7);
+      std::vector<float> finals(static_cast<std::size_t>(std::max<index_t>(batch, 0) * v), 7.0f);
+      specdec::eigen e;
+      sampling::verify_outputs<> out{.tokens = {tokens.data(), batch, width}, .accepted = {accepted.data(), batch}};
+      if (node_width >= 0) out.accepted_nodes = {nodes.data(), batch, node_width};
+      if (keep) out.final_distributions = {finals.data(), batch, v};
+      std::optional<std::vector<sampling::speculative_result>> want;
+      bool wrote = false;
+      const specdec::matrix_view<const float> target_view(target.data(), target_rows, v);
+      try {
+        want = sampling::verify_speculative(e, {target_view}, requests, options);
+      } catch (const specdec::invalid_argument&) {
+      }
+      try {
+        sampling::verify_speculative(e, {target_view}, requests, options, out);
+        wrote = true;
+      } catch (const specdec::invalid_argument&) {
+      }
+      if (!want) {
+        fuzz::require(!wrote, "the output form wrote where the returning form threw");
+        break;
+      }
+      bool fits = batch == n_requests;
+      for (const auto& q : requests) {
+        index_t depth = q.tree.size() > 0 ? *std::max_element(q.tree.depth.begin(), q.tree.depth.end()) : 0;
+        if (q.max_accepted >= 0) depth = std::min(depth, q.max_accepted);
+        fits = fits && width >= depth + 1 && (node_width <= 0 || node_width >= depth);  // 0 columns: an empty view, none asked
+      }
+      fuzz::require(wrote == fits, "the output form threw on shapes that fit, or wrote into ones that do not", wrote, fits);
+      if (!wrote) break;
+      for (std::size_t r = 0; r < want->size(); ++r) {
+        const auto& w = (*want)[r];
+        fuzz::require(accepted[r] == static_cast<std::int32_t>(w.accepted_nodes.size()), "accepted count");
+        for (index_t c = 0; c < width; ++c)
+          fuzz::require(tokens[r * static_cast<std::size_t>(width) + static_cast<std::size_t>(c)] ==
+                            (static_cast<std::size_t>(c) < w.tokens.size() ? w.tokens[static_cast<std::size_t>(c)] : -1),
+                        "padded token");
+        for (index_t c = 0; c < node_width; ++c)
+          fuzz::require(nodes[r * static_cast<std::size_t>(node_width) + static_cast<std::size_t>(c)] ==
+                            (static_cast<std::size_t>(c) < w.accepted_nodes.size() ? w.accepted_nodes[static_cast<std::size_t>(c)] : -1),
+                        "padded node");
+        if (keep)
+          for (index_t j = 0; j < v; ++j)
+            fuzz::require(finals[r * static_cast<std::size_t>(v) + static_cast<std::size_t>(j)] ==
+                              (w.final_distribution.empty() ? 0.0f : w.final_distribution[static_cast<std::size_t>(j)]),
+                          "final distribution");
+      }
       break;
     }
     default: {

@@ -64,6 +64,7 @@ concept backend = requires(B& b, typename B::template buffer<float>& owned,
   { b.template allocate<float>(k) } -> std::same_as<typename B::template buffer<float>>;
   { b.upload(host_values) } -> std::same_as<typename B::template buffer<float>>;
   { b.download(u) } -> std::same_as<std::vector<float>>;
+  b.upload(host_values, v);
   { owned.view() } -> std::same_as<vector_view<float, typename B::memory_space>>;
   { owned.matrix(k, k) } -> std::same_as<matrix_view<float, typename B::memory_space>>;
   // row reductions over [rows x V]

@@ -80,6 +80,13 @@ class eigen {
   buffer<std::remove_const_t<T>> upload(std::span<T> host) const {
     return buffer<std::remove_const_t<T>>(std::vector<std::remove_const_t<T>>(host.begin(), host.end()));
   }
+  /// Copies `host` into the caller's `dst` (any stride). \throws invalid_argument on a length mismatch.
+  template <class T>
+  void upload(std::span<const T> host, vector_view<T, host_space> dst) const {
+    SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "eigen::upload", "host has ", host.size(),
+                    " entries; dst has ", dst.rows());
+    for (index_t i = 0; i < dst.rows(); ++i) dst(i) = host[static_cast<std::size_t>(i)];
+  }
   template <class T>
   std::vector<std::remove_const_t<T>> download(vector_view<T, host_space> v) const {
     std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));

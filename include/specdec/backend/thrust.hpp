@@ -546,6 +546,15 @@ class thrust {
     copy_from_host(host.data(), host.size(), b.view().data());
     return b;
   }
+  /// Copies `host` into the caller's contiguous `dst`. \throws invalid_argument on a length mismatch or
+  /// a strided `dst`.
+  template <class T>
+  void upload(std::span<const T> host, vector_view<T, memory_space> dst) const {
+    SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "thrust::upload", "host has ", host.size(),
+                    " entries; dst has ", dst.rows());
+    SPECDEC_EXPECTS(dst.has_contiguous_rows(), "thrust::upload", "dst has stride ", dst.stride(0), "; expected 1");
+    copy_from_host(host.data(), host.size(), dst.data());
+  }
   template <class T>
   std::vector<std::remove_const_t<T>> download(vector_view<T, memory_space> v) const {
     SPECDEC_EXPECTS(v.has_contiguous_rows(), "thrust::download", "expected a contiguous view");

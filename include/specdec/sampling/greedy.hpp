@@ -47,4 +47,18 @@ std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typ
                              [&](index_t row) { return argmax(row); });
 }
 
+/// verify_greedy into caller buffers in the backend's memory space (verify_outputs: `[batch x width]`
+/// tokens padded with -1, accepted counts, accepted nodes; `uniforms_consumed` is all zeros and
+/// `final_distributions` zeros). Same decisions as the returning form.
+/// \throws invalid_argument as that form, and on output shapes that do not fit the batch (checked
+///   before any work).
+template <backend B>
+void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                   std::span<const speculative_request> requests, const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_logits.cols(), r);
+  detail::check_outputs(where, outputs, requests, target_logits.cols());
+  detail::write_outputs(b, verify_greedy(b, target_logits, requests), outputs);
+}
+
 }  // namespace specdec::sampling

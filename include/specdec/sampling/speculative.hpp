@@ -35,6 +35,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/randomness.hpp>
+#include <specdec/sampling/request.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec::sampling {
@@ -68,52 +69,21 @@ struct speculative_options {
   /// chain are re-tested with fresh uniforms (i included) and the passes counted (consumes k - i
   /// uniforms before the final draw). Chains only.
   bool flashinfer_retest = false;
+  /// Fill `speculative_result::final_distribution` (the returning forms; the output forms fill
+  /// `verify_outputs::final_distributions` when that view is given).
+  bool keep_final_distribution = false;
 };
 
-/// One request: its draft tree (a chain is a tree where node i + 1 is the only child of node i) and
-/// where its rows are.
-struct speculative_request {
-  const draft_tree* tree = nullptr;
-  /// Row of `target_probs` holding node 0's target distribution; node i's is `target_row + i` (the
-  /// distribution of the token after node i: its children's and, at a leaf, the bonus token's).
-  index_t target_row = 0;
-  /// Row of `draft_probs` of the distribution each node was drawn from, `[tree.size()]` (entry 0 unused),
-  /// -1 for a deterministic node. Empty: every node is deterministic (top-k trees, n-gram drafts).
-  std::span<const index_t> draft_rows = {};
-  /// The request's uniforms (see each function for the consumption order).
-  uniform_stream uniforms = {};
-  /// Exp(1) noise row of `exponential_noise` for final_draw::exponential_race (vLLM: one row per request,
-  /// shared by its positions).
-  index_t noise_row = -1;
-  /// Most draft tokens that may be accepted (SGLang's num_spec_steps - 1); -1 for no cap.
-  index_t max_accepted = -1;
-  /// Sibling order, optional: `first_child` / `next_sibling` `[tree.size()]` links (SGLang's
-  /// retrive_next_token / retrive_next_sibling, request-local, -1 for none). Empty: children are visited in
-  /// node-index order (what build_tree produces). The links must describe the tree's parent relation.
-  std::span<const std::int32_t> first_child = {};
-  std::span<const std::int32_t> next_sibling = {};
-  /// A bonus token sampled by the caller (vLLM samples it outside the rejection sampler): emitted when
-  /// the walk ends without a rejection, instead of a draw from the last node's row.
-  std::optional<std::int32_t> bonus_token = std::nullopt;
-  /// A greedy (temperature 0) request inside a sampled batch, as vLLM's per-request `is_greedy`: verified
-  /// exactly as verify_greedy verifies it (a child is accepted iff its token is the argmax of its
-  /// parent's target row, ties to the lower index; the final token is the last node's argmax, or
-  /// `bonus_token`), from the rows as given (raw logits in verify_speculative_logits, not softened).
-  /// Consumes no uniforms; `draft_rows`, `uniforms` and `noise_row` are ignored. verify_greedy ignores
-  /// the flag (every request there is greedy).
-  bool greedy = false;
-};
-
-/// What one request's verification decided.
-struct speculative_result {
-  std::vector<std::int32_t> accepted_nodes = {};  ///< node indices of the accepted path, root excluded
-  std::vector<std::int32_t> tokens = {};          ///< emitted: the accepted tokens, then the final token
-  bool bonus = false;                             ///< the final token is a bonus token (nothing was rejected last)
-  index_t acceptance_tests = 0;                   ///< uniforms used by acceptance tests
-  index_t uniforms_consumed = 0;                  ///< all uniforms read (tests, re-tests, final draw)
-  index_t retest_accepted = 0;                    ///< FlashInfer's accepted_token_num (with flashinfer_retest)
-  /// The distribution the final token was drawn from, unnormalised `[V]` (filled when asked for).
-  std::vector<float> final_distribution = {};
+/// The rows a stochastic verifier reads, in the backend's memory space.
+template <class Space = host_space>
+struct speculative_rows {
+  /// `[rows x V]`: target probabilities (verify_speculative) or raw logits (verify_speculative_logits).
+  matrix_view<const float, Space> target = {};
+  /// `[rows' x V]` draft probabilities that `speculative_request::draft_rows` index; empty when every
+  /// node is deterministic.
+  matrix_view<const float, Space> draft = {};
+  /// `[rows'' x V]` Exp(1) noise that `speculative_request::noise_row` indexes (final_draw::exponential_race).
+  matrix_view<const float, Space> exponential_noise = {};
 };
 
 namespace detail {
@@ -124,110 +94,50 @@ inline bool passes(acceptance_test test, float p, float q, float lenience, doubl
   return static_cast<float>(u) * lq < p;
 }
 
-/// Validates a request's tree: well formed, and every draft token (node 1 on) in [0, V). The root's
-/// token is the committed one, which verification never reads.
-inline void check_tree(const char* where, const draft_tree& tree, index_t vocab, std::size_t request) {
-  validate(tree);
-  for (index_t i = 1; i < tree.size(); ++i) {
-    const std::int32_t x = tree.token[static_cast<std::size_t>(i)];
-    SPECDEC_EXPECTS(x >= 0 && x < vocab, where, "request ", request, " node ", i, " has token ", x,
-                    "; expected a token id in [0, V = ", vocab, ")");
-  }
-}
-
-/// Checks a request's tree (check_tree) and that its target rows exist: one per node, or one per node
-/// but the last when `last_node_has_row` is false (vLLM's typical acceptance). Returns the tree.
-template <class Request>
-const draft_tree& checked_tree(const char* where, const Request& q, std::size_t request, index_t vocab, index_t target_rows,
-                               bool last_node_has_row = true) {
-  SPECDEC_EXPECTS(q.tree != nullptr, where, "request ", request, " has no tree");
-  check_tree(where, *q.tree, vocab, request);
-  const index_t rows = q.tree->size() - (last_node_has_row ? 0 : 1);
-  SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + rows <= target_rows, where, "request ", request,
-                  " needs target rows [", q.target_row, ", ", q.target_row + rows, ") but the target has ", target_rows,
-                  " rows", last_node_has_row ? "" : " (one per node but the last, a leaf without a row)");
-  return *q.tree;
-}
-
-/// The caller's bonus token of a request, checked against the vocabulary (it is emitted as is).
-template <class Request>
-std::int32_t checked_bonus_token(const char* where, const Request& q, std::size_t request, index_t vocab) {
-  SPECDEC_EXPECTS(q.bonus_token.has_value(), where, "request ", request, " has no bonus_token");
-  SPECDEC_EXPECTS(*q.bonus_token >= 0 && *q.bonus_token < vocab, where, "request ", request, " bonus_token = ",
-                  *q.bonus_token, "; expected a token in [0, ", vocab, ")");
-  return *q.bonus_token;
-}
-
-/// Children of every node in visiting order: the request's links when given (checked against the
-/// parents), else node-index order.
-template <class Request>
-std::vector<std::vector<std::int32_t>> children_of(const char* where, const Request& q, std::size_t request) {
-  const draft_tree& tree = *q.tree;
-  const auto n = static_cast<std::size_t>(tree.size());
-  std::vector<std::vector<std::int32_t>> children(n);
-  if (q.first_child.empty() && q.next_sibling.empty()) {
-    for (index_t i = 1; i < tree.size(); ++i)
-      children[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])].push_back(static_cast<std::int32_t>(i));
-    return children;
-  }
-  SPECDEC_EXPECTS(q.first_child.size() == n && q.next_sibling.size() == n, where, "request ", request, " has ",
-                  q.first_child.size(), " first_child and ", q.next_sibling.size(), " next_sibling links; expected ", n,
-                  " each");
-  std::size_t linked = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::int32_t c = q.first_child[i]; c >= 0; c = q.next_sibling[static_cast<std::size_t>(c)]) {
-      SPECDEC_EXPECTS(static_cast<std::size_t>(c) < n && tree.parent[static_cast<std::size_t>(c)] == static_cast<std::int32_t>(i) &&
-                          ++linked < n,
-                      where, "request ", request, ": the links list node ", c, " under node ", i,
-                      ", which is not its parent in the tree (or the links cycle)");
-      children[i].push_back(c);
-    }
-  SPECDEC_EXPECTS(linked + 1 == n, where, "request ", request, ": the links reach ", linked, " of the ", n - 1,
-                  " non-root nodes");
-  return children;
-}
-
 /// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
 /// only for the rows the walk visits. `first_request` numbers the requests in error messages (a greedy
 /// request walked inside a sampled batch keeps its batch index).
 template <class ArgmaxOf>
-std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
-                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of,
-                                            std::size_t first_request = 0) {
-  std::vector<speculative_result> results;
-  results.reserve(requests.size());
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const speculative_request& q = requests[r];
-    const draft_tree& tree = checked_tree(where, q, first_request + r, vocab_size, rows);
-    const auto children = children_of(where, q, first_request + r);
-    speculative_result out;
-    index_t node = 0;
-    for (;;) {
-      const std::int32_t best = argmax_of(q.target_row + node);
-      SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ",
-                      best, "; expected a token in [0, ", vocab_size, ")");
-      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-      std::int32_t accepted = -1;
-      if (!capped)
-        for (const std::int32_t c : children[static_cast<std::size_t>(node)])
-          if (tree.token[static_cast<std::size_t>(c)] == best) {
-            accepted = c;
-            break;
-          }
-      if (accepted >= 0) {
-        out.accepted_nodes.push_back(accepted);
-        out.tokens.push_back(best);
-        node = accepted;
-        continue;
-      }
-      out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
-      out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, first_request + r, vocab_size) : best);
-      break;
+speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
+                                   tree_view tree, ArgmaxOf& argmax_of) {
+  const auto children = children_of(where, q, request);
+  speculative_result out;
+  index_t node = 0;
+  for (;;) {
+    const std::int32_t best = argmax_of(q.target_row + node);
+    SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
+                    "; expected a token in [0, ", vocab_size, ")");
+    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
+    std::int32_t accepted = -1;
+    if (!capped)
+      for (const std::int32_t c : children[static_cast<std::size_t>(node)])
+        if (tree.token[static_cast<std::size_t>(c)] == best) {
+          accepted = c;
+          break;
+        }
+    if (accepted >= 0) {
+      out.accepted_nodes.push_back(accepted);
+      out.tokens.push_back(best);
+      node = accepted;
+      continue;
     }
-    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
-    results.push_back(std::move(out));
+    out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
+    out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, request, vocab_size) : best);
+    break;
   }
-  return results;
+  out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+  return out;
+}
+
+/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
+/// only for the rows the walk visits.
+template <class ArgmaxOf>
+std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
+                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of) {
+  return for_each_request(where, requests, vocab_size, rows,
+                          [&](const speculative_request& q, std::size_t r, tree_view tree) {
+                            return greedy_walk_one(where, vocab_size, q, r, tree, argmax_of);
+                          });
 }
 
 /// Target argmaxes of the rows a greedy walk visits, from the rows as given (verify_greedy, and the
@@ -270,31 +180,29 @@ namespace detail {
 /// downloaded, or softened from logits on first use).
 template <backend B>
 std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
-                                            matrix_view<const float, typename B::memory_space> raw_target,
-                                            matrix_view<const float, typename B::memory_space> draft_probs,
+                                            const speculative_rows<typename B::memory_space>& rows,
                                             std::span<const speculative_request> requests,
-                                            const speculative_options& options,
-                                            matrix_view<const float, typename B::memory_space> exponential_noise,
-                                            bool keep_final_distribution) {
+                                            const speculative_options& options) {
   SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
                   "; expected a value in (0, 1]");
   const index_t vocab = target.cols();
+  const auto draft_probs = rows.draft;
+  const auto exponential_noise = rows.exponential_noise;
   SPECDEC_EXPECTS(draft_probs.size() == 0 || draft_probs.cols() == vocab, where, "draft_probs has ",
                   draft_probs.cols(), " columns; target_probs has ", vocab);
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
   sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
-  greedy_rows<B> argmax(b, raw_target, std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; }));
-  std::vector<speculative_result> results;
-  results.reserve(requests.size());
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const speculative_request& q = requests[r];
-    if (q.greedy) {
-      results.push_back(std::move(
-          greedy_walk(where, vocab, target.rows(), requests.subspan(r, 1), [&](index_t row) { return argmax(row); }, r).front()));
-      continue;
+  greedy_rows<B> argmax(b, rows.target, std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; }));
+  const auto argmax_of = [&](index_t row) { return argmax(row); };
+  return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
+                                                                       tree_view tree) {
+    if (q.greedy) return greedy_walk_one(where, vocab, q, r, tree, argmax_of);
+    if (target.softened()) {
+      SPECDEC_EXPECTS(q.temperature > 0.0f && std::isfinite(q.temperature), where, "request ", r, " has temperature ",
+                      q.temperature, "; expected a finite temperature > 0 (temperature 0 is greedy: set `greedy`)");
+      target.set_temperature(q.temperature);
     }
-    const draft_tree& tree = checked_tree(where, q, r, vocab, target.rows());
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
                     " has ", q.draft_rows.size(), " draft rows; expected 0 or one per node (", n, ")");
@@ -397,7 +305,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
         break;
       }
       load();
-      if (keep_final_distribution) out.final_distribution = dist.entries();
+      if (options.keep_final_distribution) out.final_distribution = dist.entries();
       const std::int32_t token = options.draw == final_draw::exponential_race
                                      ? dist.race(noise.row(q.noise_row))
                                      : dist.draw(next_uniform(), options.fallback);
@@ -405,10 +313,9 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       break;
     }
     out.uniforms_consumed = static_cast<index_t>(position);
-    results.push_back(std::move(out));
     target.recycle();  // requests rarely share rows; one that does reads them again
-  }
-  return results;
+    return out;
+  });
 }
 
 }  // namespace detail
@@ -424,50 +331,65 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
 /// Mixed batches: a request with `greedy` set is verified by the greedy rule from the argmax of its
 /// rows and consumes nothing, so greedy and sampled requests (each with its own seed) share one call.
 ///
-/// \param target_probs backend `[rows x V]` target probabilities (after temperature / top-k / top-p,
-///   exactly the distribution to be sampled).
-/// \param draft_probs backend `[rows' x V]` draft probabilities, or an empty view when every node is
-///   deterministic.
-/// \param exponential_noise backend `[rows'' x V]` Exp(1) noise for exponential_race, else empty.
-/// \param keep_final_distribution fill `speculative_result::final_distribution`.
+/// \param rows backend views: `target` `[rows x V]` target probabilities (after temperature / top-k /
+///   top-p, exactly the distribution to be sampled); `draft` `[rows' x V]` draft probabilities, or empty
+///   when every node is deterministic; `exponential_noise` `[rows'' x V]` Exp(1) noise for
+///   exponential_race, else empty.
+/// \returns one result per request (with `final_distribution` when options.keep_final_distribution).
 /// \throws invalid_argument on a malformed tree, rows out of range, tokens >= V, probability entries
 ///   outside [0, 1], a final row that is not a distribution (NaN, negative, sum != 1 within 1e-4),
 ///   uniforms outside the convention's range or too few supplied, lenience outside (0, 1], re-tests on a
 ///   non-chain, exponential_race without noise.
 template <backend B>
-std::vector<speculative_result> verify_speculative(B& b, matrix_view<const float, typename B::memory_space> target_probs,
-                                                   matrix_view<const float, typename B::memory_space> draft_probs,
+std::vector<speculative_result> verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
                                                    std::span<const speculative_request> requests,
-                                                   const speculative_options& options = {},
-                                                   matrix_view<const float, typename B::memory_space> exponential_noise = {},
-                                                   bool keep_final_distribution = false) {
-  sampling::detail::row_reader<B> target(b, target_probs);
-  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, target_probs, draft_probs, requests,
-                             options, exponential_noise, keep_final_distribution);
+                                                   const speculative_options& options = {}) {
+  sampling::detail::row_reader<B> target(b, rows.target);
+  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, rows, requests, options);
 }
 
-/// verify_speculative from the target's logits: node rows are softened (`row_softmax` at `temperature`)
-/// on the backend only when the walk reads them, so a tree whose walk stops after a few levels costs a
-/// few rows, not one softmax per node. Same walk, uniforms and results as verify_speculative over
-/// `row_softmax(target_logits, temperature)`. Top-k / top-p / min-p targets are processed by the caller
-/// (sampling/distribution.hpp) and verified with verify_speculative.
-/// \param target_logits backend `[rows x V]` raw target logits. \param temperature > 0.
-/// \throws invalid_argument as verify_speculative, and on a temperature <= 0 or NaN / infinite logits in
-///   a row that is read.
+/// verify_speculative into caller buffers (verify_outputs: `[batch x width]` tokens padded with -1,
+/// accepted counts, accepted nodes, uniforms consumed, re-test counts, final distributions), in the
+/// backend's memory space. Same decisions as the returning form. \throws invalid_argument as that
+/// form, and on output shapes that do not fit the batch (checked before any work).
 template <backend B>
-std::vector<speculative_result> verify_speculative_logits(B& b, matrix_view<const float, typename B::memory_space> target_logits,
-                                                          float temperature,
-                                                          matrix_view<const float, typename B::memory_space> draft_probs,
+void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
+                        std::span<const speculative_request> requests, speculative_options options,
+                        const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_speculative";
+  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, rows.target.cols(), r);
+  detail::check_outputs(where, outputs, requests, rows.target.cols());
+  options.keep_final_distribution = !outputs.final_distributions.empty();
+  sampling::detail::row_reader<B> target(b, rows.target);
+  detail::write_outputs(b, detail::verify_walk(where, b, target, rows, requests, options), outputs);
+}
+
+/// verify_speculative from the target's logits (`rows.target`, raw `[rows x V]`): a request's node rows
+/// are softened (`row_softmax` at its `temperature`) on the backend only when the walk reads them, so
+/// a tree whose walk stops after a few levels costs a few rows, not one softmax per node. Same walk,
+/// uniforms and results as verify_speculative over the softened rows. Top-k / top-p / min-p targets are
+/// processed by the caller (sampling/distribution.hpp) and verified with verify_speculative.
+/// \throws invalid_argument as verify_speculative, and on a request temperature <= 0 or NaN / infinite
+///   logits in a row that is read.
+template <backend B>
+std::vector<speculative_result> verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
                                                           std::span<const speculative_request> requests,
-                                                          const speculative_options& options = {},
-                                                          matrix_view<const float, typename B::memory_space> exponential_noise = {},
-                                                          bool keep_final_distribution = false) {
+                                                          const speculative_options& options = {}) {
+  sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
+  return detail::verify_walk("specdec::sampling::verify_speculative_logits", b, target, rows, requests, options);
+}
+
+/// verify_speculative_logits into caller buffers (as verify_speculative's output form).
+template <backend B>
+void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
+                               std::span<const speculative_request> requests, speculative_options options,
+                               const verify_outputs<typename B::memory_space>& outputs) {
   constexpr const char* where = "specdec::sampling::verify_speculative_logits";
-  SPECDEC_EXPECTS(temperature > 0.0f && std::isfinite(temperature), where, "temperature = ", temperature,
-                  "; expected a finite temperature > 0 (temperature 0 is greedy: verify_greedy)");
-  sampling::detail::row_reader<B> target(b, target_logits, temperature);
-  return detail::verify_walk(where, b, target, target_logits, draft_probs, requests, options, exponential_noise,
-                             keep_final_distribution);
+  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, rows.target.cols(), r);
+  detail::check_outputs(where, outputs, requests, rows.target.cols());
+  options.keep_final_distribution = !outputs.final_distributions.empty();
+  sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
+  detail::write_outputs(b, detail::verify_walk(where, b, target, rows, requests, options), outputs);
 }
 
 /// A chain as a draft tree: node 0 = the committed token, node i = draft token i - 1, each the only

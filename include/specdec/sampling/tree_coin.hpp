@@ -25,11 +25,15 @@
 
 namespace specdec::sampling {
 
-/// SGLang's thresholds; (1, 1) is lossless. `single` = 0 accepts every first child; `accumulated` must be
-/// positive (SGLang's launcher clamps it to >= 1e-9).
-struct coin_thresholds {
-  float single = 1.0f;
-  float accumulated = 1.0f;
+/// Options of SGLang's tree rule. The thresholds (1, 1) are lossless; `threshold_single` = 0 accepts
+/// every first child; `threshold_accumulated` must be positive (SGLang's launcher clamps it to >= 1e-9).
+struct coin_options {
+  float threshold_single = 1.0f;       ///< SGLang's threshold_single
+  float threshold_accumulated = 1.0f;  ///< SGLang's threshold_acc
+  /// Token for an all-zero final distribution (SGLang: V - 1).
+  empty_residual fallback = empty_residual::last_token;
+  /// Fill `speculative_result::final_distribution` (the returning form).
+  bool keep_final_distribution = false;
 };
 
 /// Verifies a batch of trees with SGLang's one-coin-per-level rule (file comment).
@@ -40,26 +44,21 @@ struct coin_thresholds {
 /// tested; `uniforms_consumed` counts distinct positions read. `speculative_request::draft_rows`,
 /// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction).
 /// \param target_probs backend `[rows x V]`; node i of a request uses row `target_row + i`.
-/// \param fallback token for an all-zero final distribution (SGLang: V - 1).
 /// \throws invalid_argument as verify_speculative, and on thresholds out of range (single >= 0,
 ///   accumulated > 0, both finite).
 template <backend B>
 std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                                                  std::span<const speculative_request> requests,
-                                                 coin_thresholds thresholds = {},
-                                                 empty_residual fallback = empty_residual::last_token,
-                                                 bool keep_final_distribution = false) {
+                                                 const coin_options& options = {}) {
   constexpr const char* where = "specdec::sampling::verify_coin_tree";
-  SPECDEC_EXPECTS(thresholds.single >= 0.0f && std::isfinite(thresholds.single), where,
-                  "threshold_single = ", thresholds.single, "; expected a finite value >= 0");
-  SPECDEC_EXPECTS(thresholds.accumulated > 0.0f && std::isfinite(thresholds.accumulated), where,
-                  "threshold_acc = ", thresholds.accumulated, "; expected a finite value > 0");
+  SPECDEC_EXPECTS(options.threshold_single >= 0.0f && std::isfinite(options.threshold_single), where,
+                  "threshold_single = ", options.threshold_single, "; expected a finite value >= 0");
+  SPECDEC_EXPECTS(options.threshold_accumulated > 0.0f && std::isfinite(options.threshold_accumulated), where,
+                  "threshold_acc = ", options.threshold_accumulated, "; expected a finite value > 0");
   const index_t vocab = target_probs.cols();
   sampling::detail::row_reader<B> target(b, target_probs);
-  std::vector<speculative_result> results;
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const speculative_request& q = requests[r];
-    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows());
+  return detail::for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q,
+                                                                                  std::size_t r, tree_view tree) {
     const index_t n = tree.size();
     const auto children = detail::children_of(where, q, r);
     speculative_result out;
@@ -80,7 +79,7 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
           sampling::detail::check_probability(where, "target_probs", row, x, p_x);
           mass += p_x;
           ++out.acceptance_tests;
-          if (coin <= static_cast<double>(mass / thresholds.accumulated) || p_x >= thresholds.single) {
+          if (coin <= static_cast<double>(mass / options.threshold_accumulated) || p_x >= options.threshold_single) {
             accepted = c;
             break;
           }
@@ -95,16 +94,28 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
       }
       out.bonus = !dist.modified();
       sampling::detail::check_weighed_row(where, "target_probs", row, dist, p, vocab);
-      if (keep_final_distribution) out.final_distribution = dist.entries();
+      if (options.keep_final_distribution) out.final_distribution = dist.entries();
       const double u = q.uniforms.at(static_cast<std::uint64_t>(n));
       ++out.uniforms_consumed;
-      out.tokens.push_back(dist.draw(u, fallback));
+      out.tokens.push_back(dist.draw(u, options.fallback));
       break;
     }
     out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
-    results.push_back(std::move(out));
-  }
-  return results;
+    return out;
+  });
+}
+
+/// verify_coin_tree into caller buffers in the backend's memory space (verify_outputs). Same decisions.
+/// \throws invalid_argument as the returning form, and on output shapes that do not fit the batch.
+template <backend B>
+void verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                      std::span<const speculative_request> requests, coin_options options,
+                      const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_coin_tree";
+  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_probs.cols(), r);
+  detail::check_outputs(where, outputs, requests, target_probs.cols());
+  options.keep_final_distribution = !outputs.final_distributions.empty();
+  detail::write_outputs(b, verify_coin_tree(b, target_probs, requests, options), outputs);
 }
 
 }  // namespace specdec::sampling

@@ -84,11 +84,9 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
   const index_t vocab = target_probs.cols();
   const bool vllm = options.convention == typical_convention::vllm_v0;
   sampling::detail::row_reader<B> target(b, target_probs);
-  std::vector<speculative_result> results;
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const speculative_request& q = requests[r];
-    // vLLM's last node, a leaf, has no row.
-    const draft_tree& tree = detail::checked_tree(where, q, r, vocab, target_probs.rows(), !vllm);
+  // vLLM's last node, a leaf, has no row.
+  return detail::for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q,
+                                                                                  std::size_t r, tree_view tree) {
     const index_t n = tree.size();
     const std::vector<bool> leaf = leaf_flags(tree);
     // Accepted flags and path likelihoods in node order (parents come first).
@@ -124,8 +122,7 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     if (vllm && leaf[static_cast<std::size_t>(best)]) {
       out.bonus = true;
       if (options.emit_bonus) out.tokens.push_back(detail::checked_bonus_token(where, q, r, vocab));
-      results.push_back(std::move(out));
-      continue;
+      return out;
     }
     const float* last = target.row(q.target_row + best);
     if (threshold[static_cast<std::size_t>(best)] < 0.0)  // not yet checked as a parent row
@@ -134,9 +131,21 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     for (index_t j = 1; j < vocab; ++j)
       if (last[j] > last[argmax]) argmax = static_cast<std::int32_t>(j);
     out.tokens.push_back(argmax);
-    results.push_back(std::move(out));
-  }
-  return results;
+    return out;
+  }, !vllm);
+}
+
+/// verify_typical into caller buffers in the backend's memory space (verify_outputs; no uniforms are
+/// consumed and no final distribution is drawn from, so those outputs are zeros). Same decisions.
+/// \throws invalid_argument as the returning form, and on output shapes that do not fit the batch.
+template <backend B>
+void verify_typical(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                    std::span<const speculative_request> requests, typical_options options,
+                    const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_typical";
+  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_probs.cols(), r);
+  detail::check_outputs(where, outputs, requests, target_probs.cols());
+  detail::write_outputs(b, verify_typical(b, target_probs, requests, options), outputs);
 }
 
 }  // namespace specdec::sampling

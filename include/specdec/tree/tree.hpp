@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <specdec/core/error.hpp>
@@ -37,34 +38,60 @@ struct draft_tree {
   }
 };
 
+/// A non-owning view of a draft tree's structure: what verification reads (tokens, parents, depths),
+/// for engines that keep their trees in arrays of their own. Host memory. A `draft_tree` converts to
+/// it implicitly; a temporary one does not (the view would dangle).
+struct tree_view {
+  std::span<const std::int32_t> token = {};
+  std::span<const std::int32_t> parent = {};
+  std::span<const std::int32_t> depth = {};
+
+  tree_view() = default;
+  tree_view(std::span<const std::int32_t> tokens, std::span<const std::int32_t> parents,
+            std::span<const std::int32_t> depths) noexcept
+      : token(tokens), parent(parents), depth(depths) {}
+  tree_view(const draft_tree& tree) noexcept  // NOLINT(google-explicit-constructor): a lossless view
+      : token(tree.token), parent(tree.parent), depth(tree.depth) {}
+  tree_view(const draft_tree&&) = delete;
+
+  index_t size() const noexcept { return static_cast<index_t>(token.size()); }
+};
+
 /// Checks that `tree` is well formed: matching array lengths, at least the root, exactly one root at
 /// index 0, every parent earlier than its child (which also rules out cycles), depth = parent depth
 /// + 1, and every token in [0, vocab_size) when `vocab_size` > 0.
 /// \throws invalid_argument naming the first offending node and what was expected of it.
-inline void validate(const draft_tree& tree, index_t vocab_size = 0) {
+inline void validate(tree_view tree, index_t vocab_size = 0) {
   constexpr const char* where = "specdec::validate(draft_tree)";
   const index_t n = tree.size();
   SPECDEC_EXPECTS(n >= 1, where, "the tree is empty; expected at least the root (node 0)");
-  SPECDEC_EXPECTS(static_cast<index_t>(tree.parent.size()) == n && static_cast<index_t>(tree.depth.size()) == n &&
-                      static_cast<index_t>(tree.score.size()) == n,
-                  where, "array lengths differ: token ", n, ", parent ", tree.parent.size(), ", depth ",
-                  tree.depth.size(), ", score ", tree.score.size(), "; expected one entry per node in each");
+  SPECDEC_EXPECTS(static_cast<index_t>(tree.parent.size()) == n && static_cast<index_t>(tree.depth.size()) == n, where,
+                  "array lengths differ: token ", n, ", parent ", tree.parent.size(), ", depth ", tree.depth.size(),
+                  "; expected one entry per node in each");
   SPECDEC_EXPECTS(tree.parent[0] == -1 && tree.depth[0] == 0, where, "node 0 has parent ", tree.parent[0],
                   " and depth ", tree.depth[0], "; expected the root: parent -1, depth 0");
-  for (index_t i = 0; i < n; ++i) {
+  for (std::size_t i = 0; i < tree.token.size(); ++i) {
     if (i > 0) {
       const std::int32_t p = tree.parent[i];
       SPECDEC_EXPECTS(p != -1, where, "node ", i, " has parent -1; expected exactly one root, at index 0");
-      SPECDEC_EXPECTS(p >= 0 && p < i, where, "node ", i, " has parent ", p,
+      SPECDEC_EXPECTS(p >= 0 && static_cast<std::size_t>(p) < i, where, "node ", i, " has parent ", p,
                       "; expected a parent index in [0, ", i, ") (parents come before their children, "
                       "which also excludes cycles)");
-      SPECDEC_EXPECTS(tree.depth[i] == tree.depth[p] + 1, where, "node ", i, " has depth ", tree.depth[i],
-                      " but its parent ", p, " has depth ", tree.depth[p], "; expected parent depth + 1");
+      SPECDEC_EXPECTS(tree.depth[i] == tree.depth[static_cast<std::size_t>(p)] + 1, where, "node ", i, " has depth ",
+                      tree.depth[i], " but its parent ", p, " has depth ", tree.depth[static_cast<std::size_t>(p)],
+                      "; expected parent depth + 1");
     }
     if (vocab_size > 0)
       SPECDEC_EXPECTS(tree.token[i] >= 0 && tree.token[i] < vocab_size, where, "node ", i, " has token ",
                       tree.token[i], "; expected a token id in [0, ", vocab_size, ")");
   }
+}
+
+/// validate(tree_view), and one score per node.
+inline void validate(const draft_tree& tree, index_t vocab_size = 0) {
+  SPECDEC_EXPECTS(tree.score.size() == tree.token.size(), "specdec::validate(draft_tree)", "array lengths differ: token ",
+                  tree.token.size(), ", score ", tree.score.size(), "; expected one entry per node in each");
+  validate(tree_view(tree), vocab_size);
 }
 
 /// Builds a tree from tokens and parents (depths computed, scores zero) and validates it.
@@ -105,7 +132,7 @@ void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<I
 }
 
 /// Whether each node is a leaf (has no child). \throws invalid_argument on a malformed tree (validate).
-inline std::vector<bool> leaf_flags(const draft_tree& tree) {
+inline std::vector<bool> leaf_flags(tree_view tree) {
   validate(tree);
   std::vector<bool> leaf(static_cast<std::size_t>(tree.size()), true);
   for (index_t i = 1; i < tree.size(); ++i) leaf[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])] = false;

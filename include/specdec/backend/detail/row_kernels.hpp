@@ -416,7 +416,9 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
     }
   }
 #endif
-  for (; i < n; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
+  // Bounded by a pointer, not `i < n`: GCC 12 at -O2, with n known at the call site, misreads the
+  // index form after the SIMD loop as running 2^62 times (-Waggressive-loop-optimizations).
+  for (const T* end = x + n; x + i < end; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
 }
 
 /// Fault of a logits row given its maximum and NaN flag.

@@ -52,6 +52,13 @@ class row_reader {
     cache_.clear();
   }
 
+  /// The temperature later rows are softened at (a request's own); rows softened at another one are
+  /// dropped.
+  void set_temperature(float temperature) {
+    if (temperature != temperature_) recycle();
+    temperature_ = temperature;
+  }
+
   const float* row(index_t r) {
     if (!softened_) {
       if constexpr (std::is_same_v<space, host_space>) return m_.row(r);
