@@ -47,6 +47,15 @@ void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<
   detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i, prefix_length + j) = M(1); });
 }
 
+/// tree_mask_dense as a new host `[n x (prefix_length + n)]` row-major uint8 buffer (1: attend), the
+/// form an engine's forward over a tree takes. \throws invalid_argument as the view form.
+inline std::vector<std::uint8_t> tree_mask_dense(const draft_tree& tree, index_t prefix_length) {
+  SPECDEC_EXPECTS(prefix_length >= 0, "specdec::tree_mask_dense", "prefix_length = ", prefix_length, "; expected >= 0");
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(tree.size() * (prefix_length + tree.size())));
+  tree_mask_dense(tree, prefix_length, matrix_view<std::uint8_t>(out.data(), tree.size(), prefix_length + tree.size()));
+  return out;
+}
+
 /// Additive mask `[n x (prefix_length + n)]`: 0 where attention is allowed, -inf elsewhere (added to
 /// attention scores before the softmax). \throws invalid_argument as tree_mask_dense.
 template <class F>

@@ -47,6 +47,13 @@ std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typ
                              [&](index_t row) { return argmax(row); });
 }
 
+/// verify_greedy of one request (an engine decoding one sequence).
+template <backend B>
+speculative_result verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                                 const speculative_request& request) {
+  return verify_greedy(b, target_logits, std::span<const speculative_request>(&request, 1)).front();
+}
+
 /// verify_greedy into caller buffers in the backend's memory space (verify_outputs: `[batch x width]`
 /// tokens padded with -1, accepted counts, accepted nodes; `uniforms_consumed` is all zeros and
 /// `final_distributions` zeros). Same decisions as the returning form.

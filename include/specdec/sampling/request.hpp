@@ -68,6 +68,13 @@ struct speculative_result {
   index_t retest_accepted = 0;                    ///< FlashInfer's accepted_token_num (with flashinfer_retest)
   /// The distribution the final token was drawn from, unnormalised `[V]` (filled when asked for).
   std::vector<float> final_distribution = {};
+
+  /// The tree rows whose KV entries an engine keeps: the root (0), then the accepted nodes in path order.
+  std::vector<std::int32_t> kept_nodes() const {
+    std::vector<std::int32_t> kept = {0};
+    kept.insert(kept.end(), accepted_nodes.begin(), accepted_nodes.end());
+    return kept;
+  }
 };
 
 /// Caller-owned outputs of a verifier, one row or entry per request, in the backend's memory space

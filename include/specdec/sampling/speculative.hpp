@@ -379,6 +379,20 @@ std::vector<speculative_result> verify_speculative_logits(B& b, const speculativ
   return detail::verify_walk("specdec::sampling::verify_speculative_logits", b, target, rows, requests, options);
 }
 
+/// verify_speculative of one request (an engine decoding one sequence).
+template <backend B>
+speculative_result verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
+                                      const speculative_request& request, const speculative_options& options = {}) {
+  return verify_speculative(b, rows, std::span<const speculative_request>(&request, 1), options).front();
+}
+
+/// verify_speculative_logits of one request (an engine decoding one sequence).
+template <backend B>
+speculative_result verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
+                                             const speculative_request& request, const speculative_options& options = {}) {
+  return verify_speculative_logits(b, rows, std::span<const speculative_request>(&request, 1), options).front();
+}
+
 /// verify_speculative_logits into caller buffers (as verify_speculative's output form).
 template <backend B>
 void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,

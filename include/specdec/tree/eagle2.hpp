@@ -209,6 +209,11 @@ class eagle2_tree_builder {
     return current_step();
   }
 
+  /// begin() for a builder of one request: `root_logits` `[1 x V']`, `root_token` its committed token.
+  draft_step begin(matrix_view<const float, space> root_logits, std::int32_t root_token) {
+    return begin(root_logits, std::span<const std::int32_t>(&root_token, 1));
+  }
+
   /// One expansion from the frontier's draft logits. \param frontier_logits backend `[batch k x V']`,
   /// row `b k + r` = frontier slot r of request b. \returns the next frontier (unused after the last
   /// expansion). \throws invalid_argument before begin(), after `depth` expansions, on a shape

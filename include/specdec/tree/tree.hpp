@@ -131,6 +131,13 @@ void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<I
     positions(i) = static_cast<Int>(prefix_length + tree.depth[static_cast<std::size_t>(i)]);
 }
 
+/// tree_positions as a new host `[tree.size()]` int64 buffer. \throws invalid_argument as the view form.
+inline std::vector<std::int64_t> tree_positions(const draft_tree& tree, index_t prefix_length) {
+  std::vector<std::int64_t> out(tree.token.size());
+  tree_positions(tree, prefix_length, vector_view<std::int64_t>(out.data(), static_cast<index_t>(out.size())));
+  return out;
+}
+
 /// Whether each node is a leaf (has no child). \throws invalid_argument on a malformed tree (validate).
 inline std::vector<bool> leaf_flags(tree_view tree) {
   validate(tree);

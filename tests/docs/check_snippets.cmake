@@ -1,0 +1,25 @@
+# The code docs/ shows an engine writing is the code tests compile: every region between a pair of
+# `// [name]` markers in SOURCE must appear, dedented, verbatim as a ```cpp block of DOC.
+# Usage: cmake -DSOURCE=<file.cpp> -DDOC=<file.md> -DNAMES="a;b" -P check_snippets.cmake
+file(READ "${SOURCE}" source)
+file(READ "${DOC}" doc)
+foreach(name IN LISTS NAMES)
+  string(REGEX MATCH "// \\[${name}\\]\n(.*)\n[ ]*// \\[${name}\\]" region "${source}")
+  if(NOT region)
+    message(FATAL_ERROR "${SOURCE}: no region between two `// [${name}]` markers")
+  endif()
+  set(body "${CMAKE_MATCH_1}")
+  # Dedent by the first line's indentation (code holds semicolons: no CMake lists here).
+  string(REGEX MATCH "^[ ]*" indent "${body}")
+  string(LENGTH "${indent}" width)
+  string(SUBSTRING "${body}" ${width} -1 dedented)
+  string(REPLACE "\n${indent}" "\n" dedented "${dedented}")
+  string(APPEND dedented "\n")
+  string(REGEX MATCHALL "\n" newlines "${dedented}")
+  list(LENGTH newlines count)
+  string(FIND "${doc}" "```cpp\n${dedented}```" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${DOC} does not show the `${name}` loop of ${SOURCE} verbatim as a ```cpp block:\n${dedented}")
+  endif()
+  message(STATUS "${name}: ${count} lines, in ${DOC}")
+endforeach()
