@@ -1,9 +1,10 @@
 # The code docs/ shows an engine writing is the code tests compile: every region between a pair of
 # `// [name]` markers in SOURCE must appear, dedented, verbatim as a ```cpp block of DOC.
-# Usage: cmake -DSOURCE=<file.cpp> -DDOC=<file.md> -DNAMES="a;b" -P check_snippets.cmake
+# Usage: cmake -DSOURCE=<file.cpp> -DDOC=<file.md> -DNAMES=a,b -P check_snippets.cmake
 file(READ "${SOURCE}" source)
 file(READ "${DOC}" doc)
-foreach(name IN LISTS NAMES)
+string(REPLACE "," ";" names "${NAMES}")
+foreach(name IN LISTS names)
   string(REGEX MATCH "// \\[${name}\\]\n(.*)\n[ ]*// \\[${name}\\]" region "${source}")
   if(NOT region)
     message(FATAL_ERROR "${SOURCE}: no region between two `// [${name}]` markers")
