@@ -780,3 +780,31 @@ TEST_CASE_TEMPLATE("every verifier's output form writes what its returning form 
   const auto got = h.down(small);
   for (std::size_t r = 0; r < want.size(); ++r) CHECK(got[r * 3] == want[r].tokens.at(0));
 }
+
+// Stochastic verification from logits tests a child from its row's softmax normaliser alone
+// (row_softmax_stats + exp_shifted_at): every entry must be bit for bit the entry row_softmax writes,
+// on every host backend, in the vector body and the scalar tail of the row, at any temperature.
+TEST_CASE_TEMPLATE("a softmax entry from the row's normaliser is the row_softmax entry, bit for bit", B, specdec::eigen,
+                   specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>) {
+  B b;
+  for (const index_t v : {index_t{1}, index_t{7}, index_t{33}, index_t{4095}, index_t{4097}, index_t{12345}}) {
+    const auto logits = conformance::random_logits(static_cast<std::uint64_t>(v), 1, v, 6.0f).data;
+    const specdec::matrix_view<const float> row(logits.data(), 1, v);
+    for (const float temperature : {0.3f, 1.0f, 2.5f}) {
+      CAPTURE(v);
+      CAPTURE(temperature);
+      std::vector<float> soft(static_cast<std::size_t>(v));
+      b.row_softmax(row, temperature, specdec::matrix_view<float>(soft.data(), 1, v));
+      const auto stats = b.row_softmax_stats(row, temperature);
+      index_t differ = 0;
+      for (index_t j = 0; j < v; ++j)
+        differ += specdec::detail::exp_shifted_at(logits.data(), v, j, stats.max, 1.0f / temperature, 1.0f / stats.sum) !=
+                  soft[static_cast<std::size_t>(j)];
+      CHECK(differ == 0);
+    }
+  }
+  std::vector<float> bad = {0.0f, std::nanf(""), 1.0f};
+  CHECK(error_of([&] { b.row_softmax_stats(specdec::matrix_view<const float>(bad.data(), 1, 3), 1.0f); }).find("NaN") != std::string::npos);
+  CHECK(error_of([&] { b.row_softmax_stats(specdec::matrix_view<const float>(bad.data(), 1, 3), 0.0f); }).find("temperature = 0") !=
+        std::string::npos);
+}

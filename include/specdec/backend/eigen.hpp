@@ -235,6 +235,22 @@ class eigen {
     normalise<false>("specdec::eigen::row_softmax", logits, temperature, out);
   }
 
+  /// The (max, sum) row_softmax normalises a one-row `logits` `[1 x V]` (host) with at `temperature`
+  /// > 0: entry j of its softmax is `detail::exp_shifted_at(logits.row(0), V, j, max, 1 / T, 1 / sum)`,
+  /// bit for bit. One read of the row and no write: what a caller that needs a few entries of a softmax
+  /// row (stochastic verification tests one per accepted row) pays instead of the whole row.
+  /// \throws invalid_argument as row_softmax (same messages), and on temperature 0 or more than one row.
+  template <class T>
+  detail::softmax_stats<T> row_softmax_stats(matrix_view<const T> logits, T temperature) {
+    constexpr const char* where = "specdec::eigen::row_softmax";
+    SPECDEC_EXPECTS(logits.rows() == 1 && logits.has_contiguous_rows(), where, "row_softmax_stats takes one contiguous row; got ",
+                    logits.rows(), " rows");
+    detail::check_temperature(where, temperature, false);
+    const auto acc = logsumexp_row(logits.row(0), logits.cols(), T(1) / temperature);
+    raise_if(where, "logits", logits, 0, acc.fault());
+    return {acc.max, acc.sum};
+  }
+
   /// Row log-softmax with temperature: `out(r, j) = logits(r, j) / T - lse[r]`. Temperature 0 gives
   /// 0 at the argmax and -inf elsewhere. `out` may be `logits` itself. Errors as row_softmax.
   template <class T>

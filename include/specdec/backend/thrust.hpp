@@ -621,6 +621,19 @@ class thrust {
     normalise<false, std::remove_const_t<T>>("specdec::thrust::row_softmax", logits, temperature, out);
   }
 
+  /// See eigen::row_softmax_stats (host memory spaces only: a device caller downloads whole rows).
+  template <class T>
+    requires std::is_same_v<typename System::memory_space, host_space>
+  detail::softmax_stats<T> row_softmax_stats(matrix_view<const T, memory_space> logits, T temperature) {
+    constexpr const char* where = "specdec::thrust::row_softmax";
+    SPECDEC_EXPECTS(logits.rows() == 1 && logits.has_contiguous_rows(), where, "row_softmax_stats takes one contiguous row; got ",
+                    logits.rows(), " rows");
+    detail::check_temperature(where, temperature, false);
+    lse_impl<T>(where, logits, T(1) / temperature, nullptr, false);
+    const auto stats = static_cast<const detail::lse_partial<T>*>(last_stats_.row_stats)[0];
+    return {stats.max, stats.sum};
+  }
+
   /// See eigen::row_log_softmax.
   template <class T>
   void row_log_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,

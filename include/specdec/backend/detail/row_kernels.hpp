@@ -421,6 +421,31 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
   for (const T* end = x + n; x + i < end; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
 }
 
+/// What a softmax normalises a row with: its maximum and sum exp((x - max) / T).
+template <class T>
+struct softmax_stats {
+  T max;
+  T sum;
+};
+
+/// Entry j of what write_exp_shifted writes over [0, n), computed alone (bit for bit the same: the
+/// same vector block, or the same scalar tail). What a softmax entry costs once the row's
+/// (max, sum) are known, without writing the row.
+template <class T>
+SPECDEC_HOST_DEVICE inline T exp_shifted_at(const T* x, index_t n, index_t j, T max, T inv_t, T scale) noexcept {
+#if SPECDEC_HOST_SIMD
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int w = simd_bytes / 4;
+    if (j < n / w * w) {
+      const index_t base = j / w * w;
+      const simd<float>::vec y = simd_exp((simd_load(x + base) - max) * inv_t) * scale;
+      return y[j - base];
+    }
+  }
+#endif
+  return exp_((x[j] - max) * inv_t) * scale;
+}
+
 /// Fault of a logits row given its maximum and NaN flag.
 template <class T>
 SPECDEC_HOST_DEVICE inline fault logits_fault(const max_scan<T>& s) noexcept {

@@ -50,6 +50,7 @@ class row_reader {
     for (auto& [row, values] : cache_)
       if (spare.size() < max_spare_rows) spare.push_back(std::move(values));
     cache_.clear();
+    stats_.clear();
   }
 
   /// The temperature later rows are softened at (a request's own); rows softened at another one are
@@ -67,11 +68,22 @@ class row_reader {
     if (it == cache_.end()) it = cache_.emplace(r, fetch(r)).first;
     return it->second.data();
   }
-  /// One entry without reading the row in full (softened rows are computed in full: p(x) needs the
-  /// row's normaliser).
+  /// One entry without writing the row: a probability row's entry as is; a softened row's from the
+  /// row's softmax normaliser (one read of the row, cached), bit for bit the entry row() would hold,
+  /// on host backends that expose `row_softmax_stats`; otherwise from the softened row.
   float at(index_t r, index_t column) {
-    if constexpr (std::is_same_v<space, host_space>)
+    if constexpr (std::is_same_v<space, host_space>) {
       if (!softened_) return m_(r, column);
+      if constexpr (requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
+        if (cache_.find(r) == cache_.end()) {
+          auto it = stats_.find(r);
+          if (it == stats_.end())
+            it = stats_.emplace(r, backend_->row_softmax_stats(matrix_view<const float>(m_.row(r), 1, m_.cols()), temperature_)).first;
+          const float inv_t = 1.0f / temperature_;
+          return specdec::detail::exp_shifted_at(m_.row(r), m_.cols(), column, it->second.max, inv_t, 1.0f / it->second.sum);
+        }
+      }
+    }
     return row(r)[column];
   }
   index_t rows() const noexcept { return m_.rows(); }
@@ -116,6 +128,7 @@ class row_reader {
   float temperature_ = 1.0f;
   bool softened_ = false;
   std::map<index_t, std::vector<float>> cache_;
+  std::map<index_t, specdec::detail::softmax_stats<float>> stats_;  // softened rows read entry by entry
 };
 
 /// Canonical chunk masses (8 lanes in double, lanes combined pairwise, see row_kernels.hpp) of the
