@@ -808,3 +808,21 @@ TEST_CASE_TEMPLATE("a softmax entry from the row's normaliser is the row_softmax
   CHECK(error_of([&] { b.row_softmax_stats(specdec::matrix_view<const float>(bad.data(), 1, 3), 0.0f); }).find("temperature = 0") !=
         std::string::npos);
 }
+
+// An output larger than the caches is written with non-temporal stores (from an aligned address on;
+// the entries before it, and the scalar tail, are stored as usual): the values are the ones a
+// cache-sized call writes, bit for bit, whatever the output's alignment.
+TEST_CASE_TEMPLATE("row_log_softmax writes the same values with streaming stores", B, specdec::eigen,
+                   specdec::thrust<specdec::thrust_system::cpp>) {
+  B b;
+  const index_t rows = 3, v = (specdec::detail::streaming_output_bytes / 4) / rows + 37;  // >= the threshold, odd
+  const auto logits = conformance::random_logits(5, rows, v, 4.0f).data;
+  std::vector<float> big(static_cast<std::size_t>(rows * v + 1)), one(static_cast<std::size_t>(v));
+  b.row_log_softmax(specdec::matrix_view<const float>(logits.data(), rows, v), 0.9f,
+                    specdec::matrix_view<float>(big.data() + 1, rows, v));  // misaligned by one float
+  for (index_t r = 0; r < rows; ++r) {
+    b.row_log_softmax(specdec::matrix_view<const float>(logits.data() + r * v, 1, v), 0.9f,
+                      specdec::matrix_view<float>(one.data(), 1, v));
+    CHECK(std::equal(one.begin(), one.end(), big.begin() + 1 + r * v));
+  }
+}

@@ -689,7 +689,6 @@ class eigen {
   void normalise(const char* where, matrix_view<T> logits, std::remove_const_t<T> temperature,
                  matrix_view<std::remove_const_t<T>> out) {
     using V = std::remove_const_t<T>;
-    using array = Eigen::Array<V, Eigen::Dynamic, 1>;
     detail::check_elementwise(where, logits, out);
     detail::check_temperature(where, temperature, true);
     const index_t n = logits.cols();
@@ -708,7 +707,8 @@ class eigen {
       const auto acc = logsumexp_row(x, n, inv_t);
       raise_if(where, "logits", logits, r, acc.fault());
       if constexpr (Log) {
-        Eigen::Map<array>(y, n) = (Eigen::Map<const array>(x, n) - acc.max) * inv_t - detail::log_(acc.sum);
+        detail::write_log_shifted(x, n, acc.max, inv_t, detail::log_(acc.sum), y,
+                                  logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_output_bytes);
       } else {
         detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y);
       }

@@ -221,14 +221,14 @@ struct normalise_fn {
   row_chunks rc;
   T inv_t;
   const lse_partial<T>* row_stats;
+  bool streaming = false;  // non-temporal stores (host, outputs larger than the caches)
   SPECDEC_HOST_DEVICE void operator()(index_t item) const {
     const index_t r = item / rc.count(), c = item % rc.count();
     const T* in = x.row(r) + rc.begin(c);
     T* y = out.row(r) + rc.begin(c);
     const lse_partial<T> s = row_stats[r];
     if constexpr (Log) {
-      const T log_sum = log_(s.sum);
-      for (index_t j = 0; j < rc.length(c); ++j) y[j] = (in[j] - s.max) * inv_t - log_sum;
+      write_log_shifted(in, rc.length(c), s.max, inv_t, log_(s.sum), y, streaming);
     } else {
       write_exp_shifted(in, rc.length(c), s.max, inv_t, T(1) / s.sum, y);
     }
@@ -1039,7 +1039,8 @@ class thrust {
     const V inv_t = V(1) / temperature;
     lse_impl<V>(where, logits, inv_t, nullptr, false);
     for_each(rc.items(), detail::normalise_fn<V, Log>{x, detail::untagged(out), rc, inv_t,
-                                                     static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats)});
+                                                     static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats),
+                                                     rc.rows * rc.cols * index_t{sizeof(V)} >= detail::streaming_output_bytes});
   }
 
   template <class V, class T>

@@ -421,6 +421,59 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
   for (const T* end = x + n; x + i < end; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
 }
 
+#if SPECDEC_HOST_SIMD && (defined(__x86_64__) || defined(__i386__))
+#define SPECDEC_HOST_STREAM_STORES 1
+/// Stores a vector to 32- (AVX) or 16-byte aligned `p` without reading its cache line first and
+/// without keeping it in cache (movntps): an output larger than the caches then costs one write of
+/// memory instead of a read and a write.
+/// Compiler builtins rather than <immintrin.h>, whose AVX-512 parts GCC 12 warns about wherever they
+/// are included outside backend/eigen.hpp's guard.
+inline void stream_store(float* p, simd<float>::vec v) noexcept {
+#if defined(__clang__)
+  __builtin_nontemporal_store(v, reinterpret_cast<simd<float>::vec*>(p));
+#elif defined(__AVX__)
+  __builtin_ia32_movntps256(p, v);
+#else
+  __builtin_ia32_movntps(p, v);
+#endif
+}
+inline void stream_fence() noexcept { __builtin_ia32_sfence(); }
+#endif
+
+/// out[j] = (x[j] - max) * inv_t - log_sum over [0, n) (a log-softmax row); out may alias x. Every
+/// entry is the same expression whether a vector or the scalar tail computes it. `streaming`: write
+/// with non-temporal stores (for outputs larger than the caches; the caller's next read of `out`
+/// then comes from memory).
+template <class T>
+SPECDEC_HOST_DEVICE inline void write_log_shifted(const T* x, index_t n, T max, T inv_t, T log_sum, T* out, bool streaming) noexcept {
+  index_t i = 0;
+#if SPECDEC_HOST_SIMD
+  if constexpr (std::is_same_v<T, float>) {
+    using vec = simd<float>::vec;
+    constexpr int w = simd_bytes / 4;
+#if SPECDEC_HOST_STREAM_STORES
+    if (streaming) {
+      for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % simd_bytes != 0; ++i) out[i] = (x[i] - max) * inv_t - log_sum;
+      for (; i + w <= n; i += w) stream_store(out + i, (simd_load(x + i) - max) * inv_t - log_sum);
+      stream_fence();  // the streamed lines are visible before the caller reads them
+    }
+#else
+    (void)streaming;
+#endif
+    for (; i + w <= n; i += w) {
+      const vec y = (simd_load(x + i) - max) * inv_t - log_sum;
+      std::memcpy(out + i, &y, sizeof y);
+    }
+  }
+#else
+  (void)streaming;
+#endif
+  for (const T* end = x + n; x + i < end; ++i) out[i] = (x[i] - max) * inv_t - log_sum;
+}
+
+/// Bytes of output above which row_log_softmax streams its stores past the caches.
+inline constexpr index_t streaming_output_bytes = index_t{1} << 25;
+
 /// What a softmax normalises a row with: its maximum and sum exp((x - max) / T).
 template <class T>
 struct softmax_stats {
