@@ -44,7 +44,7 @@
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec {
+namespace specdec::inline SPECDEC_ISA {
 
 /// The Eigen (CPU) backend. Models specdec::backend with `memory_space = host_space`.
 class eigen {
@@ -742,4 +742,4 @@ class eigen {
 
 static_assert(backend<eigen>);
 
-}  // namespace specdec
+}  // namespace specdec::inline SPECDEC_ISA

@@ -72,16 +72,31 @@ struct cuda {
   static auto policy() { return ::thrust::cuda::par; }
 };
 #endif
-#if defined(SPECDEC_THRUST_DEVICE_SYSTEM_CUDA) && defined(__CUDACC__)
+/// The configured system when this translation unit cannot run it: configured CUDA outside nvcc, or
+/// OpenMP without -fopenmp. `device` is then this incomplete type rather than a silent `cpp`, which
+/// would make `thrust<>` a different backend here than in the translation units that can run it.
+/// Name `thrust_system::cpp` explicitly in such translation units.
+struct configured_system_unavailable_in_this_translation_unit;
+#if defined(SPECDEC_THRUST_DEVICE_SYSTEM_CUDA)
+#if defined(__CUDACC__)
 using device = cuda;
-#elif defined(SPECDEC_THRUST_DEVICE_SYSTEM_OMP) && defined(_OPENMP)
+#else
+using device = configured_system_unavailable_in_this_translation_unit;
+#endif
+#elif defined(SPECDEC_THRUST_DEVICE_SYSTEM_OMP)
+#if defined(_OPENMP)
 using device = omp;
+#else
+using device = configured_system_unavailable_in_this_translation_unit;
+#endif
 #else
 using device = cpp;
 #endif
 }  // namespace thrust_system
 
-namespace detail {
+}  // namespace specdec
+
+namespace specdec::detail::inline SPECDEC_ISA {
 
 /// Storage of a system: std::vector on the host, thrust::cuda::vector on a CUDA device.
 template <class System, class T>
@@ -482,12 +497,18 @@ view<T, R, host_space> untagged(const view<T, R, S>& v) {
   }
 }
 
-}  // namespace detail
+}  // namespace specdec::detail::inline SPECDEC_ISA
+
+namespace specdec::inline SPECDEC_ISA {
 
 /// The Thrust backend on `System` (see thrust_system). Models specdec::backend with
 /// `memory_space = System::memory_space`.
 template <class System = thrust_system::device>
 class thrust {
+  static_assert(!std::is_same_v<System, thrust_system::configured_system_unavailable_in_this_translation_unit>,
+                "thrust_system::device is the configured SPECDEC_THRUST_DEVICE_SYSTEM (CUDA or OMP), which this "
+                "translation unit cannot run (not compiled by nvcc / without OpenMP); name thrust_system::cpp explicitly");
+
  public:
   using system = System;
   using memory_space = typename System::memory_space;
@@ -915,19 +936,21 @@ class thrust {
     if (!cublas_) {
       cublasHandle_t h = nullptr;
       SPECDEC_EXPECTS(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasCreate failed");
-      cublas_ = std::shared_ptr<cublasContext>(h, [](cublasHandle_t p) { cublasDestroy(p); });
+      cublas_ = std::shared_ptr<void>(h, [](void* p) { cublasDestroy(static_cast<cublasHandle_t>(p)); });
     }
     const auto op = [](transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
     const index_t inner = ta == transpose::yes ? a.rows() : a.cols();
     const auto ld = [](const auto& m) { return static_cast<int>(std::max<index_t>(m.stride(0), std::max<index_t>(m.cols(), 1))); };
     const cublasStatus_t status =
-        cublasSgemm(cublas_.get(), op(tb), op(ta), static_cast<int>(c.cols()), static_cast<int>(c.rows()), static_cast<int>(inner),
+        cublasSgemm(static_cast<cublasHandle_t>(cublas_.get()), op(tb), op(ta), static_cast<int>(c.cols()), static_cast<int>(c.rows()), static_cast<int>(inner),
                     &alpha, b.data(), ld(b), a.data(), ld(a), &beta, c.data(), ld(c));
     SPECDEC_EXPECTS(status == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasSgemm failed with status ",
                     static_cast<int>(status));
   }
-  std::shared_ptr<cublasContext> cublas_;
 #endif
+  // The cuBLAS handle (cublasHandle_t) when a CUDA gemm has run; type-erased and always present, so
+  // the class has one layout whether or not this translation unit sees cuBLAS.
+  std::shared_ptr<void> cublas_;
 
   template <class T>
   static void copy_from_host(const T* src, std::size_t n, T* dst) {
@@ -1068,4 +1091,4 @@ class thrust {
 
 static_assert(backend<thrust<thrust_system::cpp>>);
 
-}  // namespace specdec
+}  // namespace specdec::inline SPECDEC_ISA

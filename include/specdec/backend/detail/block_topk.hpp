@@ -23,9 +23,10 @@
 #include <cstring>
 #include <vector>
 
+#include <specdec/config.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 #if SPECDEC_HOST_SIMD
 
@@ -354,4 +355,4 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
 
 #endif  // SPECDEC_HOST_SIMD
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA

@@ -11,11 +11,12 @@
 #include <string>
 #include <type_traits>
 
+#include <specdec/config.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 /// A `[rows x V]` input: V >= 1, rows >= 0, contiguous rows (the kernels stream each row).
 template <class T, class Space>
@@ -119,9 +120,9 @@ template <class T = float>
   throw_invalid_argument(where, name, " row ", row, " ", describe(f), column, "; ", expectation(f));
 }
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 // Argument checks of each primitive, shared by every backend so that the same mistake gives the
 // same message everywhere. Names in messages are the parameter names of the concept.
@@ -179,4 +180,4 @@ void check_gather_elements(const char* where, const X& x, const Ids& column_ids,
   check_shape(where, "out", out, x.rows(), column_ids.cols(), "the shape of column_ids");
 }
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA

@@ -6,12 +6,13 @@
 
 #include <cstdint>
 
+#include <specdec/config.hpp>
 #include <specdec/backend/detail/checks.hpp>
 #include <specdec/backend/detail/dense_kernels.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 /// A dense operand: contiguous rows that do not overlap (any shape, including empty).
 template <class T, class Space>
@@ -107,4 +108,4 @@ void check_attention(const char* where, const Q& q, const K& k, const V& v, cons
   throw_invalid_argument(where, "query ", query, " has a NaN attention score; expected finite q, k and mask values");
 }
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA

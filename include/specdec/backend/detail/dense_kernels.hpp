@@ -16,7 +16,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 // Double-precision math usable on host and device (std:: is host-only under nvcc).
 SPECDEC_HOST_DEVICE inline double sqrt_(double x) noexcept {
@@ -223,4 +223,4 @@ struct attention_fn {
   }
 };
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA

@@ -24,7 +24,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 /// What a kernel found wrong with its row. Ordered so that the smallest non-zero code of a row is
 /// the one reported.
@@ -1045,4 +1045,4 @@ SPECDEC_HOST_DEVICE inline bool is_unit_uniform(T u) noexcept {
   return u >= T(0) && u < T(1);
 }
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <specdec/config.hpp>
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
@@ -20,7 +21,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
 
-namespace specdec::sampling::detail {
+namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
 /// Host access to single rows of a backend matrix: host-space rows are read in place; device rows are
 /// downloaded once each, on first use, so a verifier transfers exactly the rows it reads. In softening
@@ -320,4 +321,4 @@ inline void check_weighed_row(const char* where, const char* what, index_t row, 
   specdec::detail::throw_invalid_argument(where, what, " row ", row, " is not a probability distribution");
 }
 
-}  // namespace specdec::sampling::detail
+}  // namespace specdec::sampling::detail::inline SPECDEC_ISA

@@ -11,12 +11,13 @@
 #include <span>
 #include <vector>
 
+#include <specdec/config.hpp>
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::detail {
+namespace specdec::detail::inline SPECDEC_ISA {
 
 /// What the builder ranks by: raw logits (Medusa, EAGLE-1 static drafting), log-softmax values (EAGLE-2,
 /// Jakiro), or softmax probabilities (SGLang).
@@ -88,4 +89,4 @@ class host_topk {
   std::vector<std::int32_t> host_indices_;
 };
 
-}  // namespace specdec::detail
+}  // namespace specdec::detail::inline SPECDEC_ISA
