@@ -62,10 +62,8 @@ speculative_result verify_greedy(B& b, matrix_view<const float, typename B::memo
 template <backend B>
 void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                    std::span<const speculative_request> requests, const verify_outputs<typename B::memory_space>& outputs) {
-  constexpr const char* where = "specdec::sampling::verify_greedy";
-  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_logits.cols(), r);
-  detail::check_outputs(where, outputs, requests, target_logits.cols());
-  detail::write_outputs(b, verify_greedy(b, target_logits, requests), outputs);
+  detail::verify_into(b, "specdec::sampling::verify_greedy", requests, target_logits.cols(), outputs,
+                      [&] { return verify_greedy(b, target_logits, requests); });
 }
 
 }  // namespace specdec::sampling

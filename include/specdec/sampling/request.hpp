@@ -269,6 +269,16 @@ void write_outputs(B& b, std::span<const speculative_result> results, const veri
   }
 }
 
+/// What every verifier's output form does: checks the requests' trees and the outputs' shapes before
+/// any work, then writes what `decide()` (the returning form's decisions) returns.
+template <class B, class Decide>
+void verify_into(B& b, const char* where, std::span<const speculative_request> requests, index_t vocab,
+                 const verify_outputs<typename B::memory_space>& outputs, Decide&& decide) {
+  for (std::size_t r = 0; r < requests.size(); ++r) check_tree(where, requests[r].tree, vocab, r);
+  check_outputs(where, outputs, requests, vocab);
+  write_outputs(b, decide(), outputs);
+}
+
 }  // namespace detail
 
 }  // namespace specdec::sampling

@@ -357,11 +357,11 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
                         std::span<const speculative_request> requests, speculative_options options,
                         const verify_outputs<typename B::memory_space>& outputs) {
   constexpr const char* where = "specdec::sampling::verify_speculative";
-  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, rows.target.cols(), r);
-  detail::check_outputs(where, outputs, requests, rows.target.cols());
   options.keep_final_distribution = !outputs.final_distributions.empty();
-  sampling::detail::row_reader<B> target(b, rows.target);
-  detail::write_outputs(b, detail::verify_walk(where, b, target, rows, requests, options), outputs);
+  detail::verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
+    sampling::detail::row_reader<B> target(b, rows.target);
+    return detail::verify_walk(where, b, target, rows, requests, options);
+  });
 }
 
 /// verify_speculative from the target's logits (`rows.target`, raw `[rows x V]`): a request's node rows
@@ -399,11 +399,11 @@ void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_s
                                std::span<const speculative_request> requests, speculative_options options,
                                const verify_outputs<typename B::memory_space>& outputs) {
   constexpr const char* where = "specdec::sampling::verify_speculative_logits";
-  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, rows.target.cols(), r);
-  detail::check_outputs(where, outputs, requests, rows.target.cols());
   options.keep_final_distribution = !outputs.final_distributions.empty();
-  sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
-  detail::write_outputs(b, detail::verify_walk(where, b, target, rows, requests, options), outputs);
+  detail::verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
+    sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
+    return detail::verify_walk(where, b, target, rows, requests, options);
+  });
 }
 
 /// A chain as a draft tree: node 0 = the committed token, node i = draft token i - 1, each the only

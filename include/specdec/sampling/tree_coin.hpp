@@ -111,11 +111,9 @@ template <backend B>
 void verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                       std::span<const speculative_request> requests, coin_options options,
                       const verify_outputs<typename B::memory_space>& outputs) {
-  constexpr const char* where = "specdec::sampling::verify_coin_tree";
-  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_probs.cols(), r);
-  detail::check_outputs(where, outputs, requests, target_probs.cols());
   options.keep_final_distribution = !outputs.final_distributions.empty();
-  detail::write_outputs(b, verify_coin_tree(b, target_probs, requests, options), outputs);
+  detail::verify_into(b, "specdec::sampling::verify_coin_tree", requests, target_probs.cols(), outputs,
+                      [&] { return verify_coin_tree(b, target_probs, requests, options); });
 }
 
 }  // namespace specdec::sampling

@@ -142,10 +142,8 @@ template <backend B>
 void verify_typical(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                     std::span<const speculative_request> requests, typical_options options,
                     const verify_outputs<typename B::memory_space>& outputs) {
-  constexpr const char* where = "specdec::sampling::verify_typical";
-  for (std::size_t r = 0; r < requests.size(); ++r) detail::check_tree(where, requests[r].tree, target_probs.cols(), r);
-  detail::check_outputs(where, outputs, requests, target_probs.cols());
-  detail::write_outputs(b, verify_typical(b, target_probs, requests, options), outputs);
+  detail::verify_into(b, "specdec::sampling::verify_typical", requests, target_probs.cols(), outputs,
+                      [&] { return verify_typical(b, target_probs, requests, options); });
 }
 
 }  // namespace specdec::sampling

@@ -12,41 +12,12 @@
 #include <cstdint>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
 namespace specdec::detail::inline SPECDEC_ISA {
-
-// Double-precision math usable on host and device (std:: is host-only under nvcc).
-SPECDEC_HOST_DEVICE inline double sqrt_(double x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::sqrt(x);
-#else
-  return std::sqrt(x);
-#endif
-}
-SPECDEC_HOST_DEVICE inline double pow_(double x, double y) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::pow(x, y);
-#else
-  return std::pow(x, y);
-#endif
-}
-SPECDEC_HOST_DEVICE inline double cos_(double x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::cos(x);
-#else
-  return std::cos(x);
-#endif
-}
-SPECDEC_HOST_DEVICE inline double sin_(double x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::sin(x);
-#else
-  return std::sin(x);
-#endif
-}
 
 /// y = w * x / sqrt(mean(x^2) + eps) over one row; the mean of squares is accumulated in double
 /// (the reference accumulates in fp32 after upcasting; double is closer to its exact value).

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
@@ -42,40 +43,6 @@ enum class fault : std::int32_t {
 /// Probability rows must sum to 1 within this absolute tolerance (fp32 softmax rows of 262144
 /// entries sum to 1 within ~1e-6; 1e-4 leaves room for a caller's own renormalisation).
 inline constexpr double probability_sum_tolerance = 1e-4;
-
-template <class T>
-SPECDEC_HOST_DEVICE inline T negative_infinity() noexcept {
-  return -static_cast<T>(HUGE_VAL);  // HUGE_VAL works in device code without relaxed constexpr
-}
-
-SPECDEC_HOST_DEVICE inline float exp_(float x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-SPECDEC_HOST_DEVICE inline double exp_(double x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::exp(x);
-#else
-  return std::exp(x);
-#endif
-}
-SPECDEC_HOST_DEVICE inline float log_(float x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::logf(x);
-#else
-  return std::log(x);
-#endif
-}
-SPECDEC_HOST_DEVICE inline double log_(double x) noexcept {
-#if SPECDEC_DEVICE_CODE
-  return ::log(x);
-#else
-  return std::log(x);
-#endif
-}
 
 /// Maximum of a span and whether it holds a NaN. NaNs are skipped by the maximum (the comparison
 /// `acc < v` is false for them) and reported through `has_nan`; +inf shows up as the maximum.
