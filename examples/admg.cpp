@@ -6,10 +6,10 @@
 
 int main(int argc, char** argv) {
   return engine::example_main(argc, argv, "ADMG self-speculative decoding", [](const engine::llama_model& model) {
-    specdec::admg::rules rules;
+    specdec::policy::admg::rules rules;
     rules.alpha = 0.995;
     rules.m = 4;
-    specdec::admg::draft_exit::parameters exit;
+    specdec::policy::admg::draft_exit::parameters exit;
     exit.max_draft = 4;
     return std::make_unique<engine::admg_drafter>(model, rules, exit);
   });

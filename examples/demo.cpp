@@ -112,10 +112,10 @@ int main(int argc, char** argv) {
     engine::generation_options options;
     options.max_new_tokens = max_new;
     options.stop_tokens = {tokenizer.special("<|im_end|>"), tokenizer.eos()};
-    specdec::admg::rules rules;
+    specdec::policy::admg::rules rules;
     rules.alpha = alpha;
     rules.m = admg_m;
-    specdec::admg::draft_exit::parameters exit;
+    specdec::policy::admg::draft_exit::parameters exit;
     exit.max_draft = draft_length;
 
     std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg"};

@@ -5,7 +5,7 @@
 
 int main(int argc, char** argv) {
   return engine::example_main(argc, argv, "EAGLE-2 trees drafted by the ADMG self-draft", [](const engine::llama_model& model) {
-    specdec::admg::rules rules;
+    specdec::policy::admg::rules rules;
     rules.alpha = 0.995;
     rules.m = 4;
     return std::make_unique<engine::eagle2_admg_drafter>(

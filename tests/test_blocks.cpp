@@ -212,22 +212,22 @@ TEST_CASE("safetensors: numbers out of range, overflowing shapes and malformed f
 }
 
 TEST_CASE("Draft & Verify's exit threshold rises on poor matches and falls on good early stops") {
-  specdec::admg::draft_exit policy({0.6, 8});
+  specdec::policy::admg::draft_exit policy({0.6, 8});
   CHECK(policy.stop(0.5, 1));
   CHECK_FALSE(policy.stop(0.7, 1));
   CHECK(policy.stop(0.99, 8));
   policy.update(0, 4);  // matchness 0 < 0.9: th -> 0.9 * 0.6 + 0.1 * 0.61
   CHECK(policy.threshold() == doctest::Approx(0.601));
-  specdec::admg::draft_exit good({0.6, 8});
+  specdec::policy::admg::draft_exit good({0.6, 8});
   for (int i = 0; i < 10; ++i) good.update(4, 4);  // matchness -> 1, early stops: the bar falls
   CHECK(good.threshold() < 0.6);
   const double before = good.threshold();
   good.update(8, 8);  // ran to the maximum: the threshold holds
   CHECK(good.threshold() == doctest::Approx(before));
   const std::vector<double> cosines = {0.99, 0.5};
-  CHECK(error_of([&] { specdec::admg::plan_layers(cosines, {1.5, 3, 2}); }).find("alpha = 1.5") != std::string::npos);
+  CHECK(error_of([&] { specdec::policy::admg::plan_layers(cosines, {1.5, 3, 2}); }).find("alpha = 1.5") != std::string::npos);
   const std::vector<double> bad = {2.0};
-  CHECK(error_of([&] { specdec::admg::plan_layers(bad); }).find("cosine[0] = 2") != std::string::npos);
+  CHECK(error_of([&] { specdec::policy::admg::plan_layers(bad); }).find("cosine[0] = 2") != std::string::npos);
 }
 
 TEST_CASE("amphista head inputs: stage split and the per-head ResBlock x + SiLU(W x + b)") {

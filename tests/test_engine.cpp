@@ -281,9 +281,9 @@ TEST_CASE("engine: every drafter's greedy output equals vanilla greedy decoding"
   std::vector<std::unique_ptr<engine::drafter>> drafters;
   drafters.push_back(std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, 4, 1, false}));
   drafters.push_back(std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, 4, 3, true}));
-  specdec::admg::rules rules;
+  specdec::policy::admg::rules rules;
   rules.alpha = 0.9;
-  drafters.push_back(std::make_unique<engine::admg_drafter>(model, rules, specdec::admg::draft_exit::parameters{0.0, 3}));
+  drafters.push_back(std::make_unique<engine::admg_drafter>(model, rules, specdec::policy::admg::draft_exit::parameters{0.0, 3}));
   drafters.push_back(std::make_unique<engine::eagle2_admg_drafter>(model, rules, specdec::dynamic_tree_config{2, 2, 5, specdec::tree_score::log_probability, {}}));
   for (auto& d : drafters) {
     CAPTURE(d->name());

@@ -51,7 +51,7 @@ TEST_CASE_TEMPLATE("jakiro greedy proposal is the top-k of the concatenated expe
   auto right_buf = h.up(right.data);
   for (const index_t k : {index_t{1}, index_t{5}, v, index_t{50}, 2 * v}) {
     CAPTURE(k);
-    const auto got = specdec::jakiro::propose_greedy(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k);
+    const auto got = specdec::propose_moe_greedy(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k);
     REQUIRE(got.tokens.size() == static_cast<std::size_t>(rows * k));
     for (index_t r = 0; r < rows; ++r) {
       std::vector<int> order(static_cast<std::size_t>(2 * v));
@@ -67,11 +67,11 @@ TEST_CASE_TEMPLATE("jakiro greedy proposal is the top-k of the concatenated expe
     CHECK(got.probabilities.empty());
   }
   CHECK(error_of([&] {
-          specdec::jakiro::propose_greedy(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), 2 * v + 1);
+          specdec::propose_moe_greedy(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), 2 * v + 1);
         }).find("k = 75") != std::string::npos);
   auto two_rows = h.up(std::vector<float>(static_cast<std::size_t>(2 * v), 0.0f));
   CHECK(error_of([&] {
-          specdec::jakiro::propose_greedy(h.b, left_buf.matrix(rows, v), two_rows.matrix(2, v), 3);
+          specdec::propose_moe_greedy(h.b, left_buf.matrix(rows, v), two_rows.matrix(2, v), 3);
         }).find("expected equal shapes") != std::string::npos);
 }
 
@@ -86,9 +86,9 @@ TEST_CASE_TEMPLATE("jakiro sampled proposal draws without replacement from the c
   const index_t v = 4, rows = 60000, k = 2;
   auto left_buf = h.up(log_of(moe_p, 0, 4, rows));
   auto right_buf = h.up(log_of(moe_p, 4, 8, rows));
-  specdec::jakiro::moe_sampling s;
+  specdec::moe_sampling s;
   s.rng = specdec::philox_stream{20261122, 0};
-  const auto got = specdec::jakiro::propose_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
+  const auto got = specdec::propose_moe_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
   REQUIRE(got.tokens.size() == static_cast<std::size_t>(rows * k));
   std::vector<double> counts(64, 0.0), expected(64, 0.0), with_replacement(64, 0.0);
   for (index_t r = 0; r < rows; ++r) {
@@ -123,43 +123,43 @@ TEST_CASE_TEMPLATE("jakiro sampled proposal: probabilities, temperature, the ref
   double norm = 0.0;
   for (int i = 0; i < 8; ++i) norm += moe_p[i] * moe_p[i];
   for (int i = 0; i < 8; ++i) tempered[i] = moe_p[i] * moe_p[i] / norm;
-  for (const auto source : {specdec::jakiro::probability_source::drafting_expert,
-                            specdec::jakiro::probability_source::second_expert_half}) {
-    specdec::jakiro::moe_sampling s;
+  for (const auto source : {specdec::moe_probability_source::drafting_expert,
+                            specdec::moe_probability_source::second_expert_half}) {
+    specdec::moe_sampling s;
     s.temperature = 0.5f;
     s.rng = specdec::philox_stream{7, 3};
     s.offset = 1000;
     s.source = source;
-    const auto got = specdec::jakiro::propose_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
-    const auto again = specdec::jakiro::propose_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
+    const auto got = specdec::propose_moe_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
+    const auto again = specdec::propose_moe_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), k, s);
     CHECK(got.tokens == again.tokens);  // a pure function of (seed, offset)
     for (index_t r = 0; r < rows; ++r) {
       float cumulative = 0.0f;
       for (index_t i = 0; i < k; ++i) {
         const auto at = static_cast<std::size_t>(r * k + i);
         const int drawn = got.tokens[at] + v * got.expert[at];
-        const int gathered = source == specdec::jakiro::probability_source::drafting_expert ? drawn : got.tokens[at] + v;
+        const int gathered = source == specdec::moe_probability_source::drafting_expert ? drawn : got.tokens[at] + v;
         const auto g = static_cast<float>(tempered[static_cast<std::size_t>(gathered)]);
         CHECK(got.probabilities[at] == doctest::Approx(std::clamp(g / (1.0f - cumulative), 0.0f, 1.0f)).epsilon(1e-6));
         cumulative += g;
       }
     }
   }
-  specdec::jakiro::moe_sampling greedy;
+  specdec::moe_sampling greedy;
   greedy.temperature = 0.0f;
   CHECK(error_of([&] {
-          specdec::jakiro::propose_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), 2, greedy);
+          specdec::propose_moe_sampled(h.b, left_buf.matrix(rows, v), right_buf.matrix(rows, v), 2, greedy);
         }).find("temperature = 0") != std::string::npos);
   std::vector<float> bad = {0.0f, NAN, 1.0f, 2.0f};
   auto bad_buf = h.up(bad);
   CHECK(error_of([&] {
-          specdec::jakiro::propose_sampled(h.b, bad_buf.matrix(1, v), bad_buf.matrix(1, v), 2, {});
+          specdec::propose_moe_sampled(h.b, bad_buf.matrix(1, v), bad_buf.matrix(1, v), 2, {});
         }).find("left_logits[0, 1] = nan") != std::string::npos);
   // A peaked row underflows to fewer positive entries than draws.
   std::vector<float> peaked = {0.0f, -2000.0f, -2000.0f, -2000.0f};
   auto peaked_buf = h.up(peaked);
   CHECK(error_of([&] {
-          specdec::jakiro::propose_sampled(h.b, peaked_buf.matrix(1, v), peaked_buf.matrix(1, v), 3, {});
+          specdec::propose_moe_sampled(h.b, peaked_buf.matrix(1, v), peaked_buf.matrix(1, v), 3, {});
         }).find("only 2 entries of positive probability") != std::string::npos);
 }
 
@@ -171,16 +171,16 @@ TEST_CASE_TEMPLATE("jakiro static draft run over EAGLE-1's buffers, same draws o
   const auto run = [&](auto& h, bool sampled) {
     using H = std::remove_reference_t<decltype(h)>;
     using BB = decltype(h.b);
-    std::optional<specdec::jakiro::moe_sampling> s;
-    if (sampled) s = specdec::jakiro::moe_sampling{1.0f, specdec::philox_stream{99, 1}, 17, {}};
+    std::optional<specdec::moe_sampling> s;
+    if (sampled) s = specdec::moe_sampling{1.0f, specdec::philox_stream{99, 1}, 17, {}};
     specdec::jakiro::static_drafter<BB> drafter(h.b, buf, 5, 30, s);
     auto left = h.up(conformance::random_logits(1, 1, v).data);
     auto right = h.up(conformance::random_logits(2, 1, v).data);
     auto step = drafter.begin(left.matrix(1, v), right.matrix(1, v));
     std::vector<std::int32_t> proposed;  // what the proposals themselves return, call by call
     {
-      const auto p = sampled ? specdec::jakiro::propose_sampled(h.b, left.matrix(1, v), right.matrix(1, v), 10, *s)
-                             : specdec::jakiro::propose_greedy(h.b, left.matrix(1, v), right.matrix(1, v), 10);
+      const auto p = sampled ? specdec::propose_moe_sampled(h.b, left.matrix(1, v), right.matrix(1, v), 10, *s)
+                             : specdec::propose_moe_greedy(h.b, left.matrix(1, v), right.matrix(1, v), 10);
       proposed = p.tokens;
     }
     std::uint64_t offset = 17 + 10;
@@ -192,11 +192,11 @@ TEST_CASE_TEMPLATE("jakiro static draft run over EAGLE-1's buffers, same draws o
       if (sampled) {
         auto at = *s;
         at.offset = offset;
-        const auto p = specdec::jakiro::propose_sampled(h.b, l.matrix(m, v), r.matrix(m, v), 10, at);
+        const auto p = specdec::propose_moe_sampled(h.b, l.matrix(m, v), r.matrix(m, v), 10, at);
         proposed.insert(proposed.end(), p.tokens.begin(), p.tokens.end());
         offset += static_cast<std::uint64_t>(m * 10);
       } else {
-        const auto p = specdec::jakiro::propose_greedy(h.b, l.matrix(m, v), r.matrix(m, v), 10);
+        const auto p = specdec::propose_moe_greedy(h.b, l.matrix(m, v), r.matrix(m, v), 10);
         proposed.insert(proposed.end(), p.tokens.begin(), p.tokens.end());
       }
       step = drafter.expand(l.matrix(m, v), r.matrix(m, v));

@@ -263,15 +263,15 @@ class prompt_lookup_drafter : public drafter {
 /// for draft tokens are dropped before verification).
 class admg_self_draft {
  public:
-  explicit admg_self_draft(specdec::admg::rules rules) : rules_(rules) {
+  explicit admg_self_draft(specdec::policy::admg::rules rules) : rules_(rules) {
     hooks_.after_attention = [this](index_t l, host_matrix in, host_matrix out) {
       if (static_cast<std::size_t>(l) >= cosine_.size()) cosine_.resize(static_cast<std::size_t>(l) + 1, 0.0);
-      cosine_[static_cast<std::size_t>(l)] = specdec::admg::attention_cosine(in, out);
+      cosine_[static_cast<std::size_t>(l)] = specdec::policy::admg::attention_cosine(in, out);
     };
   }
   const forward_hooks* hooks() { return &hooks_; }
   void plan(const llama_model& model) {
-    plan_ = specdec::admg::plan_layers(cosine_, rules_);
+    plan_ = specdec::policy::admg::plan_layers(cosine_, rules_);
     const auto& c = model.config();
     double kept = static_cast<double>(model.head_bytes()), full = kept;
     for (index_t l = 0; l < c.layers; ++l) {
@@ -281,7 +281,7 @@ class admg_self_draft {
     }
     cost_ = kept / full;
   }
-  const specdec::admg::layer_plan& layer_plan() const { return plan_; }
+  const specdec::policy::admg::layer_plan& layer_plan() const { return plan_; }
   const std::vector<double>& cosine() const { return cosine_; }
   /// Share of a target forward's weights one draft forward reads.
   double cost() const { return cost_; }
@@ -294,10 +294,10 @@ class admg_self_draft {
   }
 
  private:
-  specdec::admg::rules rules_;
+  specdec::policy::admg::rules rules_;
   forward_hooks hooks_;
   std::vector<double> cosine_;
-  specdec::admg::layer_plan plan_;
+  specdec::policy::admg::layer_plan plan_;
   double cost_ = 1.0;
 };
 
@@ -323,14 +323,14 @@ class admg_drafter : public drafter {
  public:
   /// \param cost_aware whether the draft_length_policy chooses the length (else: up to max_draft,
   /// stopped by the exit rule alone).
-  admg_drafter(const llama_model& model, specdec::admg::rules rules, specdec::admg::draft_exit::parameters exit,
+  admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::policy::admg::draft_exit::parameters exit,
                bool cost_aware = true)
       : model_(&model), self_(rules), exit_(exit), cost_aware_(cost_aware), policy_(exit_.max_draft()) {}
   std::string name() const override { return "admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
   const admg_self_draft& self_draft() const { return self_; }
-  const specdec::admg::draft_exit& exit_rule() const { return exit_; }
+  const specdec::policy::admg::draft_exit& exit_rule() const { return exit_; }
 
   draft propose(draft_context& ctx) override {
     const index_t vocab = model_->config().vocab;
@@ -381,7 +381,7 @@ class admg_drafter : public drafter {
  private:
   const llama_model* model_;
   admg_self_draft self_;
-  specdec::admg::draft_exit exit_;
+  specdec::policy::admg::draft_exit exit_;
   bool cost_aware_;
   draft_length_policy policy_;
 };
@@ -392,7 +392,7 @@ class admg_drafter : public drafter {
 /// verifies them with the target-only rule, q one-hot).
 class eagle2_admg_drafter : public drafter {
  public:
-  eagle2_admg_drafter(const llama_model& model, specdec::admg::rules rules, specdec::dynamic_tree_config tree)
+  eagle2_admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::dynamic_tree_config tree)
       : model_(&model), self_(rules), tree_(tree) {}
   std::string name() const override { return "eagle2_admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }

@@ -164,7 +164,7 @@ class llama_session {
   /// attention writes no KV rows), null for the full model. \throws specdec::invalid_argument on
   /// shapes, token ids outside the vocabulary, a full cache.
   void forward(std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions, std::span<const std::uint8_t> allowed,
-               std::vector<float>& logits, const specdec::admg::layer_plan* plan = nullptr, const forward_hooks* hooks = nullptr) {
+               std::vector<float>& logits, const specdec::policy::admg::layer_plan* plan = nullptr, const forward_hooks* hooks = nullptr) {
     namespace blocks = specdec::blocks;
     const auto& c = model_->config();
     const auto t = static_cast<index_t>(tokens.size());

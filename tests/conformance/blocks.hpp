@@ -146,17 +146,17 @@ class block_runner {
 
   static void admg_rules(const json& in, const json& cosine, const json& expected) {
     const std::vector<double> cos = values_of(cosine);
-    const std::map<std::string, specdec::admg::rule_variant> variants = {
-        {"canonical", specdec::admg::rule_variant::paper},
-        {"mlp_only_every_m", specdec::admg::rule_variant::mlp_only_every_m},
-        {"zero_based_every_m", specdec::admg::rule_variant::zero_based_every_m},
-        {"strict_threshold", specdec::admg::rule_variant::strict_threshold},
-        {"every_m_of_removed", specdec::admg::rule_variant::every_m_of_removed}};
+    const std::map<std::string, specdec::policy::admg::rule_variant> variants = {
+        {"canonical", specdec::policy::admg::rule_variant::paper},
+        {"mlp_only_every_m", specdec::policy::admg::rule_variant::mlp_only_every_m},
+        {"zero_based_every_m", specdec::policy::admg::rule_variant::zero_based_every_m},
+        {"strict_threshold", specdec::policy::admg::rule_variant::strict_threshold},
+        {"every_m_of_removed", specdec::policy::admg::rule_variant::every_m_of_removed}};
     for (const auto& [name, want] : expected.items()) {
       const auto v = variants.find(name);
       if (v == variants.end()) throw block_mismatch("expected." + name + ", an ADMG reading specdec does not know");
-      const specdec::admg::rules r{in.at("alpha").get<double>(), in.at("m").get<index_t>(), in.at("n").get<index_t>(), v->second};
-      const auto plan = specdec::admg::plan_layers(cos, r);
+      const specdec::policy::admg::rules r{in.at("alpha").get<double>(), in.at("m").get<index_t>(), in.at("n").get<index_t>(), v->second};
+      const auto plan = specdec::policy::admg::plan_layers(cos, r);
       const auto one_based = [](std::vector<index_t> ids) {
         for (auto& i : ids) ++i;
         return ids;
@@ -178,8 +178,8 @@ class block_runner {
       auto a = up(std::vector<float>(x_in.begin() + l * t * e, x_in.begin() + (l + 1) * t * e));
       auto o = up(std::vector<float>(x_out.begin() + l * t * e, x_out.begin() + (l + 1) * t * e));
       const specdec::matrix_view<const float, space> av(a.view().data(), t, e), ov(o.view().data(), t, e);
-      mean.push_back(specdec::admg::attention_cosine(b_, av, ov));
-      if (t > 1) mean_skip.push_back(specdec::admg::attention_cosine(b_, av, ov, true));
+      mean.push_back(specdec::policy::admg::attention_cosine(b_, av, ov));
+      if (t > 1) mean_skip.push_back(specdec::policy::admg::attention_cosine(b_, av, ov, true));
     }
     const json& out = c.at("outputs");
     expect_close("cos_mean", out.at("cos_mean"), std::vector<float>(mean.begin(), mean.end()));

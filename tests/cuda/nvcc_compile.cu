@@ -50,10 +50,10 @@ template class specdec::eagle2_tree_builder<backend>;
 template class specdec::eagle1::static_drafter<backend>;
 template class specdec::jakiro::static_drafter<backend>;
 
-specdec::jakiro::moe_proposal propose_both(backend& b, specdec::matrix_view<const float, specdec::device_space> left,
+specdec::moe_proposal propose_both(backend& b, specdec::matrix_view<const float, specdec::device_space> left,
                                            specdec::matrix_view<const float, specdec::device_space> right) {
-  auto greedy = specdec::jakiro::propose_greedy(b, left, right, 4);
-  auto sampled = specdec::jakiro::propose_sampled(b, left, right, 4, {});
+  auto greedy = specdec::propose_moe_greedy(b, left, right, 4);
+  auto sampled = specdec::propose_moe_sampled(b, left, right, 4, {});
   greedy.tokens.insert(greedy.tokens.end(), sampled.tokens.begin(), sampled.tokens.end());
   return greedy;
 }

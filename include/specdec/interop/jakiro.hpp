@@ -18,7 +18,7 @@ namespace specdec::jakiro {
 
 /// Jakiro*'s static draft run over EAGLE-1's tree buffers: like `eagle1::static_drafter`, but every
 /// draft forward yields two logits rows per node (left and right expert) and the children come from
-/// propose_greedy (`sampling` absent) or propose_sampled. Usage: `begin(left, right)` with the root's
+/// propose_moe_greedy (`sampling` absent) or propose_moe_sampled. Usage: `begin(left, right)` with the root's
 /// rows, then while `!done()`: run the draft on `step.input_ids`, `expand(left, right)`. Sampled runs
 /// consume `top_k` uniforms per drafted row, rows in call order, starting at `sampling->offset`;
 /// next_offset() is where the next draft run should start.
@@ -70,11 +70,11 @@ class static_drafter {
     if (sampling_) {
       moe_sampling s = *sampling_;
       s.offset = next_offset_;
-      p = propose_sampled(*backend_, left, right, top_k_, s);
+      p = propose_moe_sampled(*backend_, left, right, top_k_, s);
       next_offset_ += static_cast<std::uint64_t>(left.rows() * top_k_);
       ss_prob_.insert(ss_prob_.end(), p.probabilities.begin(), p.probabilities.end());
     } else {
-      p = propose_greedy(*backend_, left, right, top_k_);
+      p = propose_moe_greedy(*backend_, left, right, top_k_);
     }
     expert_.insert(expert_.end(), p.expert.begin(), p.expert.end());
     return p.tokens;

@@ -22,7 +22,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
-namespace specdec::admg {
+namespace specdec::policy::admg {
 
 /// Which sub-layers of each decoder layer the draft model skips; index = 0-based layer id (Hugging
 /// Face numbering; the paper's layer l is id l - 1).
@@ -70,7 +70,7 @@ struct rules {
 /// Algorithm 1 over the per-layer statistic. \param cosine host `[L]`, cosine[i] = C of layer id i.
 /// \throws invalid_argument on an empty or non-finite statistic, alpha outside (0, 1), m < 1, n < 0.
 inline layer_plan plan_layers(std::span<const double> cosine, const rules& r = {}) {
-  constexpr const char* where = "specdec::admg::plan_layers";
+  constexpr const char* where = "specdec::policy::admg::plan_layers";
   const auto layers = static_cast<index_t>(cosine.size());
   SPECDEC_EXPECTS(layers >= 1, where, "the statistic is empty; expected one cosine per decoder layer");
   SPECDEC_EXPECTS(r.alpha > 0.0 && r.alpha < 1.0, where, "alpha = ", r.alpha, "; expected a value in (0, 1)");
@@ -113,7 +113,7 @@ inline layer_plan plan_layers(std::span<const double> cosine, const rules& r = {
 /// \param skip_first leave out token 0 (e.g. BOS), as a variant; the paper's statistic uses every token.
 /// \throws invalid_argument on shapes that differ or no token left.
 inline double attention_cosine(matrix_view<const float> x_in, matrix_view<const float> x_out, bool skip_first = false) {
-  constexpr const char* where = "specdec::admg::attention_cosine";
+  constexpr const char* where = "specdec::policy::admg::attention_cosine";
   SPECDEC_EXPECTS(x_in.rows() == x_out.rows() && x_in.cols() == x_out.cols(), where, "x_in is [", x_in.rows(), " x ",
                   x_in.cols(), "] and x_out is [", x_out.rows(), " x ", x_out.cols(), "]; expected equal shapes");
   const index_t first = skip_first ? 1 : 0;
@@ -142,7 +142,7 @@ double attention_cosine(B& b, matrix_view<const float, typename B::memory_space>
   } else {
     SPECDEC_EXPECTS(x_in.has_contiguous_rows() && x_out.has_contiguous_rows() && x_in.stride(0) == x_in.cols() &&
                         x_out.stride(0) == x_out.cols(),
-                    "specdec::admg::attention_cosine", "device inputs must be dense row-major");
+                    "specdec::policy::admg::attention_cosine", "device inputs must be dense row-major");
     const auto a = b.download(vector_view<const float, typename B::memory_space>(x_in.data(), x_in.size()));
     const auto c = b.download(vector_view<const float, typename B::memory_space>(x_out.data(), x_out.size()));
     return attention_cosine(matrix_view<const float>(a.data(), x_in.rows(), x_in.cols()),
@@ -167,9 +167,9 @@ class draft_exit {
   };
   draft_exit() : draft_exit(parameters{}) {}
   explicit draft_exit(const parameters& p) : p_(p), threshold_(p.initial_threshold) {
-    SPECDEC_EXPECTS(p.initial_threshold >= 0.0 && p.initial_threshold <= 1.0, "specdec::admg::draft_exit",
+    SPECDEC_EXPECTS(p.initial_threshold >= 0.0 && p.initial_threshold <= 1.0, "specdec::policy::admg::draft_exit",
                     "initial_threshold = ", p.initial_threshold, "; expected a probability");
-    SPECDEC_EXPECTS(p.max_draft >= 1, "specdec::admg::draft_exit", "max_draft = ", p.max_draft, "; expected >= 1");
+    SPECDEC_EXPECTS(p.max_draft >= 1, "specdec::policy::admg::draft_exit", "max_draft = ", p.max_draft, "; expected >= 1");
   }
 
   /// Whether to stop drafting after a draft token whose top-1 probability is `top1_probability`, given
@@ -179,7 +179,7 @@ class draft_exit {
   }
   /// Feeds one verification back: `accepted` of `drafted` draft tokens were accepted.
   void update(index_t accepted, index_t drafted) {
-    SPECDEC_EXPECTS(drafted >= 0 && accepted >= 0 && accepted <= drafted, "specdec::admg::draft_exit::update",
+    SPECDEC_EXPECTS(drafted >= 0 && accepted >= 0 && accepted <= drafted, "specdec::policy::admg::draft_exit::update",
                     "accepted = ", accepted, ", drafted = ", drafted, "; expected 0 <= accepted <= drafted");
     if (drafted == 0) return;
     matchness_ = p_.matchness_weight * matchness_ +
@@ -201,4 +201,4 @@ class draft_exit {
   double matchness_ = 0.0;
 };
 
-}  // namespace specdec::admg
+}  // namespace specdec::policy::admg

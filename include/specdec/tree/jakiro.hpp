@@ -8,8 +8,8 @@
 /// (specdec/interop/eagle1.hpp, with the two-expert draft run in specdec/interop/jakiro.hpp); the dynamic
 /// Jakiro tree is `eagle2_tree_builder::expand_dual`.
 ///
-/// Two proposals: `propose_sampled` is Jakiro*'s `sample_moe` (its only path; the reference crashes at
-/// temperature 0), `propose_greedy` is the deterministic top-k of the concatenation that specdec adds for
+/// Two proposals: `propose_moe_sampled` is Jakiro*'s `sample_moe` (its only path; the reference crashes at
+/// temperature 0), `propose_moe_greedy` is the deterministic top-k of the concatenation that specdec adds for
 /// greedy drafting. The greedy form runs its vocabulary-sized work on the backend; the sampled form
 /// downloads the two rows and draws on the host (static trees have tens of rows).
 #pragma once
@@ -27,10 +27,10 @@
 #include <specdec/core/view.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 
-namespace specdec::jakiro {
+namespace specdec {
 
 /// Which probability a sampled proposal reports for a drafted token.
-enum class probability_source {
+enum class moe_probability_source {
   drafting_expert,     ///< the entry of the concatenated softmax that was drawn (default: the true q)
   second_expert_half,  ///< entry `token + V` whichever expert drew it (Jakiro*'s `sample_moe` as shipped)
 };
@@ -40,7 +40,7 @@ struct moe_sampling {
   float temperature = 1.0f;  ///< > 0 and finite; both experts' logits are divided by it
   philox_stream rng{};       ///< the stream the draws come from
   std::uint64_t offset = 0;  ///< position of the first uniform used
-  probability_source source = probability_source::drafting_expert;
+  moe_probability_source source = moe_probability_source::drafting_expert;
 };
 
 /// The `k` children proposed for each of `m` nodes, host, row-major `[m x k]` in draw (or rank) order.
@@ -71,9 +71,9 @@ inline void check_experts(const char* where, index_t left_rows, index_t left_col
 /// \throws invalid_argument on mismatched shapes, k = 0 or k > 2V (k > V is allowed: one expert alone
 ///   cannot supply k tokens then, the pair can), NaN or infinite logits.
 template <backend B>
-moe_proposal propose_greedy(B& b, matrix_view<const float, typename B::memory_space> left_logits,
+moe_proposal propose_moe_greedy(B& b, matrix_view<const float, typename B::memory_space> left_logits,
                             matrix_view<const float, typename B::memory_space> right_logits, index_t k) {
-  constexpr const char* where = "specdec::jakiro::propose_greedy";
+  constexpr const char* where = "specdec::propose_moe_greedy";
   detail::check_experts(where, left_logits.rows(), left_logits.cols(), right_logits.rows(), right_logits.cols(), k);
   const index_t rows = left_logits.rows();
   const index_t vocab = left_logits.cols();
@@ -109,13 +109,13 @@ moe_proposal propose_greedy(B& b, matrix_view<const float, typename B::memory_sp
 /// \throws invalid_argument on mismatched shapes, k = 0 or k > 2V, NaN or infinite logits, a temperature
 ///   that is not positive and finite, or a row with fewer than k entries of positive probability.
 template <backend B>
-moe_proposal propose_sampled(B& b, matrix_view<const float, typename B::memory_space> left_logits,
+moe_proposal propose_moe_sampled(B& b, matrix_view<const float, typename B::memory_space> left_logits,
                              matrix_view<const float, typename B::memory_space> right_logits, index_t k,
                              const moe_sampling& s) {
-  constexpr const char* where = "specdec::jakiro::propose_sampled";
+  constexpr const char* where = "specdec::propose_moe_sampled";
   detail::check_experts(where, left_logits.rows(), left_logits.cols(), right_logits.rows(), right_logits.cols(), k);
   SPECDEC_EXPECTS(s.temperature > 0.0f && std::isfinite(s.temperature), where, "temperature = ", s.temperature,
-                  "; expected a finite value > 0 (sample_moe has no greedy form: use propose_greedy)");
+                  "; expected a finite value > 0 (sample_moe has no greedy form: use propose_moe_greedy)");
   using space = typename B::memory_space;
   const index_t rows = left_logits.rows();
   const index_t vocab = left_logits.cols();
@@ -164,7 +164,7 @@ moe_proposal propose_sampled(B& b, matrix_view<const float, typename B::memory_s
       out.tokens.push_back(token);
       out.expert.push_back(pick < static_cast<std::size_t>(vocab) ? std::int8_t{0} : std::int8_t{1});
       const std::size_t gathered =
-          s.source == probability_source::second_expert_half ? static_cast<std::size_t>(token + vocab) : pick;
+          s.source == moe_probability_source::second_expert_half ? static_cast<std::size_t>(token + vocab) : pick;
       const auto g = static_cast<float>(p[gathered]);
       const float q = g / (1.0f - cumulative);
       out.probabilities.push_back(std::isfinite(q) ? std::clamp(q, 0.0f, 1.0f) : 0.0f);
@@ -174,4 +174,4 @@ moe_proposal propose_sampled(B& b, matrix_view<const float, typename B::memory_s
   return out;
 }
 
-}  // namespace specdec::jakiro
+}  // namespace specdec
