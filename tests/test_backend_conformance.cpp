@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
@@ -597,3 +599,57 @@ TEST_CASE("the vectorised chunk masses of the samplers are bit-identical to the 
   }
 }
 #endif
+
+// The Eigen backend's log-sum-exp reads a row once: each chunk's terms are taken against the largest
+// maximum seen before it, and a chunk whose maximum rises more than 2^64 above that is summed again
+// against its own. Rows built to take every branch (rising chunk maxima, a masked first chunk, a far
+// larger maximum late in the row, low temperatures) against a double-precision reference.
+TEST_CASE_TEMPLATE("row_logsumexp: rising chunk maxima, masked chunks and late maxima against a double reference", B,
+                   specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>) {
+  B b;
+  const float inf = std::numeric_limits<float>::infinity();
+  const index_t v = 5 * 2048 + 77;  // five whole chunks and a partial one
+  std::vector<std::vector<float>> rows;
+  auto base = conformance::random_logits(31, 1, v, 2.0f).data;
+  rows.push_back(base);
+  auto rising = base;  // each chunk's maximum 60 above the last: a new reference from every chunk on
+  for (index_t j = 0; j < v; ++j) rising[static_cast<std::size_t>(j)] += 60.0f * static_cast<float>(j / 2048);
+  rows.push_back(rising);
+  auto masked = base;  // the first chunk masked: the two-step form decides
+  for (index_t j = 0; j < 2048; ++j) masked[static_cast<std::size_t>(j)] = -inf;
+  rows.push_back(masked);
+  auto late = base;  // one far larger maximum in the partial last chunk, in its scalar tail
+  late[static_cast<std::size_t>(v - 3)] = 500.0f;
+  rows.push_back(late);
+  auto gentle = base;  // maxima rising by less than the margin: terms above 1 kept as they are
+  for (index_t j = 0; j < v; ++j) gentle[static_cast<std::size_t>(j)] += 20.0f * static_cast<float>(j / 2048);
+  rows.push_back(gentle);
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    for (const float temperature : {1.0f, 0.05f, 3.0f}) {
+      CAPTURE(k);
+      CAPTURE(temperature);
+      const auto& x = rows[k];
+      double max = -inf;
+      for (const float e : x) max = std::max(max, static_cast<double>(e));
+      double total = 0.0;
+      for (const float e : x) total += std::exp((static_cast<double>(e) - max) / temperature);
+      const double want = max / temperature + std::log(total);
+      float lse = 0.0f;
+      b.row_logsumexp(specdec::matrix_view<const float>(x.data(), 1, v), temperature, specdec::vector_view<float>(&lse, 1));
+      CHECK(std::fabs(static_cast<double>(lse) - want) <= 2e-6 * std::fabs(want) + 1e-6);
+      std::vector<float> soft(static_cast<std::size_t>(v));
+      b.row_softmax(specdec::matrix_view<const float>(x.data(), 1, v), temperature, specdec::matrix_view<float>(soft.data(), 1, v));
+      double mass = 0.0;
+      for (const float e : soft) mass += e;
+      CHECK(std::fabs(mass - 1.0) <= 1e-5);
+    }
+  std::vector<float> with_nan = base;
+  with_nan[static_cast<std::size_t>(3 * 2048 + 5)] = std::nanf("");
+  float lse = 0.0f;
+  CHECK(conformance::error_of([&] { b.row_logsumexp(specdec::matrix_view<const float>(with_nan.data(), 1, v), 1.0f, specdec::vector_view<float>(&lse, 1)); })
+            .find("NaN") != std::string::npos);
+  std::vector<float> with_inf = base;
+  with_inf[static_cast<std::size_t>(4 * 2048 + 1)] = inf;
+  CHECK(conformance::error_of([&] { b.row_logsumexp(specdec::matrix_view<const float>(with_inf.data(), 1, v), 1.0f, specdec::vector_view<float>(&lse, 1)); })
+            .find("inf") != std::string::npos);
+}

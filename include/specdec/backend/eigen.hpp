@@ -642,6 +642,15 @@ class eigen {
   template <class V>
   online_logsumexp<V> logsumexp_row(const V* x, index_t n, V inv_t) const {
     online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
+#if SPECDEC_HOST_SIMD
+    if constexpr (std::is_same_v<V, float>) {
+      if (detail::max_sum_exp_one_pass(x, n, inv_t, chunk, acc.max, acc.sum)) {
+        acc.has_nan = acc.sum != acc.sum;
+        return acc;
+      }
+      acc = {detail::negative_infinity<V>(), V(0), inv_t};
+    }
+#endif
     for (index_t c0 = 0; c0 < n; c0 += chunk) {
       const index_t len = std::min(chunk, n - c0);
       const auto s = detail::scan_max(x + c0, len);

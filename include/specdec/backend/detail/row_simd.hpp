@@ -133,7 +133,9 @@ SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const T* x, index_t n) noexcept 
     result.max = result.max < a0[l] ? a0[l] : result.max;
     result.has_nan = result.has_nan || n0[l] != 0;
   }
-  for (; i < n; ++i) {
+  // Bounded by a pointer: GCC 12 at -O2, with n known at the call site, misreads the index form after
+  // the vector loop as running 2^62 times (-Waggressive-loop-optimizations), as in write_exp_shifted.
+  for (const T* end = x + n; x + i < end; ++i) {
     const T v = x[i];
     result.max = result.max < v ? v : result.max;
     result.has_nan = result.has_nan || v != v;
