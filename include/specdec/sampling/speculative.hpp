@@ -94,9 +94,9 @@ inline bool passes(acceptance_test test, float p, float q, float lenience, doubl
   return static_cast<float>(u) * lq < p;
 }
 
-/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
-/// only for the rows the walk visits. `first_request` numbers the requests in error messages (a greedy
-/// request walked inside a sampled batch keeps its batch index).
+/// The greedy walk of one request (checked by checked_tree); `argmax_of(row)` gives the target argmax
+/// of a node row and is called only for the rows the walk visits. `request` is the request's index in
+/// its batch, for error messages (a greedy request inside a sampled batch keeps its place).
 template <class ArgmaxOf>
 speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
                                    tree_view tree, ArgmaxOf& argmax_of) {
