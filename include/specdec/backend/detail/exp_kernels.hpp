@@ -240,10 +240,13 @@ SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv
 /// representable (a maximum of +-inf or NaN-only, or logits near 2^22 / c): the caller falls back to
 /// the two-step form, which reports those rows' faults. A NaN logit makes `sum` NaN.
 inline bool max_sum_exp_one_pass(const float* x, index_t n, float inv_t, index_t chunk, float& max, float& sum) noexcept {
+  // A row of one chunk gains nothing (its maximum is scanned first either way), and takes the
+  // two-step form, which the Thrust backend's chunks share: such rows soften to the same bits on both.
+  if (n <= chunk) return false;
   using vec = simd<float>::vec;
   constexpr int w = simd_bytes / 4;
   const float c = inv_t * 1.44269504088896341f;
-  float m = scan_max(x, std::min(n, chunk)).max;
+  float m = scan_max(x, chunk).max;
   if (!(m > negative_infinity<float>() && m < -negative_infinity<float>()) || !reference_terms::representable(m, c)) return false;
   reference_terms terms(c, m);
   double total = 0.0;
