@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every llama.cpp call of the llama.cpp example, in one place: load, tokenise with the model's chat
+// template, decode a specdec draft tree in one llama_decode, the logits as a specdec view, and keep
+// the accepted path in the KV cache. The template for integrating specdec into an engine that, like
+// llama.cpp, expresses a tree through sequence ids instead of an attention mask.
+//
+// How a tree becomes one batch. llama.cpp has no explicit mask: a query attends to the cached cells of
+// its first sequence id at positions not later than its own. So each leaf of the tree gets a sequence
+// id of its own (1..L; 0 holds the committed context, copied to each leaf's sequence first, which
+// retags cells rather than copying K/V), every node carries the ids of every leaf below it, and its
+// position is the committed length plus its depth: then each node sees exactly the committed context
+// and its ancestors. A chain needs no extra sequence. The context needs `kv_unified` (sequences share
+// cells) and `n_seq_max` >= 1 + leaves.
+#pragma once
+
+#include <llama.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <specdec/core/view.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace llama_example {
+
+class llama_engine {
+ public:
+  /// Loads the GGUF at `path`: a context of `n_ctx` tokens, `threads` threads, room for trees of up
+  /// to `max_leaves` leaves; `flash_attention` false turns llama.cpp's off (tree_kv_check compares).
+  llama_engine(const std::string& path, int threads, int n_ctx, int max_leaves, bool flash_attention = true)
+      : max_leaves_(max_leaves) {
+    // llama.cpp logs every tensor it loads; keep its errors only.
+    llama_log_set([](ggml_log_level level, const char* text, void*) {
+      if (level >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+    }, nullptr);
+    llama_backend_init();
+    llama_model_params mp = llama_model_default_params();
+    model_ = llama_model_load_from_file(path.c_str(), mp);
+    if (model_ == nullptr) throw std::runtime_error("llama.cpp could not load " + path);
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = static_cast<std::uint32_t>(n_ctx);
+    cp.n_batch = static_cast<std::uint32_t>(n_ctx);
+    cp.n_seq_max = static_cast<std::uint32_t>(1 + max_leaves);
+    cp.kv_unified = true;
+    cp.n_threads = threads;
+    cp.n_threads_batch = threads;
+    cp.no_perf = true;
+    cp.flash_attn_type = flash_attention ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    ctx_ = llama_init_from_model(model_, cp);
+    if (ctx_ == nullptr) throw std::runtime_error("llama.cpp could not create a context");
+    vocab_ = llama_model_get_vocab(model_);
+    batch_ = llama_batch_init(n_ctx, 0, 1 + max_leaves);
+  }
+  ~llama_engine() {
+    llama_batch_free(batch_);
+    llama_free(ctx_);
+    llama_model_free(model_);
+  }
+  llama_engine(const llama_engine&) = delete;
+  llama_engine& operator=(const llama_engine&) = delete;
+
+  specdec::index_t vocab_size() const { return llama_vocab_n_tokens(vocab_); }
+  bool is_end(std::int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
+  /// Tokens in the KV cache (positions 0 .. committed - 1 of sequence 0).
+  specdec::index_t committed() const { return committed_; }
+
+  /// The user prompt in the model's chat template, ready for the assistant's turn, as tokens.
+  std::vector<std::int32_t> chat_tokens(const std::string& user) const {
+    const llama_chat_message message{"user", user.c_str()};
+    std::string text(user.size() * 2 + 256, '\0');
+    const char* tmpl = llama_model_chat_template(model_, nullptr);
+    int n = llama_chat_apply_template(tmpl, &message, 1, true, text.data(), static_cast<std::int32_t>(text.size()));
+    if (n > static_cast<int>(text.size())) {
+      text.resize(static_cast<std::size_t>(n));
+      n = llama_chat_apply_template(tmpl, &message, 1, true, text.data(), static_cast<std::int32_t>(text.size()));
+    }
+    if (n < 0) throw std::runtime_error("llama.cpp could not apply the chat template");
+    text.resize(static_cast<std::size_t>(n));
+    std::vector<std::int32_t> tokens(text.size() + 16);
+    const int count = llama_tokenize(vocab_, text.data(), static_cast<std::int32_t>(text.size()), tokens.data(),
+                                     static_cast<std::int32_t>(tokens.size()), true, true);
+    if (count < 0) throw std::runtime_error("llama.cpp could not tokenise the prompt");
+    tokens.resize(static_cast<std::size_t>(count));
+    return tokens;
+  }
+  std::string piece(std::int32_t token) const {
+    char buf[256];
+    const int n = llama_token_to_piece(vocab_, token, buf, sizeof buf, 0, false);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  }
+
+  /// Decodes `tokens` causally after the committed context (a prefill), committing them; returns the
+  /// last row's logits `[1 x V]`.
+  specdec::matrix_view<const float> prefill(std::span<const std::int32_t> tokens) {
+    batch_.n_tokens = 0;
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      add(tokens[i], committed_ + static_cast<specdec::index_t>(i), {0}, i + 1 == tokens.size());
+    decode();
+    committed_ += static_cast<specdec::index_t>(tokens.size());
+    return {llama_get_logits(ctx_), 1, vocab_size()};
+  }
+
+  /// Decodes a draft tree (node 0, the root, is the next token after the committed context) in one
+  /// llama_decode and returns every node's logits `[tree.size() x V]`, row i the distribution of the
+  /// token after node i: the view specdec's verifiers read, without a copy.
+  specdec::matrix_view<const float> decode_tree(const specdec::draft_tree& tree) {
+    const auto n = static_cast<std::size_t>(tree.size());
+    // Leaves get sequences 1..L (a chain keeps sequence 0); every node the ids of the leaves below it.
+    const std::vector<bool> leaf = specdec::leaf_flags(tree);
+    std::vector<std::vector<llama_seq_id>> ids(n);
+    leaf_seq_.assign(n, 0);
+    const bool chain = std::count(leaf.begin(), leaf.end(), true) == 1;
+    llama_seq_id next = 1;
+    for (std::size_t i = n; i-- > 0;) {
+      if (leaf[i]) leaf_seq_[i] = chain ? 0 : next++;
+      if (leaf[i]) ids[i].push_back(leaf_seq_[i]);
+      if (i > 0) {
+        const auto p = static_cast<std::size_t>(tree.parent[i]);
+        ids[p].insert(ids[p].end(), ids[i].begin(), ids[i].end());
+        leaf_seq_[p] = leaf_seq_[i];  // some leaf below the parent
+      }
+    }
+    if (next - 1 > max_leaves_) throw std::runtime_error("the tree has more leaves than the context's sequences");
+    llama_memory_t mem = llama_get_memory(ctx_);
+    for (llama_seq_id s = 1; s < next; ++s) {
+      llama_memory_seq_rm(mem, s, -1, -1);
+      llama_memory_seq_cp(mem, 0, s, -1, -1);
+    }
+    batch_.n_tokens = 0;
+    for (std::size_t i = 0; i < n; ++i) add(tree.token[i], committed_ + tree.depth[i], ids[i], true);
+    decode();
+    return {llama_get_logits(ctx_), static_cast<specdec::index_t>(n), vocab_size()};
+  }
+
+  /// Keeps the accepted path of the last decoded tree (`kept`: the root, then the accepted nodes, in
+  /// path order) as committed context and drops every other node.
+  void keep(std::span<const std::int32_t> kept) {
+    llama_memory_t mem = llama_get_memory(ctx_);
+    const llama_seq_id s = leaf_seq_[static_cast<std::size_t>(kept.back())];
+    const auto end = static_cast<llama_pos>(committed_ + static_cast<specdec::index_t>(kept.size()));
+    if (s == 0) {
+      llama_memory_seq_rm(mem, 0, end, -1);  // a chain: its tail
+    } else {
+      // The path's cells get sequence 0 (they all belong to leaf sequence s), then the leaf sequences
+      // are dropped, which frees every other node's cell.
+      llama_memory_seq_cp(mem, s, 0, static_cast<llama_pos>(committed_), end);
+      for (llama_seq_id leaf = 1; leaf <= max_leaves_; ++leaf) llama_memory_seq_rm(mem, leaf, -1, -1);
+    }
+    committed_ += static_cast<specdec::index_t>(kept.size());
+  }
+
+ private:
+  void add(std::int32_t token, specdec::index_t pos, const std::vector<llama_seq_id>& seqs, bool logits) {
+    const int i = batch_.n_tokens++;
+    batch_.token[i] = token;
+    batch_.pos[i] = static_cast<llama_pos>(pos);
+    batch_.n_seq_id[i] = static_cast<std::int32_t>(seqs.size());
+    for (std::size_t k = 0; k < seqs.size(); ++k) batch_.seq_id[i][k] = seqs[k];
+    batch_.logits[i] = logits ? 1 : 0;
+  }
+  void decode() {
+    const int status = llama_decode(ctx_, batch_);
+    if (status != 0) throw std::runtime_error("llama_decode failed with status " + std::to_string(status));
+  }
+
+  llama_model* model_ = nullptr;
+  llama_context* ctx_ = nullptr;
+  const llama_vocab* vocab_ = nullptr;
+  llama_batch batch_{};
+  int max_leaves_;
+  specdec::index_t committed_ = 0;
+  std::vector<llama_seq_id> leaf_seq_;  // per node of the last tree: a leaf sequence below it
+};
+
+}  // namespace llama_example
