@@ -11,6 +11,14 @@
 // position is the committed length plus its depth: then each node sees exactly the committed context
 // and its ancestors. A chain needs no extra sequence. The context needs `kv_unified` (sequences share
 // cells) and `n_seq_max` >= 1 + leaves.
+//
+// Holes. llama.cpp's next decode is not the same after a kept path leaves free cells between kept
+// ones (its flash-attention kernel differs even for one token; without it, several tokens placed in
+// the holes differ; tree_kv_check.cpp shows both). So the cache never keeps a hole: trees are decoded
+// in depth-first order (dfs_order; a valid draft_tree too, parents first, siblings in order), so the
+// accepted path is a run of consecutive cells as long as it follows first children; from the first
+// node that does not, the accepted tokens are dropped from the cache with everything after them and
+// decoded again at the start of the next batch (`pending`), where they cost rows, not a forward.
 #pragma once
 
 #include <llama.h>
@@ -66,7 +74,8 @@ class llama_engine {
 
   specdec::index_t vocab_size() const { return llama_vocab_n_tokens(vocab_); }
   bool is_end(std::int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
-  /// Tokens in the KV cache (positions 0 .. committed - 1 of sequence 0).
+  /// Tokens in the KV cache (positions 0 .. committed - 1 of sequence 0); the kept tokens still to be
+  /// decoded again come after them.
   specdec::index_t committed() const { return committed_; }
 
   /// The user prompt in the model's chat template, ready for the assistant's turn, as tokens.
@@ -105,11 +114,13 @@ class llama_engine {
     return {llama_get_logits(ctx_), 1, vocab_size()};
   }
 
-  /// Decodes a draft tree (node 0, the root, is the next token after the committed context) in one
-  /// llama_decode and returns every node's logits `[tree.size() x V]`, row i the distribution of the
-  /// token after node i: the view specdec's verifiers read, without a copy.
+  /// Decodes a draft tree in depth-first order (see dfs_order: pass a tree so ordered to read the
+  /// logits without a copy) in one llama_decode, after the tokens kept from the last tree but not yet
+  /// in the cache, and returns every node's logits `[tree.size() x V]`, row i the distribution of
+  /// the token after node i: the view specdec's verifiers read. Node 0, the root, is the next token.
   specdec::matrix_view<const float> decode_tree(const specdec::draft_tree& tree) {
     const auto n = static_cast<std::size_t>(tree.size());
+    if (!is_dfs_ordered(tree)) throw std::invalid_argument("decode_tree: the tree is not in depth-first order (dfs_order)");
     // Leaves get sequences 1..L (a chain keeps sequence 0); every node the ids of the leaves below it.
     const std::vector<bool> leaf = specdec::leaf_flags(tree);
     std::vector<std::vector<llama_seq_id>> ids(n);
@@ -132,26 +143,61 @@ class llama_engine {
       llama_memory_seq_cp(mem, 0, s, -1, -1);
     }
     batch_.n_tokens = 0;
-    for (std::size_t i = 0; i < n; ++i) add(tree.token[i], committed_ + tree.depth[i], ids[i], true);
+    for (std::size_t j = 0; j < pending_.size(); ++j)  // committed context for every leaf
+      add(pending_[j], committed_ + static_cast<specdec::index_t>(j), ids[0], false);
+    const auto base = committed_ + static_cast<specdec::index_t>(pending_.size());
+    for (std::size_t i = 0; i < n; ++i) add(tree.token[i], base + tree.depth[i], ids[i], true);
     decode();
+    last_tokens_ = tree.token;
     return {llama_get_logits(ctx_), static_cast<specdec::index_t>(n), vocab_size()};
   }
 
+  /// The tree in depth-first preorder (children in their order): what decode_tree takes. A node's
+  /// parent still comes first, and sibling order is kept, so verification decides the same tokens.
+  static specdec::draft_tree dfs_order(const specdec::draft_tree& tree) {
+    const auto n = static_cast<std::size_t>(tree.size());
+    std::vector<std::vector<std::int32_t>> children(n);
+    for (std::size_t i = 1; i < n; ++i) children[static_cast<std::size_t>(tree.parent[i])].push_back(static_cast<std::int32_t>(i));
+    std::vector<std::int32_t> order, stack = {0}, index(n);
+    while (!stack.empty()) {
+      const std::int32_t v = stack.back();
+      stack.pop_back();
+      index[static_cast<std::size_t>(v)] = static_cast<std::int32_t>(order.size());
+      order.push_back(v);
+      for (auto c = children[static_cast<std::size_t>(v)].rbegin(); c != children[static_cast<std::size_t>(v)].rend(); ++c) stack.push_back(*c);
+    }
+    std::vector<std::int32_t> tokens(n), parents(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto v = static_cast<std::size_t>(order[k]);
+      tokens[k] = tree.token[v];
+      parents[k] = v == 0 ? -1 : index[static_cast<std::size_t>(tree.parent[v])];
+    }
+    return specdec::make_tree(std::move(tokens), parents);
+  }
+
   /// Keeps the accepted path of the last decoded tree (`kept`: the root, then the accepted nodes, in
-  /// path order) as committed context and drops every other node.
+  /// path order) as committed context and drops every other node. The path's cells stay up to its
+  /// first node that is not the next cell (a node that does not follow first children); the tokens
+  /// from there on are decoded again in front of the next tree, so no cell is left free between
+  /// kept ones.
   void keep(std::span<const std::int32_t> kept) {
+    std::size_t run = 0;  // kept nodes in consecutive cells: node j of the path is node j of the tree
+    while (run < kept.size() && kept[run] == static_cast<std::int32_t>(run)) ++run;
     llama_memory_t mem = llama_get_memory(ctx_);
-    const llama_seq_id s = leaf_seq_[static_cast<std::size_t>(kept.back())];
-    const auto end = static_cast<llama_pos>(committed_ + static_cast<specdec::index_t>(kept.size()));
+    const llama_seq_id s = leaf_seq_[static_cast<std::size_t>(kept[run - 1])];
+    const auto end = static_cast<llama_pos>(committed_ + static_cast<specdec::index_t>(pending_.size() + run));
     if (s == 0) {
       llama_memory_seq_rm(mem, 0, end, -1);  // a chain: its tail
     } else {
-      // The path's cells get sequence 0 (they all belong to leaf sequence s), then the leaf sequences
-      // are dropped, which frees every other node's cell.
+      // The run's cells (and the pending tokens') get sequence 0 (they all belong to leaf sequence
+      // s), then the leaf sequences are dropped, which frees every other node's cell.
       llama_memory_seq_cp(mem, s, 0, static_cast<llama_pos>(committed_), end);
       for (llama_seq_id leaf = 1; leaf <= max_leaves_; ++leaf) llama_memory_seq_rm(mem, leaf, -1, -1);
     }
-    committed_ += static_cast<specdec::index_t>(kept.size());
+    committed_ = end;
+    std::vector<std::int32_t> rest;
+    for (std::size_t j = run; j < kept.size(); ++j) rest.push_back(last_tokens_[static_cast<std::size_t>(kept[j])]);
+    pending_ = std::move(rest);
   }
 
  private:
@@ -175,6 +221,18 @@ class llama_engine {
   int max_leaves_;
   specdec::index_t committed_ = 0;
   std::vector<llama_seq_id> leaf_seq_;  // per node of the last tree: a leaf sequence below it
+  std::vector<std::int32_t> last_tokens_;  // the last tree's tokens
+  std::vector<std::int32_t> pending_;      // kept tokens not in the cache, decoded before the next tree
+
+  static bool is_dfs_ordered(const specdec::draft_tree& tree) {
+    // Preorder: each node's parent is the previous node or one of its ancestors.
+    for (std::size_t i = 1; i < tree.token.size(); ++i) {
+      std::int32_t a = static_cast<std::int32_t>(i) - 1;
+      while (a >= 0 && a != tree.parent[i]) a = tree.parent[static_cast<std::size_t>(a)];
+      if (a < 0) return false;
+    }
+    return true;
+  }
 };
 
 }  // namespace llama_example

@@ -6,10 +6,8 @@
 // decoding one token per call and taking the argmax, as its own greedy decoding does.
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT] [--tokens 64] [--threads 1] [--temperature 0]
-//                     [--methods plain,chain] [--seed 1] [--label NAME]
-// `tree` (three continuations per draft) is a method too, but not yet correct on llama.cpp: after
-// keeping a path whose KV cells are not contiguous, llama.cpp's next decode differs from a context
-// that decoded the path alone (tree_kv_check.cpp shows it), so its output can leave plain decoding's.
+//                     [--methods plain,chain,tree] [--seed 1] [--label NAME]
+// `tree` drafts three continuations per step, merged into one tree.
 // One line per method: `RESULT engine=llama.cpp model=<label> prompt=0 method=<name> tok_s=<x>
 // speedup=<x vs plain> tau=<x> forwards=<n> identical=<yes|no|n/a>`.
 #include <chrono>
@@ -48,8 +46,8 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
   const auto start = std::chrono::steady_clock::now();
   for (std::uint64_t step = 0; static_cast<int>(out.tokens.size()) < new_tokens; ++step) {
     const specdec::index_t length = branches == 0 ? 0 : policy.choose();
-    const specdec::draft_tree tree =
-        specdec::propose_ngram(history, length, {.branches = std::max<specdec::index_t>(branches, 1)});
+    const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(
+        specdec::propose_ngram(history, length, {.branches = std::max<specdec::index_t>(branches, 1)}));
     const auto t0 = std::chrono::steady_clock::now();
     const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
     policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -81,7 +79,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, label = "model", methods = "plain,chain";
+  std::string model, label = "model", methods = "plain,chain,tree";
   std::string prompt = "Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.";
   int tokens = 64, threads = 1;
   float temperature = 0.0f;
@@ -102,7 +100,7 @@ int main(int argc, char** argv) {
     }
   }
   if (model.empty()) {
-    std::fprintf(stderr, "usage: %s --model M.gguf [--prompt TEXT] [--tokens N] [--threads N] [--temperature T] [--methods plain,chain]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --model M.gguf [--prompt TEXT] [--tokens N] [--threads N] [--temperature T] [--methods plain,chain,tree]\n", argv[0]);
     return 2;
   }
   std::vector<std::int32_t> chat;
