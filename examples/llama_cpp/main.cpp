@@ -5,15 +5,19 @@
 // prompt; the greedy ones are checked token for token against plain decoding, which is llama.cpp
 // decoding one token per call and taking the argmax, as its own greedy decoding does.
 //
-//   specdec_llama_cpp --model M.gguf [--prompt TEXT] [--tokens 64] [--threads 1] [--temperature 0]
-//                     [--methods plain,chain,tree] [--seed 1] [--label NAME]
-// `tree` drafts three continuations per step, merged into one tree.
-// One line per method: `RESULT engine=llama.cpp model=<label> prompt=0 method=<name> tok_s=<x>
-// speedup=<x vs plain> tau=<x> forwards=<n> identical=<yes|no|n/a>`.
+//   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
+//                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
+// `tree` drafts three continuations per step, merged into one tree. --prompts: one prompt per line, a
+// JSON string. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
+// `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
+// tau=<x> identical=<yes|no|n/a>`. Exit status 1 when a greedy output differs from plain decoding.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,60 +80,116 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
   return out;
 }
 
+/// One prompt per line, each a JSON string ("..." with JSON escapes; \uXXXX in the basic plane), or
+/// plain text when a line does not start with a quote.
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    if (line.front() != '"') {
+      prompts.push_back(line);
+      continue;
+    }
+    std::string text;
+    for (std::size_t i = 1; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] != '\\' || i + 1 >= line.size()) {
+        text += line[i];
+        continue;
+      }
+      const char e = line[++i];
+      if (e == 'n') text += '\n';
+      else if (e == 't') text += '\t';
+      else if (e == 'r') text += '\r';
+      else if (e == 'u' && i + 4 < line.size()) {
+        const auto cp = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
+        i += 4;
+        if (cp < 0x80) text += static_cast<char>(cp);
+        else if (cp < 0x800) text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+        else text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      } else text += e;  // \" \\ \/
+    }
+    prompts.push_back(text);
+  }
+  return prompts;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, label = "model", methods = "plain,chain,tree";
-  std::string prompt = "Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.";
-  int tokens = 64, threads = 1;
+  std::string model, quant = "Q4_1", methods = "plain,chain,tree", prompts_file;
+  std::vector<std::string> prompts;
+  int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
   std::uint64_t seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--model") model = value;
-    else if (key == "--prompt") prompt = value;
+    else if (key == "--prompt") prompts.push_back(value);
+    else if (key == "--prompts") prompts_file = value;
     else if (key == "--tokens") tokens = std::atoi(value.c_str());
     else if (key == "--threads") threads = std::atoi(value.c_str());
+    else if (key == "--repeats") repeats = std::max(1, std::atoi(value.c_str()));
     else if (key == "--temperature") temperature = std::strtof(value.c_str(), nullptr);
     else if (key == "--methods") methods = value;
     else if (key == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
-    else if (key == "--label") label = value;
+    else if (key == "--quant") quant = value;
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;
     }
   }
   if (model.empty()) {
-    std::fprintf(stderr, "usage: %s --model M.gguf [--prompt TEXT] [--tokens N] [--threads N] [--temperature T] [--methods plain,chain,tree]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
+                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME]\n",
+                 argv[0]);
     return 2;
   }
-  std::vector<std::int32_t> chat;
+  if (!prompts_file.empty()) prompts = read_prompts(prompts_file);
+  if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
+  std::vector<std::string> method_list;
   {
-    llama_example::llama_engine engine(model, threads, 4096, 1);
-    chat = engine.chat_tokens(prompt);
+    std::stringstream list(methods);
+    for (std::string m; std::getline(list, m, ',');) method_list.push_back(m);
   }
-  run_result plain;
+  const bool greedy = temperature == 0.0f;
   bool all_identical = true;
-  std::stringstream list(methods);
-  for (std::string method; std::getline(list, method, ',');) {
-    const specdec::index_t branches = method == "plain" ? 0 : method == "chain" ? 1 : 3;
-    const run_result r = generate(model, chat, threads, tokens, branches, temperature, seed);
-    if (method == "plain") {
-      plain = r;
-      llama_example::llama_engine engine(model, threads, 64, 1);
-      std::string text;
-      for (const std::int32_t token : r.tokens) text += engine.piece(token);
-      std::printf("plain output: %s\n", text.c_str());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<std::int32_t> chat;
+    {
+      llama_example::llama_engine engine(model, threads, 4096, 1);
+      chat = engine.chat_tokens(prompts[p]);
     }
-    const double tok_s = static_cast<double>(r.tokens.size()) / r.seconds;
-    const double plain_tok_s = plain.tokens.empty() ? 0.0 : static_cast<double>(plain.tokens.size()) / plain.seconds;
-    const bool greedy = temperature == 0.0f;
-    const bool identical = greedy && !plain.tokens.empty() && r.tokens == plain.tokens;
-    if (greedy && method != "plain" && !plain.tokens.empty()) all_identical = all_identical && identical;
-    std::printf("RESULT engine=llama.cpp model=%s prompt=0 method=%s tok_s=%.1f speedup=%.2f tau=%.2f forwards=%lld identical=%s\n",
-                label.c_str(), method.c_str(), tok_s, plain_tok_s > 0 ? tok_s / plain_tok_s : 0.0,
-                static_cast<double>(r.tokens.size()) / static_cast<double>(r.forwards), static_cast<long long>(r.forwards),
-                !greedy || plain.tokens.empty() ? "n/a" : identical ? "yes" : "no");
+    // Methods interleaved, `repeats` rounds; each method's median tokens/s.
+    std::vector<std::vector<double>> speed(method_list.size());
+    std::vector<run_result> last(method_list.size());
+    for (int round = 0; round < repeats; ++round)
+      for (std::size_t m = 0; m < method_list.size(); ++m) {
+        const std::string& method = method_list[m];
+        const specdec::index_t branches = method == "plain" ? 0 : method == "chain" ? 1 : 3;
+        last[m] = generate(model, chat, threads, tokens, branches, temperature, seed);
+        speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
+      }
+    const auto plain_at = std::find(method_list.begin(), method_list.end(), "plain");
+    const std::size_t plain = static_cast<std::size_t>(plain_at - method_list.begin());
+    const double plain_tok_s = plain_at == method_list.end() ? 0.0 : median(speed[plain]);
+    for (std::size_t m = 0; m < method_list.size(); ++m) {
+      const bool compared = greedy && plain_at != method_list.end() && m != plain;
+      const bool identical = compared && last[m].tokens == last[plain].tokens;
+      if (compared) all_identical = all_identical && identical;
+      const double tok_s = median(speed[m]);
+      std::printf("RESULT engine=llama.cpp quant=%s prompt=%zu method=specdec_%s tok_s=%.1f speedup=%.2f tau=%.2f identical=%s\n",
+                  quant.c_str(), p, method_list[m].c_str(), tok_s, plain_tok_s > 0 ? tok_s / plain_tok_s : 0.0,
+                  static_cast<double>(last[m].tokens.size()) / static_cast<double>(last[m].forwards),
+                  m == plain && greedy ? "yes" : compared ? (identical ? "yes" : "no") : "n/a");
+    }
   }
   return all_identical ? 0 : 1;
 }
