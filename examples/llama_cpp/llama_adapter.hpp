@@ -24,6 +24,7 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <span>
@@ -173,6 +174,24 @@ class llama_engine {
       parents[k] = v == 0 ? -1 : index[static_cast<std::size_t>(tree.parent[v])];
     }
     return specdec::make_tree(std::move(tokens), parents);
+  }
+
+  /// Seconds one llama_decode of `rows` tokens takes after the committed context: decoded on a scratch
+  /// sequence, which is dropped again (its cells are the last ones, so no hole is left). What an
+  /// engine measures once at startup, so that its draft-length policy knows verification's cost by
+  /// row count before the first request.
+  double time_decode(int rows) {
+    const llama_seq_id scratch = max_leaves_;
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, scratch, -1, -1);
+    llama_memory_seq_cp(mem, 0, scratch, -1, -1);
+    batch_.n_tokens = 0;
+    for (int i = 0; i < rows; ++i) add(0, committed_ + i, {scratch}, true);
+    const auto start = std::chrono::steady_clock::now();
+    decode();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    llama_memory_seq_rm(mem, scratch, -1, -1);
+    return seconds;
   }
 
   /// Keeps the accepted path of the last decoded tree (`kept`: the root, then the accepted nodes, in

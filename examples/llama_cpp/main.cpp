@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
@@ -39,11 +40,24 @@ struct run_result {
 
 /// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
 /// trees); 1: prompt-lookup chains; > 1: trees of that many continuations.
+/// Verification cost by row count, (rows, seconds) samples, measured once per model.
+using cost_samples = std::vector<std::pair<specdec::index_t, double>>;
+
+cost_samples measure_costs(const std::string& model, const std::vector<std::int32_t>& prompt, int threads) {
+  llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + 64, 8);
+  engine.prefill(prompt);
+  cost_samples samples;
+  for (int round = 0; round < 3; ++round)
+    for (const int rows : {1, 2, 3, 5, 9}) samples.emplace_back(rows, engine.time_decode(rows));
+  return samples;
+}
+
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
-                    specdec::index_t branches, float temperature, std::uint64_t seed) {
+                    specdec::index_t branches, float temperature, std::uint64_t seed, const cost_samples& costs) {
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 64, 8);
   specdec::eigen backend;
   specdec::policy::draft_length_policy policy(/*longest=*/8);
+  for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
   std::vector<std::int32_t> history = prompt;
   if (prompt.size() > 1) engine.prefill(std::span<const std::int32_t>(prompt).first(prompt.size() - 1));
   run_result out;
@@ -161,6 +175,11 @@ int main(int argc, char** argv) {
   }
   const bool greedy = temperature == 0.0f;
   bool all_identical = true;
+  cost_samples costs;  // measured once, as an engine would at startup (not counted in tokens/s)
+  {
+    llama_example::llama_engine engine(model, threads, 4096, 1);
+    costs = measure_costs(model, engine.chat_tokens(prompts.front()), threads);
+  }
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     std::vector<std::int32_t> chat;
     {
@@ -174,7 +193,7 @@ int main(int argc, char** argv) {
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         const std::string& method = method_list[m];
         const specdec::index_t branches = method == "plain" ? 0 : method == "chain" ? 1 : 3;
-        last[m] = generate(model, chat, threads, tokens, branches, temperature, seed);
+        last[m] = generate(model, chat, threads, tokens, branches, temperature, seed, costs);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }
     const auto plain_at = std::find(method_list.begin(), method_list.end(), "plain");
