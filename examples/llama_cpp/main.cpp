@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
     llama_example::llama_engine engine(model, threads, 4096, 1);
     costs = measure_costs(model, engine.chat_tokens(prompts.front()), threads);
   }
+  std::printf("COST quant=%s decode ms by rows:", quant.c_str());  // the last round of the calibration
+  for (std::size_t i = costs.size() - 5; i < costs.size(); ++i)
+    std::printf(" %lld=%.2f", static_cast<long long>(costs[i].first), 1e3 * costs[i].second);
+  std::printf("\n");
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     std::vector<std::int32_t> chat;
     {
