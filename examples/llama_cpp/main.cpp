@@ -38,8 +38,6 @@ struct run_result {
   specdec::index_t forwards = 0;
 };
 
-/// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
-/// trees); 1: prompt-lookup chains; > 1: trees of that many continuations.
 /// Verification cost by row count, (rows, seconds) samples, measured once per model.
 using cost_samples = std::vector<std::pair<specdec::index_t, double>>;
 
@@ -52,6 +50,9 @@ cost_samples measure_costs(const std::string& model, const std::vector<std::int3
   return samples;
 }
 
+/// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
+/// trees); 1: prompt-lookup chains; > 1: trees of that many continuations. The policy starts from
+/// the measured `costs`.
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     specdec::index_t branches, float temperature, std::uint64_t seed, const cost_samples& costs) {
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 64, 8);
