@@ -643,12 +643,19 @@ class eigen {
   online_logsumexp<V> logsumexp_row(const V* x, index_t n, V inv_t) const {
     online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
 #if SPECDEC_HOST_SIMD
+    // One read for the maximum and the sum (the fused top-k's pass, without block maxima). A row of
+    // one chunk gains nothing from it and keeps the two-step form below, which the Thrust backend's
+    // chunks share: such rows soften to the same bits on both backends.
     if constexpr (std::is_same_v<V, float>) {
-      if (detail::max_sum_exp_one_pass(x, n, inv_t, chunk, acc.max, acc.sum)) {
-        acc.has_nan = acc.sum != acc.sum;
-        return acc;
+      if (n > chunk) {
+        const detail::block_sum_exp s = detail::block_maxima_sum_exp(x, n, inv_t, nullptr);
+        if (s.done) {
+          acc.max = s.scan.max;
+          acc.sum = s.sum;
+          acc.has_nan = s.scan.has_nan;
+          return acc;
+        }
       }
-      acc = {detail::negative_infinity<V>(), V(0), inv_t};
     }
 #endif
     for (index_t c0 = 0; c0 < n; c0 += chunk) {

@@ -318,6 +318,19 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   });
 }
 
+/// The output forms of verify_speculative and verify_speculative_logits: `reader_args` are the
+/// row reader's (none: probabilities; a temperature: logits, each request softened at its own).
+template <backend B, class... ReaderArgs>
+void speculative_into(const char* where, B& b, const speculative_rows<typename B::memory_space>& rows,
+                      std::span<const speculative_request> requests, speculative_options options,
+                      const verify_outputs<typename B::memory_space>& outputs, ReaderArgs... reader_args) {
+  options.keep_final_distribution = !outputs.final_distributions.empty();
+  verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
+    sampling::detail::row_reader<B> target(b, rows.target, reader_args...);
+    return verify_walk(where, b, target, rows, requests, options);
+  });
+}
+
 }  // namespace detail
 
 /// Stochastic verification of a batch of draft trees (chains included), the walk of the file comment.
@@ -356,12 +369,7 @@ template <backend B>
 void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
                         std::span<const speculative_request> requests, speculative_options options,
                         const verify_outputs<typename B::memory_space>& outputs) {
-  constexpr const char* where = "specdec::sampling::verify_speculative";
-  options.keep_final_distribution = !outputs.final_distributions.empty();
-  detail::verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
-    sampling::detail::row_reader<B> target(b, rows.target);
-    return detail::verify_walk(where, b, target, rows, requests, options);
-  });
+  detail::speculative_into("specdec::sampling::verify_speculative", b, rows, requests, options, outputs);
 }
 
 /// verify_speculative from the target's logits (`rows.target`, raw `[rows x V]`): a request's node rows
@@ -398,12 +406,7 @@ template <backend B>
 void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
                                std::span<const speculative_request> requests, speculative_options options,
                                const verify_outputs<typename B::memory_space>& outputs) {
-  constexpr const char* where = "specdec::sampling::verify_speculative_logits";
-  options.keep_final_distribution = !outputs.final_distributions.empty();
-  detail::verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
-    sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
-    return detail::verify_walk(where, b, target, rows, requests, options);
-  });
+  detail::speculative_into("specdec::sampling::verify_speculative_logits", b, rows, requests, options, outputs, 1.0f);
 }
 
 /// A chain as a draft tree: node 0 = the committed token, node i = draft token i - 1, each the only

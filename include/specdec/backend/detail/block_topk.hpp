@@ -260,9 +260,12 @@ struct block_sum_exp {
   bool done;             ///< false: the logits are too large for the vector form; use sum_exp_shifted
 };
 
-/// One look at each entry of x[0, n): maxima[b] as block_maxima, the row's maximum and NaN flag, and
-/// the sum of exponentials with temperature (inv_t = 1 / T). A row with NaN or +inf stops early and
-/// reports it (maxima and sum are then meaningless).
+/// One look at each entry of x[0, n): maxima[b] as block_maxima (unless `maxima` is null), the row's
+/// maximum and NaN flag, and the sum of exponentials with temperature (inv_t = 1 / T). Each 8 KiB
+/// chunk's terms are taken against the reference of the largest maximum before it, and a chunk is
+/// summed again only when its maximum rises more than 2^64 above that. A row with NaN or +inf stops
+/// early and reports it (maxima and sum are then meaningless). Also the row log-sum-exp of the Eigen
+/// backend's softmax and log-softmax (rows longer than one chunk).
 template <class Terms = reference_terms>
 inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t, float* maxima) noexcept {
   using vec = simd<float>::vec;
@@ -290,7 +293,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
       const max_scan<float> m = scan_max(chunk, len);
       if (m.has_nan || m.max == -negative_infinity<float>()) return faulty();
       if (m.max == negative_infinity<float>()) {  // all masked so far: nothing to sum
-        block_maxima(chunk, len, maxima + b0);
+        if (maxima != nullptr) block_maxima(chunk, len, maxima + b0);
         continue;
       }
       if (!Terms::representable(m.max, c)) return {result.scan, 0.0f, false};
@@ -298,7 +301,18 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
       referenced = true;
     }
     vec s0{}, s1{}, chunk_max = vec{} + negative_infinity<float>();
-    for (index_t b = b0; b < b1; ++b) {
+    if (maxima == nullptr) {  // no block maxima: one flat loop, the hardware prefetcher follows it
+      vec m0 = chunk_max, m1 = chunk_max;
+      for (index_t j = 0; j < len; j += 2 * w) {
+        const vec v0 = simd_load(chunk + j), v1 = simd_load(chunk + j + w);
+        m0 = m0 < v0 ? v0 : m0;
+        m1 = m1 < v1 ? v1 : m1;
+        s0 += terms(v0);
+        s1 += terms(v1);
+      }
+      chunk_max = m0 < m1 ? m1 : m0;
+    }
+    for (index_t b = b0; b < b1 && maxima != nullptr; ++b) {
       const float* p = x + b * maxima_block;
       if (b * maxima_block + prefetch_distance + maxima_block <= n)
         for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
@@ -334,7 +348,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     const index_t len = n - full * maxima_block;
     const max_scan<float> m = scan_max(tail, len);
     if (m.has_nan || m.max == -negative_infinity<float>()) return faulty();
-    maxima[full] = m.max;
+    if (maxima != nullptr) maxima[full] = m.max;
     if (m.max > result.scan.max) result.scan.max = m.max;
     if (m.max != negative_infinity<float>()) {
       if (!Terms::representable(m.max, c)) return {result.scan, 0.0f, false};

@@ -149,13 +149,6 @@ struct integer_reference_terms {
   }
   /// One term in double (for the few entries outside whole vectors).
   double scalar(float x) const noexcept { return std::exp2(std::fma(static_cast<double>(x), c, -static_cast<double>(ref))); }
-  /// log2 of the term of x (what 2^this is).
-  float exponent(float x) const noexcept { return x * c - ref; }
-  /// log2 of the factor that turns a sum of terms against this reference into the same sum against
-  /// `other`'s: an integer, so the rescaling is exact.
-  double log2_rescale_to(const integer_reference_terms& other) const noexcept {
-    return static_cast<double>(ref) - static_cast<double>(other.ref);
-  }
   /// log2(2^ref / 2^(max c)), with max c taken exactly (its FMA residual): a sum of terms times
   /// 2^this is the sum of 2^((x - max) c).
   double log2_reference_over(float max) const noexcept {
@@ -180,10 +173,6 @@ struct shifted_reference_terms {
     return simd_scale_by_exponent(simd_exp2_reduced(t - (big - round_to_exponent_shift)), big);
   }
   double scalar(float x) const noexcept { return std::exp2((static_cast<double>(x) - ref) * c); }
-  float exponent(float x) const noexcept { return (x - ref) * c; }
-  double log2_rescale_to(const shifted_reference_terms& other) const noexcept {
-    return (static_cast<double>(ref) - static_cast<double>(other.ref)) * c;
-  }
   double log2_reference_over(float max) const noexcept { return (static_cast<double>(ref) - max) * c; }
 };
 
@@ -226,72 +215,6 @@ SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv
   return sum;
 }
 
-#if SPECDEC_HOST_SIMD
-/// A row's (max, sum exp((x - max) * inv_t)) in one read of the row, for float rows on the host.
-///
-/// The two-step form (each chunk's maximum, then its exponentials from L1) reads every chunk twice
-/// and is bound by that arithmetic, not by memory. Here each chunk's terms 2^(x c - ref) are taken
-/// against the reference of the largest maximum seen before the chunk (the first chunk's own, found
-/// by a scan), while the chunk's maximum is tracked in the same loop; terms above 1 are fine in fp32
-/// as long as the chunk's sum cannot overflow, so a chunk is summed again against its own maximum
-/// only when that maximum rises more than 2^64 above the reference (rescaling the running total; by
-/// an exact power of two with the FMA build's integer references). The sum is therefore computed in another order than the two-step form's,
-/// to the same accuracy. Returns false, having computed nothing usable, when a reference is not
-/// representable (a maximum of +-inf or NaN-only, or logits near 2^22 / c): the caller falls back to
-/// the two-step form, which reports those rows' faults. A NaN logit makes `sum` NaN.
-inline bool max_sum_exp_one_pass(const float* x, index_t n, float inv_t, index_t chunk, float& max, float& sum) noexcept {
-  // A row of one chunk gains nothing (its maximum is scanned first either way), and takes the
-  // two-step form, which the Thrust backend's chunks share: such rows soften to the same bits on both.
-  if (n <= chunk) return false;
-  using vec = simd<float>::vec;
-  constexpr int w = simd_bytes / 4;
-  const float c = inv_t * 1.44269504088896341f;
-  float m = scan_max(x, chunk).max;
-  if (!(m > negative_infinity<float>() && m < -negative_infinity<float>()) || !reference_terms::representable(m, c)) return false;
-  reference_terms terms(c, m);
-  double total = 0.0;
-  for (index_t c0 = 0; c0 < n; c0 += chunk) {
-    const index_t len = std::min(chunk, n - c0);
-    const float* p = x + c0;
-    vec s0{}, s1{}, m0 = vec{} + m, m1 = m0;
-    index_t i = 0;
-    for (; i + 2 * w <= len; i += 2 * w) {
-      const vec a = simd_load(p + i), b = simd_load(p + i + w);
-      m0 = m0 < a ? a : m0;
-      m1 = m1 < b ? b : m1;
-      s0 += terms(a);
-      s1 += terms(b);
-    }
-    m0 = m0 < m1 ? m1 : m0;
-    float chunk_max = m0[0];
-    for (int l = 1; l < w; ++l) chunk_max = chunk_max < m0[l] ? m0[l] : chunk_max;
-    for (index_t j = i; j < len; ++j) chunk_max = chunk_max < p[j] ? p[j] : chunk_max;
-    if (!(terms.exponent(chunk_max) <= 64.0f)) {  // its terms may not fit: again against its own maximum
-      if (!reference_terms::representable(chunk_max, c) || !(chunk_max < -negative_infinity<float>())) return false;
-      const reference_terms raised(c, chunk_max);
-      total *= std::exp2(terms.log2_rescale_to(raised));
-      terms = raised;
-      m = chunk_max;
-      s0 = vec{};
-      s1 = vec{};
-      for (i = 0; i + 2 * w <= len; i += 2 * w) {
-        s0 += terms(simd_load(p + i));
-        s1 += terms(simd_load(p + i + w));
-      }
-    } else if (chunk_max > m) {
-      m = chunk_max;
-    }
-    const vec s = s0 + s1;
-    double chunk_sum = 0.0;
-    for (int l = 0; l < w; ++l) chunk_sum += static_cast<double>(s[l]);
-    for (index_t j = i; j < len; ++j) chunk_sum += terms.scalar(p[j]);
-    total += chunk_sum;
-  }
-  max = m;
-  sum = static_cast<float>(total * std::exp2(terms.log2_reference_over(m)));
-  return true;
-}
-#endif
 
 /// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x.
 template <class T>

@@ -115,7 +115,11 @@ class row_reader {
     if (!softened_) return backend_->download(vector_view<const float, space>(one.row(0), one.cols()));
     if constexpr (std::is_same_v<space, host_space>) {
       std::vector<float> out = scratch_row();
-      backend_->row_softmax(one, temperature_, matrix_view<float>(out.data(), 1, m_.cols()));
+      if (const auto it = stats_.find(r); it != stats_.end())  // normaliser known: the write pass alone
+        specdec::detail::write_exp_shifted(m_.row(r), m_.cols(), it->second.max, 1.0f / temperature_, 1.0f / it->second.sum,
+                                           out.data());
+      else
+        backend_->row_softmax(one, temperature_, matrix_view<float>(out.data(), 1, m_.cols()));
       return out;
     } else {
       auto out = backend_->template allocate<float>(m_.cols());
