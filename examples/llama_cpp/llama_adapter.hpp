@@ -79,8 +79,9 @@ class llama_engine {
   /// decoded again come after them.
   specdec::index_t committed() const { return committed_; }
 
-  /// The user prompt in the model's chat template, ready for the assistant's turn, as tokens.
-  std::vector<std::int32_t> chat_tokens(const std::string& user) const {
+  /// The user prompt in the model's chat template, ready for the assistant's turn, as text (what
+  /// llama.cpp's own programs take as a raw prompt).
+  std::string chat_text(const std::string& user) const {
     const llama_chat_message message{"user", user.c_str()};
     std::string text(user.size() * 2 + 256, '\0');
     const char* tmpl = llama_model_chat_template(model_, nullptr);
@@ -91,6 +92,11 @@ class llama_engine {
     }
     if (n < 0) throw std::runtime_error("llama.cpp could not apply the chat template");
     text.resize(static_cast<std::size_t>(n));
+    return text;
+  }
+  /// chat_text as tokens, special tokens parsed, as llama.cpp's programs tokenise a prompt.
+  std::vector<std::int32_t> chat_tokens(const std::string& user) const {
+    const std::string text = chat_text(user);
     std::vector<std::int32_t> tokens(text.size() + 16);
     const int count = llama_tokenize(vocab_, text.data(), static_cast<std::int32_t>(text.size()), tokens.data(),
                                      static_cast<std::int32_t>(tokens.size()), true, true);

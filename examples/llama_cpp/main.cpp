@@ -7,10 +7,14 @@
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
+//                     [--print-chat]
 // `tree` drafts three continuations per step, merged into one tree. --prompts: one prompt per line, a
 // JSON string. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
-// tau=<x> identical=<yes|no|n/a>`. Exit status 1 when a greedy output differs from plain decoding.
+// tau=<x> identical=<yes|no|n/a>`, then `TEXT prompt=<i> method=specdec_<name> <JSON string>` (the last
+// run's output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each
+// prompt in the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own
+// programs are given by scripts/compare_llama_cpp.sh, and exits.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +38,7 @@ namespace {
 
 struct run_result {
   std::vector<std::int32_t> tokens;
+  std::string text;  // the tokens' pieces, the end-of-turn token left out
   double seconds = 0.0;
   specdec::index_t forwards = 0;
 };
@@ -50,44 +55,58 @@ cost_samples measure_costs(const std::string& model, const std::vector<std::int3
   return samples;
 }
 
+/// Verifies one drafted tree against its rows' logits: greedily, or by lossless speculative sampling
+/// with the step's own Philox stream.
+specdec::sampling::speculative_result verify(const specdec::draft_tree& tree, specdec::matrix_view<const float> logits,
+                                             float temperature, std::uint64_t seed, std::uint64_t step) {
+  specdec::eigen backend;
+  specdec::sampling::speculative_request request{.tree = tree};
+  if (temperature == 0.0f) return specdec::sampling::verify_greedy(backend, logits, request);
+  request.uniforms = specdec::sampling::uniform_stream::philox(specdec::philox_stream{seed, step});
+  request.temperature = temperature;
+  return specdec::sampling::verify_speculative_logits(backend, {logits}, request);
+}
+
 /// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
 /// trees); 1: prompt-lookup chains; > 1: trees of that many continuations. The policy starts from
-/// the measured `costs`.
+/// the measured `costs`. The prompt is decoded in one batch and the first token chosen from its last
+/// row, as llama.cpp's own programs do (llama-completion, llama-simple): a row's logits depend on how
+/// the tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on,
+/// as they time generation.
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     specdec::index_t branches, float temperature, std::uint64_t seed, const cost_samples& costs) {
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 64, 8);
-  specdec::eigen backend;
   specdec::policy::draft_length_policy policy(/*longest=*/8);
   for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
   std::vector<std::int32_t> history = prompt;
-  if (prompt.size() > 1) engine.prefill(std::span<const std::int32_t>(prompt).first(prompt.size() - 1));
   run_result out;
+  const specdec::matrix_view<const float> prompt_logits = engine.prefill(prompt);
   const auto start = std::chrono::steady_clock::now();
+  // Step 0 verifies a root-only tree (the prompt's last token, already in the cache) on the prompt's
+  // last row; every later step decodes its tree, rooted at the last token chosen, in one llama_decode.
   for (std::uint64_t step = 0; static_cast<int>(out.tokens.size()) < new_tokens; ++step) {
-    const specdec::index_t length = branches == 0 ? 0 : policy.choose();
-    const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(
-        specdec::propose_ngram(history, length, {.branches = std::max<specdec::index_t>(branches, 1)}));
-    const auto t0 = std::chrono::steady_clock::now();
-    const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
-    policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++out.forwards;
-    specdec::sampling::speculative_request request{.tree = tree};
     specdec::sampling::speculative_result result;
-    if (temperature == 0.0f) {
-      result = specdec::sampling::verify_greedy(backend, logits, request);
+    if (step == 0) {
+      result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
     } else {
-      request.uniforms = specdec::sampling::uniform_stream::philox(specdec::philox_stream{seed, step});
-      request.temperature = temperature;
-      result = specdec::sampling::verify_speculative_logits(backend, {logits}, request);
+      const specdec::index_t length = branches == 0 ? 0 : policy.choose();
+      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(
+          specdec::propose_ngram(history, length, {.branches = std::max<specdec::index_t>(branches, 1)}));
+      const auto t0 = std::chrono::steady_clock::now();
+      const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
+      policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      ++out.forwards;
+      result = verify(tree, logits, temperature, seed, step);
+      policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth());
+      engine.keep(result.kept_nodes());
     }
-    policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth());
-    engine.keep(result.kept_nodes());
     bool end = false;
     for (const std::int32_t token : result.tokens) {
       if (static_cast<int>(out.tokens.size()) == new_tokens || end) break;
       out.tokens.push_back(token);
       history.push_back(token);
       end = engine.is_end(token);  // nothing after the end of the turn
+      if (!end) out.text += engine.piece(token);
     }
     if (end) break;
   }
@@ -130,6 +149,28 @@ std::vector<std::string> read_prompts(const std::string& path) {
   return prompts;
 }
 
+/// Tokens per target forward (tau): the first token comes from the prompt's decode.
+double tokens_per_forward(const run_result& run) {
+  return run.forwards == 0 ? 1.0 : static_cast<double>(run.tokens.size() - 1) / static_cast<double>(run.forwards);
+}
+
+/// `text` as a JSON string (the form --prompts reads, and what the TEXT and CHAT lines print).
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += {'\\', c};
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(c));
+      out += code;
+    } else out += c;
+  }
+  return out + '"';
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -143,8 +184,19 @@ int main(int argc, char** argv) {
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
   std::uint64_t seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
+  bool print_chat = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--print-chat") {
+      print_chat = true;
+      --i;
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "%s needs a value\n", key.c_str());
+      return 2;
+    }
+    const std::string value = argv[i + 1];
     if (key == "--model") model = value;
     else if (key == "--prompt") prompts.push_back(value);
     else if (key == "--prompts") prompts_file = value;
@@ -169,6 +221,12 @@ int main(int argc, char** argv) {
   }
   if (!prompts_file.empty()) prompts = read_prompts(prompts_file);
   if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
+  if (print_chat) {  // the prompts as llama.cpp's own programs take them (raw text, template applied)
+    llama_example::llama_engine engine(model, threads, 4096, 1);
+    for (std::size_t p = 0; p < prompts.size(); ++p)
+      std::printf("CHAT prompt=%zu %s\n", p, json_string(engine.chat_text(prompts[p])).c_str());
+    return 0;
+  }
   std::vector<std::string> method_list;
   {
     std::stringstream list(methods);
@@ -211,9 +269,11 @@ int main(int argc, char** argv) {
       const double tok_s = median(speed[m]);
       std::printf("RESULT engine=llama.cpp quant=%s prompt=%zu method=specdec_%s tok_s=%.1f speedup=%.2f tau=%.2f identical=%s\n",
                   quant.c_str(), p, method_list[m].c_str(), tok_s, plain_tok_s > 0 ? tok_s / plain_tok_s : 0.0,
-                  static_cast<double>(last[m].tokens.size()) / static_cast<double>(last[m].forwards),
+                  tokens_per_forward(last[m]),
                   m == plain && greedy ? "yes" : compared ? (identical ? "yes" : "no") : "n/a");
     }
+    for (std::size_t m = 0; m < method_list.size(); ++m)
+      std::printf("TEXT prompt=%zu method=specdec_%s %s\n", p, method_list[m].c_str(), json_string(last[m].text).c_str());
   }
   return all_identical ? 0 : 1;
 }
