@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
@@ -64,6 +65,12 @@ TEST_CASE("ngram proposer: continuations match the scalar reference on random hi
     CAPTURE(trial);
     const auto got = specdec::ngram_continuations(h, length, o);
     CHECK(got == reference_continuations(h, length, o.max_ngram, o.min_ngram, o.branches));
+    // The match length: the longest suffix that occurred earlier, by brute force over every g.
+    index_t longest = 0;
+    for (index_t g = o.min_ngram; g <= o.max_ngram; ++g)
+      if (!reference_continuations(h, 1, g, g, 1).empty()) longest = g;
+    CHECK(specdec::ngram_match_length(h, o) == longest);
+    CHECK((longest == 0) == reference_continuations(h, 1, o.max_ngram, o.min_ngram, 1).empty());
     // The tree holds exactly the continuations' paths, in level order, each node's children distinct.
     const auto tree = specdec::propose_ngram(h, length, o);
     specdec::validate(tree);
@@ -98,6 +105,8 @@ TEST_CASE("ngram proposer: the longest suffix wins, the most recent match first,
   CHECK(tree.token == std::vector<std::int32_t>{2, 4, 3, 5, 9});  // level order: depth 1, then depth 2
   CHECK(tree.parent == std::vector<std::int32_t>{-1, 0, 0, 1, 2});
   // A longer suffix [8, 1, 2] never occurred, so g = 2 decides; with min_ngram 3 nothing matches.
+  CHECK(specdec::ngram_match_length(h, {3, 2, 1, 0}) == 2);
+  CHECK(specdec::ngram_match_length(h, {3, 3, 1, 0}) == 0);
   CHECK(specdec::propose_ngram(h, 4, {3, 3, 1, 0}).size() == 1);
   // max_history 6: the window 2, 4, 5, 8, 1, 2 holds no earlier [1, 2].
   CHECK(specdec::propose_ngram(h, 4, {3, 2, 1, 6}).size() == 1);
@@ -119,6 +128,8 @@ TEST_CASE("ngram proposer: bad input") {
   CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {2, 1, 0, 0}); }).find("branches = 0") != std::string::npos);
   CHECK(error_of([&] { (void)specdec::propose_ngram(h, 2, {2, 1, 1, -3}); }).find("max_history = -3") != std::string::npos);
   CHECK(error_of([&] { (void)specdec::propose_ngram(std::vector<std::int32_t>{1, -4, 1}, 2); }).find("token -4") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::ngram_match_length(h, {1, 2, 1, 0}); }).find("min_ngram = 2, max_ngram = 1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::ngram_match_length(std::vector<std::int32_t>{-2, 1}); }).find("token -2") != std::string::npos);
 }
 
 TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acceptance against measured forward cost") {
@@ -173,6 +184,30 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   for (int i = 0; i < 100; ++i) policy.verified(4, 4);
   policy.target_forward_timed(5, 1.6);
   CHECK(policy.choose() == 4);
+}
+
+TEST_CASE("draft-length policy: acceptance is measured per context, costs are shared") {
+  // Context 0 (say, long n-gram matches) is always accepted, context 1 never; context 2 is untried.
+  specdec::policy::draft_length_policy policy(4, 3);
+  for (const auto& [rows, seconds] : {std::pair{1, 1.0}, {2, 1.3}, {3, 1.5}, {4, 1.7}, {5, 1.9}})
+    policy.target_forward_timed(rows, seconds);
+  CHECK(policy.choose(0) == 1);  // a context never verified is probed at once, with one token
+  CHECK(policy.choose(2) == 1);
+  for (int i = 0; i < 40; ++i) {
+    policy.verified(4, 4, 0);
+    policy.verified(0, 1, 1);
+  }
+  CHECK(policy.choose(0) == 4);
+  CHECK(policy.choose(1) == 0);
+  CHECK(policy.choose(2) == 1);  // still untried: its evidence is not borrowed from the others
+  CHECK(policy.acceptance(0).rate(1) > 0.95);
+  CHECK(policy.acceptance(1).rate(1) < 0.05);
+  CHECK(policy.acceptance(2).empty());
+  // The expected tokens per second decide: 5 tokens for 1.9 s beats 1 token for 1 s.
+  CHECK(policy.acceptance(0).expected_tokens(4) / policy.target_cost()(5) > 1.0 / policy.target_cost()(1));
+  CHECK(error_of([&] { (void)policy.choose(3); }).find("context = 3; expected 0 <= context < 3") != std::string::npos);
+  CHECK(error_of([&] { policy.verified(1, 1, -1); }).find("context = -1") != std::string::npos);
+  CHECK(error_of([&] { specdec::policy::draft_length_policy p(2, 0); }).find("contexts = 0") != std::string::npos);
 }
 
 TEST_CASE("draft-length policy: bad measurements are rejected") {

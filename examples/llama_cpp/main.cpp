@@ -43,15 +43,19 @@ struct run_result {
   specdec::index_t forwards = 0;
 };
 
+/// The longest draft. Copied text (code edits, repetitions) accepts long drafts, and on a CPU a decode of
+/// 33 rows costs 8-18 single ones while one of 9 costs 3-5: the policy reaches that far when it pays.
+constexpr specdec::index_t longest_draft = 32;
+
 /// Verification cost by row count, (rows, seconds) samples, measured once per model.
 using cost_samples = std::vector<std::pair<specdec::index_t, double>>;
 
 cost_samples measure_costs(const std::string& model, const std::vector<std::int32_t>& prompt, int threads) {
-  llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + 64, 8);
+  llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + longest_draft + 8, 8);
   engine.prefill(prompt);
   cost_samples samples;
   for (int round = 0; round < 3; ++round)
-    for (const int rows : {1, 2, 3, 5, 9}) samples.emplace_back(rows, engine.time_decode(rows));
+    for (const int rows : {1, 2, 3, 5, 9, 17, 33}) samples.emplace_back(rows, engine.time_decode(rows));
   return samples;
 }
 
@@ -75,8 +79,13 @@ specdec::sampling::speculative_result verify(const specdec::draft_tree& tree, sp
 /// as they time generation.
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     specdec::index_t branches, float temperature, std::uint64_t seed, const cost_samples& costs) {
-  llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 64, 8);
-  specdec::policy::draft_length_policy policy(/*longest=*/8);
+  // Room for the longest tree (three continuations) and the kept tokens decoded again in front of it.
+  llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
+  // Acceptance is measured per length of the matched suffix (2, 3, 4-5, 6-8 tokens): a long match is
+  // text being copied, a short one often is not.
+  const specdec::ngram_options ngram{.max_ngram = 8, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
+  const auto context_of = [](specdec::index_t match) -> specdec::index_t { return match <= 3 ? match - 2 : match <= 5 ? 2 : 3; };
+  specdec::policy::draft_length_policy policy(longest_draft, /*contexts=*/4);
   for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
   std::vector<std::int32_t> history = prompt;
   run_result out;
@@ -89,15 +98,17 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
     if (step == 0) {
       result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
     } else {
-      const specdec::index_t length = branches == 0 ? 0 : policy.choose();
-      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(
-          specdec::propose_ngram(history, length, {.branches = std::max<specdec::index_t>(branches, 1)}));
+      const specdec::index_t match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
+      const specdec::index_t length = match == 0 ? 0 : policy.choose(context_of(match));
+      const specdec::draft_tree tree =
+          llama_example::llama_engine::dfs_order(specdec::propose_ngram(history, length, ngram));
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
       policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step);
-      policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth());
+      if (match > 0)
+        policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), context_of(match));
       engine.keep(result.kept_nodes());
     }
     bool end = false;
@@ -240,7 +251,7 @@ int main(int argc, char** argv) {
     costs = measure_costs(model, engine.chat_tokens(prompts.front()), threads);
   }
   std::printf("COST quant=%s decode ms by rows:", quant.c_str());  // the last round of the calibration
-  for (std::size_t i = costs.size() - 5; i < costs.size(); ++i)
+  for (std::size_t i = costs.size() - 7; i < costs.size(); ++i)
     std::printf(" %lld=%.2f", static_cast<long long>(costs[i].first), 1e3 * costs[i].second);
   std::printf("\n");
   for (std::size_t p = 0; p < prompts.size(); ++p) {

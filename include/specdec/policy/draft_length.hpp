@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include <specdec/core/error.hpp>
@@ -94,6 +95,8 @@ class acceptance_by_depth {
     const auto i = static_cast<std::size_t>(depth - 1);
     return (successes_[i] + 4 * pooled) / (trials_[i] + 4);
   }
+  /// Whether any verification has been recorded (faded or not).
+  bool empty() const noexcept { return trials_.empty(); }
   /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
   double expected_tokens(index_t length) const {
     double expected = 1, reach = 1;
@@ -135,47 +138,74 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 /// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles (16 up
 /// to 512 steps) each time the evidence still says no: without drafts there would be no evidence to
 /// resume on, and a longer probe would cost more than it could show.
+///
+/// Contexts. A drafter that knows how good its draft is likely to be before verifying it (prompt lookup:
+/// how long the matched suffix is; a model drafter: its confidence bucket) passes a context index, and
+/// acceptance is measured per context while costs are shared: a long n-gram match that is copied
+/// verbatim is then not averaged with a two-token match that rarely is. A context never verified gets
+/// a one-token probe at once, so that every context gets evidence early.
 class draft_length_policy {
  public:
-  /// \param longest the most tokens a draft may have (>= 0). \throws invalid_argument on longest < 0.
-  explicit draft_length_policy(index_t longest) : longest_(longest) {
-    SPECDEC_EXPECTS(longest >= 0, "specdec::policy::draft_length_policy", "longest = ", longest, "; expected >= 0");
+  /// \param longest the most tokens a draft may have (>= 0); \param contexts how many contexts the
+  /// drafter distinguishes (>= 1). \throws invalid_argument on longest < 0 or contexts < 1.
+  explicit draft_length_policy(index_t longest, index_t contexts = 1) : longest_(longest) {
+    constexpr const char* where = "specdec::policy::draft_length_policy";
+    SPECDEC_EXPECTS(longest >= 0, where, "longest = ", longest, "; expected >= 0");
+    SPECDEC_EXPECTS(contexts >= 1, where, "contexts = ", contexts, "; expected >= 1");
+    contexts_.resize(static_cast<std::size_t>(contexts));
   }
-  /// The length for the step that starts now (0: verify the root alone). The first draft is one
-  /// token: it prices a draft token and a two-row verification at the least cost; longer lengths are
-  /// tried from there while their forwards are still unmeasured (forward_cost's optimism).
-  index_t choose() {
-    if (target_cost_(1) == 0) return std::min<index_t>(1, longest_);
-    const index_t length = best_draft_length(acceptance_, target_cost_, draft_cost_(1), longest_);
+  /// The length for the step that starts now in `context` (0: verify the root alone). The first draft
+  /// is one token: it prices a draft token and a two-row verification at the least cost; longer lengths
+  /// are tried from there while their forwards are still unmeasured (forward_cost's optimism).
+  /// \throws invalid_argument unless 0 <= context < contexts.
+  index_t choose(index_t context = 0) {
+    state& c = at(context, "specdec::policy::draft_length_policy::choose");
+    if (target_cost_(1) == 0 || c.acceptance.empty()) return std::min<index_t>(1, longest_);
+    const index_t length = best_draft_length(c.acceptance, target_cost_, draft_cost_(1), longest_);
     if (length > 0) {
-      interval_ = first_interval;
-      idle_ = 0;
+      c.interval = first_interval;
+      c.idle = 0;
       return length;
     }
-    if (++idle_ < interval_) return 0;
-    idle_ = 0;
-    interval_ = std::min<index_t>(2 * interval_, last_interval);
+    if (++c.idle < c.interval) return 0;
+    c.idle = 0;
+    c.interval = std::min<index_t>(2 * c.interval, last_interval);
     return std::min<index_t>(1, longest_);
   }
-  /// A verification of a draft of `drafted` tokens (its depth, for a tree) that accepted `accepted`.
-  /// Drafts of no tokens carry no evidence and are ignored. \throws as acceptance_by_depth::record.
-  void verified(index_t accepted, index_t drafted) {
-    if (drafted > 0) acceptance_.record(accepted, drafted);
+  /// A verification, in `context`, of a draft of `drafted` tokens (its depth, for a tree) that accepted
+  /// `accepted`. Drafts of no tokens carry no evidence and are ignored.
+  /// \throws as acceptance_by_depth::record, and invalid_argument unless 0 <= context < contexts.
+  void verified(index_t accepted, index_t drafted, index_t context = 0) {
+    state& c = at(context, "specdec::policy::draft_length_policy::verified");
+    if (drafted > 0) c.acceptance.record(accepted, drafted);
   }
   /// Wall time of one target forward of `rows` rows. \throws as forward_cost::record.
   void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
   /// Wall time of drafting one token (drafters that run a model). \throws as forward_cost::record.
   void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
-  const acceptance_by_depth& acceptance() const noexcept { return acceptance_; }
+  /// Acceptance measured in `context`. \throws invalid_argument unless 0 <= context < contexts.
+  const acceptance_by_depth& acceptance(index_t context = 0) const {
+    return at(context, "specdec::policy::draft_length_policy::acceptance").acceptance;
+  }
   const forward_cost& target_cost() const noexcept { return target_cost_; }
   index_t longest() const noexcept { return longest_; }
+  index_t contexts() const noexcept { return static_cast<index_t>(contexts_.size()); }
 
  private:
-  static constexpr index_t first_interval = 16, last_interval = 512;
+  static constexpr index_t first_interval = 4, last_interval = 512;
+  struct state {
+    acceptance_by_depth acceptance;
+    index_t idle = 0, interval = first_interval;
+  };
+  const state& at(index_t context, const char* where) const {
+    SPECDEC_EXPECTS(context >= 0 && context < contexts(), where, "context = ", context, "; expected 0 <= context < ",
+                    contexts());
+    return contexts_[static_cast<std::size_t>(context)];
+  }
+  state& at(index_t context, const char* where) { return const_cast<state&>(std::as_const(*this).at(context, where)); }
   index_t longest_;
-  acceptance_by_depth acceptance_;
+  std::vector<state> contexts_;
   forward_cost target_cost_, draft_cost_;
-  index_t idle_ = 0, interval_ = first_interval;
 };
 
 }  // namespace specdec::policy

@@ -30,16 +30,10 @@ struct ngram_options {
   index_t max_history = 0;
 };
 
-/// Continuations of the history's suffix: for the longest suffix length g in [min_ngram, max_ngram] that
-/// occurred earlier, the up to `length` tokens after each earlier occurrence, the most recent
-/// occurrence first, distinct ones only, at most `branches` of them. Empty when nothing matches.
-/// \param history host: the committed tokens (prompt and generated), the last one the draft's root.
-/// \throws invalid_argument on length < 0, options out of range, or a negative token in the searched
-///   part of the history.
-inline std::vector<std::vector<std::int32_t>> ngram_continuations(std::span<const std::int32_t> history, index_t length,
-                                                                   const ngram_options& options = {}) {
-  constexpr const char* where = "specdec::ngram_continuations";
-  SPECDEC_EXPECTS(length >= 0, where, "length = ", length, "; expected >= 0");
+namespace detail {
+/// The searched part of the history (the last max_history tokens), the options and tokens checked.
+inline std::span<const std::int32_t> ngram_window(std::span<const std::int32_t> history, const ngram_options& options,
+                                                  const char* where) {
   SPECDEC_EXPECTS(options.min_ngram >= 1 && options.min_ngram <= options.max_ngram, where, "min_ngram = ", options.min_ngram,
                   ", max_ngram = ", options.max_ngram, "; expected 1 <= min_ngram <= max_ngram");
   SPECDEC_EXPECTS(options.branches >= 1, where, "branches = ", options.branches, "; expected >= 1");
@@ -48,20 +42,59 @@ inline std::vector<std::vector<std::int32_t>> ngram_continuations(std::span<cons
     history = history.subspan(history.size() - static_cast<std::size_t>(options.max_history));
   for (const std::int32_t t : history)
     SPECDEC_EXPECTS(t >= 0, where, "history holds token ", t, "; expected token ids >= 0");
+  return history;
+}
+/// Whether the `g` tokens at `start` equal the history's last `g`.
+inline bool suffix_at(std::span<const std::int32_t> history, index_t start, index_t g) {
   const auto n = static_cast<index_t>(history.size());
+  for (index_t i = 0; i < g; ++i)
+    if (history[static_cast<std::size_t>(start + i)] != history[static_cast<std::size_t>(n - g + i)]) return false;
+  return true;
+}
+/// The longest g in [min_ngram, max_ngram] whose suffix occurred earlier (ending before the last
+/// token); 0 when none did.
+inline index_t longest_match(std::span<const std::int32_t> window, const ngram_options& options) {
+  const auto n = static_cast<index_t>(window.size());
+  for (index_t g = std::min(options.max_ngram, n - 1); g >= options.min_ngram; --g)
+    for (index_t start = n - g - 1; start >= 0; --start)
+      if (suffix_at(window, start, g)) return g;
+  return 0;
+}
+}  // namespace detail
+
+/// How long a suffix of the history prompt lookup would match: the longest g in [min_ngram,
+/// max_ngram] such that the last g tokens occurred earlier; 0 when nothing matches (no draft). What a
+/// drafter knows of a draft's quality before verifying it (long matches are copied text): pass it, in
+/// buckets, as draft_length_policy's context. Host memory; O(history x max_ngram).
+/// \param history host: the committed tokens, the last one the next draft's root.
+/// \throws invalid_argument on options out of range or a negative token in the searched history.
+inline index_t ngram_match_length(std::span<const std::int32_t> history, const ngram_options& options = {}) {
+  return detail::longest_match(detail::ngram_window(history, options, "specdec::ngram_match_length"), options);
+}
+
+/// Continuations of the history's suffix: for the longest suffix length g in [min_ngram, max_ngram] that
+/// occurred earlier (ngram_match_length), the up to `length` tokens after each earlier occurrence, the
+/// most recent occurrence first, distinct ones only, at most `branches` of them. Empty when nothing
+/// matches.
+/// \param history host: the committed tokens (prompt and generated), the last one the draft's root.
+/// \throws invalid_argument on length < 0, options out of range, or a negative token in the searched
+///   part of the history.
+inline std::vector<std::vector<std::int32_t>> ngram_continuations(std::span<const std::int32_t> history, index_t length,
+                                                                   const ngram_options& options = {}) {
+  constexpr const char* where = "specdec::ngram_continuations";
+  SPECDEC_EXPECTS(length >= 0, where, "length = ", length, "; expected >= 0");
+  history = detail::ngram_window(history, options, where);
   std::vector<std::vector<std::int32_t>> out;
-  if (length == 0) return out;
-  const auto at = [&](index_t i) { return history[static_cast<std::size_t>(i)]; };
-  for (index_t g = std::min(options.max_ngram, n - 1); g >= options.min_ngram && out.empty(); --g) {
-    // Occurrences of the suffix [n - g, n) that end before the last token, most recent first.
-    for (index_t start = n - g - 1; start >= 0 && static_cast<index_t>(out.size()) < options.branches; --start) {
-      bool match = true;
-      for (index_t i = 0; i < g && match; ++i) match = at(start + i) == at(n - g + i);
-      if (!match) continue;
-      const index_t end = std::min(n, start + g + length);
-      std::vector<std::int32_t> c(history.begin() + start + g, history.begin() + end);
-      if (!c.empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
-    }
+  const index_t g = length == 0 ? 0 : detail::longest_match(history, options);
+  if (g == 0) return out;
+  const auto n = static_cast<index_t>(history.size());
+  // Occurrences of the suffix that end before the last token, most recent first; each is followed by
+  // at least one token, so none is empty.
+  for (index_t start = n - g - 1; start >= 0 && static_cast<index_t>(out.size()) < options.branches; --start) {
+    if (!detail::suffix_at(history, start, g)) continue;
+    const index_t end = std::min(n, start + g + length);
+    std::vector<std::int32_t> c(history.begin() + start + g, history.begin() + end);
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
   }
   return out;
 }
