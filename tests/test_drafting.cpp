@@ -165,7 +165,7 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   // A draft token as dear as a target forward: 1.8 tokens for 2.1 s loses to 1 token for 1 s.
   CHECK(specdec::policy::best_draft_length(acceptance, cost, 1.0, 3) == 0);
 
-  // Where drafting does not pay the policy probes with one token after 16, then 32, 64 ... idle steps.
+  // Where drafting does not pay the policy probes with one token after 4, then 8, 16 ... idle steps.
   specdec::policy::draft_length_policy policy(4);
   CHECK(policy.choose() == 1);  // nothing measured: the cheapest informative draft
   policy.target_forward_timed(1, 1.0);
@@ -173,13 +173,13 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   policy.draft_token_timed(0.5);
   for (int i = 0; i < 50; ++i) policy.verified(0, 1);
   std::vector<int> probes;
-  for (int step = 1; step <= 16 + 32 + 64; ++step)
+  for (int step = 1; step <= 4 + 8 + 16 + 32 + 64; ++step)
     if (const auto length = policy.choose(); length > 0) {
       CHECK(length == 1);
       probes.push_back(step);
       policy.verified(0, 1);
     }
-  CHECK(probes == std::vector<int>{16, 48, 112});
+  CHECK(probes == std::vector<int>{4, 12, 28, 60, 124});
   // Evidence that drafting pays (every draft accepted) resumes drafting at the length that pays most.
   for (int i = 0; i < 100; ++i) policy.verified(4, 4);
   policy.target_forward_timed(5, 1.6);

@@ -135,8 +135,8 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 }
 
 /// A drafter's draft-length policy: the three measurements above combined by best_draft_length. Where
-/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles (16 up
-/// to 512 steps) each time the evidence still says no: without drafts there would be no evidence to
+/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles (4 up
+/// to 512 steps; a one-token probe costs a fraction of a forward) each time the evidence still says no: without drafts there would be no evidence to
 /// resume on, and a longer probe would cost more than it could show.
 ///
 /// Contexts. A drafter that knows how good its draft is likely to be before verifying it (prompt lookup:
