@@ -2,8 +2,9 @@
 # Runs every test: the suite in Release with warnings as errors (g++, native instruction set), the
 # instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
 # AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for a minute (scripts/fuzz.sh),
-# each benchmark briefly (so none can rot), and the demo on its short prompt set, which fails when
-# any speculative greedy output differs from vanilla greedy.
+# each benchmark briefly (so none can rot), the demo on its short prompt set, which fails when
+# any speculative greedy output differs from vanilla greedy, and specdec inside the pinned llama.cpp
+# (scripts/check_llama_cpp.sh: greedy outputs identical to llama.cpp's own plain decoding).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -62,4 +63,6 @@ build/release/examples/specdec_primitives_demo --quick >/dev/null
 echo "== Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"
 OMP_NUM_THREADS=2 build/release/examples/specdec_demo --model "$SPECDEC_MODEL" --quick 2>/dev/null \
   | grep -E '^(RESULT|greedy outputs)'
+echo "== llama.cpp: specdec inside the pinned llama.cpp (greedy outputs identical to its plain decoding)"
+scripts/check_llama_cpp.sh
 echo "specdec: all tests passed"

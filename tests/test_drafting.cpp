@@ -145,6 +145,18 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   CHECK(cost(3) == doctest::Approx(1.1));
   CHECK(cost(4) == 2.0);
   CHECK(cost(9) == 2.0);
+  {
+    // Between measured row counts the cost is interpolated, so that a long draft pays for the rows it
+    // adds before they are measured; above the largest, that one's.
+    auto longer = cost;
+    longer.record(8, 4.0);
+    CHECK(longer(6) == doctest::Approx(3.0));
+    CHECK(longer(7) == doctest::Approx(3.5));
+    CHECK(longer(12) == 4.0);
+    specdec::policy::forward_cost from_three;
+    from_three.record(3, 2.0);
+    CHECK(from_three(1) == 2.0);  // below every measured count: that one's cost
+  }
 
   specdec::policy::acceptance_by_depth acceptance;
   CHECK(acceptance.rate(1) == 0.5);
@@ -165,7 +177,9 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   // A draft token as dear as a target forward: 1.8 tokens for 2.1 s loses to 1 token for 1 s.
   CHECK(specdec::policy::best_draft_length(acceptance, cost, 1.0, 3) == 0);
 
-  // Where drafting does not pay the policy probes with one token after 4, then 8, 16 ... idle steps.
+  // Where drafting does not pay the policy probes with one token, paid from 1/32 of the time spent
+  // not drafting: here a probe costs 1.0 s (a 2-row forward's 0.5 s more, and a 0.5 s draft token)
+  // and a step 1 s, so one probe per 32 idle steps.
   specdec::policy::draft_length_policy policy(4);
   CHECK(policy.choose() == 1);  // nothing measured: the cheapest informative draft
   policy.target_forward_timed(1, 1.0);
@@ -173,13 +187,13 @@ TEST_CASE("draft-length policy: the cost-aware draft length weighs measured acce
   policy.draft_token_timed(0.5);
   for (int i = 0; i < 50; ++i) policy.verified(0, 1);
   std::vector<int> probes;
-  for (int step = 1; step <= 4 + 8 + 16 + 32 + 64; ++step)
+  for (int step = 1; step <= 100; ++step)
     if (const auto length = policy.choose(); length > 0) {
       CHECK(length == 1);
       probes.push_back(step);
       policy.verified(0, 1);
     }
-  CHECK(probes == std::vector<int>{4, 12, 28, 60, 124});
+  CHECK(probes == std::vector<int>{32, 64, 96});
   // Evidence that drafting pays (every draft accepted) resumes drafting at the length that pays most.
   for (int i = 0; i < 100; ++i) policy.verified(4, 4);
   policy.target_forward_timed(5, 1.6);
@@ -203,6 +217,20 @@ TEST_CASE("draft-length policy: acceptance is measured per context, costs are sh
   CHECK(policy.acceptance(0).rate(1) > 0.95);
   CHECK(policy.acceptance(1).rate(1) < 0.05);
   CHECK(policy.acceptance(2).empty());
+  // A context with little evidence leans on every context's acceptance: one accepted token drafts three
+  // where the other contexts accept everything (the fourth is not worth its row at one standard
+  // deviation of caution), nothing where they accept nothing.
+  specdec::policy::draft_length_policy hopeless(4, 3);
+  for (const auto& [rows, seconds] : {std::pair{1, 1.0}, {2, 1.3}, {3, 1.5}, {4, 1.7}, {5, 1.9}})
+    hopeless.target_forward_timed(rows, seconds);
+  for (int i = 0; i < 40; ++i) {
+    hopeless.verified(0, 4, 0);
+    hopeless.verified(0, 1, 1);
+  }
+  policy.verified(1, 1, 2);
+  hopeless.verified(1, 1, 2);
+  CHECK(policy.choose(2) == 3);
+  CHECK(hopeless.choose(2) == 0);
   // The expected tokens per second decide: 5 tokens for 1.9 s beats 1 token for 1 s.
   CHECK(policy.acceptance(0).expected_tokens(4) / policy.target_cost()(5) > 1.0 / policy.target_cost()(1));
   CHECK(error_of([&] { (void)policy.choose(3); }).find("context = 3; expected 0 <= context < 3") != std::string::npos);

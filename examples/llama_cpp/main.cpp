@@ -7,9 +7,10 @@
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
-//                     [--print-chat]
+//                     [--warmup FILE] [--print-chat]
 // `tree` drafts three continuations per step, merged into one tree. --prompts: one prompt per line, a
-// JSON string. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
+// JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
+// requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
 // tau=<x> identical=<yes|no|n/a>`, then `TEXT prompt=<i> method=specdec_<name> <JSON string>` (the last
 // run's output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each
@@ -71,22 +72,35 @@ specdec::sampling::speculative_result verify(const specdec::draft_tree& tree, sp
   return specdec::sampling::verify_speculative_logits(backend, {logits}, request);
 }
 
+/// The policy's context for a matched suffix of `match` tokens (2, 3, 4-7, 8-15, 16): a long match is
+/// text being copied, accepted far more often than a short one. Measured with 16-token drafts on every
+/// prompt of prompts.txt (Q4_0): two-token matches accepted 3.5 tokens on average (none in 45 %),
+/// sixteen-token ones 12.3 (never none).
+constexpr specdec::index_t match_contexts = 5;
+specdec::index_t match_context(specdec::index_t match) {
+  return match <= 3 ? match - 2 : match < 8 ? 2 : match < 16 ? 3 : 4;
+}
+
+/// A draft-length policy that starts from the measured `costs` (one per method, kept across requests
+/// as an engine keeps it: what it learns is per context of match length, not per text).
+specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
+  specdec::policy::draft_length_policy policy(longest_draft, match_contexts);
+  for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
+  return policy;
+}
+
 /// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
-/// trees); 1: prompt-lookup chains; > 1: trees of that many continuations. The policy starts from
-/// the measured `costs`. The prompt is decoded in one batch and the first token chosen from its last
-/// row, as llama.cpp's own programs do (llama-completion, llama-simple): a row's logits depend on how
-/// the tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on,
-/// as they time generation.
+/// trees); 1: prompt-lookup chains; > 1: trees of that many continuations, their lengths chosen by
+/// `policy`. The prompt is decoded in one batch and the first token chosen from its last row, as
+/// llama.cpp's own programs do (llama-completion, llama-simple): a row's logits depend on how the
+/// tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on, as
+/// they time generation.
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
-                    specdec::index_t branches, float temperature, std::uint64_t seed, const cost_samples& costs) {
+                    specdec::index_t branches, float temperature, std::uint64_t seed,
+                    specdec::policy::draft_length_policy& policy) {
   // Room for the longest tree (three continuations) and the kept tokens decoded again in front of it.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
-  // Acceptance is measured per length of the matched suffix (2, 3, 4-5, 6-8 tokens): a long match is
-  // text being copied, a short one often is not.
-  const specdec::ngram_options ngram{.max_ngram = 8, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
-  const auto context_of = [](specdec::index_t match) -> specdec::index_t { return match <= 3 ? match - 2 : match <= 5 ? 2 : 3; };
-  specdec::policy::draft_length_policy policy(longest_draft, /*contexts=*/4);
-  for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
+  const specdec::ngram_options ngram{.max_ngram = 16, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
   std::vector<std::int32_t> history = prompt;
   run_result out;
   const specdec::matrix_view<const float> prompt_logits = engine.prefill(prompt);
@@ -99,7 +113,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
     } else {
       const specdec::index_t match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
-      const specdec::index_t length = match == 0 ? 0 : policy.choose(context_of(match));
+      const specdec::index_t length = match == 0 ? 0 : policy.choose(match_context(match));
       const specdec::draft_tree tree =
           llama_example::llama_engine::dfs_order(specdec::propose_ngram(history, length, ngram));
       const auto t0 = std::chrono::steady_clock::now();
@@ -108,7 +122,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step);
       if (match > 0)
-        policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), context_of(match));
+        policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), match_context(match));
       engine.keep(result.kept_nodes());
     }
     bool end = false;
@@ -190,7 +204,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, quant = "Q4_1", methods = "plain,chain,tree", prompts_file;
+  std::string model, quant = "Q4_1", methods = "plain,chain,tree", prompts_file, warmup_file;
   std::vector<std::string> prompts;
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
@@ -211,6 +225,7 @@ int main(int argc, char** argv) {
     if (key == "--model") model = value;
     else if (key == "--prompt") prompts.push_back(value);
     else if (key == "--prompts") prompts_file = value;
+    else if (key == "--warmup") warmup_file = value;
     else if (key == "--tokens") tokens = std::atoi(value.c_str());
     else if (key == "--threads") threads = std::atoi(value.c_str());
     else if (key == "--repeats") repeats = std::max(1, std::atoi(value.c_str()));
@@ -226,7 +241,7 @@ int main(int argc, char** argv) {
   if (model.empty()) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
-                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME]\n",
+                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat]\n",
                  argv[0]);
     return 2;
   }
@@ -254,20 +269,29 @@ int main(int argc, char** argv) {
   for (std::size_t i = costs.size() - 7; i < costs.size(); ++i)
     std::printf(" %lld=%.2f", static_cast<long long>(costs[i].first), 1e3 * costs[i].second);
   std::printf("\n");
+  // One policy per method, kept across requests; --warmup runs its prompts first, untimed, so that the
+  // measured requests find it as a running engine would.
+  std::vector<specdec::policy::draft_length_policy> policies;
+  for (std::size_t m = 0; m < method_list.size(); ++m) policies.push_back(make_policy(costs));
+  const auto branches_of = [](const std::string& method) -> specdec::index_t {
+    return method == "plain" ? 0 : method == "chain" ? 1 : 3;
+  };
+  const auto chat_of = [&](const std::string& prompt) {
+    llama_example::llama_engine engine(model, threads, 4096, 1);
+    return engine.chat_tokens(prompt);
+  };
+  if (!warmup_file.empty())
+    for (const std::string& prompt : read_prompts(warmup_file))
+      for (std::size_t m = 0; m < method_list.size(); ++m)
+        (void)generate(model, chat_of(prompt), threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m]);
   for (std::size_t p = 0; p < prompts.size(); ++p) {
-    std::vector<std::int32_t> chat;
-    {
-      llama_example::llama_engine engine(model, threads, 4096, 1);
-      chat = engine.chat_tokens(prompts[p]);
-    }
+    const std::vector<std::int32_t> chat = chat_of(prompts[p]);
     // Methods interleaved, `repeats` rounds; each method's median tokens/s.
     std::vector<std::vector<double>> speed(method_list.size());
     std::vector<run_result> last(method_list.size());
     for (int round = 0; round < repeats; ++round)
       for (std::size_t m = 0; m < method_list.size(); ++m) {
-        const std::string& method = method_list[m];
-        const specdec::index_t branches = method == "plain" ? 0 : method == "chain" ? 1 : 3;
-        last[m] = generate(model, chat, threads, tokens, branches, temperature, seed, costs);
+        last[m] = generate(model, chat, threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m]);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }
     const auto plain_at = std::find(method_list.begin(), method_list.end(), "plain");

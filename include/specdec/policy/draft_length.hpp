@@ -25,8 +25,10 @@ namespace specdec::policy {
 /// CPU the cost is flat for a few rows (the weights stream from memory either way) and then grows with
 /// the rows (compute); on an accelerator it stays flat much longer. A row count keeps the median of its
 /// last 15 samples (a forward preempted by another process does not move it), and costs are made
-/// non-decreasing in the rows. A row count never measured costs what the largest measured smaller one
-/// costs: optimistic, so that a policy tries it and learns its price.
+/// non-decreasing in the rows. A row count never measured costs the linear interpolation between the
+/// nearest measured ones (the cost per row falls as the rows grow, so the step up to the next measured
+/// count is spread, not ignored); above the largest measured it costs what that one costs, below the
+/// smallest what that one costs: optimistic, so that a policy tries it and learns its price.
 class forward_cost {
  public:
   /// \throws invalid_argument on rows < 1 or seconds that are negative or not finite.
@@ -41,16 +43,23 @@ class forward_cost {
   }
   /// Seconds for a forward of `rows` rows; 0 until anything is measured.
   double operator()(index_t rows) const {
-    double cost = 0, cheapest = 0;
+    index_t below = 0;  // the largest measured row count <= rows, and its cost
+    double below_cost = 0, envelope = 0;
     for (index_t r = 1; r <= static_cast<index_t>(samples_.size()); ++r) {
       auto s = samples_[static_cast<std::size_t>(r - 1)];
       if (s.empty()) continue;
       std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
-      const double median = s[s.size() / 2];
-      if (r <= rows) cost = std::max(cost, median);
-      cheapest = cheapest == 0 ? median : std::min(cheapest, median);
+      envelope = std::max(envelope, s[s.size() / 2]);  // non-decreasing in the rows
+      if (r == rows || (r > rows && below == 0)) return envelope;  // measured, or below every measured count
+      if (r < rows) {
+        below = r;
+        below_cost = envelope;
+        continue;
+      }
+      const double t = static_cast<double>(rows - below) / static_cast<double>(r - below);
+      return below_cost + t * (envelope - below_cost);
     }
-    return cost > 0 ? cost : cheapest;  // below every measured row count: as cheap as the cheapest
+    return below_cost;  // above every measured count (0 when nothing is measured)
   }
 
  private:
@@ -62,7 +71,9 @@ class forward_cost {
 /// counted from verifications (a chain of L tokens with A accepted is a trial at depths 1..min(A+1, L)
 /// and a success at depths 1..A). Older verifications fade (weight 0.97 per verification, about the
 /// last 30 count) so that the estimate follows the text; depths with few trials lean on the pooled
-/// rate (a pseudo-count of 4). For a tree, report its accepted length and its depth.
+/// rate (a pseudo-count of 4), which itself leans on a prior rate (a pseudo-count of 2; 0.5 unless the
+/// caller knows better, as draft_length_policy does for a context from all its contexts). For a tree,
+/// report its accepted length and its depth.
 class acceptance_by_depth {
  public:
   /// \throws invalid_argument unless 0 <= accepted <= drafted.
@@ -83,24 +94,31 @@ class acceptance_by_depth {
       if (i < accepted) ++successes_[static_cast<std::size_t>(i)];
     }
   }
-  /// Rate at depth `depth` (1-based); a uniform prior (0.5) before any trial.
-  double rate(index_t depth) const {
+  /// The rate over every depth: `prior` before any trial.
+  double pooled(double prior = 0.5) const {
     double pooled_trials = 0, pooled_successes = 0;
     for (std::size_t i = 0; i < trials_.size(); ++i) {
       pooled_trials += trials_[i];
       pooled_successes += successes_[i];
     }
-    const double pooled = (pooled_successes + 1) / (pooled_trials + 2);
-    if (depth < 1 || depth > static_cast<index_t>(trials_.size())) return pooled;
-    const auto i = static_cast<std::size_t>(depth - 1);
-    return (successes_[i] + 4 * pooled) / (trials_[i] + 4);
+    return (pooled_successes + 2 * prior) / (pooled_trials + 2);
+  }
+  /// Rate at depth `depth` (1-based); `prior` before any trial. With `caution` > 0, that many standard
+  /// deviations below the estimate (of a rate measured on the depth's trials and its pseudo-counts):
+  /// a rate seen three times is not trusted as one seen thirty times.
+  double rate(index_t depth, double prior = 0.5, double caution = 0) const {
+    const double pooled = this->pooled(prior);
+    const bool seen = depth >= 1 && depth <= static_cast<index_t>(trials_.size());
+    const double trials = seen ? trials_[static_cast<std::size_t>(depth - 1)] : 0.0;
+    const double mean = seen ? (successes_[static_cast<std::size_t>(depth - 1)] + 4 * pooled) / (trials + 4) : pooled;
+    return std::max(0.0, mean - caution * std::sqrt(mean * (1 - mean) / (trials + 5)));
   }
   /// Whether any verification has been recorded (faded or not).
   bool empty() const noexcept { return trials_.empty(); }
   /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
-  double expected_tokens(index_t length) const {
+  double expected_tokens(index_t length, double prior = 0.5, double caution = 0) const {
     double expected = 1, reach = 1;
-    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i));
+    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i, prior, caution));
     return expected;
   }
 
@@ -112,10 +130,11 @@ class acceptance_by_depth {
 /// The draft length that maximises expected committed tokens per second,
 /// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
 /// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
-/// is measured every length costs the same and the longest wins (and gets measured).
+/// is measured every length costs the same and the longest wins (and gets measured). `prior` and
+/// `caution` as in acceptance_by_depth::rate.
 /// \throws invalid_argument on longest < 0 or draft_seconds negative or not finite.
 inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
-                                 index_t longest) {
+                                 index_t longest, double prior = 0.5, double caution = 0) {
   constexpr const char* where = "specdec::policy::best_draft_length";
   SPECDEC_EXPECTS(longest >= 0, where, "longest = ", longest, "; expected >= 0");
   SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds), where, "draft_seconds = ", draft_seconds,
@@ -125,7 +144,7 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
   for (index_t length = 0; length <= longest; ++length) {
     double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
     if (seconds <= 0) seconds = 1.0;
-    const double rate = acceptance.expected_tokens(length) / seconds;
+    const double rate = acceptance.expected_tokens(length, prior, caution) / seconds;
     if (rate > best_rate) {
       best_rate = rate;
       best = length;
@@ -135,15 +154,19 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 }
 
 /// A drafter's draft-length policy: the three measurements above combined by best_draft_length. Where
-/// drafting does not pay it stops, and re-tries a one-token draft after an interval that doubles (4 up
-/// to 512 steps; a one-token probe costs a fraction of a forward) each time the evidence still says no: without drafts there would be no evidence to
-/// resume on, and a longer probe would cost more than it could show.
+/// drafting does not pay it stops, and re-tries a one-token draft now and then: without drafts there
+/// would be no evidence to resume on, and a longer probe would cost more than it could show. Probes
+/// are paid from a budget of 1/32 of the time spent not drafting, so a method that never pays costs at
+/// most ~3 % (less where a probe is cheap next to a forward; a probe is every step's where it is free).
+/// Lengths are chosen on acceptance rates one standard deviation below their estimates, so that a
+/// few lucky verifications do not buy a long draft; the rates firm up as evidence accumulates.
 ///
 /// Contexts. A drafter that knows how good its draft is likely to be before verifying it (prompt lookup:
 /// how long the matched suffix is; a model drafter: its confidence bucket) passes a context index, and
 /// acceptance is measured per context while costs are shared: a long n-gram match that is copied
-/// verbatim is then not averaged with a two-token match that rarely is. A context never verified gets
-/// a one-token probe at once, so that every context gets evidence early.
+/// verbatim is then not averaged with a two-token match that rarely is. A context's estimate leans on
+/// the acceptance of all contexts until it has evidence of its own, and a context never verified gets a
+/// one-token probe at once.
 class draft_length_policy {
  public:
   /// \param longest the most tokens a draft may have (>= 0); \param contexts how many contexts the
@@ -159,25 +182,26 @@ class draft_length_policy {
   /// are tried from there while their forwards are still unmeasured (forward_cost's optimism).
   /// \throws invalid_argument unless 0 <= context < contexts.
   index_t choose(index_t context = 0) {
-    state& c = at(context, "specdec::policy::draft_length_policy::choose");
-    if (target_cost_(1) == 0 || c.acceptance.empty()) return std::min<index_t>(1, longest_);
-    const index_t length = best_draft_length(c.acceptance, target_cost_, draft_cost_(1), longest_);
-    if (length > 0) {
-      c.interval = first_interval;
-      c.idle = 0;
-      return length;
-    }
-    if (++c.idle < c.interval) return 0;
-    c.idle = 0;
-    c.interval = std::min<index_t>(2 * c.interval, last_interval);
-    return std::min<index_t>(1, longest_);
+    const acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::choose");
+    // The first evidence of all: a one-token probe. A context not yet verified otherwise starts from
+    // every context's acceptance.
+    if (target_cost_(1) == 0 || (acceptance.empty() && all_.empty())) return std::min<index_t>(1, longest_);
+    const index_t length = best_draft_length(acceptance, target_cost_, draft_cost_(1), longest_, all_.pooled(), caution);
+    if (length > 0 || longest_ == 0) return length;
+    probe_credit_ += probe_share * target_cost_(1);
+    const double probe = target_cost_(2) - target_cost_(1) + draft_cost_(1);
+    if (probe_credit_ < probe) return 0;
+    probe_credit_ -= probe;
+    return 1;
   }
   /// A verification, in `context`, of a draft of `drafted` tokens (its depth, for a tree) that accepted
   /// `accepted`. Drafts of no tokens carry no evidence and are ignored.
   /// \throws as acceptance_by_depth::record, and invalid_argument unless 0 <= context < contexts.
   void verified(index_t accepted, index_t drafted, index_t context = 0) {
-    state& c = at(context, "specdec::policy::draft_length_policy::verified");
-    if (drafted > 0) c.acceptance.record(accepted, drafted);
+    acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::verified");
+    if (drafted == 0) return;
+    acceptance.record(accepted, drafted);
+    if (contexts_.size() > 1) all_.record(accepted, drafted);
   }
   /// Wall time of one target forward of `rows` rows. \throws as forward_cost::record.
   void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
@@ -185,27 +209,28 @@ class draft_length_policy {
   void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
   /// Acceptance measured in `context`. \throws invalid_argument unless 0 <= context < contexts.
   const acceptance_by_depth& acceptance(index_t context = 0) const {
-    return at(context, "specdec::policy::draft_length_policy::acceptance").acceptance;
+    return at(context, "specdec::policy::draft_length_policy::acceptance");
   }
   const forward_cost& target_cost() const noexcept { return target_cost_; }
   index_t longest() const noexcept { return longest_; }
   index_t contexts() const noexcept { return static_cast<index_t>(contexts_.size()); }
 
  private:
-  static constexpr index_t first_interval = 4, last_interval = 512;
-  struct state {
-    acceptance_by_depth acceptance;
-    index_t idle = 0, interval = first_interval;
-  };
-  const state& at(index_t context, const char* where) const {
+  static constexpr double probe_share = 1.0 / 64;
+  static constexpr double caution = 0.5;  // rates half a standard deviation low: few trials draft short
+  const acceptance_by_depth& at(index_t context, const char* where) const {
     SPECDEC_EXPECTS(context >= 0 && context < contexts(), where, "context = ", context, "; expected 0 <= context < ",
                     contexts());
     return contexts_[static_cast<std::size_t>(context)];
   }
-  state& at(index_t context, const char* where) { return const_cast<state&>(std::as_const(*this).at(context, where)); }
+  acceptance_by_depth& at(index_t context, const char* where) {
+    return const_cast<acceptance_by_depth&>(std::as_const(*this).at(context, where));
+  }
   index_t longest_;
-  std::vector<state> contexts_;
+  std::vector<acceptance_by_depth> contexts_;
+  acceptance_by_depth all_;  // every context's verifications (a single context's prior is 0.5)
   forward_cost target_cost_, draft_cost_;
+  double probe_credit_ = 0;
 };
 
 }  // namespace specdec::policy
