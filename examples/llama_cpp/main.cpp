@@ -8,7 +8,8 @@
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
 //                     [--warmup FILE] [--print-chat]
-// `tree` drafts three continuations per step, merged into one tree. --prompts: one prompt per line, a
+// `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
+// policy chose. --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
 // requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
@@ -81,6 +82,22 @@ specdec::index_t match_context(specdec::index_t match) {
   return match <= 3 ? match - 2 : match < 8 ? 2 : match < 16 ? 3 : 4;
 }
 
+/// The prompt-lookup draft of `length` rows beyond the root: a chain, or with `options.branches` > 1 a
+/// tree within the same rows, the most recent continuation the main branch and each other one a side
+/// branch of length / 8 tokens (the policy prices `length` + 1 rows; a tree of full-length branches
+/// would cost up to three times that).
+specdec::draft_tree draft(std::span<const std::int32_t> history, specdec::index_t length, const specdec::ngram_options& options) {
+  if (options.branches == 1) return specdec::propose_ngram(history, length, options);
+  const specdec::index_t side = length / 8;
+  auto continuations = specdec::ngram_continuations(history, length, options);
+  for (std::size_t c = 0; c < continuations.size(); ++c) {
+    const auto keep = static_cast<std::size_t>(c == 0 ? length - side * (options.branches - 1) : side);
+    if (continuations[c].size() > keep) continuations[c].resize(keep);
+  }
+  std::erase_if(continuations, [](const std::vector<std::int32_t>& c) { return c.empty(); });
+  return specdec::continuation_tree(history.back(), continuations);
+}
+
 /// A draft-length policy that starts from the measured `costs` (one per method, kept across requests
 /// as an engine keeps it: what it learns is per context of match length, not per text).
 specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
@@ -114,8 +131,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
     } else {
       const specdec::index_t match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
       const specdec::index_t length = match == 0 ? 0 : policy.choose(match_context(match));
-      const specdec::draft_tree tree =
-          llama_example::llama_engine::dfs_order(specdec::propose_ngram(history, length, ngram));
+      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(draft(history, length, ngram));
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
       policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

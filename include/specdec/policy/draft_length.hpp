@@ -69,13 +69,16 @@ class forward_cost {
 
 /// Acceptance of a chain draft by depth: a_i = P(draft token i accepted | tokens 1..i-1 accepted),
 /// counted from verifications (a chain of L tokens with A accepted is a trial at depths 1..min(A+1, L)
-/// and a success at depths 1..A). Older verifications fade (weight 0.97 per verification, about the
-/// last 30 count) so that the estimate follows the text; depths with few trials lean on the pooled
+/// and a success at depths 1..A). Older verifications fade (weight `fade` = 0.9 per verification, about
+/// the last 10 count) so that the estimate follows the text: a request that copies and one that does not
+/// differ, and the policy must see the change within a few dozen tokens; depths with few trials lean on the pooled
 /// rate (a pseudo-count of 4), which itself leans on a prior rate (a pseudo-count of 2; 0.5 unless the
 /// caller knows better, as draft_length_policy does for a context from all its contexts). For a tree,
 /// report its accepted length and its depth.
 class acceptance_by_depth {
  public:
+  static constexpr double fade = 0.9;  ///< the weight a verification keeps at each later one
+
   /// \throws invalid_argument unless 0 <= accepted <= drafted.
   void record(index_t accepted, index_t drafted) {
     SPECDEC_EXPECTS(accepted >= 0 && accepted <= drafted, "specdec::policy::acceptance_by_depth::record", "accepted = ",
@@ -123,7 +126,6 @@ class acceptance_by_depth {
   }
 
  private:
-  static constexpr double fade = 0.97;
   std::vector<double> trials_, successes_;
 };
 
