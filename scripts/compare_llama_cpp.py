@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """specdec inside llama.cpp against llama.cpp's own speculative decoding, side by side.
 
-Run by scripts/compare_llama_cpp.sh, which builds the programs and makes the model; see there. For each
-prompt and round (rounds interleave the methods, so drift hits them alike) it runs:
+Run by scripts/compare_llama_cpp.sh, which builds the programs and makes the model; see there. It runs:
 
   llama.cpp            llama-completion, plain greedy decoding: the reference output and speed
   llama.cpp_lookup     llama-lookup (prompt-lookup drafting, its defaults)
   llama.cpp_ngram      llama-speculative-simple --spec-type ngram-simple (its defaults)
-  specdec_plain/chain/tree   examples/llama_cpp (one process runs the three, interleaved)
+  specdec_plain/chain/tree   examples/llama_cpp (one process per round runs every prompt, the three
+                             methods interleaved, each method's draft-length policy kept across the
+                             prompts after a warm-up on other prompts, as an engine keeps it)
 
 with the same model, prompt (the chat template applied, as specdec's example applies it), threads and
-number of new tokens. Every program is timed the same way: new tokens over the seconds from the end
-of the prompt's decode to the last token (llama-completion's own `eval time`, llama-lookup's and
+number of new tokens. Rounds interleave the programs, so that drift hits them alike. Every program is
+timed the same way: new tokens over the seconds from the end of the prompt's decode to the last token (llama-completion's own `eval time`, llama-lookup's and
 llama-speculative-simple's own `decoded ... in ... seconds`; the first token comes from the prompt's
 last row in each, except that llama-speculative-simple decodes the prompt's last token again with its
 first draft). Per (prompt, method) the median over rounds; `identical` says whether the greedy output
@@ -62,26 +63,26 @@ def speculative_tool(a, chat_file, program, extra):
     return {"tok_s": n_predict / seconds, "tau": (n_predict - free) / decodes, "text": out}
 
 
-def specdec(a, prompt_line):
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(prompt_line + "\n")
-    try:
-        cmd = [a.specdec, "--model", a.model, "--prompts", f.name, "--tokens", str(a.tokens), "--threads",
-               str(a.threads), "--temperature", str(a.temperature), "--seed", str(a.seed), "--quant", a.quant]
-        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-        if p.returncode not in (0, 1):  # 1: a greedy output differed from specdec_plain (reported below)
-            sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
-            raise SystemExit(1)
-    finally:
-        os.unlink(f.name)
+def specdec(a):
+    """One run of every prompt through specdec's example: {prompt: {method: result}}. Its draft-length
+    policies are kept across the prompts, as an engine keeps them across requests, after the warm-up
+    prompts (other text than the measured prompts; untimed)."""
+    cmd = [a.specdec, "--model", a.model, "--prompts", a.prompts, "--tokens", str(a.tokens), "--threads",
+           str(a.threads), "--temperature", str(a.temperature), "--seed", str(a.seed), "--quant", a.quant,
+           "--warmup", a.warmup]
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if p.returncode not in (0, 1):  # 1: a greedy output differed from specdec_plain (reported below)
+        sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
+        raise SystemExit(1)
     results = {}
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             fields = dict(kv.split("=", 1) for kv in line.split()[1:])
-            results[fields["method"]] = {"tok_s": float(fields["tok_s"]), "tau": float(fields["tau"])}
+            results.setdefault(int(fields["prompt"]), {})[fields["method"]] = {
+                "tok_s": float(fields["tok_s"]), "tau": float(fields["tau"])}
         elif line.startswith("TEXT "):
-            _, _, method, text = line.split(" ", 3)
-            results[method.split("=", 1)[1]]["text"] = json.loads(text)
+            _, prompt, method, text = line.split(" ", 3)
+            results[int(prompt.split("=", 1)[1])][method.split("=", 1)[1]]["text"] = json.loads(text)
         elif line.startswith("COST ") and a.verbose:
             print(line)
     return results
@@ -94,6 +95,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--quant", required=True)
     ap.add_argument("--prompts", required=True)
+    ap.add_argument("--warmup", required=True, help="prompts specdec's example runs first, untimed")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
@@ -103,50 +105,56 @@ def main():
     a = ap.parse_args()
     greedy = a.temperature == 0.0
 
-    prompt_lines = [l for l in open(a.prompts, encoding="utf-8").read().splitlines() if l.strip()]
     chats, _ = run([a.specdec, "--model", a.model, "--prompts", a.prompts, "--print-chat"])
     chat_texts = [json.loads(l.split(" ", 2)[2]) for l in chats.splitlines() if l.startswith("CHAT ")]
     methods = ["llama.cpp", "llama.cpp_lookup", "llama.cpp_ngram", "specdec_plain", "specdec_chain", "specdec_tree"]
-    rows = []
     workdir = tempfile.mkdtemp(prefix="specdec-compare-")
-    for p, (line, chat) in enumerate(zip(prompt_lines, chat_texts)):
-        chat_file = os.path.join(workdir, f"chat{p}.txt")
-        with open(chat_file, "w", encoding="utf-8") as f:
+    chat_files = []
+    for p, chat in enumerate(chat_texts):
+        chat_files.append(os.path.join(workdir, f"chat{p}.txt"))
+        with open(chat_files[-1], "w", encoding="utf-8") as f:
             f.write(chat + "\n")  # -f drops one final newline; the template's own must stay
-        runs = {m: [] for m in methods}
-        for _ in range(a.repeats):
-            runs["llama.cpp"].append(completion(a, chat_file))
-            runs["llama.cpp_lookup"].append(speculative_tool(a, chat_file, "llama-lookup", []))
-            runs["llama.cpp_ngram"].append(
+    # Rounds interleave the programs: each round runs llama.cpp's three on every prompt, then specdec's
+    # example on every prompt (its three methods interleaved inside).
+    runs = {p: {m: [] for m in methods} for p in range(len(chat_texts))}
+    for _ in range(a.repeats):
+        for p, chat_file in enumerate(chat_files):
+            runs[p]["llama.cpp"].append(completion(a, chat_file))
+            runs[p]["llama.cpp_lookup"].append(speculative_tool(a, chat_file, "llama-lookup", []))
+            runs[p]["llama.cpp_ngram"].append(
                 speculative_tool(a, chat_file, "llama-speculative-simple", ["--spec-type", "ngram-simple"]))
-            for method, r in specdec(a, line).items():
-                runs[method].append(r)
-        reference = runs["llama.cpp"][-1]["text"]
-        plain_tok_s = statistics.median(r["tok_s"] for r in runs["llama.cpp"])
+        for p, by_method in specdec(a).items():
+            for method, r in by_method.items():
+                runs[p][method].append(r)
+    rows = []
+    for p in range(len(chat_texts)):
+        reference = runs[p]["llama.cpp"][-1]["text"]
+        plain_tok_s = statistics.median(r["tok_s"] for r in runs[p]["llama.cpp"])
         for m in methods:
-            last = runs[m][-1]
-            tok_s = statistics.median(r["tok_s"] for r in runs[m])
+            last = runs[p][m][-1]
+            tok_s = statistics.median(r["tok_s"] for r in runs[p][m])
             if not greedy:
                 identical = "n/a"
             elif m.startswith("specdec"):
                 identical = "yes" if last["text"] == reference else "no"
             else:  # llama.cpp's programs print the prompt first and may run past N tokens
                 identical = "yes" if reference in last["text"].replace(END_OF_TURN, "") else "no"
-            rows.append((p, m, tok_s, tok_s / plain_tok_s, statistics.median(r["tau"] for r in runs[m]), identical))
+            tau = statistics.median(r["tau"] for r in runs[p][m])
+            rows.append((p, m, tok_s, tok_s / plain_tok_s, tau, identical))
             print(f"RESULT engine=llama.cpp quant={a.quant} prompt={p} method={m} tok_s={tok_s:.1f} "
-                  f"speedup={tok_s / plain_tok_s:.2f} tau={rows[-1][4]:.2f} identical={identical}", flush=True)
+                  f"speedup={tok_s / plain_tok_s:.2f} tau={tau:.2f} identical={identical}", flush=True)
 
     print(f"\nquant {a.quant}, {a.threads} thread(s), {a.tokens} new tokens, temperature {a.temperature}, "
           f"median of {a.repeats}; speedup against llama.cpp plain (llama-completion)")
     print("prompt  " + "  ".join(f"{m:>17}" for m in methods))
-    for p in range(len(prompt_lines)):
+    for p in range(len(chat_texts)):
         cells = [r for r in rows if r[0] == p]
         print(f"{p:>6}  " + "  ".join(f"{r[3]:5.2f}x {r[4]:4.2f} {r[5]:>4}" for r in cells))
     print("(each cell: speedup, tokens per target forward, greedy output identical to llama.cpp plain)")
     best_specdec = [max(r[3] for r in rows if r[0] == p and r[1] != "specdec_plain" and r[1].startswith("specdec"))
-                    for p in range(len(prompt_lines))]
+                    for p in range(len(chat_texts))]
     best_llama = [max(r[3] for r in rows if r[0] == p and r[1].startswith("llama.cpp_"))
-                  for p in range(len(prompt_lines))]
+                  for p in range(len(chat_texts))]
     print("best specdec method per prompt: " + " ".join(f"{x:.2f}" for x in best_specdec))
     print("best llama.cpp method per prompt: " + " ".join(f"{x:.2f}" for x in best_llama))
     if greedy and any(r[5] == "no" for r in rows if r[1].startswith("specdec")):

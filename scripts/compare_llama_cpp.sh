@@ -50,5 +50,6 @@ fi
 echo "llama.cpp $(grep -E '^LLAMA_CPP_COMMIT=' cmake/llama_cpp.pin | cut -d= -f2 | cut -c1-12)," \
   "$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores, $(date -u +%F)"
 python3 scripts/compare_llama_cpp.py --bin "$build/bin" --specdec "$build/examples/specdec_llama_cpp" \
-  --model "$model" --quant "$quant" --prompts "$prompts" --tokens "$tokens" --threads "$threads" \
+  --model "$model" --quant "$quant" --prompts "$prompts" --warmup examples/llama_cpp/warmup.txt \
+  --tokens "$tokens" --threads "$threads" \
   --repeats "$repeats" --temperature "$temperature"
