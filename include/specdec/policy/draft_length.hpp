@@ -158,17 +158,17 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 /// A drafter's draft-length policy: the three measurements above combined by best_draft_length. Where
 /// drafting does not pay it stops, and re-tries a one-token draft now and then: without drafts there
 /// would be no evidence to resume on, and a longer probe would cost more than it could show. Probes
-/// are paid from a budget of 1/32 of the time spent not drafting, so a method that never pays costs at
-/// most ~3 % (less where a probe is cheap next to a forward; a probe is every step's where it is free).
-/// Lengths are chosen on acceptance rates one standard deviation below their estimates, so that a
+/// are paid from a budget of 1/64 of the time spent not drafting, so a method that never pays costs
+/// about 1.5 % (less where a probe is cheap next to a forward; a probe every step where it is free).
+/// Lengths are chosen on acceptance rates half a standard deviation below their estimates, so that a
 /// few lucky verifications do not buy a long draft; the rates firm up as evidence accumulates.
 ///
 /// Contexts. A drafter that knows how good its draft is likely to be before verifying it (prompt lookup:
 /// how long the matched suffix is; a model drafter: its confidence bucket) passes a context index, and
 /// acceptance is measured per context while costs are shared: a long n-gram match that is copied
 /// verbatim is then not averaged with a two-token match that rarely is. A context's estimate leans on
-/// the acceptance of all contexts until it has evidence of its own, and a context never verified gets a
-/// one-token probe at once.
+/// the acceptance of all contexts until it has evidence of its own. Keep a policy across requests, as
+/// the costs it has measured: what it learns is about the drafter and the hardware, not one text.
 class draft_length_policy {
  public:
   /// \param longest the most tokens a draft may have (>= 0); \param contexts how many contexts the
@@ -180,8 +180,8 @@ class draft_length_policy {
     contexts_.resize(static_cast<std::size_t>(contexts));
   }
   /// The length for the step that starts now in `context` (0: verify the root alone). The first draft
-  /// is one token: it prices a draft token and a two-row verification at the least cost; longer lengths
-  /// are tried from there while their forwards are still unmeasured (forward_cost's optimism).
+  /// of all is one token: it prices a draft token and a two-row verification at the least cost; longer
+  /// lengths are tried from there while their forwards are still unmeasured (forward_cost's optimism).
   /// \throws invalid_argument unless 0 <= context < contexts.
   index_t choose(index_t context = 0) {
     const acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::choose");
