@@ -15,8 +15,10 @@ number of new tokens. Rounds interleave the programs, so that drift hits them al
 timed the same way: new tokens over the seconds from the end of the prompt's decode to the last token (llama-completion's own `eval time`, llama-lookup's and
 llama-speculative-simple's own `decoded ... in ... seconds`; the first token comes from the prompt's
 last row in each, except that llama-speculative-simple decodes the prompt's last token again with its
-first draft). Per (prompt, method) the median over rounds; `identical` says whether the greedy output
-equals llama-completion's token for token (as text: its first N tokens' pieces).
+first draft). Per (prompt, method): the median tokens/s over rounds; the speed-up, the median over rounds
+of the ratio to the plain decoding run beside it (llama-completion on the same prompt just before, for
+llama.cpp's programs; specdec_plain in the same process, for specdec's methods); `identical`, whether
+the greedy output equals llama-completion's token for token (as text: its first N tokens' pieces).
 """
 import argparse
 import json
@@ -38,10 +40,16 @@ def run(cmd, **kw):
     return p.stdout, p.stderr
 
 
+def sampling(a):
+    # Sampled runs: temperature alone, as specdec's example samples (llama.cpp's defaults add top-k 40,
+    # top-p 0.95 and min-p 0.05).
+    return ["--temp", str(a.temperature)] + (["--top-k", "0", "--top-p", "1", "--min-p", "0"] if a.temperature > 0 else [])
+
+
 def completion(a, chat_file):
     out, err = run([a.bin + "/llama-completion", "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
-                    "-t", str(a.threads), "--temp", str(a.temperature), "--seed", str(a.seed), "-no-cnv",
-                    "--no-display-prompt", "--no-escape", "--no-warmup", "-c", "4096"])
+                    "-t", str(a.threads), "--seed", str(a.seed), "-no-cnv", "--no-display-prompt", "--no-escape",
+                    "--no-warmup", "-c", "4096"] + sampling(a))
     m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", err.replace("prompt eval time", "prompt_eval"))
     seconds, runs = float(m.group(1)) / 1e3, int(m.group(2))
     text = out.split(" [end of text]")[0].rstrip("\n")
@@ -51,8 +59,7 @@ def completion(a, chat_file):
 
 def speculative_tool(a, chat_file, program, extra):
     out, err = run([a.bin + "/" + program, "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
-                    "-t", str(a.threads), "--temp", str(a.temperature), "--seed", str(a.seed), "--no-escape",
-                    "-c", "4096"] + extra)
+                    "-t", str(a.threads), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a) + extra)
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
     n_predict, seconds = int(m.group(1)), float(m.group(2))
     n_accept = int(re.search(r"n_accept\s*=\s*(\d+)", err).group(1))
@@ -126,13 +133,19 @@ def main():
         for p, by_method in specdec(a).items():
             for method, r in by_method.items():
                 runs[p][method].append(r)
+    # Speed-ups are medians of per-round ratios to the plain decoding run beside each method: llama.cpp's
+    # programs against llama-completion on the same prompt seconds before, specdec's methods against
+    # specdec_plain in the same process (this machine's speed drifts by up to a quarter within seconds,
+    # more than most of the differences measured). specdec_plain's own is against llama-completion.
+    beside = {"llama.cpp_lookup": "llama.cpp", "llama.cpp_ngram": "llama.cpp", "specdec_plain": "llama.cpp",
+              "specdec_chain": "specdec_plain", "specdec_tree": "specdec_plain", "llama.cpp": "llama.cpp"}
     rows = []
     for p in range(len(chat_texts)):
         reference = runs[p]["llama.cpp"][-1]["text"]
-        plain_tok_s = statistics.median(r["tok_s"] for r in runs[p]["llama.cpp"])
         for m in methods:
             last = runs[p][m][-1]
             tok_s = statistics.median(r["tok_s"] for r in runs[p][m])
+            speedup = statistics.median(r["tok_s"] / b["tok_s"] for r, b in zip(runs[p][m], runs[p][beside[m]]))
             if not greedy:
                 identical = "n/a"
             elif m.startswith("specdec"):
@@ -140,12 +153,13 @@ def main():
             else:  # llama.cpp's programs print the prompt first and may run past N tokens
                 identical = "yes" if reference in last["text"].replace(END_OF_TURN, "") else "no"
             tau = statistics.median(r["tau"] for r in runs[p][m])
-            rows.append((p, m, tok_s, tok_s / plain_tok_s, tau, identical))
+            rows.append((p, m, tok_s, speedup, tau, identical))
             print(f"RESULT engine=llama.cpp quant={a.quant} prompt={p} method={m} tok_s={tok_s:.1f} "
-                  f"speedup={tok_s / plain_tok_s:.2f} tau={tau:.2f} identical={identical}", flush=True)
+                  f"speedup={speedup:.2f} tau={tau:.2f} identical={identical}", flush=True)
 
     print(f"\nquant {a.quant}, {a.threads} thread(s), {a.tokens} new tokens, temperature {a.temperature}, "
-          f"median of {a.repeats}; speedup against llama.cpp plain (llama-completion)")
+          f"median of {a.repeats}; speed-up against the plain decoding beside each method (specdec_plain's: against\n"
+          f"llama-completion, a different process)")
     print("prompt  " + "  ".join(f"{m:>17}" for m in methods))
     for p in range(len(chat_texts)):
         cells = [r for r in rows if r[0] == p]
