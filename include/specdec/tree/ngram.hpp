@@ -52,13 +52,18 @@ inline bool suffix_at(std::span<const std::int32_t> history, index_t start, inde
   return true;
 }
 /// The longest g in [min_ngram, max_ngram] whose suffix occurred earlier (ending before the last
-/// token); 0 when none did.
+/// token); 0 when none did. One backward pass: at each earlier end position, how many tokens before it
+/// agree with the suffix (mostly none), so O(history) on ordinary text rather than O(history x g).
 inline index_t longest_match(std::span<const std::int32_t> window, const ngram_options& options) {
   const auto n = static_cast<index_t>(window.size());
-  for (index_t g = std::min(options.max_ngram, n - 1); g >= options.min_ngram; --g)
-    for (index_t start = n - g - 1; start >= 0; --start)
-      if (suffix_at(window, start, g)) return g;
-  return 0;
+  const auto at = [&](index_t i) { return window[static_cast<std::size_t>(i)]; };
+  index_t best = 0;
+  for (index_t end = n - 2; end >= 0 && best < options.max_ngram; --end) {
+    index_t g = 0;
+    while (g < options.max_ngram && end - g >= 0 && at(end - g) == at(n - 1 - g)) ++g;
+    best = std::max(best, g);
+  }
+  return best >= options.min_ngram ? best : 0;
 }
 }  // namespace detail
 
