@@ -26,8 +26,12 @@ model="${SPECDEC_MODEL:-$(scripts/fetch_model.sh)}"
 build="build/llama-check"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_LLAMA_CPP=ON -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target specdec_llama_cpp specdec_llama_cpp_tree_kv_check \
-  specdec_llama_cpp_simple >/dev/null
+# llama.cpp's own sources warn under GCC; its build log is shown only when the build fails.
+if ! cmake --build "$build" -j"$(nproc)" --target specdec_llama_cpp specdec_llama_cpp_tree_kv_check \
+  specdec_llama_cpp_simple >"$build/build.log" 2>&1; then
+  tail -n 60 "$build/build.log"
+  exit 1
+fi
 examples="$build/examples"
 
 "$examples/specdec_llama_cpp_tree_kv_check" --model "$model" | tail -1
