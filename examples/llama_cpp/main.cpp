@@ -115,7 +115,7 @@ specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     specdec::index_t branches, float temperature, std::uint64_t seed,
                     specdec::policy::draft_length_policy& policy) {
-  // Room for the longest tree (three continuations) and the kept tokens decoded again in front of it.
+  // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
   const specdec::ngram_options ngram{.max_ngram = 16, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
   std::vector<std::int32_t> history = prompt;
