@@ -142,11 +142,12 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
   SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds), where, "draft_seconds = ", draft_seconds,
                   "; expected a finite time >= 0");
   index_t best = 0;
-  double best_rate = 0;
+  double best_rate = 0, expected = 1, reach = 1;  // expected_tokens(length), built up one depth at a time
   for (index_t length = 0; length <= longest; ++length) {
+    if (length > 0) expected += (reach *= acceptance.rate(length, prior, caution));
     double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
     if (seconds <= 0) seconds = 1.0;
-    const double rate = acceptance.expected_tokens(length, prior, caution) / seconds;
+    const double rate = expected / seconds;
     if (rate > best_rate) {
       best_rate = rate;
       best = length;

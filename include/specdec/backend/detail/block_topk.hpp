@@ -301,32 +301,26 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
       referenced = true;
     }
     vec s0{}, s1{}, chunk_max = vec{} + negative_infinity<float>();
-    if (maxima == nullptr) {  // no block maxima: one flat loop, the hardware prefetcher follows it
-      vec m0 = chunk_max, m1 = chunk_max;
-      for (index_t j = 0; j < len; j += 2 * w) {
-        const vec v0 = simd_load(chunk + j), v1 = simd_load(chunk + j + w);
-        m0 = m0 < v0 ? v0 : m0;
-        m1 = m1 < v1 ? v1 : m1;
-        s0 += terms(v0);
-        s1 += terms(v1);
-      }
-      chunk_max = m0 < m1 ? m1 : m0;
-    }
-    for (index_t b = b0; b < b1 && maxima != nullptr; ++b) {
-      const float* p = x + b * maxima_block;
-      if (b * maxima_block + prefetch_distance + maxima_block <= n)
-        for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
-      vec m0 = simd_load(p), m1 = simd_load(p + w);
-      for (index_t j = 0; j < maxima_block; j += 2 * w) {
+    // The maximum of `count` entries at p (lane-wise), their terms added to s0 / s1.
+    const auto scan = [&](const float* p, index_t count) {
+      vec m0 = vec{} + negative_infinity<float>(), m1 = m0;
+      for (index_t j = 0; j < count; j += 2 * w) {
         const vec v0 = simd_load(p + j), v1 = simd_load(p + j + w);
         m0 = m0 < v0 ? v0 : m0;
         m1 = m1 < v1 ? v1 : m1;
         s0 += terms(v0);
         s1 += terms(v1);
       }
-      m0 = m0 < m1 ? m1 : m0;
-      maxima[b] = horizontal_max(m0);
-      chunk_max = chunk_max < m0 ? m0 : chunk_max;
+      return m0 < m1 ? m1 : m0;
+    };
+    if (maxima == nullptr) chunk_max = scan(chunk, len);  // one flat loop, the hardware prefetcher follows it
+    for (index_t b = b0; b < b1 && maxima != nullptr; ++b) {
+      const float* p = x + b * maxima_block;
+      if (b * maxima_block + prefetch_distance + maxima_block <= n)
+        for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
+      const vec m = scan(p, maxima_block);
+      maxima[b] = horizontal_max(m);
+      chunk_max = chunk_max < m ? m : chunk_max;
     }
     const float cm = horizontal_max(chunk_max);
     // A NaN may hide from the maxima but not from the sum; +inf shows as the maximum.
