@@ -7,7 +7,7 @@
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
-//                     [--warmup FILE] [--print-chat]
+//                     [--warmup FILE] [--print-chat] [--trace]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
 // policy chose. --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
@@ -16,7 +16,9 @@
 // tau=<x> identical=<yes|no|n/a>`, then `TEXT prompt=<i> method=specdec_<name> <JSON string>` (the last
 // run's output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each
 // prompt in the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own
-// programs are given by scripts/compare_llama_cpp.sh, and exits.
+// programs are given by scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to
+// stderr (`TRACE method=<name> match=<matched suffix> length=<chosen> rows=<decoded> accepted=<n>
+// ms=<decode>`): what the draft-length policy chose and what it paid.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -114,7 +116,7 @@ specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
 /// they time generation.
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     specdec::index_t branches, float temperature, std::uint64_t seed,
-                    specdec::policy::draft_length_policy& policy) {
+                    specdec::policy::draft_length_policy& policy, const char* trace = nullptr) {
   // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
   const specdec::ngram_options ngram{.max_ngram = 16, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
@@ -134,9 +136,14 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(draft(history, length, ngram));
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
-      policy.target_forward_timed(tree.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      policy.target_forward_timed(tree.size(), seconds);
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step);
+      if (trace != nullptr)
+        std::fprintf(stderr, "TRACE method=%s match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace,
+                     static_cast<long long>(match), static_cast<long long>(length), static_cast<long long>(tree.size()),
+                     result.accepted_nodes.size(), 1e3 * seconds);
       if (match > 0)
         policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), match_context(match));
       engine.keep(result.kept_nodes());
@@ -225,11 +232,11 @@ int main(int argc, char** argv) {
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
   std::uint64_t seed = 1;
-  bool print_chat = false;
+  bool print_chat = false, trace = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--print-chat") {
-      print_chat = true;
+    if (key == "--print-chat" || key == "--trace") {
+      (key == "--trace" ? trace : print_chat) = true;
       --i;
       continue;
     }
@@ -257,7 +264,7 @@ int main(int argc, char** argv) {
   if (model.empty()) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
-                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat]\n",
+                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat] [--trace]\n",
                  argv[0]);
     return 2;
   }
@@ -307,7 +314,8 @@ int main(int argc, char** argv) {
     std::vector<run_result> last(method_list.size());
     for (int round = 0; round < repeats; ++round)
       for (std::size_t m = 0; m < method_list.size(); ++m) {
-        last[m] = generate(model, chat, threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m]);
+        last[m] = generate(model, chat, threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m],
+                           trace ? method_list[m].c_str() : nullptr);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }
     const auto plain_at = std::find(method_list.begin(), method_list.end(), "plain");
