@@ -4,15 +4,17 @@
 // places after the root; a static tree from a Medusa choice list takes node tokens from those top-k
 // lists (specdec::make_static_tree), and the loop verifies the tree in one forward.
 //
-// The heads' weights are random unless trained: there is no public Medusa checkpoint for SmolLM2, so
-// this example shows the wiring and measures what random heads give (next to nothing is accepted). Each
-// head shares the target's LM head instead of carrying its own 49152 x 576 matrix. The default choice
-// list is small (7 nodes): on a CPU, verifying Medusa's 64-node mc_sim_7b_63 tree costs ~20 forwards.
+// Weights: examples/weights/medusa_smollm2_135m.safetensors by default (or --weights FILE), trained for
+// SmolLM2-135M-Instruct by tools/train (medusa.py: self-distillation, soft labels), fp16, Medusa's names:
+// `medusa_head.{i}.0.linear.weight` [576 x 576] and `.bias` [576] per head, at least as many heads as
+// the tree is deep. Each head shares the target's LM head instead of carrying its own 49152 x 576
+// matrix. The default choice list is small (6 nodes): on a CPU, verifying Medusa's 64-node
+// mc_sim_7b_63 tree costs ~20 forwards.
 #include <cmath>
-#include <random>
 
 #include <specdec/tree/static_tree.hpp>
 
+#include "engine/checkpoint.hpp"
 #include "engine/example_main.hpp"
 #include "engine/feature_drafter.hpp"
 
@@ -22,15 +24,30 @@ using engine::index_t;
 
 class medusa_drafter : public engine::feature_drafter {
  public:
-  medusa_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k)
+  /// Loads the first `depth of the tree` heads of `weights_path`. \throws specdec::invalid_argument when
+  /// the file does not hold exactly medusa_head.{0..H-1}.0.linear.{weight [E x E], bias [E]} in fp16
+  /// with H >= the tree's depth.
+  medusa_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
       : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
     const index_t e = model.config().hidden;
     heads_ = shape_.tree.max_depth();
-    std::mt19937 rng(13);
-    std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(e)), 1.0f / std::sqrt(static_cast<float>(e)));
-    weight_.resize(static_cast<std::size_t>(heads_ * e * e));
-    for (auto& w : weight_) w = u(rng);
-    bias_.assign(static_cast<std::size_t>(heads_ * e), 0.0f);
+    const auto name = [](index_t k, const char* what) { return "medusa_head." + std::to_string(k) + ".0.linear." + what; };
+    const auto file = specdec::io::safetensors::open(weights_path);
+    index_t stored = 0;
+    while (file.contains(name(stored, "weight"))) ++stored;
+    SPECDEC_EXPECTS(stored >= heads_, "medusa_drafter", weights_path, " holds ", stored, " heads; the tree is ", heads_, " deep");
+    std::vector<engine::expected_tensor> expected;
+    for (index_t k = 0; k < stored; ++k) {
+      expected.push_back({name(k, "weight"), {e, e}});
+      expected.push_back({name(k, "bias"), {e}});
+    }
+    engine::check_layout(file, weights_path, expected);
+    for (index_t k = 0; k < heads_; ++k) {
+      const auto& w = file.at(name(k, "weight")).values;
+      const auto& b = file.at(name(k, "bias")).values;
+      weight_.insert(weight_.end(), w.begin(), w.end());
+      bias_.insert(bias_.end(), b.begin(), b.end());
+    }
   }
   std::string name() const override { return "medusa"; }
 
@@ -67,8 +84,9 @@ class medusa_drafter : public engine::feature_drafter {
 
 int main(int argc, char** argv) {
   return engine::example_main(
-      argc, argv, "Medusa heads on a static tree (RANDOM head weights: no trained checkpoint; expect ~0 accepted)",
-      [](const engine::llama_model& model) {
-        return std::make_unique<medusa_drafter>(model, std::vector<specdec::choice>{{0}, {1}, {2}, {0, 0}, {0, 1}, {0, 0, 0}}, 4);
+      argc, argv, "Medusa heads on a static tree (trained by tools/train/medusa.py)",
+      engine::default_weights("medusa_smollm2_135m.safetensors"), [](const engine::llama_model& model, const std::string& weights) {
+        return std::make_unique<medusa_drafter>(model, std::vector<specdec::choice>{{0}, {1}, {2}, {0, 0}, {0, 1}, {0, 0, 0}}, 4,
+                                                weights);
       });
 }

@@ -169,8 +169,8 @@ TEST_CASE("safetensors: F32, F16 and BF16 tensors; truncated and inconsistent fi
   CHECK(error(truncated).find("tensor 'c' spans bytes [12, 14) but the data holds 13 bytes") != std::string::npos);
   CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)).find("has 8 bytes; its shape and dtype F32 need 12") !=
         std::string::npos);
-  CHECK(error(checkpoint(R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", data)).find("has dtype I8; expected F32, F16 or BF16") !=
-        std::string::npos);
+  CHECK(error(checkpoint(R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", data))
+            .find("has dtype I8; expected F32, F16, BF16, I32 or I64") != std::string::npos);
   CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", data))
             .find("tensors overlap") != std::string::npos);
   CHECK(error(checkpoint(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", data)).find("malformed JSON header") != std::string::npos);
@@ -178,6 +178,28 @@ TEST_CASE("safetensors: F32, F16 and BF16 tensors; truncated and inconsistent fi
   put_u64(short_header, 1000);
   CHECK(error(short_header).find("the header claims 1000 bytes") != std::string::npos);
   CHECK(error_of([&] { (void)st.at("missing"); }).find("no tensor named 'missing'") != std::string::npos);
+}
+
+TEST_CASE("safetensors: I32 and I64 tensors load as int64 (EAGLE-3's d2t) and are not floating-point views") {
+  // i: I64 [2] = {-3, 2^40}; j: I32 [2] = {-1, 7}.
+  std::vector<std::uint8_t> data;
+  for (std::int64_t v : {std::int64_t{-3}, std::int64_t{1} << 40})
+    for (int i = 0; i < 8; ++i) data.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i)));
+  for (std::int32_t v : {-1, 7})
+    for (int i = 0; i < 4; ++i) data.push_back(static_cast<std::uint8_t>(static_cast<std::uint32_t>(v) >> (8 * i)));
+  const auto st = specdec::io::safetensors::parse(
+      checkpoint(R"({"i":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},"j":{"dtype":"I32","shape":[1,2],"data_offsets":[16,24]}})", data));
+  const auto i = st.integers("i");
+  CHECK(std::vector<std::int64_t>(i.begin(), i.end()) == std::vector<std::int64_t>{-3, std::int64_t{1} << 40});
+  const auto j = st.integers("j");
+  CHECK(std::vector<std::int64_t>(j.begin(), j.end()) == std::vector<std::int64_t>{-1, 7});
+  CHECK(st.at("j").shape == std::vector<specdec::index_t>{1, 2});
+  CHECK(error_of([&] { (void)st.vector("i"); }).find("tensor 'i' is I64; expected F32, F16 or BF16") != std::string::npos);
+  CHECK(error_of([&] { (void)st.matrix("j"); }).find("tensor 'j' is I32; expected F32, F16 or BF16") != std::string::npos);
+  CHECK(error_of([&] { specdec::io::safetensors::parse(checkpoint(R"({"i":{"dtype":"I64","shape":[3],"data_offsets":[0,16]}})", data)); })
+            .find("has 16 bytes; its shape and dtype I64 need 24") != std::string::npos);
+  const auto floats = specdec::io::safetensors::parse(checkpoint(R"({"f":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", data));
+  CHECK(error_of([&] { (void)floats.integers("f"); }).find("tensor 'f' is F32; expected I32 or I64") != std::string::npos);
 }
 
 TEST_CASE("safetensors: numbers out of range, overflowing shapes and malformed fields give specdec's error") {

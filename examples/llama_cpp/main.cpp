@@ -36,6 +36,7 @@
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/ngram.hpp>
 
+#include "../engine/prompts.hpp"
 #include "llama_adapter.hpp"
 
 namespace {
@@ -162,61 +163,9 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
   return out;
 }
 
-/// One prompt per line, each a JSON string ("..." with JSON escapes; \uXXXX in the basic plane), or
-/// plain text when a line does not start with a quote.
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    if (line.front() != '"') {
-      prompts.push_back(line);
-      continue;
-    }
-    std::string text;
-    for (std::size_t i = 1; i < line.size() && line[i] != '"'; ++i) {
-      if (line[i] != '\\' || i + 1 >= line.size()) {
-        text += line[i];
-        continue;
-      }
-      const char e = line[++i];
-      if (e == 'n') text += '\n';
-      else if (e == 't') text += '\t';
-      else if (e == 'r') text += '\r';
-      else if (e == 'u' && i + 4 < line.size()) {
-        const auto cp = static_cast<unsigned>(std::stoul(line.substr(i + 1, 4), nullptr, 16));
-        i += 4;
-        if (cp < 0x80) text += static_cast<char>(cp);
-        else if (cp < 0x800) text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-        else text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
-      } else text += e;  // \" \\ \/
-    }
-    prompts.push_back(text);
-  }
-  return prompts;
-}
-
 /// Tokens per target forward (tau): the first token comes from the prompt's decode.
 double tokens_per_forward(const run_result& run) {
   return run.forwards == 0 ? 1.0 : static_cast<double>(run.tokens.size() - 1) / static_cast<double>(run.forwards);
-}
-
-/// `text` as a JSON string (the form --prompts reads, and what the TEXT and CHAT lines print).
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += {'\\', c};
-    else if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(c));
-      out += code;
-    } else out += c;
-  }
-  return out + '"';
 }
 
 double median(std::vector<double> v) {
@@ -268,12 +217,12 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  if (!prompts_file.empty()) prompts = read_prompts(prompts_file);
+  if (!prompts_file.empty()) prompts = engine::read_prompts(prompts_file);
   if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
   if (print_chat) {  // the prompts as llama.cpp's own programs take them (raw text, template applied)
     llama_example::llama_engine engine(model, threads, 4096, 1);
     for (std::size_t p = 0; p < prompts.size(); ++p)
-      std::printf("CHAT prompt=%zu %s\n", p, json_string(engine.chat_text(prompts[p])).c_str());
+      std::printf("CHAT prompt=%zu %s\n", p, engine::json_string(engine.chat_text(prompts[p])).c_str());
     return 0;
   }
   std::vector<std::string> method_list;
@@ -304,7 +253,7 @@ int main(int argc, char** argv) {
     return engine.chat_tokens(prompt);
   };
   if (!warmup_file.empty())
-    for (const std::string& prompt : read_prompts(warmup_file))
+    for (const std::string& prompt : engine::read_prompts(warmup_file))
       for (std::size_t m = 0; m < method_list.size(); ++m)
         (void)generate(model, chat_of(prompt), threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m]);
   for (std::size_t p = 0; p < prompts.size(); ++p) {
@@ -332,7 +281,7 @@ int main(int argc, char** argv) {
                   m == plain && greedy ? "yes" : compared ? (identical ? "yes" : "no") : "n/a");
     }
     for (std::size_t m = 0; m < method_list.size(); ++m)
-      std::printf("TEXT prompt=%zu method=specdec_%s %s\n", p, method_list[m].c_str(), json_string(last[m].text).c_str());
+      std::printf("TEXT prompt=%zu method=specdec_%s %s\n", p, method_list[m].c_str(), engine::json_string(last[m].text).c_str());
   }
   return all_identical ? 0 : 1;
 }

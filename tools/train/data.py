@@ -26,8 +26,12 @@ from target import Target, chat_prefix, tokenizer
 
 
 def self_written_prompts(t: Target, tok, n: int, gen: torch.Generator, batch: int = 64) -> list[str]:
-    """The target writes user turns: the template up to the user's text, sampled at T = 1."""
-    start = tok.encode("<|im_start|>user\n").ids
+    """The target writes user turns: the template up to the user's text, sampled at T = 1. The
+    template's default system turn comes first: without it the model writes web text, not requests
+    (2 of 16 end as a turn instead of 14). The answers are then generated without it, as the C++
+    examples prompt."""
+    start = tok.encode("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                       "<|im_start|>user\n").ids
     end = tok.token_to_id("<|im_end|>")
     seen, out = set(), []
     while len(out) < n:

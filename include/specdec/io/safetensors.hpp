@@ -29,11 +29,13 @@
 
 namespace specdec::io {
 
-/// One tensor of a checkpoint, converted to float32.
+/// One tensor of a checkpoint: floating-point ones converted to float32, integer ones to int64.
 struct tensor {
-  std::string dtype;           ///< as stored: "F32", "F16" or "BF16"
-  std::vector<index_t> shape;  ///< row-major extents
-  std::vector<float> values;   ///< product(shape) values
+  std::string dtype;                   ///< as stored: "F32", "F16", "BF16", "I32" or "I64"
+  std::vector<index_t> shape;          ///< row-major extents
+  std::vector<float> values;           ///< product(shape) values (F32, F16, BF16; empty otherwise)
+  std::vector<std::int64_t> integers;  ///< product(shape) values (I32, I64; empty otherwise)
+  bool is_integer() const noexcept { return dtype == "I32" || dtype == "I64"; }
 };
 
 namespace detail {
@@ -247,9 +249,10 @@ class safetensors {
       };
       using kind = detail::json_reader::value::kind;
       const std::string dtype = field("dtype", kind::string).text;
-      const std::size_t width = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
-      SPECDEC_EXPECTS(width != 0, where, name, ": tensor '", tensor_name, "' has dtype ", dtype, "; expected F32, F16 or BF16");
-      tensor t{dtype, {}, {}};
+      const std::size_t width = dtype == "I64" ? 8 : (dtype == "F32" || dtype == "I32") ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+      SPECDEC_EXPECTS(width != 0, where, name, ": tensor '", tensor_name, "' has dtype ", dtype,
+                      "; expected F32, F16, BF16, I32 or I64");
+      tensor t{dtype, {}, {}, {}};
       // The element count is bounded by the data it must fit in, so the product is checked against
       // that bound before every multiply and can never wrap.
       const std::uint64_t max_count = data.size() / width;
@@ -272,18 +275,27 @@ class safetensors {
       SPECDEC_EXPECTS(end - begin == count * width, where, name, ": tensor '", tensor_name, "' has ", end - begin,
                       " bytes; its shape and dtype ", dtype, " need ", count * width);
       if (begin < end) ranges.emplace_back(begin, end);  // an empty tensor overlaps nothing
-      t.values.resize(static_cast<std::size_t>(count));
       const std::byte* p = data.data() + begin;
-      for (std::size_t i = 0; i < t.values.size(); ++i) {
-        if (width == 4) {
-          std::uint32_t u = 0;
-          for (int k = 3; k >= 0; --k) u = (u << 8) | static_cast<std::uint8_t>(p[4 * i + static_cast<std::size_t>(k)]);
-          t.values[i] = std::bit_cast<float>(u);
-        } else {
-          const auto u = static_cast<std::uint16_t>(static_cast<std::uint8_t>(p[2 * i]) |
-                                                    (static_cast<std::uint8_t>(p[2 * i + 1]) << 8));
-          t.values[i] = dtype == "F16" ? detail::half_to_float(u) : detail::bfloat16_to_float(u);
+      // Little-endian unsigned value of `bytes` bytes at p.
+      const auto little = [](const std::byte* at, std::size_t bytes) {
+        std::uint64_t u = 0;
+        for (std::size_t k = bytes; k-- > 0;) u = (u << 8) | static_cast<std::uint8_t>(at[k]);
+        return u;
+      };
+      if (t.is_integer()) {
+        t.integers.resize(static_cast<std::size_t>(count));
+        for (std::size_t i = 0; i < t.integers.size(); ++i) {
+          const std::uint64_t u = little(p + width * i, width);
+          t.integers[i] = width == 8 ? static_cast<std::int64_t>(u) : static_cast<std::int64_t>(static_cast<std::int32_t>(static_cast<std::uint32_t>(u)));
         }
+      } else {
+        t.values.resize(static_cast<std::size_t>(count));
+      }
+      for (std::size_t i = 0; i < t.values.size(); ++i) {
+        const std::uint64_t u = little(p + width * i, width);
+        t.values[i] = width == 4 ? std::bit_cast<float>(static_cast<std::uint32_t>(u))
+                      : dtype == "F16" ? detail::half_to_float(static_cast<std::uint16_t>(u))
+                                       : detail::bfloat16_to_float(static_cast<std::uint16_t>(u));
       }
       SPECDEC_EXPECTS(out.tensors_.emplace(tensor_name, std::move(t)).second, where, name, ": tensor '", tensor_name,
                       "' appears twice");
@@ -306,17 +318,26 @@ class safetensors {
     SPECDEC_EXPECTS(it != tensors_.end(), "specdec::io::safetensors", "no tensor named '", name, "' in the checkpoint");
     return it->second;
   }
-  /// A 2-D tensor as a host matrix view (a 1-D tensor as one row). \throws on rank > 2.
+  /// A 2-D floating-point tensor as a host matrix view (a 1-D tensor as one row). \throws on rank > 2
+  /// or an integer tensor.
   matrix_view<const float> matrix(const std::string& name) const {
-    const tensor& t = at(name);
+    const tensor& t = floating(name);
     SPECDEC_EXPECTS(t.shape.size() == 1 || t.shape.size() == 2, "specdec::io::safetensors", "tensor '", name, "' has rank ",
                     t.shape.size(), "; expected 1 or 2");
     const index_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
     return {t.values.data(), rows, t.shape.back()};
   }
+  /// A floating-point tensor's values as a host vector view. \throws on an integer tensor.
   vector_view<const float> vector(const std::string& name) const {
-    const tensor& t = at(name);
+    const tensor& t = floating(name);
     return {t.values.data(), static_cast<index_t>(t.values.size())};
+  }
+  /// An integer tensor's values (I32 or I64, as int64). \throws invalid_argument naming the tensor when
+  /// it is missing or floating-point.
+  std::span<const std::int64_t> integers(const std::string& name) const {
+    const tensor& t = at(name);
+    SPECDEC_EXPECTS(t.is_integer(), "specdec::io::safetensors", "tensor '", name, "' is ", t.dtype, "; expected I32 or I64");
+    return t.integers;
   }
   /// `name.weight` and, when present, `name.bias`.
   blocks::linear<host_space> linear(const std::string& name) const {
@@ -338,6 +359,12 @@ class safetensors {
   }
 
  private:
+  const tensor& floating(const std::string& name) const {
+    const tensor& t = at(name);
+    SPECDEC_EXPECTS(!t.is_integer(), "specdec::io::safetensors", "tensor '", name, "' is ", t.dtype,
+                    "; expected F32, F16 or BF16");
+    return t;
+  }
   std::map<std::string, tensor> tensors_;
 };
 

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief A trained drafter's checkpoint, checked against the layout its example loads: every expected
+/// tensor present with its exact shape and dtype, and nothing else. A checkpoint for another model
+/// width, another head count or another drafter fails here with the tensor named, not later as a
+/// wrong answer.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/io/safetensors.hpp>
+
+namespace engine {
+
+struct expected_tensor {
+  std::string name;
+  std::vector<specdec::index_t> shape;
+};
+
+/// Where the examples look for their trained weights unless given --weights (examples/weights in
+/// the source tree, set by CMake).
+inline std::string default_weights(const std::string& file) {
+#ifdef SPECDEC_EXAMPLE_WEIGHTS_DIR
+  return std::string(SPECDEC_EXAMPLE_WEIGHTS_DIR) + "/" + file;
+#else
+  return file;
+#endif
+}
+
+/// Checks that `file` (read from `path`) holds exactly `expected`, each tensor of dtype `dtype`.
+/// \throws specdec::invalid_argument naming the file and the first tensor that is missing, extra, or
+/// of another shape or dtype.
+inline void check_layout(const specdec::io::safetensors& file, const std::string& path, const std::vector<expected_tensor>& expected,
+                         const std::string& dtype = "F16") {
+  constexpr const char* where = "engine::check_layout";
+  const auto shape_text = [](const std::vector<specdec::index_t>& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? " x " : "") + std::to_string(s[i]);
+    return t + "]";
+  };
+  for (const auto& e : expected) {
+    SPECDEC_EXPECTS(file.contains(e.name), where, path, ": no tensor '", e.name, "'; expected ", shape_text(e.shape), " ", dtype);
+    const auto& t = file.at(e.name);
+    SPECDEC_EXPECTS(t.shape == e.shape && t.dtype == dtype, where, path, ": tensor '", e.name, "' is ", shape_text(t.shape), " ",
+                    t.dtype, "; expected ", shape_text(e.shape), " ", dtype);
+  }
+  for (const auto& name : file.names())
+    SPECDEC_EXPECTS(std::any_of(expected.begin(), expected.end(), [&](const expected_tensor& e) { return e.name == name; }), where,
+                    path, ": unexpected tensor '", name, "' (a checkpoint of another layout?)");
+}
+
+/// Opens `path` and check_layout()s it. \throws as check_layout, and whatever safetensors::open throws
+/// on an unreadable or malformed file.
+inline specdec::io::safetensors load_checkpoint(const std::string& path, const std::vector<expected_tensor>& expected,
+                                                const std::string& dtype = "F16") {
+  auto file = specdec::io::safetensors::open(path);
+  check_layout(file, path, expected, dtype);
+  return file;
+}
+
+}  // namespace engine

@@ -1,0 +1,46 @@
+"""What every drafter's training shares: the cached features, soft-label loss over the target's LM
+head, offline top-k accuracy, a cosine schedule, and fp16 safetensors export."""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+
+def load_features(data_dir: str) -> dict:
+    return torch.load(os.path.join(data_dir, "features.pt"))
+
+
+def positions(split: dict, ahead: int) -> torch.Tensor:
+    """Rows p whose token p + ahead (the one a drafter predicts from row p's feature) exists and lies in
+    the answer: the drafter learns to continue answers; the prompt is context only."""
+    offsets, answer = split["offsets"], split["answer"]
+    out = []
+    for s in range(len(answer)):
+        start, end = int(offsets[s]), int(offsets[s + 1])
+        first = max(start, start + int(answer[s]) - ahead)
+        last = end - 1 - ahead  # p + ahead <= end - 1
+        if last >= first:
+            out.append(torch.arange(first, last + 1))
+    return torch.cat(out)
+
+
+def soft_cross_entropy(logits: torch.Tensor, top_ids: torch.Tensor, top_lp: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against the target's distribution, its top-K renormalised (the rest of its mass is
+    spread over 49k tokens and carries no signal a small drafter can use)."""
+    p = torch.softmax(top_lp.float(), -1)
+    logq = torch.log_softmax(logits.float(), -1).gather(-1, top_ids.long())
+    return -(p * logq).sum(-1).mean()
+
+
+def cosine_lr(step: int, total: int, peak: float, warmup: int = 50) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def save_fp16(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]):
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}, path, metadata=metadata)

@@ -1,0 +1,245 @@
+"""The EAGLE draft layer for the target, with an EAGLE-3 reduced draft vocabulary, in the layout
+examples/eagle.cpp loads.
+
+    python eagle.py --model M.gguf --data DIR --out FILE.safetensors [--draft-vocab 8192] [--epochs 4]
+
+The drafter (specdec::blocks::eagle): row p fuses the embedding of token p + 1 with the target's final
+hidden state f_p (after the final norm), `fc([embed(x_{p+1}); f_p])` (Linear 2E -> E with bias), runs
+one decoder layer of the target's shape without its input norm (causal self-attention over the
+drafter's own rows), and its output g_p, read by a draft LM head over the `draft_vocab` most frequent
+answer tokens, gives token p + 2; `d2t[i]` maps draft id i to target id i + d2t[i] (EAGLE-3). A draft
+step reads 8192 x 576 head rows instead of the target's 49152 x 576.
+
+Training (what makes ~200k tokens go far):
+- the decoder layer starts as the target's last layer, fc as [0 | I] (the feature passed through),
+  the draft head as the target's LM head rows of the draft vocabulary;
+- soft labels: the target's top-32 distribution of token p + 2, restricted to the draft vocabulary;
+- training-time test (EAGLE-3): passes 2 and 3 feed the drafter its own outputs as features, row p of
+  pass d attending to the true-feature rows before p - d + 1 and to its own earlier passes' rows, as a
+  node at depth d - 1 of a draft tree does; the passes' losses weigh 1, 0.8, 0.64;
+- a small feature-regression term on pass 1 (smooth L1 to f_{p+1}) keeps g in the target's space.
+
+Writes fp16 safetensors (F16 weights, I64 d2t): `fc.weight` [E x 2E], `fc.bias` [E],
+`layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.post_attention_layernorm.weight`,
+`layers.0.mlp.{gate,up,down}_proj.weight` (Hugging Face Llama names and rotate-half Q/K order),
+`lm_head.weight` [draft_vocab x E], `d2t` [draft_vocab] int64; metadata {"format": "specdec-eagle-1", ...}.
+Prints the held-out top-1 / top-3 accuracy of each pass (depth) against the target's greedy token.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from common import cosine_lr, load_features, save_fp16
+from target import Target
+
+PASS_WEIGHTS = (1.0, 0.8, 0.64)
+
+
+class Draft(torch.nn.Module):
+    def __init__(self, t: Target, draft_ids: torch.Tensor):
+        super().__init__()
+        c = self.c = t.config
+        e = c.hidden
+        last = t.blocks[-1]
+        P = lambda x: torch.nn.Parameter(x.detach().clone().float())
+        fc = torch.zeros(e, 2 * e)
+        fc[:, e:] = torch.eye(e)
+        self.fc_w, self.fc_b = P(fc), P(torch.zeros(e))
+        self.q, self.k, self.v, self.o = P(last["q"]), P(last["k"]), P(last["v"]), P(last["o"])
+        self.post_norm = P(last["ffn_norm"])
+        self.gate, self.up, self.down = P(last["gate"]), P(last["up"]), P(last["down"])
+        self.head = P(t.lm_head[draft_ids])
+        self.embed = t.embed  # frozen, the target's
+        self.rope = t.rope
+        self.rotate = t.rotate
+
+    def qkv(self, tokens, feats, positions):
+        c = self.c
+        B, T = tokens.shape
+        x = torch.cat([self.embed[tokens], feats], -1) @ self.fc_w.T + self.fc_b
+        cos, sin = self.rope(positions, x.dtype)
+        q = (x @ self.q.T).view(B, T, c.heads, c.head_dim).transpose(1, 2)
+        k = (x @ self.k.T).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = (x @ self.v.T).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
+        return x, self.rotate(q, cos, sin), self.rotate(k, cos, sin), v
+
+    def finish(self, x, q, keys, values, mask):
+        B, _, T, _ = q.shape
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        x = x + a.transpose(1, 2).reshape(B, T, -1) @ self.o.T
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c.rms_eps) * self.post_norm
+        return x + (F.silu(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T
+
+    def forward(self, tokens, feats, valid, passes: int):
+        """tokens [B x T] (x_{p+1}), feats [B x T x E] (f_p), valid [B x T] (real rows). Returns each
+        pass's outputs [B x T x E]."""
+        B, T = tokens.shape
+        pos = torch.arange(T)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        keys, values, outs = [], [], []
+        f = feats
+        for d in range(passes):
+            x, q, k, v = self.qkv(tokens, f, pos)
+            keys.append(k)
+            values.append(v)
+            # Row p of pass d + 1 sees pass-1 rows <= p - d, and pass m + 1's row p - (d - m).
+            blocks = [causal.tril(-d)] + [torch.eye(T, dtype=torch.bool).roll(-(d - m), 1).tril(-(d - m))
+                                          if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
+            mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
+            mask = mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]  # a row always sees itself
+            g = self.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
+            outs.append(g)
+            f = torch.cat([feats[:, :1], g[:, :-1]], 1)  # row p's feature: the draft's f_p, from row p - 1
+        return outs
+
+
+def batches(split, max_tokens, gen=None):
+    off = split["offsets"]
+    lengths = off[1:] - off[:-1]
+    order = torch.argsort(lengths)
+    out, cur = [], []
+    for s in order.tolist():
+        if cur and (len(cur) + 1) * int(lengths[s]) > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(s)
+    if cur:
+        out.append(cur)
+    if gen is not None:
+        out = [out[i] for i in torch.randperm(len(out), generator=gen).tolist()]
+    return out
+
+
+def gather(split, seqs, t2d):
+    """Padded rows p = 0 .. T - 2 of each sequence: token p + 1, feature p, next feature p + 1, the
+    draft-vocabulary soft labels of token p + 2 (row p + 1's distribution), the greedy label, and which
+    rows train (token p + 2 exists and is in the answer)."""
+    off = split["offsets"]
+    T = max(int(off[s + 1] - off[s]) for s in seqs) - 1
+    B, E, K = len(seqs), split["h"].shape[1], split["top_ids"].shape[1]
+    tokens = torch.zeros(B, T, dtype=torch.long)
+    feats = torch.zeros(B, T, E)
+    nxt = torch.zeros(B, T, E)
+    ids = torch.zeros(B, T, K, dtype=torch.long)
+    lp = torch.full((B, T, K), -1e4)
+    greedy = torch.full((B, T), -1, dtype=torch.long)
+    valid = torch.zeros(B, T, dtype=torch.bool)
+    train = torch.zeros(B, T, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        a, b = int(off[s]), int(off[s + 1])
+        n = b - a - 1
+        tokens[i, :n] = split["tokens"][a + 1:b].long()
+        feats[i, :n] = split["h"][a:b - 1].float()
+        nxt[i, :n] = split["h"][a + 1:b].float()
+        valid[i, :n] = True
+        # row p's labels: the distribution at row p + 1 (of token p + 2), for p + 2 < length
+        if n > 1:
+            tid = split["top_ids"][a + 1:b - 1].long()
+            d = t2d[tid]
+            ids[i, :n - 1] = d.clamp(min=0)
+            lp[i, :n - 1] = torch.where(d >= 0, split["top_lp"][a + 1:b - 1].float(), torch.tensor(-1e4))
+            greedy[i, :n - 1] = tid[:, 0]
+            first = max(0, int(split["answer"][s]) - 2)
+            train[i, first:n - 1] = d[:, 0] >= 0  # the greedy token is in the draft vocabulary
+    return tokens, feats, nxt, ids, lp, greedy, valid, train
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--epochs", type=float, default=4)
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=4096, help="tokens per batch")
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--noise", type=float, default=0.05, help="uniform feature noise, relative to the features' RMS")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    start = time.time()
+    target = Target(a.model, torch.float32)
+    feats = load_features(a.data)
+    train, held = feats["train"], feats["heldout"]
+    V = target.config.vocab
+    # The draft vocabulary: the most frequent answer tokens (ties to the lower id), sorted by id.
+    counts = torch.zeros(V)
+    for s in range(len(train["answer"])):
+        a0, b0 = int(train["offsets"][s]), int(train["offsets"][s + 1])
+        counts += torch.bincount(train["tokens"][a0 + int(train["answer"][s]):b0].long(), minlength=V).float()
+    draft_ids = torch.sort(torch.argsort(-counts - torch.arange(V) * 1e-9)[:a.draft_vocab]).values
+    t2d = torch.full((V,), -1, dtype=torch.long)
+    t2d[draft_ids] = torch.arange(a.draft_vocab)
+    coverage = counts[draft_ids].sum() / counts.sum()
+    print(f"eagle: draft vocabulary {a.draft_vocab} of {V} covers {coverage:.4f} of answer tokens")
+    model = Draft(target, draft_ids)
+    params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
+    model.embed.requires_grad_(False)
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
+    rms = float(train["h"][:100000].float().pow(2).mean().sqrt())
+    gen = torch.Generator().manual_seed(a.seed)
+    per_epoch = len(batches(train, a.tokens))
+    steps = int(a.epochs * per_epoch)
+    print(f"eagle: {steps} steps ({per_epoch} per epoch), feature RMS {rms:.3f}")
+    step = 0
+    while step < steps:
+        for seqs in batches(train, a.tokens, gen):
+            if step == steps:
+                break
+            tokens, f, nxt, ids, lp, greedy, valid, mask = gather(train, seqs, t2d)
+            f = f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
+            outs = model(tokens, f, valid, a.passes)
+            loss = 0.0
+            p = torch.softmax(lp[mask], -1)
+            for d, g in enumerate(outs):
+                logq = torch.log_softmax(g[mask] @ model.head.T, -1).gather(-1, ids[mask])
+                loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
+            loss = loss + 0.1 * F.smooth_l1_loss(outs[0][valid], nxt[valid])
+            for gr in opt.param_groups:
+                gr["lr"] = cosine_lr(step, steps, a.lr)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            if step % 25 == 0:
+                print(f"  step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
+            step += 1
+    # Held-out accuracy per pass against the target's greedy token (in the full vocabulary).
+    model.eval()
+    hits = [[0, 0] for _ in range(a.passes)]
+    n = 0
+    with torch.no_grad():
+        for seqs in batches(held, a.tokens):
+            tokens, f, nxt, ids, lp, greedy, valid, mask = gather(held, seqs, t2d)
+            outs = model(tokens, f, valid, a.passes)
+            lab = greedy[mask]
+            n += len(lab)
+            for d, g in enumerate(outs):
+                top3 = draft_ids[(g[mask] @ model.head.T).topk(3, -1).indices]
+                hits[d][0] += int((top3[:, 0] == lab).sum())
+                hits[d][1] += int((top3 == lab[:, None]).any(-1).sum())
+    acc = [(h1 / n, h3 / n) for h1, h3 in hits]
+    for d, (t1, t3) in enumerate(acc):
+        print(f"RESULT drafter=eagle depth={d + 1} top1={t1:.3f} top3={t3:.3f}")
+    tensors = {"fc.weight": model.fc_w, "fc.bias": model.fc_b, "layers.0.self_attn.q_proj.weight": model.q,
+               "layers.0.self_attn.k_proj.weight": model.k, "layers.0.self_attn.v_proj.weight": model.v,
+               "layers.0.self_attn.o_proj.weight": model.o, "layers.0.post_attention_layernorm.weight": model.post_norm,
+               "layers.0.mlp.gate_proj.weight": model.gate, "layers.0.mlp.up_proj.weight": model.up,
+               "layers.0.mlp.down_proj.weight": model.down, "lm_head.weight": model.head}
+    from safetensors.torch import save_file
+
+    out = {k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}
+    out["d2t"] = (draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
+    save_file(out, a.out, metadata={"format": "specdec-eagle-1", "draft_vocab": str(a.draft_vocab),
+                                    "target": "SmolLM2-135M-Instruct Q4_1", "coverage": f"{coverage:.4f}",
+                                    "heldout_top1": ",".join(f"{t1:.3f}" for t1, _ in acc)})
+    print(f"eagle: {a.out}, {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
