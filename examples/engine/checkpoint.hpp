@@ -18,6 +18,7 @@ namespace engine {
 struct expected_tensor {
   std::string name;
   std::vector<specdec::index_t> shape;
+  std::string dtype = "F16";  ///< the shipped weights are fp16; index tables I64
 };
 
 /// Where the examples look for their trained weights unless given --weights (examples/weights in
@@ -30,11 +31,10 @@ inline std::string default_weights(const std::string& file) {
 #endif
 }
 
-/// Checks that `file` (read from `path`) holds exactly `expected`, each tensor of dtype `dtype`.
+/// Checks that `file` (read from `path`) holds exactly `expected`, names, shapes and dtypes.
 /// \throws specdec::invalid_argument naming the file and the first tensor that is missing, extra, or
 /// of another shape or dtype.
-inline void check_layout(const specdec::io::safetensors& file, const std::string& path, const std::vector<expected_tensor>& expected,
-                         const std::string& dtype = "F16") {
+inline void check_layout(const specdec::io::safetensors& file, const std::string& path, const std::vector<expected_tensor>& expected) {
   constexpr const char* where = "engine::check_layout";
   const auto shape_text = [](const std::vector<specdec::index_t>& s) {
     std::string t = "[";
@@ -42,10 +42,10 @@ inline void check_layout(const specdec::io::safetensors& file, const std::string
     return t + "]";
   };
   for (const auto& e : expected) {
-    SPECDEC_EXPECTS(file.contains(e.name), where, path, ": no tensor '", e.name, "'; expected ", shape_text(e.shape), " ", dtype);
+    SPECDEC_EXPECTS(file.contains(e.name), where, path, ": no tensor '", e.name, "'; expected ", shape_text(e.shape), " ", e.dtype);
     const auto& t = file.at(e.name);
-    SPECDEC_EXPECTS(t.shape == e.shape && t.dtype == dtype, where, path, ": tensor '", e.name, "' is ", shape_text(t.shape), " ",
-                    t.dtype, "; expected ", shape_text(e.shape), " ", dtype);
+    SPECDEC_EXPECTS(t.shape == e.shape && t.dtype == e.dtype, where, path, ": tensor '", e.name, "' is ", shape_text(t.shape), " ",
+                    t.dtype, "; expected ", shape_text(e.shape), " ", e.dtype);
   }
   for (const auto& name : file.names())
     SPECDEC_EXPECTS(std::any_of(expected.begin(), expected.end(), [&](const expected_tensor& e) { return e.name == name; }), where,
@@ -54,10 +54,9 @@ inline void check_layout(const specdec::io::safetensors& file, const std::string
 
 /// Opens `path` and check_layout()s it. \throws as check_layout, and whatever safetensors::open throws
 /// on an unreadable or malformed file.
-inline specdec::io::safetensors load_checkpoint(const std::string& path, const std::vector<expected_tensor>& expected,
-                                                const std::string& dtype = "F16") {
+inline specdec::io::safetensors load_checkpoint(const std::string& path, const std::vector<expected_tensor>& expected) {
   auto file = specdec::io::safetensors::open(path);
-  check_layout(file, path, expected, dtype);
+  check_layout(file, path, expected);
   return file;
 }
 

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief A trained EAGLE draft layer drafting EAGLE-2 dynamic trees (examples/eagle.cpp and the demo's
+/// `eagle2` row). The layer (specdec::blocks::eagle) fuses each token's embedding with the target's
+/// final hidden state of the token before it and runs one decoder layer over its own KV cache; a draft
+/// LM head over a reduced vocabulary (EAGLE-3: `d2t` maps draft ids to target ids) gives the draft
+/// logits, and specdec::eagle2_tree_builder grows the tree from them.
+///
+/// Checkpoint layout (tools/train/eagle.py; fp16, Hugging Face Llama names, rotate-half Q/K):
+/// `fc.weight` [E x 2E], `fc.bias` [E], `layers.0.self_attn.{q,k,v,o}_proj.weight`,
+/// `layers.0.post_attention_layernorm.weight` [E], `layers.0.mlp.{gate,up,down}_proj.weight` (the
+/// target's shapes), `lm_head.weight` [V' x E], `d2t` [V'] int64 with 0 <= i + d2t[i] < V.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <specdec/blocks/eagle.hpp>
+#include <specdec/tree/eagle2.hpp>
+
+#include "checkpoint.hpp"
+#include "feature_drafter.hpp"
+
+namespace engine {
+
+class eagle_drafter : public feature_drafter {
+ public:
+  /// \throws specdec::invalid_argument when `weights_path` does not hold the layout above for this
+  /// model (any name, shape or dtype), or d2t maps outside the target's vocabulary.
+  eagle_drafter(const llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
+      : feature_drafter(model), tree_(std::move(tree)), file_(specdec::io::safetensors::open(weights_path)) {
+    const auto& c = model.config();
+    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, ff = c.intermediate;
+    const index_t draft_vocab = file_.contains("d2t") && !file_.at("d2t").shape.empty() ? file_.at("d2t").shape[0] : 0;
+    check_layout(file_, weights_path,
+                 {{"fc.weight", {e, 2 * e}},
+                  {"fc.bias", {e}},
+                  {"layers.0.self_attn.q_proj.weight", {q, e}},
+                  {"layers.0.self_attn.k_proj.weight", {kv, e}},
+                  {"layers.0.self_attn.v_proj.weight", {kv, e}},
+                  {"layers.0.self_attn.o_proj.weight", {e, q}},
+                  {"layers.0.post_attention_layernorm.weight", {e}},
+                  {"layers.0.mlp.gate_proj.weight", {ff, e}},
+                  {"layers.0.mlp.up_proj.weight", {ff, e}},
+                  {"layers.0.mlp.down_proj.weight", {e, ff}},
+                  {"lm_head.weight", {draft_vocab, e}},
+                  {"d2t", {draft_vocab}, "I64"}});
+    SPECDEC_EXPECTS(draft_vocab >= tree_.top_k && draft_vocab <= c.vocab, "engine::eagle_drafter", weights_path, ": a draft vocabulary of ",
+                    draft_vocab, "; expected top_k (", tree_.top_k, ") <= V' <= ", c.vocab);
+    const auto d2t = file_.integers("d2t");
+    for (index_t i = 0; i < draft_vocab; ++i) {
+      const std::int64_t target = i + d2t[static_cast<std::size_t>(i)];
+      SPECDEC_EXPECTS(target >= 0 && target < c.vocab, "engine::eagle_drafter", weights_path, ": d2t[", i, "] = ", d2t[static_cast<std::size_t>(i)],
+                      " maps draft id ", i, " to ", target, "; expected a target id in [0, ", c.vocab, ")");
+      tree_.d2t.push_back(static_cast<std::int32_t>(d2t[static_cast<std::size_t>(i)]));
+    }
+    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, ff, c.rms_eps, false};
+    weights_.embed = model.embedding();
+    weights_.fc = file_.linear("fc");
+    weights_.layer = file_.layer("layers.0.", false);
+    weights_.validate(layer_, c.vocab);
+    head_ = file_.matrix("lm_head.weight");
+    cache_ = std::make_unique<specdec::blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
+  }
+  std::string name() const override { return "eagle"; }
+
+  draft propose(draft_context& ctx) override {
+    const index_t e = model_->config().hidden, n = ctx.cached, k = tree_.top_k;
+    // 1. Draft rows for the committed context: row p fuses token x_{p+1} with the target feature f_p
+    //    (rows of earlier steps stay cached; the last one, p = n - 1, carries the root).
+    cache_->crop(std::min(cache_->size(), n));
+    const index_t first = cache_->size();
+    if (n - first < 1) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
+    std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
+    for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+    const auto context = run(tokens, host_matrix(features().data() + first * e, n - first, e), positions, {});
+    ++ctx.stats.draft_calls;
+    std::vector<float> root_feature(context.end() - e, context.end()), logits;
+    head(root_feature, 1, logits);
+    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
+    const std::int32_t root[1] = {ctx.sequence.back()};
+    auto step = builder.begin(host_matrix(logits.data(), 1, head_.rows()), std::span(root, 1));
+    // 2. Each expansion: the frontier's tokens (target ids) with their parents' draft features.
+    std::vector<float> parent_features;
+    for (index_t r = 0; r < k; ++r) parent_features.insert(parent_features.end(), root_feature.begin(), root_feature.end());
+    for (index_t s = 0; s < tree_.depth; ++s) {
+      const auto out = run(step.input_ids, host_matrix(parent_features.data(), k, e), step.positions(n - 1), step.attention_mask(n));
+      ++ctx.stats.draft_calls;
+      head(out, k, logits);
+      step = builder.expand(host_matrix(logits.data(), k, head_.rows()));
+      parent_features.clear();
+      for (index_t r = 0; r < k; ++r) {
+        const auto slot = step.parent_slot[static_cast<std::size_t>(r)];
+        parent_features.insert(parent_features.end(), out.begin() + slot * e, out.begin() + (slot + 1) * e);
+      }
+    }
+    cache_->crop(n);
+    return {builder.finish_single().tree, {}, {}};
+  }
+
+ private:
+  /// One draft-layer forward over `tokens` at `positions` (causal over the cache, or the tree mask
+  /// `allowed` `[T x (cached + T)]`), its output features `[T x E]`.
+  std::vector<float> run(std::span<const std::int32_t> tokens, host_matrix parent, std::span<const std::int64_t> positions,
+                         std::span<const std::uint8_t> allowed) {
+    using space = specdec::host_space;
+    const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
+    std::vector<float> out(static_cast<std::size_t>(t * e));
+    const auto mask = allowed.empty() ? specdec::blocks::attention_mask<space>::causal()
+                                      : specdec::blocks::attention_mask<space>::from(specdec::matrix_view<const std::uint8_t>(
+                                            allowed.data(), t, static_cast<index_t>(allowed.size()) / t));
+    specdec::blocks::eagle::forward(backend_, layer_, weights_, specdec::vector_view<const std::int32_t>(tokens.data(), t), parent,
+                                    specdec::vector_view<const std::int64_t>(positions.data(), t), cache_.get(), mask,
+                                    specdec::matrix_view<float>(out.data(), t, e));
+    return out;
+  }
+  /// Draft logits `[rows x V']` over the reduced vocabulary.
+  void head(const std::vector<float>& feature, index_t rows, std::vector<float>& logits) {
+    logits.resize(static_cast<std::size_t>(rows * head_.rows()));
+    backend_.gemm(host_matrix(feature.data(), rows, model_->config().hidden), specdec::transpose::no, head_, specdec::transpose::yes,
+                  specdec::matrix_view<float>(logits.data(), rows, head_.rows()));
+  }
+
+  specdec::dynamic_tree_config tree_;
+  specdec::io::safetensors file_;  // owns the weights the views below point into
+  specdec::blocks::layer_config layer_;
+  specdec::blocks::eagle::weights<specdec::host_space> weights_;
+  host_matrix head_;
+  std::unique_ptr<specdec::blocks::kv_cache<specdec::eigen>> cache_;
+};
+
+}  // namespace engine
