@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // specdec's demo: SmolLM2-135M-Instruct on the CPU, decoded by vanilla greedy decoding, ADMG
-// self-speculation, prompt lookup, and EAGLE-2 trees drafted by the ADMG self-draft, on a few fixed
-// prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
+// self-speculation, prompt lookup, EAGLE-2 trees drafted by the ADMG self-draft, and EAGLE-2 trees
+// drafted by the trained EAGLE layer (examples/weights, tools/train; its tree size chosen per step by
+// the draft-length policy), on a few fixed prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
 // generation at temperature 0.8. Prints a table and one `RESULT` line per method.
 //
 //   specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K]
-//                [--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M]
+//                [--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE]
 //
 // Timing: a shared VM's speed drifts by up to a quarter within seconds, so the methods run interleaved
 // per prompt, the whole set R times (default 3), and each (prompt, method) counts its median run.
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "engine/decoding.hpp"
+#include "engine/eagle_drafter.hpp"
 #include "engine/gguf.hpp"
 #include "engine/llama.hpp"
 #include "engine/tokenizer.hpp"
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   engine::index_t max_new = 64, draft_length = 8, tree_k = 2, tree_depth = 3, tree_tokens = 6;
   double alpha = 0.995;  // SmolLM2-135M: the paper's 0.985 (tuned on 13B models) removes too much
   engine::index_t admg_m = 4, repeat = 3;
+  std::string eagle_weights = engine::default_weights("eagle_smollm2_135m.safetensors");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -83,9 +86,10 @@ int main(int argc, char** argv) {
     else if (a == "--tree-tokens") tree_tokens = std::stol(value());
     else if (a == "--alpha") alpha = std::stod(value());
     else if (a == "--admg-m") admg_m = std::stol(value());
+    else if (a == "--eagle-weights") eagle_weights = value();
     else {
       std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K] "
-                   "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M]\n";
+                   "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE]\n";
       return 2;
     }
   }
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
     specdec::policy::admg::draft_exit::parameters exit;
     exit.max_draft = draft_length;
 
-    std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg"};
+    std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg", "eagle2"};
     std::vector<method_total> totals;
     // One drafter per method for all prompts, as an engine keeps its policies across requests: what
     // the draft-length policies learn (measured acceptance and costs, ADMG's exit threshold) carries
@@ -134,6 +138,9 @@ int main(int argc, char** argv) {
       if (name == "eagle2_admg")
         drafters.push_back(std::make_unique<engine::eagle2_admg_drafter>(
             model, rules, specdec::dynamic_tree_config{tree_k, tree_depth, tree_tokens, specdec::tree_score::log_probability, {}}));
+      if (name == "eagle2")  // the trained layer: a larger tree, sized per step by the policy
+        drafters.push_back(std::make_unique<engine::eagle_drafter>(
+            model, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}, eagle_weights, true));
     }
     // Methods interleave per prompt, so that drift in the machine's speed hits them alike; each
     // (prompt, method) keeps its median run of `repeat`.

@@ -4,7 +4,11 @@
 /// `eagle2` row). The layer (specdec::blocks::eagle) fuses each token's embedding with the target's
 /// final hidden state of the token before it and runs one decoder layer over its own KV cache; a draft
 /// LM head over a reduced vocabulary (EAGLE-3: `d2t` maps draft ids to target ids) gives the draft
-/// logits, and specdec::eagle2_tree_builder grows the tree from them.
+/// logits, and specdec::eagle2_tree_builder grows the tree from them. With `adaptive`, the tree's size
+/// is chosen per step by specdec::policy::draft_length_policy (a tree of L + 1 nodes, at most as deep
+/// as the configured one, priced as a chain of L drafts; L = 0 verifies the root alone and runs no
+/// draft forward): on a CPU a 10-node verification costs several single ones, and the policy drafts
+/// only as much as the measured acceptance pays for.
 ///
 /// Checkpoint layout (tools/train/eagle.py; fp16, Hugging Face Llama names, rotate-half Q/K):
 /// `fc.weight` [E x 2E], `fc.bias` [E], `layers.0.self_attn.{q,k,v,o}_proj.weight`,
@@ -12,12 +16,15 @@
 /// target's shapes), `lm_head.weight` [V' x E], `d2t` [V'] int64 with 0 <= i + d2t[i] < V.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <specdec/blocks/eagle.hpp>
+#include <specdec/policy/draft_length.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 #include "checkpoint.hpp"
@@ -29,8 +36,9 @@ class eagle_drafter : public feature_drafter {
  public:
   /// \throws specdec::invalid_argument when `weights_path` does not hold the layout above for this
   /// model (any name, shape or dtype), or d2t maps outside the target's vocabulary.
-  eagle_drafter(const llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
-      : feature_drafter(model), tree_(std::move(tree)), file_(specdec::io::safetensors::open(weights_path)) {
+  eagle_drafter(const llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path, bool adaptive = false)
+      : feature_drafter(model), tree_(std::move(tree)), file_(specdec::io::safetensors::open(weights_path)),
+        adaptive_(adaptive), policy_(tree_.total_tokens - 1) {
     const auto& c = model.config();
     const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, ff = c.intermediate;
     const index_t draft_vocab = file_.contains("d2t") && !file_.at("d2t").shape.empty() ? file_.at("d2t").shape[0] : 0;
@@ -65,9 +73,31 @@ class eagle_drafter : public feature_drafter {
     cache_ = std::make_unique<specdec::blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
   }
   std::string name() const override { return "eagle"; }
+  /// A new request: the draft layer's cache starts empty (the policy carries over, as in an engine).
+  void after_prefill(llama_session& session) override {
+    feature_drafter::after_prefill(session);
+    cache_->crop(0);
+  }
+  void verified(index_t accepted, index_t drafted) override { policy_.verified(accepted, drafted); }
+  void target_forward_timed(index_t rows, double seconds) override { policy_.target_forward_timed(rows, seconds); }
+  const specdec::policy::draft_length_policy& policy() const { return policy_; }
 
   draft propose(draft_context& ctx) override {
-    const index_t e = model_->config().hidden, n = ctx.cached, k = tree_.top_k;
+    const index_t length = adaptive_ ? policy_.choose() : tree_.total_tokens - 1;
+    if (length == 0) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
+    specdec::dynamic_tree_config tree = tree_;
+    tree.total_tokens = length + 1;
+    tree.depth = std::min(tree_.depth, length);
+    const auto start = std::chrono::steady_clock::now();
+    auto out = grow(ctx, tree);
+    policy_.draft_token_timed(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                              static_cast<double>(length));
+    return out;
+  }
+
+ private:
+  draft grow(draft_context& ctx, const specdec::dynamic_tree_config& tree) {
+    const index_t e = model_->config().hidden, n = ctx.cached, k = tree.top_k;
     // 1. Draft rows for the committed context: row p fuses token x_{p+1} with the target feature f_p
     //    (rows of earlier steps stay cached; the last one, p = n - 1, carries the root).
     cache_->crop(std::min(cache_->size(), n));
@@ -80,13 +110,13 @@ class eagle_drafter : public feature_drafter {
     ++ctx.stats.draft_calls;
     std::vector<float> root_feature(context.end() - e, context.end()), logits;
     head(root_feature, 1, logits);
-    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
+    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree);
     const std::int32_t root[1] = {ctx.sequence.back()};
     auto step = builder.begin(host_matrix(logits.data(), 1, head_.rows()), std::span(root, 1));
     // 2. Each expansion: the frontier's tokens (target ids) with their parents' draft features.
     std::vector<float> parent_features;
     for (index_t r = 0; r < k; ++r) parent_features.insert(parent_features.end(), root_feature.begin(), root_feature.end());
-    for (index_t s = 0; s < tree_.depth; ++s) {
+    for (index_t s = 0; s < tree.depth; ++s) {
       const auto out = run(step.input_ids, host_matrix(parent_features.data(), k, e), step.positions(n - 1), step.attention_mask(n));
       ++ctx.stats.draft_calls;
       head(out, k, logits);
@@ -101,7 +131,6 @@ class eagle_drafter : public feature_drafter {
     return {builder.finish_single().tree, {}, {}};
   }
 
- private:
   /// One draft-layer forward over `tokens` at `positions` (causal over the cache, or the tree mask
   /// `allowed` `[T x (cached + T)]`), its output features `[T x E]`.
   std::vector<float> run(std::span<const std::int32_t> tokens, host_matrix parent, std::span<const std::int64_t> positions,
@@ -124,8 +153,10 @@ class eagle_drafter : public feature_drafter {
                   specdec::matrix_view<float>(logits.data(), rows, head_.rows()));
   }
 
-  specdec::dynamic_tree_config tree_;
-  specdec::io::safetensors file_;  // owns the weights the views below point into
+  specdec::dynamic_tree_config tree_;  // the largest tree; adaptive steps draw smaller ones
+  specdec::io::safetensors file_;      // owns the weights the views below point into
+  bool adaptive_;
+  specdec::policy::draft_length_policy policy_;
   specdec::blocks::layer_config layer_;
   specdec::blocks::eagle::weights<specdec::host_space> weights_;
   host_matrix head_;
