@@ -4,17 +4,19 @@
 // forward yields the left (weighted experts) and right (contrastive) outputs, whose candidates
 // eagle2_tree_builder::expand_dual decouples as Jakiro's topK_genrate does.
 //
-// The draft layer's weights are random unless trained (there is no public Jakiro checkpoint for
-// SmolLM2): this example shows the wiring and measures what random weights give (next to nothing is
-// accepted). The draft layer reads the target's embedding and LM head and the target's final hidden
-// states (after its final norm) of the committed tokens, which it keeps in its own KV cache.
+// Weights: examples/weights/jakiro_smollm2_135m.safetensors by default (or --weights FILE), trained for
+// SmolLM2-135M-Instruct by tools/train/jakiro.py, in haiduo/Jakiro's names: `fc.{weight,bias}`,
+// `layers.0.self_attn.{q,k,v,o}_proj.weight`, `layers.0.post_attention_layernorm.weight`,
+// `layers.0.mlp_moe.gate.weight` [4 x E], `layers.0.mlp_moe.experts.{0,1}.{gate,up,down}_proj.weight`
+// (intermediate E). The draft layer reads the target's embedding and LM head and the target's final
+// hidden states (after its final norm) of the committed tokens, which it keeps in its own KV cache.
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/moe.hpp>
 #include <specdec/tree/eagle2.hpp>
 
+#include "engine/checkpoint.hpp"
 #include "engine/example_main.hpp"
 #include "engine/feature_drafter.hpp"
-#include "engine/random_weights.hpp"
 
 namespace {
 
@@ -24,19 +26,36 @@ using space = specdec::host_space;
 
 class jakiro_drafter : public engine::feature_drafter {
  public:
-  jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree)
-      : feature_drafter(model), tree_(tree), random_(17) {
+  /// \throws specdec::invalid_argument when `weights_path` does not hold exactly the layout above
+  /// (names, shapes, fp16) for this model.
+  jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
+      : feature_drafter(model), tree_(tree) {
     const auto& c = model.config();
-    const index_t e = c.hidden;
+    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
+    std::vector<engine::expected_tensor> expected = {{"fc.weight", {e, 2 * e}},
+                                                     {"fc.bias", {e}},
+                                                     {"layers.0.self_attn.q_proj.weight", {q, e}},
+                                                     {"layers.0.self_attn.k_proj.weight", {kv, e}},
+                                                     {"layers.0.self_attn.v_proj.weight", {kv, e}},
+                                                     {"layers.0.self_attn.o_proj.weight", {e, q}},
+                                                     {"layers.0.post_attention_layernorm.weight", {e}},
+                                                     {"layers.0.mlp_moe.gate.weight", {4, e}}};
+    for (const char* i : {"0", "1"})
+      for (const auto& [proj, shape] : {std::pair<const char*, std::vector<index_t>>{"gate_proj", {e, e}}, {"up_proj", {e, e}}, {"down_proj", {e, e}}})
+        expected.push_back({std::string("layers.0.mlp_moe.experts.") + i + "." + proj + ".weight", shape});
+    file_ = engine::load_checkpoint(weights_path, expected);
     layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
     moe_ = {e, 2, e, blocks::moe::routing::jakiro_two_experts};
     weights_.embed = model.embedding();
-    weights_.fc = random_.linear(e, 2 * e, true);
-    weights_.layer = random_.layer(layer_, false);
+    weights_.fc = file_.linear("fc");
+    weights_.layer = file_.layer("layers.0.", false, false);
     weights_.validate(layer_, c.vocab, false);
-    moe_weights_.gate = random_.linear(moe_.router_outputs(), e);
-    for (int i = 0; i < 2; ++i) moe_weights_.experts.push_back(random_.mlp(e, e));
-    moe_weights_.validate(moe_, "mlp_moe.");
+    moe_weights_.gate = file_.linear("layers.0.mlp_moe.gate");
+    for (const char* i : {"0", "1"}) {
+      const std::string p = std::string("layers.0.mlp_moe.experts.") + i + ".";
+      moe_weights_.experts.push_back({file_.linear(p + "gate_proj"), file_.linear(p + "up_proj"), file_.linear(p + "down_proj")});
+    }
+    moe_weights_.validate(moe_, "layers.0.mlp_moe.");
     cache_ = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
   }
   std::string name() const override { return "jakiro"; }
@@ -112,7 +131,7 @@ class jakiro_drafter : public engine::feature_drafter {
   }
 
   specdec::dynamic_tree_config tree_;
-  engine::random_weights random_;
+  specdec::io::safetensors file_;  // owns the weights the views below point into
   blocks::layer_config layer_;
   blocks::moe::config moe_;
   blocks::eagle::weights<space> weights_;
@@ -123,9 +142,10 @@ class jakiro_drafter : public engine::feature_drafter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return engine::example_main(
-      argc, argv, "Jakiro MoE draft layer on EAGLE-2 trees with decoupled experts (RANDOM weights: no trained checkpoint; expect ~0 accepted)",
-      [](const engine::llama_model& model) {
-        return std::make_unique<jakiro_drafter>(model, specdec::dynamic_tree_config{2, 2, 6, specdec::tree_score::log_probability, {}});
-      });
+  return engine::example_main(argc, argv, "Jakiro MoE draft layer on EAGLE-2 trees with decoupled experts (tools/train/jakiro.py)",
+                              engine::default_weights("jakiro_smollm2_135m.safetensors"),
+                              [](const engine::llama_model& model, const std::string& weights) {
+                                return std::make_unique<jakiro_drafter>(
+                                    model, specdec::dynamic_tree_config{2, 2, 6, specdec::tree_score::log_probability, {}}, weights);
+                              });
 }

@@ -11,8 +11,9 @@ answer tokens, gives token p + 2; `d2t[i]` maps draft id i to target id i + d2t[
 step reads 8192 x 576 head rows instead of the target's 49152 x 576.
 
 Training (what makes ~200k tokens go far):
-- the decoder layer starts as the target's last layer, fc as [0 | I] (the feature passed through),
-  the draft head as the target's LM head rows of the draft vocabulary;
+- the decoder layer starts as the target's last layer with its output projections (o_proj, down_proj)
+  zeroed, fc as [0 | I]: the drafter starts as the identity on the feature (the target's own next-token
+  guess) and the draft head as the target's LM head rows of the draft vocabulary;
 - soft labels: the target's top-32 distribution of token p + 2, restricted to the draft vocabulary;
 - training-time test (EAGLE-3): passes 2 and 3 feed the drafter its own outputs as features, row p of
   pass d attending to the true-feature rows before p - d + 1 and to its own earlier passes' rows, as a
@@ -40,8 +41,13 @@ PASS_WEIGHTS = (1.0, 0.8, 0.64)
 
 
 class Draft(torch.nn.Module):
-    def __init__(self, t: Target, draft_ids: torch.Tensor):
+    """The EAGLE layer; with `jakiro`, its MLP is Jakiro's two-expert MoE (specdec::blocks::moe,
+    routing jakiro_two_experts: router logits (r0, r1) weigh both experts, (r2, r3) the contrastive
+    right output beta f_top - alpha f_other), and the head is the target's, frozen."""
+
+    def __init__(self, t: Target, draft_ids: torch.Tensor, jakiro: bool = False):
         super().__init__()
+        self.jakiro = jakiro
         c = self.c = t.config
         e = c.hidden
         last = t.blocks[-1]
@@ -49,10 +55,21 @@ class Draft(torch.nn.Module):
         fc = torch.zeros(e, 2 * e)
         fc[:, e:] = torch.eye(e)
         self.fc_w, self.fc_b = P(fc), P(torch.zeros(e))
-        self.q, self.k, self.v, self.o = P(last["q"]), P(last["k"]), P(last["v"]), P(last["o"])
+        # The target's last layer, with its two output projections zeroed: that layer reads a normalised
+        # stream and f is not one (EAGLE's layer 0 has no input norm), so left whole it would start with
+        # outputs hundreds of times the features' size; zeroed, the drafter starts as the identity on f.
+        self.q, self.k, self.v, self.o = P(last["q"]), P(last["k"]), P(last["v"]), P(torch.zeros_like(last["o"]))
         self.post_norm = P(last["ffn_norm"])
-        self.gate, self.up, self.down = P(last["gate"]), P(last["up"]), P(last["down"])
-        self.head = P(t.lm_head[draft_ids])
+        if jakiro:
+            # Two experts of intermediate E, each started from its own slice of the target's last MLP.
+            self.router = torch.nn.Parameter(torch.zeros(4, e))
+            self.experts = torch.nn.ParameterList(
+                [P(m) for i in range(2) for m in (last["gate"][i * e:(i + 1) * e], last["up"][i * e:(i + 1) * e],
+                                                  torch.zeros_like(last["down"][:, i * e:(i + 1) * e]))])
+            self.head = torch.nn.Parameter(t.lm_head[draft_ids].detach().clone().float(), requires_grad=False)
+        else:
+            self.gate, self.up, self.down = P(last["gate"]), P(last["up"]), P(torch.zeros_like(last["down"]))
+            self.head = P(t.lm_head[draft_ids])
         self.embed = t.embed  # frozen, the target's
         self.rope = t.rope
         self.rotate = t.rotate
@@ -72,15 +89,26 @@ class Draft(torch.nn.Module):
         a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         x = x + a.transpose(1, 2).reshape(B, T, -1) @ self.o.T
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.c.rms_eps) * self.post_norm
-        return x + (F.silu(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T
+        if not self.jakiro:
+            return x + (F.silu(h @ self.gate.T) * (h @ self.up.T)) @ self.down.T, None
+        ex = self.experts
+        f = [(F.silu(h @ ex[3 * i].T) * (h @ ex[3 * i + 1].T)) @ ex[3 * i + 2].T for i in range(2)]
+        r = h @ self.router.T
+        p = torch.softmax(r[..., :2], -1)
+        left = x + p[..., :1] * f[0] + p[..., 1:] * f[1]
+        q = torch.softmax(r[..., 2:], -1)
+        top = (r[..., 2] > r[..., 3]).unsqueeze(-1)  # expert 0 iff r2 > r3 (a tie goes to expert 1)
+        beta, alpha = torch.where(top, q[..., :1], q[..., 1:]), torch.where(top, q[..., 1:], q[..., :1])
+        right = x + torch.where(top, beta * f[0] - alpha * f[1], beta * f[1] - alpha * f[0])
+        return left, right
 
     def forward(self, tokens, feats, valid, passes: int):
         """tokens [B x T] (x_{p+1}), feats [B x T x E] (f_p), valid [B x T] (real rows). Returns each
-        pass's outputs [B x T x E]."""
+        pass's outputs [B x T x E], and for Jakiro each pass's right (contrastive) outputs."""
         B, T = tokens.shape
         pos = torch.arange(T)
         causal = torch.ones(T, T, dtype=torch.bool).tril()
-        keys, values, outs = [], [], []
+        keys, values, outs, rights = [], [], [], []
         f = feats
         for d in range(passes):
             x, q, k, v = self.qkv(tokens, f, pos)
@@ -91,10 +119,11 @@ class Draft(torch.nn.Module):
                                           if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
             mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
             mask = mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]  # a row always sees itself
-            g = self.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
+            g, right = self.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
             outs.append(g)
+            rights.append(right)
             f = torch.cat([feats[:, :1], g[:, :-1]], 1)  # row p's feature: the draft's f_p, from row p - 1
-        return outs
+        return outs, rights
 
 
 def batches(split, max_tokens, gen=None):
@@ -144,11 +173,12 @@ def gather(split, seqs, t2d):
             lp[i, :n - 1] = torch.where(d >= 0, split["top_lp"][a + 1:b - 1].float(), torch.tensor(-1e4))
             greedy[i, :n - 1] = tid[:, 0]
             first = max(0, int(split["answer"][s]) - 2)
-            train[i, first:n - 1] = d[:, 0] >= 0  # the greedy token is in the draft vocabulary
+            train[i, first:n - 1] = d[first:, 0] >= 0  # the greedy token is in the draft vocabulary
     return tokens, feats, nxt, ids, lp, greedy, valid, train
 
 
-def main():
+def main(jakiro: bool = False):
+    name = "jakiro" if jakiro else "eagle"
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--data", required=True)
@@ -176,8 +206,8 @@ def main():
     t2d = torch.full((V,), -1, dtype=torch.long)
     t2d[draft_ids] = torch.arange(a.draft_vocab)
     coverage = counts[draft_ids].sum() / counts.sum()
-    print(f"eagle: draft vocabulary {a.draft_vocab} of {V} covers {coverage:.4f} of answer tokens")
-    model = Draft(target, draft_ids)
+    print(f"{name}: draft vocabulary {a.draft_vocab} of {V} covers {coverage:.4f} of answer tokens")
+    model = Draft(target, draft_ids, jakiro)
     params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
     model.embed.requires_grad_(False)
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
@@ -185,7 +215,7 @@ def main():
     gen = torch.Generator().manual_seed(a.seed)
     per_epoch = len(batches(train, a.tokens))
     steps = int(a.epochs * per_epoch)
-    print(f"eagle: {steps} steps ({per_epoch} per epoch), feature RMS {rms:.3f}")
+    print(f"{name}: {steps} steps ({per_epoch} per epoch), feature RMS {rms:.3f}")
     step = 0
     while step < steps:
         for seqs in batches(train, a.tokens, gen):
@@ -193,12 +223,15 @@ def main():
                 break
             tokens, f, nxt, ids, lp, greedy, valid, mask = gather(train, seqs, t2d)
             f = f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
-            outs = model(tokens, f, valid, a.passes)
+            outs, rights = model(tokens, f, valid, a.passes)
             loss = 0.0
             p = torch.softmax(lp[mask], -1)
             for d, g in enumerate(outs):
                 logq = torch.log_softmax(g[mask] @ model.head.T, -1).gather(-1, ids[mask])
                 loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
+                if rights[d] is not None:  # Jakiro's contrastive output predicts the same token
+                    logq = torch.log_softmax(rights[d][mask] @ model.head.T, -1).gather(-1, ids[mask])
+                    loss = loss + 0.5 * PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
             loss = loss + 0.1 * F.smooth_l1_loss(outs[0][valid], nxt[valid])
             for gr in opt.param_groups:
                 gr["lr"] = cosine_lr(step, steps, a.lr)
@@ -211,34 +244,44 @@ def main():
             step += 1
     # Held-out accuracy per pass against the target's greedy token (in the full vocabulary).
     model.eval()
-    hits = [[0, 0] for _ in range(a.passes)]
+    hits = [[0, 0, 0] for _ in range(a.passes)]
     n = 0
     with torch.no_grad():
         for seqs in batches(held, a.tokens):
             tokens, f, nxt, ids, lp, greedy, valid, mask = gather(held, seqs, t2d)
-            outs = model(tokens, f, valid, a.passes)
+            outs, rights = model(tokens, f, valid, a.passes)
             lab = greedy[mask]
             n += len(lab)
             for d, g in enumerate(outs):
                 top3 = draft_ids[(g[mask] @ model.head.T).topk(3, -1).indices]
                 hits[d][0] += int((top3[:, 0] == lab).sum())
                 hits[d][1] += int((top3 == lab[:, None]).any(-1).sum())
-    acc = [(h1 / n, h3 / n) for h1, h3 in hits]
+                if rights[d] is not None:
+                    hits[d][2] += int((draft_ids[(rights[d][mask] @ model.head.T).argmax(-1)] == lab).sum())
+    acc = [(h1 / n, h3 / n) for h1, h3, _ in hits]
     for d, (t1, t3) in enumerate(acc):
-        print(f"RESULT drafter=eagle depth={d + 1} top1={t1:.3f} top3={t3:.3f}")
+        right = f" right_top1={hits[d][2] / n:.3f}" if jakiro else ""
+        print(f"RESULT drafter={name} depth={d + 1} top1={t1:.3f} top3={t3:.3f}{right}")
     tensors = {"fc.weight": model.fc_w, "fc.bias": model.fc_b, "layers.0.self_attn.q_proj.weight": model.q,
                "layers.0.self_attn.k_proj.weight": model.k, "layers.0.self_attn.v_proj.weight": model.v,
-               "layers.0.self_attn.o_proj.weight": model.o, "layers.0.post_attention_layernorm.weight": model.post_norm,
-               "layers.0.mlp.gate_proj.weight": model.gate, "layers.0.mlp.up_proj.weight": model.up,
-               "layers.0.mlp.down_proj.weight": model.down, "lm_head.weight": model.head}
+               "layers.0.self_attn.o_proj.weight": model.o, "layers.0.post_attention_layernorm.weight": model.post_norm}
+    if jakiro:  # haiduo/Jakiro's names; the LM head is the target's
+        tensors["layers.0.mlp_moe.gate.weight"] = model.router
+        for i in range(2):
+            for j, proj in enumerate(("gate_proj", "up_proj", "down_proj")):
+                tensors[f"layers.0.mlp_moe.experts.{i}.{proj}.weight"] = model.experts[3 * i + j]
+    else:
+        tensors.update({"layers.0.mlp.gate_proj.weight": model.gate, "layers.0.mlp.up_proj.weight": model.up,
+                        "layers.0.mlp.down_proj.weight": model.down, "lm_head.weight": model.head})
     from safetensors.torch import save_file
 
     out = {k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}
-    out["d2t"] = (draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
-    save_file(out, a.out, metadata={"format": "specdec-eagle-1", "draft_vocab": str(a.draft_vocab),
+    if not jakiro:
+        out["d2t"] = (draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
+    save_file(out, a.out, metadata={"format": f"specdec-{name}-1", "draft_vocab": str(a.draft_vocab),
                                     "target": "SmolLM2-135M-Instruct Q4_1", "coverage": f"{coverage:.4f}",
                                     "heldout_top1": ",".join(f"{t1:.3f}" for t1, _ in acc)})
-    print(f"eagle: {a.out}, {time.time() - start:.0f} s")
+    print(f"{name}: {a.out}, {time.time() - start:.0f} s")
 
 
 if __name__ == "__main__":
