@@ -5,15 +5,18 @@
 // (bi-directional attention across the K head slots) and per-head LM heads; the heads' top-k lists fill
 // a static tree (specdec::make_static_tree), which the loop verifies in one forward.
 //
-// Weights are random unless trained (there is no public Amphista checkpoint for SmolLM2): this example
-// shows the wiring and measures what random weights give (next to nothing is accepted). Every head
-// shares the target's LM head instead of carrying its own 49152 x 576 matrix.
+// Weights: examples/weights/amphista_smollm2_135m.safetensors by default (or --weights FILE), trained for
+// SmolLM2-135M-Instruct by tools/train/amphista.py (Amphista has no public code; the names are
+// specdec's, Hugging Face Llama names inside each layer): `stage{1,2}.fuse.{weight,bias}`,
+// `stage{1,2}.layer.*`, `head_mlps.{k}.{weight,bias}`, `position_embedding` [K x E], `auto_embedding.*`,
+// K = the tree's depth. Every head shares the target's LM head instead of carrying its own 49152 x 576
+// matrix.
 #include <specdec/blocks/amphista.hpp>
 #include <specdec/tree/static_tree.hpp>
 
+#include "engine/checkpoint.hpp"
 #include "engine/example_main.hpp"
 #include "engine/feature_drafter.hpp"
-#include "engine/random_weights.hpp"
 
 namespace {
 
@@ -23,22 +26,48 @@ namespace amphista = specdec::blocks::amphista;
 
 class amphista_drafter : public engine::feature_drafter {
  public:
-  amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k)
-      : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k), random_(23) {
+  /// \throws specdec::invalid_argument when `weights_path` does not hold exactly the layout above
+  /// (names, shapes, fp16) for this model and K = the tree's depth.
+  amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
+      : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
     const auto& c = model.config();
-    const index_t e = c.hidden, kv = c.kv_heads * c.head_dim;
-    config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, 2 * e, c.rms_eps, true};
-    config_.auto_embedding = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, false}, 2 * e, c.rms_eps, true};
+    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, ff = 2 * e;
+    config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, ff, c.rms_eps, true};
+    config_.auto_embedding = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, false}, ff, c.rms_eps, true};
     config_.heads = shape_.tree.max_depth();
     config_.stage1_heads = amphista::config::paper_split(config_.heads);
     config_.vocab = c.vocab;
-    for (auto* stage : {&weights_.stage1, &weights_.stage2}) *stage = {random_.linear(e, 2 * e, true), random_.layer(config_.stage)};
+    std::vector<engine::expected_tensor> expected;
+    const auto layer = [&](const std::string& p) {
+      for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) expected.push_back({p + norm + ".weight", {e}});
+      expected.push_back({p + "self_attn.q_proj.weight", {q, e}});
+      expected.push_back({p + "self_attn.k_proj.weight", {kv, e}});
+      expected.push_back({p + "self_attn.v_proj.weight", {kv, e}});
+      expected.push_back({p + "self_attn.o_proj.weight", {e, q}});
+      expected.push_back({p + "mlp.gate_proj.weight", {ff, e}});
+      expected.push_back({p + "mlp.up_proj.weight", {ff, e}});
+      expected.push_back({p + "mlp.down_proj.weight", {e, ff}});
+    };
+    for (const std::string stage : {"stage1.", "stage2."}) {
+      expected.push_back({stage + "fuse.weight", {e, 2 * e}});
+      expected.push_back({stage + "fuse.bias", {e}});
+      layer(stage + "layer.");
+    }
     for (index_t k = 0; k < config_.heads; ++k) {
-      weights_.head_mlps.push_back(random_.linear(e, e, true));
+      expected.push_back({"head_mlps." + std::to_string(k) + ".weight", {e, e}});
+      expected.push_back({"head_mlps." + std::to_string(k) + ".bias", {e}});
+    }
+    expected.push_back({"position_embedding", {config_.heads, e}});
+    layer("auto_embedding.");
+    file_ = engine::load_checkpoint(weights_path, expected);
+    weights_.stage1 = {file_.linear("stage1.fuse"), file_.layer("stage1.layer.")};
+    weights_.stage2 = {file_.linear("stage2.fuse"), file_.layer("stage2.layer.")};
+    for (index_t k = 0; k < config_.heads; ++k) {
+      weights_.head_mlps.push_back(file_.linear("head_mlps." + std::to_string(k)));
       weights_.heads.push_back(model.lm_head());
     }
-    weights_.position_embedding = random_.matrix(config_.heads, e, 0.02f);
-    weights_.auto_embedding = random_.layer(config_.auto_embedding);
+    weights_.position_embedding = file_.matrix("position_embedding");
+    weights_.auto_embedding = file_.layer("auto_embedding.");
     for (auto* cache : {&stage1_cache_, &stage2_cache_}) *cache = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
   }
   std::string name() const override { return "amphista"; }
@@ -74,7 +103,7 @@ class amphista_drafter : public engine::feature_drafter {
  private:
   specdec::static_tree shape_;
   index_t top_k_;
-  engine::random_weights random_;
+  specdec::io::safetensors file_;  // owns the weights the views below point into
   amphista::config config_;
   amphista::weights<specdec::host_space> weights_;
   std::unique_ptr<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
@@ -84,8 +113,9 @@ class amphista_drafter : public engine::feature_drafter {
 
 int main(int argc, char** argv) {
   return engine::example_main(
-      argc, argv, "Amphista staged adaptation + auto-embedding heads on a static tree (RANDOM weights: no trained checkpoint; expect ~0 accepted)",
-      [](const engine::llama_model& model) {
-        return std::make_unique<amphista_drafter>(model, std::vector<specdec::choice>{{0}, {1}, {0, 0}, {0, 1}, {0, 0, 0}, {0, 0, 0, 0}}, 3);
+      argc, argv, "Amphista staged adaptation + auto-embedding heads on a static tree (tools/train/amphista.py)",
+      engine::default_weights("amphista_smollm2_135m.safetensors"), [](const engine::llama_model& model, const std::string& weights) {
+        return std::make_unique<amphista_drafter>(model, std::vector<specdec::choice>{{0}, {1}, {0, 0}, {0, 1}, {0, 0, 0}, {0, 0, 0, 0}}, 3,
+                                                  weights);
       });
 }
