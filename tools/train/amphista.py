@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, load_features, save_fp16, soft_cross_entropy
+from common import cosine_lr, draft_vocabulary, load_features, save_fp16, soft_cross_entropy
 from eagle import batches
 from target import Target
 
@@ -156,13 +156,7 @@ def main():
     feats = load_features(a.data)
     train, held = feats["train"], feats["heldout"]
     V = target.config.vocab
-    counts = torch.zeros(V)
-    for s in range(len(train["answer"])):
-        a0, b0 = int(train["offsets"][s]), int(train["offsets"][s + 1])
-        counts += torch.bincount(train["tokens"][a0 + int(train["answer"][s]):b0].long(), minlength=V).float()
-    draft_ids = torch.sort(torch.argsort(-counts - torch.arange(V) * 1e-9)[:a.draft_vocab]).values
-    t2d = torch.full((V,), -1, dtype=torch.long)
-    t2d[draft_ids] = torch.arange(a.draft_vocab)
+    draft_ids, t2d, _ = draft_vocabulary(train, V, a.draft_vocab)
     head = target.lm_head[draft_ids].detach()
     model = Amphista(target, a.heads)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -177,9 +171,10 @@ def main():
             if step == steps:
                 break
             tokens, f, valid, ids, lp, greedy, mask = gather(train, seqs, t2d, a.heads)
-            o = model(tokens, f, valid)
-            loss = sum(soft_cross_entropy(o[:, :, k][mask[:, :, k]] @ head.T, ids[:, :, k][mask[:, :, k]], lp[:, :, k][mask[:, :, k]])
-                       for k in range(a.heads) if bool(mask[:, :, k].any()))
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (2x here); losses in fp32
+                o = model(tokens, f, valid)
+                loss = sum(soft_cross_entropy(o[:, :, k][mask[:, :, k]] @ head.T, ids[:, :, k][mask[:, :, k]],
+                                              lp[:, :, k][mask[:, :, k]]) for k in range(a.heads) if bool(mask[:, :, k].any()))
             for g in opt.param_groups:
                 g["lr"] = cosine_lr(step, steps, a.lr)
             opt.zero_grad()

@@ -26,6 +26,19 @@ def positions(split: dict, ahead: int) -> torch.Tensor:
     return torch.cat(out)
 
 
+def draft_vocabulary(split: dict, vocab: int, size: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The `size` most frequent answer tokens (ties to the lower id), sorted by id; the map from target
+    ids to their index (-1 outside); the share of answer tokens they cover."""
+    counts = torch.zeros(vocab)
+    for s in range(len(split["answer"])):
+        a, b = int(split["offsets"][s]), int(split["offsets"][s + 1])
+        counts += torch.bincount(split["tokens"][a + int(split["answer"][s]):b].long(), minlength=vocab).float()
+    ids = torch.sort(torch.argsort(-counts - torch.arange(vocab) * 1e-9)[:size]).values
+    t2d = torch.full((vocab,), -1, dtype=torch.long)
+    t2d[ids] = torch.arange(size)
+    return ids, t2d, float(counts[ids].sum() / counts.sum())
+
+
 def soft_cross_entropy(logits: torch.Tensor, top_ids: torch.Tensor, top_lp: torch.Tensor) -> torch.Tensor:
     """Cross-entropy against the target's distribution, its top-K renormalised (the rest of its mass is
     spread over 49k tokens and carries no signal a small drafter can use)."""

@@ -34,7 +34,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, load_features, save_fp16
+from common import cosine_lr, draft_vocabulary, load_features, save_fp16
 from target import Target
 
 PASS_WEIGHTS = (1.0, 0.8, 0.64)
@@ -197,15 +197,7 @@ def main(jakiro: bool = False):
     feats = load_features(a.data)
     train, held = feats["train"], feats["heldout"]
     V = target.config.vocab
-    # The draft vocabulary: the most frequent answer tokens (ties to the lower id), sorted by id.
-    counts = torch.zeros(V)
-    for s in range(len(train["answer"])):
-        a0, b0 = int(train["offsets"][s]), int(train["offsets"][s + 1])
-        counts += torch.bincount(train["tokens"][a0 + int(train["answer"][s]):b0].long(), minlength=V).float()
-    draft_ids = torch.sort(torch.argsort(-counts - torch.arange(V) * 1e-9)[:a.draft_vocab]).values
-    t2d = torch.full((V,), -1, dtype=torch.long)
-    t2d[draft_ids] = torch.arange(a.draft_vocab)
-    coverage = counts[draft_ids].sum() / counts.sum()
+    draft_ids, t2d, coverage = draft_vocabulary(train, V, a.draft_vocab)
     print(f"{name}: draft vocabulary {a.draft_vocab} of {V} covers {coverage:.4f} of answer tokens")
     model = Draft(target, draft_ids, jakiro)
     params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
@@ -223,16 +215,17 @@ def main(jakiro: bool = False):
                 break
             tokens, f, nxt, ids, lp, greedy, valid, mask = gather(train, seqs, t2d)
             f = f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
-            outs, rights = model(tokens, f, valid, a.passes)
-            loss = 0.0
-            p = torch.softmax(lp[mask], -1)
-            for d, g in enumerate(outs):
-                logq = torch.log_softmax(g[mask] @ model.head.T, -1).gather(-1, ids[mask])
-                loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
-                if rights[d] is not None:  # Jakiro's contrastive output predicts the same token
-                    logq = torch.log_softmax(rights[d][mask] @ model.head.T, -1).gather(-1, ids[mask])
-                    loss = loss + 0.5 * PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
-            loss = loss + 0.1 * F.smooth_l1_loss(outs[0][valid], nxt[valid])
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (2x here); losses in fp32
+                outs, rights = model(tokens, f, valid, a.passes)
+                loss = 0.0
+                p = torch.softmax(lp[mask], -1)
+                for d, g in enumerate(outs):
+                    logq = torch.log_softmax((g[mask] @ model.head.T).float(), -1).gather(-1, ids[mask])
+                    loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
+                    if rights[d] is not None:  # Jakiro's contrastive output predicts the same token
+                        logq = torch.log_softmax((rights[d][mask] @ model.head.T).float(), -1).gather(-1, ids[mask])
+                        loss = loss + 0.5 * PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
+                loss = loss + 0.1 * F.smooth_l1_loss(outs[0][valid].float(), nxt[valid])
             for gr in opt.param_groups:
                 gr["lr"] = cosine_lr(step, steps, a.lr)
             opt.zero_grad()

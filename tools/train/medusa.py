@@ -10,7 +10,9 @@ per head would be 57 MB each in fp16, and the shared head is what the C++ exampl
 
 Training: W_k = 0, b_k = 0 at the start (each head begins as the target's own next-token head, the
 ResBlock initialisation Medusa uses); soft labels, the target's top-32 distribution of token p + k + 2
-(Medusa-2's self-distillation loss), on answer tokens only; AdamW, cosine schedule.
+(Medusa-2's self-distillation loss), on answer tokens only, scored on the rows of the LM head of the
+8192 most frequent answer tokens (a truncated vocabulary: 6x less work per step; the C++ example reads
+every row, and the held-out accuracy below is measured over every row); AdamW, cosine schedule.
 
 Writes fp16 safetensors: `medusa_head.{k}.0.linear.weight` [E x E] and `medusa_head.{k}.0.linear.bias`
 [E] for k < heads (Medusa's own names for a ResBlock's linear; no `medusa_head.{k}.1.weight`, the LM
@@ -25,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, load_features, positions, save_fp16, soft_cross_entropy
+from common import cosine_lr, draft_vocabulary, load_features, positions, save_fp16, soft_cross_entropy
 from target import Target
 
 
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--epochs", type=float, default=2)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -75,6 +78,8 @@ def main():
     feats = load_features(a.data)
     train, held = feats["train"], feats["heldout"]
     e = target.config.hidden
+    draft_ids, t2d, _ = draft_vocabulary(train, target.config.vocab, a.draft_vocab)
+    sub_head = lm_head[draft_ids]
     heads = Heads(a.heads, e)
     opt = torch.optim.AdamW(heads.parameters(), lr=a.lr, weight_decay=0.0)
     rows_all = positions(train, 2)
@@ -98,7 +103,10 @@ def main():
                 if not bool(ok.any()):
                     continue
                 lab = rows[ok] + k + 1
-                loss = loss + soft_cross_entropy(head_logits(heads, lm_head, h[ok], k), train["top_ids"][lab], train["top_lp"][lab])
+                d = t2d[train["top_ids"][lab].long()]
+                lp = torch.where(d >= 0, train["top_lp"][lab].float(), torch.tensor(-1e4))
+                keep = d[:, 0] >= 0  # the greedy token is in the draft vocabulary
+                loss = loss + soft_cross_entropy(head_logits(heads, sub_head, h[ok][keep], k), d[keep].clamp(min=0), lp[keep])
             for g in opt.param_groups:
                 g["lr"] = cosine_lr(step, steps, a.lr)
             opt.zero_grad()
