@@ -8,10 +8,16 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
+#include "backend_conformance.hpp"  // error_of
+
+#include "engine/checkpoint.hpp"
 #include "engine/decoding.hpp"
+#include "engine/eagle_drafter.hpp"
 #include "engine/gguf.hpp"
 #include "engine/llama.hpp"
 #include "engine/tokenizer.hpp"
@@ -118,6 +124,83 @@ engine::gguf_writer tiny_model() {
     }
   }
   return w;
+}
+
+/// A safetensors file of the named tensors: F16 ones from float values (multiples of 1/64 in [-1, 1],
+/// exact in half precision), I64 ones from integers.
+struct st_tensor {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<float> values;
+  std::vector<std::int64_t> integers = {};
+};
+std::filesystem::path write_safetensors(const std::string& file, const std::vector<st_tensor>& tensors) {
+  std::string header = "{";
+  std::vector<unsigned char> data;
+  for (const auto& t : tensors) {
+    const std::size_t begin = data.size();
+    if (t.dtype == "I64") {
+      for (auto v : t.integers)
+        for (int i = 0; i < 8; ++i) data.push_back(static_cast<unsigned char>(static_cast<std::uint64_t>(v) >> (8 * i)));
+    } else if (t.dtype == "F32") {
+      for (float v : t.values) {
+        std::uint32_t u;
+        std::memcpy(&u, &v, 4);
+        for (int i = 0; i < 4; ++i) data.push_back(static_cast<unsigned char>(u >> (8 * i)));
+      }
+    } else {
+      for (float v : t.values) {
+        const auto h = half_bytes(v);
+        data.insert(data.end(), h.begin(), h.end());
+      }
+    }
+    // Appends only: g++ 12 warns (-Wrestrict, falsely) on chains of std::string operator+.
+    if (header.size() > 1) header += ',';
+    header += '"';
+    header += t.name;
+    header += R"(":{"dtype":")";
+    header += t.dtype;
+    header += R"(","shape":[)";
+    for (std::size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) header += ',';
+      header += std::to_string(t.shape[i]);
+    }
+    header += R"(],"data_offsets":[)";
+    header += std::to_string(begin);
+    header += ',';
+    header += std::to_string(data.size());
+    header += "]}";
+  }
+  header += "}";
+  const auto path = std::filesystem::temp_directory_path() / file;
+  std::ofstream out(path, std::ios::binary);
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  out << header;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  return path;
+}
+
+/// An EAGLE checkpoint for the tiny model (hidden 32, 4 heads of 8, 2 kv heads, MLP 48): random
+/// weights, a 64-entry draft vocabulary mapping draft id i to target id 4 i (d2t[i] = 3 i).
+std::vector<st_tensor> tiny_eagle_checkpoint() {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> u(-16, 16);
+  const auto t = [&](const std::string& name, std::vector<std::int64_t> shape) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<float>(u(rng)) / 64.0f;
+    return st_tensor{name, "F16", std::move(shape), std::move(v)};
+  };
+  std::vector<st_tensor> c = {t("fc.weight", {32, 64}), t("fc.bias", {32}), t("layers.0.self_attn.q_proj.weight", {32, 32}),
+                              t("layers.0.self_attn.k_proj.weight", {16, 32}), t("layers.0.self_attn.v_proj.weight", {16, 32}),
+                              t("layers.0.self_attn.o_proj.weight", {32, 32}), t("layers.0.post_attention_layernorm.weight", {32}),
+                              t("layers.0.mlp.gate_proj.weight", {48, 32}), t("layers.0.mlp.up_proj.weight", {48, 32}),
+                              t("layers.0.mlp.down_proj.weight", {32, 48}), t("lm_head.weight", {64, 32})};
+  st_tensor d2t{"d2t", "I64", {64}, {}};
+  for (std::int64_t i = 0; i < 64; ++i) d2t.integers.push_back(3 * i);
+  c.push_back(d2t);
+  return c;
 }
 
 std::string cached_model_path() {
@@ -300,6 +383,61 @@ TEST_CASE("engine: every drafter's greedy output equals vanilla greedy decoding"
   const auto s2 = engine::generate(model, prompt, &lookup, options);
   CHECK(s1.tokens == s2.tokens);
   for (auto t : s1.tokens) CHECK((t >= 0 && t < model.config().vocab));
+}
+
+TEST_CASE("engine: a trained EAGLE layer's checkpoint drafts trees whose greedy output equals vanilla greedy decoding") {
+  const auto f = engine::gguf_file::parse(tiny_model().bytes());
+  const auto model = engine::llama_model::load(f);
+  const auto path = write_safetensors("specdec_test_eagle.safetensors", tiny_eagle_checkpoint());
+  std::vector<std::int32_t> prompt;
+  for (int r = 0; r < 3; ++r)
+    for (std::int32_t t : {12, 24, 36, 48}) prompt.push_back(t);
+  engine::generation_options options;
+  options.max_new_tokens = 20;
+  const auto vanilla = engine::generate(model, prompt, nullptr, options);
+  for (const bool adaptive : {false, true}) {
+    CAPTURE(adaptive);
+    engine::eagle_drafter d(model, specdec::dynamic_tree_config{2, 2, 5, specdec::tree_score::log_probability, {}}, path.string(), adaptive);
+    const auto g = engine::generate(model, prompt, &d, options);
+    CHECK(g.tokens == vanilla.tokens);
+    CHECK(g.stats.drafted > 0);
+    if (!adaptive) CHECK(g.stats.drafted == 4 * g.stats.target_calls);  // the configured 5-node tree every step
+  }
+  // The same request twice through one drafter (an engine keeps it across requests): the draft
+  // layer's cache starts over, so the second run drafts exactly what a fresh drafter drafts.
+  engine::eagle_drafter kept(model, specdec::dynamic_tree_config{2, 2, 5, specdec::tree_score::log_probability, {}}, path.string());
+  const auto first = engine::generate(model, prompt, &kept, options);
+  const auto second = engine::generate(model, prompt, &kept, options);
+  CHECK(second.stats.accepted == first.stats.accepted);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("engine: a checkpoint that does not match its layout fails with the file and tensor named") {
+  const auto f = engine::gguf_file::parse(tiny_model().bytes());
+  const auto model = engine::llama_model::load(f);
+  const specdec::dynamic_tree_config tree{2, 2, 5, specdec::tree_score::log_probability, {}};
+  const auto failure = [&](std::vector<st_tensor> tensors) {
+    const auto path = write_safetensors("specdec_test_bad_eagle.safetensors", tensors);
+    const std::string e = conformance::error_of([&] { engine::eagle_drafter(model, tree, path.string()); });
+    std::filesystem::remove(path);
+    return e;
+  };
+  auto c = tiny_eagle_checkpoint();
+  c.erase(c.begin() + 1);  // fc.bias
+  CHECK(failure(c).find("specdec_test_bad_eagle.safetensors: no tensor 'fc.bias'; expected [32] F16") != std::string::npos);
+  c = tiny_eagle_checkpoint();
+  c[2].shape = {16, 64};  // q_proj of another model width
+  CHECK(failure(c).find("tensor 'layers.0.self_attn.q_proj.weight' is [16 x 64] F16; expected [32 x 32] F16") != std::string::npos);
+  c = tiny_eagle_checkpoint();
+  c[0].dtype = "F32";
+  CHECK(failure(c).find("tensor 'fc.weight' is [32 x 64] F32; expected [32 x 64] F16") != std::string::npos);
+  c = tiny_eagle_checkpoint();
+  c.push_back({"layers.1.mlp.up_proj.weight", "F16", {1}, {0.5f}});
+  CHECK(failure(c).find("unexpected tensor 'layers.1.mlp.up_proj.weight'") != std::string::npos);
+  c = tiny_eagle_checkpoint();
+  c.back().integers[63] = 1000;  // draft id 63 -> 1063, outside the 268-token vocabulary
+  CHECK(failure(c).find("d2t[63] = 1000 maps draft id 63 to 1063; expected a target id in [0, 268)") != std::string::npos);
+  CHECK(conformance::error_of([&] { engine::eagle_drafter(model, tree, "/nonexistent/eagle.safetensors"); }).find("cannot open") != std::string::npos);
 }
 
 TEST_CASE("engine: SmolLM2-135M-Instruct, when present, answers and round-trips its tokenizer") {
