@@ -63,6 +63,8 @@ build/release/examples/specdec_primitives_demo --quick >/dev/null
 echo "== Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"
 OMP_NUM_THREADS=2 build/release/examples/specdec_demo --model "$SPECDEC_MODEL" --quick 2>/dev/null \
   | grep -E '^(RESULT|greedy outputs)'
+echo "== Trained drafters (examples/weights): greedy identical to vanilla, tokens per forward at least the floor"
+SPECDEC_MODEL="$SPECDEC_MODEL" scripts/check_drafters.sh build/release
 echo "== llama.cpp: specdec inside the pinned llama.cpp (greedy outputs identical to its plain decoding)"
 scripts/check_llama_cpp.sh
 echo "specdec: all tests passed"

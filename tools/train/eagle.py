@@ -184,7 +184,7 @@ def main(jakiro: bool = False):
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=4)
+    ap.add_argument("--epochs", type=float, default=1.5 if jakiro else 3)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=4096, help="tokens per batch")
     ap.add_argument("--lr", type=float, default=3e-4)
