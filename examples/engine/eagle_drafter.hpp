@@ -88,15 +88,14 @@ class eagle_drafter : public feature_drafter {
     specdec::dynamic_tree_config tree = tree_;
     tree.total_tokens = length + 1;
     tree.depth = std::min(tree_.depth, length);
-    const auto start = std::chrono::steady_clock::now();
-    auto out = grow(ctx, tree);
-    policy_.draft_token_timed(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                              static_cast<double>(length));
-    return out;
+    return grow(ctx, tree, length);
   }
 
  private:
-  draft grow(draft_context& ctx, const specdec::dynamic_tree_config& tree) {
+  /// The tree for a draft of `length` nodes. Reports the time of its expansions per node to the policy:
+  /// the draft rows of newly committed tokens are computed whether or not the step drafts (one per
+  /// token, and a whole prompt on a request's first step), so they are not a draft token's price.
+  draft grow(draft_context& ctx, const specdec::dynamic_tree_config& tree, index_t length) {
     const index_t e = model_->config().hidden, n = ctx.cached, k = tree.top_k;
     // 1. Draft rows for the committed context: row p fuses token x_{p+1} with the target feature f_p
     //    (rows of earlier steps stay cached; the last one, p = n - 1, carries the root).
@@ -108,6 +107,7 @@ class eagle_drafter : public feature_drafter {
     for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
     const auto context = run(tokens, host_matrix(features().data() + first * e, n - first, e), positions, {});
     ++ctx.stats.draft_calls;
+    const auto start = std::chrono::steady_clock::now();
     std::vector<float> root_feature(context.end() - e, context.end()), logits;
     head(root_feature, 1, logits);
     specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree);
@@ -128,7 +128,10 @@ class eagle_drafter : public feature_drafter {
       }
     }
     cache_->crop(n);
-    return {builder.finish_single().tree, {}, {}};
+    auto out = builder.finish_single().tree;
+    policy_.draft_token_timed(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                              static_cast<double>(length));
+    return {std::move(out), {}, {}};
   }
 
   /// One draft-layer forward over `tokens` at `positions` (causal over the cache, or the tree mask

@@ -145,7 +145,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=1)
+    ap.add_argument("--epochs", type=float, default=2)
     ap.add_argument("--tokens", type=int, default=2048, help="tokens per batch")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--seed", type=int, default=1)
