@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors reader on arbitrary bytes: it either throws specdec::invalid_argument or returns
-// tensors whose values match their shape and whose views lie inside them.
+// tensors whose values (floating-point or integer) match their shape and whose views lie inside them.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -23,9 +23,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fuzz::require(d >= 0, "negative extent", d);
       count *= static_cast<std::uint64_t>(d);
     }
-    fuzz::require(t.shape.empty() ? t.values.size() == 1 : t.values.size() == count, "values do not match the shape",
-                  static_cast<long long>(t.values.size()), static_cast<long long>(count));
-    fuzz::require(t.values.size() <= size, "more values than input bytes", static_cast<long long>(t.values.size()));
+    // Integer tensors (I32, I64) hold their values in `integers`, floating-point ones in `values`.
+    const std::size_t held = t.is_integer() ? t.integers.size() : t.values.size();
+    fuzz::require((t.is_integer() ? t.values.empty() : t.integers.empty()), "values in both forms", static_cast<long long>(held));
+    fuzz::require(t.shape.empty() ? held == 1 : held == count, "values do not match the shape", static_cast<long long>(held),
+                  static_cast<long long>(count));
+    fuzz::require(held <= size, "more values than input bytes", static_cast<long long>(held));
+    if (t.is_integer()) {
+      fuzz::require(st.integers(name).size() == held, "integers view extent", static_cast<long long>(st.integers(name).size()));
+      continue;
+    }
     if (t.shape.size() == 1 || t.shape.size() == 2) {
       const auto m = st.matrix(name);
       fuzz::require(static_cast<std::uint64_t>(m.rows() * m.cols()) == t.values.size(), "matrix view extents",
