@@ -31,34 +31,28 @@ class amphista_drafter : public engine::feature_drafter {
   amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
       : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
     const auto& c = model.config();
-    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, ff = 2 * e;
+    const index_t e = c.hidden, kv = c.kv_heads * c.head_dim, ff = 2 * e;
     config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, ff, c.rms_eps, true};
     config_.auto_embedding = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, false}, ff, c.rms_eps, true};
     config_.heads = shape_.tree.max_depth();
     config_.stage1_heads = amphista::config::paper_split(config_.heads);
     config_.vocab = c.vocab;
     std::vector<engine::expected_tensor> expected;
-    const auto layer = [&](const std::string& p) {
-      for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) expected.push_back({p + norm + ".weight", {e}});
-      expected.push_back({p + "self_attn.q_proj.weight", {q, e}});
-      expected.push_back({p + "self_attn.k_proj.weight", {kv, e}});
-      expected.push_back({p + "self_attn.v_proj.weight", {kv, e}});
-      expected.push_back({p + "self_attn.o_proj.weight", {e, q}});
-      expected.push_back({p + "mlp.gate_proj.weight", {ff, e}});
-      expected.push_back({p + "mlp.up_proj.weight", {ff, e}});
-      expected.push_back({p + "mlp.down_proj.weight", {e, ff}});
+    const auto layer = [&](const std::string& p, const blocks::layer_config& lc) {
+      const auto l = engine::layer_layout(p, lc);
+      expected.insert(expected.end(), l.begin(), l.end());
     };
     for (const std::string stage : {"stage1.", "stage2."}) {
       expected.push_back({stage + "fuse.weight", {e, 2 * e}});
       expected.push_back({stage + "fuse.bias", {e}});
-      layer(stage + "layer.");
+      layer(stage + "layer.", config_.stage);
     }
     for (index_t k = 0; k < config_.heads; ++k) {
       expected.push_back({"head_mlps." + std::to_string(k) + ".weight", {e, e}});
       expected.push_back({"head_mlps." + std::to_string(k) + ".bias", {e}});
     }
     expected.push_back({"position_embedding", {config_.heads, e}});
-    layer("auto_embedding.");
+    layer("auto_embedding.", config_.auto_embedding);
     file_ = engine::load_checkpoint(weights_path, expected);
     weights_.stage1 = {file_.linear("stage1.fuse"), file_.layer("stage1.layer.")};
     weights_.stage2 = {file_.linear("stage2.fuse"), file_.layer("stage2.layer.")};

@@ -31,20 +31,14 @@ class jakiro_drafter : public engine::feature_drafter {
   jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
       : feature_drafter(model), tree_(tree) {
     const auto& c = model.config();
-    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-    std::vector<engine::expected_tensor> expected = {{"fc.weight", {e, 2 * e}},
-                                                     {"fc.bias", {e}},
-                                                     {"layers.0.self_attn.q_proj.weight", {q, e}},
-                                                     {"layers.0.self_attn.k_proj.weight", {kv, e}},
-                                                     {"layers.0.self_attn.v_proj.weight", {kv, e}},
-                                                     {"layers.0.self_attn.o_proj.weight", {e, q}},
-                                                     {"layers.0.post_attention_layernorm.weight", {e}},
-                                                     {"layers.0.mlp_moe.gate.weight", {4, e}}};
+    const index_t e = c.hidden;
+    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
+    auto expected = engine::layer_layout("layers.0.", layer_, false);  // the MLP is the MoE below
+    expected.insert(expected.end(), {{"fc.weight", {e, 2 * e}}, {"fc.bias", {e}}, {"layers.0.mlp_moe.gate.weight", {4, e}}});
     for (const char* i : {"0", "1"})
       for (const auto& [proj, shape] : {std::pair<const char*, std::vector<index_t>>{"gate_proj", {e, e}}, {"up_proj", {e, e}}, {"down_proj", {e, e}}})
         expected.push_back({std::string("layers.0.mlp_moe.experts.") + i + "." + proj + ".weight", shape});
     file_ = engine::load_checkpoint(weights_path, expected);
-    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
     moe_ = {e, 2, e, blocks::moe::routing::jakiro_two_experts};
     weights_.embed = model.embedding();
     weights_.fc = file_.linear("fc");

@@ -3,42 +3,54 @@
 // over the target's per-layer K/V, self-attention over token embeddings, cross-attention, the target's
 // LM head) drafts a chain from the target's own KV cache, and the loop verifies it.
 //
-// The drafter's weights are random unless they were trained: there is no public MoA checkpoint for
-// SmolLM2, so this example shows the wiring and measures what random weights give (next to nothing is
-// accepted). Shapes follow the paper's layout at SmolLM2's width: the LSA layer is E_kv = 2 x 192 = 384
-// wide; the paper ties its heads to the target's head count (9), which does not divide 384, so it uses
-// 6 heads of 64 (a documented deviation); self- and cross-attention are 576 wide with 9 heads of 64.
+// Weights: examples/weights/moa_smollm2_135m.safetensors by default (or --weights FILE), trained for
+// SmolLM2-135M-Instruct by tools/train/moa.py, in HEBO's module names with Hugging Face Llama names
+// inside each layer: `layer_self_attention.*`, `Ekv2E.{weight,bias}`, `self_attention.*`,
+// `cross_attention.*`. Shapes at SmolLM2's width: the LSA layer is E_kv = 2 x 192 = 384 wide with
+// intermediate 576 (1.5 x, the paper's ratio); the paper ties its heads to the target's head count (9),
+// which does not divide 384, so it uses 6 heads of 64 and 3 kv heads (a documented deviation); the
+// self-attention layer has the target's own shape (it starts training as the target's layer 0);
+// cross-attention is 576 wide with 9 heads of 64 and intermediate 864 (1.5 E).
 #include <specdec/blocks/moa.hpp>
 
+#include "engine/checkpoint.hpp"
 #include "engine/example_main.hpp"
-#include "engine/random_weights.hpp"
 
 namespace {
 
 using engine::index_t;
 namespace blocks = specdec::blocks;
 
-/// Random weights for a MoA drafter in the paper's layout at the target's width.
-class random_moa {
+/// A trained MoA drafter's checkpoint for the target, checked and viewed as moa::weights.
+class trained_moa {
  public:
-  random_moa(const engine::llama_config& target, std::uint32_t seed) : random_(seed) {
+  /// \throws specdec::invalid_argument when `path` does not hold exactly the layout above (names,
+  /// shapes, fp16) for this target.
+  trained_moa(const engine::llama_config& target, const std::string& path) {
     const index_t e = target.hidden, kv = target.kv_heads * target.head_dim;
-    config_.layer_self_attention = {{2 * kv, 6, 3, 2 * kv / 6, target.rope_theta, true}, 2 * e, target.rms_eps, true};
-    config_.self_attention = {{e, target.heads, target.kv_heads, target.head_dim, target.rope_theta, true}, 2 * e, target.rms_eps, true};
-    config_.cross_attention = config_.self_attention;
+    config_.layer_self_attention = {{2 * kv, 6, 3, 2 * kv / 6, target.rope_theta, true}, 3 * kv, target.rms_eps, true};
+    config_.self_attention = {{e, target.heads, target.kv_heads, target.head_dim, target.rope_theta, true}, target.intermediate, target.rms_eps, true};
+    config_.cross_attention = {{e, target.heads, target.kv_heads, target.head_dim, target.rope_theta, true}, 3 * e / 2, target.rms_eps, true};
     config_.target_layers = target.layers;
     config_.target_head_dim = target.head_dim;
-    weights_.layer_self_attention = random_.layer(config_.layer_self_attention);
-    weights_.ekv2e = random_.linear(e, 2 * kv, true);
-    weights_.self_attention = random_.layer(config_.self_attention);
-    weights_.cross_attention = random_.layer(config_.cross_attention);
+    auto expected = engine::layer_layout("layer_self_attention.", config_.layer_self_attention);
+    for (const auto& [prefix, layer] : {std::pair{"self_attention.", &config_.self_attention}, {"cross_attention.", &config_.cross_attention}}) {
+      const auto l = engine::layer_layout(prefix, *layer);
+      expected.insert(expected.end(), l.begin(), l.end());
+    }
+    expected.insert(expected.end(), {{"Ekv2E.weight", {e, 2 * kv}}, {"Ekv2E.bias", {e}}});
+    file_ = engine::load_checkpoint(path, expected);
+    weights_.layer_self_attention = file_.layer("layer_self_attention.");
+    weights_.ekv2e = file_.linear("Ekv2E");
+    weights_.self_attention = file_.layer("self_attention.");
+    weights_.cross_attention = file_.layer("cross_attention.");
     weights_.validate(config_);
   }
   const blocks::moa::config& config() const { return config_; }
   const blocks::moa::weights<specdec::host_space>& weights() const { return weights_; }
 
  private:
-  engine::random_weights random_;
+  specdec::io::safetensors file_;
   blocks::moa::config config_;
   blocks::moa::weights<specdec::host_space> weights_;
 };
@@ -46,8 +58,8 @@ class random_moa {
 /// Drafts a chain of `length` tokens with moa::drafter, greedy from its logits (deterministic nodes).
 class moa_chain_drafter : public engine::drafter {
  public:
-  moa_chain_drafter(const engine::llama_model& model, index_t length)
-      : model_(&model), weights_(model.config(), 11), drafter_(backend_, weights_.config(), weights_.weights(), 4096),
+  moa_chain_drafter(const engine::llama_model& model, index_t length, const std::string& weights_path)
+      : model_(&model), weights_(model.config(), weights_path), drafter_(backend_, weights_.config(), weights_.weights(), 4096),
         length_(length) {}
   std::string name() const override { return "moa"; }
 
@@ -95,7 +107,7 @@ class moa_chain_drafter : public engine::drafter {
  private:
   const engine::llama_model* model_;
   specdec::eigen backend_;
-  random_moa weights_;
+  trained_moa weights_;
   blocks::moa::drafter<specdec::eigen> drafter_;
   index_t length_;
   std::vector<std::int32_t> fed_;  // tokens whose self-attention rows the drafter holds, in order
@@ -104,6 +116,9 @@ class moa_chain_drafter : public engine::drafter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return engine::example_main(argc, argv, "Mixture of Attentions drafter (RANDOM weights: no trained checkpoint; expect ~0 accepted)",
-                              [](const engine::llama_model& model) { return std::make_unique<moa_chain_drafter>(model, 3); });
+  return engine::example_main(argc, argv, "Mixture of Attentions drafter on a chain (trained by tools/train/moa.py)",
+                              engine::default_weights("moa_smollm2_135m.safetensors"),
+                              [](const engine::llama_model& model, const std::string& weights) {
+                                return std::make_unique<moa_chain_drafter>(model, 3, weights);
+                              });
 }

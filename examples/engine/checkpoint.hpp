@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <specdec/blocks/layers.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/io/safetensors.hpp>
 
@@ -20,6 +21,28 @@ struct expected_tensor {
   std::vector<specdec::index_t> shape;
   std::string dtype = "F16";  ///< the shipped weights are fp16; index tables I64
 };
+
+/// The tensors of one decoder layer of shape `c` under `prefix` (Hugging Face Llama names, as
+/// io::safetensors::layer reads them): the input norm when `c` has one, the post-attention norm, the
+/// q/k/v/o projections without biases and, `with_mlp`, the SwiGLU MLP.
+inline std::vector<expected_tensor> layer_layout(const std::string& prefix, const specdec::blocks::layer_config& c,
+                                                 bool with_mlp = true) {
+  const auto& a = c.attention;
+  const specdec::index_t e = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim, ff = c.intermediate;
+  std::vector<expected_tensor> out;
+  if (c.input_norm) out.push_back({prefix + "input_layernorm.weight", {e}});
+  out.push_back({prefix + "post_attention_layernorm.weight", {e}});
+  out.push_back({prefix + "self_attn.q_proj.weight", {q, e}});
+  out.push_back({prefix + "self_attn.k_proj.weight", {kv, e}});
+  out.push_back({prefix + "self_attn.v_proj.weight", {kv, e}});
+  out.push_back({prefix + "self_attn.o_proj.weight", {e, q}});
+  if (with_mlp) {
+    out.push_back({prefix + "mlp.gate_proj.weight", {ff, e}});
+    out.push_back({prefix + "mlp.up_proj.weight", {ff, e}});
+    out.push_back({prefix + "mlp.down_proj.weight", {e, ff}});
+  }
+  return out;
+}
 
 /// Where the examples look for their trained weights unless given --weights (examples/weights in
 /// the source tree, set by CMake).

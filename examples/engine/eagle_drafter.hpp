@@ -40,21 +40,12 @@ class eagle_drafter : public feature_drafter {
       : feature_drafter(model), tree_(std::move(tree)), file_(specdec::io::safetensors::open(weights_path)),
         adaptive_(adaptive), policy_(tree_.total_tokens - 1) {
     const auto& c = model.config();
-    const index_t e = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim, ff = c.intermediate;
+    const index_t e = c.hidden, kv = c.kv_heads * c.head_dim;
     const index_t draft_vocab = file_.contains("d2t") && !file_.at("d2t").shape.empty() ? file_.at("d2t").shape[0] : 0;
-    check_layout(file_, weights_path,
-                 {{"fc.weight", {e, 2 * e}},
-                  {"fc.bias", {e}},
-                  {"layers.0.self_attn.q_proj.weight", {q, e}},
-                  {"layers.0.self_attn.k_proj.weight", {kv, e}},
-                  {"layers.0.self_attn.v_proj.weight", {kv, e}},
-                  {"layers.0.self_attn.o_proj.weight", {e, q}},
-                  {"layers.0.post_attention_layernorm.weight", {e}},
-                  {"layers.0.mlp.gate_proj.weight", {ff, e}},
-                  {"layers.0.mlp.up_proj.weight", {ff, e}},
-                  {"layers.0.mlp.down_proj.weight", {e, ff}},
-                  {"lm_head.weight", {draft_vocab, e}},
-                  {"d2t", {draft_vocab}, "I64"}});
+    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, c.intermediate, c.rms_eps, false};
+    auto expected = layer_layout("layers.0.", layer_);
+    expected.insert(expected.end(), {{"fc.weight", {e, 2 * e}}, {"fc.bias", {e}}, {"lm_head.weight", {draft_vocab, e}}, {"d2t", {draft_vocab}, "I64"}});
+    check_layout(file_, weights_path, expected);
     SPECDEC_EXPECTS(draft_vocab >= tree_.top_k && draft_vocab <= c.vocab, "engine::eagle_drafter", weights_path, ": a draft vocabulary of ",
                     draft_vocab, "; expected top_k (", tree_.top_k, ") <= V' <= ", c.vocab);
     const auto d2t = file_.integers("d2t");
@@ -64,7 +55,6 @@ class eagle_drafter : public feature_drafter {
                       " maps draft id ", i, " to ", target, "; expected a target id in [0, ", c.vocab, ")");
       tree_.d2t.push_back(static_cast<std::int32_t>(d2t[static_cast<std::size_t>(i)]));
     }
-    layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, ff, c.rms_eps, false};
     weights_.embed = model.embedding();
     weights_.fc = file_.linear("fc");
     weights_.layer = file_.layer("layers.0.", false);

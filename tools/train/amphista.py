@@ -21,13 +21,13 @@ Writes fp16 safetensors (Hugging Face Llama names inside each layer): `stage{1,2
 """
 from __future__ import annotations
 
-import argparse
 import time
+
 
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, draft_vocabulary, load_features, save_fp16, soft_cross_entropy
+from common import optimizer_step, parser, save_fp16, setup, soft_cross_entropy
 from eagle import batches
 from target import Target
 
@@ -103,6 +103,20 @@ class Amphista(torch.nn.Module):
         u = (z + self.position).reshape(B * T, self.heads, -1)
         return self.slots(u, None).reshape(B, T, self.heads, -1)
 
+    def tensors(self) -> dict:
+        """The checkpoint's tensors by name (examples/amphista.cpp's layout)."""
+        out = {}
+        for s in range(2):
+            out[f"stage{s + 1}.fuse.weight"] = self.fuse_w[s]
+            out[f"stage{s + 1}.fuse.bias"] = self.fuse_b[s]
+            out.update(self.stages[s].tensors(f"stage{s + 1}.layer."))
+        for k in range(self.heads):
+            out[f"head_mlps.{k}.weight"] = self.mlp_w[k]
+            out[f"head_mlps.{k}.bias"] = self.mlp_b[k]
+        out["position_embedding"] = self.position
+        out.update(self.slots.tensors("auto_embedding."))
+        return out
+
 
 def gather(split, seqs, t2d, heads):
     """Rows p of each sequence (padded): token p + 1, feature p, and for slot k the draft-vocabulary
@@ -139,25 +153,12 @@ def gather(split, seqs, t2d, heads):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out", required=True)
+    ap = parser(epochs=2, lr=5e-4, tokens=2048)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=2)
-    ap.add_argument("--tokens", type=int, default=2048, help="tokens per batch")
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    start = time.time()
-    target = Target(a.model, torch.float32)
-    feats = load_features(a.data)
-    train, held = feats["train"], feats["heldout"]
-    V = target.config.vocab
-    draft_ids, t2d, _ = draft_vocabulary(train, V, a.draft_vocab)
-    head = target.lm_head[draft_ids].detach()
+    run = setup(a)
+    target, train, held, t2d, start = run.target, run.train, run.held, run.t2d, run.start
+    head = target.lm_head[run.draft_ids].detach()
     model = Amphista(target, a.heads)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
@@ -175,12 +176,7 @@ def main():
                 o = model(tokens, f, valid)
                 loss = sum(soft_cross_entropy(o[:, :, k][mask[:, :, k]] @ head.T, ids[:, :, k][mask[:, :, k]],
                                               lp[:, :, k][mask[:, :, k]]) for k in range(a.heads) if bool(mask[:, :, k].any()))
-            for g in opt.param_groups:
-                g["lr"] = cosine_lr(step, steps, a.lr)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            optimizer_step(opt, params, loss, step, steps, a.lr)
             if step % 25 == 0:
                 print(f"  step {step}/{steps} loss {loss.item() / a.heads:.3f} ({time.time() - start:.0f} s)", flush=True)
             step += 1
@@ -201,16 +197,7 @@ def main():
     acc = hits / n[:, None]
     for k in range(a.heads):
         print(f"RESULT drafter=amphista head={k} top1={acc[k, 0]:.3f} top3={acc[k, 1]:.3f}")
-    tensors = {}
-    for s in range(2):
-        tensors[f"stage{s + 1}.fuse.weight"] = model.fuse_w[s]
-        tensors[f"stage{s + 1}.fuse.bias"] = model.fuse_b[s]
-        tensors.update(model.stages[s].tensors(f"stage{s + 1}.layer."))
-    for k in range(a.heads):
-        tensors[f"head_mlps.{k}.weight"] = model.mlp_w[k]
-        tensors[f"head_mlps.{k}.bias"] = model.mlp_b[k]
-    tensors["position_embedding"] = model.position
-    tensors.update(model.slots.tensors("auto_embedding."))
+    tensors = model.tensors()
     save_fp16(tensors, a.out, {"format": "specdec-amphista-1", "heads": str(a.heads), "target": "SmolLM2-135M-Instruct Q4_1",
                                "heldout_top1": ",".join(f"{float(x):.3f}" for x in acc[:, 0])})
     print(f"amphista: {a.out}, {time.time() - start:.0f} s")

@@ -2,8 +2,11 @@
 head, offline top-k accuracy, a cosine schedule, and fp16 safetensors export."""
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import math
 import os
+import time
 
 import torch
 
@@ -57,3 +60,53 @@ def save_fp16(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, s
     from safetensors.torch import save_file
 
     save_file({k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}, path, metadata=metadata)
+
+
+def parser(*, epochs: float, lr: float, tokens: int | None = None) -> argparse.ArgumentParser:
+    """Every trainer's arguments (the drafter-specific ones are added by the trainer); `tokens`, when
+    given, is the default batch size in tokens."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, help="the target's GGUF")
+    ap.add_argument("--data", required=True, help="the work directory holding data.pt and features.pt")
+    ap.add_argument("--out", required=True, help="the safetensors file to write")
+    ap.add_argument("--draft-vocab", type=int, default=8192, help="LM head rows the loss is scored on")
+    ap.add_argument("--epochs", type=float, default=epochs)
+    ap.add_argument("--lr", type=float, default=lr, help="peak learning rate (cosine schedule)")
+    if tokens is not None:
+        ap.add_argument("--tokens", type=int, default=tokens, help="tokens per batch")
+    ap.add_argument("--seed", type=int, default=1)
+    return ap
+
+
+@dataclasses.dataclass
+class Setup:
+    target: object  # target.Target
+    train: dict
+    held: dict
+    draft_ids: torch.Tensor
+    t2d: torch.Tensor
+    coverage: float
+    start: float
+
+
+def setup(a: argparse.Namespace) -> Setup:
+    """Seeds torch, loads the target (fp32) and the features, and picks the draft vocabulary."""
+    from target import Target
+
+    torch.manual_seed(a.seed)
+    start = time.time()
+    target = Target(a.model, torch.float32)
+    feats = load_features(a.data)
+    draft_ids, t2d, coverage = draft_vocabulary(feats["train"], target.config.vocab, a.draft_vocab)
+    return Setup(target, feats["train"], feats["heldout"], draft_ids, t2d, coverage, start)
+
+
+def optimizer_step(opt, params, loss: torch.Tensor, step: int, steps: int, peak: float, clip: float | None = 1.0):
+    """One AdamW step at the cosine schedule's rate, the gradient clipped to norm `clip`."""
+    for g in opt.param_groups:
+        g["lr"] = cosine_lr(step, steps, peak)
+    opt.zero_grad()
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip)
+    opt.step()

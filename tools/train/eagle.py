@@ -28,13 +28,12 @@ Prints the held-out top-1 / top-3 accuracy of each pass (depth) against the targ
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, draft_vocabulary, load_features, save_fp16
+from common import optimizer_step, parser, setup
 from target import Target
 
 PASS_WEIGHTS = (1.0, 0.8, 0.64)
@@ -179,26 +178,14 @@ def gather(split, seqs, t2d):
 
 def main(jakiro: bool = False):
     name = "jakiro" if jakiro else "eagle"
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=1.5 if jakiro else 3)
+    ap = parser(epochs=1.5 if jakiro else 3, lr=3e-4, tokens=4096)
     ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--tokens", type=int, default=4096, help="tokens per batch")
-    ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--noise", type=float, default=0.05, help="uniform feature noise, relative to the features' RMS")
-    ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    start = time.time()
-    target = Target(a.model, torch.float32)
-    feats = load_features(a.data)
-    train, held = feats["train"], feats["heldout"]
+    run = setup(a)
+    target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
     V = target.config.vocab
-    draft_ids, t2d, coverage = draft_vocabulary(train, V, a.draft_vocab)
-    print(f"{name}: draft vocabulary {a.draft_vocab} of {V} covers {coverage:.4f} of answer tokens")
+    print(f"{name}: draft vocabulary {a.draft_vocab} of {V} covers {run.coverage:.4f} of answer tokens")
     model = Draft(target, draft_ids, jakiro)
     params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
     model.embed.requires_grad_(False)
@@ -226,12 +213,7 @@ def main(jakiro: bool = False):
                         logq = torch.log_softmax((rights[d][mask] @ model.head.T).float(), -1).gather(-1, ids[mask])
                         loss = loss + 0.5 * PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
                 loss = loss + 0.1 * F.smooth_l1_loss(outs[0][valid].float(), nxt[valid])
-            for gr in opt.param_groups:
-                gr["lr"] = cosine_lr(step, steps, a.lr)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            optimizer_step(opt, params, loss, step, steps, a.lr)
             if step % 25 == 0:
                 print(f"  step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
             step += 1
@@ -272,7 +254,7 @@ def main(jakiro: bool = False):
     if not jakiro:
         out["d2t"] = (draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
     save_file(out, a.out, metadata={"format": f"specdec-{name}-1", "draft_vocab": str(a.draft_vocab),
-                                    "target": "SmolLM2-135M-Instruct Q4_1", "coverage": f"{coverage:.4f}",
+                                    "target": "SmolLM2-135M-Instruct Q4_1", "coverage": f"{run.coverage:.4f}",
                                     "heldout_top1": ",".join(f"{t1:.3f}" for t1, _ in acc)})
     print(f"{name}: {a.out}, {time.time() - start:.0f} s")
 

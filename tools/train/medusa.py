@@ -21,14 +21,12 @@ prints per-head top-1 / top-3 accuracy on the held-out split against the target'
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 import torch.nn.functional as F
 
-from common import cosine_lr, draft_vocabulary, load_features, positions, save_fp16, soft_cross_entropy
-from target import Target
+from common import optimizer_step, parser, positions, save_fp16, setup, soft_cross_entropy
 
 
 class Heads(torch.nn.Module):
@@ -39,6 +37,14 @@ class Heads(torch.nn.Module):
 
     def forward(self, h: torch.Tensor, k: int) -> torch.Tensor:
         return h + F.silu(h @ self.weight[k].T + self.bias[k])
+
+    def tensors(self) -> dict:
+        """The checkpoint's tensors by name (Medusa's names for each head's ResBlock linear)."""
+        out = {}
+        for k in range(self.weight.shape[0]):
+            out[f"medusa_head.{k}.0.linear.weight"] = self.weight[k]
+            out[f"medusa_head.{k}.0.linear.bias"] = self.bias[k]
+        return out
 
 
 def head_logits(heads: Heads, lm_head: torch.Tensor, h: torch.Tensor, k: int) -> torch.Tensor:
@@ -60,25 +66,14 @@ def evaluate(heads: Heads, lm_head, split: dict, n_heads: int, limit: int = 2000
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out", required=True)
+    ap = parser(epochs=2, lr=1e-3)
     ap.add_argument("--heads", type=int, default=3)
-    ap.add_argument("--epochs", type=float, default=2)
-    ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1024, help="rows per batch")
     a = ap.parse_args()
-    torch.manual_seed(a.seed)
-    start = time.time()
-    target = Target(a.model, torch.float32)
+    run = setup(a)
+    target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
     lm_head = target.lm_head.detach().to(torch.bfloat16)
-    feats = load_features(a.data)
-    train, held = feats["train"], feats["heldout"]
     e = target.config.hidden
-    draft_ids, t2d, _ = draft_vocabulary(train, target.config.vocab, a.draft_vocab)
     sub_head = lm_head[draft_ids]
     heads = Heads(a.heads, e)
     opt = torch.optim.AdamW(heads.parameters(), lr=a.lr, weight_decay=0.0)
@@ -107,21 +102,14 @@ def main():
                 lp = torch.where(d >= 0, train["top_lp"][lab].float(), torch.tensor(-1e4))
                 keep = d[:, 0] >= 0  # the greedy token is in the draft vocabulary
                 loss = loss + soft_cross_entropy(head_logits(heads, sub_head, h[ok][keep], k), d[keep].clamp(min=0), lp[keep])
-            for g in opt.param_groups:
-                g["lr"] = cosine_lr(step, steps, a.lr)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            optimizer_step(opt, heads.parameters(), loss, step, steps, a.lr, clip=None)
             if step % 50 == 0:
                 print(f"  step {step}/{steps} loss {loss.item() / a.heads:.3f} ({time.time() - start:.0f} s)", flush=True)
             step += 1
     acc = evaluate(heads, lm_head, held, a.heads)
     for k, (t1, t3) in enumerate(acc):
         print(f"RESULT drafter=medusa head={k} top1={t1:.3f} top3={t3:.3f}")
-    tensors = {}
-    for k in range(a.heads):
-        tensors[f"medusa_head.{k}.0.linear.weight"] = heads.weight[k]
-        tensors[f"medusa_head.{k}.0.linear.bias"] = heads.bias[k]
+    tensors = heads.tensors()
     save_fp16(tensors, a.out, {"format": "specdec-medusa-1", "heads": str(a.heads), "hidden": str(e),
                                 "target": "SmolLM2-135M-Instruct Q4_1",
                                 "heldout_top1": ",".join(f"{t1:.3f}" for t1, _ in acc)})

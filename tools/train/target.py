@@ -10,7 +10,6 @@ and the chat template's token ids.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import torch
