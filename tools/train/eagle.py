@@ -1,7 +1,7 @@
 """The EAGLE draft layer for the target, with an EAGLE-3 reduced draft vocabulary, in the layout
 examples/eagle.cpp loads.
 
-    python eagle.py --model M.gguf --data DIR --out FILE.safetensors [--draft-vocab 8192] [--epochs 4]
+    python eagle.py --model M.gguf --data DIR --out FILE.safetensors [--draft-vocab 8192] [--epochs 6]
 
 The drafter (specdec::blocks::eagle): row p fuses the embedding of token p + 1 with the target's final
 hidden state f_p (after the final norm), `fc([embed(x_{p+1}); f_p])` (Linear 2E -> E with bias), runs
@@ -178,7 +178,7 @@ def gather(split, seqs, t2d):
 
 def main(jakiro: bool = False):
     name = "jakiro" if jakiro else "eagle"
-    ap = parser(epochs=1.5 if jakiro else 3, lr=3e-4, tokens=4096)
+    ap = parser(epochs=1.5 if jakiro else 6, lr=3e-4, tokens=4096)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--noise", type=float, default=0.05, help="uniform feature noise, relative to the features' RMS")
     a = ap.parse_args()
