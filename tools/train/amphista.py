@@ -1,6 +1,6 @@
 """Amphista's drafter for the target, in the layout examples/amphista.cpp loads.
 
-    python amphista.py --model M.gguf --data DIR --out FILE.safetensors [--heads 4] [--epochs 2]
+    python amphista.py --model M.gguf --data DIR --out FILE.safetensors [--heads 4] [--epochs 4]
 
 The drafter (specdec::blocks::amphista): two staged adaptation layers, h1 = S1(fuse1([f_p; e(x_{p+1})]))
 and h2 = S2(fuse2([h1; e(x_{p+1})])) (fuse: Linear 2E -> E with bias, feature first; S: a causal Llama
@@ -153,7 +153,7 @@ def gather(split, seqs, t2d, heads):
 
 
 def main():
-    ap = parser(epochs=2, lr=5e-4, tokens=2048)
+    ap = parser(epochs=4, lr=5e-4, tokens=2048)
     ap.add_argument("--heads", type=int, default=4)
     a = ap.parse_args()
     run = setup(a)
