@@ -104,15 +104,18 @@ class MoA(torch.nn.Module):
         x = self.lsa(packed.reshape(B * T, L, kv).float(), None, cos, sin)
         return x.mean(1).view(B, T, kv) @ self.ekv2e_w.T + self.ekv2e_b
 
-    def cross(self, query, source, mask, cos, sin):
-        """The cross-attention layer (blocks::moa::cross_attention): one input norm for both streams."""
+    def cross(self, query, source, mask, query_rope, source_rope):
+        """The cross-attention layer (blocks::moa::cross_attention): one input norm for both streams,
+        RoPE at the query's and the source's own positions ((cos, sin) each), `mask` [Tq x S] or None
+        (inference: every verified token)."""
         ca, c = self.ca, self.c
         B, T, _ = query.shape
+        S = source.shape[1]
         nq, ns = ca.rms(query, ca.input_norm), ca.rms(source, ca.input_norm)
         q = (nq @ ca.q.T).view(B, T, c.heads, c.head_dim).transpose(1, 2)
-        k = (ns @ ca.k.T).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
-        v = (ns @ ca.v.T).view(B, T, c.kv_heads, c.head_dim).transpose(1, 2)
-        q, k = Target.rotate(q, cos, sin), Target.rotate(k, cos, sin)
+        k = (ns @ ca.k.T).view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = (ns @ ca.v.T).view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
+        q, k = Target.rotate(q, *query_rope), Target.rotate(k, *source_rope)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         x = query + a.transpose(1, 2).reshape(B, T, -1) @ ca.o.T
         h = ca.rms(x, ca.post_norm)
@@ -130,7 +133,7 @@ class MoA(torch.nn.Module):
         for d in range(1, depths + 1):
             mask = torch.ones(T, T, dtype=torch.bool).tril(-d)
             mask[:, 0] = True
-            outs.append(self.cross(query, s, mask, cos, sin))
+            outs.append(self.cross(query, s, mask, (cos, sin), (cos, sin)))
         return outs
 
     def tensors(self) -> dict:
@@ -174,7 +177,6 @@ def main():
     run = setup(a)
     target, train, held, draft_ids, start = run.target, run.train, run.held, run.draft_ids, run.start
     kv_target = Target(a.model, torch.bfloat16)  # the K/V source: bf16 runs 2x here
-    V = target.config.vocab
     head = target.lm_head[draft_ids].float()
     model = MoA(target, a.ca_intermediate)
     params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
@@ -191,14 +193,12 @@ def main():
                 break
             tokens, h, ids, lp, rows = gather(train, seqs, a.depths)
             packed = target_kv(kv_target, tokens)
-            t2d = torch.full((V,), -1, dtype=torch.long)
-            t2d[draft_ids] = torch.arange(a.draft_vocab)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 outs = model(tokens, packed, a.depths)
                 loss = 0.0
                 for d, g in enumerate(outs):
                     m = rows[d]
-                    d_ids = t2d[ids[m]]
+                    d_ids = run.t2d[ids[m]]
                     p = torch.softmax(torch.where(d_ids >= 0, lp[m], torch.tensor(-1e4)), -1)
                     logq = torch.log_softmax((g[m] @ head.T).float(), -1).gather(-1, d_ids.clamp(min=0))
                     loss = loss + DEPTH_WEIGHTS[d] * (-(p * logq).sum(-1).mean() + 0.1 * F.smooth_l1_loss(g[m].float(), h[m]))

@@ -50,8 +50,7 @@ def load_moa(t: Target, path: str):
             cos, sin = model.rope(torch.arange(T), torch.float32)
             query = model.sa(model.embed[torch.tensor([toks])].float(), torch.ones(T, T, dtype=torch.bool).tril(), cos, sin)
             # the last row's cross-attention over every verified token (no mask at inference)
-            qc, qs = cos[-1:], sin[-1:]
-            out = cross_last(model, query[:, -1:], stream, (qc, qs), model.rope(torch.arange(n), torch.float32))
+            out = model.cross(query[:, -1:], stream, None, (cos[-1:], sin[-1:]), model.rope(torch.arange(n), torch.float32))
             toks.append(int((out[0, -1] @ t.lm_head.T).argmax()))
         return toks[n + 1:]
 
@@ -108,26 +107,6 @@ def tree_accepted(choices, top_k, logits: torch.Tensor, truth: list[int]) -> int
         if not nxt:
             return d
         path = nxt[0]
-
-
-def cross_last(model, query, source, qrope, krope):
-    """MoA's cross-attention for query rows at their own positions over source rows 0 .. S - 1."""
-    import torch.nn.functional as F
-
-    from target import Target as T_
-
-    ca, c = model.ca, model.c
-    B, Tq, _ = query.shape
-    S = source.shape[1]
-    nq, ns = ca.rms(query, ca.input_norm), ca.rms(source, ca.input_norm)
-    q = (nq @ ca.q.T).view(B, Tq, c.heads, c.head_dim).transpose(1, 2)
-    k = (ns @ ca.k.T).view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
-    v = (ns @ ca.v.T).view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
-    q, k = T_.rotate(q, *qrope), T_.rotate(k, *krope)
-    a = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-    x = query + a.transpose(1, 2).reshape(B, Tq, -1) @ ca.o.T
-    h = ca.rms(x, ca.post_norm)
-    return x + (F.silu(h @ ca.gate.T) * (h @ ca.up.T)) @ ca.down.T
 
 
 def main():
