@@ -12,8 +12,8 @@
 int main(int argc, char** argv) {
   return engine::example_main(argc, argv, "EAGLE-2 trees from a trained EAGLE draft layer (tools/train/eagle.py)",
                               engine::default_weights("eagle_smollm2_135m.safetensors"),
-                              [](const engine::llama_model& model, const std::string& weights) {
+                              [&](const engine::llama_model& model, const std::string& weights) {
                                 return std::make_unique<engine::eagle_drafter>(
-                                    model, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}, weights);
+                                    model, engine::tree_option(argc, argv, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}), weights);
                               });
 }

@@ -138,8 +138,8 @@ class jakiro_drafter : public engine::feature_drafter {
 int main(int argc, char** argv) {
   return engine::example_main(argc, argv, "Jakiro MoE draft layer on EAGLE-2 trees with decoupled experts (tools/train/jakiro.py)",
                               engine::default_weights("jakiro_smollm2_135m.safetensors"),
-                              [](const engine::llama_model& model, const std::string& weights) {
+                              [&](const engine::llama_model& model, const std::string& weights) {
                                 return std::make_unique<jakiro_drafter>(
-                                    model, specdec::dynamic_tree_config{2, 2, 6, specdec::tree_score::log_probability, {}}, weights);
+                                    model, engine::tree_option(argc, argv, specdec::dynamic_tree_config{2, 2, 6, specdec::tree_score::log_probability, {}}), weights);
                               });
 }

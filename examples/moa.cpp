@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Mixture of Attentions drafting on the example engine: specdec's moa::drafter (Layer Self-Attention
 // over the target's per-layer K/V, self-attention over token embeddings, cross-attention, the target's
-// LM head) drafts a chain from the target's own KV cache, and the loop verifies it.
+// LM head) drafts EAGLE-2 dynamic trees from the target's own KV cache (default k 3, depth 4, 10
+// nodes, as examples/eagle.cpp; `--tree K,DEPTH,NODES` to change, `--tree 1,3,4` a chain of 3), and
+// the loop verifies them.
 //
 // Weights: examples/weights/moa_smollm2_135m.safetensors by default (or --weights FILE), trained for
 // SmolLM2-135M-Instruct by tools/train/moa.py, in HEBO's module names with Hugging Face Llama names
@@ -12,6 +14,7 @@
 // self-attention layer has the target's own shape (it starts training as the target's layer 0);
 // cross-attention is 576 wide with 9 heads of 64 and intermediate 864 (1.5 E).
 #include <specdec/blocks/moa.hpp>
+#include <specdec/tree/eagle2.hpp>
 
 #include "engine/checkpoint.hpp"
 #include "engine/example_main.hpp"
@@ -55,17 +58,22 @@ class trained_moa {
   blocks::moa::weights<specdec::host_space> weights_;
 };
 
-/// Drafts a chain of `length` tokens with moa::drafter, greedy from its logits (deterministic nodes).
-class moa_chain_drafter : public engine::drafter {
+/// Drafts EAGLE-2 dynamic trees with moa::drafter, as the MoA paper does: each expansion runs the
+/// frontier's k tokens through self-attention under the tree mask (behind the committed tokens' rows)
+/// and cross-attention over the whole verified stream, and the target's LM head scores them. With
+/// k = 1 the tree is a greedy chain (tools/train/parity.py replays that one).
+class moa_tree_drafter : public engine::drafter {
  public:
-  moa_chain_drafter(const engine::llama_model& model, index_t length, const std::string& weights_path)
-      : model_(&model), weights_(model.config(), weights_path), drafter_(backend_, weights_.config(), weights_.weights(), 4096),
-        length_(length) {}
+  moa_tree_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
+      : model_(&model), tree_(std::move(tree)), weights_(model.config(), weights_path),
+        drafter_(backend_, weights_.config(), weights_.weights(), 4096) {
+    specdec::eagle2_tree_builder<specdec::eigen> check(backend_, tree_);  // a bad --tree fails here, not mid-generation
+  }
   std::string name() const override { return "moa"; }
 
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
-    const index_t n = ctx.cached, e = c.hidden;
+    const index_t n = ctx.cached, e = c.hidden, k = tree_.top_k;
     // 1. The target's K/V of every newly verified token go into the cross-attention stream.
     std::vector<specdec::matrix_view<const float>> keys, values;
     for (index_t l = 0; l < c.layers; ++l) {
@@ -73,52 +81,74 @@ class moa_chain_drafter : public engine::drafter {
       values.push_back(ctx.session.cache(l).values());
     }
     drafter_.add_verified(keys, values, drafter_.verified(), n - drafter_.verified());
-    // 2. Self-attention rows stay valid for the committed prefix they were computed on.
+    // 2. Self-attention rows stay valid for the committed prefix they were computed on (the last
+    //    step's root row, and a whole prompt on a request's first step); the tokens committed since
+    //    then, the root last, are fed now.
     index_t common = 0;
     while (common < static_cast<index_t>(fed_.size()) && common <= n && fed_[static_cast<std::size_t>(common)] == ctx.sequence[static_cast<std::size_t>(common)])
       ++common;
     drafter_.crop(common);
     fed_.resize(static_cast<std::size_t>(common));
     std::vector<std::int32_t> feed(ctx.sequence.begin() + common, ctx.sequence.begin() + n + 1);
-    std::vector<std::int32_t> tokens = {ctx.sequence.back()}, parents = {-1};
-    std::vector<float> feature(static_cast<std::size_t>(e)), logits(static_cast<std::size_t>(c.vocab));
-    for (index_t i = 0; i < length_; ++i) {
-      const auto rows = static_cast<index_t>(feed.size());
-      std::vector<float> x(static_cast<std::size_t>(rows * e));
-      backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(feed.data(), rows),
-                           specdec::matrix_view<float>(x.data(), rows, e));
-      std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));
-      for (index_t r = 0; r < rows; ++r) positions[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(fed_.size()) + r;
-      drafter_.forward(specdec::matrix_view<float>(x.data(), rows, e), specdec::vector_view<const std::int64_t>(positions.data(), rows),
-                       specdec::matrix_view<float>(feature.data(), 1, e));
-      fed_.insert(fed_.end(), feed.begin(), feed.end());
-      // The target's LM head (tied embedding) over the drafter's feature, as MoA with TLI = 0.
-      backend_.gemm(specdec::matrix_view<const float>(feature.data(), 1, e), specdec::transpose::no, model_->lm_head(),
-                    specdec::transpose::yes, specdec::matrix_view<float>(logits.data(), 1, c.vocab));
+    std::vector<std::int64_t> positions(feed.size());
+    for (std::size_t r = 0; r < feed.size(); ++r) positions[r] = common + static_cast<std::int64_t>(r);
+    std::vector<float> features(static_cast<std::size_t>(k * e)), logits;
+    run(feed, positions, {}, 1, features);
+    fed_.insert(fed_.end(), feed.begin(), feed.end());
+    ++ctx.stats.draft_calls;
+    head(features, 1, logits);
+    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
+    auto step = builder.begin(engine::host_matrix(logits.data(), 1, c.vocab), ctx.sequence.back());
+    // 3. Each expansion: the frontier's tokens at the root's position + depth, attending to the n + 1
+    //    committed rows and their tree ancestors.
+    for (index_t s = 0; s < tree_.depth; ++s) {
+      run(step.input_ids, step.positions(n), step.attention_mask(n + 1), k, features);
       ++ctx.stats.draft_calls;
-      const auto next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      tokens.push_back(next);
-      parents.push_back(static_cast<std::int32_t>(tokens.size()) - 2);
-      feed = {next};
+      head(features, k, logits);
+      step = builder.expand(engine::host_matrix(logits.data(), k, c.vocab));
     }
-    return {specdec::make_tree(std::move(tokens), parents), {}, {}};
+    drafter_.crop(n + 1);  // the tree's rows go; the committed ones stay for the next step
+    return {builder.finish_single().tree, {}, {}};
   }
 
  private:
+  /// moa::drafter over `tokens` at `positions` (causal, or the tree mask `allowed` `[T x (cached + T)]`):
+  /// the features of its last `q` rows into `features` `[q x E]`.
+  void run(std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions, std::span<const std::uint8_t> allowed, index_t q,
+           std::vector<float>& features) {
+    using space = specdec::host_space;
+    const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
+    std::vector<float> x(static_cast<std::size_t>(t * e));
+    backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(tokens.data(), t), specdec::matrix_view<float>(x.data(), t, e));
+    const auto mask = allowed.empty() ? blocks::attention_mask<space>::causal()
+                                      : blocks::attention_mask<space>::from(specdec::matrix_view<const std::uint8_t>(
+                                            allowed.data(), t, static_cast<index_t>(allowed.size()) / t));
+    drafter_.forward(specdec::matrix_view<float>(x.data(), t, e), specdec::vector_view<const std::int64_t>(positions.data(), t),
+                     specdec::matrix_view<float>(features.data(), q, e), mask);
+  }
+  /// The target's LM head (tied embedding) over the drafter's features `[rows x E]`, as MoA with TLI = 0.
+  void head(const std::vector<float>& features, index_t rows, std::vector<float>& logits) {
+    const auto& c = model_->config();
+    logits.resize(static_cast<std::size_t>(rows * c.vocab));
+    backend_.gemm(engine::host_matrix(features.data(), rows, c.hidden), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
+                  specdec::matrix_view<float>(logits.data(), rows, c.vocab));
+  }
+
   const engine::llama_model* model_;
+  specdec::dynamic_tree_config tree_;
   specdec::eigen backend_;
   trained_moa weights_;
   blocks::moa::drafter<specdec::eigen> drafter_;
-  index_t length_;
-  std::vector<std::int32_t> fed_;  // tokens whose self-attention rows the drafter holds, in order
+  std::vector<std::int32_t> fed_;  // the committed tokens whose self-attention rows the drafter holds
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return engine::example_main(argc, argv, "Mixture of Attentions drafter on a chain (trained by tools/train/moa.py)",
+  return engine::example_main(argc, argv, "Mixture of Attentions drafter on EAGLE-2 trees (trained by tools/train/moa.py)",
                               engine::default_weights("moa_smollm2_135m.safetensors"),
-                              [](const engine::llama_model& model, const std::string& weights) {
-                                return std::make_unique<moa_chain_drafter>(model, 3, weights);
+                              [&](const engine::llama_model& model, const std::string& weights) {
+                                const auto tree = engine::tree_option(argc, argv, {3, 4, 10, specdec::tree_score::log_probability, {}});
+                                return std::make_unique<moa_tree_drafter>(model, tree, weights);
                               });
 }

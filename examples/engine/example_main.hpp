@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <specdec/tree/eagle2.hpp>
+
 #include "decoding.hpp"
 #include "gguf.hpp"
 #include "llama.hpp"
@@ -20,9 +22,29 @@
 
 namespace engine {
 
+/// The dynamic-tree examples' (EAGLE, Jakiro, MoA) `--tree K,DEPTH,NODES`: the EAGLE-2 tree's top-k
+/// per expansion, expansions, and nodes kept (root included); `fallback` when absent. Scores are
+/// log-probabilities. \throws specdec::invalid_argument on a value that is not three integers (the
+/// builder checks their ranges when the drafter is built).
+inline specdec::dynamic_tree_config tree_option(int argc, char** argv, specdec::dynamic_tree_config fallback) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) != "--tree") continue;
+    const std::string v = argv[i + 1];
+    long k = 0, depth = 0, nodes = 0;
+    char tail = 0;
+    SPECDEC_EXPECTS(std::sscanf(v.c_str(), "%ld,%ld,%ld%c", &k, &depth, &nodes, &tail) == 3, "--tree", "\"", v,
+                    "\"; expected K,DEPTH,NODES (three integers, e.g. 3,4,10)");
+    fallback.top_k = k;
+    fallback.depth = depth;
+    fallback.total_tokens = nodes;
+  }
+  return fallback;
+}
+
 /// `make` builds a fresh drafter per generation from the model and the weights file (--weights, else
 /// `default_weights`; empty for drafters without weights). Arguments: --model PATH [--prompt TEXT |
-/// --prompts FILE] [--max-new N] [--temperature T] [--weights PATH]. Each prompt (FILE: one per line,
+/// --prompts FILE] [--max-new N] [--temperature T] [--weights PATH] (and what `make` reads itself,
+/// e.g. tree_option's --tree). Each prompt (FILE: one per line,
 /// engine::read_prompts) is generated greedily by vanilla decoding and with the drafter, token for
 /// token compared; then the first prompt once sampled at T. Prints the totals over the prompts and
 /// `RESULT drafter=<name> prompts=<n> tau=<x> target_forwards=<n> tok_s=<x> vanilla_tok_s=<x>
@@ -46,7 +68,8 @@ inline int example_main(int argc, char** argv, const std::string& title, const s
   }
   if (model_path.empty()) {
     std::cerr << "usage: " << argv[0]
-              << " --model PATH.gguf [--prompt TEXT | --prompts FILE] [--max-new N] [--temperature T] [--weights PATH]\n"
+              << " --model PATH.gguf [--prompt TEXT | --prompts FILE] [--max-new N] [--temperature T] [--weights PATH]"
+                 " [--tree K,DEPTH,NODES (EAGLE, Jakiro, MoA)]\n"
               << "(scripts/fetch_model.sh prints the path of SmolLM2-135M-Instruct, fetching it once)\n";
     return 2;
   }

