@@ -1,6 +1,6 @@
 """Medusa heads for the target, in the layout examples/medusa.cpp loads.
 
-    python medusa.py --model M.gguf --data DIR --out FILE.safetensors [--heads 3] [--epochs 2]
+    python medusa.py --model M.gguf --data DIR --out FILE.safetensors [--heads 3] [--epochs 8]
 
 Head k (0-based) maps the target's final hidden state h_p (after the final norm) of row p to a
 distribution of token p + k + 2, one place further than the target's own next token:
@@ -66,7 +66,7 @@ def evaluate(heads: Heads, lm_head, split: dict, n_heads: int, limit: int = 2000
 
 
 def main():
-    ap = parser(epochs=2, lr=1e-3)
+    ap = parser(epochs=8, lr=1e-3)
     ap.add_argument("--heads", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1024, help="rows per batch")
     a = ap.parse_args()

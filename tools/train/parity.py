@@ -8,7 +8,8 @@ Each step of generate() (examples/engine/decoding.hpp) verifies the root x_n (th
 token, not in the target's cache: n tokens are) and the drafted nodes, and greedy verification accepts
 the longest path matching the target's greedy continuation. The replay knows that continuation, so it
 needs the drafter's proposal at each step only:
-- moa (examples/moa.cpp): a chain of 3, greedy from the target's full LM head, the key/value stream of
+- moa (examples/moa.cpp run with `--tree 1,3,4`, its chain of 3; the default tree is not replayed): a
+  chain, greedy from the target's full LM head, the key/value stream of
   tokens 0 .. n - 1;
 - medusa, amphista (examples/medusa.cpp, amphista.cpp): the static tree the example fills from its
   heads' top-k at row n - 1 (the target's final hidden state there, and for Amphista its staged layers
