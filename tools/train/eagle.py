@@ -178,7 +178,7 @@ def gather(split, seqs, t2d):
 
 def main(jakiro: bool = False):
     name = "jakiro" if jakiro else "eagle"
-    ap = parser(epochs=3 if jakiro else 6, lr=3e-4, tokens=4096)
+    ap = parser(epochs=6, lr=3e-4, tokens=4096)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--noise", type=float, default=0.05, help="uniform feature noise, relative to the features' RMS")
     a = ap.parse_args()

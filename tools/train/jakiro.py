@@ -1,6 +1,6 @@
 """Jakiro's MoE draft layer for the target, in the layout examples/jakiro.cpp loads.
 
-    python jakiro.py --model M.gguf --data DIR --out FILE.safetensors [--epochs 3]
+    python jakiro.py --model M.gguf --data DIR --out FILE.safetensors [--epochs 6]
 
 The EAGLE layer of eagle.py with its MLP replaced by Jakiro's two-expert MoE (specdec::blocks::moe,
 routing jakiro_two_experts; experts of intermediate E, each started from a slice of the target's last
