@@ -1,6 +1,6 @@
 """The Mixture of Attentions drafter for the target, in the layout examples/moa.cpp loads.
 
-    python moa.py --model M.gguf --data DIR --out FILE.safetensors [--epochs 1.5]
+    python moa.py --model M.gguf --data DIR --out FILE.safetensors [--epochs 2]
 
 The drafter (specdec::blocks::moa, shared/specs/blocks.md section 2, Target Layer Inference off):
 - key/value stream, per verified token t: the target's post-RoPE K and V of every layer packed
