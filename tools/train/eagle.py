@@ -73,6 +73,22 @@ class Draft(torch.nn.Module):
         self.rope = t.rope
         self.rotate = t.rotate
 
+    def tensors(self) -> dict:
+        """The checkpoint's names (examples/eagle.cpp, jakiro.cpp) -> parameters; Jakiro's head is the
+        target's and not saved, EAGLE's d2t is added by the caller."""
+        tensors = {"fc.weight": self.fc_w, "fc.bias": self.fc_b, "layers.0.self_attn.q_proj.weight": self.q,
+                   "layers.0.self_attn.k_proj.weight": self.k, "layers.0.self_attn.v_proj.weight": self.v,
+                   "layers.0.self_attn.o_proj.weight": self.o, "layers.0.post_attention_layernorm.weight": self.post_norm}
+        if self.jakiro:  # haiduo/Jakiro's names
+            tensors["layers.0.mlp_moe.gate.weight"] = self.router
+            for i in range(2):
+                for j, proj in enumerate(("gate_proj", "up_proj", "down_proj")):
+                    tensors[f"layers.0.mlp_moe.experts.{i}.{proj}.weight"] = self.experts[3 * i + j]
+        else:
+            tensors.update({"layers.0.mlp.gate_proj.weight": self.gate, "layers.0.mlp.up_proj.weight": self.up,
+                            "layers.0.mlp.down_proj.weight": self.down, "lm_head.weight": self.head})
+        return tensors
+
     def qkv(self, tokens, feats, positions):
         c = self.c
         B, T = tokens.shape
@@ -237,17 +253,7 @@ def main(jakiro: bool = False):
     for d, (t1, t3) in enumerate(acc):
         right = f" right_top1={hits[d][2] / n:.3f}" if jakiro else ""
         print(f"RESULT drafter={name} depth={d + 1} top1={t1:.3f} top3={t3:.3f}{right}")
-    tensors = {"fc.weight": model.fc_w, "fc.bias": model.fc_b, "layers.0.self_attn.q_proj.weight": model.q,
-               "layers.0.self_attn.k_proj.weight": model.k, "layers.0.self_attn.v_proj.weight": model.v,
-               "layers.0.self_attn.o_proj.weight": model.o, "layers.0.post_attention_layernorm.weight": model.post_norm}
-    if jakiro:  # haiduo/Jakiro's names; the LM head is the target's
-        tensors["layers.0.mlp_moe.gate.weight"] = model.router
-        for i in range(2):
-            for j, proj in enumerate(("gate_proj", "up_proj", "down_proj")):
-                tensors[f"layers.0.mlp_moe.experts.{i}.{proj}.weight"] = model.experts[3 * i + j]
-    else:
-        tensors.update({"layers.0.mlp.gate_proj.weight": model.gate, "layers.0.mlp.up_proj.weight": model.up,
-                        "layers.0.mlp.down_proj.weight": model.down, "lm_head.weight": model.head})
+    tensors = model.tensors()
     from safetensors.torch import save_file
 
     out = {k: v.detach().to(torch.float16).contiguous() for k, v in tensors.items()}
