@@ -61,7 +61,7 @@ class trained_moa {
 /// Drafts EAGLE-2 dynamic trees with moa::drafter, as the MoA paper does: each expansion runs the
 /// frontier's k tokens through self-attention under the tree mask (behind the committed tokens' rows)
 /// and cross-attention over the whole verified stream, and the target's LM head scores them. With
-/// k = 1 the tree is a greedy chain (tools/train/parity.py replays that one).
+/// k = 1 the tree is a greedy chain (tools/train/parity.py replays both).
 class moa_tree_drafter : public engine::drafter {
  public:
   moa_tree_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
