@@ -75,6 +75,8 @@ def parser(*, epochs: float, lr: float, tokens: int | None = None) -> argparse.A
     if tokens is not None:
         ap.add_argument("--tokens", type=int, default=tokens, help="tokens per batch")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--train-fraction", type=float, default=1.0,
+                    help="train on this share of the training sequences (a fixed random subset): how tau scales with data")
     return ap
 
 
@@ -89,6 +91,21 @@ class Setup:
     start: float
 
 
+def subset(split: dict, fraction: float) -> dict:
+    """The sequences of a fixed random subset (seed 0, whatever --seed is, so that every trainer and
+    seed sees the same smaller data set) holding `fraction` of them, in their original order."""
+    n = len(split["answer"])
+    keep = max(1, round(fraction * n))
+    seqs = torch.sort(torch.randperm(n, generator=torch.Generator().manual_seed(0))[:keep]).values.tolist()
+    off = split["offsets"]
+    rows = torch.cat([torch.arange(int(off[s]), int(off[s + 1])) for s in seqs])
+    lengths = torch.tensor([int(off[s + 1] - off[s]) for s in seqs])
+    out = {k: v[rows] for k, v in split.items() if k not in ("offsets", "answer")}
+    out["offsets"] = torch.cat([torch.zeros(1, dtype=off.dtype), torch.cumsum(lengths, 0).to(off.dtype)])
+    out["answer"] = split["answer"][seqs]
+    return out
+
+
 def setup(a: argparse.Namespace) -> Setup:
     """Seeds torch, loads the target (fp32) and the features, and picks the draft vocabulary."""
     from target import Target
@@ -97,6 +114,12 @@ def setup(a: argparse.Namespace) -> Setup:
     start = time.time()
     target = Target(a.model, torch.float32)
     feats = load_features(a.data)
+    if not 0 < a.train_fraction <= 1:
+        raise SystemExit(f"--train-fraction {a.train_fraction}: expected a share in (0, 1]")
+    if a.train_fraction < 1:
+        feats["train"] = subset(feats["train"], a.train_fraction)
+        print(f"training on {len(feats['train']['answer'])} sequences ({a.train_fraction:g} of the set), "
+              f"{len(feats['train']['tokens'])} rows")
     draft_ids, t2d, coverage = draft_vocabulary(feats["train"], target.config.vocab, a.draft_vocab)
     return Setup(target, feats["train"], feats["heldout"], draft_ids, t2d, coverage, start)
 
