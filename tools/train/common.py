@@ -96,12 +96,11 @@ def subset(split: dict, fraction: float) -> dict:
     seed sees the same smaller data set) holding `fraction` of them, in their original order."""
     n = len(split["answer"])
     keep = max(1, round(fraction * n))
-    seqs = torch.sort(torch.randperm(n, generator=torch.Generator().manual_seed(0))[:keep]).values.tolist()
+    seqs = torch.sort(torch.randperm(n, generator=torch.Generator().manual_seed(0))[:keep]).values
     off = split["offsets"]
     rows = torch.cat([torch.arange(int(off[s]), int(off[s + 1])) for s in seqs])
-    lengths = torch.tensor([int(off[s + 1] - off[s]) for s in seqs])
     out = {k: v[rows] for k, v in split.items() if k not in ("offsets", "answer")}
-    out["offsets"] = torch.cat([torch.zeros(1, dtype=off.dtype), torch.cumsum(lengths, 0).to(off.dtype)])
+    out["offsets"] = torch.cat([off[:1] * 0, torch.cumsum(off.diff()[seqs], 0)])
     out["answer"] = split["answer"][seqs]
     return out
 
@@ -110,13 +109,13 @@ def setup(a: argparse.Namespace) -> Setup:
     """Seeds torch, loads the target (fp32) and the features, and picks the draft vocabulary."""
     from target import Target
 
+    if not 0 < a.train_fraction <= 1:
+        raise SystemExit(f"--train-fraction {a.train_fraction}: expected a share in (0, 1]")
     torch.manual_seed(a.seed)
     start = time.time()
     target = Target(a.model, torch.float32)
     feats = load_features(a.data)
-    if not 0 < a.train_fraction <= 1:
-        raise SystemExit(f"--train-fraction {a.train_fraction}: expected a share in (0, 1]")
-    if a.train_fraction < 1:
+    if a.train_fraction < 1:  # the draft vocabulary below is then counted on the share, as on a smaller set
         feats["train"] = subset(feats["train"], a.train_fraction)
         print(f"training on {len(feats['train']['answer'])} sequences ({a.train_fraction:g} of the set), "
               f"{len(feats['train']['tokens'])} rows")
