@@ -29,5 +29,43 @@ function(specdec_add_llama_cpp)
   endforeach()
   set(GGML_NATIVE ON CACHE BOOL "" FORCE)
   set(GGML_CCACHE OFF CACHE BOOL "" FORCE)
+  foreach(_amx GGML_AMX_TILE GGML_AMX_INT8 GGML_AMX_BF16)
+    set(${_amx} OFF CACHE BOOL "" FORCE)
+  endforeach()
   add_subdirectory("${SPECDEC_LLAMA_CPP_DIR}" "${PROJECT_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)
+  specdec_llama_cpp_without_amx()
+endfunction()
+
+# ggml-cpu is built with -march=native (its fast paths: the repacked Q4_0 kernels, AVX-512 where the
+# CPU has it), and on a CPU with AMX that defines __AMX_INT8__, which puts the weights into ggml's AMX
+# buffer type, whose matmul segfaults in this pin (ggml-org/llama.cpp#20824). The AMX instruction sets
+# are switched off by flag, after -march=native, on every x86 machine: the compiler then never
+# defines the macros, ggml compiles its AMX path out, and the binary is the same whether or not the
+# building CPU has AMX. (GCC and Clang both let an explicit -mno-<isa> win over -march, in any order;
+# the flags this compiler does not know name instruction sets it cannot emit either.)
+# scripts/check_llama_cpp.sh checks the result: ggml-cpu's compile command, with an AMX CPU's -march,
+# defines no AMX macro; no AMX instruction in the programs; no AMX buffer type at run time.
+function(specdec_llama_cpp_without_amx)
+  if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86|x86)$" OR NOT TARGET ggml-cpu)
+    return()
+  endif()
+  include(CheckCCompilerFlag)
+  include(CheckCXXCompilerFlag)
+  set(_flags "")
+  foreach(_isa amx-tile amx-int8 amx-bf16 amx-fp16 amx-complex amx-avx512 amx-tf32 amx-fp8 amx-movrs amx-transpose)
+    string(MAKE_C_IDENTIFIER "SPECDEC_HAS_MNO_${_isa}" _c)
+    check_c_compiler_flag("-mno-${_isa}" ${_c}_C)
+    check_cxx_compiler_flag("-mno-${_isa}" ${_c}_CXX)
+    if(${_c}_C)
+      list(APPEND _flags "$<$<COMPILE_LANGUAGE:C>:-mno-${_isa}>")
+    endif()
+    if(${_c}_CXX)
+      list(APPEND _flags "$<$<COMPILE_LANGUAGE:CXX>:-mno-${_isa}>")
+    endif()
+  endforeach()
+  if(NOT SPECDEC_HAS_MNO_amx_tile_C OR NOT SPECDEC_HAS_MNO_amx_tile_CXX)
+    message(FATAL_ERROR "the compilers do not take -mno-amx-tile: llama.cpp cannot be built without its AMX path "
+                        "(C: ${CMAKE_C_COMPILER}, C++: ${CMAKE_CXX_COMPILER})")
+  endif()
+  target_compile_options(ggml-cpu PRIVATE ${_flags})
 endfunction()

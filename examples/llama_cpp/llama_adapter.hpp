@@ -37,15 +37,45 @@
 
 namespace llama_example {
 
+/// The buffer types llama.cpp put the weights of the models loaded so far into, by name, in load
+/// order ("CPU_Mapped", "CPU_REPACK", "AMX", ...). llama.cpp has no call that lists them; it logs one
+/// "<name> model buffer size = ..." line per buffer, which llama_engine's log handler reads.
+inline std::vector<std::string>& model_buffer_types() {
+  static std::vector<std::string> names;
+  return names;
+}
+
+/// The weight layouts ggml's CPU backend offers besides plain host memory (its extra buffer types,
+/// by name: "CPU_REPACK", and "AMX" when built with AMX on a CPU that has it); what llama.cpp picks
+/// from when it loads a model.
+inline std::vector<std::string> cpu_extra_buffer_types() {
+  std::vector<std::string> names;
+  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+  if (cpu == nullptr) return names;
+  const auto get = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+      ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), "ggml_backend_dev_get_extra_bufts"));
+  if (get == nullptr) return names;
+  for (ggml_backend_buffer_type_t* buft = get(cpu); *buft != nullptr; ++buft) names.emplace_back(ggml_backend_buft_name(*buft));
+  return names;
+}
+
 class llama_engine {
  public:
   /// Loads the GGUF at `path`: a context of `n_ctx` tokens, `threads` threads, room for trees of up
   /// to `max_leaves` leaves; `flash_attention` false turns llama.cpp's off (tree_kv_check compares).
   llama_engine(const std::string& path, int threads, int n_ctx, int max_leaves, bool flash_attention = true)
       : max_leaves_(max_leaves) {
-    // llama.cpp logs every tensor it loads; keep its errors only.
+    // llama.cpp logs every tensor it loads; keep its errors, and the names of its weight buffers.
     llama_log_set([](ggml_log_level level, const char* text, void*) {
-      if (level >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+      static ggml_log_level last = GGML_LOG_LEVEL_INFO;  // a CONT message continues the previous one's level
+      if (level != GGML_LOG_LEVEL_CONT) last = level;
+      if (last >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+      // "load_tensors:   CPU_REPACK model buffer size =    61.15 MiB"
+      const std::string line(text);
+      const std::size_t colon = line.find(": "), tail = line.find(" model buffer size");
+      if (colon == std::string::npos || tail == std::string::npos || tail < colon) return;
+      const std::size_t begin = line.find_first_not_of(' ', colon + 1);
+      if (begin < tail) model_buffer_types().push_back(line.substr(begin, tail - begin));
     }, nullptr);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();

@@ -7,7 +7,7 @@
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
-//                     [--warmup FILE] [--print-chat] [--trace]
+//                     [--warmup FILE] [--print-chat] [--trace] [--system-info]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
 // policy chose. --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
@@ -18,7 +18,11 @@
 // prompt in the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own
 // programs are given by scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to
 // stderr (`TRACE method=<name> match=<matched suffix> length=<chosen> rows=<decoded> accepted=<n>
-// ms=<decode>`): what the draft-length policy chose and what it paid.
+// ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model
+// and prints what llama.cpp runs it with, then exits: `SYSTEM <llama_print_system_info()>` (the
+// instruction sets ggml was built with), `CPU_EXTRA_BUFFER_TYPES <names>` (the weight layouts ggml's
+// CPU backend offers) and `MODEL_BUFFER_TYPES <names>` (those the model's weights went into);
+// scripts/check_llama_cpp.sh fails when AMX is among them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -181,11 +185,11 @@ int main(int argc, char** argv) {
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
   std::uint64_t seed = 1;
-  bool print_chat = false, trace = false;
+  bool print_chat = false, trace = false, system_info = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--print-chat" || key == "--trace") {
-      (key == "--trace" ? trace : print_chat) = true;
+    if (key == "--print-chat" || key == "--trace" || key == "--system-info") {
+      (key == "--trace" ? trace : key == "--print-chat" ? print_chat : system_info) = true;
       --i;
       continue;
     }
@@ -213,9 +217,22 @@ int main(int argc, char** argv) {
   if (model.empty()) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
-                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat] [--trace]\n",
+                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat] [--trace]\n"
+                 "          [--system-info]\n",
                  argv[0]);
     return 2;
+  }
+  if (system_info) {
+    const llama_example::llama_engine engine(model, threads, 512, 1);
+    const auto joined = [](const std::vector<std::string>& names) {
+      std::string text;
+      for (const std::string& name : names) text += (text.empty() ? "" : ",") + name;
+      return text.empty() ? std::string("none") : text;
+    };
+    std::printf("SYSTEM %s\n", llama_print_system_info());
+    std::printf("CPU_EXTRA_BUFFER_TYPES %s\n", joined(llama_example::cpu_extra_buffer_types()).c_str());
+    std::printf("MODEL_BUFFER_TYPES %s\n", joined(llama_example::model_buffer_types()).c_str());
+    return 0;
   }
   if (!prompts_file.empty()) prompts = engine::read_prompts(prompts_file);
   if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
