@@ -56,13 +56,15 @@ class eigen {
   class buffer {
    public:
     buffer() = default;
-    explicit buffer(index_t n) : data_(static_cast<std::size_t>(n)) {}
+    explicit buffer(index_t n)
+        : data_(detail::checked_count("specdec::eigen::buffer", {n}, "a buffer of n = ", n, " elements")) {}
     explicit buffer(std::vector<T> data) : data_(std::move(data)) {}
     vector_view<T, host_space> view() { return {data_.data(), static_cast<index_t>(data_.size())}; }
     vector_view<const T, host_space> view() const { return {data_.data(), static_cast<index_t>(data_.size())}; }
     matrix_view<T, host_space> matrix(index_t rows, index_t cols) {
-      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && rows * cols == size(), "eigen::buffer::matrix", "a buffer of ",
-                      size(), " elements cannot be viewed as [", rows, " x ", cols, "]");
+      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && (cols == 0 ? size() == 0 : rows == size() / cols && size() % cols == 0),
+                      "eigen::buffer::matrix", "a buffer of ", size(), " elements cannot be viewed as [", rows, " x ",
+                      cols, "]");
       return {data_.data(), rows, cols};
     }
     index_t size() const noexcept { return static_cast<index_t>(data_.size()); }
@@ -73,7 +75,8 @@ class eigen {
 
   template <class T>
   buffer<T> allocate(index_t n) const {
-    SPECDEC_EXPECTS(n >= 0, "eigen::allocate", "n = ", n, "; expected n >= 0");
+    SPECDEC_EXPECTS(n >= 0 && n <= max_elements, "eigen::allocate", "n = ", n,
+                    "; expected 0 <= n <= 2^40 (specdec's largest buffer)");
     return buffer<T>(n);
   }
   template <class T>
@@ -85,10 +88,14 @@ class eigen {
   void upload(std::span<const T> host, vector_view<T, host_space> dst) const {
     SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "eigen::upload", "host has ", host.size(),
                     " entries; dst has ", dst.rows());
+    detail::check_view("eigen::upload", "dst", dst, detail::nonzero_stride);
+    detail::check_disjoint("eigen::upload", detail::extent_of("eigen::upload", "dst", dst),
+                           detail::extent_of("eigen::upload", "host", vector_view<const T, host_space>(host.data(), dst.rows())));
     for (index_t i = 0; i < dst.rows(); ++i) dst(i) = host[static_cast<std::size_t>(i)];
   }
   template <class T>
   std::vector<std::remove_const_t<T>> download(vector_view<T, host_space> v) const {
+    detail::check_view("eigen::download", "v", v, 0);
     std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));
     for (index_t i = 0; i < v.rows(); ++i) out[static_cast<std::size_t>(i)] = v(i);
     return out;
@@ -118,12 +125,17 @@ class eigen {
                   vector_view<std::remove_const_t<T>> value = {}) {
     constexpr const char* where = "specdec::eigen::row_argmax";
     detail::check_row_reduction(where, logits, index, "index");
-    if (value.data() != nullptr) detail::check_length(where, "value", value, logits.rows(), "one per row");
+    const bool with_value = value.data() != nullptr || !value.empty();
+    if (with_value) {
+      detail::check_length(where, "value", value, logits.rows(), "one per row");
+      detail::check_apart(where, "value", value, "logits", logits);
+      detail::check_apart(where, "value", value, "index", index);
+    }
     for (index_t r = 0; r < logits.rows(); ++r) {
       const auto best = detail::argmax_row(logits.row(r), logits.cols());
       raise_if(where, "logits", logits, r, best.error);
       index(r) = static_cast<std::int32_t>(best.index);
-      if (value.data() != nullptr) value(r) = best.value;
+      if (with_value) value(r) = best.value;
     }
   }
 
@@ -155,6 +167,9 @@ class eigen {
     constexpr const char* where = "specdec::eigen::row_topk_logsumexp";
     detail::check_topk(where, logits, k, values, indices);
     detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
+    detail::check_apart(where, "lse", lse, "logits", logits);
+    detail::check_apart(where, "lse", lse, "values", values);
+    detail::check_apart(where, "lse", lse, "indices", indices);
     detail::check_temperature(where, temperature, false);
     const V inv_t = V(1) / temperature;
     const index_t n = logits.cols();
@@ -243,8 +258,8 @@ class eigen {
   template <class T>
   detail::softmax_stats<T> row_softmax_stats(matrix_view<const T> logits, T temperature) {
     constexpr const char* where = "specdec::eigen::row_softmax";
-    SPECDEC_EXPECTS(logits.rows() == 1 && logits.has_contiguous_rows(), where, "row_softmax_stats takes one contiguous row; got ",
-                    logits.rows(), " rows");
+    SPECDEC_EXPECTS(logits.rows() == 1, where, "row_softmax_stats takes one row; got ", logits.rows(), " rows");
+    detail::check_row_matrix(where, "logits", logits);
     detail::check_temperature(where, temperature, false);
     const auto acc = logsumexp_row(logits.row(0), logits.cols(), T(1) / temperature);
     raise_if(where, "logits", logits, 0, acc.fault());

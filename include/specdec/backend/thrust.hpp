@@ -64,11 +64,13 @@ class thrust {
   class buffer {
    public:
     buffer() = default;
-    explicit buffer(index_t n) : data_(static_cast<std::size_t>(n)) {}
+    explicit buffer(index_t n)
+        : data_(detail::checked_count("specdec::thrust::buffer", {n}, "a buffer of n = ", n, " elements")) {}
     vector_view<T, memory_space> view() { return {raw(), size()}; }
     matrix_view<T, memory_space> matrix(index_t rows, index_t cols) {
-      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && rows * cols == size(), "thrust::buffer::matrix", "a buffer of ",
-                      size(), " elements cannot be viewed as [", rows, " x ", cols, "]");
+      SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && (cols == 0 ? size() == 0 : rows == size() / cols && size() % cols == 0),
+                      "thrust::buffer::matrix", "a buffer of ", size(), " elements cannot be viewed as [", rows, " x ",
+                      cols, "]");
       return {raw(), rows, cols};
     }
     index_t size() const noexcept { return static_cast<index_t>(data_.size()); }
@@ -92,6 +94,10 @@ class thrust {
   /// Scratch bytes any primitive needs for `rows` rows of `cols` entries and top-k size `k`: the
   /// maximum over the primitives, computed by running their layouts in count-only mode.
   std::size_t workspace_bytes(index_t rows, index_t cols, index_t k = 1) const {
+    constexpr const char* where = "specdec::thrust::workspace_bytes";
+    SPECDEC_EXPECTS(rows >= 0 && rows <= max_elements, where, "rows = ", rows, "; expected 0 <= rows <= 2^40");
+    SPECDEC_EXPECTS(cols >= 1 && cols <= INT32_MAX, where, "cols = ", cols, "; expected 1 <= cols <= 2^31 - 1");
+    detail::check_k(where, k, cols);
     std::size_t bytes = 0;
     for (int op = 0; op < layout_kinds; ++op) {
       workspace_carver count;
@@ -104,7 +110,8 @@ class thrust {
 
   template <class T>
   buffer<T> allocate(index_t n) const {
-    SPECDEC_EXPECTS(n >= 0, "thrust::allocate", "n = ", n, "; expected n >= 0");
+    SPECDEC_EXPECTS(n >= 0 && n <= max_elements, "thrust::allocate", "n = ", n,
+                    "; expected 0 <= n <= 2^40 (specdec's largest buffer)");
     return buffer<T>(n);
   }
   template <class T>
@@ -119,12 +126,12 @@ class thrust {
   void upload(std::span<const T> host, vector_view<T, memory_space> dst) const {
     SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "thrust::upload", "host has ", host.size(),
                     " entries; dst has ", dst.rows());
-    SPECDEC_EXPECTS(dst.has_contiguous_rows(), "thrust::upload", "dst has stride ", dst.stride(0), "; expected 1");
+    detail::check_view("thrust::upload", "dst", dst, detail::packed);
     copy_from_host(host.data(), host.size(), dst.data());
   }
   template <class T>
   std::vector<std::remove_const_t<T>> download(vector_view<T, memory_space> v) const {
-    SPECDEC_EXPECTS(v.has_contiguous_rows(), "thrust::download", "expected a contiguous view");
+    detail::check_view("thrust::download", "v", v, detail::packed);
     std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));
     copy_to_host(v.data(), out.size(), out.data());
     return out;
@@ -142,7 +149,12 @@ class thrust {
                   vector_view<std::remove_const_t<T>, memory_space> value = {}) {
     constexpr const char* where = "specdec::thrust::row_argmax";
     detail::check_row_reduction(where, logits, index, "index");
-    if (value.data() != nullptr) detail::check_length(where, "value", value, logits.rows(), "one per row");
+    const bool with_value = value.data() != nullptr || !value.empty();
+    if (with_value) {
+      detail::check_length(where, "value", value, logits.rows(), "one per row");
+      detail::check_apart(where, "value", value, "logits", logits);
+      detail::check_apart(where, "value", value, "index", index);
+    }
     argmax_impl<std::remove_const_t<T>>(where, logits, index.data(), value.data(), nullptr);
   }
 
@@ -165,6 +177,9 @@ class thrust {
     constexpr const char* where = "specdec::thrust::row_topk_logsumexp";
     detail::check_topk(where, logits, k, values, indices);
     detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
+    detail::check_apart(where, "lse", lse, "logits", logits);
+    detail::check_apart(where, "lse", lse, "values", values);
+    detail::check_apart(where, "lse", lse, "indices", indices);
     detail::check_temperature(where, temperature, false);
     topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, lse.data(),
                                       std::remove_const_t<T>(1) / temperature);
@@ -193,8 +208,8 @@ class thrust {
     requires std::is_same_v<typename System::memory_space, host_space>
   detail::softmax_stats<T> row_softmax_stats(matrix_view<const T, memory_space> logits, T temperature) {
     constexpr const char* where = "specdec::thrust::row_softmax";
-    SPECDEC_EXPECTS(logits.rows() == 1 && logits.has_contiguous_rows(), where, "row_softmax_stats takes one contiguous row; got ",
-                    logits.rows(), " rows");
+    SPECDEC_EXPECTS(logits.rows() == 1, where, "row_softmax_stats takes one row; got ", logits.rows(), " rows");
+    detail::check_row_matrix(where, "logits", logits);
     detail::check_temperature(where, temperature, false);
     lse_impl<T>(where, logits, T(1) / temperature, nullptr, false);
     const auto stats = static_cast<const detail::lse_partial<T>*>(last_stats_.row_stats)[0];
@@ -215,8 +230,6 @@ class thrust {
     using V = std::remove_const_t<T>;
     constexpr const char* where = "specdec::thrust::row_sample";
     detail::check_sample(where, probs, uniforms, tokens);
-    SPECDEC_EXPECTS(uniforms.has_contiguous_rows() && tokens.has_contiguous_rows(), where,
-                    "uniforms and tokens must be contiguous");
     const detail::row_chunks rc{probs.rows(), probs.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::sample, rc.rows, rc.cols, 1);
@@ -235,8 +248,6 @@ class thrust {
     using V = std::remove_const_t<T>;
     constexpr const char* where = "specdec::thrust::row_sample_residual";
     detail::check_sample_residual(where, p, q, uniforms, tokens);
-    SPECDEC_EXPECTS(uniforms.has_contiguous_rows() && tokens.has_contiguous_rows(), where,
-                    "uniforms and tokens must be contiguous");
     const detail::row_chunks rc{p.rows(), p.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::sample_residual, rc.rows, rc.cols, 1);
@@ -263,7 +274,6 @@ class thrust {
     using V = std::remove_const_t<T>;
     constexpr const char* where = "specdec::thrust::gather_rows";
     detail::check_gather_rows(where, x, row_ids, out);
-    SPECDEC_EXPECTS(row_ids.has_contiguous_rows(), where, "row_ids must be contiguous");
     const index_t n = row_ids.rows();
     if (n == 0) return;
     scratch_layout s = scratch(layout_kind::gather, n, 1, 1);

@@ -60,6 +60,8 @@ void stage_forward(B& b, const layer_config& c, const stage_weights<typename B::
   SPECDEC_EXPECTS(w.fuse.in() == 2 * e && w.fuse.out() == e && embedding.rows() == feature.rows() && embedding.cols() == e,
                   "specdec::blocks::amphista::stage_forward", "fuse is [", w.fuse.out(), " x ", w.fuse.in(),
                   "] for inputs of width ", e, "; expected [E x 2E] and equal input shapes");
+  specdec::detail::check_view("specdec::blocks::amphista::stage_forward", "fuse.weight", w.fuse.weight,
+                              specdec::detail::packed);
   const matrix_view<const float, space> w_feature(w.fuse.weight.data(), e, e, w.fuse.weight.stride(0), 1);
   const matrix_view<const float, space> w_embedding(w.fuse.weight.data() + e, e, e, w.fuse.weight.stride(0), 1);
   b.gemm(feature, transpose::no, w_feature, transpose::yes, out);
@@ -82,6 +84,11 @@ void auto_embedding(B& b, const config& c, const weights<typename B::memory_spac
                       w.position_embedding.cols() == e && !c.auto_embedding.attention.rope,
                   where, "z has ", z.rows(), " rows, ", w.heads.size(), " heads, position_embedding [", w.position_embedding.rows(),
                   " x ", w.position_embedding.cols(), "]; expected K = ", k, " of each, width ", e, ", and no RoPE in the slot layer");
+  // The heads write whole rows of logits: its shape is checked before anything runs.
+  specdec::detail::check_view(where, "z", z, specdec::detail::packed);
+  SPECDEC_EXPECTS(logits.rows() == k && logits.cols() == c.vocab && c.vocab >= 1, where, "logits is [", logits.rows(), " x ",
+                  logits.cols(), "]; expected [K x vocab] = [", k, " x ", c.vocab, "]");
+  specdec::detail::check_view(where, "logits", logits, specdec::detail::packed);
   auto u = b.template allocate<float>(k * e);
   copy_rows(b, z, u.matrix(k, e));
   b.add_rows(u.matrix(k, e), w.position_embedding);
@@ -108,6 +115,10 @@ void head_inputs(B& b, const config& c, const weights<typename B::memory_space>&
                  matrix_view<float, typename B::memory_space> z) {
   using space = typename B::memory_space;
   const index_t e = h1.cols();
+  specdec::detail::check_view("specdec::blocks::amphista::head_inputs", "z", z, specdec::detail::packed);
+  SPECDEC_EXPECTS(h1.rows() == 1 && h2.rows() == 1 && h2.cols() == e && z.cols() == e,
+                  "specdec::blocks::amphista::head_inputs", "h1 is [", h1.rows(), " x ", e, "], h2 [", h2.rows(), " x ",
+                  h2.cols(), "], z has ", z.cols(), " columns; expected [1 x E] inputs and z [K x E]");
   SPECDEC_EXPECTS(c.stage1_heads >= 0 && c.stage1_heads <= c.heads && z.rows() == c.heads &&
                       (w.head_mlps.empty() || static_cast<index_t>(w.head_mlps.size()) == c.heads),
                   "specdec::blocks::amphista::head_inputs", "stage1_heads = ", c.stage1_heads, " of K = ", c.heads,

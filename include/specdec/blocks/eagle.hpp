@@ -39,6 +39,9 @@ void fuse(B& b, const weights<typename B::memory_space>& w, vector_view<const st
   const index_t t = tokens.rows(), e = w.embed.cols();
   SPECDEC_EXPECTS(feature.rows() == t && feature.cols() == e, "specdec::blocks::eagle::fuse", "feature has shape [",
                   feature.rows(), " x ", feature.cols(), "]; expected [", t, " x ", e, "]");
+  // fc's two halves are views into its weight: its shape must be [E x 2E] before they are formed.
+  w.fc.validate("fc", e, 2 * e, true);
+  specdec::detail::check_view("specdec::blocks::eagle::fuse", "fc.weight", w.fc.weight, specdec::detail::packed);
   auto embedded = b.template allocate<float>(t * e);
   b.gather_rows(w.embed, tokens, embedded.matrix(t, e));
   const matrix_view<const float, space> w_embed(w.fc.weight.data(), e, e, w.fc.weight.stride(0), 1);

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -21,8 +22,10 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 
 namespace specdec::blocks {
 
@@ -72,6 +75,10 @@ struct attention_config {
     SPECDEC_EXPECTS(hidden >= 1 && heads >= 1 && kv_heads >= 1 && head_dim >= 1 && heads % kv_heads == 0,
                     "specdec::blocks::attention_config", "hidden = ", hidden, ", heads = ", heads, ", kv_heads = ", kv_heads,
                     ", head_dim = ", head_dim, "; expected positive sizes with heads a multiple of kv_heads");
+    // Products of two sizes (heads x head_dim, rows x width) then stay far from overflow.
+    constexpr index_t largest = index_t{1} << 20;
+    SPECDEC_EXPECTS(hidden <= largest && heads <= largest && head_dim <= largest, "specdec::blocks::attention_config",
+                    "hidden = ", hidden, ", heads = ", heads, ", head_dim = ", head_dim, "; expected each <= 2^20");
     SPECDEC_EXPECTS(!rope || (head_dim % 2 == 0 && rope_theta > 1.0), "specdec::blocks::attention_config",
                     "rope needs an even head_dim and rope_theta > 1; got head_dim = ", head_dim, ", rope_theta = ", rope_theta);
   }
@@ -152,12 +159,11 @@ template <dense_backend B>
 class kv_cache {
  public:
   using space = typename B::memory_space;
+  /// \throws invalid_argument unless 1 <= capacity <= 2^31 - 1 (rows are gathered by int32 ids),
+  ///   width >= 1 and capacity x width <= specdec::max_elements, checked before allocating.
   kv_cache(B& b, index_t capacity, index_t width)
-      : b_(&b), capacity_(capacity), width_(width), keys_(b.template allocate<float>(capacity * width)),
-        values_(b.template allocate<float>(capacity * width)) {
-    SPECDEC_EXPECTS(capacity >= 1 && width >= 1, "specdec::blocks::kv_cache", "capacity = ", capacity, ", width = ", width,
-                    "; expected both >= 1");
-  }
+      : b_(&b), capacity_(capacity), width_(width), keys_(b.template allocate<float>(checked_size(capacity, width))),
+        values_(b.template allocate<float>(capacity * width)) {}
   index_t size() const noexcept { return size_; }
   index_t capacity() const noexcept { return capacity_; }
   index_t width() const noexcept { return width_; }
@@ -165,7 +171,7 @@ class kv_cache {
   matrix_view<const float, space> values() { return {values_.view().data(), size_, width_}; }
   /// Rows [size, size + n) for the caller to fill, then counted. \throws invalid_argument past capacity.
   std::pair<matrix_view<float, space>, matrix_view<float, space>> extend(index_t n) {
-    SPECDEC_EXPECTS(n >= 0 && size_ + n <= capacity_, "specdec::blocks::kv_cache::extend", "appending ", n, " rows to ",
+    SPECDEC_EXPECTS(n >= 0 && n <= capacity_ - size_, "specdec::blocks::kv_cache::extend", "appending ", n, " rows to ",
                     size_, " exceeds the capacity of ", capacity_);
     const index_t at = size_;
     size_ += n;
@@ -186,7 +192,7 @@ class kv_cache {
     SPECDEC_EXPECTS(prefix >= 0 && prefix <= size_, where, "prefix = ", prefix, "; the cache holds ", size_, " rows");
     std::vector<std::int32_t> rows;
     for (std::size_t i = 0; i < offsets.size(); ++i) {
-      SPECDEC_EXPECTS(offsets[i] >= 0 && prefix + offsets[i] < size_ && (i == 0 || offsets[i] > offsets[i - 1]), where,
+      SPECDEC_EXPECTS(offsets[i] >= 0 && offsets[i] < size_ - prefix && (i == 0 || offsets[i] > offsets[i - 1]), where,
                       "offset ", offsets[i], " at ", i, " is out of range or not ascending (", size_ - prefix,
                       " rows after the prefix)");
       rows.push_back(static_cast<std::int32_t>(prefix + offsets[i]));
@@ -209,6 +215,12 @@ class kv_cache {
   }
 
  private:
+  static index_t checked_size(index_t capacity, index_t width) {
+    constexpr const char* where = "specdec::blocks::kv_cache";
+    SPECDEC_EXPECTS(capacity >= 1 && capacity <= std::numeric_limits<std::int32_t>::max() && width >= 1, where,
+                    "capacity = ", capacity, ", width = ", width, "; expected 1 <= capacity <= 2^31 - 1 and width >= 1");
+    return static_cast<index_t>(specdec::detail::checked_count(where, {capacity, width}, "the cache [capacity x width]"));
+  }
   typename B::template buffer<std::int32_t> identity(index_t n) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
@@ -234,14 +246,16 @@ cmview<B> as_const(const mview<B>& m) {
 /// Scratch `[rows x cols]` owned by the caller's list (kept alive until the call returns).
 template <dense_backend B>
 mview<B> scratch(B& b, std::vector<typename B::template buffer<float>>& keep, index_t rows, index_t cols) {
-  keep.push_back(b.template allocate<float>(rows * cols));
+  keep.push_back(b.template allocate<float>(
+      static_cast<index_t>(specdec::detail::checked_count("specdec::blocks", {rows, cols}, "a scratch buffer"))));
   return keep.back().matrix(rows, cols);
 }
 
 /// The boolean mask of a causal call: `queries` rows over `past + queries` keys.
 template <dense_backend B>
 typename B::template buffer<std::uint8_t> causal_mask(B& b, index_t past, index_t queries) {
-  std::vector<std::uint8_t> m(static_cast<std::size_t>(queries * (past + queries)), 0);
+  const index_t keys = specdec::detail::checked_add("specdec::blocks", past, queries, "past + queries");
+  std::vector<std::uint8_t> m(specdec::detail::checked_count("specdec::blocks", {queries, keys}, "the causal mask"), 0);
   for (index_t i = 0; i < queries; ++i)
     for (index_t j = 0; j <= past + i; ++j) m[static_cast<std::size_t>(i * (past + queries) + j)] = 1;
   return b.upload(std::span<const std::uint8_t>(m));
@@ -252,6 +266,10 @@ typename B::template buffer<std::uint8_t> causal_mask(B& b, index_t past, index_
 /// dst = src (row by row, through gather_rows). Backend `[T x W]` each.
 template <dense_backend B>
 void copy_rows(B& b, matrix_view<const float, typename B::memory_space> src, matrix_view<float, typename B::memory_space> dst) {
+  constexpr const char* where = "specdec::blocks::copy_rows";
+  specdec::detail::check_view(where, "src", src, specdec::detail::packed);
+  SPECDEC_EXPECTS(src.rows() <= std::numeric_limits<std::int32_t>::max(), where, "src has ", src.rows(),
+                  " rows; expected at most 2^31 - 1 (gathered by int32 ids)");
   std::vector<std::int32_t> ids(static_cast<std::size_t>(src.rows()));
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
   auto dev = b.upload(std::span<const std::int32_t>(ids));

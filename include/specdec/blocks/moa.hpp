@@ -36,15 +36,22 @@ void pack_kv(B& b, std::span<const matrix_view<const float, typename B::memory_s
   const auto layers = static_cast<index_t>(keys.size());
   SPECDEC_EXPECTS(layers >= 1 && values.size() == keys.size(), where, "got ", keys.size(), " key and ", values.size(),
                   " value layers; expected the same number, at least one");
-  const index_t width = keys[0].cols(), kv_heads = width / head_dim, e_kv = 2 * width;
-  SPECDEC_EXPECTS(head_dim >= 1 && width % head_dim == 0, where, "layers have ", width,
+  const index_t width = keys[0].cols();
+  SPECDEC_EXPECTS(head_dim >= 1 && width >= 0 && width % head_dim == 0, where, "layers have ", width,
                   " columns; expected a multiple of head_dim = ", head_dim);
-  SPECDEC_EXPECTS(out.rows() == tokens * layers && out.cols() == e_kv, where, "out has shape [", out.rows(), " x ",
-                  out.cols(), "]; expected [", tokens * layers, " x ", e_kv, "]");
+  const index_t kv_heads = width / head_dim, e_kv = 2 * width;  // width: a view extent within memory
+  SPECDEC_EXPECTS(tokens >= 0 && first >= 0, where, "first = ", first, ", tokens = ", tokens, "; expected both >= 0");
+  const index_t rows = specdec::detail::checked_mul(where, tokens, layers, "tokens x layers");
+  SPECDEC_EXPECTS(out.rows() == rows && out.cols() == e_kv, where, "out has shape [", out.rows(), " x ",
+                  out.cols(), "]; expected [", rows, " x ", e_kv, "]");
+  specdec::detail::check_view(where, "out", out, specdec::detail::packed);
   for (index_t l = 0; l < layers; ++l)
-    for (const auto* m : {&keys[static_cast<std::size_t>(l)], &values[static_cast<std::size_t>(l)]})
-      SPECDEC_EXPECTS(m->cols() == width && first >= 0 && first + tokens <= m->rows(), where, "layer ", l, " is [",
-                      m->rows(), " x ", m->cols(), "]; expected ", width, " columns and rows [", first, ", ", first + tokens, ")");
+    for (const auto* m : {&keys[static_cast<std::size_t>(l)], &values[static_cast<std::size_t>(l)]}) {
+      SPECDEC_EXPECTS(m->cols() == width && specdec::detail::range_fits(first, tokens, m->rows()), where, "layer ", l,
+                      " is [", m->rows(), " x ", m->cols(), "]; expected ", width, " columns and ", tokens,
+                      " rows from row ", first);
+      specdec::detail::check_view(where, "a key or value layer", *m, specdec::detail::packed);
+    }
   for (index_t l = 0; l < layers; ++l)
     for (index_t h = 0; h < kv_heads; ++h)
       for (int part = 0; part < 2; ++part) {
@@ -215,6 +222,7 @@ void key_value_stream(B& b, const config& c, const weights<typename B::memory_sp
                       matrix_view<float, typename B::memory_space> out) {
   SPECDEC_EXPECTS(static_cast<index_t>(keys.size()) == c.target_layers, "specdec::blocks::moa::key_value_stream", "got ",
                   keys.size(), " target layers; the config says L = ", c.target_layers);
+  SPECDEC_EXPECTS(count >= 0, "specdec::blocks::moa::key_value_stream", "count = ", count, "; expected >= 0");
   if (count == 0) return;
   std::vector<typename B::template buffer<float>> keep;
   auto packed = detail::scratch(b, keep, count * c.target_layers, c.kv_width());
@@ -275,21 +283,21 @@ class drafter {
  public:
   using space = typename B::memory_space;
   /// \param capacity the longest sequence (prompt + generated + drafts) the caches must hold.
+  /// \throws invalid_argument on weights that do not match the config (checked before anything is
+  ///   allocated), or a capacity the caches cannot hold (see blocks::kv_cache).
   drafter(B& b, const config& c, const weights<space>& w, index_t capacity)
-      : b_(&b), config_(c), weights_(w),
+      : b_(&b), config_(validated(c, w)), weights_(w),
         self_attention_cache_(b, capacity, c.self_attention.attention.kv_heads * c.self_attention.attention.head_dim),
         cross_attention_cache_(b, capacity, c.cross_attention.attention.kv_heads * c.cross_attention.attention.head_dim),
-        queued_(b.template allocate<float>(capacity * c.hidden())), capacity_(capacity) {
-    w.validate(c);
-  }
+        queued_(b.template allocate<float>(capacity * c.hidden())), capacity_(capacity) {}
 
   /// Queues target tokens [first, first + count) as verified. \param keys, values the target's cache,
   /// per layer, backend `[tokens x kv_heads head_dim]` (post-RoPE). \throws invalid_argument when
   /// `first` is not the next unverified token or the caches would overflow.
   void add_verified(std::span<const matrix_view<const float, space>> keys,
                     std::span<const matrix_view<const float, space>> values, index_t first, index_t count) {
-    SPECDEC_EXPECTS(first == verified() && count >= 0 && first + count <= capacity_, "specdec::blocks::moa::drafter::add_verified",
-                    "tokens [", first, ", ", first + count, ") given; expected to continue at ", verified(),
+    SPECDEC_EXPECTS(first == verified() && count >= 0 && count <= capacity_ - first, "specdec::blocks::moa::drafter::add_verified",
+                    count, " tokens from ", first, " given; expected to continue at ", verified(),
                     " within the capacity of ", capacity_);
     key_value_stream(*b_, config_, weights_, keys, values, first, count,
                      matrix_view<float, space>(queued_.view().data() + queued_rows_ * config_.hidden(), count, config_.hidden()));
@@ -327,6 +335,10 @@ class drafter {
 
  private:
   B* b_;
+  static config validated(const config& c, const weights<space>& w) {
+    w.validate(c);
+    return c;
+  }
   config config_;
   weights<space> weights_;
   kv_cache<B> self_attention_cache_, cross_attention_cache_;

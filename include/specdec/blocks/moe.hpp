@@ -43,8 +43,9 @@ struct weights {
 
   /// \param prefix e.g. "layers.0.mlp_moe." (names gate.weight, experts.i.{gate,up,down}_proj.weight).
   void validate(const config& c, const std::string& prefix) const {
-    SPECDEC_EXPECTS(c.experts >= 2 && (c.rule != routing::jakiro_two_experts || c.experts == 2), "specdec::blocks::moe",
-                    "experts = ", c.experts, "; expected 2 for Jakiro's routing, >= 2 for top-2");
+    SPECDEC_EXPECTS(c.experts >= 2 && c.experts <= 4096 && (c.rule != routing::jakiro_two_experts || c.experts == 2),
+                    "specdec::blocks::moe", "experts = ", c.experts,
+                    "; expected 2 for Jakiro's routing, 2 to 4096 for top-2");
     gate.validate(prefix + "gate", c.router_outputs(), c.hidden);
     SPECDEC_EXPECTS(static_cast<index_t>(experts.size()) == c.experts, "specdec::blocks::moe", prefix, "experts has ",
                     experts.size(), " experts; expected ", c.experts);
@@ -84,6 +85,7 @@ result<B> forward(B& b, const config& c, const weights<typename B::memory_space>
   using space = typename B::memory_space;
   SPECDEC_EXPECTS(!contrastive || c.rule == routing::jakiro_two_experts, where,
                   "the contrastive branch is defined for Jakiro's two-expert routing only");
+  w.validate(c, "");  // the routing below reads g router outputs per token and c.experts experts
   const index_t t = x.rows(), e = c.hidden, g = c.router_outputs();
   SPECDEC_EXPECTS(x.cols() == e, where, "x has ", x.cols(), " columns; expected hidden = ", e);
   result<B> out;
@@ -95,7 +97,8 @@ result<B> forward(B& b, const config& c, const weights<typename B::memory_space>
   for (index_t r = 0; r < t; ++r) {
     const float* l = out.router_logits.data() + r * g;
     for (index_t i = 0; i < g; ++i)
-      SPECDEC_EXPECTS(!std::isnan(l[i]), where, "router logit ", i, " of token ", r, " is NaN; expected finite values");
+      SPECDEC_EXPECTS(std::isfinite(l[i]), where, "router logit ", i, " of token ", r, " is ", l[i],
+                      "; expected finite values (two equal infinities have no softmax)");
     std::int32_t a = 0, bb = 1;
     float sa = 0, sb = 0;
     if (c.rule == routing::jakiro_two_experts) {
@@ -172,17 +175,28 @@ result<B> draft_layer_forward(B& b, const layer_config& c, const eagle::weights<
                               matrix_view<float, typename B::memory_space> left_out,
                               matrix_view<float, typename B::memory_space> right_out = {}) {
   using space = typename B::memory_space;
+  constexpr const char* where = "specdec::blocks::moe::draft_layer_forward";
   const index_t t = tokens.rows(), e = c.attention.hidden;
+  // Both outputs are checked before any work, and read back with their own strides.
+  SPECDEC_EXPECTS(left_out.rows() == t && left_out.cols() == e, where, "left_out has shape [", left_out.rows(), " x ",
+                  left_out.cols(), "]; expected [", t, " x ", e, "]");
+  specdec::detail::check_view(where, "left_out", left_out, specdec::detail::packed);
+  const bool contrastive = !specdec::detail::has_zero_extent(right_out);
+  if (contrastive) {
+    SPECDEC_EXPECTS(right_out.rows() == t && right_out.cols() == e, where, "right_out has shape [", right_out.rows(), " x ",
+                    right_out.cols(), "]; expected [", t, " x ", e, "]");
+    specdec::detail::check_view(where, "right_out", right_out, specdec::detail::packed);
+    specdec::detail::check_disjoint(where, specdec::detail::extent_of(where, "right_out", right_out),
+                                    specdec::detail::extent_of(where, "left_out", left_out));
+  }
+  const matrix_view<const float, space> left(left_out.data(), t, e, left_out.stride(0), 1);
   eagle::fuse(b, w, tokens, feature, left_out);
   decoder_layer_forward(b, c, w.layer, left_out, positions, cache, mask, layer_skip{false, true});
   auto normed = b.template allocate<float>(t * e);
-  b.rms_norm(matrix_view<const float, space>(left_out.data(), t, e), w.layer.post_norm, c.rms_eps, normed.matrix(t, e));
-  const bool contrastive = right_out.size() != 0;
+  b.rms_norm(left, w.layer.post_norm, c.rms_eps, normed.matrix(t, e));
   auto r = forward(b, moe_config, moe_weights, matrix_view<const float, space>(normed.view().data(), t, e), contrastive);
   if (contrastive) {
-    SPECDEC_EXPECTS(right_out.rows() == t && right_out.cols() == e, "specdec::blocks::moe::draft_layer_forward",
-                    "right_out has shape [", right_out.rows(), " x ", right_out.cols(), "]; expected [", t, " x ", e, "]");
-    copy_rows(b, matrix_view<const float, space>(left_out.data(), t, e), right_out);
+    copy_rows(b, left, right_out);
     b.add_rows(right_out, matrix_view<const float, space>(r.right.view().data(), t, e));
   }
   b.add_rows(left_out, matrix_view<const float, space>(r.left.view().data(), t, e));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <specdec/config.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/device_array.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/memory_space.hpp>

@@ -187,14 +187,22 @@ view(const std::vector<U, A>&) -> view<const U, 1, host_space>;
 /// A rank-2 host view over a contiguous row-major buffer, e.g. `as_matrix(logits, rows, vocab)`.
 template <class U, class A>
 matrix_view<U> as_matrix(std::vector<U, A>& v, index_t rows, index_t cols) {
-  SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && static_cast<std::size_t>(rows * cols) == v.size(),
+  // Decided by division: rows * cols of caller values may overflow.
+  SPECDEC_EXPECTS(rows >= 0 && cols >= 0 &&
+                      (cols == 0 ? v.empty()
+                                 : v.size() % static_cast<std::size_t>(cols) == 0 &&
+                                       v.size() / static_cast<std::size_t>(cols) == static_cast<std::size_t>(rows)),
                   "specdec::as_matrix", "a vector of ", v.size(), " elements cannot be viewed as ", rows,
                   " x ", cols);
   return matrix_view<U>(v.data(), rows, cols);
 }
 template <class U, class A>
 matrix_view<const U> as_matrix(const std::vector<U, A>& v, index_t rows, index_t cols) {
-  SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && static_cast<std::size_t>(rows * cols) == v.size(),
+  // Decided by division: rows * cols of caller values may overflow.
+  SPECDEC_EXPECTS(rows >= 0 && cols >= 0 &&
+                      (cols == 0 ? v.empty()
+                                 : v.size() % static_cast<std::size_t>(cols) == 0 &&
+                                       v.size() / static_cast<std::size_t>(cols) == static_cast<std::size_t>(rows)),
                   "specdec::as_matrix", "a vector of ", v.size(), " elements cannot be viewed as ", rows,
                   " x ", cols);
   return matrix_view<const U>(v.data(), rows, cols);

@@ -34,6 +34,10 @@ class workspace_carver {
   /// Returns the aligned pointer, or nullptr in count-only mode.
   template <class T>
   T* take(std::size_t count, const char* name) {
+    // Counts come from callers' shapes: a request past 2^62 bytes is an error, not a wrapped size.
+    constexpr std::size_t limit = std::size_t{1} << 62;
+    SPECDEC_EXPECTS(used_ <= limit && count <= (limit - used_) / sizeof(T), "specdec::workspace_carver", "buffer '",
+                    name, "' of ", count, " elements after ", used_, " bytes exceeds 2^62 bytes");
     const std::size_t start = (used_ + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
     const std::size_t end = start + count * sizeof(T);
     if (!counting_) {

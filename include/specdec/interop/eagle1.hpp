@@ -160,9 +160,16 @@ class static_drafter {
  public:
   using space = typename B::memory_space;
 
+  /// \throws invalid_argument on a negative root token, or a draft_position_base outside
+  ///   [0, 2^62] (positions are draft_position_base + level).
   static_drafter(B& b, const buffers& buf, std::int32_t root_token, index_t draft_position_base)
       : buf_(&buf), topk_(b, std::max<index_t>(1, max_level_rows(buf)), buf.top_k), root_token_(root_token),
-        position_base_(draft_position_base) {}
+        position_base_(draft_position_base) {
+    constexpr const char* where = "specdec::eagle1::static_drafter";
+    SPECDEC_EXPECTS(root_token >= 0, where, "root_token = ", root_token, "; expected a token id >= 0");
+    SPECDEC_EXPECTS(draft_position_base >= 0 && draft_position_base <= (index_t{1} << 62), where,
+                    "draft_position_base = ", draft_position_base, "; expected 0 <= draft_position_base <= 2^62");
+  }
 
   /// \param root_logits backend `[1 x V]`. \throws invalid_argument on bad logits or top_k > V.
   static_step begin(matrix_view<const float, space> root_logits) {
@@ -176,6 +183,7 @@ class static_drafter {
   static_step begin_with(std::span<const std::int32_t> root_row) {
     SPECDEC_EXPECTS(static_cast<index_t>(root_row.size()) == buf_->top_k, "specdec::eagle1::static_drafter::begin_with",
                     "root_row has ", root_row.size(), " tokens; expected top_k = ", buf_->top_k);
+    check_tokens("specdec::eagle1::static_drafter::begin_with", "root_row", root_row);
     ss_token_.assign(root_row.begin(), root_row.end());
     level_ = 0;
     return step();
@@ -199,6 +207,7 @@ class static_drafter {
     SPECDEC_EXPECTS(static_cast<index_t>(rows.size()) == level_rows() * buf_->top_k, where, "rows has ",
                     rows.size(), " tokens; level ", level_, " needs ", level_rows(), " x top_k = ",
                     level_rows() * buf_->top_k);
+    check_tokens(where, "rows", rows);
     ss_token_.insert(ss_token_.end(), rows.begin(), rows.end());
     ++level_;
     return step();
@@ -224,6 +233,11 @@ class static_drafter {
   }
 
  private:
+  // Caller-proposed children become draft tokens as they are.
+  static void check_tokens(const char* where, const char* name, std::span<const std::int32_t> tokens) {
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      SPECDEC_EXPECTS(tokens[i] >= 0, where, name, "[", i, "] = ", tokens[i], "; expected a token id >= 0");
+  }
   static index_t max_level_rows(const buffers& buf) {
     index_t rows = 1;
     for (const draft_level& l : buf.levels) rows = std::max<index_t>(rows, static_cast<index_t>(l.nodes.size()));

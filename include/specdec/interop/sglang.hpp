@@ -9,13 +9,18 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 
 namespace specdec::sglang {
@@ -41,15 +46,21 @@ struct organized {
   std::vector<std::int64_t> tokens = {};
 };
 
-/// \throws invalid_argument when the lists differ in length or N - 1 exceeds the candidates.
+/// \throws invalid_argument when the lists differ in length, N - 1 exceeds the candidates, a score is
+///   NaN (the ranking would be undefined) or a token is negative.
 inline organized organize_draft_results(std::span<const float> flat_scores, std::span<const std::int64_t> flat_tokens,
                                         std::span<const std::int64_t> step_parents, index_t num_draft_tokens) {
   constexpr const char* where = "specdec::sglang::organize_draft_results";
   SPECDEC_EXPECTS(flat_scores.size() == flat_tokens.size(), where, "flat_scores has ", flat_scores.size(),
                   " entries and flat_tokens ", flat_tokens.size(), "; expected one token per score");
+  SPECDEC_EXPECTS(num_draft_tokens >= 1 && num_draft_tokens - 1 <= static_cast<index_t>(flat_scores.size()), where,
+                  "num_draft_tokens = ", num_draft_tokens, "; expected 1 <= num_draft_tokens <= 1 + ", flat_scores.size(),
+                  " candidates");
   const index_t keep = num_draft_tokens - 1;
-  SPECDEC_EXPECTS(keep >= 0 && keep <= static_cast<index_t>(flat_scores.size()), where, "num_draft_tokens = ",
-                  num_draft_tokens, "; expected 1 <= num_draft_tokens <= 1 + ", flat_scores.size(), " candidates");
+  for (std::size_t i = 0; i < flat_scores.size(); ++i) {
+    SPECDEC_EXPECTS(!std::isnan(flat_scores[i]), where, "flat_scores[", i, "] is NaN; expected a score (-inf and +inf rank)");
+    SPECDEC_EXPECTS(flat_tokens[i] >= 0, where, "flat_tokens[", i, "] = ", flat_tokens[i], "; expected a token id >= 0");
+  }
   organized out;
   out.selected = detail::best_indices<std::int64_t>(flat_scores, keep);
   std::sort(out.selected.begin(), out.selected.end());
@@ -57,6 +68,10 @@ inline organized organize_draft_results(std::span<const float> flat_scores, std:
   out.parent_list.assign(step_parents.begin(), step_parents.end());
   return out;
 }
+
+/// The most nodes per request build_tree takes (SGLang's N is at most a few hundred); its masks and
+/// walks are quadratic in N.
+inline constexpr index_t max_nodes = index_t{1} << 16;
 
 /// Outputs of build_tree for a batch (host, int64 like SGLang's tensors).
 struct tree_buffers {
@@ -80,8 +95,9 @@ struct tree_buffers {
 /// parent is not among the selected nodes is left out of the links and its walk stops there (as if
 /// its parent were the root); every walk stops after S hops, so a cycle cannot hang; the parent search
 /// scans the N - 1 selected entries only. Valid trees are unaffected.
-/// \throws invalid_argument on shapes that do not match, N < 1, k < 1, S < 1, a seq_len outside
-///   [0, 2^40], or N > 32 with bit-packing.
+/// \throws invalid_argument on shapes that do not match, views null with a shape, N outside
+///   [1, max_nodes], k < 1, S outside [1, 2^40], a seq_len outside [0, 2^40], N > 32 with bit-packing,
+///   or masks beyond specdec::max_elements in all (checked before allocating).
 inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matrix_view<const std::int64_t> selected_index,
                                matrix_view<const std::int64_t> draft_tokens_wo_root,
                                std::span<const std::int64_t> verified_id, std::span<const std::int64_t> seq_lens,
@@ -91,6 +107,11 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
   const index_t bs = static_cast<index_t>(seq_lens.size()), n = num_draft_tokens;
   SPECDEC_EXPECTS(n >= 1 && top_k >= 1 && num_steps >= 1, where, "num_draft_tokens = ", n, ", top_k = ", top_k,
                   ", num_steps = ", num_steps, "; expected each >= 1");
+  SPECDEC_EXPECTS(n <= max_nodes, where, "num_draft_tokens = ", n, "; expected at most ", max_nodes, " nodes per request");
+  SPECDEC_EXPECTS(num_steps <= (index_t{1} << 40), where, "num_steps = ", num_steps, "; expected at most 2^40");
+  specdec::detail::check_view(where, "parent_list", parent_list, 0);
+  specdec::detail::check_view(where, "selected_index", selected_index, 0);
+  specdec::detail::check_view(where, "draft_tokens_wo_root", draft_tokens_wo_root, 0);
   SPECDEC_EXPECTS(static_cast<index_t>(verified_id.size()) == bs, where, "verified_id has ", verified_id.size(),
                   " entries; expected one per request (", bs, ")");
   SPECDEC_EXPECTS(parent_list.rows() == bs, where, "parent_list has ", parent_list.rows(), " rows; expected ", bs);
@@ -102,7 +123,7 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
   SPECDEC_EXPECTS(mode != tree_mask_mode::qlen_only_bitpacking || n <= 32, where, "num_draft_tokens = ", n,
                   "; QLEN_ONLY_BITPACKING holds at most 32 nodes per row");
   tree_buffers out;
-  const auto sz = static_cast<std::size_t>(bs * n);
+  const std::size_t sz = specdec::detail::checked_count(where, {bs, n}, "the tree buffers [bs x num_draft_tokens]");
   out.draft_tokens.resize(sz);
   out.positions.resize(sz);
   out.retrive_index.resize(sz);
@@ -110,11 +131,14 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
   out.retrive_next_sibling.assign(sz, -1);
   std::vector<std::size_t> row_offset(static_cast<std::size_t>(bs) + 1, 0);  // full_mask: start of request b
   for (index_t b = 0; b < bs; ++b) {
-    // The bound keeps n (seq_len + n) and the running offsets far from overflow.
+    // The bounds keep n (seq_len + n) below 2^57; the running total is bounded by max_elements.
     SPECDEC_EXPECTS(seq_lens[static_cast<std::size_t>(b)] >= 0 && seq_lens[static_cast<std::size_t>(b)] <= (index_t{1} << 40),
                     where, "seq_lens[", b, "] = ", seq_lens[static_cast<std::size_t>(b)], "; expected 0 <= seq_len <= 2^40");
     const index_t cols = mode == tree_mask_mode::full_mask ? seq_lens[static_cast<std::size_t>(b)] + n : n;
-    row_offset[static_cast<std::size_t>(b) + 1] = row_offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(n * cols);
+    const auto total = static_cast<index_t>(row_offset[static_cast<std::size_t>(b)]) + n * cols;
+    SPECDEC_EXPECTS(mode == tree_mask_mode::qlen_only_bitpacking || total <= max_elements, where, "the masks of requests 0..", b,
+                    " need ", total, " entries; expected at most ", max_elements, " (2^40) in all");
+    row_offset[static_cast<std::size_t>(b) + 1] = static_cast<std::size_t>(total);
   }
   if (mode == tree_mask_mode::qlen_only_bitpacking) out.tree_mask_bits.assign(sz, 0u);
   else out.tree_mask.assign(row_offset.back(), 0);
@@ -128,16 +152,22 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
       else
         out.tree_mask[row_offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(row * cols + first_tree_col + col)] = 1;
     };
-    // Tree parent of node i >= 1: 0 = root, -1 = not among the selected nodes.
-    const auto parent_node = [&](index_t i) -> index_t {
+    // Tree parent of node i >= 1: 0 = root, -1 = not among the selected nodes. The parent search
+    // (the first selected entry holding the parent's flat index) is one hash lookup per node.
+    std::unordered_map<std::int64_t, index_t> node_of_flat;
+    for (index_t j = n - 2; j >= 0; --j) node_of_flat[selected_index(b, j)] = j + 1;  // the first j wins
+    std::vector<index_t> parent_of(static_cast<std::size_t>(n), 0);
+    for (index_t i = 1; i < n; ++i) {
       const std::int64_t group = selected_index(b, i - 1) / top_k;
-      if (group == 0) return 0;
-      if (group < 0 || group >= parent_list.cols()) return -1;
-      const std::int64_t parent_flat = parent_list(b, group);
-      for (index_t j = 0; j < n - 1; ++j)
-        if (selected_index(b, j) == parent_flat) return j + 1;
-      return -1;
-    };
+      index_t p = 0;
+      if (group != 0) {
+        const auto found = group < 0 || group >= parent_list.cols() ? node_of_flat.end()
+                                                                     : node_of_flat.find(parent_list(b, group));
+        p = found == node_of_flat.end() ? -1 : found->second;
+      }
+      parent_of[static_cast<std::size_t>(i)] = p;
+    }
+    const auto parent_node = [&](index_t i) { return parent_of[static_cast<std::size_t>(i)]; };
     out.draft_tokens[static_cast<std::size_t>(b * n)] = verified_id[static_cast<std::size_t>(b)];
     for (index_t i = 1; i < n; ++i) out.draft_tokens[static_cast<std::size_t>(b * n + i)] = draft_tokens_wo_root(b, i - 1);
     for (index_t i = 0; i < n; ++i)
@@ -158,14 +188,21 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
     for (index_t i = 1; i < n; ++i) {
       set(i, 0);
       set(i, i);
+      // A walk that has not reached the root after n hops cycles among nodes it has already marked;
+      // SGLang's walk would go on to S hops, adding nothing but depth, so the depth becomes S.
       index_t depth = 0, current = i;
-      for (index_t hop = 0; hop < num_steps; ++hop) {
+      bool reached = false;
+      for (index_t hop = 0; hop < std::min(num_steps, n); ++hop) {
         const index_t p = parent_node(current);
         ++depth;
-        if (p <= 0) break;
+        if (p <= 0) {
+          reached = true;
+          break;
+        }
         set(i, p);
         current = p;
       }
+      if (!reached) depth = num_steps;
       out.positions[static_cast<std::size_t>(b * n + i)] = seq_len + depth;
     }
   }
@@ -185,8 +222,10 @@ struct greedy_verification {
 /// at the last accepted node.
 /// \param candidates `[bs x N]` token ids; \param retrive_index, next_token, next_sibling `[bs x N]`
 /// (build_tree's, global scope); \param target_predict `[bs * N]` target argmax per node, indexed by
-/// retrive_index. \throws invalid_argument on shapes that do not match, links out of range or links
-/// that cycle.
+/// retrive_index. \throws invalid_argument on shapes that do not match, views null with a shape, links
+/// out of range or links that cycle (a sibling list, or a path that comes back to a node it passed),
+/// an emitted target_predict outside [0, 2^31 - 1] (the outputs are int32), `bs * N` beyond int32,
+/// or `[bs x num_spec_step]` beyond specdec::max_elements.
 inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> candidates,
                                               matrix_view<const std::int64_t> retrive_index,
                                               matrix_view<const std::int64_t> next_token,
@@ -194,24 +233,44 @@ inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> ca
                                               std::span<const std::int64_t> target_predict, index_t num_spec_step) {
   constexpr const char* where = "specdec::sglang::verify_tree_greedy";
   const index_t bs = candidates.rows(), n = candidates.cols();
+  specdec::detail::check_view(where, "candidates", candidates, 0);
+  specdec::detail::check_view(where, "retrive_index", retrive_index, 0);
+  specdec::detail::check_view(where, "next_token", next_token, 0);
+  specdec::detail::check_view(where, "next_sibling", next_sibling, 0);
+  SPECDEC_EXPECTS(bs == 0 || n >= 1, where, "candidates is ", bs, " x ", n, "; expected at least the root per request");
   for (const auto* m : {&retrive_index, &next_token, &next_sibling})
     SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, "a link matrix is ", m->rows(), " x ", m->cols(),
                     "; expected ", bs, " x ", n, " like candidates");
-  SPECDEC_EXPECTS(static_cast<index_t>(target_predict.size()) == bs * n, where, "target_predict has ",
-                  target_predict.size(), " entries; expected bs * N = ", bs * n);
+  const index_t nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
+  SPECDEC_EXPECTS(nodes <= std::numeric_limits<std::int32_t>::max(), where, "bs * N = ", nodes,
+                  "; expected at most 2^31 - 1 (accept_index is int32)");
+  SPECDEC_EXPECTS(static_cast<index_t>(target_predict.size()) == nodes, where, "target_predict has ",
+                  target_predict.size(), " entries; expected bs * N = ", nodes);
   SPECDEC_EXPECTS(num_spec_step >= 1, where, "num_spec_step = ", num_spec_step, "; expected >= 1");
-  greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(bs * n), -1),
-                          std::vector<std::int32_t>(static_cast<std::size_t>(bs * num_spec_step), -1),
+  greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(nodes), -1),
+                          std::vector<std::int32_t>(specdec::detail::checked_count(where, {bs, num_spec_step},
+                                                                                   "accept_index [bs x num_spec_step]"),
+                                                    -1),
                           std::vector<std::int32_t>(static_cast<std::size_t>(bs), 0)};
+  // An emitted token must be one an int32 output can hold; SGLang's ids are token ids, never negative.
+  const auto token = [&](std::size_t g) {
+    const std::int64_t t = target_predict[g];
+    SPECDEC_EXPECTS(t >= 0 && t <= std::numeric_limits<std::int32_t>::max(), where, "target_predict[", g, "] = ", t,
+                    "; expected a token id in [0, 2^31 - 1]");
+    return static_cast<std::int32_t>(t);
+  };
+  std::vector<char> on_path(static_cast<std::size_t>(n), 0);
   const auto global = [&](index_t b, index_t node) {
     const std::int64_t g = retrive_index(b, node);
-    SPECDEC_EXPECTS(g >= 0 && g < bs * n, where, "retrive_index(", b, ", ", node, ") = ", g, "; expected [0, ", bs * n, ")");
+    SPECDEC_EXPECTS(g >= 0 && g < nodes, where, "retrive_index(", b, ", ", node, ") = ", g, "; expected [0, ", nodes, ")");
     return static_cast<std::size_t>(g);
   };
   for (index_t b = 0; b < bs; ++b) {
     index_t last = 0;
     out.accept_index[static_cast<std::size_t>(b * num_spec_step)] = static_cast<std::int32_t>(global(b, 0));
     index_t accepted = 0;
+    std::fill(on_path.begin(), on_path.end(), 0);
+    on_path[0] = 1;
     for (index_t step = 1; step < num_spec_step; ++step) {
       const std::int64_t want = target_predict[global(b, last)];
       index_t match = -1;
@@ -226,13 +285,17 @@ inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> ca
         }
       }
       if (match < 0) break;
-      out.predicts[global(b, last)] = static_cast<std::int32_t>(want);
+      // A path through first-child links visits each node once; back at one, the links cycle.
+      SPECDEC_EXPECTS(!on_path[static_cast<std::size_t>(match)], where, "the links of request ", b, " lead from node ", last,
+                      " back to node ", match, " on the accepted path; expected a tree (the links cycle)");
+      on_path[static_cast<std::size_t>(match)] = 1;
+      out.predicts[global(b, last)] = token(global(b, last));
       out.accept_index[static_cast<std::size_t>(b * num_spec_step + step)] = static_cast<std::int32_t>(global(b, match));
       last = match;
       ++accepted;
     }
     out.accept_token_num[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(accepted);
-    out.predicts[global(b, last)] = static_cast<std::int32_t>(target_predict[global(b, last)]);
+    out.predicts[global(b, last)] = token(global(b, last));
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/static_tree.hpp>
 
@@ -43,19 +44,24 @@ inline medusa_setup make_medusa_setup(std::span<const choice> choices, index_t m
   out.topks.assign(static_cast<std::size_t>(heads), 0);
   for (index_t i = 1; i < n; ++i) {
     auto& t = out.topks[static_cast<std::size_t>(tree.depth[static_cast<std::size_t>(i)] - 1)];
+    // rank < max_top_k <= 2^31 - 1, so rank + 1 fits int32.
     t = std::max(t, out.shape.rank[static_cast<std::size_t>(i)] + 1);
     if (tree.depth[static_cast<std::size_t>(i)] == 1)
       SPECDEC_EXPECTS(out.shape.rank[static_cast<std::size_t>(i)] == static_cast<std::int32_t>(i - 1),
                       "specdec::trtllm::make_medusa_setup", "depth-1 choice [", out.shape.rank[static_cast<std::size_t>(i)],
                       "] is the ", i, "-th depth-1 node; expected depth-1 ranks 0, 1, 2, ... without gaps");
   }
-  std::vector<std::int32_t> offset(static_cast<std::size_t>(heads) + 1, 0);
+  // TensorRT-LLM's ids are int32: summed in int64 (heads <= nodes < 2^16 terms below 2^31 each),
+  // then checked.
+  std::vector<index_t> offset(static_cast<std::size_t>(heads) + 1, 0);
   for (std::int32_t h = 0; h < heads; ++h) offset[static_cast<std::size_t>(h) + 1] = offset[static_cast<std::size_t>(h)] + out.topks[static_cast<std::size_t>(h)];
   out.tree_ids.resize(static_cast<std::size_t>(n));
   out.position_offsets.resize(static_cast<std::size_t>(n));
   for (index_t i = 0; i < n; ++i) {
     const auto d = tree.depth[static_cast<std::size_t>(i)];
-    out.tree_ids[static_cast<std::size_t>(i)] = i == 0 ? 0 : out.shape.rank[static_cast<std::size_t>(i)] + offset[static_cast<std::size_t>(d - 1)] + 1;
+    const index_t id = i == 0 ? 0 : out.shape.rank[static_cast<std::size_t>(i)] + offset[static_cast<std::size_t>(d - 1)] + 1;
+    out.tree_ids[static_cast<std::size_t>(i)] =
+        detail::checked_narrow<std::int32_t>("specdec::trtllm::make_medusa_setup", id, "tree id of node ", i);
     out.position_offsets[static_cast<std::size_t>(i)] = d;
   }
   const retrieve_paths_result paths = retrieve_paths(tree, path_order::lexicographic);

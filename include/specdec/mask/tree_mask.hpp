@@ -12,8 +12,10 @@
 #include <span>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec {
@@ -38,8 +40,10 @@ void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<
   validate(tree);
   const index_t n = tree.size();
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
-  SPECDEC_EXPECTS(out.rows() == n && out.cols() == prefix_length + n, where, "out is ", out.rows(), " x ",
-                  out.cols(), "; expected ", n, " x ", prefix_length + n, " (nodes x (prefix_length + nodes))");
+  const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
+  SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
+                  "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
+  detail::check_view(where, "out", out, detail::indexed_output);
   for (index_t i = 0; i < n; ++i) {
     for (index_t j = 0; j < prefix_length; ++j) out(i, j) = M(1);
     for (index_t j = 0; j < n; ++j) out(i, prefix_length + j) = M(0);
@@ -49,10 +53,15 @@ void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<
 
 /// tree_mask_dense as a new host `[n x (prefix_length + n)]` row-major uint8 buffer (1: attend), the
 /// form an engine's forward over a tree takes. \throws invalid_argument as the view form.
+/// \throws invalid_argument too when the mask would exceed specdec::max_elements (checked before
+///   allocating).
 inline std::vector<std::uint8_t> tree_mask_dense(const draft_tree& tree, index_t prefix_length) {
-  SPECDEC_EXPECTS(prefix_length >= 0, "specdec::tree_mask_dense", "prefix_length = ", prefix_length, "; expected >= 0");
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(tree.size() * (prefix_length + tree.size())));
-  tree_mask_dense(tree, prefix_length, matrix_view<std::uint8_t>(out.data(), tree.size(), prefix_length + tree.size()));
+  constexpr const char* where = "specdec::tree_mask_dense";
+  validate(tree);
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  const index_t cols = detail::checked_add(where, prefix_length, tree.size(), "prefix_length + nodes");
+  std::vector<std::uint8_t> out(detail::checked_count(where, {tree.size(), cols}, "the mask [nodes x (prefix_length + nodes)]"));
+  tree_mask_dense(tree, prefix_length, matrix_view<std::uint8_t>(out.data(), tree.size(), cols));
   return out;
 }
 
@@ -74,6 +83,7 @@ inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int3
   const index_t n = tree.size(), words = (n + 31) / 32;
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
                   " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
+  detail::check_view("specdec::tree_mask_packed_int32", "out", out, detail::indexed_output);
   std::vector<std::uint32_t> bits(static_cast<std::size_t>(n * words), 0u);
   detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) {
     bits[static_cast<std::size_t>(i * words + j / 32)] |= std::uint32_t(1) << (j % 32);
@@ -94,7 +104,8 @@ void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
   SPECDEC_EXPECTS(n <= static_cast<index_t>(8 * sizeof(Item)), where, "the tree has ", n,
                   " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),
                   " (use a wider item, or the packed int32 / FlashInfer layouts)");
-  SPECDEC_EXPECTS(out.size() == n, where, "out has ", out.size(), " entries; expected one per node (", n, ")");
+  SPECDEC_EXPECTS(out.rows() == n, where, "out has ", out.rows(), " entries; expected one per node (", n, ")");
+  detail::check_view(where, "out", out, detail::indexed_output);
   for (index_t i = 0; i < n; ++i) out(i) = Item(0);
   detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i) = static_cast<Item>(out(i) | (Item(1) << j)); });
 }

@@ -21,7 +21,9 @@
 #include <span>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
 
@@ -70,15 +72,22 @@ inline void check_probabilities(const char* where, matrix_view<const float> prob
 ///
 /// \param logits host `[rows x V]`, V >= 1. \param params one entry for every row, or a single entry for all.
 /// \param probs host `[rows x V]` output (may not alias logits).
-/// \throws invalid_argument on shape mismatches, V = 0, a NaN or +inf logit, a row whose every logit is
-///   -inf (nothing to sample), parameters out of range.
+/// \throws invalid_argument on shape mismatches, V outside [1, 2^31 - 1], views null with a shape or
+///   with overlapping rows, probs sharing memory with logits, a NaN or +inf logit, a row whose every
+///   logit is -inf (nothing to sample), parameters out of range.
 inline void target_probabilities(matrix_view<const float> logits, std::span<const sampling_params> params,
                                  matrix_view<float> probs) {
   constexpr const char* where = "specdec::sampling::target_probabilities";
   const index_t rows = logits.rows(), vocab = logits.cols();
   SPECDEC_EXPECTS(vocab >= 1, where, "logits has ", vocab, " columns; expected a vocabulary of at least one token");
+  specdec::detail::check_vocabulary(where, "V", vocab);
   SPECDEC_EXPECTS(probs.rows() == rows && probs.cols() == vocab, where, "probs is ", probs.rows(), " x ", probs.cols(),
                   "; expected ", rows, " x ", vocab);
+  specdec::detail::check_view(where, "logits", logits, specdec::detail::distinct_rows);
+  specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
+  specdec::detail::check_disjoint(where, specdec::detail::extent_of(where, "probs", probs),
+                                  specdec::detail::extent_of(where, "logits", logits));
+  if (rows == 0) return;
   SPECDEC_EXPECTS(params.size() == 1 || static_cast<index_t>(params.size()) == rows, where, "params has ",
                   params.size(), " entries; expected 1 or one per row (", rows, ")");
   std::vector<double> x(static_cast<std::size_t>(vocab));
@@ -156,6 +165,8 @@ inline void top_k_renorm(matrix_view<float> probs, index_t k) {
   constexpr const char* where = "specdec::sampling::top_k_renorm";
   const index_t vocab = probs.cols();
   SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
   std::vector<float> row(static_cast<std::size_t>(vocab));
   for (index_t r = 0; r < probs.rows(); ++r) {
     detail::check_probabilities(where, probs, r);
@@ -177,6 +188,8 @@ inline void top_p_renorm(matrix_view<float> probs, float top_p) {
   constexpr const char* where = "specdec::sampling::top_p_renorm";
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
   const index_t vocab = probs.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
   std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
   std::vector<char> keep(static_cast<std::size_t>(vocab));
   for (index_t r = 0; r < probs.rows(); ++r) {

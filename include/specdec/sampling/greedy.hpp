@@ -42,6 +42,7 @@ inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_
 template <backend B>
 std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                                               std::span<const speculative_request> requests) {
+  detail::check_input_rows("specdec::sampling::verify_greedy", "target_logits", target_logits);
   detail::greedy_rows<B> argmax(b, target_logits);
   return detail::greedy_walk("specdec::sampling::verify_greedy", target_logits.cols(), target_logits.rows(), requests,
                              [&](index_t row) { return argmax(row); });
@@ -62,8 +63,10 @@ speculative_result verify_greedy(B& b, matrix_view<const float, typename B::memo
 template <backend B>
 void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                    std::span<const speculative_request> requests, const verify_outputs<typename B::memory_space>& outputs) {
-  detail::verify_into(b, "specdec::sampling::verify_greedy", requests, target_logits.cols(), outputs,
-                      [&] { return verify_greedy(b, target_logits, requests); });
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  detail::verify_into(
+      b, where, requests, target_logits.cols(), outputs, [&] { return verify_greedy(b, target_logits, requests); },
+      {specdec::detail::extent_of(where, "target_logits", target_logits)});
 }
 
 }  // namespace specdec::sampling

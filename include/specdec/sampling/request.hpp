@@ -8,13 +8,18 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
 #include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -110,6 +115,7 @@ namespace detail {
 inline void check_tree(const char* where, tree_view tree, index_t vocab, std::size_t request) {
   SPECDEC_EXPECTS(tree.size() > 0, where, "request ", request, " has no tree (an empty tree view)");
   validate(tree);
+  specdec::detail::check_vocabulary(where, "V", vocab);
   for (index_t i = 1; i < tree.size(); ++i) {
     const std::int32_t x = tree.token[static_cast<std::size_t>(i)];
     SPECDEC_EXPECTS(x >= 0 && x < vocab, where, "request ", request, " node ", i, " has token ", x,
@@ -122,10 +128,17 @@ inline void check_tree(const char* where, tree_view tree, index_t vocab, std::si
 inline tree_view checked_tree(const char* where, const speculative_request& q, std::size_t request, index_t vocab,
                               index_t target_rows, bool last_node_has_row = true) {
   check_tree(where, q.tree, vocab, request);
+  SPECDEC_EXPECTS(q.max_accepted >= -1, where, "request ", request, " has max_accepted = ", q.max_accepted,
+                  "; expected -1 (no cap) or a cap >= 0");
   const index_t rows = q.tree.size() - (last_node_has_row ? 0 : 1);
-  SPECDEC_EXPECTS(q.target_row >= 0 && q.target_row + rows <= target_rows, where, "request ", request,
-                  " needs target rows [", q.target_row, ", ", q.target_row + rows, ") but the target has ", target_rows,
-                  " rows", last_node_has_row ? "" : " (one per node but the last, a leaf without a row)");
+  if (!specdec::detail::range_fits(q.target_row, rows, target_rows)) {
+    const char* leaf = last_node_has_row ? "" : " (one per node but the last, a leaf without a row)";
+    if (q.target_row >= 0 && q.target_row <= std::numeric_limits<index_t>::max() - rows)
+      specdec::detail::throw_invalid_argument(where, "request ", request, " needs target rows [", q.target_row, ", ",
+                                              q.target_row + rows, ") but the target has ", target_rows, " rows", leaf);
+    specdec::detail::throw_invalid_argument(where, "request ", request, " needs ", rows, " target rows from target_row = ",
+                                            q.target_row, " but the target has ", target_rows, " rows", leaf);
+  }
   return q.tree;
 }
 
@@ -173,6 +186,7 @@ template <class Walk>
 std::vector<speculative_result> for_each_request(const char* where, std::span<const speculative_request> requests,
                                                  index_t vocab, index_t target_rows, Walk&& walk,
                                                  bool last_node_has_row = true, std::size_t first_request = 0) {
+  specdec::detail::check_vocabulary(where, "V", vocab);
   std::vector<speculative_result> results;
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
@@ -196,10 +210,20 @@ inline index_t emitted_width(const speculative_request& q) {
 /// buffer fails whatever the uniforms decide). Trees must have been validated.
 template <class Space>
 void check_outputs(const char* where, const verify_outputs<Space>& out, std::span<const speculative_request> requests,
-                   index_t vocab) {
+                   index_t vocab, std::initializer_list<specdec::detail::view_extent> inputs = {}) {
   const auto batch = static_cast<index_t>(requests.size());
   index_t width = 1;
   for (const speculative_request& q : requests) width = std::max(width, emitted_width(q));
+  // Rows apart, not null unless empty: the writers index them (the backend's upload checks its own
+  // stride rule); and no two outputs may share memory, nor an output an input.
+  using specdec::detail::check_view;
+  using specdec::detail::indexed_output;
+  check_view(where, "outputs.tokens", out.tokens, indexed_output);
+  check_view(where, "outputs.accepted", out.accepted, indexed_output);
+  check_view(where, "outputs.accepted_nodes", out.accepted_nodes, indexed_output);
+  check_view(where, "outputs.uniforms_consumed", out.uniforms_consumed, indexed_output);
+  check_view(where, "outputs.retest_accepted", out.retest_accepted, indexed_output);
+  check_view(where, "outputs.final_distributions", out.final_distributions, indexed_output);
   SPECDEC_EXPECTS(out.tokens.rows() == batch && out.tokens.cols() >= width, where, "outputs.tokens is ",
                   out.tokens.rows(), " x ", out.tokens.cols(), "; expected ", batch, " rows (one per request) and at least ",
                   width, " columns (the deepest accepted path + 1)");
@@ -217,6 +241,21 @@ void check_outputs(const char* where, const verify_outputs<Space>& out, std::spa
                       (out.final_distributions.rows() == batch && out.final_distributions.cols() == vocab),
                   where, "outputs.final_distributions is ", out.final_distributions.rows(), " x ",
                   out.final_distributions.cols(), "; expected ", batch, " x ", vocab, " or none");
+  // The padded host copies of tokens and accepted_nodes are their size.
+  (void)specdec::detail::checked_count(where, {batch, out.tokens.cols()}, "outputs.tokens");
+  (void)specdec::detail::checked_count(where, {batch, out.accepted_nodes.cols()}, "outputs.accepted_nodes");
+  using specdec::detail::extent_of;
+  const specdec::detail::view_extent all[] = {
+      extent_of(where, "outputs.tokens", out.tokens),
+      extent_of(where, "outputs.accepted", out.accepted),
+      extent_of(where, "outputs.accepted_nodes", out.accepted_nodes),
+      extent_of(where, "outputs.uniforms_consumed", out.uniforms_consumed),
+      extent_of(where, "outputs.retest_accepted", out.retest_accepted),
+      extent_of(where, "outputs.final_distributions", out.final_distributions)};
+  for (std::size_t i = 0; i < std::size(all); ++i) {
+    for (std::size_t j = i + 1; j < std::size(all); ++j) specdec::detail::check_disjoint(where, all[i], all[j]);
+    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, all[i], input);
+  }
 }
 
 /// Writes host values into a caller matrix in the backend's space, one copy when its rows are packed.
@@ -271,12 +310,22 @@ void write_outputs(B& b, std::span<const speculative_result> results, const veri
 
 /// What every verifier's output form does: checks the requests' trees and the outputs' shapes before
 /// any work, then writes what `decide()` (the returning form's decisions) returns.
+/// `inputs`: the verifier's input rows, which no output may overlap.
 template <class B, class Decide>
 void verify_into(B& b, const char* where, std::span<const speculative_request> requests, index_t vocab,
-                 const verify_outputs<typename B::memory_space>& outputs, Decide&& decide) {
+                 const verify_outputs<typename B::memory_space>& outputs, Decide&& decide,
+                 std::initializer_list<specdec::detail::view_extent> inputs = {}) {
+  specdec::detail::check_vocabulary(where, "V", vocab);
   for (std::size_t r = 0; r < requests.size(); ++r) check_tree(where, requests[r].tree, vocab, r);
-  check_outputs(where, outputs, requests, vocab);
+  check_outputs(where, outputs, requests, vocab, inputs);
   write_outputs(b, decide(), outputs);
+}
+
+/// A verifier's input rows `[rows x V]`: contiguous rows apart (the walks read whole rows), not null
+/// unless empty.
+template <class T, class Space>
+void check_input_rows(const char* where, const char* name, const matrix_view<T, Space>& m) {
+  specdec::detail::check_view(where, name, m, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
 }
 
 }  // namespace detail

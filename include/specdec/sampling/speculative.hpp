@@ -162,7 +162,10 @@ class greedy_rows {
       backend_->row_argmax(matrix_view<const float>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
       return best;
     } else {
-      return all_.at(static_cast<std::size_t>(row));
+      // Rows come from checked_tree's range; an error, not std::out_of_range, if that ever breaks.
+      SPECDEC_EXPECTS(row >= 0 && row < static_cast<index_t>(all_.size()), "specdec::sampling::verify_greedy",
+                      "target row ", row, " is outside the ", all_.size(), " rows");
+      return all_[static_cast<std::size_t>(row)];
     }
   }
 
@@ -185,9 +188,22 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
                                             const speculative_options& options) {
   SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
                   "; expected a value in (0, 1]");
+  // An enumerator outside its values would silently select another convention.
+  SPECDEC_EXPECTS(options.test == acceptance_test::ratio || options.test == acceptance_test::strict_product, where,
+                  "options.test = ", static_cast<int>(options.test), "; expected an acceptance_test enumerator");
+  SPECDEC_EXPECTS(options.draw == final_draw::inverse_cdf || options.draw == final_draw::exponential_race, where,
+                  "options.draw = ", static_cast<int>(options.draw), "; expected a final_draw enumerator");
+  SPECDEC_EXPECTS(options.fallback == empty_residual::sample_target || options.fallback == empty_residual::token_zero ||
+                      options.fallback == empty_residual::last_token,
+                  where, "options.fallback = ", static_cast<int>(options.fallback), "; expected an empty_residual enumerator");
+  SPECDEC_EXPECTS(options.range == uniform_range::closed_open || options.range == uniform_range::open_closed, where,
+                  "options.range = ", static_cast<int>(options.range), "; expected a uniform_range enumerator");
   const index_t vocab = target.cols();
   const auto draft_probs = rows.draft;
   const auto exponential_noise = rows.exponential_noise;
+  check_input_rows(where, target.softened() ? "target_logits" : "target_probs", rows.target);
+  check_input_rows(where, "draft_probs", draft_probs);
+  check_input_rows(where, "exponential_noise", exponential_noise);
   SPECDEC_EXPECTS(draft_probs.size() == 0 || draft_probs.cols() == vocab, where, "draft_probs has ",
                   draft_probs.cols(), " columns; target_probs has ", vocab);
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
@@ -306,9 +322,14 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       }
       load();
       if (options.keep_final_distribution) out.final_distribution = dist.entries();
-      const std::int32_t token = options.draw == final_draw::exponential_race
-                                     ? dist.race(noise.row(q.noise_row))
-                                     : dist.draw(next_uniform(), options.fallback);
+      std::int32_t token = 0;
+      if (options.draw == final_draw::exponential_race) {
+        const float* noise_row = noise.row(q.noise_row);
+        sampling::detail::check_noise_row(where, q.noise_row, noise_row, vocab);
+        token = dist.race(noise_row);
+      } else {
+        token = dist.draw(next_uniform(), options.fallback);
+      }
       out.tokens.push_back(token);
       break;
     }
@@ -325,10 +346,15 @@ void speculative_into(const char* where, B& b, const speculative_rows<typename B
                       std::span<const speculative_request> requests, speculative_options options,
                       const verify_outputs<typename B::memory_space>& outputs, ReaderArgs... reader_args) {
   options.keep_final_distribution = !outputs.final_distributions.empty();
-  verify_into(b, where, requests, rows.target.cols(), outputs, [&] {
-    sampling::detail::row_reader<B> target(b, rows.target, reader_args...);
-    return verify_walk(where, b, target, rows, requests, options);
-  });
+  using specdec::detail::extent_of;
+  verify_into(
+      b, where, requests, rows.target.cols(), outputs,
+      [&] {
+        sampling::detail::row_reader<B> target(b, rows.target, reader_args...);
+        return verify_walk(where, b, target, rows, requests, options);
+      },
+      {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
+       extent_of(where, "rows.exponential_noise", rows.exponential_noise)});
 }
 
 }  // namespace detail
@@ -352,7 +378,9 @@ void speculative_into(const char* where, B& b, const speculative_rows<typename B
 /// \throws invalid_argument on a malformed tree, rows out of range, tokens >= V, probability entries
 ///   outside [0, 1], a final row that is not a distribution (NaN, negative, sum != 1 within 1e-4),
 ///   uniforms outside the convention's range or too few supplied, lenience outside (0, 1], re-tests on a
-///   non-chain, exponential_race without noise.
+///   non-chain, exponential_race without noise or with a noise entry that is not a finite value >= 0
+///   (an Exp(1) sample), V outside [1, 2^31 - 1], input views that are null with a shape or whose rows
+///   are strided or overlap.
 template <backend B>
 std::vector<speculative_result> verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
                                                    std::span<const speculative_request> requests,
@@ -423,14 +451,18 @@ inline draft_tree make_chain(std::int32_t root_token, std::span<const std::int32
 
 /// Emitted tokens of a batch padded to `[batch x width]` with -1 (vLLM's and FlashInfer's layout,
 /// width = max drafts + 1). \throws invalid_argument when a request emitted more than `width` tokens.
+/// \throws invalid_argument too when `[batch x width]` exceeds specdec::max_elements (checked before
+///   allocating).
 inline std::vector<std::int32_t> padded_tokens(std::span<const speculative_result> results, index_t width) {
-  SPECDEC_EXPECTS(width >= 0, "specdec::sampling::padded_tokens", "width = ", width, "; expected >= 0");
-  std::vector<std::int32_t> out(results.size() * static_cast<std::size_t>(width), -1);
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    SPECDEC_EXPECTS(static_cast<index_t>(results[r].tokens.size()) <= width, "specdec::sampling::padded_tokens",
-                    "request ", r, " emitted ", results[r].tokens.size(), " tokens; width is ", width);
+  constexpr const char* where = "specdec::sampling::padded_tokens";
+  SPECDEC_EXPECTS(width >= 0, where, "width = ", width, "; expected >= 0");
+  for (std::size_t r = 0; r < results.size(); ++r)
+    SPECDEC_EXPECTS(static_cast<index_t>(results[r].tokens.size()) <= width, where, "request ", r, " emitted ",
+                    results[r].tokens.size(), " tokens; width is ", width);
+  std::vector<std::int32_t> out(
+      specdec::detail::checked_count(where, {static_cast<index_t>(results.size()), width}, "[batch x width]"), -1);
+  for (std::size_t r = 0; r < results.size(); ++r)
     std::copy(results[r].tokens.begin(), results[r].tokens.end(), out.begin() + static_cast<std::ptrdiff_t>(r) * width);
-  }
   return out;
 }
 

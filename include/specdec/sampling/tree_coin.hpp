@@ -55,6 +55,7 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
                   "threshold_single = ", options.threshold_single, "; expected a finite value >= 0");
   SPECDEC_EXPECTS(options.threshold_accumulated > 0.0f && std::isfinite(options.threshold_accumulated), where,
                   "threshold_acc = ", options.threshold_accumulated, "; expected a finite value > 0");
+  detail::check_input_rows(where, "target_probs", target_probs);
   const index_t vocab = target_probs.cols();
   sampling::detail::row_reader<B> target(b, target_probs);
   return detail::for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q,
@@ -112,8 +113,10 @@ void verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> t
                       std::span<const speculative_request> requests, coin_options options,
                       const verify_outputs<typename B::memory_space>& outputs) {
   options.keep_final_distribution = !outputs.final_distributions.empty();
-  detail::verify_into(b, "specdec::sampling::verify_coin_tree", requests, target_probs.cols(), outputs,
-                      [&] { return verify_coin_tree(b, target_probs, requests, options); });
+  constexpr const char* where = "specdec::sampling::verify_coin_tree";
+  detail::verify_into(
+      b, where, requests, target_probs.cols(), outputs, [&] { return verify_coin_tree(b, target_probs, requests, options); },
+      {specdec::detail::extent_of(where, "target_probs", target_probs)});
 }
 
 }  // namespace specdec::sampling

@@ -81,7 +81,11 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
                   "; expected a finite value > 0");
   SPECDEC_EXPECTS(options.delta > 0.0f && std::isfinite(options.delta), where, "delta = ", options.delta,
                   "; expected a finite value > 0");
+  detail::check_input_rows(where, "target_probs", target_probs);
   const index_t vocab = target_probs.cols();
+  SPECDEC_EXPECTS(options.convention == typical_convention::medusa || options.convention == typical_convention::vllm_v0,
+                  where, "options.convention = ", static_cast<int>(options.convention),
+                  "; expected a typical_convention enumerator");
   const bool vllm = options.convention == typical_convention::vllm_v0;
   sampling::detail::row_reader<B> target(b, target_probs);
   // vLLM's last node, a leaf, has no row.
@@ -142,8 +146,10 @@ template <backend B>
 void verify_typical(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                     std::span<const speculative_request> requests, typical_options options,
                     const verify_outputs<typename B::memory_space>& outputs) {
-  detail::verify_into(b, "specdec::sampling::verify_typical", requests, target_probs.cols(), outputs,
-                      [&] { return verify_typical(b, target_probs, requests, options); });
+  constexpr const char* where = "specdec::sampling::verify_typical";
+  detail::verify_into(
+      b, where, requests, target_probs.cols(), outputs, [&] { return verify_typical(b, target_probs, requests, options); },
+      {specdec::detail::extent_of(where, "target_probs", target_probs)});
 }
 
 }  // namespace specdec::sampling

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/tree.hpp>
@@ -85,8 +87,10 @@ struct draft_step {
     constexpr const char* where = "specdec::draft_step::attention_mask";
     check_request(where, request);
     SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
-    SPECDEC_EXPECTS(out.rows() == top_k && out.cols() == prefix_length + mask_cols, where, "out is ", out.rows(), " x ",
-                    out.cols(), "; expected ", top_k, " x ", prefix_length + mask_cols, " (top_k x (prefix_length + mask_cols))");
+    const index_t cols = detail::checked_add(where, prefix_length, mask_cols, "prefix_length + mask_cols");
+    SPECDEC_EXPECTS(out.rows() == top_k && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
+                    "; expected ", top_k, " x ", cols, " (top_k x (prefix_length + mask_cols))");
+    detail::check_view(where, "out", out, detail::indexed_output);
     for (index_t r = 0; r < top_k; ++r) {
       for (index_t j = 0; j < prefix_length; ++j) out(r, j) = M(1);
       const std::uint8_t* row = draft_mask.data() + (request * top_k + r) * mask_cols;
@@ -94,10 +98,14 @@ struct draft_step {
     }
   }
   /// attention_mask as a new host `[k x (prefix_length + mask_cols)]` row-major uint8 buffer.
+  /// \throws invalid_argument as the view form, and when the mask would exceed specdec::max_elements.
   std::vector<std::uint8_t> attention_mask(index_t prefix_length, index_t request = 0) const {
-    std::vector<std::uint8_t> out(static_cast<std::size_t>(top_k * (std::max<index_t>(prefix_length, 0) + mask_cols)));
-    attention_mask(prefix_length, matrix_view<std::uint8_t>(out.data(), top_k, std::max<index_t>(prefix_length, 0) + mask_cols),
-                   request);
+    constexpr const char* where = "specdec::draft_step::attention_mask";
+    check_request(where, request);
+    SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+    const index_t cols = detail::checked_add(where, prefix_length, mask_cols, "prefix_length + mask_cols");
+    std::vector<std::uint8_t> out(detail::checked_count(where, {top_k, cols}, "the mask [top_k x (prefix_length + mask_cols)]"));
+    attention_mask(prefix_length, matrix_view<std::uint8_t>(out.data(), top_k, cols), request);
     return out;
   }
   /// The same mask as an additive float mask: 0 where attention is allowed, -inf elsewhere.
@@ -116,8 +124,11 @@ struct draft_step {
     constexpr const char* where = "specdec::draft_step::positions";
     check_request(where, request);
     SPECDEC_EXPECTS(root_position >= 0, where, "root_position = ", root_position, "; expected >= 0");
-    SPECDEC_EXPECTS(out.size() == top_k, where, "out has ", out.size(), " entries; expected one per frontier slot (", top_k, ")");
-    for (index_t r = 0; r < top_k; ++r) out(r) = static_cast<Int>(root_position + 1 + step);
+    SPECDEC_EXPECTS(out.rows() == top_k, where, "out has ", out.rows(), " entries; expected one per frontier slot (", top_k, ")");
+    detail::check_view(where, "out", out, detail::indexed_output);
+    const auto position = detail::checked_narrow<Int>(
+        where, detail::checked_add(where, root_position, step + 1, "root_position + 1 + step"), "the frontier's position");
+    for (index_t r = 0; r < top_k; ++r) out(r) = position;
   }
   /// positions as a new host `[k]` int64 buffer.
   std::vector<std::int64_t> positions(index_t root_position, index_t request = 0) const {
@@ -130,6 +141,13 @@ struct draft_step {
   void check_request(const char* where, index_t request) const {
     SPECDEC_EXPECTS(request >= 0 && request < batch(), where, "request = ", request, "; expected one of the ", batch(),
                     " requests of the step");
+    // The fields are public: a step edited by hand must still describe its own mask.
+    const auto mask_size = static_cast<index_t>(draft_mask.size());
+    SPECDEC_EXPECTS(top_k >= 1 && mask_cols >= 0 &&
+                        (mask_cols == 0 ? mask_size == 0
+                                        : mask_size % mask_cols == 0 && mask_size / mask_cols == batch() * top_k),
+                    where, "the step's draft_mask has ", draft_mask.size(), " entries; expected batch x top_k x mask_cols = ",
+                    batch(), " x ", top_k, " x ", mask_cols);
   }
 };
 
@@ -152,10 +170,14 @@ class eagle2_tree_builder {
  public:
   using space = typename B::memory_space;
 
-  /// \throws invalid_argument for k < 1, depth < 0, T outside [1, 1 + k + d k^2], batch < 1, or a
-  /// configuration whose candidates (k + d k^2 per request) or top-k results (batch k^2) exceed the
-  /// int32 range of flat indices. Allocates nothing: the top-k buffers (batch k^2 values and indices)
-  /// are allocated by the first begin(), once k has been checked against the vocabulary.
+  /// The most requests one builder takes (its per-request bookkeeping is allocated up front).
+  static constexpr index_t max_batch = index_t{1} << 20;
+
+  /// \throws invalid_argument for k < 1, depth < 0, T outside [1, 1 + k + d k^2], batch outside
+  /// [1, max_batch], a d2t entry mapping outside [0, 2^31 - 1], or a configuration whose candidates
+  /// (k + d k^2 per request) or top-k results (batch k^2) exceed the int32 range of flat indices. The
+  /// top-k buffers (batch k^2 values and indices) are allocated by the first begin(), once k has been
+  /// checked against the vocabulary.
   eagle2_tree_builder(B& b, dynamic_tree_config config, index_t batch = 1)
       : backend_(&b), cfg_(checked(std::move(config), batch)), batch_(batch) {
     requests_.resize(static_cast<std::size_t>(batch));
@@ -170,8 +192,9 @@ class eagle2_tree_builder {
   /// Starts a build. \param root_logits backend `[batch x V']` (draft vocabulary).
   /// \param root_tokens host `[batch]`: the committed token of each request (node 0).
   /// \returns the frontier for the first draft forward.
-  /// \throws invalid_argument on a shape mismatch, k > V', bad logits, or a d2t that maps outside
-  /// `[0, target_vocab)` (when target_vocab > 0).
+  /// \throws invalid_argument on a shape mismatch, k > V', bad logits, a root token outside
+  /// `[0, target_vocab)`, or a draft token that maps (through d2t when given) outside
+  /// `[0, target_vocab)` (both when target_vocab > 0).
   draft_step begin(matrix_view<const float, space> root_logits, std::span<const std::int32_t> root_tokens,
                    index_t target_vocab = 0) {
     constexpr const char* where = "specdec::eagle2_tree_builder::begin";
@@ -183,6 +206,13 @@ class eagle2_tree_builder {
                     cfg_.d2t.size(), " entries; expected one per draft-vocabulary entry (", root_logits.cols(), ")");
     SPECDEC_EXPECTS(cfg_.top_k <= root_logits.cols(), where, "top_k = ", cfg_.top_k, " exceeds the draft vocabulary V' = ",
                     root_logits.cols());
+    SPECDEC_EXPECTS(target_vocab >= 0 && target_vocab <= std::numeric_limits<std::int32_t>::max(), where,
+                    "target_vocab = ", target_vocab, "; expected 0 (unchecked) or a vocabulary of at most 2^31 - 1 tokens");
+    for (index_t b = 0; b < batch_; ++b) {
+      const std::int32_t root = root_tokens[static_cast<std::size_t>(b)];
+      SPECDEC_EXPECTS(root >= 0 && (target_vocab == 0 || root < target_vocab), where, "root_tokens[", b, "] = ", root,
+                      "; expected a token id in [0, ", target_vocab > 0 ? target_vocab : index_t(INT32_MAX), ")");
+    }
     vocab_ = root_logits.cols();
     target_vocab_ = target_vocab;
     if (!topk_) topk_.emplace(*backend_, batch_ * cfg_.top_k, cfg_.top_k);
@@ -289,8 +319,9 @@ class eagle2_tree_builder {
   }
 
   /// Flat candidates of request b (for debugging and conformance): scores and target token ids.
-  const std::vector<float>& candidate_scores(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).scores; }
-  const std::vector<std::int32_t>& candidate_tokens(index_t b) const { return requests_.at(static_cast<std::size_t>(b)).tokens; }
+  /// \throws invalid_argument when b is not a request of the builder.
+  const std::vector<float>& candidate_scores(index_t b) const { return checked_request(b, "candidate_scores").scores; }
+  const std::vector<std::int32_t>& candidate_tokens(index_t b) const { return checked_request(b, "candidate_tokens").tokens; }
 
  private:
   struct request {
@@ -304,6 +335,12 @@ class eagle2_tree_builder {
     std::vector<std::uint8_t> mask;       // k x k (steps + 1)
   };
 
+  const request& checked_request(index_t b, const char* what) const {
+    SPECDEC_EXPECTS(b >= 0 && b < batch_, "specdec::eagle2_tree_builder", what, "(b = ", b, "): expected one of the ",
+                    batch_, " requests");
+    return requests_[static_cast<std::size_t>(b)];
+  }
+
   static dynamic_tree_config checked(dynamic_tree_config cfg, index_t batch) {
     constexpr const char* where = "specdec::eagle2_tree_builder";
     constexpr index_t int32_max = std::numeric_limits<std::int32_t>::max();
@@ -314,6 +351,14 @@ class eagle2_tree_builder {
                     "; expected 0 <= depth <= ", (int32_max - k) / (k * k), " (top_k + depth top_k^2 candidates must fit int32)");
     SPECDEC_EXPECTS(batch >= 1 && batch <= int32_max / (k * k), where, "batch = ", batch, "; expected 1 <= batch <= ",
                     int32_max / (k * k), " (batch top_k^2 top-k results must fit int32)");
+    // A batch that large is no engine's; it bounds the per-request bookkeeping allocated here.
+    SPECDEC_EXPECTS(batch <= max_batch, where, "batch = ", batch, "; expected at most ", max_batch, " requests");
+    // d2t comes from a checkpoint: every mapped id must be a token id before any is used.
+    for (std::size_t t = 0; t < cfg.d2t.size(); ++t) {
+      const index_t mapped = static_cast<index_t>(t) + cfg.d2t[t];
+      SPECDEC_EXPECTS(mapped >= 0 && mapped <= int32_max, where, "d2t[", t, "] = ", cfg.d2t[t], " maps draft token ", t,
+                      " to ", mapped, "; expected a target token id in [0, 2^31 - 1]");
+    }
     const index_t candidates = k + cfg.depth * k * k;
     SPECDEC_EXPECTS(cfg.total_tokens >= 1 && cfg.total_tokens <= 1 + candidates, where, "total_tokens = ", cfg.total_tokens,
                     "; expected 1 <= total_tokens <= 1 + top_k + depth * top_k^2 = ", 1 + candidates,
@@ -326,12 +371,12 @@ class eagle2_tree_builder {
   }
 
   std::int32_t map(std::int32_t t) const {
-    if (cfg_.d2t.empty()) return t;
-    const std::int32_t mapped = t + cfg_.d2t[static_cast<std::size_t>(t)];
-    SPECDEC_EXPECTS(mapped >= 0 && (target_vocab_ <= 0 || mapped < target_vocab_), "specdec::eagle2_tree_builder",
-                    "d2t maps draft token ", t, " to ", mapped, "; expected a target id in [0, ",
-                    target_vocab_ > 0 ? target_vocab_ : index_t(INT32_MAX), ")");
-    return mapped;
+    // In range by the constructor's check of d2t, so the sum is an int32.
+    const index_t mapped = cfg_.d2t.empty() ? index_t{t} : index_t{t} + cfg_.d2t[static_cast<std::size_t>(t)];
+    SPECDEC_EXPECTS(target_vocab_ <= 0 || mapped < target_vocab_, "specdec::eagle2_tree_builder",
+                    cfg_.d2t.empty() ? "draft token " : "d2t maps draft token ", t, cfg_.d2t.empty() ? "" : " to ",
+                    cfg_.d2t.empty() ? index_t{t} : mapped, "; expected a target id in [0, ", target_vocab_, ")");
+    return static_cast<std::int32_t>(mapped);
   }
 
   void check_expand(const char* where, matrix_view<const float, space> logits, bool step_left) const {

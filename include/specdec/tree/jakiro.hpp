@@ -56,11 +56,15 @@ struct moe_proposal {
 
 namespace detail {
 
-inline void check_experts(const char* where, index_t left_rows, index_t left_cols, index_t right_rows,
-                          index_t right_cols, index_t k) {
-  SPECDEC_EXPECTS(left_rows == right_rows && left_cols == right_cols, where, "left_logits is ", left_rows, " x ",
-                  left_cols, " but right_logits is ", right_rows, " x ", right_cols, "; expected equal shapes");
-  SPECDEC_EXPECTS(k >= 1 && k <= 2 * left_cols, where, "k = ", k, "; expected 1 <= k <= 2 V = ", 2 * left_cols);
+/// Both experts' logits are `[m x V]` rows the backends can read (V in [1, 2^31 - 1], so 2V fits), and
+/// 1 <= k <= 2V.
+template <class L, class R>
+void check_experts(const char* where, const L& left, const R& right, index_t k) {
+  specdec::detail::check_row_matrix(where, "left_logits", left);
+  specdec::detail::check_row_matrix(where, "right_logits", right);
+  SPECDEC_EXPECTS(left.rows() == right.rows() && left.cols() == right.cols(), where, "left_logits is ", left.rows(), " x ",
+                  left.cols(), " but right_logits is ", right.rows(), " x ", right.cols(), "; expected equal shapes");
+  SPECDEC_EXPECTS(k >= 1 && k <= 2 * left.cols(), where, "k = ", k, "; expected 1 <= k <= 2 V = ", 2 * left.cols());
 }
 
 }  // namespace detail
@@ -74,7 +78,7 @@ template <backend B>
 moe_proposal propose_moe_greedy(B& b, matrix_view<const float, typename B::memory_space> left_logits,
                             matrix_view<const float, typename B::memory_space> right_logits, index_t k) {
   constexpr const char* where = "specdec::propose_moe_greedy";
-  detail::check_experts(where, left_logits.rows(), left_logits.cols(), right_logits.rows(), right_logits.cols(), k);
+  detail::check_experts(where, left_logits, right_logits, k);
   const index_t rows = left_logits.rows();
   const index_t vocab = left_logits.cols();
   const index_t per_expert = std::min(k, vocab);
@@ -99,6 +103,9 @@ moe_proposal propose_moe_greedy(B& b, matrix_view<const float, typename B::memor
   return out;
 }
 
+/// The most tokens propose_moe_sampled draws per row.
+inline constexpr index_t max_sampled_k = 4096;
+
 /// Jakiro*'s `sample_moe`: per row, `k` draws without replacement from `softmax([left; right] / T)` over
 /// the 2V concatenated entries (an entry >= V is the right expert's token `entry - V`), then EAGLE-1's
 /// sequentially renormalised probabilities (see moe_proposal). The draws are sequential inverse-CDF
@@ -106,14 +113,18 @@ moe_proposal propose_moe_greedy(B& b, matrix_view<const float, typename B::memor
 /// uniform `s.offset + r k + i` of `s.rng`, so a call consumes exactly `m k` uniforms. The draws have
 /// torch.multinomial's distribution (without replacement), not its random stream.
 /// \param left_logits, right_logits backend `[m x V]`, downloaded to the host.
-/// \throws invalid_argument on mismatched shapes, k = 0 or k > 2V, NaN or infinite logits, a temperature
-///   that is not positive and finite, or a row with fewer than k entries of positive probability.
+/// \throws invalid_argument on mismatched shapes, views that are null with a shape or strided, V
+///   above 2^31 - 1, k = 0, k > 2V or k > max_sampled_k, NaN or infinite logits, a temperature that is
+///   not positive and finite, or a row with fewer than k entries of positive probability.
 template <backend B>
 moe_proposal propose_moe_sampled(B& b, matrix_view<const float, typename B::memory_space> left_logits,
                              matrix_view<const float, typename B::memory_space> right_logits, index_t k,
                              const moe_sampling& s) {
   constexpr const char* where = "specdec::propose_moe_sampled";
-  detail::check_experts(where, left_logits.rows(), left_logits.cols(), right_logits.rows(), right_logits.cols(), k);
+  detail::check_experts(where, left_logits, right_logits, k);
+  // Each draw scans the 2V entries: k is bounded so that a row costs at most max_sampled_k passes.
+  SPECDEC_EXPECTS(k <= max_sampled_k, where, "k = ", k, "; expected at most ", max_sampled_k,
+                  " draws per row (Jakiro draws 10)");
   SPECDEC_EXPECTS(s.temperature > 0.0f && std::isfinite(s.temperature), where, "temperature = ", s.temperature,
                   "; expected a finite value > 0 (sample_moe has no greedy form: use propose_moe_greedy)");
   using space = typename B::memory_space;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <span>
@@ -22,6 +23,11 @@
 namespace specdec {
 
 using choice = std::vector<std::int32_t>;
+
+/// The most nodes a static tree may have (Medusa's and EAGLE-1's have tens; their masks and
+/// retrieval buffers are quadratic in the nodes). With top_k < 2^31 it also keeps every flat
+/// candidate index (rank + top_k x group) below 2^47.
+inline constexpr index_t max_static_nodes = index_t{1} << 16;
 
 /// A static tree's shape: `tree` holds parents and depths (tokens -1 until candidates are filled),
 /// `paths[i]` the choice of node i (empty for the root), `rank[i]` its last entry (-1 for the root).
@@ -36,11 +42,16 @@ struct static_tree {
 /// Validates a choice list and builds the tree in canonical order.
 /// \param choices any order; each choice a non-empty path of ranks in [0, top_k).
 /// \param top_k the per-node candidate count the ranks index (10 in Medusa and EAGLE-1).
-/// \throws invalid_argument for an empty list, an empty choice, a rank outside [0, top_k), a duplicate
-/// choice, or a choice whose proper prefix is missing, naming the choice.
+/// \throws invalid_argument for an empty list, more than max_static_nodes - 1 choices, top_k outside
+/// [1, 2^31 - 1], an empty choice, a rank outside [0, top_k), a duplicate choice, or a choice whose
+/// proper prefix is missing, naming the choice.
 inline static_tree make_static_tree(std::span<const choice> choices, index_t top_k = 10) {
   constexpr const char* where = "specdec::make_static_tree";
   SPECDEC_EXPECTS(!choices.empty(), where, "the choice list is empty; expected at least one path");
+  SPECDEC_EXPECTS(static_cast<index_t>(choices.size()) < max_static_nodes, where, "the choice list has ", choices.size(),
+                  " paths; expected at most ", max_static_nodes - 1, " (static trees' buffers are quadratic in the nodes)");
+  SPECDEC_EXPECTS(top_k >= 1 && top_k <= std::numeric_limits<std::int32_t>::max(), where, "top_k = ", top_k,
+                  "; expected 1 <= top_k <= 2^31 - 1");
   const auto describe = [](const choice& c) {
     std::string s = "[";
     for (std::size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);

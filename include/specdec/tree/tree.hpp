@@ -10,8 +10,10 @@
 #include <span>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 
 namespace specdec {
 
@@ -121,12 +123,19 @@ inline draft_tree make_tree(std::vector<std::int32_t> tokens, const std::vector<
 /// Per-node positions: `positions[i] = prefix_length + depth[i]`.
 /// \param positions host `[tree.size()]`. \throws invalid_argument on a malformed tree (validate), a
 /// negative prefix_length or a length mismatch.
+/// \throws invalid_argument too when a position does not fit `Int` (an int32 buffer with a prefix
+///   near 2^31), or positions is null with a shape or has stride 0.
 template <class Int>
 void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<Int> positions) {
+  constexpr const char* where = "specdec::tree_positions";
   validate(tree);
-  SPECDEC_EXPECTS(prefix_length >= 0, "specdec::tree_positions", "prefix_length = ", prefix_length, "; expected >= 0");
-  SPECDEC_EXPECTS(positions.size() == tree.size(), "specdec::tree_positions", "positions has ", positions.size(),
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  SPECDEC_EXPECTS(positions.rows() == tree.size(), where, "positions has ", positions.rows(),
                   " entries; expected one per node (", tree.size(), ")");
+  detail::check_view(where, "positions", positions, detail::indexed_output);
+  // The deepest node has the largest position: if it fits Int, every position does.
+  (void)detail::checked_narrow<Int>(where, detail::checked_add(where, prefix_length, tree.max_depth(), "prefix_length + depth"),
+                                    "the deepest node's position prefix_length + depth");
   for (index_t i = 0; i < tree.size(); ++i)
     positions(i) = static_cast<Int>(prefix_length + tree.depth[static_cast<std::size_t>(i)]);
 }
@@ -161,7 +170,11 @@ struct retrieve_paths_result {
   std::vector<std::int32_t> paths = {};
   index_t rows = {};
   index_t cols = {};
-  std::int32_t operator()(index_t r, index_t c) const { return paths[static_cast<std::size_t>(r * cols + c)]; }
+  std::int32_t operator()(index_t r, index_t c) const {
+    SPECDEC_EXPECTS(r >= 0 && r < rows && c >= 0 && c < cols, "specdec::retrieve_paths_result", "(", r, ", ", c,
+                    ") is outside [", rows, " x ", cols, "]");
+    return paths[static_cast<std::size_t>(r * cols + c)];
+  }
 };
 
 inline retrieve_paths_result retrieve_paths(const draft_tree& tree, path_order order = path_order::node_index) {
@@ -204,9 +217,13 @@ template <class Int>
 void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_view<Int> next_sibling) {
   constexpr const char* where = "specdec::child_links";
   validate(tree);
-  SPECDEC_EXPECTS(first_child.size() == tree.size() && next_sibling.size() == tree.size(), where,
-                  "first_child has ", first_child.size(), " and next_sibling ", next_sibling.size(),
+  SPECDEC_EXPECTS(first_child.rows() == tree.size() && next_sibling.rows() == tree.size(), where,
+                  "first_child has ", first_child.rows(), " and next_sibling ", next_sibling.rows(),
                   " entries; expected one per node (", tree.size(), ") in each");
+  detail::check_view(where, "first_child", first_child, detail::indexed_output);
+  detail::check_view(where, "next_sibling", next_sibling, detail::indexed_output);
+  detail::check_disjoint(where, detail::extent_of(where, "first_child", first_child),
+                         detail::extent_of(where, "next_sibling", next_sibling));
   for (index_t i = 0; i < tree.size(); ++i) first_child(i) = next_sibling(i) = Int(-1);
   // Walking backwards and inserting at the head leaves every list in increasing index order.
   for (index_t i = tree.size() - 1; i >= 1; --i) {

@@ -15,40 +15,44 @@
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 
 namespace specdec::detail::inline SPECDEC_ISA {
 
-/// A `[rows x V]` input: V >= 1, rows >= 0, contiguous rows (the kernels stream each row).
+/// A `[rows x V]` input: V >= 1, rows >= 0, contiguous rows that do not overlap (the kernels stream
+/// each row), not null unless empty.
 template <class T, class Space>
 void check_row_matrix(const char* where, const char* name, const matrix_view<T, Space>& x) {
   SPECDEC_EXPECTS(x.rows() >= 0 && x.cols() >= 1, where, name, " has shape [", x.rows(), " x ", x.cols(),
                   "]; expected at least one column");
   SPECDEC_EXPECTS(x.cols() <= INT32_MAX, where, name, " has ", x.cols(),
                   " columns; token ids are int32, so at most 2^31 - 1 are supported");
-  SPECDEC_EXPECTS(x.has_contiguous_rows(), where, name, " has column stride ", x.stride(1),
-                  "; expected contiguous rows (column stride 1)");
-  SPECDEC_EXPECTS(x.rows() <= 1 || x.stride(0) >= x.cols(), where, name, " has row stride ", x.stride(0),
-                  " smaller than its ", x.cols(), " columns; rows must not overlap");
-  SPECDEC_EXPECTS(x.size() == 0 || x.data() != nullptr, where, name, " is a null view of shape [", x.rows(),
-                  " x ", x.cols(), "]");
+  check_view(where, name, x, packed);
 }
 
+/// A vector argument of `expected` entries, packed (stride 1: the kernels take its pointer).
 template <class T, class Space>
 void check_length(const char* where, const char* name, const vector_view<T, Space>& v, index_t expected,
                   const char* what_expected) {
   SPECDEC_EXPECTS(v.rows() == expected, where, name, " has length ", v.rows(), "; expected ", expected, " (",
                   what_expected, ")");
-  SPECDEC_EXPECTS(expected == 0 || v.data() != nullptr, where, name, " is a null view");
+  check_view(where, name, v, packed);
 }
 
+/// A matrix output of shape `[rows x cols]`: contiguous rows that do not overlap, not null unless empty.
 template <class T, class Space>
 void check_shape(const char* where, const char* name, const matrix_view<T, Space>& m, index_t rows, index_t cols,
                  const char* what_expected) {
   SPECDEC_EXPECTS(m.rows() == rows && m.cols() == cols, where, name, " has shape [", m.rows(), " x ", m.cols(),
                   "]; expected [", rows, " x ", cols, "] (", what_expected, ")");
-  SPECDEC_EXPECTS(m.has_contiguous_rows(), where, name, " has column stride ", m.stride(1),
-                  "; expected contiguous rows (column stride 1)");
-  SPECDEC_EXPECTS(m.size() == 0 || m.data() != nullptr, where, name, " is a null view");
+  check_view(where, name, m, packed);
+}
+
+/// Throws when output `out` shares memory with argument `other` (an exact alias too, unless allowed).
+template <class A, class B>
+void check_apart(const char* where, const char* out_name, const A& out, const char* other_name, const B& other,
+                 bool exact_alias_allowed = false) {
+  check_disjoint(where, extent_of(where, out_name, out), extent_of(where, other_name, other), exact_alias_allowed);
 }
 
 inline void check_k(const char* where, index_t k, index_t cols) {
@@ -131,6 +135,7 @@ template <class X, class Out>
 void check_row_reduction(const char* where, const X& x, const Out& out, const char* out_name) {
   check_row_matrix(where, "logits", x);
   check_length(where, out_name, out, x.rows(), "one entry per row of logits");
+  check_apart(where, out_name, out, "logits", x);
 }
 
 template <class X, class Values, class Indices>
@@ -139,12 +144,17 @@ void check_topk(const char* where, const X& x, index_t k, const Values& values, 
   check_k(where, k, x.cols());
   check_shape(where, "values", values, x.rows(), k, "[rows x k]");
   check_shape(where, "indices", indices, x.rows(), k, "[rows x k]");
+  check_apart(where, "values", values, "logits", x);
+  check_apart(where, "indices", indices, "logits", x);
+  check_apart(where, "indices", indices, "values", values);
 }
 
+/// row_softmax / row_log_softmax: `out` may be `logits` itself (in place), or separate memory.
 template <class X, class Out>
 void check_elementwise(const char* where, const X& x, const Out& out) {
   check_row_matrix(where, "logits", x);
   check_shape(where, "out", out, x.rows(), x.cols(), "the shape of logits");
+  check_apart(where, "out", out, "logits", x, true);
 }
 
 template <class P, class U, class Tokens>
@@ -152,6 +162,8 @@ void check_sample(const char* where, const P& probs, const U& uniforms, const To
   check_row_matrix(where, "probs", probs);
   check_length(where, "uniforms", uniforms, probs.rows(), "one uniform per row");
   check_length(where, "tokens", tokens, probs.rows(), "one token per row");
+  check_apart(where, "tokens", tokens, "probs", probs);
+  check_apart(where, "tokens", tokens, "uniforms", uniforms);
 }
 
 template <class P, class Q, class U, class Tokens>
@@ -162,13 +174,18 @@ void check_sample_residual(const char* where, const P& p, const Q& q, const U& u
                   q.cols(), "]; expected the shape of p, [", p.rows(), " x ", p.cols(), "]");
   check_length(where, "uniforms", uniforms, p.rows(), "one uniform per row");
   check_length(where, "tokens", tokens, p.rows(), "one token per row");
+  check_apart(where, "tokens", tokens, "p", p);
+  check_apart(where, "tokens", tokens, "q", q);
+  check_apart(where, "tokens", tokens, "uniforms", uniforms);
 }
 
 template <class X, class Ids, class Out>
 void check_gather_rows(const char* where, const X& x, const Ids& row_ids, const Out& out) {
   check_row_matrix(where, "x", x);
-  SPECDEC_EXPECTS(row_ids.rows() == 0 || row_ids.data() != nullptr, where, "row_ids is a null view");
+  check_view(where, "row_ids", row_ids, packed);
   check_shape(where, "out", out, row_ids.rows(), x.cols(), "[row_ids.size() x x.cols()]");
+  check_apart(where, "out", out, "x", x);
+  check_apart(where, "out", out, "row_ids", row_ids);
 }
 
 template <class X, class Ids, class Out>
@@ -176,8 +193,10 @@ void check_gather_elements(const char* where, const X& x, const Ids& column_ids,
   check_row_matrix(where, "x", x);
   SPECDEC_EXPECTS(column_ids.rows() == x.rows(), where, "column_ids has ", column_ids.rows(),
                   " rows; expected one per row of x (", x.rows(), ")");
-  SPECDEC_EXPECTS(column_ids.has_contiguous_rows(), where, "column_ids must have contiguous rows");
+  check_view(where, "column_ids", column_ids, packed);
   check_shape(where, "out", out, x.rows(), column_ids.cols(), "the shape of column_ids");
+  check_apart(where, "out", out, "x", x);
+  check_apart(where, "out", out, "column_ids", column_ids);
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

@@ -14,16 +14,11 @@
 
 namespace specdec::detail::inline SPECDEC_ISA {
 
-/// A dense operand: contiguous rows that do not overlap (any shape, including empty).
+/// A dense operand: contiguous rows that do not overlap (any shape, including empty), not null unless
+/// empty.
 template <class T, class Space>
 void check_dense(const char* where, const char* name, const matrix_view<T, Space>& m) {
-  SPECDEC_EXPECTS(m.rows() >= 0 && m.cols() >= 0, where, name, " has a negative extent");
-  SPECDEC_EXPECTS(m.has_contiguous_rows(), where, name, " has column stride ", m.stride(1),
-                  "; expected contiguous rows (column stride 1)");
-  SPECDEC_EXPECTS(m.rows() <= 1 || m.stride(0) >= m.cols(), where, name, " has row stride ", m.stride(0),
-                  " smaller than its ", m.cols(), " columns; rows must not overlap");
-  SPECDEC_EXPECTS(m.size() == 0 || m.data() != nullptr, where, name, " is a null view of shape [", m.rows(), " x ",
-                  m.cols(), "]");
+  check_view(where, name, m, packed);
 }
 
 template <class A, class B, class C>
@@ -39,9 +34,12 @@ void check_gemm(const char* where, const A& a, transpose ta, const B& b, transpo
                   "]; expected equal inner extents");
   SPECDEC_EXPECTS(c.rows() == m && c.cols() == n, where, "c has shape [", c.rows(), " x ", c.cols(), "]; expected [",
                   m, " x ", n, "] (op(a) op(b))");
-  SPECDEC_EXPECTS(c.size() == 0 || (static_cast<const void*>(c.data()) != static_cast<const void*>(a.data()) &&
-                                    static_cast<const void*>(c.data()) != static_cast<const void*>(b.data())),
+  // c is zeroed before the product reads a and b, so it may share no element with either.
+  SPECDEC_EXPECTS(has_zero_extent(c) || (static_cast<const void*>(c.data()) != static_cast<const void*>(a.data()) &&
+                                         static_cast<const void*>(c.data()) != static_cast<const void*>(b.data())),
                   where, "c aliases an input; GEMM needs a separate output");
+  check_apart(where, "c", c, "a", a);
+  check_apart(where, "c", c, "b", b);
 }
 
 template <class X, class W, class Out>
@@ -49,6 +47,8 @@ void check_rms_norm(const char* where, const X& x, const W& weight, double eps, 
   check_dense(where, "x", x);
   check_length(where, "weight", weight, x.cols(), "one entry per column of x");
   check_shape(where, "out", out, x.rows(), x.cols(), "the shape of x");
+  check_apart(where, "out", out, "x", x, true);
+  check_apart(where, "out", out, "weight", weight);
   SPECDEC_EXPECTS(eps > 0.0 && std::isfinite(eps), where, "eps = ", eps, "; expected a finite eps > 0");
 }
 
@@ -60,6 +60,7 @@ void check_rope(const char* where, const X& x, const P& positions, index_t head_
   SPECDEC_EXPECTS(x.cols() % head_dim == 0, where, "x has ", x.cols(), " columns; expected a multiple of head_dim = ",
                   head_dim, " (heads x head_dim)");
   check_length(where, "positions", positions, x.rows(), "one position per row of x");
+  check_apart(where, "x", x, "positions", positions);
   SPECDEC_EXPECTS(theta > 1.0 && std::isfinite(theta), where, "theta = ", theta, "; expected a finite base > 1");
 }
 
@@ -68,6 +69,8 @@ void check_silu_mul(const char* where, const G& gate, const U& up, const Out& ou
   check_dense(where, "gate", gate);
   check_shape(where, "up", up, gate.rows(), gate.cols(), "the shape of gate");
   check_shape(where, "out", out, gate.rows(), gate.cols(), "the shape of gate");
+  check_apart(where, "out", out, "gate", gate, true);
+  check_apart(where, "out", out, "up", up, true);
 }
 
 template <class Y, class X>
@@ -77,6 +80,8 @@ void check_add_rows(const char* where, const Y& y, const X& x) {
   SPECDEC_EXPECTS(x.cols() == y.cols() && (x.rows() == y.rows() || x.rows() == 1), where, "x has shape [", x.rows(),
                   " x ", x.cols(), "]; expected [", y.rows(), " x ", y.cols(), "] or one row of ", y.cols(),
                   " to broadcast");
+  // y += y is elementwise and exact; a broadcast row inside y would change while it is added.
+  check_apart(where, "y", y, "x", x, x.rows() == y.rows());
 }
 
 template <class Q, class K, class V, class Mask, class Out>
@@ -90,13 +95,17 @@ void check_attention(const char* where, const Q& q, const K& k, const V& v, cons
   SPECDEC_EXPECTS(shape.heads % shape.kv_heads == 0, where, "heads = ", shape.heads,
                   " is not a multiple of kv_heads = ", shape.kv_heads, " (grouped-query attention)");
   SPECDEC_EXPECTS(std::isfinite(shape.scale), where, "scale = ", shape.scale, "; expected a finite scale");
-  SPECDEC_EXPECTS(q.cols() == shape.heads * shape.head_dim, where, "q has ", q.cols(), " columns; expected heads x head_dim = ",
-                  shape.heads * shape.head_dim);
-  SPECDEC_EXPECTS(k.cols() == shape.kv_heads * shape.head_dim, where, "k has ", k.cols(),
-                  " columns; expected kv_heads x head_dim = ", shape.kv_heads * shape.head_dim);
+  const index_t q_width = checked_mul(where, shape.heads, shape.head_dim, "heads x head_dim");
+  const index_t kv_width = checked_mul(where, shape.kv_heads, shape.head_dim, "kv_heads x head_dim");
+  SPECDEC_EXPECTS(q.cols() == q_width, where, "q has ", q.cols(), " columns; expected heads x head_dim = ", q_width);
+  SPECDEC_EXPECTS(k.cols() == kv_width, where, "k has ", k.cols(), " columns; expected kv_heads x head_dim = ", kv_width);
   check_shape(where, "v", v, k.rows(), k.cols(), "the shape of k");
-  if (mask.size() != 0) check_shape(where, mask_name, mask, q.rows(), k.rows(), "[queries x keys]");
+  if (!has_zero_extent(mask)) check_shape(where, mask_name, mask, q.rows(), k.rows(), "[queries x keys]");
   check_shape(where, "out", out, q.rows(), q.cols(), "the shape of q");
+  check_apart(where, "out", out, "q", q);
+  check_apart(where, "out", out, "k", k);
+  check_apart(where, "out", out, "v", v);
+  check_apart(where, "out", out, mask_name, mask);
   SPECDEC_EXPECTS(q.rows() == 0 || k.rows() >= 1, where, "there are ", q.rows(), " queries and no keys");
 }
 

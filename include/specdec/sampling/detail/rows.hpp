@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <type_traits>
 #include <vector>
@@ -246,7 +247,8 @@ class working_distribution {
   }
 
   /// vLLM's exponential race: argmax over j of entry(j) / noise[j] (first index on ties). An all-zero
-  /// current distribution gives token 0, as vLLM.
+  /// current distribution gives token 0, as vLLM. `noise` must have passed check_noise_row: with every
+  /// entry finite and >= 0, a token of positive mass scores above every token of mass 0.
   std::int32_t race(const float* noise) const {
     std::int32_t best = 0;
     float best_score = -1.0f;
@@ -323,6 +325,16 @@ inline void check_weighed_row(const char* where, const char* what, index_t row, 
   check_probability_row(where, what, row, p, n);
   // The weighing and the entry check agree on what is wrong; this is reached only if they did not.
   specdec::detail::throw_invalid_argument(where, what, " row ", row, " is not a probability distribution");
+}
+
+/// Checks row `row` of exponential_race noise: every entry finite and >= 0 (an Exp(1) sample; 0 can
+/// come out of a sampler's rounding). A negative, NaN or infinite entry would let a token of
+/// probability 0 win the race.
+inline void check_noise_row(const char* where, index_t row, const float* noise, index_t n) {
+  for (index_t j = 0; j < n; ++j)
+    if (!(noise[j] >= 0.0f && noise[j] < std::numeric_limits<float>::infinity()))
+      specdec::detail::throw_invalid_argument(where, "exponential_noise[", row, ", ", j, "] = ", noise[j],
+                                              "; expected a finite value >= 0 (an Exp(1) sample)");
 }
 
 }  // namespace specdec::sampling::detail::inline SPECDEC_ISA

@@ -7,13 +7,16 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <vector>
 
 #include <specdec/config.hpp>
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
@@ -25,13 +28,15 @@ enum class topk_scale { logits, log_probabilities, probabilities };
 
 /// Indices of the `keep` best of `scores` in rank order (larger score first, ties to the lower
 /// index: the rule of every specdec top-k). Host; candidate lists are k^2 or a few hundred long.
+/// `scores` must hold no NaN (the order would not be a strict weak ordering): callers check
+/// caller-given scores; backend top-k values are NaN-free by the backend's checks.
 template <class Index>
 std::vector<Index> best_indices(std::span<const float> scores, index_t keep) {
   std::vector<Index> order(scores.size());
   std::iota(order.begin(), order.end(), Index(0));
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](Index x, Index y) {
-    return ranks_before(scores[static_cast<std::size_t>(x)], static_cast<std::int32_t>(x),
-                        scores[static_cast<std::size_t>(y)], static_cast<std::int32_t>(y));
+    const float sx = scores[static_cast<std::size_t>(x)], sy = scores[static_cast<std::size_t>(y)];
+    return sx > sy || (sx == sy && x < y);  // ranks_before, on indices of any width
   });
   order.resize(static_cast<std::size_t>(keep));
   return order;
@@ -43,13 +48,14 @@ class host_topk {
  public:
   using space = typename B::memory_space;
 
-  host_topk(B& b, index_t max_rows, index_t k)
-      : backend_(&b),
-        k_(k),
-        max_rows_(max_rows),
-        values_(b.template allocate<float>(max_rows * k)),
-        indices_(b.template allocate<std::int32_t>(max_rows * k)),
-        lse_(b.template allocate<float>(max_rows)) {}
+  /// Checks the sizes; the buffers are allocated by the first run(), once k is known to fit the
+  /// vocabulary (a k from a caller's struct must not size an allocation before that check).
+  host_topk(B& b, index_t max_rows, index_t k) : backend_(&b), k_(k), max_rows_(max_rows) {
+    constexpr const char* where = "specdec::detail::host_topk";
+    SPECDEC_EXPECTS(k >= 1 && k <= std::numeric_limits<std::int32_t>::max(), where, "top_k = ", k,
+                    "; expected 1 <= top_k <= 2^31 - 1");
+    (void)checked_count(where, {max_rows, k}, "the top-k results [rows x top_k]");
+  }
 
   /// Runs the top-k of `logits` (`rows <= max_rows`, each of V >= k entries) and downloads the results:
   /// values() and indices() are then row-major `[rows x k]`, values in the requested scale.
@@ -58,6 +64,14 @@ class host_topk {
     const index_t rows = logits.rows();
     SPECDEC_EXPECTS(rows <= max_rows_, "specdec::detail::host_topk", "logits has ", rows,
                     " rows; this builder was sized for at most ", max_rows_);
+    check_row_matrix("specdec::detail::host_topk", "logits", logits);
+    check_k("specdec::detail::host_topk", k_, logits.cols());
+    if (!allocated_) {
+      values_ = backend_->template allocate<float>(max_rows_ * k_);
+      indices_ = backend_->template allocate<std::int32_t>(max_rows_ * k_);
+      lse_ = backend_->template allocate<float>(max_rows_);
+      allocated_ = true;
+    }
     auto values = values_.matrix(max_rows_, k_);
     auto indices = indices_.matrix(max_rows_, k_);
     const matrix_view<float, space> v(values.data(), rows, k_);
@@ -85,6 +99,7 @@ class host_topk {
   typename B::template buffer<float> values_;
   typename B::template buffer<std::int32_t> indices_;
   typename B::template buffer<float> lse_;
+  bool allocated_ = false;
   std::vector<float> host_values_;
   std::vector<std::int32_t> host_indices_;
 };
