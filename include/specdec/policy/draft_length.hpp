@@ -13,13 +13,39 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
+#include <map>
 #include <utility>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
 namespace specdec::policy {
+
+/// The longest draft the policy plans or accepts evidence for: 2^16 tokens. Engines verify drafts of
+/// tens of tokens (EAGLE-2's 60-node trees, llama.cpp's 32-token lookups), so the bound never binds in
+/// use; it keeps `choose()` well under a millisecond and every per-depth table a few hundred KiB at
+/// most, whatever a caller passes.
+inline constexpr index_t max_draft_length = index_t{1} << 16;
+/// The most contexts a draft_length_policy distinguishes (acceptance tables are per context).
+inline constexpr index_t max_draft_contexts = 4096;
+
+class acceptance_by_depth;
+class forward_cost;
+inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
+                                 index_t longest, double prior = 0.5, double caution = 0);
+
+namespace detail {
+inline void check_prior(const char* where, double prior) {
+  SPECDEC_EXPECTS(prior >= 0.0 && prior <= 1.0, where, "prior = ", prior, "; expected a rate in [0, 1]");
+}
+inline void check_caution(const char* where, double caution) {
+  SPECDEC_EXPECTS(caution >= 0.0 && std::isfinite(caution), where, "caution = ", caution,
+                  "; expected a finite number of standard deviations >= 0");
+}
+}  // namespace detail
 
 /// Measured wall time of a target forward by its number of rows: the hardware half of the policy. On a
 /// CPU the cost is flat for a few rows (the weights stream from memory either way) and then grows with
@@ -31,40 +57,70 @@ namespace specdec::policy {
 /// smallest what that one costs: optimistic, so that a policy tries it and learns its price.
 class forward_cost {
  public:
-  /// \throws invalid_argument on rows < 1 or seconds that are negative or not finite.
+  /// The costs as they stand, frozen: O(R) to take (R = row counts measured), O(log R) per query.
+  /// best_draft_length prices every length on one of these rather than rescanning the measurements
+  /// per length.
+  class curve {
+   public:
+    /// Seconds for a forward of `rows` rows (any value; counts below every measured one cost that
+    /// one's), as forward_cost::operator().
+    double operator()(index_t rows) const {
+      const auto above = std::lower_bound(points_.begin(), points_.end(), rows,
+                                          [](const point& p, index_t r) { return p.rows < r; });
+      if (above == points_.end()) return points_.empty() ? 0.0 : points_.back().cost;  // above every measured count
+      if (above->rows == rows || above == points_.begin()) return above->cost;  // measured, or below every measured count
+      const point& below = *std::prev(above);
+      // rows lies strictly between two measured counts, so neither difference can overflow.
+      const double t = static_cast<double>(rows - below.rows) / static_cast<double>(above->rows - below.rows);
+      return below.cost + t * (above->cost - below.cost);
+    }
+
+   private:
+    friend class forward_cost;
+    struct point {
+      index_t rows;
+      double cost;  ///< the running maximum of the medians up to `rows`: non-decreasing
+    };
+    std::vector<point> points_;  ///< by increasing rows
+  };
+
+  /// \throws invalid_argument on rows < 1 or > specdec::max_elements (2^40), or seconds that are
+  /// negative or not finite. Storage grows with the distinct row counts recorded, not with `rows`.
   void record(index_t rows, double seconds) {
     constexpr const char* where = "specdec::policy::forward_cost::record";
     SPECDEC_EXPECTS(rows >= 1, where, "rows = ", rows, "; expected a forward of at least one row");
+    SPECDEC_EXPECTS(rows <= max_elements, where, "rows = ", rows, "; expected at most ", max_elements,
+                    " (2^40, specdec's largest buffer)");
     SPECDEC_EXPECTS(seconds >= 0.0 && std::isfinite(seconds), where, "seconds = ", seconds, "; expected a finite time >= 0");
-    if (static_cast<index_t>(samples_.size()) < rows) samples_.resize(static_cast<std::size_t>(rows));
-    auto& s = samples_[static_cast<std::size_t>(rows - 1)];
-    s.push_back(seconds);
-    if (s.size() > window) s.erase(s.begin());
+    measured& m = measured_[rows];
+    m.samples.push_back(seconds);
+    if (m.samples.size() > window) m.samples.erase(m.samples.begin());
+    // The median is kept with the samples so that a query costs O(1) per measured row count.
+    auto s = m.samples;
+    std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+    m.median = s[s.size() / 2];
   }
-  /// Seconds for a forward of `rows` rows; 0 until anything is measured.
-  double operator()(index_t rows) const {
-    index_t below = 0;  // the largest measured row count <= rows, and its cost
-    double below_cost = 0, envelope = 0;
-    for (index_t r = 1; r <= static_cast<index_t>(samples_.size()); ++r) {
-      auto s = samples_[static_cast<std::size_t>(r - 1)];
-      if (s.empty()) continue;
-      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
-      envelope = std::max(envelope, s[s.size() / 2]);  // non-decreasing in the rows
-      if (r == rows || (r > rows && below == 0)) return envelope;  // measured, or below every measured count
-      if (r < rows) {
-        below = r;
-        below_cost = envelope;
-        continue;
-      }
-      const double t = static_cast<double>(rows - below) / static_cast<double>(r - below);
-      return below_cost + t * (envelope - below_cost);
+  /// Seconds for a forward of `rows` rows; 0 until anything is measured. O(R).
+  double operator()(index_t rows) const { return envelope()(rows); }
+  /// The costs as a curve (see `curve`).
+  curve envelope() const {
+    curve c;
+    c.points_.reserve(measured_.size());
+    double running = 0;
+    for (const auto& [rows, m] : measured_) {
+      running = std::max(running, m.median);  // non-decreasing in the rows
+      c.points_.push_back({rows, running});
     }
-    return below_cost;  // above every measured count (0 when nothing is measured)
+    return c;
   }
 
  private:
   static constexpr std::size_t window = 15;
-  std::vector<std::vector<double>> samples_;  ///< [rows - 1]: the most recent forward times
+  struct measured {
+    std::vector<double> samples;  ///< the most recent forward times
+    double median = 0;
+  };
+  std::map<index_t, measured> measured_;  ///< by row count; only counts actually measured
 };
 
 /// Acceptance of a chain draft by depth: a_i = P(draft token i accepted | tokens 1..i-1 accepted),
@@ -79,11 +135,14 @@ class acceptance_by_depth {
  public:
   static constexpr double fade = 0.9;  ///< the weight a verification keeps at each later one
 
-  /// \throws invalid_argument unless 0 <= accepted <= drafted.
+  /// \throws invalid_argument unless 0 <= accepted <= drafted <= max_draft_length (2^16).
   void record(index_t accepted, index_t drafted) {
-    SPECDEC_EXPECTS(accepted >= 0 && accepted <= drafted, "specdec::policy::acceptance_by_depth::record", "accepted = ",
-                    accepted, ", drafted = ", drafted, "; expected 0 <= accepted <= drafted");
-    const index_t tried = std::min(accepted + 1, drafted);
+    constexpr const char* where = "specdec::policy::acceptance_by_depth::record";
+    SPECDEC_EXPECTS(accepted >= 0 && accepted <= drafted, where, "accepted = ", accepted, ", drafted = ", drafted,
+                    "; expected 0 <= accepted <= drafted");
+    SPECDEC_EXPECTS(drafted <= max_draft_length, where, "drafted = ", drafted, "; expected at most ", max_draft_length,
+                    " (policy::max_draft_length)");
+    const index_t tried = accepted < drafted ? accepted + 1 : drafted;
     if (static_cast<index_t>(trials_.size()) < tried) {
       trials_.resize(static_cast<std::size_t>(tried), 0);
       successes_.resize(static_cast<std::size_t>(tried), 0);
@@ -97,8 +156,43 @@ class acceptance_by_depth {
       if (i < accepted) ++successes_[static_cast<std::size_t>(i)];
     }
   }
-  /// The rate over every depth: `prior` before any trial.
+  /// The rate over every depth: `prior` before any trial. \throws invalid_argument unless prior is in [0, 1].
   double pooled(double prior = 0.5) const {
+    detail::check_prior("specdec::policy::acceptance_by_depth::pooled", prior);
+    return pooled_rate(prior);
+  }
+  /// Rate at depth `depth` (1-based; any value, depths never tried lean on the pooled rate); `prior`
+  /// before any trial. With `caution` > 0, that many standard deviations below the estimate (of a rate
+  /// measured on the depth's trials and its pseudo-counts): a rate seen three times is not trusted as
+  /// one seen thirty times. \throws invalid_argument unless prior is in [0, 1] and caution finite >= 0.
+  double rate(index_t depth, double prior = 0.5, double caution = 0) const {
+    constexpr const char* where = "specdec::policy::acceptance_by_depth::rate";
+    detail::check_prior(where, prior);
+    detail::check_caution(where, caution);
+    return rate_at(depth, pooled_rate(prior), caution);
+  }
+  /// Whether any verification has been recorded (faded or not).
+  bool empty() const noexcept { return trials_.empty(); }
+  /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
+  /// O(length + depths recorded). \throws invalid_argument unless 0 <= length <= max_draft_length
+  /// (2^16), prior is in [0, 1] and caution finite >= 0.
+  double expected_tokens(index_t length, double prior = 0.5, double caution = 0) const {
+    constexpr const char* where = "specdec::policy::acceptance_by_depth::expected_tokens";
+    SPECDEC_EXPECTS(length >= 0 && length <= max_draft_length, where, "length = ", length, "; expected 0 <= length <= ",
+                    max_draft_length, " (policy::max_draft_length)");
+    detail::check_prior(where, prior);
+    detail::check_caution(where, caution);
+    const double pooled = pooled_rate(prior);
+    double expected = 1, reach = 1;
+    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate_at(i, pooled, caution));
+    return expected;
+  }
+
+ private:
+  friend index_t best_draft_length(const acceptance_by_depth&, const forward_cost&, double, index_t, double, double);
+  // The unchecked halves of pooled() and rate(): a caller pricing many depths pools once, not once per
+  // depth (which would make pricing L lengths O(L x depths)).
+  double pooled_rate(double prior) const {
     double pooled_trials = 0, pooled_successes = 0;
     for (std::size_t i = 0; i < trials_.size(); ++i) {
       pooled_trials += trials_[i];
@@ -106,26 +200,12 @@ class acceptance_by_depth {
     }
     return (pooled_successes + 2 * prior) / (pooled_trials + 2);
   }
-  /// Rate at depth `depth` (1-based); `prior` before any trial. With `caution` > 0, that many standard
-  /// deviations below the estimate (of a rate measured on the depth's trials and its pseudo-counts):
-  /// a rate seen three times is not trusted as one seen thirty times.
-  double rate(index_t depth, double prior = 0.5, double caution = 0) const {
-    const double pooled = this->pooled(prior);
+  double rate_at(index_t depth, double pooled, double caution) const {
     const bool seen = depth >= 1 && depth <= static_cast<index_t>(trials_.size());
     const double trials = seen ? trials_[static_cast<std::size_t>(depth - 1)] : 0.0;
     const double mean = seen ? (successes_[static_cast<std::size_t>(depth - 1)] + 4 * pooled) / (trials + 4) : pooled;
     return std::max(0.0, mean - caution * std::sqrt(mean * (1 - mean) / (trials + 5)));
   }
-  /// Whether any verification has been recorded (faded or not).
-  bool empty() const noexcept { return trials_.empty(); }
-  /// Expected tokens a verification commits for a chain of `length` drafts: 1 + sum_i prod_{j<=i} a_j.
-  double expected_tokens(index_t length, double prior = 0.5, double caution = 0) const {
-    double expected = 1, reach = 1;
-    for (index_t i = 1; i <= length; ++i) expected += (reach *= rate(i, prior, caution));
-    return expected;
-  }
-
- private:
   std::vector<double> trials_, successes_;
 };
 
@@ -133,19 +213,26 @@ class acceptance_by_depth {
 /// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
 /// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
 /// is measured every length costs the same and the longest wins (and gets measured). `prior` and
-/// `caution` as in acceptance_by_depth::rate.
-/// \throws invalid_argument on longest < 0 or draft_seconds negative or not finite.
+/// `caution` as in acceptance_by_depth::rate. O(longest log R + R + depths recorded), R the row counts
+/// measured.
+/// \throws invalid_argument on longest outside [0, max_draft_length] (2^16), draft_seconds negative or
+/// not finite, prior outside [0, 1], or caution negative or not finite.
 inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
-                                 index_t longest, double prior = 0.5, double caution = 0) {
+                                 index_t longest, double prior, double caution) {
   constexpr const char* where = "specdec::policy::best_draft_length";
-  SPECDEC_EXPECTS(longest >= 0, where, "longest = ", longest, "; expected >= 0");
+  SPECDEC_EXPECTS(longest >= 0 && longest <= max_draft_length, where, "longest = ", longest, "; expected 0 <= longest <= ",
+                  max_draft_length, " (policy::max_draft_length)");
   SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds), where, "draft_seconds = ", draft_seconds,
                   "; expected a finite time >= 0");
+  detail::check_prior(where, prior);
+  detail::check_caution(where, caution);
+  const double pooled = acceptance.pooled_rate(prior);
+  const forward_cost::curve seconds_for = cost.envelope();
   index_t best = 0;
   double best_rate = 0, expected = 1, reach = 1;  // expected_tokens(length), built up one depth at a time
   for (index_t length = 0; length <= longest; ++length) {
-    if (length > 0) expected += (reach *= acceptance.rate(length, prior, caution));
-    double seconds = static_cast<double>(length) * draft_seconds + cost(length + 1);
+    if (length > 0) expected += (reach *= acceptance.rate_at(length, pooled, caution));
+    double seconds = static_cast<double>(length) * draft_seconds + seconds_for(length + 1);
     if (seconds <= 0) seconds = 1.0;
     const double rate = expected / seconds;
     if (rate > best_rate) {
@@ -172,18 +259,21 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
 /// the costs it has measured: what it learns is about the drafter and the hardware, not one text.
 class draft_length_policy {
  public:
-  /// \param longest the most tokens a draft may have (>= 0); \param contexts how many contexts the
-  /// drafter distinguishes (>= 1). \throws invalid_argument on longest < 0 or contexts < 1.
+  /// \param longest the most tokens a draft may have, in [0, max_draft_length] (2^16); \param contexts
+  /// how many contexts the drafter distinguishes, in [1, max_draft_contexts] (4096).
+  /// \throws invalid_argument on longest or contexts outside those ranges.
   explicit draft_length_policy(index_t longest, index_t contexts = 1) : longest_(longest) {
     constexpr const char* where = "specdec::policy::draft_length_policy";
-    SPECDEC_EXPECTS(longest >= 0, where, "longest = ", longest, "; expected >= 0");
-    SPECDEC_EXPECTS(contexts >= 1, where, "contexts = ", contexts, "; expected >= 1");
+    SPECDEC_EXPECTS(longest >= 0 && longest <= max_draft_length, where, "longest = ", longest,
+                    "; expected 0 <= longest <= ", max_draft_length, " (policy::max_draft_length)");
+    SPECDEC_EXPECTS(contexts >= 1 && contexts <= max_draft_contexts, where, "contexts = ", contexts,
+                    "; expected 1 <= contexts <= ", max_draft_contexts, " (policy::max_draft_contexts)");
     contexts_.resize(static_cast<std::size_t>(contexts));
   }
   /// The length for the step that starts now in `context` (0: verify the root alone). The first draft
   /// of all is one token: it prices a draft token and a two-row verification at the least cost; longer
   /// lengths are tried from there while their forwards are still unmeasured (forward_cost's optimism).
-  /// \throws invalid_argument unless 0 <= context < contexts.
+  /// O(longest log R + R) for R row counts measured. \throws invalid_argument unless 0 <= context < contexts.
   index_t choose(index_t context = 0) {
     const acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::choose");
     // The first evidence of all: a one-token probe. A context not yet verified otherwise starts from
@@ -198,10 +288,13 @@ class draft_length_policy {
     return 1;
   }
   /// A verification, in `context`, of a draft of `drafted` tokens (its depth, for a tree) that accepted
-  /// `accepted`. Drafts of no tokens carry no evidence and are ignored.
-  /// \throws as acceptance_by_depth::record, and invalid_argument unless 0 <= context < contexts.
+  /// `accepted`. Drafts of no tokens carry no evidence and are ignored (but are checked like any other).
+  /// \throws invalid_argument unless 0 <= accepted <= drafted <= longest and 0 <= context < contexts.
   void verified(index_t accepted, index_t drafted, index_t context = 0) {
-    acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::verified");
+    constexpr const char* where = "specdec::policy::draft_length_policy::verified";
+    acceptance_by_depth& acceptance = at(context, where);
+    SPECDEC_EXPECTS(accepted >= 0 && accepted <= drafted && drafted <= longest_, where, "accepted = ", accepted,
+                    ", drafted = ", drafted, "; expected 0 <= accepted <= drafted <= longest = ", longest_);
     if (drafted == 0) return;
     acceptance.record(accepted, drafted);
     if (contexts_.size() > 1) all_.record(accepted, drafted);
