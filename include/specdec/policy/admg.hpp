@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
@@ -68,7 +69,8 @@ struct rules {
 };
 
 /// Algorithm 1 over the per-layer statistic. \param cosine host `[L]`, cosine[i] = C of layer id i.
-/// \throws invalid_argument on an empty or non-finite statistic, alpha outside (0, 1), m < 1, n < 0.
+/// \throws invalid_argument on an empty or non-finite statistic, alpha outside (0, 1), m < 1, n < 0,
+/// or a variant that is none of rule_variant's enumerators.
 inline layer_plan plan_layers(std::span<const double> cosine, const rules& r = {}) {
   constexpr const char* where = "specdec::policy::admg::plan_layers";
   const auto layers = static_cast<index_t>(cosine.size());
@@ -76,6 +78,12 @@ inline layer_plan plan_layers(std::span<const double> cosine, const rules& r = {
   SPECDEC_EXPECTS(r.alpha > 0.0 && r.alpha < 1.0, where, "alpha = ", r.alpha, "; expected a value in (0, 1)");
   SPECDEC_EXPECTS(r.m >= 1, where, "m = ", r.m, "; expected m >= 1");
   SPECDEC_EXPECTS(r.n >= 0, where, "n = ", r.n, "; expected n >= 0");
+  // A value cast into the enum would otherwise match no case below and plan no removal at all.
+  const auto variant = static_cast<int>(r.variant);
+  SPECDEC_EXPECTS(variant >= static_cast<int>(rule_variant::paper) &&
+                      variant <= static_cast<int>(rule_variant::every_m_of_removed),
+                  where, "variant = ", variant, "; expected a rule_variant (0 to ",
+                  static_cast<int>(rule_variant::every_m_of_removed), ")");
   for (index_t i = 0; i < layers; ++i)
     SPECDEC_EXPECTS(std::isfinite(cosine[static_cast<std::size_t>(i)]) && std::abs(cosine[static_cast<std::size_t>(i)]) <= 1.0 + 1e-6,
                     where, "cosine[", i, "] = ", cosine[static_cast<std::size_t>(i)], "; expected a cosine in [-1, 1]");
@@ -107,18 +115,29 @@ inline layer_plan plan_layers(std::span<const double> cosine, const rules& r = {
   return plan;
 }
 
+namespace detail {
+// Shared by the host and device forms, so that the device form rejects bad extents before it sizes a
+// download by them.
+inline void check_cosine_shapes(const char* where, index_t in_rows, index_t in_cols, index_t out_rows, index_t out_cols,
+                                bool skip_first) {
+  SPECDEC_EXPECTS(in_rows == out_rows && in_cols == out_cols, where, "x_in is [", in_rows, " x ", in_cols,
+                  "] and x_out is [", out_rows, " x ", out_cols, "]; expected equal shapes");
+  SPECDEC_EXPECTS(in_rows >= 0 && in_cols >= 0, where, "x_in and x_out are [", in_rows, " x ", in_cols,
+                  "]; expected extents >= 0");
+  SPECDEC_EXPECTS(in_rows > (skip_first ? 1 : 0), where, "no token to average over (", in_rows,
+                  " rows, skip_first = ", skip_first, ")");
+}
+}  // namespace detail
+
 /// Mean over tokens of cos(a_t, b_t) = <a, b> / max(|a| |b|, 1e-8), accumulated in double: the
 /// statistic C of one layer. \param x_in host `[T x E]` residual stream entering the attention sub-layer
 /// (before its RMSNorm). \param x_out host `[T x E]` the stream after it (x_in + attention output).
 /// \param skip_first leave out token 0 (e.g. BOS), as a variant; the paper's statistic uses every token.
-/// \throws invalid_argument on shapes that differ or no token left.
+/// \throws invalid_argument on shapes that differ, a negative extent, or no token left.
 inline double attention_cosine(matrix_view<const float> x_in, matrix_view<const float> x_out, bool skip_first = false) {
   constexpr const char* where = "specdec::policy::admg::attention_cosine";
-  SPECDEC_EXPECTS(x_in.rows() == x_out.rows() && x_in.cols() == x_out.cols(), where, "x_in is [", x_in.rows(), " x ",
-                  x_in.cols(), "] and x_out is [", x_out.rows(), " x ", x_out.cols(), "]; expected equal shapes");
+  detail::check_cosine_shapes(where, x_in.rows(), x_in.cols(), x_out.rows(), x_out.cols(), skip_first);
   const index_t first = skip_first ? 1 : 0;
-  SPECDEC_EXPECTS(x_in.rows() > first, where, "no token to average over (", x_in.rows(), " rows, skip_first = ",
-                  skip_first, ")");
   double sum = 0.0;
   for (index_t t = first; t < x_in.rows(); ++t) {
     double dot = 0.0, na = 0.0, nb = 0.0;
@@ -140,11 +159,15 @@ double attention_cosine(B& b, matrix_view<const float, typename B::memory_space>
   if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
     return attention_cosine(x_in, x_out, skip_first);
   } else {
+    constexpr const char* where = "specdec::policy::admg::attention_cosine";
+    detail::check_cosine_shapes(where, x_in.rows(), x_in.cols(), x_out.rows(), x_out.cols(), skip_first);
     SPECDEC_EXPECTS(x_in.has_contiguous_rows() && x_out.has_contiguous_rows() && x_in.stride(0) == x_in.cols() &&
                         x_out.stride(0) == x_out.cols(),
-                    "specdec::policy::admg::attention_cosine", "device inputs must be dense row-major");
-    const auto a = b.download(vector_view<const float, typename B::memory_space>(x_in.data(), x_in.size()));
-    const auto c = b.download(vector_view<const float, typename B::memory_space>(x_out.data(), x_out.size()));
+                    where, "device inputs must be dense row-major");
+    const auto elements = static_cast<index_t>(
+        specdec::detail::checked_count(where, {x_in.rows(), x_in.cols()}, "x_in [", x_in.rows(), " x ", x_in.cols(), "]"));
+    const auto a = b.download(vector_view<const float, typename B::memory_space>(x_in.data(), elements));
+    const auto c = b.download(vector_view<const float, typename B::memory_space>(x_out.data(), elements));
     return attention_cosine(matrix_view<const float>(a.data(), x_in.rows(), x_in.cols()),
                             matrix_view<const float>(c.data(), x_out.rows(), x_out.cols()), skip_first);
   }
@@ -166,16 +189,28 @@ class draft_exit {
     double smoothing = 0.9;
   };
   draft_exit() : draft_exit(parameters{}) {}
+  /// \throws invalid_argument unless initial_threshold, matchness_weight and smoothing are in [0, 1],
+  /// max_draft >= 1, and matchness_target and step are finite (the threshold then stays in [0, 1]).
   explicit draft_exit(const parameters& p) : p_(p), threshold_(p.initial_threshold) {
-    SPECDEC_EXPECTS(p.initial_threshold >= 0.0 && p.initial_threshold <= 1.0, "specdec::policy::admg::draft_exit",
-                    "initial_threshold = ", p.initial_threshold, "; expected a probability");
-    SPECDEC_EXPECTS(p.max_draft >= 1, "specdec::policy::admg::draft_exit", "max_draft = ", p.max_draft, "; expected >= 1");
+    constexpr const char* where = "specdec::policy::admg::draft_exit";
+    SPECDEC_EXPECTS(p.initial_threshold >= 0.0 && p.initial_threshold <= 1.0, where, "initial_threshold = ",
+                    p.initial_threshold, "; expected a probability");
+    SPECDEC_EXPECTS(p.max_draft >= 1, where, "max_draft = ", p.max_draft, "; expected >= 1");
+    SPECDEC_EXPECTS(p.matchness_weight >= 0.0 && p.matchness_weight <= 1.0, where, "matchness_weight = ",
+                    p.matchness_weight, "; expected a weight in [0, 1]");
+    SPECDEC_EXPECTS(std::isfinite(p.matchness_target), where, "matchness_target = ", p.matchness_target,
+                    "; expected a finite value");
+    SPECDEC_EXPECTS(std::isfinite(p.step), where, "step = ", p.step, "; expected a finite value");
+    SPECDEC_EXPECTS(p.smoothing >= 0.0 && p.smoothing <= 1.0, where, "smoothing = ", p.smoothing,
+                    "; expected a weight in [0, 1]");
   }
 
   /// Whether to stop drafting after a draft token whose top-1 probability is `top1_probability`, given
-  /// `drafted` tokens so far (this one included).
+  /// `drafted` tokens so far (this one included). A NaN or infinite probability stops: a draft row
+  /// that is not a distribution says nothing about the next token, and drafting on would spend a
+  /// forward on a guess.
   bool stop(double top1_probability, index_t drafted) const noexcept {
-    return drafted >= p_.max_draft || top1_probability < threshold_;
+    return drafted >= p_.max_draft || !std::isfinite(top1_probability) || top1_probability < threshold_;
   }
   /// Feeds one verification back: `accepted` of `drafted` draft tokens were accepted.
   void update(index_t accepted, index_t drafted) {
