@@ -83,25 +83,33 @@ inline std::vector<double> lenient_output_distribution(std::span<const double> p
   return out;
 }
 
+/// The largest draft length (gamma) the closed forms below take: 2^20, far beyond any chain an engine
+/// drafts, and small enough that tokens_per_step_distribution's gamma + 1 entries stay at 8 MiB.
+inline constexpr index_t max_gamma = index_t{1} << 20;
+
 /// Expected tokens emitted per chain step with i.i.d. positions of acceptance rate alpha and gamma
 /// drafts (accepted drafts plus the corrected or bonus token): (1 - alpha^(gamma+1)) / (1 - alpha),
-/// gamma + 1 when alpha = 1 (Leviathan et al., Sec. 3). \throws invalid_argument on alpha outside [0, 1]
-/// or gamma < 0.
+/// gamma + 1 when alpha = 1 (Leviathan et al., Sec. 3). O(min(gamma, the power's underflow)).
+/// \throws invalid_argument on alpha outside [0, 1] or gamma outside [0, max_gamma] (2^20).
 inline double expected_tokens_per_step(double alpha, index_t gamma) {
   constexpr const char* where = "specdec::sampling::expected_tokens_per_step";
   SPECDEC_EXPECTS(alpha >= 0.0 && alpha <= 1.0, where, "alpha = ", alpha, "; expected a value in [0, 1]");
-  SPECDEC_EXPECTS(gamma >= 0, where, "gamma = ", gamma, "; expected >= 0");
-  if (alpha == 1.0) return static_cast<double>(gamma + 1);
+  SPECDEC_EXPECTS(gamma >= 0 && gamma <= max_gamma, where, "gamma = ", gamma, "; expected 0 <= gamma <= ", max_gamma,
+                  " (sampling::max_gamma)");
+  if (alpha == 1.0) return static_cast<double>(gamma) + 1.0;
+  // alpha^(gamma+1) by repeated products (std::pow would round differently); once the power underflows
+  // to 0 every later product is 0, so stopping there changes nothing.
   double power = 1.0;
-  for (index_t i = 0; i <= gamma; ++i) power *= alpha;
+  for (index_t i = 0; i <= gamma && power != 0.0; ++i) power *= alpha;
   return (1.0 - power) / (1.0 - alpha);
 }
 
 /// P(N = n) for n = 1..gamma+1 tokens emitted per step (a capped geometric): alpha^(n-1) (1 - alpha)
-/// for n <= gamma, alpha^gamma for n = gamma + 1.
+/// for n <= gamma, alpha^gamma for n = gamma + 1. \throws as expected_tokens_per_step.
 inline std::vector<double> tokens_per_step_distribution(double alpha, index_t gamma) {
   (void)expected_tokens_per_step(alpha, gamma);  // validates
   std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(gamma) + 1);
   double power = 1.0;
   for (index_t n = 1; n <= gamma; ++n) {
     out.push_back(power * (1.0 - alpha));
