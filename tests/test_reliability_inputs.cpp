@@ -210,3 +210,110 @@ TEST_CASE("ngram proposer: a huge length no longer overflows; copied documents o
   CHECK(distinct.back().size() == 100);
   CHECK(specdec::propose_ngram(periodic, 100, many).size() == 101);  // each a prefix of the next: one chain
 }
+
+// ---------------------------------------------------------------------------------------------------
+// io::safetensors
+
+namespace {
+
+std::vector<std::byte> safetensors_bytes(const std::string& header, std::size_t data_bytes = 16) {
+  std::vector<std::byte> out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((header.size() >> (8 * i)) & 0xff));
+  for (const char c : header) out.push_back(static_cast<std::byte>(c));
+  out.resize(out.size() + data_bytes, std::byte{0});
+  return out;
+}
+std::string safetensors_error(const std::string& header) {
+  return error_of([&] { (void)specdec::io::safetensors::parse(safetensors_bytes(header)); });
+}
+/// A header of one F32 tensor `t` of 4 values with `extra` members in its entry and `metadata` as
+/// the metadata's JSON value (none when empty).
+std::string one_tensor(const std::string& extra, const std::string& metadata = "") {
+  return (metadata.empty() ? std::string("{") : R"({"__metadata__":)" + metadata + ",") +
+         R"("t":{"dtype":"F32","shape":[4],"data_offsets":[0,16])" + extra + "}}";
+}
+std::filesystem::path scratch_file(const std::string& name, const std::string& contents) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path, std::ios::binary) << contents;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: nesting deeper than 64 levels is an error, not a stack overflow") {
+  // 20 000 nested arrays (40 KB) recursed once per level in the parser and again in the destructor.
+  for (const std::string& open : {std::string("["), std::string(R"({"a":)")}) {
+    std::string deep;
+    for (int i = 0; i < 20000; ++i) deep += open;
+    CHECK(contains(safetensors_error(deep), "nesting deeper than 64 levels"));
+  }
+  CHECK(contains(safetensors_error(one_tensor("", std::string(20000, '[') + std::string(20000, ']'))), "nesting deeper than 64"));
+  // 64 levels are JSON this reader accepts (then not a header); 65 are not.
+  CHECK(contains(safetensors_error(std::string(64, '[') + std::string(64, ']')), "the header is not a JSON object"));
+  CHECK(contains(safetensors_error(std::string(65, '[') + std::string(65, ']')), "nesting deeper than 64"));
+}
+
+TEST_CASE("safetensors: strict JSON: numbers, literals, strings, duplicate members, metadata") {
+  // Accepted before wherever a value was not an integer field: anything spelled with +-.0-9eE and
+  // the letters of true / false / null.
+  for (const std::string bad : {"nan", "tru", "nul", "+1", "--", "1e", ".5", "5.", "1.2.3", "eee", "truefalse", "-", "01", "-01",
+                                "1e+", "0x10", "True"}) {
+    CAPTURE(bad);
+    CHECK(contains(safetensors_error(one_tensor(R"(,"x":)" + bad)), "malformed JSON header"));
+  }
+  for (const std::string good : {"0", "-0", "10", "-0.5e+3", "1E5", "2.25", "true", "false", "null", R"("s")", "[]", "{}", "[1,[2]]"})
+    CHECK_NOTHROW(specdec::io::safetensors::parse(safetensors_bytes(one_tensor(R"(,"x":)" + good))));
+  // Leading zeros in the integer fields read as decimal before (007 = 7); JSON has no such number.
+  CHECK(contains(safetensors_error(R"({"t":{"dtype":"F32","shape":[04],"data_offsets":[0,16]}})"), "a leading zero"));
+  CHECK(contains(safetensors_error(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[00,016]}})"), "a leading zero"));
+  // Raw control characters must be escaped; an escaped one is fine.
+  CHECK(contains(safetensors_error("{\"a\x01" "b\":{}}"), "a raw control character (0x1)"));
+  CHECK(contains(safetensors_error("{\"a\tb\":{}}"), "a raw control character (0x9)"));
+  // A surrogate pair is one character, four bytes of UTF-8 (the key Python and Rust write).
+  const auto emoji = specdec::io::safetensors::parse(
+      safetensors_bytes(R"({"w\uD83D\uDE00":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})"));
+  CHECK(emoji.contains("w\xF0\x9F\x98\x80"));
+  CHECK(contains(safetensors_error(R"({"w\uD83D":{}})"), "a lone high surrogate \\ud83d"));
+  CHECK(contains(safetensors_error(R"({"w\uDE00x":{}})"), "a lone low surrogate \\ude00"));
+  CHECK(contains(safetensors_error(R"({"w\uD83D\u0041":{}})"), "expected a low surrogate"));
+  // Raw UTF-8: valid text is kept as it is; overlong forms, encoded surrogates, stray bytes are not UTF-8.
+  CHECK(specdec::io::safetensors::parse(safetensors_bytes("{\"caf\xC3\xA9\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}"))
+            .contains("caf\xC3\xA9"));
+  for (const std::string bad : {"\xC0\x80", "\xED\xA0\x80", "\xFF", "\x80", "\xF4\x90\x80\x80", "\xE2\x82"}) {
+    CAPTURE(bad);
+    CHECK(contains(safetensors_error("{\"a" + bad + "\":{}}"), "UTF-8"));
+  }
+  // A member twice: Python's json takes the last, serde rejects, specdec took the first.
+  CHECK(contains(safetensors_error(R"({"t":{"dtype":"F32","dtype":"I64","shape":[4],"data_offsets":[0,16]}})"),
+                 "member 'dtype' appears twice in one object"));
+  CHECK(contains(safetensors_error(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"t":{}})"), "member 't' appears twice"));
+  CHECK(contains(safetensors_error(one_tensor("", R"({"a":"1","a":"2"})")), "member 'a' appears twice"));
+  CHECK(contains(safetensors_error(one_tensor("", R"({"format":"pt"},"__metadata__":{})")), "member '__metadata__' appears twice"));
+  // __metadata__ is a map of strings to strings.
+  CHECK_NOTHROW(specdec::io::safetensors::parse(safetensors_bytes(one_tensor("", R"({"format":"pt"})"))));
+  CHECK(contains(safetensors_error(one_tensor("", R"({"format":1})")), "__metadata__ member 'format' is not a string"));
+  CHECK(contains(safetensors_error(one_tensor("", R"(["pt"])")), "__metadata__ is not a JSON object"));
+}
+
+TEST_CASE("safetensors: the header length is capped at 100 MB; open() refuses directories and devices") {
+  std::vector<std::byte> claims(16, std::byte{0});
+  const std::uint64_t length = 100'000'001;
+  for (int i = 0; i < 8; ++i) claims[static_cast<std::size_t>(i)] = static_cast<std::byte>((length >> (8 * i)) & 0xff);
+  CHECK(contains(error_of([&] { (void)specdec::io::safetensors::parse(claims); }),
+                 "the header length is 100000001 bytes; expected at most 100000000"));
+  // A directory's stream threw std::ios_base::failure from the read; /dev/zero never ended.
+  const auto dir = std::filesystem::temp_directory_path() / "specdec_reliability_dir.safetensors";
+  std::filesystem::create_directories(dir);
+  CHECK(contains(error_of([&] { (void)specdec::io::safetensors::open(dir); }), "not a regular file"));
+  std::filesystem::remove(dir);
+  if (std::filesystem::exists("/dev/zero"))
+    CHECK(contains(error_of([] { (void)specdec::io::safetensors::open("/dev/zero"); }), "/dev/zero: not a regular file"));
+  CHECK(contains(error_of([] { (void)specdec::io::safetensors::open("/nonexistent/x.safetensors"); }), "cannot open the file"));
+  std::string file;
+  const std::string header = one_tensor("");
+  for (int i = 0; i < 8; ++i) file += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  file += header + std::string(16, '\0');
+  const auto path = scratch_file("specdec_reliability.safetensors", file);
+  CHECK(specdec::io::safetensors::open(path).at("t").values.size() == 4);
+  std::filesystem::remove(path);
+}

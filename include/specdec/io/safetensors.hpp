@@ -14,9 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,9 +63,15 @@ inline float half_to_float(std::uint16_t h) {
 }
 inline float bfloat16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
 
-/// The subset of JSON a safetensors header uses, parsed strictly.
+/// JSON as RFC 8259 defines it, parsed strictly (a safetensors header is JSON): numbers by the JSON
+/// grammar, exactly `true` / `false` / `null`, strings of valid UTF-8 with no raw control character,
+/// `\u` escapes with surrogate pairs combined (a lone surrogate is an error), no object with the same
+/// member twice. Nesting is limited to `max_depth` levels (a header needs 3), so neither parsing nor
+/// freeing the tree recurses deeper than that.
 class json_reader {
  public:
+  static constexpr int max_depth = 64;
+
   json_reader(std::string_view text, const std::string& file) : s_(text), file_(file) {}
 
   /// Objects keep their members in order as parallel `keys` / `items` (a vector of pairs would need
@@ -77,15 +84,16 @@ class json_reader {
   };
 
   value document() {
-    value v = parse();
+    value v = parse(1);
     skip();
     expect(i_ == s_.size(), "trailing characters after the header object");
     return v;
   }
 
  private:
-  void expect(bool ok, const char* what) const {
-    SPECDEC_EXPECTS(ok, "specdec::io::safetensors", file_, ": malformed JSON header at byte ", i_, ": ", what);
+  template <class... Parts>
+  void expect(bool ok, const Parts&... what) const {
+    SPECDEC_EXPECTS(ok, "specdec::io::safetensors", file_, ": malformed JSON header at byte ", i_, ": ", what...);
   }
   void skip() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
@@ -95,16 +103,75 @@ class json_reader {
     expect(i_ < s_.size(), "unexpected end");
     return s_[i_];
   }
+  static std::string hex(std::uint32_t v) {
+    char digits[8];
+    return std::string(digits, std::to_chars(digits, digits + sizeof digits, v, 16).ptr);
+  }
+  static void append_utf8(std::string& out, std::uint32_t code) {
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xc0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3f));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xe0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (code & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (code & 0x3f));
+    }
+  }
+  /// The four hexadecimal digits of a \u escape (i_ just past the 'u').
+  std::uint32_t hex4() {
+    expect(i_ + 4 <= s_.size(), "short \\u escape");
+    std::uint32_t code = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const char h = s_[i_ + k];
+      const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      expect(digit >= 0, "\\u escape with a non-hexadecimal digit");
+      code = code * 16 + static_cast<std::uint32_t>(digit);
+    }
+    i_ += 4;
+    return code;
+  }
+  /// One raw UTF-8 character starting at i_ (its first byte >= 0x80), copied to `out`: the shortest
+  /// form only, no surrogate, nothing above U+10FFFF (RFC 3629).
+  void utf8_character(std::string& out) {
+    const auto lead = static_cast<unsigned char>(s_[i_]);
+    const std::size_t size = lead >= 0xc2 && lead <= 0xdf ? 2 : lead >= 0xe0 && lead <= 0xef ? 3 : lead >= 0xf0 && lead <= 0xf4 ? 4 : 0;
+    if (size == 0) expect(false, "invalid UTF-8 (byte 0x", hex(lead), ")");
+    expect(i_ + size <= s_.size(), "truncated UTF-8 character");
+    std::uint32_t code = lead & (0x7f >> size);
+    for (std::size_t k = 1; k < size; ++k) {
+      const auto next = static_cast<unsigned char>(s_[i_ + k]);
+      if ((next & 0xc0) != 0x80) expect(false, "invalid UTF-8 (byte 0x", hex(next), " continues nothing)");
+      code = (code << 6) | (next & 0x3f);
+    }
+    const std::uint32_t least = size == 3 ? 0x800 : size == 4 ? 0x10000 : 0x80;
+    expect(code >= least && code <= 0x10ffff && (code < 0xd800 || code > 0xdfff), "invalid UTF-8 (an overlong form, a surrogate or "
+           "a code point above U+10FFFF)");
+    out.append(s_.substr(i_, size));
+    i_ += size;
+  }
   std::string string_literal() {
     expect(peek() == '"', "expected a string");
     ++i_;
     std::string out;
     while (true) {
       expect(i_ < s_.size(), "unterminated string");
-      const char c = s_[i_++];
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c >= 0x80) {
+        utf8_character(out);
+        continue;
+      }
+      if (c < 0x20) expect(false, "a raw control character (0x", hex(c), ") in a string; expected it escaped");
+      ++i_;
       if (c == '"') return out;
       if (c != '\\') {
-        out += c;
+        out += static_cast<char>(c);
         continue;
       }
       expect(i_ < s_.size(), "unterminated escape");
@@ -116,39 +183,76 @@ class json_reader {
         case 'n': out += '\n'; break;
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
-        case 'u': {  // kept as UTF-8 for the BMP; names in practice are ASCII
-          expect(i_ + 4 <= s_.size(), "short \\u escape");
-          unsigned code = 0;
-          for (std::size_t k = 0; k < 4; ++k) {
-            const char h = s_[i_ + k];
-            const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-            expect(digit >= 0, "\\u escape with a non-hexadecimal digit");
-            code = code * 16 + static_cast<unsigned>(digit);
+        case 'u': {
+          std::uint32_t code = hex4();
+          if (code >= 0xdc00 && code <= 0xdfff) expect(false, "a lone low surrogate \\u", hex(code));
+          if (code >= 0xd800 && code <= 0xdbff) {  // a high surrogate: the low one must follow
+            if (i_ + 2 > s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u') expect(false, "a lone high surrogate \\u", hex(code));
+            i_ += 2;
+            const std::uint32_t low = hex4();
+            if (low < 0xdc00 || low > 0xdfff)
+              expect(false, "a high surrogate \\u", hex(code), " followed by \\u", hex(low), "; expected a low surrogate");
+            code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
           }
-          i_ += 4;
-          if (code < 0x80) out += static_cast<char>(code);
-          else if (code < 0x800) out += static_cast<char>(0xc0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3f));
-          else out += static_cast<char>(0xe0 | (code >> 12)), out += static_cast<char>(0x80 | ((code >> 6) & 0x3f)),
-                      out += static_cast<char>(0x80 | (code & 0x3f));
+          append_utf8(out, code);
           break;
         }
         default: expect(false, "unknown escape");
       }
     }
   }
-  value parse() {
+  bool digit_at(std::size_t i) const { return i < s_.size() && s_[i] >= '0' && s_[i] <= '9'; }
+  /// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, kept as spelled.
+  std::string number() {
+    const std::size_t start = i_;
+    const auto fail = [&](const char* why) {
+      std::size_t end = start;
+      while (end < s_.size() && std::string_view("+-.0123456789eE").find(s_[end]) != std::string_view::npos) ++end;
+      i_ = start;
+      expect(false, "'", s_.substr(start, std::max(end, start + 1) - start), "' is not a JSON number (", why, ")");
+    };
+    if (i_ < s_.size() && s_[i_] == '-') ++i_;
+    if (!digit_at(i_)) fail("a digit must start it");
+    if (s_[i_] == '0') {
+      ++i_;
+      if (digit_at(i_)) fail("a leading zero");
+    } else {
+      while (digit_at(i_)) ++i_;
+    }
+    if (i_ < s_.size() && s_[i_] == '.') {
+      ++i_;
+      if (!digit_at(i_)) fail("a digit must follow the point");
+      while (digit_at(i_)) ++i_;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (!digit_at(i_)) fail("a digit must follow the exponent");
+      while (digit_at(i_)) ++i_;
+    }
+    if (i_ < s_.size() && std::string_view("+-.0123456789eE").find(s_[i_]) != std::string_view::npos) fail("characters after it");
+    return std::string(s_.substr(start, i_ - start));
+  }
+  value parse(int depth) {
     value v;
     const char c = peek();
+    if (c == '{' || c == '[') expect(depth <= max_depth, "nesting deeper than ", max_depth, " levels");
     if (c == '{') {
       v.type = value::kind::object;
       ++i_;
       if (peek() == '}') return ++i_, v;
+      std::set<std::string, std::less<>> seen;
       while (true) {
+        const std::size_t at = (skip(), i_);
         std::string key = string_literal();
+        if (!seen.insert(key).second) {
+          i_ = at;
+          expect(false, "member '", key, "' appears twice in one object");
+        }
         expect(peek() == ':', "expected ':'");
         ++i_;
         v.keys.push_back(std::move(key));
-        v.items.push_back(parse());
+        v.items.push_back(parse(depth + 1));
         if (peek() == ',') {
           ++i_;
           continue;
@@ -163,7 +267,7 @@ class json_reader {
       ++i_;
       if (peek() == ']') return ++i_, v;
       while (true) {
-        v.items.push_back(parse());
+        v.items.push_back(parse(depth + 1));
         if (peek() == ',') {
           ++i_;
           continue;
@@ -178,11 +282,18 @@ class json_reader {
       v.text = string_literal();
       return v;
     }
-    const std::size_t start = i_;
-    while (i_ < s_.size() && std::string_view("+-.0123456789eEtruefalsn").find(s_[i_]) != std::string_view::npos) ++i_;
-    expect(i_ > start, "expected a value");
-    v.text = std::string(s_.substr(start, i_ - start));
-    v.type = (v.text == "true" || v.text == "false" || v.text == "null") ? value::kind::literal : value::kind::number;
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      v.type = value::kind::number;
+      v.text = number();
+      return v;
+    }
+    for (const std::string_view literal : {"true", "false", "null"})
+      if (s_.substr(i_, literal.size()) == literal) {
+        i_ += literal.size();
+        v.text = std::string(literal);
+        return v;
+      }
+    expect(false, "expected a value");
     return v;
   }
 
@@ -196,15 +307,38 @@ class json_reader {
 /// A loaded checkpoint: every tensor as host float32, by name.
 class safetensors {
  public:
-  /// Reads and validates a whole file. \throws invalid_argument when the file cannot be read, is shorter
-  /// than its header says, has a malformed header, an unsupported dtype, offsets outside the data or
-  /// overlapping, or a byte count that does not match dtype x shape.
+  /// Reads and validates a whole file. \throws invalid_argument naming the path when it is missing, not
+  /// a regular file (a directory, a device, a pipe) or cannot be read, and as parse() on its contents.
   static safetensors open(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    SPECDEC_EXPECTS(static_cast<bool>(in), "specdec::io::safetensors", path.string(), ": cannot open the file");
-    const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    constexpr const char* where = "specdec::io::safetensors";
+    std::string raw;
+    try {
+      std::error_code error;
+      const auto status = std::filesystem::status(path, error);
+      SPECDEC_EXPECTS(std::filesystem::exists(status), where, path.string(), ": cannot open the file (",
+                      error ? error.message() : std::string("it does not exist"), ")");
+      SPECDEC_EXPECTS(std::filesystem::is_regular_file(status), where, path.string(),
+                      ": not a regular file (a directory, device or pipe); expected a safetensors file");
+      const std::uintmax_t size = std::filesystem::file_size(path, error);
+      SPECDEC_EXPECTS(!error, where, path.string(), ": cannot read the file's size (", error.message(), ")");
+      std::ifstream in(path, std::ios::binary);
+      SPECDEC_EXPECTS(static_cast<bool>(in), where, path.string(), ": cannot open the file");
+      raw.resize(static_cast<std::size_t>(size));
+      in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+      SPECDEC_EXPECTS(in.gcount() == static_cast<std::streamsize>(raw.size()), where, path.string(), ": read ", in.gcount(),
+                      " of its ", size, " bytes; expected the whole file");
+    } catch (const specdec::invalid_argument&) {
+      throw;
+    } catch (const std::exception& e) {  // bad_alloc for a file larger than memory, filesystem_error
+      specdec::detail::throw_invalid_argument(where, path.string(), ": cannot read the file (", e.what(), ")");
+    }
     return parse(std::as_bytes(std::span<const char>(raw.data(), raw.size())), path.string());
   }
+
+  /// The longest JSON header accepted, as the reference implementation (Hugging Face's safetensors,
+  /// MAX_HEADER_SIZE): a header of that size describes millions of tensors, and a parsed header takes
+  /// a multiple of its length in memory.
+  static constexpr std::uint64_t max_header_bytes = 100'000'000;
 
   /// Parses a checkpoint held in memory (`name` is used in error messages).
   static safetensors parse(std::span<const std::byte> bytes, const std::string& name = "<memory>") {
@@ -212,6 +346,8 @@ class safetensors {
     SPECDEC_EXPECTS(bytes.size() >= 8, where, name, ": ", bytes.size(), " bytes; expected at least the 8-byte header length");
     std::uint64_t header = 0;
     for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<std::uint8_t>(bytes[static_cast<std::size_t>(i)]);
+    SPECDEC_EXPECTS(header <= max_header_bytes, where, name, ": the header length is ", header, " bytes; expected at most ",
+                    max_header_bytes);
     SPECDEC_EXPECTS(header <= bytes.size() - 8, where, name, ": the header claims ", header, " bytes but only ",
                     bytes.size() - 8, " follow the length");
     const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<std::size_t>(header));
@@ -223,7 +359,15 @@ class safetensors {
     for (std::size_t m = 0; m < doc.keys.size(); ++m) {
       const std::string& tensor_name = doc.keys[m];
       const detail::json_reader::value& entry = doc.items[m];
-      if (tensor_name == "__metadata__") continue;
+      if (tensor_name == "__metadata__") {
+        // What the reference implementation reads it as: a map of strings to strings.
+        SPECDEC_EXPECTS(entry.type == detail::json_reader::value::kind::object, where, name,
+                        ": __metadata__ is not a JSON object; expected string keys mapping to strings");
+        for (std::size_t f = 0; f < entry.keys.size(); ++f)
+          SPECDEC_EXPECTS(entry.items[f].type == detail::json_reader::value::kind::string, where, name, ": __metadata__ member '",
+                          entry.keys[f], "' is not a string; expected string keys mapping to strings");
+        continue;
+      }
       SPECDEC_EXPECTS(entry.type == detail::json_reader::value::kind::object, where, name, ": tensor '", tensor_name,
                       "' is not a JSON object");
       const auto field = [&](const char* key, detail::json_reader::value::kind type) -> const detail::json_reader::value& {
