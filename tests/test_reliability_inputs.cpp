@@ -317,3 +317,418 @@ TEST_CASE("safetensors: the header length is capped at 100 MB; open() refuses di
   CHECK(specdec::io::safetensors::open(path).at("t").values.size() == 4);
   std::filesystem::remove(path);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The example engine (examples/engine)
+
+namespace {
+
+/// GPT-2's printable symbol of byte b (the tokenizer's byte map).
+std::string byte_symbol(int b) {
+  int next = 256, cp = 0;
+  for (int x = 0; x <= b; ++x) {
+    const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+    cp = printable ? x : next++;
+  }
+  std::string s;
+  if (cp < 0x80) s += static_cast<char>(cp);
+  else s += static_cast<char>(0xc0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3f));
+  return s;
+}
+
+/// The model's shape as written to the file (the test's tiny Llama: 2 layers, width 32, 4 heads of
+/// 8, 2 kv heads, MLP 48, a vocabulary of 3 control tokens and the 256 byte symbols).
+struct tiny_shape {
+  std::uint32_t layers = 2, hidden = 32, heads = 4, kv_heads = 2, ff = 48;
+  bool flat_embedding = false;  ///< token_embd.weight written 1-D
+};
+constexpr std::uint64_t tiny_vocab = 259;
+
+engine::gguf_writer tiny_llama(const tiny_shape& s = {}) {
+  engine::gguf_writer w;
+  w.add("general.architecture", std::string("llama"));
+  w.add("llama.block_count", s.layers);
+  w.add("llama.embedding_length", s.hidden);
+  w.add("llama.feed_forward_length", s.ff);
+  w.add("llama.attention.head_count", s.heads);
+  w.add("llama.attention.head_count_kv", s.kv_heads);
+  std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  std::vector<std::int32_t> types = {3, 3, 3};
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_symbol(b)), types.push_back(1);
+  w.add("tokenizer.ggml.model", std::string("gpt2"));
+  w.add("tokenizer.ggml.tokens", tokens);
+  w.add("tokenizer.ggml.merges", std::vector<std::string>{});
+  w.add("tokenizer.ggml.token_type", types);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  const auto random = [&](std::uint64_t n, float offset = 0.0f) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (auto& v : x) v = offset + u(rng);
+    return x;
+  };
+  const std::uint64_t e = 32, kv = 16, ff = 48;  // the tensors keep the valid shape whatever the metadata says
+  if (s.flat_embedding) w.add_tensor("token_embd.weight", {e * tiny_vocab}, random(e * tiny_vocab));
+  else w.add_tensor("token_embd.weight", {e, tiny_vocab}, random(e * tiny_vocab));
+  w.add_tensor("output_norm.weight", {e}, random(e, 1.0f));
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.add_tensor(p + "attn_norm.weight", {e}, random(e, 1.0f));
+    w.add_tensor(p + "ffn_norm.weight", {e}, random(e, 1.0f));
+    w.add_tensor(p + "attn_q.weight", {e, e}, random(e * e));
+    w.add_tensor(p + "attn_k.weight", {e, kv}, random(e * kv));
+    w.add_tensor(p + "attn_v.weight", {e, kv}, random(e * kv));
+    w.add_tensor(p + "attn_output.weight", {e, e}, random(e * e));
+    w.add_tensor(p + "ffn_gate.weight", {e, ff}, random(e * ff));
+    w.add_tensor(p + "ffn_up.weight", {e, ff}, random(e * ff));
+    w.add_tensor(p + "ffn_down.weight", {ff, e}, random(e * ff));
+  }
+  return w;
+}
+
+/// `bytes` with the u32 metadata value of `key` rewritten as an i32 of `value` (the writer has no
+/// signed integers).
+std::vector<unsigned char> with_i32(std::vector<unsigned char> bytes, const std::string& key, std::int32_t value) {
+  const auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  REQUIRE(at != bytes.end());
+  auto type = at + static_cast<std::ptrdiff_t>(key.size());
+  REQUIRE(*type == 4);  // u32
+  *type = 5;            // i32
+  std::memcpy(&*(type + 4), &value, 4);
+  return bytes;
+}
+
+std::string gguf_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const engine::gguf_error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a gguf_error: ") + e.what();
+  }
+  return "no exception";
+}
+
+/// The byte-level BPE merge loop as it was before it became O(m log m): every adjacent pair rescanned
+/// after each merge, the lowest rank taken, the leftmost among equals; then ids as the tokenizer maps
+/// them. The reference for one pre-tokenised piece.
+struct quadratic_bpe {
+  std::unordered_map<std::string, std::int32_t> ids;
+  std::unordered_map<std::string, int> ranks;
+  std::int32_t unknown = 0;
+  quadratic_bpe(const std::vector<std::string>& tokens, const std::vector<std::string>& merges, std::int32_t unknown_id)
+      : unknown(unknown_id) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) ids.emplace(tokens[i], static_cast<std::int32_t>(i));
+    for (std::size_t r = 0; r < merges.size(); ++r) ranks.emplace(merges[r], static_cast<int>(r));
+  }
+  std::vector<std::int32_t> operator()(const std::string& piece) const {
+    std::vector<std::string> symbols;
+    for (const unsigned char c : piece) symbols.push_back(byte_symbol(c));
+    while (symbols.size() > 1) {
+      int best_rank = -1;
+      std::size_t best = 0;
+      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const auto it = ranks.find(symbols[i] + " " + symbols[i + 1]);
+        if (it != ranks.end() && (best_rank < 0 || it->second < best_rank)) best_rank = it->second, best = i;
+      }
+      if (best_rank < 0) break;
+      symbols[best] += symbols[best + 1];
+      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    std::vector<std::int32_t> out;
+    for (const auto& s : symbols) {
+      const auto it = ids.find(s);
+      if (it != ids.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+      for (std::size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const std::size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+        const auto byte = ids.find(s.substr(i, n));
+        out.push_back(byte == ids.end() ? unknown : byte->second);
+        i += n;
+      }
+    }
+    return out;
+  }
+};
+
+/// A random string of `n` "letters" (the pre-tokeniser's: ASCII letters and every byte >= 0x80), so
+/// that the whole text is one piece; valid UTF-8 when `utf8`.
+std::string random_word(std::mt19937& rng, std::size_t n, const std::string& letters, bool utf8) {
+  static const std::vector<std::string> wide = {"\xC3\xA9", "\xD0\xB4", "\xE4\xB8\xAD", "\xE6\x96\x87", "\xF0\x9F\x98\x80"};
+  std::string s;
+  while (s.size() < n) {
+    if (utf8 && rng() % 4 == 0) s += wide[rng() % wide.size()];
+    else s += letters[rng() % letters.size()];
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("example engine: GGUF files: a directory, a repeated key, bad counts and a flat embedding give gguf_error") {
+  // A directory made the stream throw std::ios_base::failure.
+  const auto dir = std::filesystem::temp_directory_path() / "specdec_reliability_dir.gguf";
+  std::filesystem::create_directories(dir);
+  CHECK(contains(gguf_message([&] { (void)engine::gguf_file::read(dir.string()); }), "not a regular file"));
+  std::filesystem::remove(dir);
+  CHECK(contains(gguf_message([] { (void)engine::gguf_file::read("/nonexistent/m.gguf"); }), "cannot open GGUF file"));
+  engine::gguf_writer twice = tiny_llama();
+  twice.add("llama.block_count", std::uint32_t{3});
+  CHECK(contains(gguf_message([&] { (void)engine::gguf_file::parse(twice.bytes()); }), "metadata key 'llama.block_count' appears twice"));
+
+  const auto load = [](const std::vector<unsigned char>& bytes) {
+    return gguf_message([&] { (void)engine::llama_model::load(engine::gguf_file::parse(bytes)); });
+  };
+  CHECK(load(tiny_llama().bytes()) == "no exception");
+  tiny_shape s;
+  s.heads = 0;  // hidden / heads: SIGFPE
+  CHECK(contains(load(tiny_llama(s).bytes()), "llama.attention.head_count = 0; expected 1 to 32"));
+  s = {};
+  s.kv_heads = 0;
+  CHECK(contains(load(tiny_llama(s).bytes()), "llama.attention.head_count_kv = 0; expected 1 to 4"));
+  s = {};
+  s.heads = 5;
+  CHECK(contains(load(tiny_llama(s).bytes()), "expected the heads to divide the width"));
+  s = {};
+  s.kv_heads = 3;
+  CHECK(contains(load(tiny_llama(s).bytes()), "and the kv heads the heads"));
+  s = {};
+  s.layers = 0;
+  CHECK(contains(load(tiny_llama(s).bytes()), "llama.block_count = 0; expected 1 to 65536"));
+  // A negative block count loaded (the layer loop did not run) and the session reserved SIZE_MAX.
+  CHECK(contains(load(with_i32(tiny_llama().bytes(), "llama.block_count", -1)), "llama.block_count = -1"));
+  CHECK(contains(load(with_i32(tiny_llama().bytes(), "llama.embedding_length", -32)), "llama.embedding_length = -32"));
+  s = {};
+  s.flat_embedding = true;  // dims.at(1): std::out_of_range
+  CHECK(contains(load(tiny_llama(s).bytes()), "tensor 'token_embd.weight' has rank 1; expected 2"));
+}
+
+TEST_CASE("example engine: BPE merges are those of the former quadratic loop, and a 100 KB word is fast") {
+  // Random merge lists over a few letters, built as BPE training builds them (each merge joins two
+  // symbols that exist), with repeated merges, merges whose result is not a token, and ties.
+  std::mt19937 rng(17);
+  for (int vocabulary = 0; vocabulary < 30; ++vocabulary) {
+    CAPTURE(vocabulary);
+    const std::string letters = vocabulary % 2 ? "ab" : "abcd";
+    std::vector<std::string> tokens = {"<unk>"}, symbols;
+    for (int b = 0; b < 256; ++b) tokens.push_back(byte_symbol(b));
+    for (const char c : letters) symbols.push_back(byte_symbol(static_cast<unsigned char>(c)));
+    for (const char* w : {"\xC3\xA9", "\xE4\xB8\xAD"})
+      for (const unsigned char c : std::string(w)) symbols.push_back(byte_symbol(c));
+    std::vector<std::string> merges;
+    for (int m = 0; m < 40; ++m) {
+      const std::string a = symbols[rng() % symbols.size()], b = symbols[rng() % symbols.size()];
+      merges.push_back(a + " " + b);
+      if (rng() % 5 != 0) tokens.push_back(a + b);  // some merge results are missing from the vocabulary
+      symbols.push_back(a + b);
+      if (rng() % 7 == 0) merges.push_back(merges[rng() % merges.size()]);  // a repeated merge keeps its first rank
+    }
+    engine::gguf_writer w;
+    w.add("tokenizer.ggml.model", std::string("gpt2"));
+    w.add("tokenizer.ggml.tokens", tokens);
+    w.add("tokenizer.ggml.merges", merges);
+    const auto file = engine::gguf_file::parse(w.bytes());
+    const engine::bpe_tokenizer tok(file);
+    const quadratic_bpe reference(tokens, merges, 0);
+    for (int text = 0; text < 60; ++text) {
+      const std::string word = random_word(rng, 1 + rng() % 120, letters, text % 3 == 0);
+      CAPTURE(word);
+      CHECK(tok.encode(word) == reference(word));
+    }
+  }
+  // One piece of 100 000 letters: the rescan after every merge was quadratic (about 10^10 steps).
+  engine::gguf_writer w;
+  std::vector<std::string> tokens = {"<unk>"}, merges;
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_symbol(b));
+  for (std::string s = "a"; s.size() < 64; s += s) merges.push_back(s + " " + s), tokens.push_back(s + s);
+  w.add("tokenizer.ggml.model", std::string("gpt2"));
+  w.add("tokenizer.ggml.tokens", tokens);
+  w.add("tokenizer.ggml.merges", merges);
+  const engine::bpe_tokenizer tok(engine::gguf_file::parse(w.bytes()));
+  const std::string long_word(100000, 'a');
+  const auto ids = tok.encode(long_word);
+  CHECK(ids.size() == 1563);  // 100000 = 1562 x 64 + 32
+  CHECK(tok.decode(ids) == long_word);
+}
+
+TEST_CASE("example engine: SmolLM2's tokenizer, when present, merges as the former quadratic loop") {
+  const char* env = std::getenv("SPECDEC_MODEL");
+  const char* home = std::getenv("HOME");
+  const std::string path = env ? env : home ? std::string(home) + "/.cache/specdec/SmolLM2-135M-Instruct.Q4_1.gguf" : "";
+  if (path.empty() || !std::filesystem::exists(path)) {
+    MESSAGE("SmolLM2-135M-Instruct not found (scripts/fetch_model.sh); BPE compared on synthetic merges only");
+    return;
+  }
+  const auto file = engine::gguf_file::read(path);
+  const engine::bpe_tokenizer tok(file);
+  const quadratic_bpe reference(file.get<std::vector<std::string>>("tokenizer.ggml.tokens"),
+                                file.get<std::vector<std::string>>("tokenizer.ggml.merges"),
+                                static_cast<std::int32_t>(file.get_or<std::int64_t>("tokenizer.ggml.unknown_token_id", 0)));
+  std::mt19937 rng(23);
+  for (int text = 0; text < 400; ++text) {
+    // A word with its leading space is one piece too.
+    std::string word = text % 2 ? " " : "";
+    word += random_word(rng, 1 + rng() % 40, "etaoinshrdlucmfwypvbgkqjxzETAOINS", text % 4 == 0);
+    CAPTURE(word);
+    CHECK(tok.encode(word) == reference(word));
+  }
+  for (const std::string word : {"internationalization", " antidisestablishmentarianism", " Paris", "hello"})
+    CHECK(tok.encode(word) == reference(word));
+}
+
+TEST_CASE("example engine: prompt files: \\u takes exactly four hexadecimal digits; surrogate pairs; directories") {
+  const auto prompts = [](const std::string& line) {
+    const auto path = scratch_file("specdec_reliability_prompts.txt", line + "\n");
+    std::string out;
+    try {
+      const auto p = engine::read_prompts(path.string());
+      out = p.empty() ? "<none>" : p.front();
+    } catch (const std::runtime_error& e) {
+      out = std::string("error: ") + e.what();
+    }
+    std::filesystem::remove(path);
+    return out;
+  };
+  CHECK(prompts(R"("A\u00e9\u4E2D")") == "A\xC3\xA9\xE4\xB8\xAD");
+  CHECK(prompts(R"("\uD83D\uDE00!")") == "\xF0\x9F\x98\x80!");
+  // std::stoul leaked std::invalid_argument for "ZZZZ" and read "-001" as ULONG_MAX.
+  CHECK(contains(prompts(R"("\u-001")"), "error: "));
+  CHECK(contains(prompts(R"("\u-001")"), ":1: \\u-001 is not four hexadecimal digits"));
+  CHECK(contains(prompts(R"("\uZZZZ")"), "\\uZZZZ is not four hexadecimal digits"));
+  CHECK(contains(prompts(R"("\u12")"), "is not four hexadecimal digits"));
+  CHECK(contains(prompts(R"("\u 123")"), "is not four hexadecimal digits"));
+  CHECK(contains(prompts(R"("\uD83Dx")"), "a lone high surrogate"));
+  CHECK(contains(prompts(R"("\uDE00")"), "a lone low surrogate"));
+  CHECK(contains(prompts(R"("\uD83D\u0041")"), "is not followed by a low surrogate"));
+  // A directory read as no prompts at all (getline swallowed the failure).
+  const auto dir = std::filesystem::temp_directory_path() / "specdec_reliability_prompts_dir";
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_AS(engine::read_prompts(dir.string()), std::runtime_error);
+  std::filesystem::remove(dir);
+}
+
+TEST_CASE("example engine: a bad --max-new or --temperature is a usage error, not std::terminate") {
+  int made = 0;
+  std::ostringstream errors;
+  const auto run = [&](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    std::streambuf* const cerr = std::cerr.rdbuf(errors.rdbuf());
+    const int code = engine::example_main(static_cast<int>(argv.size()), argv.data(), "test", [&](const engine::llama_model&) {
+      ++made;
+      return std::unique_ptr<engine::drafter>();
+    });
+    std::cerr.rdbuf(cerr);
+    return code;
+  };
+  // std::stol / std::stof threw outside the try block.
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--max-new", "abc"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--max-new", "12x"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--max-new", "0"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--max-new", "99999999999999999999"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--temperature", "warm"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--temperature", "nan"}) == 2);
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--temperature", "-1"}) == 2);
+  // Good values get as far as loading the model.
+  CHECK(run({"x", "--model", "/nonexistent.gguf", "--max-new", "8", "--temperature", "0.5"}) == 1);
+  CHECK(made == 0);
+  CHECK(contains(errors.str(), "x: --max-new abc: expected an integer in [1, 2^20]\nusage: x --model PATH.gguf"));
+  CHECK(contains(errors.str(), "x: --temperature nan: expected a number in [0, 100]"));
+  CHECK(contains(errors.str(), "x: cannot open GGUF file '/nonexistent.gguf'"));
+}
+
+TEST_CASE("example engine: ADMG drafts after a one-token prompt; a layer plan of the wrong size is rejected") {
+  const auto file = engine::gguf_file::parse(tiny_llama().bytes());
+  const auto model = engine::llama_model::load(file);
+  // A one-token prompt has no prefill, so nothing was planned and the draft forward read the empty
+  // plan's vector<bool> out of bounds.
+  const std::vector<std::int32_t> prompt = {40};
+  engine::generation_options options;
+  options.max_new_tokens = 12;
+  const auto vanilla = engine::generate(model, prompt, nullptr, options);
+  specdec::policy::admg::rules rules;
+  rules.alpha = 0.9;
+  engine::admg_drafter admg(model, rules, {0.0, 3}, /*cost_aware=*/false);
+  const auto drafted = engine::generate(model, prompt, &admg, options);
+  CHECK(drafted.tokens == vanilla.tokens);
+  CHECK(drafted.stats.drafted > 0);  // planned from the first verify forward
+  engine::eagle2_admg_drafter eagle(model, rules, specdec::dynamic_tree_config{2, 2, 5, specdec::tree_score::log_probability, {}});
+  const auto tree = engine::generate(model, prompt, &eagle, options);
+  CHECK(tree.tokens == vanilla.tokens);
+  CHECK(tree.stats.drafted > 0);
+
+  engine::llama_session session(model, 16);
+  std::vector<float> logits;
+  const std::int32_t token[1] = {40};
+  const std::int64_t position[1] = {0};
+  const specdec::policy::admg::layer_plan empty;
+  CHECK(contains(error_of([&] { session.forward(token, position, {}, logits, &empty); }),
+                 "the layer plan covers 0 attention and 0 MLP sub-layers; expected one of each per layer (2)"));
+}
+
+namespace {
+/// An EAGLE checkpoint for tiny_llama, all weights zero, with the draft vocabulary's d2t as given.
+std::filesystem::path eagle_checkpoint(const std::vector<std::int64_t>& d2t) {
+  const auto v = static_cast<std::int64_t>(d2t.size());
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> f16 = {
+      {"fc.weight", {32, 64}}, {"fc.bias", {32}}, {"layers.0.self_attn.q_proj.weight", {32, 32}},
+      {"layers.0.self_attn.k_proj.weight", {16, 32}}, {"layers.0.self_attn.v_proj.weight", {16, 32}},
+      {"layers.0.self_attn.o_proj.weight", {32, 32}}, {"layers.0.post_attention_layernorm.weight", {32}},
+      {"layers.0.mlp.gate_proj.weight", {48, 32}}, {"layers.0.mlp.up_proj.weight", {48, 32}},
+      {"layers.0.mlp.down_proj.weight", {32, 48}}, {"lm_head.weight", {v, 32}}};
+  // Appends only: g++ 12 warns (-Wrestrict, falsely) on chains of std::string operator+.
+  std::string header = "{", data;
+  const auto entry = [&](const std::string& name, const char* dtype, const std::vector<std::int64_t>& shape, std::size_t bytes) {
+    if (header.size() > 1) header += ',';
+    header += '"';
+    header += name;
+    header += R"(":{"dtype":")";
+    header += dtype;
+    header += R"(","shape":[)";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      if (i) header += ',';
+      header += std::to_string(shape[i]);
+    }
+    header += R"(],"data_offsets":[)";
+    header += std::to_string(data.size());
+    header += ',';
+    header += std::to_string(data.size() + bytes);
+    header += "]}";
+  };
+  for (const auto& [name, shape] : f16) {
+    std::int64_t n = 1;
+    for (const auto d : shape) n *= d;
+    entry(name, "F16", shape, 2 * static_cast<std::size_t>(n));
+    data.append(2 * static_cast<std::size_t>(n), '\0');
+  }
+  entry("d2t", "I64", {v}, 8 * d2t.size());
+  header += '}';
+  for (const std::int64_t x : d2t)
+    for (int i = 0; i < 8; ++i) data += static_cast<char>((static_cast<std::uint64_t>(x) >> (8 * i)) & 0xff);
+  std::string file;
+  for (int i = 0; i < 8; ++i) file += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  file += header;
+  file += data;
+  return scratch_file("specdec_reliability_eagle.safetensors", file);
+}
+}  // namespace
+
+TEST_CASE("example engine: an EAGLE d2t entry near INT64_MAX is rejected without overflowing") {
+  const auto file = engine::gguf_file::parse(tiny_llama().bytes());
+  const auto model = engine::llama_model::load(file);
+  const specdec::dynamic_tree_config tree{2, 2, 5, specdec::tree_score::log_probability, {}};
+  const auto failure = [&](const std::vector<std::int64_t>& d2t) {
+    const auto path = eagle_checkpoint(d2t);
+    const std::string e = error_of([&] { engine::eagle_drafter(model, tree, path.string()); });
+    std::filesystem::remove(path);
+    return e;
+  };
+  constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max(), bottom = std::numeric_limits<std::int64_t>::min();
+  // i + d2t[i] overflowed int64 (undefined) before the range check.
+  CHECK(contains(failure({0, top, 0, 0}), "d2t[1] = 9223372036854775807 maps draft id 1 to an id beyond int64; expected a target id in [0, 259)"));
+  CHECK(contains(failure({0, 0, bottom, 0}), "d2t[2] = -9223372036854775808 maps draft id 2 to -9223372036854775806"));
+  CHECK(contains(failure({0, 0, 0, 256}), "d2t[3] = 256 maps draft id 3 to 259; expected a target id in [0, 259)"));
+  CHECK(failure({0, -1, 0, 255}).empty());  // ids 0, 0, 2 and 258
+}

@@ -270,6 +270,11 @@ class admg_self_draft {
     };
   }
   const forward_hooks* hooks() { return &hooks_; }
+  /// Whether plan() has run: a one-token prompt has no prefill to measure, and until the first target
+  /// forward has been measured instead there is no plan to draft with.
+  bool planned() const { return !plan_.skip_attention.empty(); }
+  /// Hooks for a target forward while nothing is planned yet, else none.
+  const forward_hooks* hooks_until_planned() { return planned() ? nullptr : &hooks_; }
   void plan(const llama_model& model) {
     plan_ = specdec::policy::admg::plan_layers(cosine_, rules_);
     const auto& c = model.config();
@@ -329,6 +334,7 @@ class admg_drafter : public drafter {
   std::string name() const override { return "admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
+  const forward_hooks* target_hooks() override { return self_.hooks_until_planned(); }
   const admg_self_draft& self_draft() const { return self_; }
   const specdec::policy::admg::draft_exit& exit_rule() const { return exit_; }
 
@@ -337,7 +343,7 @@ class admg_drafter : public drafter {
     std::vector<std::int32_t> tokens = {ctx.sequence.back()}, parents = {-1};
     draft out;
     const index_t length = cost_aware_ ? policy_.choose() : exit_.max_draft();
-    if (length == 0) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
+    if (length == 0 || !self_.planned()) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
     out.draft_rows = {-1};
     std::vector<float> logits;
     for (index_t i = 0; i < length; ++i) {
@@ -372,6 +378,7 @@ class admg_drafter : public drafter {
     return out;
   }
   void verified(index_t accepted, index_t drafted) override {
+    if (!self_.planned()) self_.plan(*model_);  // measured by the target forward just verified
     if (drafted > 0) exit_.update(accepted, drafted);
     policy_.verified(accepted, drafted);
   }
@@ -397,8 +404,13 @@ class eagle2_admg_drafter : public drafter {
   std::string name() const override { return "eagle2_admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
+  const forward_hooks* target_hooks() override { return self_.hooks_until_planned(); }
+  void verified(index_t, index_t) override {
+    if (!self_.planned()) self_.plan(*model_);
+  }
 
   draft propose(draft_context& ctx) override {
+    if (!self_.planned()) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
     const index_t vocab = model_->config().vocab, k = tree_.top_k, n = ctx.cached;
     std::vector<float> logits;
     const std::int32_t root[1] = {ctx.sequence.back()};

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,10 +51,14 @@ class eagle_drafter : public feature_drafter {
                     draft_vocab, "; expected top_k (", tree_.top_k, ") <= V' <= ", c.vocab);
     const auto d2t = file_.integers("d2t");
     for (index_t i = 0; i < draft_vocab; ++i) {
-      const std::int64_t target = i + d2t[static_cast<std::size_t>(i)];
-      SPECDEC_EXPECTS(target >= 0 && target < c.vocab, "engine::eagle_drafter", weights_path, ": d2t[", i, "] = ", d2t[static_cast<std::size_t>(i)],
-                      " maps draft id ", i, " to ", target, "; expected a target id in [0, ", c.vocab, ")");
-      tree_.d2t.push_back(static_cast<std::int32_t>(d2t[static_cast<std::size_t>(i)]));
+      // -i <= d2t[i] < V - i: compared by subtraction, as a file's offset may be near INT64_MAX.
+      const std::int64_t offset = d2t[static_cast<std::size_t>(i)];
+      if (offset < -i || offset >= c.vocab - i)
+        specdec::detail::throw_invalid_argument(
+            "engine::eagle_drafter", weights_path, ": d2t[", i, "] = ", offset, " maps draft id ", i, " to ",
+            offset > std::numeric_limits<std::int64_t>::max() - i ? std::string("an id beyond int64") : std::to_string(i + offset),
+            "; expected a target id in [0, ", c.vocab, ")");
+      tree_.d2t.push_back(static_cast<std::int32_t>(offset));  // |offset| < V <= 2^31 - 1 (llama_model::load)
     }
     weights_.embed = model.embedding();
     weights_.fc = file_.linear("fc");

@@ -5,11 +5,13 @@
 /// measured. Each example only says how to build its drafter.
 #pragma once
 
+#include <charconv>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <specdec/tree/eagle2.hpp>
@@ -41,6 +43,17 @@ inline specdec::dynamic_tree_config tree_option(int argc, char** argv, specdec::
   return fallback;
 }
 
+/// `text` as a number in [lowest, highest], the whole of it (no trailing characters); false otherwise.
+template <class T>
+bool parse_number(const std::string& text, T& out, T lowest, T highest) {
+  T value{};
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(text.data(), last, value);
+  if (text.empty() || error != std::errc() || end != last || !(value >= lowest && value <= highest)) return false;
+  out = value;
+  return true;
+}
+
 /// `make` builds a fresh drafter per generation from the model and the weights file (--weights, else
 /// `default_weights`; empty for drafters without weights). Arguments: --model PATH [--prompt TEXT |
 /// --prompts FILE] [--max-new N] [--temperature T] [--weights PATH] (and what `make` reads itself,
@@ -57,16 +70,20 @@ inline int example_main(int argc, char** argv, const std::string& title, const s
   std::vector<std::string> prompts;
   index_t max_new = 48;
   float temperature = 0.8f;
+  std::string bad_value;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model_path = v;
     else if (a == "--prompt") prompts.push_back(v);
     else if (a == "--prompts") prompts_file = v;
-    else if (a == "--max-new") max_new = std::stol(v);
-    else if (a == "--temperature") temperature = std::stof(v);
+    else if (a == "--max-new" && !parse_number(v, max_new, index_t{1}, index_t{1} << 20))
+      bad_value = "--max-new " + v + ": expected an integer in [1, 2^20]";
+    else if (a == "--temperature" && !parse_number(v, temperature, 0.0f, 100.0f))
+      bad_value = "--temperature " + v + ": expected a number in [0, 100]";
     else if (a == "--weights") weights = v;
   }
-  if (model_path.empty()) {
+  if (model_path.empty() || !bad_value.empty()) {
+    if (!bad_value.empty()) std::cerr << argv[0] << ": " << bad_value << "\n";
     std::cerr << "usage: " << argv[0]
               << " --model PATH.gguf [--prompt TEXT | --prompts FILE] [--max-new N] [--temperature T] [--weights PATH]"
                  " [--tree K,DEPTH,NODES (EAGLE, Jakiro, MoA)]\n"

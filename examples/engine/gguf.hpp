@@ -15,6 +15,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -103,10 +104,30 @@ class gguf_file {
   /// Reads and validates `path`. \throws gguf_error naming the file and the problem: not GGUF, an
   /// unsupported version, truncation anywhere, an unknown metadata type, a tensor of an unsupported
   /// type, a tensor whose data lies outside the file or whose extent is not a whole number of blocks.
+  /// A directory, device or pipe is refused before reading (a directory's stream throws
+  /// std::ios_base::failure, /dev/zero never ends).
   static gguf_file read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw gguf_error("cannot open GGUF file '" + path + "'");
-    std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<unsigned char> bytes;
+    try {
+      std::error_code error;
+      const auto status = std::filesystem::status(path, error);
+      if (!std::filesystem::exists(status)) throw gguf_error("cannot open GGUF file '" + path + "': it does not exist");
+      if (!std::filesystem::is_regular_file(status))
+        throw gguf_error("cannot read GGUF file '" + path + "': not a regular file (a directory, device or pipe)");
+      const std::uintmax_t size = std::filesystem::file_size(path, error);
+      if (error) throw gguf_error("cannot read GGUF file '" + path + "': " + error.message());
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw gguf_error("cannot open GGUF file '" + path + "'");
+      bytes.resize(static_cast<std::size_t>(size));
+      in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (in.gcount() != static_cast<std::streamsize>(bytes.size()))
+        throw gguf_error("cannot read GGUF file '" + path + "': read " + std::to_string(in.gcount()) + " of its " +
+                         std::to_string(size) + " bytes");
+    } catch (const gguf_error&) {
+      throw;
+    } catch (const std::exception& e) {  // bad_alloc for a file larger than memory, filesystem_error
+      throw gguf_error("cannot read GGUF file '" + path + "': " + e.what());
+    }
     return parse(std::move(bytes), path);
   }
   static gguf_file parse(std::vector<unsigned char> bytes, const std::string& name = "<memory>") {
@@ -237,7 +258,8 @@ class gguf_file {
     for (std::uint64_t i = 0; i < kv_count; ++i) {
       auto key = string("a metadata key");
       const auto type = scalar<std::uint32_t>("a metadata type");
-      metadata_[key] = value(type, key);
+      auto v = value(type, key);
+      if (!metadata_.emplace(key, std::move(v)).second) throw gguf_error(name_ + ": metadata key '" + key + "' appears twice");
     }
     std::vector<gguf_tensor_info> infos;
     for (std::uint64_t i = 0; i < tensor_count; ++i) {
@@ -370,8 +392,11 @@ class gguf_writer {
     return b;
   }
   static std::vector<unsigned char> str(const std::string& s) {
-    auto b = le(static_cast<std::uint64_t>(s.size()));
-    b.insert(b.end(), s.begin(), s.end());
+    // Sized once and copied: g++ 12 reports a false -Warray-bounds on inserting into the 8-byte vector.
+    std::vector<unsigned char> b(8 + s.size());
+    const auto n = static_cast<std::uint64_t>(s.size());
+    std::memcpy(b.data(), &n, 8);
+    if (!s.empty()) std::memcpy(b.data() + 8, s.data(), s.size());
     return b;
   }
   static void append(std::vector<unsigned char>& to, const std::vector<unsigned char>& from) { to.insert(to.end(), from.begin(), from.end()); }

@@ -12,6 +12,7 @@
 /// and after every layer.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,25 +46,43 @@ class llama_model {
   /// Loads `llama.*` metadata and the `token_embd`, `blk.N.*`, `output_norm` (and optional `output`)
   /// tensors. GGUF stores Q and K rows permuted for llama.cpp's interleaved RoPE; they are permuted
   /// back to the Hugging Face (rotate-half) order here. \throws gguf_error on a missing or
-  /// mis-shaped tensor, or an architecture other than llama.
+  /// mis-shaped tensor, an architecture other than llama, or counts out of range (block_count in
+  /// [1, 2^16]; heads, kv heads, widths >= 1 and <= 2^40; heads dividing the width, kv heads the heads).
   static llama_model load(const gguf_file& f) {
     const auto& arch = f.get<std::string>("general.architecture");
     if (arch != "llama") throw gguf_error("general.architecture is '" + arch + "'; the example engine runs 'llama'");
     llama_model m;
     auto& c = m.config_;
-    c.layers = f.get<std::int64_t>("llama.block_count");
-    c.hidden = f.get<std::int64_t>("llama.embedding_length");
-    c.heads = f.get<std::int64_t>("llama.attention.head_count");
-    c.kv_heads = f.get_or<std::int64_t>("llama.attention.head_count_kv", c.heads);
+    // A count from the file in [1, most]: checked before it divides, sizes a buffer or bounds a loop.
+    const auto count = [&](const std::string& key, std::int64_t value, std::int64_t most) {
+      if (value < 1 || value > most)
+        throw gguf_error(key + " = " + std::to_string(value) + "; expected 1 to " + std::to_string(most));
+      return value;
+    };
+    constexpr std::int64_t widest = std::int64_t{1} << 40;  // the reader's largest tensor extent
+    c.layers = count("llama.block_count", f.get<std::int64_t>("llama.block_count"), std::int64_t{1} << 16);
+    c.hidden = count("llama.embedding_length", f.get<std::int64_t>("llama.embedding_length"), widest);
+    c.heads = count("llama.attention.head_count", f.get<std::int64_t>("llama.attention.head_count"), c.hidden);
+    c.kv_heads = count("llama.attention.head_count_kv", f.get_or<std::int64_t>("llama.attention.head_count_kv", c.heads), c.heads);
+    if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0)
+      throw gguf_error("llama.embedding_length = " + std::to_string(c.hidden) + ", llama.attention.head_count = " +
+                       std::to_string(c.heads) + ", head_count_kv = " + std::to_string(c.kv_heads) +
+                       "; expected the heads to divide the width and the kv heads the heads");
     c.head_dim = c.hidden / c.heads;
-    c.intermediate = f.get<std::int64_t>("llama.feed_forward_length");
+    c.intermediate = count("llama.feed_forward_length", f.get<std::int64_t>("llama.feed_forward_length"), widest);
     c.rope_theta = f.get_or<double>("llama.rope.freq_base", 10000.0);
     c.rms_eps = static_cast<float>(f.get_or<double>("llama.attention.layer_norm_rms_epsilon", 1e-5));
     const auto e = static_cast<std::uint64_t>(c.hidden), kv = static_cast<std::uint64_t>(c.kv_heads * c.head_dim),
                ff = static_cast<std::uint64_t>(c.intermediate);
     const auto embd = f.tensors().find("token_embd.weight");
     if (embd == f.tensors().end()) throw gguf_error("tensor 'token_embd.weight' is missing");
-    c.vocab = static_cast<index_t>(embd->second.dims.at(1));
+    if (embd->second.dims.size() != 2)
+      throw gguf_error("tensor 'token_embd.weight' has rank " + std::to_string(embd->second.dims.size()) +
+                       "; expected 2 ([hidden x vocabulary])");
+    if (embd->second.dims[1] > static_cast<std::uint64_t>(INT32_MAX))
+      throw gguf_error("tensor 'token_embd.weight' has a vocabulary of " + std::to_string(embd->second.dims[1]) +
+                       " tokens; expected at most 2^31 - 1 (token ids are int32)");
+    c.vocab = static_cast<index_t>(embd->second.dims[1]);
     m.embedding_ = f.load("token_embd.weight", {e, static_cast<std::uint64_t>(c.vocab)});
     if (f.has_tensor("output.weight")) m.output_ = f.load("output.weight", {e, static_cast<std::uint64_t>(c.vocab)});
     m.final_norm_ = f.load("output_norm.weight", {e});
@@ -170,6 +189,11 @@ class llama_session {
     const auto t = static_cast<index_t>(tokens.size());
     SPECDEC_EXPECTS(t >= 1 && positions.size() == tokens.size(), "engine::llama_session::forward", "got ", tokens.size(),
                     " tokens and ", positions.size(), " positions; expected the same number, at least one");
+    SPECDEC_EXPECTS(!plan || (static_cast<index_t>(plan->skip_attention.size()) == c.layers &&
+                              static_cast<index_t>(plan->skip_mlp.size()) == c.layers),
+                    "engine::llama_session::forward", "the layer plan covers ", plan ? plan->skip_attention.size() : 0,
+                    " attention and ", plan ? plan->skip_mlp.size() : 0, " MLP sub-layers; expected one of each per layer (",
+                    c.layers, ")");
     hidden_.resize(static_cast<std::size_t>(t * c.hidden));
     const specdec::matrix_view<float> x(hidden_.data(), t, c.hidden);
     backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(tokens.data(), t), x);

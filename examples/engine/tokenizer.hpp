@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <queue>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -182,7 +184,11 @@ class bpe_tokenizer {
     for (const auto& p : pieces) bpe(p, out);
   }
 
-  /// Merges the byte symbols of one piece, lowest rank first.
+  /// Merges the byte symbols of one piece, lowest rank first and, among equal ranks (one merge
+  /// applying at several places, as "a a" in "aaa"), leftmost first. O(m log m) for a piece of m bytes:
+  /// the symbols form a linked list over their first byte's position, and a heap holds every adjacent
+  /// pair that has a rank, ordered by (rank, position); an entry whose symbols have changed since it
+  /// was pushed is stale and skipped, so the first live entry is the pair a full rescan would pick.
   void bpe(const std::string& piece, std::vector<std::int32_t>& out) const {
     if (piece.empty()) return;
     const auto cached = cache_.find(piece);
@@ -190,19 +196,45 @@ class bpe_tokenizer {
       out.insert(out.end(), cached->second.begin(), cached->second.end());
       return;
     }
-    std::vector<std::string> symbols;
-    for (unsigned char c : piece) symbols.push_back(byte_symbol_[c]);
-    while (symbols.size() > 1) {
-      int best_rank = -1;
-      std::size_t best = 0;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const auto it = ranks_.find(symbols[i] + " " + symbols[i + 1]);
-        if (it != ranks_.end() && (best_rank < 0 || it->second < best_rank)) best_rank = it->second, best = i;
-      }
-      if (best_rank < 0) break;
-      symbols[best] += symbols[best + 1];
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    const std::size_t m = piece.size();
+    std::vector<std::string> text(m);
+    std::vector<std::size_t> next(m), prev(m), version(m, 0);
+    std::vector<bool> alive(m, true);
+    constexpr std::size_t none = static_cast<std::size_t>(-1);
+    for (std::size_t i = 0; i < m; ++i) {
+      text[i] = byte_symbol_[static_cast<unsigned char>(piece[i])];
+      next[i] = i + 1 < m ? i + 1 : none;
+      prev[i] = i > 0 ? i - 1 : none;
     }
+    struct pair_entry {
+      int rank;
+      std::size_t left, right, left_version, right_version;
+      bool operator>(const pair_entry& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::priority_queue<pair_entry, std::vector<pair_entry>, std::greater<>> heap;
+    const auto push = [&](std::size_t l, std::size_t r) {
+      if (l == none || r == none) return;
+      const auto it = ranks_.find(text[l] + " " + text[r]);
+      if (it != ranks_.end()) heap.push({it->second, l, r, version[l], version[r]});
+    };
+    for (std::size_t i = 0; i + 1 < m; ++i) push(i, i + 1);
+    while (!heap.empty()) {
+      const pair_entry e = heap.top();
+      heap.pop();
+      if (!alive[e.left] || !alive[e.right] || next[e.left] != e.right || version[e.left] != e.left_version ||
+          version[e.right] != e.right_version)
+        continue;
+      text[e.left] += text[e.right];
+      text[e.right].clear();
+      alive[e.right] = false;
+      ++version[e.left];
+      next[e.left] = next[e.right];
+      if (next[e.left] != none) prev[next[e.left]] = e.left;
+      push(prev[e.left], e.left);
+      push(e.left, next[e.left]);
+    }
+    std::vector<std::string> symbols;
+    for (std::size_t i = 0; i != none; i = next[i]) symbols.push_back(std::move(text[i]));
     std::vector<std::int32_t> ids;
     for (const auto& s : symbols) {
       const auto it = ids_.find(s);
