@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(safetensors gguf tokenizer trees builders verifiers primitives)
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(safetensors gguf tokenizer trees builders verifiers primitives views sizes)
 cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_FUZZERS=ON >/dev/null
 cmake --build build/fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
@@ -17,8 +17,12 @@ status=0
 run() {
   local h="$1" dir="build/fuzz/findings/$1" work="build/fuzz/corpus/$1"
   rm -rf "$dir" && mkdir -p "$dir" "$work"
+  # A safetensors header nests as deep as its length allows: 64 KiB inputs reach a depth that would
+  # overflow a recursive reader's stack.
+  local max_len=4096
+  [ "$h" = safetensors ] && max_len=65536
   # New inputs go to a scratch corpus; the seeds in the repository are only read.
-  if build/fuzz/tests/fuzz/fuzz_"$h" "$work" "tests/fuzz/corpus/$h" -max_total_time="$seconds" -max_len=4096 \
+  if build/fuzz/tests/fuzz/fuzz_"$h" "$work" "tests/fuzz/corpus/$h" -max_total_time="$seconds" -max_len="$max_len" \
        -timeout=10 -rss_limit_mb=4096 -artifact_prefix="$dir/" -print_final_stats=1 >"$dir/log" 2>&1; then
     echo "fuzz_$h: $(grep -E '^stat::number_of_executed_units' "$dir/log" | awk '{print $2}') runs in ${seconds} s, no finding"
   else

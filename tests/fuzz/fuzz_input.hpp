@@ -28,9 +28,24 @@ class input {
   }
   /// An integer in [lo, hi], from as few bytes as the range needs.
   std::int64_t range(std::int64_t lo, std::int64_t hi) {
-    const auto span = static_cast<std::uint64_t>(hi - lo);
-    std::uint64_t v = span < 256 ? byte() : span < 65536 ? (byte() | (std::uint64_t(byte()) << 8)) : u32();
-    return lo + static_cast<std::int64_t>(span == std::numeric_limits<std::uint64_t>::max() ? v : v % (span + 1));
+    // In unsigned arithmetic: hi - lo overflows int64 for the extreme ranges the size harnesses use.
+    const std::uint64_t span = static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo);
+    std::uint64_t v = span < 256 ? byte() : span < 65536 ? (byte() | (std::uint64_t(byte()) << 8)) : u64();
+    if (span != std::numeric_limits<std::uint64_t>::max()) v %= span + 1;
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(lo) + v);
+  }
+  std::uint64_t u64() { return u32() | (std::uint64_t(u32()) << 32); }
+  /// A size, offset or count as a hostile caller passes it: mostly small, often one of the values
+  /// where arithmetic breaks (negative, int32 and int64 limits, powers of two near them).
+  std::int64_t extreme() {
+    static constexpr std::int64_t edges[] = {std::numeric_limits<std::int64_t>::min(), -(std::int64_t{1} << 32), -1, 0, 1, 2,
+                                             3, 7, 31, 32, 33, 2147483647, 2147483648, 4294967296,
+                                             (std::int64_t{1} << 40) + 1, std::int64_t{1} << 62,
+                                             std::numeric_limits<std::int64_t>::max() - 1,
+                                             std::numeric_limits<std::int64_t>::max()};
+    const std::uint8_t kind = byte();
+    if (kind < 128) return kind % 9;
+    return edges[kind % (sizeof edges / sizeof edges[0])];
   }
   bool flag() { return (byte() & 1) != 0; }
   /// A float that is usually ordinary (a multiple of 1/16 in [-16, 16)) and sometimes one of the
