@@ -19,6 +19,9 @@ cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$stric
 cmake --build build/release -j"$jobs"
 (cd build/release && ctest --output-on-failure -j"$jobs")
 
+echo "== SuffixDecoding against Arctic Inference 0.3.0's own code (3000 fresh scenarios)"
+scripts/check_suffix_oracle.sh build/release --scenarios 3000 --seed 1
+
 echo "== Instruction sets: the -march targets for the other of x86-64-v3 (AVX2) / x86-64-v4 (AVX-512), compile only"
 # The build above used this machine's; CI machines differ, so the other one is compiled here (with
 # warnings as errors) and a green run on one CPU cannot hide a failure on the next.
@@ -46,10 +49,11 @@ cmake -S . -B build/asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -
   -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
   >/dev/null
-cmake --build build/asan --target specdec_tests specdec-conformance specdec_header_tests -j"$jobs"
+cmake --build build/asan --target specdec_tests specdec_tests_suffix specdec-conformance specdec_header_tests -j"$jobs"
 # Under the sanitizers the engine tests use their tiny model only (the real one is checked above).
 SPECDEC_MODEL=/nonexistent ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \
   build/asan/tests/specdec_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/asan/tests/specdec_tests_suffix
 for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
