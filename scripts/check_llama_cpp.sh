@@ -174,6 +174,11 @@ if [ "$status" -ne 0 ]; then
 fi
 
 step speculative "$examples/specdec_llama_cpp" --model "$model" --prompts "$prompts" --tokens "$tokens" --threads 1 \
-  --methods plain,chain,tree
+  --methods plain,chain,tree,suffix,suffix_tree
 grep -E '^RESULT' "$logs/speculative.out"
-echo "chain and tree: greedy outputs identical to plain decoding"
+echo "chain, tree, suffix and suffix_tree: greedy outputs identical to plain decoding"
+# The suffix drafters with one cache across the requests (later ones draft from earlier answers).
+step shared-cache "$examples/specdec_llama_cpp" --model "$model" --prompts examples/llama_cpp/shared_cache.txt \
+  --tokens "$tokens" --threads 1 --methods plain,suffix,suffix_tree --shared-cache
+grep -E '^RESULT' "$logs/shared-cache.out"
+echo "suffix and suffix_tree with --shared-cache: greedy outputs identical to plain decoding"

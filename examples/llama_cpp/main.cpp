@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// specdec inside llama.cpp: prompt-lookup drafting (specdec's n-gram proposer, as a chain or a tree of
-// several continuations) under specdec's draft-length policy, each draft verified in one llama_decode
+// specdec inside llama.cpp: model-free drafting (specdec's n-gram proposer, as a chain or a tree of
+// several continuations; SuffixDecoding's suffix trees, as a path or a tree) under specdec's draft-length
+// policy, each draft verified in one llama_decode
 // (llama_adapter.hpp), greedily or by lossless speculative sampling. Every method runs on the same
 // prompt; the greedy ones are checked token for token against plain decoding, which is llama.cpp
 // decoding one token per call and taking the argmax, as its own greedy decoding does.
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
-//                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree] [--seed 1] [--quant Q4_1]
-//                     [--warmup FILE] [--print-chat] [--trace] [--system-info]
+//                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
+//                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--print-chat] [--trace] [--system-info]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
-// policy chose. --prompts: one prompt per line, a
+// policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), cut
+// to the policy's length. --shared-cache: one suffix cache per method for the whole prompts file,
+// requests in file order, so later requests draft from earlier answers too (without it each request
+// drafts from its own prompt and output only); plain decoding is unchanged. --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
 // requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
@@ -39,6 +43,7 @@
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/ngram.hpp>
+#include <specdec/tree/suffix.hpp>
 
 #include "../engine/prompts.hpp"
 #include "llama_adapter.hpp"
@@ -105,6 +110,35 @@ specdec::draft_tree draft(std::span<const std::int32_t> history, specdec::index_
   return specdec::continuation_tree(history.back(), continuations);
 }
 
+/// How a method drafts: not at all (plain decoding), by prompt lookup (specdec::propose_ngram: a chain, or
+/// a tree of three continuations), or from SuffixDecoding's suffix trees (specdec::suffix_cache: the
+/// request's own tokens and, with --shared-cache, earlier responses; a path or a best-first tree).
+enum class drafter { plain, ngram_chain, ngram_tree, suffix_chain, suffix_tree };
+
+drafter drafter_of(const std::string& method) {
+  if (method == "plain") return drafter::plain;
+  if (method == "chain") return drafter::ngram_chain;
+  if (method == "tree") return drafter::ngram_tree;
+  if (method == "suffix") return drafter::suffix_chain;
+  if (method == "suffix_tree") return drafter::suffix_tree;
+  throw std::invalid_argument("unknown method '" + method + "'; expected plain, chain, tree, suffix or suffix_tree");
+}
+
+/// The suffix trees' depth: the longest match plus draft. Arctic Inference's default (vLLM's is 24): a
+/// copied stretch keeps matching for up to 63 tokens, so the draft can reach longest_draft.
+constexpr specdec::index_t suffix_depth = 64;
+using suffix_cache = specdec::suffix_cache<std::int32_t, int>;
+
+/// The suffix drafter's bounds: without --shared-cache no response outlives its request (each request
+/// drafts from its own prompt and output only); with it, up to vLLM's 10000 earlier responses.
+specdec::suffix_cache_options suffix_cache_bounds(bool shared) {
+  return {.max_depth = suffix_depth, .max_cached_requests = shared ? 10000 : 0, .max_cached_tokens = specdec::index_t{1} << 22};
+}
+
+/// The policy's context for a suffix draft: its match length, bucketed as match_context's (a one-token
+/// match with the two-token ones).
+specdec::index_t suffix_context(specdec::index_t match) { return match_context(std::max<specdec::index_t>(match, 2)); }
+
 /// A draft-length policy that starts from the measured `costs` (one per method, kept across requests
 /// as an engine keeps it: what it learns is per context of match length, not per text).
 specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
@@ -119,9 +153,18 @@ specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
 /// llama.cpp's own programs do (llama-completion, llama-simple): a row's logits depend on how the
 /// tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on, as
 /// they time generation.
+/// Suffix methods draft through `cache` as request `request` (started here, stopped at the end: with
+/// --shared-cache its response stays for later requests), at most suffix_options' own cap
+/// (max_spec_factor x match length) and the policy's length, the draft's first nodes (the most probable
+/// ones: parents come first).
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
-                    specdec::index_t branches, float temperature, std::uint64_t seed,
-                    specdec::policy::draft_length_policy& policy, const char* trace = nullptr) {
+                    drafter kind, float temperature, std::uint64_t seed, specdec::policy::draft_length_policy& policy,
+                    suffix_cache& cache, int request, const char* trace = nullptr) {
+  const bool suffix = kind == drafter::suffix_chain || kind == drafter::suffix_tree;
+  const specdec::index_t branches = kind == drafter::plain ? 0 : kind == drafter::ngram_tree ? 3 : 1;
+  const specdec::suffix_options suffix_draft{.max_spec_tokens = longest_draft, .max_spec_factor = 1.0f,
+                                             .min_token_prob = 0.1f, .tree = kind == drafter::suffix_tree};
+  if (suffix) cache.start_request(request, prompt);
   // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
   const specdec::ngram_options ngram{.max_ngram = 16, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
@@ -136,9 +179,24 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
     if (step == 0) {
       result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
     } else {
-      const specdec::index_t match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
-      const specdec::index_t length = match == 0 ? 0 : policy.choose(match_context(match));
-      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(draft(history, length, ngram));
+      specdec::index_t match = 0, length = 0, context = 0;
+      specdec::draft_tree proposal;
+      if (suffix) {
+        specdec::suffix_draft<std::int32_t> found = cache.speculate(request, history, suffix_draft);
+        match = found.token.empty() ? 0 : found.match_length;
+        context = suffix_context(match);
+        length = match == 0 ? 0 : std::min(policy.choose(context), found.size());
+        found.token.resize(static_cast<std::size_t>(length));
+        found.parent.resize(static_cast<std::size_t>(length));
+        found.prob.resize(static_cast<std::size_t>(length));
+        proposal = specdec::suffix_draft_tree(history.back(), found);
+      } else {
+        match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
+        context = match == 0 ? 0 : match_context(match);
+        length = match == 0 ? 0 : policy.choose(context);
+        proposal = draft(history, length, ngram);
+      }
+      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(proposal);
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -149,11 +207,11 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
         std::fprintf(stderr, "TRACE method=%s match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace,
                      static_cast<long long>(match), static_cast<long long>(length), static_cast<long long>(tree.size()),
                      result.accepted_nodes.size(), 1e3 * seconds);
-      if (match > 0)
-        policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), match_context(match));
+      if (match > 0) policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), context);
       engine.keep(result.kept_nodes());
     }
     bool end = false;
+    const std::size_t before = history.size();
     for (const std::int32_t token : result.tokens) {
       if (static_cast<int>(out.tokens.size()) == new_tokens || end) break;
       out.tokens.push_back(token);
@@ -161,8 +219,10 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       end = engine.is_end(token);  // nothing after the end of the turn
       if (!end) out.text += engine.piece(token);
     }
+    if (suffix) cache.add_active_response(request, std::span(history).subspan(before));
     if (end) break;
   }
+  if (suffix) cache.stop_request(request);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
@@ -180,16 +240,16 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, quant = "Q4_1", methods = "plain,chain,tree", prompts_file, warmup_file;
+  std::string model, quant = "Q4_1", methods = "plain,chain,tree,suffix,suffix_tree", prompts_file, warmup_file;
   std::vector<std::string> prompts;
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
   std::uint64_t seed = 1;
-  bool print_chat = false, trace = false, system_info = false;
+  bool print_chat = false, trace = false, system_info = false, shared_cache = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--print-chat" || key == "--trace" || key == "--system-info") {
-      (key == "--trace" ? trace : key == "--print-chat" ? print_chat : system_info) = true;
+    if (key == "--print-chat" || key == "--trace" || key == "--system-info" || key == "--shared-cache") {
+      (key == "--trace" ? trace : key == "--print-chat" ? print_chat : key == "--shared-cache" ? shared_cache : system_info) = true;
       --i;
       continue;
     }
@@ -217,8 +277,8 @@ int main(int argc, char** argv) {
   if (model.empty()) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
-                 "          [--temperature T] [--methods plain,chain,tree] [--quant NAME] [--warmup FILE] [--print-chat] [--trace]\n"
-                 "          [--system-info]\n",
+                 "          [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME] [--warmup FILE]\n"
+                 "          [--shared-cache] [--print-chat] [--trace] [--system-info]\n",
                  argv[0]);
     return 2;
   }
@@ -262,17 +322,22 @@ int main(int argc, char** argv) {
   // measured requests find it as a running engine would.
   std::vector<specdec::policy::draft_length_policy> policies;
   for (std::size_t m = 0; m < method_list.size(); ++m) policies.push_back(make_policy(costs));
-  const auto branches_of = [](const std::string& method) -> specdec::index_t {
-    return method == "plain" ? 0 : method == "chain" ? 1 : 3;
-  };
+  std::vector<drafter> kinds;
+  for (const std::string& method : method_list) kinds.push_back(drafter_of(method));
+  // Each method's suffix cache as the next request finds it: empty without --shared-cache; with it,
+  // the responses of the prompts before (one per prompt, in file order). Every round of a prompt
+  // starts from that state, so no round drafts from its own earlier answer.
+  std::vector<suffix_cache> caches(method_list.size(), suffix_cache(suffix_cache_bounds(shared_cache)));
   const auto chat_of = [&](const std::string& prompt) {
     llama_example::llama_engine engine(model, threads, 4096, 1);
     return engine.chat_tokens(prompt);
   };
-  if (!warmup_file.empty())
+  if (!warmup_file.empty())  // trains the policies only: the warm-up answers are not cached
     for (const std::string& prompt : engine::read_prompts(warmup_file))
-      for (std::size_t m = 0; m < method_list.size(); ++m)
-        (void)generate(model, chat_of(prompt), threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m]);
+      for (std::size_t m = 0; m < method_list.size(); ++m) {
+        suffix_cache scratch(suffix_cache_bounds(false));
+        (void)generate(model, chat_of(prompt), threads, tokens, kinds[m], temperature, seed, policies[m], scratch, -1);
+      }
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<std::int32_t> chat = chat_of(prompts[p]);
     // Methods interleaved, `repeats` rounds; each method's median tokens/s.
@@ -280,8 +345,10 @@ int main(int argc, char** argv) {
     std::vector<run_result> last(method_list.size());
     for (int round = 0; round < repeats; ++round)
       for (std::size_t m = 0; m < method_list.size(); ++m) {
-        last[m] = generate(model, chat, threads, tokens, branches_of(method_list[m]), temperature, seed, policies[m],
-                           trace ? method_list[m].c_str() : nullptr);
+        suffix_cache cache = caches[m];
+        last[m] = generate(model, chat, threads, tokens, kinds[m], temperature, seed, policies[m], cache,
+                           static_cast<int>(p), trace ? method_list[m].c_str() : nullptr);
+        if (round + 1 == repeats) caches[m] = std::move(cache);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }
     const auto plain_at = std::find(method_list.begin(), method_list.end(), "plain");
