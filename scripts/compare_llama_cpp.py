@@ -3,12 +3,18 @@
 
 Run by scripts/compare_llama_cpp.sh, which builds the programs and makes the model; see there. It runs:
 
-  llama.cpp            llama-completion, plain greedy decoding: the reference output and speed
-  llama.cpp_lookup     llama-lookup (prompt-lookup drafting, its defaults)
-  llama.cpp_ngram      llama-speculative-simple --spec-type ngram-simple (its defaults)
-  specdec_plain/chain/tree   examples/llama_cpp (one process per round runs every prompt, the three
-                             methods interleaved, each method's draft-length policy kept across the
-                             prompts after a warm-up on other prompts, as an engine keeps it)
+  llama.cpp                 llama-completion, plain greedy decoding: the reference output and speed
+  llama.cpp_lookup          llama-lookup (prompt-lookup drafting, its defaults; its dynamic n-gram
+                            cache kept across the prompts in file order with --shared-cache)
+  llama.cpp_lookup_static   llama-lookup with a static n-gram cache that llama-lookup-create built from
+                            the corpus docs/*.md (--corpus)
+  llama.cpp_<type>          llama-speculative-simple --spec-type <type>, every type that needs no draft
+                            model: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache
+  specdec_plain/chain/tree/suffix/suffix_tree
+                            examples/llama_cpp (one process per round runs every prompt, the methods
+                            interleaved, each method's draft-length policy kept across the prompts after
+                            a warm-up on other prompts, as an engine keeps it; --shared-cache: one suffix
+                            cache per method across the prompts in file order)
 
 with the same model, prompt (the chat template applied, as specdec's example applies it), threads and
 number of new tokens. Rounds interleave the programs, so that drift hits them alike. Every program is
@@ -22,6 +28,7 @@ the greedy output equals llama-completion's token for token (as text: its first 
 """
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -57,6 +64,9 @@ def completion(a, chat_file):
     return {"tok_s": (runs + 1) / seconds, "tau": 1.0, "text": text}
 
 
+SPEC_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+
+
 def speculative_tool(a, chat_file, program, extra):
     out, err = run([a.bin + "/" + program, "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
                     "-t", str(a.threads), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a) + extra)
@@ -76,7 +86,8 @@ def specdec(a):
     prompts (other text than the measured prompts; untimed)."""
     cmd = [a.specdec, "--model", a.model, "--prompts", a.prompts, "--tokens", str(a.tokens), "--threads",
            str(a.threads), "--temperature", str(a.temperature), "--seed", str(a.seed), "--quant", a.quant,
-           "--warmup", a.warmup]
+           "--warmup", a.warmup, "--methods", "plain,chain,tree,suffix,suffix_tree"] + (["--shared-cache"] if a.shared_cache else []) \
+        + (["--chat-template", a.chat_template] if a.chat_template else [])
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if p.returncode not in (0, 1):  # 1: a greedy output differed from specdec_plain (reported below)
         sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
@@ -109,12 +120,21 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--shared-cache", action="store_true",
+                    help="caches kept across the prompts in file order (specdec's suffix caches, llama-lookup's dynamic one)")
+    ap.add_argument("--chat-template", default="", help="a template llama.cpp knows by name, for a GGUF without one")
+    ap.add_argument("--static-cache", required=True, help="llama-lookup-create's static n-gram cache (-lcs)")
+    ap.add_argument("--llama-methods", default=",".join(["lookup", "lookup_static"] + SPEC_TYPES),
+                    help="llama.cpp's speculative methods to run (default: all that need no draft model)")
     a = ap.parse_args()
     greedy = a.temperature == 0.0
 
-    chats, _ = run([a.specdec, "--model", a.model, "--prompts", a.prompts, "--print-chat"])
+    chats, _ = run([a.specdec, "--model", a.model, "--prompts", a.prompts, "--print-chat"]
+                   + (["--chat-template", a.chat_template] if a.chat_template else []))
     chat_texts = [json.loads(l.split(" ", 2)[2]) for l in chats.splitlines() if l.startswith("CHAT ")]
-    methods = ["llama.cpp", "llama.cpp_lookup", "llama.cpp_ngram", "specdec_plain", "specdec_chain", "specdec_tree"]
+    llama_methods = ["llama.cpp_" + m for m in a.llama_methods.split(",") if m]
+    methods = ["llama.cpp"] + llama_methods + ["specdec_plain", "specdec_chain", "specdec_tree", "specdec_suffix",
+                                               "specdec_suffix_tree"]
     workdir = tempfile.mkdtemp(prefix="specdec-compare-")
     chat_files = []
     for p, chat in enumerate(chat_texts):
@@ -124,12 +144,31 @@ def main():
     # Rounds interleave the programs: each round runs llama.cpp's three on every prompt, then specdec's
     # example on every prompt (its three methods interleaved inside).
     runs = {p: {m: [] for m in methods} for p in range(len(chat_texts))}
-    for _ in range(a.repeats):
+    # llama-lookup's dynamic cache with --shared-cache: every round of prompt p starts from the file the
+    # prompts before it left (round 0's), so no round drafts from its own earlier answer.
+    dynamic = [os.path.join(workdir, f"dynamic{p}.bin") for p in range(len(chat_texts) + 1)]
+    for r in range(a.repeats):
         for p, chat_file in enumerate(chat_files):
             runs[p]["llama.cpp"].append(completion(a, chat_file))
-            runs[p]["llama.cpp_lookup"].append(speculative_tool(a, chat_file, "llama-lookup", []))
-            runs[p]["llama.cpp_ngram"].append(
-                speculative_tool(a, chat_file, "llama-speculative-simple", ["--spec-type", "ngram-simple"]))
+            for m in llama_methods:
+                kind = m[len("llama.cpp_"):]
+                if kind == "lookup":
+                    extra = []
+                    if a.shared_cache:
+                        scratch = os.path.join(workdir, "dynamic.bin")
+                        if os.path.exists(dynamic[p]):
+                            with open(dynamic[p], "rb") as src, open(scratch, "wb") as dst:
+                                dst.write(src.read())
+                        elif os.path.exists(scratch):
+                            os.remove(scratch)
+                        extra = ["-lcd", scratch]
+                    runs[p][m].append(speculative_tool(a, chat_file, "llama-lookup", extra))
+                    if a.shared_cache and r == 0:
+                        os.replace(scratch, dynamic[p + 1])
+                elif kind == "lookup_static":
+                    runs[p][m].append(speculative_tool(a, chat_file, "llama-lookup", ["-lcs", a.static_cache]))
+                else:
+                    runs[p][m].append(speculative_tool(a, chat_file, "llama-speculative-simple", ["--spec-type", kind]))
         for p, by_method in specdec(a).items():
             for method, r in by_method.items():
                 runs[p][method].append(r)
@@ -137,8 +176,8 @@ def main():
     # programs against llama-completion on the same prompt seconds before, specdec's methods against
     # specdec_plain in the same process (this machine's speed drifts by up to a quarter within seconds,
     # more than most of the differences measured). specdec_plain's own is against llama-completion.
-    beside = {"llama.cpp_lookup": "llama.cpp", "llama.cpp_ngram": "llama.cpp", "specdec_plain": "llama.cpp",
-              "specdec_chain": "specdec_plain", "specdec_tree": "specdec_plain", "llama.cpp": "llama.cpp"}
+    beside = {m: ("specdec_plain" if m.startswith("specdec_") and m != "specdec_plain" else "llama.cpp")
+              for m in methods}
     rows = []
     for p in range(len(chat_texts)):
         reference = runs[p]["llama.cpp"][-1]["text"]
@@ -160,10 +199,11 @@ def main():
     print(f"\nquant {a.quant}, {a.threads} thread(s), {a.tokens} new tokens, temperature {a.temperature}, "
           f"median of {a.repeats}; speed-up against the plain decoding beside each method (specdec_plain's: against\n"
           f"llama-completion, a different process)")
-    print("prompt  " + "  ".join(f"{m:>17}" for m in methods))
+    print("prompt  " + "  ".join(f"{m.replace('llama.cpp_', 'l.').replace('specdec_', 's.'):>17}" for m in methods))
     for p in range(len(chat_texts)):
         cells = [r for r in rows if r[0] == p]
         print(f"{p:>6}  " + "  ".join(f"{r[3]:5.2f}x {r[4]:4.2f} {r[5]:>4}" for r in cells))
+    print("(l.: llama.cpp's programs, s.: specdec's methods)")
     print("(each cell: speedup, tokens per target forward, greedy output identical to llama.cpp plain)")
     best_specdec = [max(r[3] for r in rows if r[0] == p and r[1] != "specdec_plain" and r[1].startswith("specdec"))
                     for p in range(len(chat_texts))]
@@ -171,6 +211,8 @@ def main():
                   for p in range(len(chat_texts))]
     print("best specdec method per prompt: " + " ".join(f"{x:.2f}" for x in best_specdec))
     print("best llama.cpp method per prompt: " + " ".join(f"{x:.2f}" for x in best_llama))
+    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+    print(f"geometric mean: specdec best {geo(best_specdec):.3f}, llama.cpp best {geo(best_llama):.3f}")
     if greedy and any(r[5] == "no" for r in rows if r[1].startswith("specdec")):
         print("some specdec greedy output differs from llama.cpp plain decoding (see docs/performance.md: "
               "llama.cpp's kernels are not batch-invariant at every thread count)")

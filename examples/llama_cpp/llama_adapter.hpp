@@ -109,12 +109,15 @@ class llama_engine {
   /// decoded again come after them.
   specdec::index_t committed() const { return committed_; }
 
+  /// A template llama_chat_apply_template knows by name ("gemma", "chatml", ...) used instead of the
+  /// model's own: for base models whose GGUF has none (llama.cpp would fall back to ChatML).
+  std::string chat_template;
   /// The user prompt in the model's chat template, ready for the assistant's turn, as text (what
   /// llama.cpp's own programs take as a raw prompt).
   std::string chat_text(const std::string& user) const {
     const llama_chat_message message{"user", user.c_str()};
     std::string text(user.size() * 2 + 256, '\0');
-    const char* tmpl = llama_model_chat_template(model_, nullptr);
+    const char* tmpl = chat_template.empty() ? llama_model_chat_template(model_, nullptr) : chat_template.c_str();
     int n = llama_chat_apply_template(tmpl, &message, 1, true, text.data(), static_cast<std::int32_t>(text.size()));
     if (n > static_cast<int>(text.size())) {
       text.resize(static_cast<std::size_t>(n));

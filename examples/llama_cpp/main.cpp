@@ -8,12 +8,14 @@
 //
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
-//                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--print-chat] [--trace] [--system-info]
+//                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
+//                     [--trace] [--system-info]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
 // policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), cut
 // to the policy's length. --shared-cache: one suffix cache per method for the whole prompts file,
 // requests in file order, so later requests draft from earlier answers too (without it each request
-// drafts from its own prompt and output only); plain decoding is unchanged. --prompts: one prompt per line, a
+// drafts from its own prompt and output only); plain decoding is unchanged. --chat-template: a template
+// llama.cpp knows by name, for a GGUF without one (Gemma-3-270M's base model: "gemma"). --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
 // requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
@@ -240,7 +242,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, quant = "Q4_1", methods = "plain,chain,tree,suffix,suffix_tree", prompts_file, warmup_file;
+  std::string model, quant = "Q4_1", methods = "plain,chain,tree,suffix,suffix_tree", prompts_file, warmup_file,
+      chat_template;
   std::vector<std::string> prompts;
   int tokens = 64, threads = 1, repeats = 1;
   float temperature = 0.0f;
@@ -269,6 +272,7 @@ int main(int argc, char** argv) {
     else if (key == "--methods") methods = value;
     else if (key == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (key == "--quant") quant = value;
+    else if (key == "--chat-template") chat_template = value;
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;
@@ -278,7 +282,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
                  "          [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME] [--warmup FILE]\n"
-                 "          [--shared-cache] [--print-chat] [--trace] [--system-info]\n",
+                 "          [--shared-cache] [--chat-template NAME] [--print-chat] [--trace] [--system-info]\n",
                  argv[0]);
     return 2;
   }
@@ -298,6 +302,7 @@ int main(int argc, char** argv) {
   if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
   if (print_chat) {  // the prompts as llama.cpp's own programs take them (raw text, template applied)
     llama_example::llama_engine engine(model, threads, 4096, 1);
+    engine.chat_template = chat_template;
     for (std::size_t p = 0; p < prompts.size(); ++p)
       std::printf("CHAT prompt=%zu %s\n", p, engine::json_string(engine.chat_text(prompts[p])).c_str());
     return 0;
@@ -312,6 +317,7 @@ int main(int argc, char** argv) {
   cost_samples costs;  // measured once, as an engine would at startup (not counted in tokens/s)
   {
     llama_example::llama_engine engine(model, threads, 4096, 1);
+    engine.chat_template = chat_template;
     costs = measure_costs(model, engine.chat_tokens(prompts.front()), threads);
   }
   std::printf("COST quant=%s decode ms by rows:", quant.c_str());  // the last round of the calibration
@@ -330,6 +336,7 @@ int main(int argc, char** argv) {
   std::vector<suffix_cache> caches(method_list.size(), suffix_cache(suffix_cache_bounds(shared_cache)));
   const auto chat_of = [&](const std::string& prompt) {
     llama_example::llama_engine engine(model, threads, 4096, 1);
+    engine.chat_template = chat_template;
     return engine.chat_tokens(prompt);
   };
   if (!warmup_file.empty())  // trains the policies only: the warm-up answers are not cached
