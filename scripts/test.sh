@@ -58,8 +58,8 @@ for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
 
-echo "== Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-60} s (fails on any finding)"
-scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-60}"
+echo "== Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-50} s (fails on any finding)"
+scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-50}"
 
 echo "== Benchmarks, briefly"
 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
