@@ -24,7 +24,8 @@ if ! ls "$pkg"/_C*.so >/dev/null 2>&1; then
   rm -rf "$oracle" && mkdir -p "$oracle/src" "$pkg"
   tar -xzf "$sdist" -C "$oracle/src" --strip-components=1 "arctic_inference-$version/csrc/suffix_decoding" \
     "arctic_inference-$version/arctic_inference/suffix_decoding"
-  python3 -m pip install --quiet --disable-pip-version-check --target "$oracle/deps" nanobind==2.9.2 numpy==2.2.6 >&2
+  # --target installs beside the oracle, nothing into the system; the variable keeps a PEP 668 pip from refusing.
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check --target "$oracle/deps" nanobind==2.9.2 numpy==2.2.6 >&2
   PYTHONPATH="$oracle/deps" cmake -S "$oracle/src/csrc/suffix_decoding" -B "$oracle/build" -DCMAKE_BUILD_TYPE=Release \
     -DPython_EXECUTABLE="$(command -v python3)" >&2
   PYTHONPATH="$oracle/deps" cmake --build "$oracle/build" -j"$(nproc)" >&2
