@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes)
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix)
 cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_FUZZERS=ON >/dev/null
 cmake --build build/fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
