@@ -70,6 +70,7 @@ build/release/bench/specdec_bench_samplers --benchmark_filter='V:32000/batch:1/'
   | grep -E '^verify'
 build/release/bench/specdec_bench_blocks --benchmark_filter='T:1/' --benchmark_min_time=0.01 \
   | grep -E '/(gemm|block)/'
+build/release/bench/specdec_bench_suffix --benchmark_filter='depth:24' --benchmark_min_time=0.01 | grep -E '^suffix'
 build/release/examples/specdec_primitives_demo --quick >/dev/null
 
 echo "== Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"

@@ -5,6 +5,7 @@
 // count of occurrences; bounds, copies, token types and bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -276,4 +277,35 @@ TEST_CASE("suffix tree and cache reject bad input by name") {
   cache.start_request(3, tokens);
   CHECK_THROWS_WITH_AS(cache.start_request(3, tokens), doctest::Contains("already active"), specdec::invalid_argument);
   CHECK_THROWS_AS(cache.evict_cached_response(4), specdec::invalid_argument);
+}
+
+TEST_CASE("suffix tree: strings many sequences end with (indexed endpoint lists), removed in any order") {
+  std::mt19937 rng(11);
+  specdec::suffix_tree<std::int32_t> tree(6);
+  std::vector<std::vector<std::int32_t>> seqs(40);
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s] = {1, 2, 3, 4};  // every sequence starts and ends alike: dozens of endpoints on one node
+    for (std::size_t k = rng() % 5; k > 0; --k) seqs[s].push_back(static_cast<std::int32_t>(rng() % 3));
+    seqs[s].insert(seqs[s].end(), {1, 2, 3, 4});
+    tree.extend(static_cast<std::int32_t>(s), seqs[s]);
+  }
+  REQUIRE(tree.check_integrity().empty());
+  std::vector<std::int32_t> order(seqs.size());
+  for (std::size_t s = 0; s < order.size(); ++s) order[s] = static_cast<std::int32_t>(s);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    tree.remove(order[k]);
+    REQUIRE(tree.check_integrity().empty());
+    if (k % 8 != 7) continue;
+    // The same strings stored afresh make the same nodes (the compressed trie of a set is unique).
+    specdec::suffix_tree<std::int32_t> fresh(6);
+    std::int64_t total = 0;
+    for (std::size_t j = k + 1; j < order.size(); ++j) {
+      fresh.extend(order[j], seqs[static_cast<std::size_t>(order[j])]);
+      total += static_cast<std::int64_t>(seqs[static_cast<std::size_t>(order[j])].size());
+    }
+    CHECK(tree.nodes() == fresh.nodes());
+    CHECK(tree.tokens() == total);
+  }
+  CHECK(tree.nodes() == 1);
 }

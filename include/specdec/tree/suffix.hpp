@@ -340,6 +340,7 @@ class suffix_tree {
     std::int32_t group = none;       // the run of equal-count siblings the node belongs to
     std::int32_t children = 0;
     std::int32_t endpoints = none;   // head of the node's endpoint list
+    std::int32_t endpoint_count = 0;
   };
   /// A run of equal-count siblings: its first node, the neighbouring runs, and how many nodes still
   /// name it (a node keeps its run while it is moved, as Arctic Inference's shared group does).
@@ -347,7 +348,9 @@ class suffix_tree {
     std::int32_t head = none, prev = none, next = none, members = 0;
   };
   /// A suffix of sequence `slot` ending at `node`, at `end` (exclusive) in the sequence; a node's
-  /// endpoints form a doubly linked list, indexed by (node, slot).
+  /// endpoints form a doubly linked list, scanned when short (nearly every node holds one or two) and
+  /// indexed by (node, slot) in a table once longer than `scanned_endpoints` (a string many cached
+  /// responses end with), so that a lookup costs O(1) either way without a table probe per node.
   struct endpoint {
     std::int32_t node = none, slot = none, end = 0, prev = none, next = none;
   };
@@ -436,7 +439,13 @@ class suffix_tree {
     grp(g).members = 1;
   }
 
-  std::int32_t find_endpoint(std::int32_t n, std::int32_t slot) const noexcept { return endpoint_index_.find(n, slot); }
+  static constexpr std::int32_t scanned_endpoints = 8;
+  std::int32_t find_endpoint(std::int32_t n, std::int32_t slot) const noexcept {
+    if (at(n).endpoint_count > scanned_endpoints) return endpoint_index_.find(n, slot);
+    for (std::int32_t e = at(n).endpoints; e != none; e = endpoints_[static_cast<std::size_t>(e)].next)
+      if (endpoints_[static_cast<std::size_t>(e)].slot == slot) return e;
+    return none;
+  }
   void set_endpoint(std::int32_t n, std::int32_t slot, std::int32_t end) {
     const std::int32_t e = find_endpoint(n, slot);
     if (e != none) {
@@ -454,7 +463,13 @@ class suffix_tree {
     endpoints_[static_cast<std::size_t>(i)] = endpoint{n, slot, end, none, at(n).endpoints};
     if (at(n).endpoints != none) endpoints_[static_cast<std::size_t>(at(n).endpoints)].prev = i;
     at(n).endpoints = i;
-    endpoint_index_.set(n, slot, i);
+    const std::int32_t count = ++at(n).endpoint_count;
+    if (count == scanned_endpoints + 1) {  // the list becomes indexed
+      for (std::int32_t r = at(n).endpoints; r != none; r = endpoints_[static_cast<std::size_t>(r)].next)
+        endpoint_index_.set(n, endpoints_[static_cast<std::size_t>(r)].slot, r);
+    } else if (count > scanned_endpoints + 1) {
+      endpoint_index_.set(n, slot, i);
+    }
   }
   void erase_endpoint(std::int32_t n, std::int32_t slot) noexcept {
     const std::int32_t e = find_endpoint(n, slot);
@@ -463,7 +478,11 @@ class suffix_tree {
     if (r.prev != none) endpoints_[static_cast<std::size_t>(r.prev)].next = r.next;
     else at(n).endpoints = r.next;
     if (r.next != none) endpoints_[static_cast<std::size_t>(r.next)].prev = r.prev;
-    endpoint_index_.erase(n, slot);
+    const std::int32_t count = at(n).endpoint_count--;
+    if (count > scanned_endpoints) endpoint_index_.erase(n, slot);
+    if (count == scanned_endpoints + 1)  // back to a scanned list
+      for (std::int32_t q = at(n).endpoints; q != none; q = endpoints_[static_cast<std::size_t>(q)].next)
+        endpoint_index_.erase(n, endpoints_[static_cast<std::size_t>(q)].slot);
     r = endpoint{};
     free_endpoints_.push_back(e);
   }
@@ -669,7 +688,8 @@ class suffix_tree {
   /// Extends the suffix of sequence slot `s` that ends at node `n` by `token` (the sequence now has
   /// `length` tokens); returns the node where it ends now.
   std::int32_t extend_suffix(std::int32_t n, std::int32_t s, Token token, std::int32_t length) {
-    const std::int32_t c = child(n, token);
+    // A leaf has no child to find: no probe of the edge table (most active suffixes end at leaves).
+    const std::int32_t c = at(n).children == 0 ? none : child(n, token);
     if (c == none) {
       if (at(n).count == 1 && n != 0) {  // a leaf only this suffix reaches: it grows
         ++at(n).length;
@@ -981,7 +1001,7 @@ std::string suffix_tree<Token>::check_integrity() const {
       return "run membership count of run " + std::to_string(g);
   // Every suffix of every sequence, cut to max_depth, is a path ending at a node holding its endpoint;
   // counts are the numbers of such paths through or ending at each node.
-  std::size_t live_endpoints = 0;
+  std::size_t indexed_endpoints = 0;
   for (const auto& [id, slot] : slot_of_) {
     const std::vector<Token>& seq = slots_[static_cast<std::size_t>(slot)].tokens;
     for (std::size_t start = 0; start < seq.size(); ++start) {
@@ -1004,16 +1024,21 @@ std::string suffix_tree<Token>::check_integrity() const {
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (n != 0 && nodes_[n].parent == none) continue;  // free
     if (nodes_[n].count != visits[n]) return fail("count differs from the occurrences", static_cast<std::int32_t>(n));
+    std::int32_t listed = 0;
     for (std::int32_t e = nodes_[n].endpoints; e != none; e = endpoints_[static_cast<std::size_t>(e)].next) {
       const endpoint& r = endpoints_[static_cast<std::size_t>(e)];
-      ++live_endpoints;
+      ++listed;
       if (r.node != static_cast<std::int32_t>(n) || !live_slot(r.slot) || find_endpoint(r.node, r.slot) != e)
         return fail("endpoint record", static_cast<std::int32_t>(n));
       if (r.end <= 0 || static_cast<std::size_t>(r.end) > slots_[static_cast<std::size_t>(r.slot)].tokens.size())
         return fail("endpoint outside its sequence", static_cast<std::int32_t>(n));
+      if (nodes_[n].endpoint_count > scanned_endpoints && endpoint_index_.find(r.node, r.slot) != e)
+        return fail("endpoint not indexed", static_cast<std::int32_t>(n));
     }
+    if (listed != nodes_[n].endpoint_count) return fail("endpoint count differs from the list", static_cast<std::int32_t>(n));
+    if (listed > scanned_endpoints) indexed_endpoints += static_cast<std::size_t>(listed);
   }
-  if (live_endpoints != endpoint_index_.size()) return "endpoint table size differs from the records";
+  if (indexed_endpoints != endpoint_index_.size()) return "endpoint table size differs from the indexed records";
   return {};
 }
 
