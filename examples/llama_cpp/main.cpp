@@ -137,14 +137,21 @@ specdec::suffix_cache_options suffix_cache_bounds(bool shared) {
   return {.max_depth = suffix_depth, .max_cached_requests = shared ? 10000 : 0, .max_cached_tokens = specdec::index_t{1} << 22};
 }
 
-/// The policy's context for a suffix draft: its match length, bucketed as match_context's (a one-token
-/// match with the two-token ones).
-specdec::index_t suffix_context(specdec::index_t match) { return match_context(std::max<specdec::index_t>(match, 2)); }
+/// The policy's contexts for a suffix draft: its match length, bucketed as match_context's (a one-token
+/// match with the two-token ones), and whether the tree is sure of it (the empirical probability of its
+/// fourth token, or its last when shorter, at least 1/2): a short match into text that always went on
+/// the same way is accepted like a long one, and a long match into text that went on several ways is
+/// not. The policy learns each context's acceptance; a confident long match gets the longest drafts.
+constexpr specdec::index_t suffix_contexts = 2 * match_contexts;
+specdec::index_t suffix_context(const specdec::suffix_draft<std::int32_t>& draft) {
+  const std::size_t probe = std::min<std::size_t>(draft.prob.size(), 4) - 1;
+  return 2 * match_context(std::max<specdec::index_t>(draft.match_length, 2)) + (draft.prob[probe] >= 0.5f ? 1 : 0);
+}
 
 /// A draft-length policy that starts from the measured `costs` (one per method, kept across requests
 /// as an engine keeps it: what it learns is per context of match length, not per text).
-specdec::policy::draft_length_policy make_policy(const cost_samples& costs) {
-  specdec::policy::draft_length_policy policy(longest_draft, match_contexts);
+specdec::policy::draft_length_policy make_policy(const cost_samples& costs, specdec::index_t contexts) {
+  specdec::policy::draft_length_policy policy(longest_draft, contexts);
   for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
   return policy;
 }
@@ -186,7 +193,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       if (suffix) {
         specdec::suffix_draft<std::int32_t> found = cache.speculate(request, history, suffix_draft);
         match = found.token.empty() ? 0 : found.match_length;
-        context = suffix_context(match);
+        context = match == 0 ? 0 : suffix_context(found);
         length = match == 0 ? 0 : std::min(policy.choose(context), found.size());
         found.token.resize(static_cast<std::size_t>(length));
         found.parent.resize(static_cast<std::size_t>(length));
@@ -327,7 +334,8 @@ int main(int argc, char** argv) {
   // One policy per method, kept across requests; --warmup runs its prompts first, untimed, so that the
   // measured requests find it as a running engine would.
   std::vector<specdec::policy::draft_length_policy> policies;
-  for (std::size_t m = 0; m < method_list.size(); ++m) policies.push_back(make_policy(costs));
+  for (std::size_t m = 0; m < method_list.size(); ++m)
+    policies.push_back(make_policy(costs, method_list[m].starts_with("suffix") ? suffix_contexts : match_contexts));
   std::vector<drafter> kinds;
   for (const std::string& method : method_list) kinds.push_back(drafter_of(method));
   // Each method's suffix cache as the next request finds it: empty without --shared-cache; with it,
