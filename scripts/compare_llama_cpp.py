@@ -59,6 +59,10 @@ def completion(a, chat_file):
                     "--no-warmup", "-c", "4096"] + sampling(a))
     m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", err.replace("prompt eval time", "prompt_eval"))
     seconds, runs = float(m.group(1)) / 1e3, int(m.group(2))
+    if runs == 0 or seconds == 0:
+        sys.stderr.write(f"llama-completion generated no token after {chat_file} (the model ended its turn at once): "
+                         "nothing to time\n")
+        raise SystemExit(1)
     text = out.split(" [end of text]")[0].rstrip("\n")
     # A run is one decode of the last token chosen; the first token comes from the prompt's decode.
     return {"tok_s": (runs + 1) / seconds, "tau": 1.0, "text": text}
