@@ -9,13 +9,14 @@
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
 //                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
-//                     [--trace] [--system-info]
+//                     [--suffix-factor 1] [--trace] [--system-info]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
 // policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), cut
 // to the policy's length. --shared-cache: one suffix cache per method for the whole prompts file,
 // requests in file order, so later requests draft from earlier answers too (without it each request
 // drafts from its own prompt and output only); plain decoding is unchanged. --chat-template: a template
-// llama.cpp knows by name, for a GGUF without one (Gemma-3-270M's base model: "gemma"). --prompts: one prompt per line, a
+// llama.cpp knows by name, for a GGUF without one (Gemma-3-270M's base model: "gemma"). --suffix-factor:
+// the suffix drafts' max_spec_factor (a match of m tokens drafts at most m x factor; vLLM's 1). --prompts: one prompt per line, a
 // JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
 // requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
 // `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
@@ -168,10 +169,10 @@ specdec::policy::draft_length_policy make_policy(const cost_samples& costs, spec
 /// ones: parents come first).
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     drafter kind, float temperature, std::uint64_t seed, specdec::policy::draft_length_policy& policy,
-                    suffix_cache& cache, int request, const char* trace = nullptr) {
+                    suffix_cache& cache, int request, float suffix_factor, const char* trace = nullptr) {
   const bool suffix = kind == drafter::suffix_chain || kind == drafter::suffix_tree;
   const specdec::index_t branches = kind == drafter::plain ? 0 : kind == drafter::ngram_tree ? 3 : 1;
-  const specdec::suffix_options suffix_draft{.max_spec_tokens = longest_draft, .max_spec_factor = 1.0f,
+  const specdec::suffix_options suffix_draft{.max_spec_tokens = longest_draft, .max_spec_factor = suffix_factor,
                                              .min_token_prob = 0.1f, .tree = kind == drafter::suffix_tree};
   if (suffix) cache.start_request(request, prompt);
   // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
       chat_template;
   std::vector<std::string> prompts;
   int tokens = 64, threads = 1, repeats = 1;
-  float temperature = 0.0f;
+  float temperature = 0.0f, suffix_factor = 1.0f;
   std::uint64_t seed = 1;
   bool print_chat = false, trace = false, system_info = false, shared_cache = false;
   for (int i = 1; i < argc; i += 2) {
@@ -280,6 +281,7 @@ int main(int argc, char** argv) {
     else if (key == "--seed") seed = std::strtoull(value.c_str(), nullptr, 10);
     else if (key == "--quant") quant = value;
     else if (key == "--chat-template") chat_template = value;
+    else if (key == "--suffix-factor") suffix_factor = std::strtof(value.c_str(), nullptr);
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;
@@ -289,7 +291,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
                  "          [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME] [--warmup FILE]\n"
-                 "          [--shared-cache] [--chat-template NAME] [--print-chat] [--trace] [--system-info]\n",
+                 "          [--shared-cache] [--chat-template NAME] [--suffix-factor F] [--print-chat] [--trace]\n"
+                 "          [--system-info]\n",
                  argv[0]);
     return 2;
   }
@@ -351,7 +354,8 @@ int main(int argc, char** argv) {
     for (const std::string& prompt : engine::read_prompts(warmup_file))
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache scratch(suffix_cache_bounds(false));
-        (void)generate(model, chat_of(prompt), threads, tokens, kinds[m], temperature, seed, policies[m], scratch, -1);
+        (void)generate(model, chat_of(prompt), threads, tokens, kinds[m], temperature, seed, policies[m], scratch, -1,
+                       suffix_factor);
       }
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<std::int32_t> chat = chat_of(prompts[p]);
@@ -362,7 +366,7 @@ int main(int argc, char** argv) {
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache cache = caches[m];
         last[m] = generate(model, chat, threads, tokens, kinds[m], temperature, seed, policies[m], cache,
-                           static_cast<int>(p), trace ? method_list[m].c_str() : nullptr);
+                           static_cast<int>(p), suffix_factor, trace ? method_list[m].c_str() : nullptr);
         if (round + 1 == repeats) caches[m] = std::move(cache);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }
