@@ -59,10 +59,8 @@ def completion(a, chat_file):
                     "--no-warmup", "-c", "4096"] + sampling(a))
     m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", err.replace("prompt eval time", "prompt_eval"))
     seconds, runs = float(m.group(1)) / 1e3, int(m.group(2))
-    if runs == 0 or seconds == 0:
-        sys.stderr.write(f"llama-completion generated no token after {chat_file} (the model ended its turn at once): "
-                         "nothing to time\n")
-        raise SystemExit(1)
+    if runs == 0 or seconds == 0:  # the model ended its turn at once: nothing to time
+        return None
     text = out.split(" [end of text]")[0].rstrip("\n")
     # A run is one decode of the last token chosen; the first token comes from the prompt's decode.
     return {"tok_s": (runs + 1) / seconds, "tau": 1.0, "text": text}
@@ -151,9 +149,18 @@ def main():
     # llama-lookup's dynamic cache with --shared-cache: every round of prompt p starts from the file the
     # prompts before it left (round 0's), so no round drafts from its own earlier answer.
     dynamic = [os.path.join(workdir, f"dynamic{p}.bin") for p in range(len(chat_texts) + 1)]
+    skipped = set()
     for r in range(a.repeats):
         for p, chat_file in enumerate(chat_files):
-            runs[p]["llama.cpp"].append(completion(a, chat_file))
+            if p in skipped:
+                continue
+            plain = completion(a, chat_file)
+            if plain is None:
+                print(f"prompt {p}: skipped (llama-completion generated no token: the model ended its turn at once)",
+                      flush=True)
+                skipped.add(p)
+                continue
+            runs[p]["llama.cpp"].append(plain)
             for m in llama_methods:
                 kind = m[len("llama.cpp_"):]
                 if kind == "lookup":
@@ -175,7 +182,8 @@ def main():
                     runs[p][m].append(speculative_tool(a, chat_file, "llama-speculative-simple", ["--spec-type", kind]))
         for p, by_method in specdec(a).items():
             for method, r in by_method.items():
-                runs[p][method].append(r)
+                if p not in skipped:
+                    runs[p][method].append(r)
     # Speed-ups are medians of per-round ratios to the plain decoding run beside each method: llama.cpp's
     # programs against llama-completion on the same prompt seconds before, specdec's methods against
     # specdec_plain in the same process (this machine's speed drifts by up to a quarter within seconds,
@@ -183,7 +191,8 @@ def main():
     beside = {m: ("specdec_plain" if m.startswith("specdec_") and m != "specdec_plain" else "llama.cpp")
               for m in methods}
     rows = []
-    for p in range(len(chat_texts)):
+    measured = [p for p in range(len(chat_texts)) if p not in skipped]
+    for p in measured:
         reference = runs[p]["llama.cpp"][-1]["text"]
         for m in methods:
             last = runs[p][m][-1]
@@ -204,15 +213,14 @@ def main():
           f"median of {a.repeats}; speed-up against the plain decoding beside each method (specdec_plain's: against\n"
           f"llama-completion, a different process)")
     print("prompt  " + "  ".join(f"{m.replace('llama.cpp_', 'l.').replace('specdec_', 's.'):>17}" for m in methods))
-    for p in range(len(chat_texts)):
+    for p in measured:
         cells = [r for r in rows if r[0] == p]
         print(f"{p:>6}  " + "  ".join(f"{r[3]:5.2f}x {r[4]:4.2f} {r[5]:>4}" for r in cells))
     print("(l.: llama.cpp's programs, s.: specdec's methods)")
     print("(each cell: speedup, tokens per target forward, greedy output identical to llama.cpp plain)")
     best_specdec = [max(r[3] for r in rows if r[0] == p and r[1] != "specdec_plain" and r[1].startswith("specdec"))
-                    for p in range(len(chat_texts))]
-    best_llama = [max(r[3] for r in rows if r[0] == p and r[1].startswith("llama.cpp_"))
-                  for p in range(len(chat_texts))]
+                    for p in measured]
+    best_llama = [max(r[3] for r in rows if r[0] == p and r[1].startswith("llama.cpp_")) for p in measured]
     print("best specdec method per prompt: " + " ".join(f"{x:.2f}" for x in best_specdec))
     print("best llama.cpp method per prompt: " + " ".join(f"{x:.2f}" for x in best_llama))
     geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
