@@ -9,10 +9,14 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix)
+targets=("${harnesses[@]/#/fuzz_}")
+if [ ${#harnesses[@]} -eq 0 ]; then
+  harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix)
+  targets=(specdec_fuzzers)  # all of them, built in parallel
+fi
 cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_FUZZERS=ON >/dev/null
-cmake --build build/fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+cmake --build build/fuzz -j"$(nproc)" --target "${targets[@]}"
 status=0
 run() {
   local h="$1" dir="build/fuzz/findings/$1" work="build/fuzz/corpus/$1"
