@@ -256,6 +256,30 @@ TEST_CASE("draft-length policy: acceptance is measured per context, costs are sh
   CHECK(error_of([&] { specdec::policy::draft_length_policy p(2, 0); }).find("contexts = 0") != std::string::npos);
 }
 
+TEST_CASE("draft-length policy: a drafter with fewer tokens to offer gets the best length within them") {
+  // A CPU's costs (SmolLM2 in Q4_0, relative to one row): a second row costs 0.7 of a decode, nine rows
+  // 4.4. Drafts are copied text or nothing: 6 of 10 accepted whole, 4 rejected at their first token.
+  specdec::policy::draft_length_policy policy(8, 2);
+  for (const auto& [rows, seconds] : {std::pair{1, 1.0}, {2, 1.7}, {3, 2.3}, {5, 3.3}, {9, 4.4}})
+    policy.target_forward_timed(rows, seconds);
+  CHECK(policy.choose(0, 0) == 0);  // nothing to offer: no probe either
+  for (int round = 0; round < 10; ++round)
+    for (const int accepted : {8, 0, 8, 0, 8, 8, 0, 8, 0, 8}) policy.verified(accepted, 8, 0);
+  // Eight tokens pay (about 1 + 0.6 x 8 tokens for 4.4 decodes); two do not (1 + 0.6 x 2 for 2.3), nor one:
+  // cutting the eight to the two on offer would pay 2.3 decodes for about 2.2 tokens.
+  CHECK(policy.choose(0) == 8);
+  CHECK(policy.choose(0, 8) == 8);
+  CHECK(policy.choose(0, 1000) == 8);
+  CHECK(policy.choose(0, 2) == 0);
+  CHECK(policy.choose(0, 1) == 0);
+  // Where every draft is accepted, the shorter offer is still worth drafting.
+  for (int i = 0; i < 40; ++i) policy.verified(8, 8, 1);
+  CHECK(policy.choose(1, 2) == 2);
+  CHECK(policy.choose(1, 5) == 5);
+  CHECK(error_of([&] { (void)policy.choose(0, -1); }).find("available = -1; expected available >= 0") != std::string::npos);
+  CHECK(error_of([&] { (void)policy.choose(2, 1); }).find("context = 2") != std::string::npos);
+}
+
 TEST_CASE("draft-length policy: bad measurements are rejected") {
   specdec::policy::forward_cost cost;
   CHECK(error_of([&] { cost.record(0, 1.0); }).find("rows = 0") != std::string::npos);

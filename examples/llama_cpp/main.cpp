@@ -113,6 +113,16 @@ specdec::draft_tree draft(std::span<const std::int32_t> history, specdec::index_
   return specdec::continuation_tree(history.back(), continuations);
 }
 
+/// How many tokens prompt lookup has to offer: the most recent continuation's, up to longest_draft (an
+/// occurrence near the end of the history has fewer). The policy chooses within it (a length cut
+/// after choosing can cost more than it gains).
+specdec::index_t available_ngram(std::span<const std::int32_t> history, const specdec::ngram_options& options) {
+  specdec::ngram_options first = options;
+  first.branches = 1;
+  const auto continuations = specdec::ngram_continuations(history, longest_draft, first);
+  return continuations.empty() ? 0 : static_cast<specdec::index_t>(continuations.front().size());
+}
+
 /// How a method drafts: not at all (plain decoding), by prompt lookup (specdec::propose_ngram: a chain, or
 /// a tree of three continuations), or from SuffixDecoding's suffix trees (specdec::suffix_cache: the
 /// request's own tokens and, with --shared-cache, earlier responses; a path or a best-first tree).
@@ -164,9 +174,9 @@ specdec::policy::draft_length_policy make_policy(const cost_samples& costs, spec
 /// tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on, as
 /// they time generation.
 /// Suffix methods draft through `cache` as request `request` (started here, stopped at the end: with
-/// --shared-cache its response stays for later requests), at most suffix_options' own cap
-/// (max_spec_factor x match length) and the policy's length, the draft's first nodes (the most probable
-/// ones: parents come first).
+/// --shared-cache its response stays for later requests): the policy's length within what the draft
+/// offers (suffix_options' own cap, max_spec_factor x match length), the draft's first nodes (the most
+/// probable ones: parents come first).
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     drafter kind, float temperature, std::uint64_t seed, specdec::policy::draft_length_policy& policy,
                     suffix_cache& cache, int request, float suffix_factor, const char* trace = nullptr) {
@@ -195,7 +205,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
         specdec::suffix_draft<std::int32_t> found = cache.speculate(request, history, suffix_draft);
         match = found.token.empty() ? 0 : found.match_length;
         context = match == 0 ? 0 : suffix_context(found);
-        length = match == 0 ? 0 : std::min(policy.choose(context), found.size());
+        length = match == 0 ? 0 : policy.choose(context, found.size());
         found.token.resize(static_cast<std::size_t>(length));
         found.parent.resize(static_cast<std::size_t>(length));
         found.prob.resize(static_cast<std::size_t>(length));
@@ -203,7 +213,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       } else {
         match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
         context = match == 0 ? 0 : match_context(match);
-        length = match == 0 ? 0 : policy.choose(context);
+        length = match == 0 ? 0 : policy.choose(context, available_ngram(history, ngram));
         proposal = draft(history, length, ngram);
       }
       const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(proposal);

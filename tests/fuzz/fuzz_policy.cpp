@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The draft-length policy driven as a hostile engine would: any longest and contexts, verifications
 // and timings with counts at the int64 edges, NaN / infinite / negative times, priors and cautions.
-// Each call throws specdec::invalid_argument or keeps the contract: choose() in [0, longest], rates in
-// [0, 1], expected tokens in [1, length + 1]; and every call returns (libFuzzer's -timeout catches a
-// hang; ASan an allocation sized by a caller's count).
+// Each call throws specdec::invalid_argument or keeps the contract: choose() in [0, longest] (within
+// `available` when given), rates in [0, 1], expected tokens in [1, length + 1]; and every call returns
+// (libFuzzer's -timeout catches a hang; ASan an allocation sized by a caller's count).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -47,8 +47,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (int step = 0; step < 48 && !in.empty(); ++step) {
       switch (in.byte() % 7) {
         case 0: defined([&] {
-            const index_t length = p.choose(count(in, 4));
-            fuzz::require(length >= 0 && length <= p.longest(), "choose() outside [0, longest]", length, p.longest());
+            const index_t context = count(in, 4);
+            if (in.flag()) {
+              const index_t available = count(in, 40);
+              const index_t length = p.choose(context, available);
+              fuzz::require(length >= 0 && length <= p.longest() && length <= available,
+                            "choose(context, available) outside [0, min(available, longest)]", length, available, p.longest());
+            } else {
+              const index_t length = p.choose(context);
+              fuzz::require(length >= 0 && length <= p.longest(), "choose() outside [0, longest]", length, p.longest());
+            }
           });
           break;
         case 1: defined([&] { p.verified(count(in, 40), count(in, 40), count(in, 4)); }); break;

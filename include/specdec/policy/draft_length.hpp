@@ -274,13 +274,23 @@ class draft_length_policy {
   /// of all is one token: it prices a draft token and a two-row verification at the least cost; longer
   /// lengths are tried from there while their forwards are still unmeasured (forward_cost's optimism).
   /// O(longest log R + R) for R row counts measured. \throws invalid_argument unless 0 <= context < contexts.
-  index_t choose(index_t context = 0) {
-    const acceptance_by_depth& acceptance = at(context, "specdec::policy::draft_length_policy::choose");
+  index_t choose(index_t context = 0) { return choose(context, longest_); }
+  /// As choose(context), for a drafter that has at most `available` tokens to offer this step (prompt
+  /// lookup near the end of its match, a suffix draft capped by its match length): the best length in
+  /// [0, min(available, longest)]. Cutting choose(context)'s length to `available` instead is not the
+  /// same: a length worth drafting at 8 tokens can cost more than it gains at 2 (three rows for at most
+  /// two tokens), and then the best is 0. O(min(available, longest) log R + R).
+  /// \throws invalid_argument unless 0 <= context < contexts and available >= 0.
+  index_t choose(index_t context, index_t available) {
+    constexpr const char* where = "specdec::policy::draft_length_policy::choose";
+    const acceptance_by_depth& acceptance = at(context, where);
+    SPECDEC_EXPECTS(available >= 0, where, "available = ", available, "; expected available >= 0");
+    const index_t longest = std::min(available, longest_);
     // The first evidence of all: a one-token probe. A context not yet verified otherwise starts from
     // every context's acceptance.
-    if (target_cost_(1) == 0 || (acceptance.empty() && all_.empty())) return std::min<index_t>(1, longest_);
-    const index_t length = best_draft_length(acceptance, target_cost_, draft_cost_(1), longest_, all_.pooled(), caution);
-    if (length > 0 || longest_ == 0) return length;
+    if (target_cost_(1) == 0 || (acceptance.empty() && all_.empty())) return std::min<index_t>(1, longest);
+    const index_t length = best_draft_length(acceptance, target_cost_, draft_cost_(1), longest, all_.pooled(), caution);
+    if (length > 0 || longest == 0) return length;
     probe_credit_ += probe_share * target_cost_(1);
     const double probe = target_cost_(2) - target_cost_(1) + draft_cost_(1);
     if (probe_credit_ < probe) return 0;
