@@ -11,8 +11,8 @@
 //                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
 //                     [--suffix-factor 1] [--trace] [--system-info]
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
-// policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), cut
-// to the policy's length. --shared-cache: one suffix cache per method for the whole prompts file,
+// policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), its
+// first nodes, as many as the policy chooses within what the draft offers (so does prompt lookup). --shared-cache: one suffix cache per method for the whole prompts file,
 // requests in file order, so later requests draft from earlier answers too (without it each request
 // drafts from its own prompt and output only); plain decoding is unchanged. --chat-template: a template
 // llama.cpp knows by name, for a GGUF without one (Gemma-3-270M's base model: "gemma"). --suffix-factor:
