@@ -24,8 +24,8 @@
 // run's output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each
 // prompt in the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own
 // programs are given by scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to
-// stderr (`TRACE method=<name> match=<matched suffix> length=<chosen> rows=<decoded> accepted=<n>
-// ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model
+// stderr (`TRACE method=<name> prompt=<index; -1: warm-up> match=<matched suffix> length=<chosen>
+// rows=<decoded> accepted=<n> ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model
 // and prints what llama.cpp runs it with, then exits: `SYSTEM <llama_print_system_info()>` (the
 // instruction sets ggml was built with), `CPU_EXTRA_BUFFER_TYPES <names>` (the weight layouts ggml's
 // CPU backend offers) and `MODEL_BUFFER_TYPES <names>` (those the model's weights went into);
@@ -224,7 +224,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step);
       if (trace != nullptr)
-        std::fprintf(stderr, "TRACE method=%s match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace,
+        std::fprintf(stderr, "TRACE method=%s prompt=%d match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace, request,
                      static_cast<long long>(match), static_cast<long long>(length), static_cast<long long>(tree.size()),
                      result.accepted_nodes.size(), 1e3 * seconds);
       if (match > 0) policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), context);

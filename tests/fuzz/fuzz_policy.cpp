@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               const index_t available = count(in, 40);
               const index_t length = p.choose(context, available);
               fuzz::require(length >= 0 && length <= p.longest() && length <= available,
-                            "choose(context, available) outside [0, min(available, longest)]", length, available, p.longest());
+                            "choose(context, available) outside [0, min(available, longest)]", length, available);
             } else {
               const index_t length = p.choose(context);
               fuzz::require(length >= 0 && length <= p.longest(), "choose() outside [0, longest]", length, p.longest());
