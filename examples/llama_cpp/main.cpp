@@ -10,26 +10,27 @@
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
 //                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
 //                     [--suffix-factor 1] [--trace] [--system-info]
-// `tree` drafts three continuations per step, merged into one tree within the rows of the chain the
-// policy chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), its
-// first nodes, as many as the policy chooses within what the draft offers (so does prompt lookup). --shared-cache: one suffix cache per method for the whole prompts file,
-// requests in file order, so later requests draft from earlier answers too (without it each request
-// drafts from its own prompt and output only); plain decoding is unchanged. --chat-template: a template
-// llama.cpp knows by name, for a GGUF without one (Gemma-3-270M's base model: "gemma"). --suffix-factor:
-// the suffix drafts' max_spec_factor (a match of m tokens drafts at most m x factor; vLLM's 1). --prompts: one prompt per line, a
-// JSON string. Each method's draft-length policy is kept across prompts, as an engine keeps it across
-// requests; --warmup FILE runs those prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median:
-// `RESULT engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain>
-// tau=<x> identical=<yes|no|n/a>`, then `TEXT prompt=<i> method=specdec_<name> <JSON string>` (the last
-// run's output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each
-// prompt in the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own
-// programs are given by scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to
-// stderr (`TRACE method=<name> prompt=<index; -1: warm-up> match=<matched suffix> length=<chosen>
-// rows=<decoded> accepted=<n> ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model
-// and prints what llama.cpp runs it with, then exits: `SYSTEM <llama_print_system_info()>` (the
-// instruction sets ggml was built with), `CPU_EXTRA_BUFFER_TYPES <names>` (the weight layouts ggml's
-// CPU backend offers) and `MODEL_BUFFER_TYPES <names>` (those the model's weights went into);
-// scripts/check_llama_cpp.sh fails when AMX is among them.
+// `tree` drafts three continuations per step, merged into one tree within the rows of the chain the policy
+// chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), its first
+// nodes, as many as the policy chooses within what the draft offers (so does prompt lookup). --shared-cache:
+// one suffix cache per method for the whole prompts file, requests in file order, so later requests draft
+// from earlier answers too (without it each request drafts from its own prompt and output only); plain
+// decoding is unchanged. --chat-template: a template llama.cpp knows by name, for a GGUF without one
+// (Gemma-3-270M's base model: "gemma"). --suffix-factor: the suffix drafts' max_spec_factor (a match of m
+// tokens drafts at most m x factor; vLLM's 1). --prompts: one prompt per line, a JSON string. Each method's
+// draft-length policy is kept across prompts, as an engine keeps it across requests; --warmup FILE runs those
+// prompts first, untimed. Methods run interleaved, --repeats rounds; per (prompt, method) the median: `RESULT
+// engine=llama.cpp quant=<q> prompt=<i> method=specdec_<name> tok_s=<x> speedup=<x vs plain> tau=<x>
+// identical=<yes|no|n/a>`, then `TEXT prompt=<i> method=specdec_<name> <JSON string>` (the last run's
+// output). Exit status 1 when a greedy output differs from plain decoding. --print-chat prints each prompt in
+// the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own programs are given by
+// scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to stderr (`TRACE method=<name>
+// prompt=<index; -1: warm-up> match=<matched suffix> length=<chosen> rows=<decoded> accepted=<n>
+// ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model and
+// prints what llama.cpp runs it with, then exits: `SYSTEM <llama_print_system_info()>` (the instruction sets
+// ggml was built with), `CPU_EXTRA_BUFFER_TYPES <names>` (the weight layouts ggml's CPU backend offers) and
+// `MODEL_BUFFER_TYPES <names>` (those the model's weights went into); scripts/check_llama_cpp.sh fails when
+// AMX is among them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
