@@ -19,8 +19,11 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 #if defined(__CUDACC__)
+#include <cuda_runtime.h>
 #include <thrust/copy.h>
 #include <thrust/device_ptr.h>
+
+#include <specdec/backend/detail/cuda_rows.cuh>
 #if defined(SPECDEC_USE_CUBLAS)
 #include <cublas_v2.h>
 #endif
@@ -31,6 +34,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -90,6 +95,55 @@ class thrust {
     external_ = base;
     external_bytes_ = bytes;
   }
+
+  /// Data faults (NaN, +inf, unnormalised rows, bad uniforms or indices) are raised by the call that
+  /// finds them (default), which on CUDA costs one host synchronisation per call. With
+  /// `defer_faults(true)` a CUDA backend never synchronises inside a call: the first fault is recorded
+  /// on the device and raised by the next `check_faults()` (one synchronisation), so calls can be
+  /// captured in a CUDA graph. Outputs of a faulted row are unspecified. Host systems always raise at
+  /// once (they have nothing to wait for); `check_faults()` is then a no-op.
+  void defer_faults(bool deferred) {
+    deferred_ = deferred && is_cuda;
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (deferred_) cuda_record();  // allocated here, never inside a call (which may be under graph capture)
+    }
+#endif
+  }
+  bool faults_deferred() const noexcept { return deferred_; }
+  /// Raises the first fault recorded since the last check (deferred mode) and clears it.
+  /// \throws invalid_argument naming the primitive, the argument and the row.
+  void check_faults() {
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (!record_) return;
+      auto* host = static_cast<detail::cuda_rows::fault_record*>(record_host_.get());
+      cuda_check("specdec::thrust::check_faults", cudaMemcpyAsync(host, record_.get(), sizeof *host,
+                                                                  cudaMemcpyDeviceToHost, stream()));
+      cuda_check("specdec::thrust::check_faults", cudaStreamSynchronize(stream()));
+      if (host->code == 0) return;
+      const detail::cuda_rows::fault_record got = *host;
+      cuda_check("specdec::thrust::check_faults", cudaMemsetAsync(record_.get(), 0, sizeof got, stream()));
+      detail::throw_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name), got.row,
+                          static_cast<detail::fault>(got.code));
+    }
+#endif
+  }
+
+#if defined(__CUDACC__)
+  /// CUDA: every kernel and copy of this backend goes to `stream` (default 0, the legacy default
+  /// stream). Thrust runs with `par_nosync.on(stream)`.
+  void set_stream(cudaStream_t stream)
+    requires std::is_same_v<System, thrust_system::cuda>
+  {
+    stream_ = stream;
+  }
+  cudaStream_t stream() const
+    requires std::is_same_v<System, thrust_system::cuda>
+  {
+    return static_cast<cudaStream_t>(stream_);
+  }
+#endif
 
   /// Scratch bytes any primitive needs for `rows` rows of `cols` entries and top-k size `k`: the
   /// maximum over the primitives, computed by running their layouts in count-only mode.
@@ -233,6 +287,20 @@ class thrust {
     const detail::row_chunks rc{probs.rows(), probs.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::sample, rc.rows, rc.cols, 1);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (cuda_fits(rc.count(), 1024)) {
+        const std::size_t shared = static_cast<std::size_t>(rc.count()) * (sizeof(detail::chunk_mass) + sizeof(double));
+        detail::cuda_rows::sample_kernel<V>
+            <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
+               stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(probs)), uniforms.data(), tokens.data(),
+                           cuda_sink(where, "probs", s.faults));
+        cuda_launched(where);
+        if (!deferred_) raise_faults(where, "probs", probs, s.faults, rc.rows, uniforms);
+        return;
+      }
+    }
+#endif
     const auto p = detail::untagged(matrix_view<const V, memory_space>(probs));
     for_each(rc.items(), detail::mass_partial_fn<V>{p, rc, s.masses});
     for_each(rc.rows, detail::sample_fn<V>{p, rc, s.masses, s.doubles, uniforms.data(), tokens.data(), s.faults});
@@ -251,20 +319,28 @@ class thrust {
     const detail::row_chunks rc{p.rows(), p.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::sample_residual, rc.rows, rc.cols, 1);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (cuda_fits(rc.count(), 512)) {
+        const std::size_t shared =
+            static_cast<std::size_t>(rc.count()) * (sizeof(detail::residual_chunk_mass) + 2 * sizeof(double));
+        detail::cuda_rows::sample_residual_kernel<V>
+            <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
+               stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(p)),
+                           cuda_rows_of(matrix_view<const V, memory_space>(q)), uniforms.data(), tokens.data(), fallback,
+                           cuda_sink(where, "p", s.faults, "q"));
+        cuda_launched(where);
+        if (!deferred_) raise_residual_faults(where, p, q, s.faults, rc.rows, uniforms);
+        return;
+      }
+    }
+#endif
     const auto pv = detail::untagged(matrix_view<const V, memory_space>(p));
     const auto qv = detail::untagged(matrix_view<const V, memory_space>(q));
     for_each(rc.items(), detail::residual_partial_fn<V>{pv, qv, rc, s.residual_masses});
     for_each(rc.rows, detail::sample_residual_fn<V>{pv, qv, rc, s.residual_masses, s.doubles, uniforms.data(),
                                                     tokens.data(), fallback, s.faults});
-    const std::vector<detail::fault> faults = fetch_faults(s.faults, rc.rows);
-    for (index_t r = 0; r < rc.rows; ++r) {
-      const auto f = faults[static_cast<std::size_t>(r)];
-      if (f == detail::fault::none) continue;
-      if (static_cast<std::int32_t>(f) >= 256)
-        raise_row(where, "q", q, r, static_cast<detail::fault>(static_cast<std::int32_t>(f) - 256));
-      if (f == detail::fault::uniform_out_of_range) raise_uniform(where, uniforms, r);
-      raise_row(where, "p", p, r, f);
-    }
+    raise_residual_faults(where, p, q, s.faults, rc.rows, uniforms);
   }
 
   /// See eigen::gather_rows.
@@ -277,6 +353,17 @@ class thrust {
     const index_t n = row_ids.rows();
     if (n == 0) return;
     scratch_layout s = scratch(layout_kind::gather, n, 1, 1);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      const index_t blocks = std::min<index_t>((x.cols() + 4 * detail::cuda_rows::threads - 1) / (4 * detail::cuda_rows::threads), 64);
+      detail::cuda_rows::gather_rows_kernel<V><<<cuda_grid(std::max<index_t>(blocks, 1), n), detail::cuda_rows::threads, 0, stream()>>>(
+          cuda_rows_of(matrix_view<const V, memory_space>(x)), row_ids.data(), n, out.data(), out.stride(0),
+          cuda_sink(where, "row_ids", s.faults));
+      cuda_launched(where);
+      if (!deferred_) raise_index_faults(where, "row_ids", s.faults, n);
+      return;
+    }
+#endif
     for_each(n, detail::gather_rows_fn<V>{detail::untagged(matrix_view<const V, memory_space>(x)), row_ids.data(),
                                           detail::untagged(out), s.faults});
     raise_index_faults(where, "row_ids", s.faults, n);
@@ -387,6 +474,7 @@ class thrust {
     scratch_layout s = scratch(layout_kind::gather, items, 1, 1);
     f.faults = s.faults;
     for_each(items, f);
+    if (fold_deferred(where, "q", s.faults, items)) return;
     const std::vector<detail::fault> host = fetch_faults(s.faults, items);
     for (index_t item = 0; item < items; ++item)
       if (host[static_cast<std::size_t>(item)] != detail::fault::none)
@@ -478,10 +566,74 @@ class thrust {
   }
 
   template <class F>
-  static void for_each(index_t n, F f) {
+  void for_each(index_t n, F f) const {
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      ::thrust::for_each(::thrust::cuda::par_nosync.on(stream()), ::thrust::counting_iterator<index_t>(0),
+                         ::thrust::counting_iterator<index_t>(n), f);
+      return;
+    }
+#endif
     ::thrust::for_each(System::policy(), ::thrust::counting_iterator<index_t>(0),
                        ::thrust::counting_iterator<index_t>(n), f);
   }
+
+  static constexpr bool is_cuda = std::is_same_v<memory_space, device_space>;
+
+#if defined(__CUDACC__)
+  static void cuda_check(const char* where, cudaError_t e) {
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string(where) + ": CUDA error " + cudaGetErrorName(e) + " (" +
+                               cudaGetErrorString(e) + ")");
+  }
+
+  /// The one-launch kernels take a row of up to `limit` slices / chunks (their partials live in shared
+  /// memory); longer rows use the generic work items.
+  static bool cuda_fits(index_t count, index_t limit) { return count >= 1 && count <= limit; }
+
+  static dim3 cuda_grid(index_t slices, index_t rows) {
+    return dim3(static_cast<unsigned>(slices),
+                static_cast<unsigned>(std::min<index_t>(rows, detail::cuda_rows::max_grid_rows)));
+  }
+
+  template <class V>
+  static detail::cuda_rows::rows_view<V> cuda_rows_of(const matrix_view<const V, memory_space>& m) {
+    return {m.data(), m.rows(), m.cols(), m.stride(0)};
+  }
+
+  /// Zeroed tickets, one per row; every kernel leaves them zero again. Grows (and synchronises) only
+  /// when a call has more rows than any before.
+  unsigned* cuda_tickets(index_t rows) {
+    if (static_cast<index_t>(tickets_.size()) < rows) {
+      tickets_.clear();
+      tickets_.resize(static_cast<std::size_t>(rows), 0u);
+    }
+    return detail::system_storage<System, unsigned>::raw(tickets_);
+  }
+
+  detail::cuda_rows::fault_record* cuda_record() {
+    if (!record_) {
+      void* d = nullptr;
+      void* h = nullptr;
+      cuda_check("specdec::thrust::defer_faults", cudaMalloc(&d, sizeof(detail::cuda_rows::fault_record)));
+      record_ = std::shared_ptr<void>(d, [](void* p) { cudaFree(p); });
+      cuda_check("specdec::thrust::defer_faults", cudaMallocHost(&h, sizeof(detail::cuda_rows::fault_record)));
+      record_host_ = std::shared_ptr<void>(h, [](void* p) { cudaFreeHost(p); });
+      cuda_check("specdec::thrust::defer_faults",
+                 cudaMemsetAsync(d, 0, sizeof(detail::cuda_rows::fault_record), stream()));
+    }
+    return static_cast<detail::cuda_rows::fault_record*>(record_.get());
+  }
+
+  detail::cuda_rows::fault_sink cuda_sink(const char* where, const char* name, detail::fault* faults,
+                                          const char* second = nullptr) {
+    const auto at = [](const char* p) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); };
+    return {faults, deferred_ ? cuda_record() : nullptr, at(where), at(name), at(second != nullptr ? second : name),
+            at("uniforms")};
+  }
+
+  void cuda_launched(const char* where) const { cuda_check(where, cudaGetLastError()); }
+#endif
 
 #if defined(__CUDACC__) && defined(SPECDEC_USE_CUBLAS)
   /// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major matrix with row
@@ -508,23 +660,27 @@ class thrust {
   // the class has one layout whether or not this translation unit sees cuBLAS.
   std::shared_ptr<void> cublas_;
 
+  // On CUDA both copies are ordered on the backend's stream; a download waits for it.
   template <class T>
-  static void copy_from_host(const T* src, std::size_t n, T* dst) {
+  void copy_from_host(const T* src, std::size_t n, T* dst) const {
     if constexpr (std::is_same_v<memory_space, host_space>) {
       std::copy_n(src, n, dst);
     } else {
 #if defined(__CUDACC__)
-      ::thrust::copy_n(src, n, ::thrust::device_pointer_cast(dst));
+      if (n == 0) return;
+      cuda_check("specdec::thrust::upload", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream()));
 #endif
     }
   }
   template <class T>
-  static void copy_to_host(const T* src, std::size_t n, T* dst) {
+  void copy_to_host(const T* src, std::size_t n, T* dst) const {
     if constexpr (std::is_same_v<memory_space, host_space>) {
       std::copy_n(src, n, dst);
     } else {
 #if defined(__CUDACC__)
-      ::thrust::copy_n(::thrust::device_pointer_cast(src), n, dst);
+      if (n == 0) return;
+      cuda_check("specdec::thrust::download", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream()));
+      cuda_check("specdec::thrust::download", cudaStreamSynchronize(stream()));
 #endif
     }
   }
@@ -544,15 +700,49 @@ class thrust {
       detail::throw_fault(where, name, r, f);
     }
   }
-  static void raise_uniform(const char* where, vector_view<const float, memory_space> uniforms, index_t r) {
+  void raise_uniform(const char* where, vector_view<const float, memory_space> uniforms, index_t r) const {
     float u = 0;
     copy_to_host(uniforms.data() + r, 1, &u);
     detail::throw_invalid_argument(where, "uniforms[", r, "] = ", u, " is outside [0, 1)");
   }
 
+  /// Deferred mode: folds a generic primitive's per-row faults into the device record (one launch).
+  /// Returns whether it did, i.e. whether the caller must not read the faults back now.
+  bool fold_deferred(const char* where, const char* name, const detail::fault* faults, index_t rows,
+                     const char* second = nullptr) {
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (!deferred_) return false;
+      const unsigned blocks = static_cast<unsigned>(std::min<index_t>((rows + 255) / 256, 1024));
+      detail::cuda_rows::fold_faults_kernel<><<<blocks, 256, 0, stream()>>>(
+          faults, rows, cuda_sink(where, name, const_cast<detail::fault*>(faults), second));
+      cuda_launched(where);
+      return true;
+    }
+#endif
+    (void)where, (void)name, (void)faults, (void)rows, (void)second;
+    return false;
+  }
+
+  template <class T>
+  void raise_residual_faults(const char* where, const matrix_view<T, memory_space>& p, const matrix_view<T, memory_space>& q,
+                             const detail::fault* fault_rows, index_t rows, vector_view<const float, memory_space> uniforms) {
+    if (fold_deferred(where, "p", fault_rows, rows, "q")) return;
+    const std::vector<detail::fault> faults = fetch_faults(fault_rows, rows);
+    for (index_t r = 0; r < rows; ++r) {
+      const auto f = faults[static_cast<std::size_t>(r)];
+      if (f == detail::fault::none) continue;
+      if (static_cast<std::int32_t>(f) >= 256)
+        raise_row(where, "q", q, r, static_cast<detail::fault>(static_cast<std::int32_t>(f) - 256));
+      if (f == detail::fault::uniform_out_of_range) raise_uniform(where, uniforms, r);
+      raise_row(where, "p", p, r, f);
+    }
+  }
+
   template <class T>
   void raise_faults(const char* where, const char* name, const matrix_view<T, memory_space>& m,
                     const detail::fault* faults, index_t rows, vector_view<const float, memory_space> uniforms = {}) {
+    if (fold_deferred(where, name, faults, rows)) return;
     const std::vector<detail::fault> host = fetch_faults(faults, rows);
     for (index_t r = 0; r < rows; ++r) {
       const auto f = host[static_cast<std::size_t>(r)];
@@ -562,6 +752,7 @@ class thrust {
     }
   }
   void raise_index_faults(const char* where, const char* name, const detail::fault* faults, index_t rows) {
+    if (fold_deferred(where, name, faults, rows)) return;
     const std::vector<detail::fault> host = fetch_faults(faults, rows);
     for (index_t r = 0; r < rows; ++r)
       if (host[static_cast<std::size_t>(r)] != detail::fault::none)
@@ -577,6 +768,21 @@ class thrust {
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::argmax, rc.rows, rc.cols, 1);
     auto* partial = static_cast<detail::argmax_result<V>*>(s.argmax);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      static_assert(reduce_chunk == detail::cuda_rows::slice);
+      if (cuda_fits(rc.count(), 2048)) {
+        detail::cuda_rows::argmax_kernel<V>
+            <<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
+               static_cast<std::size_t>(rc.count()) * sizeof(detail::argmax_result<V>), stream()>>>(
+                cuda_rows_of(matrix_view<const V, memory_space>(logits)), partial, cuda_tickets(rc.rows), index, value,
+                cuda_sink(where, "logits", s.faults));
+        cuda_launched(where);
+        if (!deferred_) raise_faults(where, "logits", logits, s.faults, rc.rows);
+        return;
+      }
+    }
+#endif
     const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
     for_each(rc.items(), detail::argmax_partial_fn<V>{x, rc, partial});
     for_each(rc.rows, detail::argmax_combine_fn<V>{rc, partial, index, value, s.faults});
@@ -590,6 +796,22 @@ class thrust {
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::logsumexp, rc.rows, rc.cols, 1);
     auto* partial = static_cast<detail::lse_partial<V>*>(s.lse);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (cuda_fits(rc.count(), 2048)) {
+        detail::cuda_rows::logsumexp_kernel<V>
+            <<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
+               static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<V>), stream()>>>(
+                cuda_rows_of(matrix_view<const V, memory_space>(logits)), inv_t, partial, cuda_tickets(rc.rows),
+                static_cast<detail::lse_partial<V>*>(s.row_stats), lse, masked_rows_allowed,
+                cuda_sink(where, "logits", s.faults));
+        cuda_launched(where);
+        if (!deferred_) raise_faults(where, "logits", logits, s.faults, rc.rows);
+        last_stats_ = s;
+        return;
+      }
+    }
+#endif
     const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
     for_each(rc.items(), detail::lse_partial_fn<V>{x, rc, inv_t, partial});
     for_each(rc.rows, detail::lse_combine_fn<V>{rc, partial, inv_t, static_cast<detail::lse_partial<V>*>(s.row_stats),
@@ -617,6 +839,17 @@ class thrust {
     }
     const V inv_t = V(1) / temperature;
     lse_impl<V>(where, logits, inv_t, nullptr, false);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda) {
+      if (cuda_fits(rc.count(), 2048)) {
+        detail::cuda_rows::normalise_kernel<V, Log><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads, 0, stream()>>>(
+            cuda_rows_of(matrix_view<const V, memory_space>(logits)), out.data(), out.stride(0), inv_t,
+            static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats), last_stats_.faults);
+        cuda_launched(where);
+        return;
+      }
+    }
+#endif
     for_each(rc.items(), detail::normalise_fn<V, Log>{x, detail::untagged(out), rc, inv_t,
                                                      static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats),
                                                      rc.rows * rc.cols * index_t{sizeof(V)} >= detail::streaming_output_bytes});
@@ -632,6 +865,21 @@ class thrust {
     const index_t slot = topk_slot(k, reduce_chunk);
     auto* cand_values = static_cast<V*>(s.topk_values);
     auto* stats = static_cast<detail::lse_partial<V>*>(s.lse);
+#if defined(__CUDACC__)
+    if constexpr (is_cuda && std::is_same_v<V, float>) {
+      if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), 1000)) {
+        detail::cuda_rows::topk_kernel<float><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
+                                         static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<float>),
+                                         stream()>>>(
+            cuda_rows_of(matrix_view<const V, memory_space>(logits)), k, k, inv_t, cand_values, s.topk_indices, stats,
+            cuda_tickets(rc.rows), values.data(), values.stride(0), indices.data(), indices.stride(0), lse,
+            cuda_sink(where, "logits", s.faults));
+        cuda_launched(where);
+        if (!deferred_) raise_faults(where, "logits", logits, s.faults, rc.rows);
+        return;
+      }
+    }
+#endif
     const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
     for_each(rc.items(), detail::topk_partial_fn<V>{x, rc, k, slot, small_k, inv_t, cand_values, s.topk_indices, stats});
     for_each(rc.rows, detail::topk_merge_fn<V>{rc, k, slot, cand_values, s.topk_indices, stats, inv_t, s.heads,
@@ -640,6 +888,10 @@ class thrust {
   }
 
   typename detail::system_storage<System, std::byte>::type arena_;
+  typename detail::system_storage<System, unsigned>::type tickets_;  // CUDA: per-row tickets, zero between calls
+  void* stream_ = nullptr;                                          // CUDA: cudaStream_t
+  bool deferred_ = false;
+  std::shared_ptr<void> record_, record_host_;  // CUDA: the device fault record and its pinned host copy
   void* external_ = nullptr;
   std::size_t external_bytes_ = 0;
   scratch_layout last_stats_{};

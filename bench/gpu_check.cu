@@ -1,0 +1,661 @@
+// SPDX-License-Identifier: Apache-2.0
+// gpu_check: proves specdec::thrust<cuda> on a real GPU, in one run (scripts/gpu_check.sh).
+//
+//  1. the device, and its streaming-read bandwidth measured here (the limit every figure is a share of);
+//  2. every row primitive against thrust<cpp> on rows {1, 8, 64} x V {32000, 128256, 151936, 262144} and on
+//     adversarial rows (ties, all -inf, NaN, +inf, maximum first / last, odd V, padded row stride):
+//     integers and sampled tokens exact, floats within the tolerance printed beside each check;
+//  3. deferred faults (no synchronisation inside a call) and a CUDA graph captured and replayed;
+//  4. per primitive and shape: median and p90 time (CUDA events, inputs rotated through a pool larger
+//     than L2), GB/s, percent of the measured read bandwidth, launches per call (graph nodes of one
+//     captured call) and host synchronisations per call.
+// Options: --quick (a small subset: for compute-sanitizer), --csv FILE, --no-timing.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <specdec/backend/thrust.hpp>
+
+using device_backend = specdec::thrust<specdec::thrust_system::cuda>;
+using host_backend = specdec::thrust<specdec::thrust_system::cpp>;
+using specdec::device_space;
+using specdec::host_space;
+using specdec::index_t;
+template <class T>
+using dmat = specdec::matrix_view<T, device_space>;
+template <class T>
+using dvec = specdec::vector_view<T, device_space>;
+template <class T>
+using hmat = specdec::matrix_view<T, host_space>;
+template <class T>
+using hvec = specdec::vector_view<T, host_space>;
+
+namespace {
+
+int failures = 0;
+int checks = 0;
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+void report(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+/// Device memory of n T, freed at scope exit.
+template <class T>
+struct dbuf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit dbuf(std::size_t count) : n(count) { cuda_ok(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
+  ~dbuf() { cudaFree(p); }
+  dbuf(const dbuf&) = delete;
+  dbuf& operator=(const dbuf&) = delete;
+  void put(const std::vector<T>& h) { cuda_ok(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  std::vector<T> get(std::size_t count) const {
+    std::vector<T> h(count);
+    cuda_ok(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  void poison() { cuda_ok(cudaMemset(p, 0xff, n * sizeof(T)), "poison"); }
+};
+
+// ---- bandwidth ---------------------------------------------------------------------------------------
+__global__ void read_kernel(const float4* x, std::size_t n, float* sink) {
+  float acc = 0.0f;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const float4 v = __ldcs(x + i);
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 1234.5f) sink[0] = acc;  // never true on the data used; keeps the loads
+}
+
+double measure_read_bandwidth(cudaStream_t stream, int sms) {
+  const std::size_t bytes = std::size_t(2) << 30;
+  dbuf<float4> x(bytes / sizeof(float4));
+  dbuf<float> sink(1);
+  cuda_ok(cudaMemset(x.p, 0, bytes), "memset");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> gbps;
+  for (int rep = 0; rep < 12; ++rep) {
+    cudaEventRecord(a, stream);
+    read_kernel<<<sms * 8, 512, 0, stream>>>(x.p, x.n, sink.p);
+    cudaEventRecord(b, stream);
+    cuda_ok(cudaEventSynchronize(b), "bandwidth");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    if (rep >= 2) gbps.push_back(double(bytes) / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(gbps.begin(), gbps.end());
+  return gbps[gbps.size() / 2];
+}
+
+// ---- data --------------------------------------------------------------------------------------------
+std::vector<float> random_logits(index_t rows, index_t cols, index_t stride, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(static_cast<std::size_t>(rows * stride), -7.0f);  // padding holds junk, never read
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(r * stride + c)] = normal(rng);
+  return x;
+}
+
+std::vector<float> uniforms_for(index_t rows, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(rows));
+  for (auto& x : v) x = std::min(u(rng), 0.99999994f);
+  if (rows > 1) v[0] = 0.0f;
+  if (rows > 2) v[1] = 0.99999994f;
+  return v;
+}
+
+bool close(float a, float b, float rel, float abs_tol) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= abs_tol + rel * std::fabs(b);
+}
+
+std::string shape_name(const char* what, index_t rows, index_t cols, index_t stride) {
+  char s[160];
+  std::snprintf(s, sizeof s, "%s rows=%lld V=%lld stride=%lld", what, static_cast<long long>(rows),
+                static_cast<long long>(cols), static_cast<long long>(stride));
+  return s;
+}
+
+/// Runs one primitive on both backends; returns the error messages ("" when it did not throw).
+struct both_threw {
+  std::string host, device;
+};
+both_threw run_both(const std::function<void()>& host, const std::function<void()>& device) {
+  both_threw t;
+  try {
+    host();
+  } catch (const specdec::invalid_argument& e) {
+    t.host = e.what();
+  }
+  try {
+    device();
+  } catch (const specdec::invalid_argument& e) {
+    t.device = e.what();
+  }
+  return t;
+}
+
+// ---- correctness on one shape ---------------------------------------------------------------------------
+void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols, index_t stride, std::uint32_t seed,
+                 const std::vector<float>* given = nullptr) {
+  const std::vector<float> hx = given != nullptr ? *given : random_logits(rows, cols, stride, seed);
+  dbuf<float> dx(hx.size());
+  dx.put(hx);
+  const hmat<const float> hxv(hx.data(), rows, cols, stride, 1);
+  const dmat<const float> dxv(dx.p, rows, cols, stride, 1);
+  const auto name = [&](const char* what) { return shape_name(what, rows, cols, stride); };
+  const std::size_t R = static_cast<std::size_t>(rows);
+
+  {  // argmax and max
+    std::vector<std::int32_t> hi(R);
+    std::vector<float> hv(R), hm(R);
+    dbuf<std::int32_t> di(R);
+    dbuf<float> dv(R), dm(R);
+    di.poison();
+    dv.poison();
+    dm.poison();
+    const auto t = run_both(
+        [&] {
+          h.row_argmax(hxv, hvec<std::int32_t>(hi.data(), rows), hvec<float>(hv.data(), rows));
+          h.row_max(hxv, hvec<float>(hm.data(), rows));
+        },
+        [&] {
+          d.row_argmax(dxv, dvec<std::int32_t>(di.p, rows), dvec<float>(dv.p, rows));
+          d.row_max(dxv, dvec<float>(dm.p, rows));
+        });
+    report(t.host.empty() == t.device.empty(), name("argmax: both raise or neither") + " host='" + t.host + "' device='" + t.device + "'");
+    if (t.host.empty() && t.device.empty()) {
+      report(di.get(R) == hi, name("argmax indices exact"));
+      report(dv.get(R) == hv, name("argmax values exact"));
+      report(dm.get(R) == hm, name("max exact"));
+    }
+  }
+  {  // log-sum-exp at T = 0.7
+    std::vector<float> hl(R);
+    dbuf<float> dl(R);
+    dl.poison();
+    const auto t = run_both([&] { h.row_logsumexp(hxv, 0.7f, hvec<float>(hl.data(), rows)); },
+                            [&] { d.row_logsumexp(dxv, 0.7f, dvec<float>(dl.p, rows)); });
+    report(t.host.empty() == t.device.empty(), name("logsumexp: both raise or neither") + " host='" + t.host + "' device='" + t.device + "'");
+    if (t.host.empty() && t.device.empty()) {
+      const auto got = dl.get(R);
+      bool ok = true;
+      for (std::size_t r = 0; r < R; ++r) ok = ok && close(got[r], hl[r], 2e-6f, 2e-6f);
+      report(ok, name("logsumexp within 2e-6 relative"));
+    }
+  }
+  for (const index_t k : {index_t(1), index_t(8), index_t(64), index_t(256)}) {  // top-k, plain and fused
+    if (k > cols) continue;
+    const std::size_t n = R * static_cast<std::size_t>(k);
+    for (const bool fused : {false, true}) {
+      std::vector<float> hv(n), hl(R);
+      std::vector<std::int32_t> hi(n);
+      dbuf<float> dv(n), dl(R);
+      dbuf<std::int32_t> di(n);
+      dv.poison();
+      di.poison();
+      dl.poison();
+      const auto t = run_both(
+          [&] {
+            if (fused)
+              h.row_topk_logsumexp(hxv, k, 0.7f, hmat<float>(hv.data(), rows, k), hmat<std::int32_t>(hi.data(), rows, k),
+                                   hvec<float>(hl.data(), rows));
+            else
+              h.row_topk(hxv, k, hmat<float>(hv.data(), rows, k), hmat<std::int32_t>(hi.data(), rows, k));
+          },
+          [&] {
+            if (fused)
+              d.row_topk_logsumexp(dxv, k, 0.7f, dmat<float>(dv.p, rows, k), dmat<std::int32_t>(di.p, rows, k),
+                                   dvec<float>(dl.p, rows));
+            else
+              d.row_topk(dxv, k, dmat<float>(dv.p, rows, k), dmat<std::int32_t>(di.p, rows, k));
+          });
+      const std::string what = std::string(fused ? "topk_logsumexp" : "topk") + " k=" + std::to_string(k);
+      report(t.host.empty() == t.device.empty(),
+             name((what + ": both raise or neither").c_str()) + " host='" + t.host + "' device='" + t.device + "'");
+      if (!t.host.empty() || !t.device.empty()) continue;
+      report(di.get(n) == hi, name((what + " indices exact").c_str()));
+      const auto gv = dv.get(n);
+      if (fused) {
+        bool ok = true;
+        for (std::size_t i = 0; i < n; ++i) ok = ok && close(gv[i], hv[i], 2e-6f, 4e-6f);
+        const auto gl = dl.get(R);
+        for (std::size_t r = 0; r < R; ++r) ok = ok && close(gl[r], hl[r], 2e-6f, 2e-6f);
+        report(ok, name((what + " values and lse within 2e-6 relative").c_str()));
+      } else {
+        report(gv == hv, name((what + " values exact").c_str()));
+      }
+    }
+  }
+  for (const bool log : {false, true}) {  // softmax and log-softmax at T = 0.7, into a packed output
+    const std::size_t n = R * static_cast<std::size_t>(cols);
+    std::vector<float> ho(n);
+    dbuf<float> dout(n);
+    dout.poison();
+    const auto t = run_both(
+        [&] {
+          if (log)
+            h.row_log_softmax(hxv, 0.7f, hmat<float>(ho.data(), rows, cols));
+          else
+            h.row_softmax(hxv, 0.7f, hmat<float>(ho.data(), rows, cols));
+        },
+        [&] {
+          if (log)
+            d.row_log_softmax(dxv, 0.7f, dmat<float>(dout.p, rows, cols));
+          else
+            d.row_softmax(dxv, 0.7f, dmat<float>(dout.p, rows, cols));
+        });
+    const char* what = log ? "log_softmax" : "softmax";
+    report(t.host.empty() == t.device.empty(),
+           name((std::string(what) + ": both raise or neither").c_str()) + " host='" + t.host + "' device='" + t.device + "'");
+    if (!t.host.empty() || !t.device.empty()) continue;
+    const auto got = dout.get(n);
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double err = log ? std::fabs(got[i] - ho[i]) / (1.0 + std::fabs(ho[i]))
+                             : std::fabs(got[i] - ho[i]) / (1e-30 + std::fabs(ho[i]));
+      if (!(err <= 4e-6) && !(log ? false : std::fabs(got[i] - ho[i]) < 1e-37)) worst = std::max(worst, std::isnan(err) ? 1.0 : err);
+    }
+    report(worst == 0, name((std::string(what) + " within 4e-6 relative").c_str()) + " worst=" + std::to_string(worst));
+  }
+  {  // sampling from the host's softmax (the same probabilities, bit for bit, on both backends)
+    const std::size_t n = R * static_cast<std::size_t>(cols);
+    std::vector<float> probs(n), probs_q(n);
+    bool ok_inputs = true;
+    try {
+      h.row_softmax(hxv, 1.0f, hmat<float>(probs.data(), rows, cols));
+      h.row_softmax(hxv, 1.6f, hmat<float>(probs_q.data(), rows, cols));
+    } catch (const specdec::invalid_argument&) {
+      ok_inputs = false;  // rows without a distribution: sampling is checked on the valid shapes
+    }
+    if (ok_inputs) {
+      dbuf<float> dp(n), dq(n), du(R);
+      dp.put(probs);
+      dq.put(probs_q);
+      const auto u = uniforms_for(rows, seed + 1);
+      du.put(u);
+      std::vector<std::int32_t> ht(R);
+      dbuf<std::int32_t> dt(R);
+      dt.poison();
+      h.row_sample(hmat<const float>(probs.data(), rows, cols), hvec<const float>(u.data(), rows),
+                   hvec<std::int32_t>(ht.data(), rows));
+      d.row_sample(dmat<const float>(dp.p, rows, cols), dvec<const float>(du.p, rows), dvec<std::int32_t>(dt.p, rows));
+      report(dt.get(R) == ht, name("sample tokens identical to thrust<cpp>"));
+      for (const auto fallback : {specdec::empty_residual::sample_target, specdec::empty_residual::token_zero,
+                                  specdec::empty_residual::last_token}) {
+        for (const bool same : {false, true}) {  // same: p == q, the residual is empty
+          dt.poison();
+          const float* q_host = same ? probs.data() : probs_q.data();
+          const float* q_dev = same ? dp.p : dq.p;
+          h.row_sample_residual(hmat<const float>(probs.data(), rows, cols), hmat<const float>(q_host, rows, cols),
+                                hvec<const float>(u.data(), rows), hvec<std::int32_t>(ht.data(), rows), fallback);
+          d.row_sample_residual(dmat<const float>(dp.p, rows, cols), dmat<const float>(q_dev, rows, cols),
+                                dvec<const float>(du.p, rows), dvec<std::int32_t>(dt.p, rows), fallback);
+          report(dt.get(R) == ht, name("residual sample tokens identical") + " fallback=" +
+                                      std::to_string(static_cast<int>(fallback)) + (same ? " p==q" : ""));
+        }
+      }
+    }
+  }
+  {  // gathers
+    const index_t n = std::min<index_t>(rows, 5);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7 + 3) % rows);
+    dbuf<std::int32_t> dids(ids.size());
+    dids.put(ids);
+    std::vector<float> ho(static_cast<std::size_t>(n * cols));
+    dbuf<float> dout(ho.size());
+    h.gather_rows(hxv, hvec<const std::int32_t>(ids.data(), n), hmat<float>(ho.data(), n, cols));
+    d.gather_rows(dxv, dvec<const std::int32_t>(dids.p, n), dmat<float>(dout.p, n, cols));
+    report(dout.get(ho.size()) == ho, name("gather_rows exact"));
+    const index_t m = 6;
+    std::vector<std::int32_t> cids(static_cast<std::size_t>(rows * m));
+    for (std::size_t i = 0; i < cids.size(); ++i) cids[i] = static_cast<std::int32_t>((i * 104729) % static_cast<std::size_t>(cols));
+    dbuf<std::int32_t> dcids(cids.size());
+    dcids.put(cids);
+    std::vector<float> he(static_cast<std::size_t>(rows * m));
+    dbuf<float> de(he.size());
+    h.gather_elements(hxv, hmat<const std::int32_t>(cids.data(), rows, m), hmat<float>(he.data(), rows, m));
+    d.gather_elements(dxv, dmat<const std::int32_t>(dcids.p, rows, m), dmat<float>(de.p, rows, m));
+    report(de.get(he.size()) == he, name("gather_elements exact"));
+  }
+}
+
+/// Rows built to break kernels: ties, maximum first / last, -inf masks, then faulting rows.
+void check_adversarial(device_backend& d, host_backend& h, index_t cols, index_t stride) {
+  const index_t rows = 5;
+  std::vector<float> x = random_logits(rows, cols, stride, 99);
+  const auto at = [&](index_t r, index_t c) -> float& { return x[static_cast<std::size_t>(r * stride + c)]; };
+  for (index_t c = 0; c < cols; ++c) at(0, c) = 1.5f;                       // all tied
+  at(1, 0) = 50.0f;                                                        // maximum first
+  at(2, cols - 1) = 50.0f;                                                 // maximum last
+  for (index_t c = 0; c < cols; ++c) at(3, c) = c % 3 == 0 ? 2.0f : -HUGE_VALF;  // mostly masked, ties
+  for (index_t c = 0; c < cols; ++c) at(4, c) = (c % 2 == 0 ? -0.0f : 0.0f);      // signed zeros tie
+  check_shape(d, h, rows, cols, stride, 7, &x);
+  // Faulting rows: NaN, +inf, all -inf (each alone in row 2 of 3).
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> y = random_logits(3, cols, stride, 5);
+    for (index_t c = 0; c < cols; ++c) {
+      float& v = y[static_cast<std::size_t>(2 * stride + c)];
+      if (kind == 2) v = -HUGE_VALF;
+      if (kind < 2 && c == cols / 2) v = kind == 0 ? std::numeric_limits<float>::quiet_NaN() : HUGE_VALF;
+    }
+    check_shape(d, h, 3, cols, stride, 8, &y);
+  }
+}
+
+/// Deferred faults: a NaN row does not throw at the call; check_faults() does, once.
+void check_deferred(device_backend& d) {
+  const index_t rows = 4, cols = 5000;
+  std::vector<float> x = random_logits(rows, cols, cols, 3);
+  x[static_cast<std::size_t>(2 * cols + 17)] = std::numeric_limits<float>::quiet_NaN();
+  dbuf<float> dx(x.size());
+  dx.put(x);
+  dbuf<std::int32_t> di(rows);
+  d.defer_faults(true);
+  bool threw_at_call = false, threw_at_check = false, threw_again = false;
+  std::string message;
+  try {
+    d.row_argmax(dmat<const float>(dx.p, rows, cols), dvec<std::int32_t>(di.p, rows));
+  } catch (const specdec::invalid_argument&) {
+    threw_at_call = true;
+  }
+  try {
+    d.check_faults();
+  } catch (const specdec::invalid_argument& e) {
+    threw_at_check = true;
+    message = e.what();
+  }
+  try {
+    d.check_faults();
+  } catch (const specdec::invalid_argument&) {
+    threw_again = true;
+  }
+  d.defer_faults(false);
+  report(!threw_at_call && threw_at_check && !threw_again &&
+             message.find("row 2") != std::string::npos && message.find("row_argmax") != std::string::npos,
+         "deferred faults: raised by check_faults once, naming row 2 (message: '" + message + "')");
+}
+
+// ---- timing -------------------------------------------------------------------------------------------
+struct timing {
+  double median_us, p90_us;
+};
+
+struct op {
+  const char* name;
+  index_t k;
+  double bytes_per_entry;  // read (+ written) per logit
+  std::function<void(device_backend&, const float*, index_t, index_t, void*)> call;
+};
+
+timing time_op(device_backend& d, const op& o, index_t rows, index_t cols, const std::vector<float*>& pool, void* out,
+               cudaStream_t stream, int reps) {
+  std::vector<cudaEvent_t> ev(static_cast<std::size_t>(2 * reps));
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int w = 0; w < 3; ++w) o.call(d, pool[static_cast<std::size_t>(w) % pool.size()], rows, cols, out);
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(ev[static_cast<std::size_t>(2 * i)], stream);
+    o.call(d, pool[static_cast<std::size_t>(i + 3) % pool.size()], rows, cols, out);
+    cudaEventRecord(ev[static_cast<std::size_t>(2 * i + 1)], stream);
+  }
+  cuda_ok(cudaStreamSynchronize(stream), "timing");
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev[static_cast<std::size_t>(2 * i)], ev[static_cast<std::size_t>(2 * i + 1)]);
+    us.push_back(ms * 1e3);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 9 / 10)]};
+}
+
+/// Kernel launches of one call: the nodes of a graph captured around it (a call that synchronised
+/// could not be captured: reported as -1).
+int launches_per_call(device_backend& d, const op& o, float* x, index_t rows, index_t cols, void* out, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+  bool threw = false;
+  try {
+    o.call(d, x, rows, cols, out);
+  } catch (...) {
+    threw = true;
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  cudaGetLastError();
+  if (threw || end != cudaSuccess || graph == nullptr) return -1;
+  std::size_t nodes = 0;
+  cudaGraphGetNodes(graph, nullptr, &nodes);
+  cudaGraphDestroy(graph);
+  return static_cast<int>(nodes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, timing_on = true;
+  std::string csv_path = "gpu_check.csv";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--no-timing") == 0) timing_on = false;
+    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
+  }
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::printf("device: %s, sm_%d%d, %d SMs, L2 %d MiB, %.1f GiB; driver API %d, runtime %d\n", prop.name, prop.major,
+              prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, double(prop.totalGlobalMem) / (1 << 30),
+              driver, runtime);
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  device_backend d;
+  d.set_stream(stream);
+  host_backend h;
+
+  const double read_gbps = quick ? 0.0 : measure_read_bandwidth(stream, prop.multiProcessorCount);
+  if (!quick) std::printf("measured streaming read bandwidth: %.0f GB/s\n", read_gbps);
+
+  // ---- correctness
+  const std::vector<index_t> all_rows = quick ? std::vector<index_t>{1, 8} : std::vector<index_t>{1, 8, 64};
+  const std::vector<index_t> all_cols =
+      quick ? std::vector<index_t>{32000, 151936} : std::vector<index_t>{32000, 128256, 151936, 262144};
+  for (const index_t rows : all_rows)
+    for (const index_t cols : all_cols) check_shape(d, h, rows, cols, cols, static_cast<std::uint32_t>(rows * 7 + cols));
+  for (const index_t cols : {index_t(7), index_t(4097), index_t(32001)}) check_adversarial(d, h, cols, cols + 5);
+  if (!quick) check_shape(d, h, 3, 128256, 128256 + 3, 11);  // a row stride that breaks 16-byte alignment
+  check_deferred(d);
+  std::printf("correctness: %d checks, %d failed\n", checks, failures);
+
+  // ---- ops timed and counted
+  struct outputs {
+    dbuf<std::int32_t> idx{64 * 256};
+    dbuf<float> val{64 * 256};
+    dbuf<float> lse{64};
+    dbuf<float> uni{64};
+  };
+  const std::vector<op> ops = {
+      {"argmax", 1, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_argmax(dmat<const float>(x, r, c), dvec<std::int32_t>(out->idx.p, r));
+       }},
+      {"max", 1, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         b.row_max(dmat<const float>(x, r, c), dvec<float>(static_cast<outputs*>(o)->val.p, r));
+       }},
+      {"logsumexp", 1, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         b.row_logsumexp(dmat<const float>(x, r, c), 1.0f, dvec<float>(static_cast<outputs*>(o)->lse.p, r));
+       }},
+      {"topk8", 8, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_topk(dmat<const float>(x, r, c), 8, dmat<float>(out->val.p, r, 8), dmat<std::int32_t>(out->idx.p, r, 8));
+       }},
+      {"topk64", 64, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_topk(dmat<const float>(x, r, c), 64, dmat<float>(out->val.p, r, 64), dmat<std::int32_t>(out->idx.p, r, 64));
+       }},
+      {"topk256", 256, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_topk(dmat<const float>(x, r, c), 256, dmat<float>(out->val.p, r, 256), dmat<std::int32_t>(out->idx.p, r, 256));
+       }},
+      {"topk64_logsumexp", 64, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_topk_logsumexp(dmat<const float>(x, r, c), 64, 1.0f, dmat<float>(out->val.p, r, 64),
+                              dmat<std::int32_t>(out->idx.p, r, 64), dvec<float>(out->lse.p, r));
+       }},
+      {"softmax", 1, 8, [](device_backend& b, const float* x, index_t r, index_t c, void*) {
+         // in place: read and write the same rows (8 bytes per entry)
+         b.row_softmax(dmat<const float>(x, r, c), 1.0f, dmat<float>(const_cast<float*>(x), r, c));
+       }},
+      {"log_softmax", 1, 8, [](device_backend& b, const float* x, index_t r, index_t c, void*) {
+         b.row_log_softmax(dmat<const float>(x, r, c), 1.0f, dmat<float>(const_cast<float*>(x), r, c));
+       }},
+      {"sample", 1, 4, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_sample(dmat<const float>(x, r, c), dvec<const float>(out->uni.p, r), dvec<std::int32_t>(out->idx.p, r));
+       }},
+      {"sample_residual", 1, 8, [](device_backend& b, const float* x, index_t r, index_t c, void* o) {
+         auto* out = static_cast<outputs*>(o);
+         b.row_sample_residual(dmat<const float>(x, r, c), dmat<const float>(x, r, c), dvec<const float>(out->uni.p, r),
+                               dvec<std::int32_t>(out->idx.p, r));
+       }},
+  };
+
+  // ---- CUDA graph: a sequence of primitives captured once, replayed, outputs equal to eager calls
+  {
+    const index_t rows = 8, cols = 128256;
+    const std::vector<float> hx = random_logits(rows, cols, cols, 21);
+    std::vector<float> probs(hx.size());
+    h.row_softmax(hmat<const float>(hx.data(), rows, cols), 1.0f, hmat<float>(probs.data(), rows, cols));
+    dbuf<float> dx(hx.size()), dp(probs.size()), du(rows);
+    dx.put(hx);
+    dp.put(probs);
+    du.put(uniforms_for(rows, 4));
+    dbuf<std::int32_t> a(rows), t(rows * 64), s(rows);
+    dbuf<float> v(rows * 64);
+    const auto sequence = [&] {
+      d.row_argmax(dmat<const float>(dx.p, rows, cols), dvec<std::int32_t>(a.p, rows));
+      d.row_topk(dmat<const float>(dx.p, rows, cols), 64, dmat<float>(v.p, rows, 64), dmat<std::int32_t>(t.p, rows, 64));
+      d.row_sample(dmat<const float>(dp.p, rows, cols), dvec<const float>(du.p, rows), dvec<std::int32_t>(s.p, rows));
+    };
+    sequence();  // eager, and warms the scratch
+    cuda_ok(cudaStreamSynchronize(stream), "eager");
+    const auto ea = a.get(rows), et = t.get(rows * 64), es = s.get(rows);
+    a.poison();
+    t.poison();
+    s.poison();
+    cuda_ok(cudaStreamSynchronize(stream), "poison");
+    d.defer_faults(true);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    try {
+      sequence();
+    } catch (const std::exception& e) {
+      std::printf("capture threw: %s\n", e.what());
+      ok = false;
+    }
+    ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    for (int i = 0; ok && i < 10; ++i) ok = cudaGraphLaunch(exec, stream) == cudaSuccess;
+    ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
+    d.check_faults();
+    d.defer_faults(false);
+    report(ok && a.get(rows) == ea && t.get(rows * 64) == et && s.get(rows) == es,
+           "CUDA graph: argmax + top-64 + sample captured, replayed 10 times, outputs equal to eager calls");
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+
+  if (timing_on && !quick) {
+    FILE* csv = std::fopen(csv_path.c_str(), "w");
+    std::fprintf(csv, "impl,op,rows,V,median_us,p90_us,GBps,pct_read_bw,launches,syncs\n");
+    std::printf("\n%-18s %5s %7s %10s %10s %8s %7s %8s %5s\n", "op", "rows", "V", "median_us", "p90_us", "GB/s", "%bw",
+                "launches", "syncs");
+    outputs out;
+    std::vector<float> u(64, 0.37f);
+    out.uni.put(u);
+    d.defer_faults(true);  // the engine's mode: no synchronisation inside a call
+    for (const index_t cols : {index_t(32000), index_t(128256), index_t(151936), index_t(262144)}) {
+      for (const index_t rows : {index_t(1), index_t(8), index_t(64)}) {
+        const std::size_t n = static_cast<std::size_t>(rows * cols);
+        // Probability rows (valid for the samplers and harmless for the rest), rotated through > 4 x L2.
+        std::vector<float> hx(n, 1.0f / static_cast<float>(cols));
+        {
+          std::mt19937 rng(static_cast<std::uint32_t>(cols + rows));
+          std::uniform_real_distribution<float> jitter(0.5f, 1.5f);
+          for (index_t r = 0; r < rows; ++r) {
+            double sum = 0;
+            for (index_t c = 0; c < cols; ++c) sum += hx[static_cast<std::size_t>(r * cols + c)] *= jitter(rng);
+            for (index_t c = 0; c < cols; ++c) hx[static_cast<std::size_t>(r * cols + c)] = float(hx[static_cast<std::size_t>(r * cols + c)] / sum);
+          }
+        }
+        const std::size_t pool_count =
+            std::max<std::size_t>(3, (std::size_t(4) * static_cast<std::size_t>(prop.l2CacheSize)) / (n * sizeof(float)) + 1);
+        std::vector<std::unique_ptr<dbuf<float>>> pool_bufs;
+        std::vector<float*> pool;
+        for (std::size_t i = 0; i < std::min<std::size_t>(pool_count, 4096); ++i) {
+          pool_bufs.push_back(std::make_unique<dbuf<float>>(n));
+          pool_bufs.back()->put(hx);
+          pool.push_back(pool_bufs.back()->p);
+        }
+        for (const op& o : ops) {
+          if (o.k > cols) continue;
+          // softmax writes its input: restore the pool afterwards for the samplers
+          const timing t = time_op(d, o, rows, cols, pool, &out, stream, 60);
+          const int launches = launches_per_call(d, o, pool[0], rows, cols, &out, stream);
+          const double gbps = double(n) * o.bytes_per_entry / (t.median_us * 1e-6) / 1e9;
+          std::printf("%-18s %5lld %7lld %10.2f %10.2f %8.0f %6.1f%% %8d %5d\n", o.name, static_cast<long long>(rows),
+                      static_cast<long long>(cols), t.median_us, t.p90_us, gbps, 100.0 * gbps / read_gbps, launches,
+                      launches >= 0 ? 0 : 1);
+          std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,%.1f,%.2f,%d,%d\n", o.name, static_cast<long long>(rows),
+                       static_cast<long long>(cols), t.median_us, t.p90_us, gbps, 100.0 * gbps / read_gbps, launches,
+                       launches >= 0 ? 0 : 1);
+          if (std::strstr(o.name, "softmax") != nullptr)
+            for (auto& b : pool_bufs) b->put(hx);
+        }
+        cuda_ok(cudaStreamSynchronize(stream), "timing");
+        try {
+          d.check_faults();
+        } catch (const specdec::invalid_argument& e) {
+          std::printf("timing inputs faulted: %s\n", e.what());
+        }
+      }
+    }
+    d.defer_faults(false);
+    std::fclose(csv);
+    std::printf("read bandwidth: %.0f GB/s\n", read_gbps);
+  }
+  std::printf("gpu_check: %d checks, %d failed\n", checks, failures);
+  cudaStreamDestroy(stream);
+  return failures == 0 ? 0 : 1;
+}
