@@ -65,16 +65,29 @@ struct dbuf {
   T* p = nullptr;
   std::size_t n = 0;
   explicit dbuf(std::size_t count) : n(count) { cuda_ok(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  ~dbuf() { cudaFree(p); }
+  // Kernels run on the backend's non-blocking stream, which the legacy stream of cudaMemcpy / cudaMemset /
+  // cudaFree does not wait for: every host-side access synchronises the device first.
+  ~dbuf() {
+    cudaDeviceSynchronize();
+    cudaFree(p);
+  }
   dbuf(const dbuf&) = delete;
   dbuf& operator=(const dbuf&) = delete;
-  void put(const std::vector<T>& h) { cuda_ok(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  void put(const std::vector<T>& h) {
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    cuda_ok(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
   std::vector<T> get(std::size_t count) const {
     std::vector<T> h(count);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
     cuda_ok(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return h;
   }
-  void poison() { cuda_ok(cudaMemset(p, 0xff, n * sizeof(T)), "poison"); }
+  void poison() {
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    cuda_ok(cudaMemset(p, 0xff, n * sizeof(T)), "poison");
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+  }
 };
 
 // ---- bandwidth ---------------------------------------------------------------------------------------
@@ -129,6 +142,12 @@ std::vector<float> uniforms_for(index_t rows, std::uint32_t seed) {
   if (rows > 1) v[0] = 0.0f;
   if (rows > 2) v[1] = 0.99999994f;
   return v;
+}
+
+/// Bit-for-bit equality (NaN payloads and signed zeros included): what "exact" means here.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 bool close(float a, float b, float rel, float abs_tol) {
@@ -193,8 +212,8 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
     report(t.host.empty() == t.device.empty(), name("argmax: both raise or neither") + " host='" + t.host + "' device='" + t.device + "'");
     if (t.host.empty() && t.device.empty()) {
       report(di.get(R) == hi, name("argmax indices exact"));
-      report(dv.get(R) == hv, name("argmax values exact"));
-      report(dm.get(R) == hm, name("max exact"));
+      report(same_bits(dv.get(R), hv), name("argmax values bit-exact"));
+      report(same_bits(dm.get(R), hm), name("max bit-exact"));
     }
   }
   {  // log-sum-exp at T = 0.7
@@ -250,7 +269,7 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
         for (std::size_t r = 0; r < R; ++r) ok = ok && close(gl[r], hl[r], 2e-6f, 2e-6f);
         report(ok, name((what + " values and lse within 2e-6 relative").c_str()));
       } else {
-        report(gv == hv, name((what + " values exact").c_str()));
+        report(same_bits(gv, hv), name((what + " values bit-exact").c_str()));
       }
     }
   }
@@ -277,13 +296,22 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
            name((std::string(what) + ": both raise or neither").c_str()) + " host='" + t.host + "' device='" + t.device + "'");
     if (!t.host.empty() || !t.device.empty()) continue;
     const auto got = dout.get(n);
+    // softmax: relative error of each probability (entries under 1e-37, near float's subnormals, are
+    // compared absolutely); log-softmax: error over (1 + |value|). Equal values (-inf included) agree.
     double worst = 0;
+    std::size_t worst_at = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const double err = log ? std::fabs(got[i] - ho[i]) / (1.0 + std::fabs(ho[i]))
-                             : std::fabs(got[i] - ho[i]) / (1e-30 + std::fabs(ho[i]));
-      if (!(err <= 4e-6) && !(log ? false : std::fabs(got[i] - ho[i]) < 1e-37)) worst = std::max(worst, std::isnan(err) ? 1.0 : err);
+      if (got[i] == ho[i]) continue;
+      const double diff = std::fabs(double(got[i]) - double(ho[i]));
+      const double err = log ? diff / (1.0 + std::fabs(ho[i])) : (std::fabs(ho[i]) < 1e-37 ? diff * 1e37 : diff / std::fabs(ho[i]));
+      if (!(err <= 4e-6) && !(err <= worst)) {
+        worst = std::isnan(err) ? 1e30 : err;
+        worst_at = i;
+      }
     }
-    report(worst == 0, name((std::string(what) + " within 4e-6 relative").c_str()) + " worst=" + std::to_string(worst));
+    report(worst == 0, name((std::string(what) + " within 4e-6 relative").c_str()) + " worst=" + std::to_string(worst) +
+                           " at " + std::to_string(worst_at) + " (device " + std::to_string(got[worst_at]) + ", host " +
+                           std::to_string(ho[worst_at]) + ")");
   }
   {  // sampling from the host's softmax (the same probabilities, bit for bit, on both backends)
     const std::size_t n = R * static_cast<std::size_t>(cols);
@@ -334,7 +362,7 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
     dbuf<float> dout(ho.size());
     h.gather_rows(hxv, hvec<const std::int32_t>(ids.data(), n), hmat<float>(ho.data(), n, cols));
     d.gather_rows(dxv, dvec<const std::int32_t>(dids.p, n), dmat<float>(dout.p, n, cols));
-    report(dout.get(ho.size()) == ho, name("gather_rows exact"));
+    report(same_bits(dout.get(ho.size()), ho), name("gather_rows bit-exact"));
     const index_t m = 6;
     std::vector<std::int32_t> cids(static_cast<std::size_t>(rows * m));
     for (std::size_t i = 0; i < cids.size(); ++i) cids[i] = static_cast<std::int32_t>((i * 104729) % static_cast<std::size_t>(cols));
@@ -344,7 +372,7 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
     dbuf<float> de(he.size());
     h.gather_elements(hxv, hmat<const std::int32_t>(cids.data(), rows, m), hmat<float>(he.data(), rows, m));
     d.gather_elements(dxv, dmat<const std::int32_t>(dcids.p, rows, m), dmat<float>(de.p, rows, m));
-    report(de.get(he.size()) == he, name("gather_elements exact"));
+    report(same_bits(de.get(he.size()), he), name("gather_elements bit-exact"));
   }
 }
 

@@ -57,9 +57,9 @@ fi
 
 phase "compute-sanitizer memcheck + racecheck (gpu_check --quick)"
 {
-  timeout 45 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | tail -15
+  timeout 45 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "memcheck rc=${PIPESTATUS[0]}"
-  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | tail -15
+  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "racecheck rc=${PIPESTATUS[0]}"
 } 2>&1 | tee "$out/sanitizer.log"
 

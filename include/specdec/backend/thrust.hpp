@@ -867,7 +867,7 @@ class thrust {
     auto* stats = static_cast<detail::lse_partial<V>*>(s.lse);
 #if defined(__CUDACC__)
     if constexpr (is_cuda && std::is_same_v<V, float>) {
-      if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), 1000)) {
+      if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), detail::cuda_rows::max_topk_slices)) {
         detail::cuda_rows::topk_kernel<float><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
                                          static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<float>),
                                          stream()>>>(

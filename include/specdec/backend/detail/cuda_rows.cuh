@@ -460,9 +460,65 @@ __device__ void block_select(Key key, index_t n, unsigned kc, select_scratch& s)
   }
 }
 
-/// Per-slice top-k lists, then the row's merge in the block that finishes the row last. Lists are kept
-/// in `slot`-entry slots of values / indices as topk_partial_fn leaves them; the merge selects over the
-/// whole row's candidates, so the result (and the fused log-sum-exp) follows topk_merge_fn exactly.
+/// Sorts n (a power of two, <= 4096) keys of shared memory in descending order (bitonic network). The
+/// caller synchronises before (the keys are written) and the function synchronises after each step.
+__device__ inline void bitonic_descending(unsigned long long* a, unsigned n) {
+  for (unsigned size = 2; size <= n; size *= 2) {
+    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
+      for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+        const unsigned j = i ^ stride;
+        if (j > i) {
+          const bool descending = (i & size) == 0;
+          const unsigned long long x = a[i], y = a[j];
+          if (descending ? x < y : x > y) {
+            a[i] = y;
+            a[j] = x;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+/// Exclusive prefix sum of one count per thread over the block; `total` is the block's sum.
+__device__ inline unsigned block_exclusive_scan(unsigned v, unsigned* warp_totals /* [32] */, unsigned& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  unsigned x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const unsigned o = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += o;
+  }
+  __syncthreads();
+  if (lane == 31) warp_totals[warp] = x;
+  __syncthreads();
+  unsigned before = 0, all = 0;
+  for (int w = 0; w < warps; ++w) {
+    const unsigned t = warp_totals[w];
+    if (w < warp) before += t;
+    all += t;
+  }
+  total = all;
+  return before + x - v;
+}
+
+inline constexpr unsigned filter_capacity = 1024;  ///< candidates a threshold pass may leave for the sort
+inline constexpr index_t max_topk_slices = 256;    ///< rows up to 1M entries take the one-launch top-k
+
+__device__ inline unsigned next_power_of_two(unsigned n) {
+  unsigned p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/// Per-slice top-k lists, then the row's merge in the block that finishes the row last. Both stages
+/// first bound the k-th key from below with k keys that are known to exist (the slice: the k-th largest
+/// of its threads' maxima; the merge: the k-th largest of every list's first ceil(k / slices) entries),
+/// keep the keys at or above the bound (typically little more than k), and sort those. Where the bound
+/// leaves more than filter_capacity keys (adversarial rows), radix selection (block_select) decides.
+/// Keys order (value, column) exactly as ranks_before does, so the result, and the fused log-sum-exp
+/// from the same combine as topk_merge_fn, are the host backends'.
 template <class T>
 __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k, index_t slot, float inv_t,
                                                        float* cand_values, std::int32_t* cand_indices,
@@ -472,9 +528,10 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
                                                        float* out_lse, fault_sink sink) {
   static_assert(std::is_same_v<T, float>, "the one-launch top-k keys float rows");
   __shared__ select_scratch sel;
-  __shared__ unsigned long long keys[slice];
+  __shared__ unsigned long long buf[slice];
   __shared__ float reduce_scratch[threads / 32];
   __shared__ int flag_scratch[threads / 32];
+  __shared__ unsigned warp_totals[32];
   __shared__ lse_partial<float> row_stat;
   __shared__ fault row_fault;
   extern __shared__ unsigned char dynamic_shared[];
@@ -488,12 +545,14 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     in.load(row + begin, len);
     float m = negative_infinity<float>();
     int nan = 0;
+    unsigned long long top = 0;
 #pragma unroll
     for (int e = 0; e < per_thread; ++e) {
       const index_t j = slice_entries<float>::offset(e);
       nan |= in.v[e] != in.v[e];
       m = in.v[e] > m ? in.v[e] : m;
-      keys[j] = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+      const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+      top = key > top ? key : top;
     }
     m = block_reduce(m, max_op{}, reduce_scratch);
     nan = block_reduce(nan, or_op{}, flag_scratch);
@@ -503,12 +562,48 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
       for (int e = 0; e < per_thread; ++e) sum += exp_((in.v[e] - m) * inv_t);
       sum = block_reduce(sum, sum_op{}, reduce_scratch);
     }
-    const unsigned kc = static_cast<unsigned>(k < len ? k : len);
-    if (!nan) block_select([&](index_t i) { return keys[i]; }, len, kc, sel);
     if (threadIdx.x == 0) stats[r * slices + s] = lse_partial<float>{m, sum, nan != 0};
+    const unsigned kc = static_cast<unsigned>(k < len ? k : len);
     if (!nan) {
+      // Bound: the kc-th largest thread maximum (kc <= 256 threads; 0 where fewer threads hold entries).
+      buf[threadIdx.x] = top;
+      __syncthreads();
+      bitonic_descending(buf, threads);
+      const unsigned long long bound = buf[kc - 1];
+      __syncthreads();
+      unsigned count = 0;
+#pragma unroll
+      for (int e = 0; e < per_thread; ++e) {
+        const index_t j = slice_entries<float>::offset(e);
+        const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+        count += key >= bound && key != 0ull;
+      }
+      unsigned total = 0;
+      unsigned at = block_exclusive_scan(count, warp_totals, total);
+      const unsigned long long* chosen = buf;
+      if (total <= filter_capacity) {
+#pragma unroll
+        for (int e = 0; e < per_thread; ++e) {
+          const index_t j = slice_entries<float>::offset(e);
+          const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+          if (key >= bound && key != 0ull) buf[at++] = key;
+        }
+        const unsigned n = next_power_of_two(total);
+        for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) buf[i] = 0ull;
+        __syncthreads();
+        bitonic_descending(buf, n);
+      } else {
+#pragma unroll
+        for (int e = 0; e < per_thread; ++e) {
+          const index_t j = slice_entries<float>::offset(e);
+          buf[j] = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+        }
+        __syncthreads();
+        block_select([&](index_t i) { return buf[i]; }, len, kc, sel);
+        chosen = sel.chosen;
+      }
       for (unsigned i = threadIdx.x; i < kc; i += blockDim.x) {
-        const std::int32_t c = key_column(sel.chosen[i]);
+        const std::int32_t c = key_column(chosen[i]);
         cand_values[(r * slices + s) * slot + i] = row[c];
         cand_indices[(r * slices + s) * slot + i] = c;
       }
@@ -526,20 +621,52 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
       }
       __syncthreads();
       if (row_fault == fault::none) {
-        // Candidate i of the row: entry i % slot of slice i / slot (slices shorter than k have fewer).
+        // Candidate (list l, entry e) of the row is at l * slot + e; the last list may be shorter than k.
         const float* cv = cand_values + r * slices * slot;
         const std::int32_t* ci = cand_indices + r * slices * slot;
         const index_t last_len = x.cols - (slices - 1) * slice;
         const index_t last_kc = k < last_len ? k : last_len;
-        const auto key = [&](index_t i) -> unsigned long long {
-          const index_t sl = i / slot, e = i % slot;
-          if (e >= (sl == slices - 1 ? last_kc : k)) return 0ull;
-          return rank_key(__ldcg(cv + i), __ldcg(ci + i));
-        };
-        block_select(key, slices * slot, static_cast<unsigned>(k), sel);
+        const auto listed = [&](index_t l) { return l == slices - 1 ? last_kc : k; };
+        const auto key_of = [&](index_t l, index_t e) { return rank_key(__ldcg(cv + l * slot + e), __ldcg(ci + l * slot + e)); };
+        // Bound: the k-th largest of the lists' first `head` entries (at least k keys unless lists are short).
+        const index_t head = (k + slices - 1) / slices;
+        const unsigned preset = static_cast<unsigned>(slices * head);  // <= k + slices <= 512
+        for (unsigned i = threadIdx.x; i < next_power_of_two(preset); i += blockDim.x) {
+          const index_t l = i / head, e = i % head;
+          buf[i] = i < preset && e < listed(l) ? key_of(l, e) : 0ull;
+        }
+        __syncthreads();
+        bitonic_descending(buf, next_power_of_two(preset));
+        const unsigned long long bound = buf[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
+        __syncthreads();
+        const index_t candidates = slices * slot;
+        unsigned count = 0;
+        for (index_t i = threadIdx.x; i < candidates; i += blockDim.x)
+          if (i % slot < listed(i / slot)) count += key_of(i / slot, i % slot) >= bound;
+        unsigned total = 0;
+        unsigned at = block_exclusive_scan(count, warp_totals, total);
+        const unsigned long long* chosen = buf;
+        if (total <= filter_capacity) {
+          for (index_t i = threadIdx.x; i < candidates; i += blockDim.x) {
+            if (i % slot >= listed(i / slot)) continue;
+            const unsigned long long key = key_of(i / slot, i % slot);
+            if (key >= bound) buf[at++] = key;
+          }
+          const unsigned n = next_power_of_two(total);
+          for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) buf[i] = 0ull;
+          __syncthreads();
+          bitonic_descending(buf, n);
+        } else {
+          block_select(
+              [&](index_t i) -> unsigned long long {
+                return i % slot < listed(i / slot) ? key_of(i / slot, i % slot) : 0ull;
+              },
+              candidates, static_cast<unsigned>(k), sel);
+          chosen = sel.chosen;
+        }
         const lse_partial<float> st = row_stat;
         for (unsigned i = threadIdx.x; i < k; i += blockDim.x) {
-          const std::int32_t c = key_column(sel.chosen[i]);
+          const std::int32_t c = key_column(chosen[i]);
           const float v = row[c];
           out_indices[r * out_indices_stride + i] = c;
           out_values[r * out_values_stride + i] = inv_t != 0.0f ? (v - st.max) * inv_t - log_(st.sum) : v;
@@ -602,11 +729,36 @@ struct offset_residual_source {
   }
 };
 
-/// One block per row: chunk masses in shared memory, then thread 0 runs sample_fn on that row.
+/// Entries of one chunk held in shared memory, indexed by their column.
+template <class T>
+struct shared_chunk {
+  const T* values;
+  index_t begin;
+  __device__ T operator()(index_t j) const { return values[j - begin]; }
+};
+
+/// After the masses: thread 0 folds them and chooses the chunk, the block stages that chunk's entries
+/// in shared memory (`stage(i, column)` gives entry `column`), and thread 0 walks it. The walk is the
+/// shared walk_chunk, so the token is the host backends' token.
+template <class T, class Stage>
+__device__ void walk_staged(const chunk_choice& choice, double target, index_t cols, T* staged, Stage stage,
+                            std::int32_t* token) {
+  const index_t begin = choice.chunk * sample_chunk;
+  const index_t end = begin + sample_chunk < cols ? begin + sample_chunk : cols;
+  for (index_t i = threadIdx.x; i < end - begin; i += blockDim.x) staged[i] = stage(begin + i);
+  __syncthreads();
+  if (threadIdx.x == 0) *token = walk_chunk(shared_chunk<T>{staged, begin}, begin, end, choice.before, target);
+}
+
+/// One block per row: the canonical chunk masses in shared memory, then the draw (sample_fn's steps).
 template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, const float* uniforms,
                                                                 std::int32_t* tokens, fault_sink sink) {
   extern __shared__ unsigned char dynamic_shared[];
+  __shared__ T staged[sample_chunk];
+  __shared__ chunk_choice choice;
+  __shared__ double target;
+  __shared__ int skip;
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   auto* masses = reinterpret_cast<chunk_mass*>(dynamic_shared);
   auto* table = reinterpret_cast<double*>(masses + chunks);
@@ -627,21 +779,33 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      fault f = fault::none;
-      sample_fn<T>{matrix_view<const T, host_space>(row, 1, p.cols, p.cols, 1), row_chunks{1, p.cols, sample_chunk},
-                   masses, table, uniforms + r, tokens + r, &f}(0);
+      const folded_row folded = fold_chunks(masses, chunks, table);
+      fault f = folded.error();
+      if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
       sink.put(r, f);
+      skip = f != fault::none;
+      if (!skip) {
+        target = static_cast<double>(uniforms[r]) * folded.total;
+        choice = choose_chunk(table, p.cols, target);
+      }
     }
+    __syncthreads();
+    if (!skip) walk_staged(choice, target, p.cols, staged, offset_source<T>{row}, tokens + r);
     __syncthreads();
   }
 }
 
-/// Residual sampling: as sample_kernel, with the residual, p and q masses of each chunk.
+/// Residual sampling: as sample_kernel, with the residual, p and q masses of each chunk and the
+/// empty-residual fallback of plan_residual_draw (sample_residual_fn's steps).
 template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_view<T> p, rows_view<T> q,
                                                                          const float* uniforms, std::int32_t* tokens,
                                                                          empty_residual fallback, fault_sink sink) {
   extern __shared__ unsigned char dynamic_shared[];
+  __shared__ T staged[sample_chunk];
+  __shared__ chunk_choice choice;
+  __shared__ double target;
+  __shared__ int mode;  // 0: skip (fault or fixed token), 1: walk the residual, 2: walk p
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   auto* masses = reinterpret_cast<residual_chunk_mass*>(dynamic_shared);
   auto* table = reinterpret_cast<double*>(masses + chunks);
@@ -667,18 +831,28 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      fault f = fault::none;
-      sample_residual_fn<T>{matrix_view<const T, host_space>(pr, 1, p.cols, p.cols, 1),
-                            matrix_view<const T, host_space>(qr, 1, q.cols, q.cols, 1),
-                            row_chunks{1, p.cols, sample_chunk},
-                            masses,
-                            table,
-                            uniforms + r,
-                            tokens + r,
-                            fallback,
-                            &f}(0);
+      const folded_residual_row folded = fold_residual_chunks(masses, chunks, table, table + chunks);
+      fault f = folded.p.error();
+      if (f == fault::none && folded.q.error() != fault::none)
+        f = static_cast<fault>(static_cast<std::int32_t>(folded.q.error()) + 256);
+      if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
       sink.put(r, f);
+      mode = 0;
+      if (f == fault::none) {
+        const residual_draw d =
+            plan_residual_draw(p.cols, table, table + chunks, folded, static_cast<double>(uniforms[r]), fallback);
+        if (d.kind == residual_draw::fixed_token) {
+          tokens[r] = d.token;
+        } else {
+          mode = d.kind == residual_draw::from_residual ? 1 : 2;
+          target = d.target;
+          choice = choose_chunk(d.masses, p.cols, d.target);
+        }
+      }
     }
+    __syncthreads();
+    if (mode == 1) walk_staged(choice, target, p.cols, staged, offset_residual_source<T>{pr, qr}, tokens + r);
+    if (mode == 2) walk_staged(choice, target, p.cols, staged, offset_source<T>{pr}, tokens + r);
     __syncthreads();
   }
 }

@@ -233,11 +233,15 @@ inline void residual_chunk_masses(const float* p, const float* q, index_t n, res
 #undef SPECDEC_WIDEN4
 #endif  // SPECDEC_HOST_SIMD
 
-/// Picks the token for `target` (= u * total) given the chunk masses of the row (in chunk order)
-/// and the entries. Implements the canonical search described above.
-template <class Source>
-SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses, index_t n,
-                                                      const Source& entry, double target) noexcept {
+/// The chunk a draw lands in: the first chunk whose running total (chunk order) exceeds `target` and
+/// whose mass is positive, with the total of the chunks before it; if rounding pushed the target past
+/// every chunk, the last chunk with mass.
+struct chunk_choice {
+  index_t chunk;
+  double before;
+};
+
+SPECDEC_HOST_DEVICE inline chunk_choice choose_chunk(const double* chunk_masses, index_t n, double target) noexcept {
   const index_t chunks = (n + sample_chunk - 1) / sample_chunk;
   double before = 0.0;  // running total of the chunks before c
   index_t c = 0;
@@ -250,16 +254,36 @@ SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses
     }
     before += m;
   }
-  if (c == chunks) {  // rounding pushed the target past every chunk: take the last chunk with mass
+  if (c == chunks) {
     c = last_positive_chunk < 0 ? 0 : last_positive_chunk;
     before = 0.0;
     for (index_t d = 0; d < c; ++d) before += chunk_masses[d];
   }
-  const index_t begin = c * sample_chunk;
-  const index_t end = begin + sample_chunk < n ? begin + sample_chunk : n;
+  return {c, before};
+}
+
+/// The walk inside the chosen chunk [begin, end): entries in index order added to `before` in
+/// double; the first entry with positive mass whose running total exceeds `target`, else the last
+/// entry with positive mass (else `begin`). Entries are read eight at a time before they are added,
+/// so a device walking shared memory keeps its loads in flight (the sums are the same).
+template <class Source>
+SPECDEC_HOST_DEVICE inline std::int32_t walk_chunk(const Source& entry, index_t begin, index_t end, double before,
+                                                   double target) noexcept {
   double running = before;
   index_t last_positive = -1;
-  for (index_t j = begin; j < end; ++j) {
+  index_t j = begin;
+  for (; j + 8 <= end; j += 8) {
+    double v[8];
+    for (int l = 0; l < 8; ++l) v[l] = static_cast<double>(entry(j + l));
+    for (int l = 0; l < 8; ++l) {
+      if (v[l] > 0.0) {
+        running += v[l];
+        last_positive = j + l;
+        if (running > target) return static_cast<std::int32_t>(j + l);
+      }
+    }
+  }
+  for (; j < end; ++j) {
     const double v = static_cast<double>(entry(j));
     if (v > 0.0) {
       running += v;
@@ -268,6 +292,17 @@ SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses
     }
   }
   return static_cast<std::int32_t>(last_positive < 0 ? begin : last_positive);
+}
+
+/// Picks the token for `target` (= u * total) given the chunk masses of the row (in chunk order)
+/// and the entries. Implements the canonical search described above.
+template <class Source>
+SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses, index_t n,
+                                                      const Source& entry, double target) noexcept {
+  const chunk_choice c = choose_chunk(chunk_masses, n, target);
+  const index_t begin = c.chunk * sample_chunk;
+  const index_t end = begin + sample_chunk < n ? begin + sample_chunk : n;
+  return walk_chunk(entry, begin, end, c.before, target);
 }
 
 /// Fault of a probability row given the flags and the total mass of its chunks.
@@ -325,6 +360,27 @@ SPECDEC_HOST_DEVICE inline folded_residual_row fold_residual_chunks(const residu
   return row;
 }
 
+/// What a residual draw samples from: the residual (entries max(0, p - q)), p itself (the
+/// empty-residual fallback sample_target), or a fixed token (the other fallbacks).
+struct residual_draw {
+  enum kind_t : std::int32_t { from_residual, from_target, fixed_token } kind;
+  const double* masses;  // residual or p chunk masses; null for fixed
+  double target;         // u times the chosen total
+  std::int32_t token;    // for fixed
+};
+
+SPECDEC_HOST_DEVICE inline residual_draw plan_residual_draw(index_t n, const double* residual_masses,
+                                                            const double* p_masses, const folded_residual_row& row,
+                                                            double u, empty_residual fallback) noexcept {
+  if (row.residual > 0.0) return {residual_draw::from_residual, residual_masses, u * row.residual, 0};
+  switch (fallback) {
+    case empty_residual::sample_target: return {residual_draw::from_target, p_masses, u * row.p.total, 0};
+    case empty_residual::token_zero: return {residual_draw::fixed_token, nullptr, 0.0, 0};
+    case empty_residual::last_token: break;
+  }
+  return {residual_draw::fixed_token, nullptr, 0.0, static_cast<std::int32_t>(n - 1)};
+}
+
 /// The token a residual draw emits for uniform u, with the empty-residual fallback; the one
 /// definition every backend calls, so the fallback cannot differ between them.
 template <class T>
@@ -332,13 +388,13 @@ SPECDEC_HOST_DEVICE inline std::int32_t pick_residual_token(const T* p, const T*
                                                             const double* residual_masses, const double* p_masses,
                                                             const folded_residual_row& row, double u,
                                                             empty_residual fallback) noexcept {
-  if (row.residual > 0.0) return locate_sample(residual_masses, n, residual_source<T>{p, q}, u * row.residual);
-  switch (fallback) {
-    case empty_residual::sample_target: return locate_sample(p_masses, n, probability_source<T>{p}, u * row.p.total);
-    case empty_residual::token_zero: return 0;
-    case empty_residual::last_token: break;
+  const residual_draw d = plan_residual_draw(n, residual_masses, p_masses, row, u, fallback);
+  switch (d.kind) {
+    case residual_draw::from_residual: return locate_sample(d.masses, n, residual_source<T>{p, q}, d.target);
+    case residual_draw::from_target: return locate_sample(d.masses, n, probability_source<T>{p}, d.target);
+    case residual_draw::fixed_token: break;
   }
-  return static_cast<std::int32_t>(n - 1);
+  return d.token;
 }
 
 template <class T>
