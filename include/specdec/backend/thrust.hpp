@@ -290,7 +290,7 @@ class thrust {
 #if defined(__CUDACC__)
     if constexpr (is_cuda) {
       if (cuda_fits(rc.count(), 1024)) {
-        const std::size_t shared = static_cast<std::size_t>(rc.count()) * (sizeof(detail::chunk_mass) + sizeof(double));
+        const std::size_t shared = static_cast<std::size_t>(rc.count()) * (sizeof(detail::chunk_mass) + sizeof(double)) + detail::cuda_rows::shared_slack;
         detail::cuda_rows::sample_kernel<V>
             <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
                stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(probs)), uniforms.data(), tokens.data(),
@@ -323,7 +323,7 @@ class thrust {
     if constexpr (is_cuda) {
       if (cuda_fits(rc.count(), 512)) {
         const std::size_t shared =
-            static_cast<std::size_t>(rc.count()) * (sizeof(detail::residual_chunk_mass) + 2 * sizeof(double));
+            static_cast<std::size_t>(rc.count()) * (sizeof(detail::residual_chunk_mass) + 2 * sizeof(double)) + detail::cuda_rows::shared_slack;
         detail::cuda_rows::sample_residual_kernel<V>
             <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
                stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(p)),
@@ -774,7 +774,7 @@ class thrust {
       if (cuda_fits(rc.count(), 2048)) {
         detail::cuda_rows::argmax_kernel<V>
             <<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
-               static_cast<std::size_t>(rc.count()) * sizeof(detail::argmax_result<V>), stream()>>>(
+               static_cast<std::size_t>(rc.count()) * sizeof(detail::argmax_result<V>) + detail::cuda_rows::shared_slack, stream()>>>(
                 cuda_rows_of(matrix_view<const V, memory_space>(logits)), partial, cuda_tickets(rc.rows), index, value,
                 cuda_sink(where, "logits", s.faults));
         cuda_launched(where);
@@ -801,7 +801,7 @@ class thrust {
       if (cuda_fits(rc.count(), 2048)) {
         detail::cuda_rows::logsumexp_kernel<V>
             <<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
-               static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<V>), stream()>>>(
+               static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<V>) + detail::cuda_rows::shared_slack, stream()>>>(
                 cuda_rows_of(matrix_view<const V, memory_space>(logits)), inv_t, partial, cuda_tickets(rc.rows),
                 static_cast<detail::lse_partial<V>*>(s.row_stats), lse, masked_rows_allowed,
                 cuda_sink(where, "logits", s.faults));
@@ -869,7 +869,7 @@ class thrust {
     if constexpr (is_cuda && std::is_same_v<V, float>) {
       if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), detail::cuda_rows::max_topk_slices)) {
         detail::cuda_rows::topk_kernel<float><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
-                                         static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<float>),
+                                         static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<float>) + detail::cuda_rows::shared_slack,
                                          stream()>>>(
             cuda_rows_of(matrix_view<const V, memory_space>(logits)), k, k, inv_t, cand_values, s.topk_indices, stats,
             cuda_tickets(rc.rows), values.data(), values.stride(0), indices.data(), indices.stride(0), lse,

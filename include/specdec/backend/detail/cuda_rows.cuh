@@ -36,6 +36,9 @@ inline constexpr index_t slice = 4096;            ///< entries of a row per redu
 inline constexpr int per_thread = slice / threads;  // 16
 inline constexpr int sample_threads = 1024;       ///< threads of a sampling block (128 chunks at once)
 inline constexpr index_t max_topk = 256;          ///< largest k of the one-launch top-k
+/// Dynamic shared memory is requested with this many spare bytes: the compiler may read a small struct
+/// of partials (12 bytes) with one 16-byte load.
+inline constexpr std::size_t shared_slack = 16;
 inline constexpr int max_grid_rows = 65535;       ///< grid.y limit; larger batches loop
 
 static_assert(per_thread * threads == slice);
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(threads) argmax_kernel(rows_view<T> x, argmax_
   __shared__ T best_value[threads / 32];
   __shared__ index_t best_index[threads / 32];
   __shared__ int nan_seen[threads / 32];
-  extern __shared__ unsigned char dynamic_shared[];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const index_t slices = slices_of(x.cols);
   const index_t s = blockIdx.x;
   for (index_t r = blockIdx.y; r < x.rows; r += gridDim.y) {
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(threads) logsumexp_kernel(rows_view<T> x, T in
                                                             bool masked_rows_allowed, fault_sink sink) {
   __shared__ T reduce_scratch[threads / 32];
   __shared__ int flag_scratch[threads / 32];
-  extern __shared__ unsigned char dynamic_shared[];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const index_t slices = slices_of(x.cols);
   const index_t s = blockIdx.x;
   for (index_t r = blockIdx.y; r < x.rows; r += gridDim.y) {
@@ -481,6 +484,24 @@ __device__ inline void bitonic_descending(unsigned long long* a, unsigned n) {
   }
 }
 
+/// The kc-th largest (kc <= 32) of the 32 keys of a warp, in every lane: a bitonic sort by shuffles.
+__device__ inline unsigned long long warp_kth_largest(unsigned long long key, unsigned kc) {
+  const unsigned lane = threadIdx.x & 31;
+#pragma unroll
+  for (unsigned size = 2; size <= 32; size *= 2) {
+#pragma unroll
+    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, stride);
+      const bool descending = (lane & size) == 0;  // the final stage (size 32) sorts everything descending
+      const bool lower = (lane & stride) == 0;
+      // In a descending pair the lower lane keeps the larger key; in an ascending pair, the smaller.
+      const bool keep_larger = descending == lower;
+      key = keep_larger ? (key > other ? key : other) : (key < other ? key : other);
+    }
+  }
+  return __shfl_sync(0xffffffffu, key, static_cast<int>(kc - 1));
+}
+
 /// Exclusive prefix sum of one count per thread over the block; `total` is the block's sum.
 __device__ inline unsigned block_exclusive_scan(unsigned v, unsigned* warp_totals /* [32] */, unsigned& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -532,9 +553,10 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
   __shared__ float reduce_scratch[threads / 32];
   __shared__ int flag_scratch[threads / 32];
   __shared__ unsigned warp_totals[32];
+  __shared__ unsigned long long bound_scratch[threads / 32];
   __shared__ lse_partial<float> row_stat;
   __shared__ fault row_fault;
-  extern __shared__ unsigned char dynamic_shared[];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const index_t slices = slices_of(x.cols);
   const index_t s = blockIdx.x;
   for (index_t r = blockIdx.y; r < x.rows; r += gridDim.y) {
@@ -565,12 +587,21 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     if (threadIdx.x == 0) stats[r * slices + s] = lse_partial<float>{m, sum, nan != 0};
     const unsigned kc = static_cast<unsigned>(k < len ? k : len);
     if (!nan) {
-      // Bound: the kc-th largest thread maximum (kc <= 256 threads; 0 where fewer threads hold entries).
-      buf[threadIdx.x] = top;
-      __syncthreads();
-      bitonic_descending(buf, threads);
-      const unsigned long long bound = buf[kc - 1];
-      __syncthreads();
+      // Bound: for kc <= 32 the largest over warps of each warp's kc-th largest thread maximum (a warp
+      // sort, no block barrier); else the kc-th largest of all thread maxima. 0 where fewer threads
+      // hold entries.
+      unsigned long long bound;
+      if (kc <= 32) {
+        const unsigned long long mine = warp_kth_largest(top, kc);
+        const unsigned long long best = block_reduce(mine, max_op{}, bound_scratch);
+        bound = best;
+      } else {
+        buf[threadIdx.x] = top;
+        __syncthreads();
+        bitonic_descending(buf, threads);
+        bound = buf[kc - 1];
+        __syncthreads();
+      }
       unsigned count = 0;
 #pragma unroll
       for (int e = 0; e < per_thread; ++e) {
@@ -701,12 +732,26 @@ __global__ void __launch_bounds__(threads) gather_rows_kernel(rows_view<T> x, co
 template <class Source>
 __device__ inline double lane_mass(const Source& source, index_t n, int lane, int& flags, int bit_nan,
                                    int bit_negative) {
+  // Loads are issued 16 at a time before they are added: one load in flight per thread would leave
+  // the block waiting on memory latency 128 times per chunk.
+  constexpr int batch = 16;
   double sum = 0.0;
-#pragma unroll 8
-  for (index_t j = lane; j < n; j += 8) {
+  index_t j = lane;
+  using value = decltype(source(j));
+  for (; j + 8 * (batch - 1) < n; j += 8 * batch) {
+    value v[batch];
+#pragma unroll
+    for (int u = 0; u < batch; ++u) v[u] = source(j + 8 * u);
+#pragma unroll
+    for (int u = 0; u < batch; ++u) {
+      sum += static_cast<double>(v[u]);
+      flags |= (v[u] != v[u] ? bit_nan : 0) | (v[u] < value(0) ? bit_negative : 0);
+    }
+  }
+  for (; j < n; j += 8) {
     const auto v = source(j);
     sum += static_cast<double>(v);
-    flags |= (v != v ? bit_nan : 0) | (v < decltype(v)(0) ? bit_negative : 0);
+    flags |= (v != v ? bit_nan : 0) | (v < value(0) ? bit_negative : 0);
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
@@ -754,7 +799,7 @@ __device__ void walk_staged(const chunk_choice& choice, double target, index_t c
 template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, const float* uniforms,
                                                                 std::int32_t* tokens, fault_sink sink) {
-  extern __shared__ unsigned char dynamic_shared[];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
   __shared__ T staged[sample_chunk];
   __shared__ chunk_choice choice;
   __shared__ double target;
@@ -801,7 +846,7 @@ template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_view<T> p, rows_view<T> q,
                                                                          const float* uniforms, std::int32_t* tokens,
                                                                          empty_residual fallback, fault_sink sink) {
-  extern __shared__ unsigned char dynamic_shared[];
+  extern __shared__ __align__(16) unsigned char dynamic_shared[];
   __shared__ T staged[sample_chunk];
   __shared__ chunk_choice choice;
   __shared__ double target;
