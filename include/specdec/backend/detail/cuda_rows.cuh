@@ -139,6 +139,10 @@ struct max_op {
   template <class T>
   __device__ T operator()(T a, T b) const { return a < b ? b : a; }
 };
+struct min_op {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
 struct sum_op {
   template <class T>
   __device__ T operator()(T a, T b) const { return a + b; }
@@ -345,6 +349,50 @@ __global__ void __launch_bounds__(threads) normalise_kernel(rows_view<T> x, T* o
         if (j < len) y[j] = o[e];
       }
     }
+  }
+}
+
+/// Rows up to this many entries take the one-launch softmax (one block per row, the row re-read from
+/// cache); longer rows the two launches above, which spread a row over many blocks.
+inline constexpr index_t softmax_row_limit = 32768;
+inline constexpr int softmax_threads = 1024;
+
+/// softmax / log-softmax of short rows in one launch: the row's maximum, then its sum of exponentials,
+/// then the write, each a pass of the block over the row (the second and third from cache). Faults as
+/// lse_combine_fn classifies them for softmax (an all -inf row has no distribution).
+template <class T, bool Log>
+__global__ void __launch_bounds__(softmax_threads) softmax_row_kernel(rows_view<T> x, T* out, index_t out_stride,
+                                                                      T inv_t, fault_sink sink) {
+  __shared__ T value_scratch[softmax_threads / 32];
+  __shared__ int flag_scratch[softmax_threads / 32];
+  for (index_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
+    const T* row = x.row(r);
+    T m = negative_infinity<T>();
+    int nan = 0;
+#pragma unroll 4
+    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x) {
+      const T v = row[j];
+      nan |= v != v;
+      m = v > m ? v : m;
+    }
+    m = block_reduce(m, max_op{}, value_scratch);
+    nan = block_reduce(nan, or_op{}, flag_scratch);
+    const fault f = nan                               ? fault::nan
+                    : m == -negative_infinity<T>()    ? fault::positive_infinity
+                    : m == negative_infinity<T>()     ? fault::all_masked
+                                                      : fault::none;
+    if (threadIdx.x == 0) sink.put(r, f);
+    if (f != fault::none) continue;
+    T sum = T(0);
+#pragma unroll 4
+    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x) sum += exp_((row[j] - m) * inv_t);
+    sum = block_reduce(sum, sum_op{}, value_scratch);
+    const T shift = Log ? log_(sum) : T(1) / sum;
+    T* y = out + r * out_stride;
+#pragma unroll 4
+    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x)
+      y[j] = Log ? (row[j] - m) * inv_t - shift : exp_((row[j] - m) * inv_t) * shift;
+    __syncthreads();  // the scratch of the next row's reductions
   }
 }
 
@@ -567,13 +615,14 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     in.load(row + begin, len);
     float m = negative_infinity<float>();
     int nan = 0;
-    unsigned long long top = 0;
+    unsigned long long top = 0, second = 0;  // the thread's two largest keys
 #pragma unroll
     for (int e = 0; e < per_thread; ++e) {
       const index_t j = slice_entries<float>::offset(e);
       nan |= in.v[e] != in.v[e];
       m = in.v[e] > m ? in.v[e] : m;
       const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+      second = key > top ? top : (key > second ? key : second);
       top = key > top ? key : top;
     }
     m = block_reduce(m, max_op{}, reduce_scratch);
@@ -588,17 +637,18 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     const unsigned kc = static_cast<unsigned>(k < len ? k : len);
     if (!nan) {
       // Bound: for kc <= 32 the largest over warps of each warp's kc-th largest thread maximum (a warp
-      // sort, no block barrier); else the kc-th largest of all thread maxima. 0 where fewer threads
-      // hold entries.
+      // sort, no block barrier); else the kc-th largest of the threads' two largest keys (512 keys: a
+      // bound that leaves about kc keys above it even for kc = 256). 0 where too few keys exist.
       unsigned long long bound;
       if (kc <= 32) {
         const unsigned long long mine = warp_kth_largest(top, kc);
         const unsigned long long best = block_reduce(mine, max_op{}, bound_scratch);
         bound = best;
       } else {
-        buf[threadIdx.x] = top;
+        buf[2 * threadIdx.x] = top;
+        buf[2 * threadIdx.x + 1] = second;
         __syncthreads();
-        bitonic_descending(buf, threads);
+        bitonic_descending(buf, 2 * threads);
         bound = buf[kc - 1];
         __syncthreads();
       }
@@ -782,17 +832,69 @@ struct shared_chunk {
   __device__ T operator()(index_t j) const { return values[j - begin]; }
 };
 
-/// After the masses: thread 0 folds them and chooses the chunk, the block stages that chunk's entries
-/// in shared memory (`stage(i, column)` gives entry `column`), and thread 0 walks it. The walk is the
-/// shared walk_chunk, so the token is the host backends' token.
+/// Shared memory of one draw (sample_threads threads).
+template <class T>
+struct draw_scratch {
+  T staged[sample_chunk];        // the chosen chunk's entries
+  double running[sample_chunk];  // running totals along it
+  index_t reduce[sample_threads / 32];
+};
+
+/// locate_sample on the device, with the same token: the chunk is chosen on the sequential prefix of
+/// the chunk masses (thread 0 computes it in chunk order, as choose_chunk does; the first chunk that
+/// qualifies is then found by all threads), the chunk's entries are staged in shared memory, thread 0
+/// adds them up in index order (the walk's sums: adding 0 for an entry without mass leaves a running
+/// total >= 0 unchanged), and all threads find the first entry with mass whose running total exceeds
+/// the target. Only the additions are serial; every test of walk_chunk is done in parallel.
+/// `prefix` holds one double per chunk. Every thread of the block calls it; the token is valid in all.
 template <class T, class Stage>
-__device__ void walk_staged(const chunk_choice& choice, double target, index_t cols, T* staged, Stage stage,
-                            std::int32_t* token) {
-  const index_t begin = choice.chunk * sample_chunk;
-  const index_t end = begin + sample_chunk < cols ? begin + sample_chunk : cols;
-  for (index_t i = threadIdx.x; i < end - begin; i += blockDim.x) staged[i] = stage(begin + i);
+__device__ std::int32_t locate_on_device(const double* table, double* prefix, index_t cols, double target, Stage stage,
+                                         draw_scratch<T>& w) {
+  const index_t chunks = (cols + sample_chunk - 1) / sample_chunk;
+  if (threadIdx.x == 0) {
+    double before = 0.0;
+    for (index_t c = 0; c < chunks; ++c) {
+      prefix[c] = before;
+      before += table[c];
+    }
+  }
   __syncthreads();
-  if (threadIdx.x == 0) *token = walk_chunk(shared_chunk<T>{staged, begin}, begin, end, choice.before, target);
+  constexpr index_t none = INT64_MAX;
+  index_t first = none, last = -1;
+  for (index_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const double m = table[c];
+    if (m > 0.0) {
+      last = c;
+      if (prefix[c] + m > target && first == none) first = c;
+    }
+  }
+  first = block_reduce(first, min_op{}, w.reduce);
+  last = block_reduce(last, max_op{}, w.reduce);
+  const index_t c = first != none ? first : (last < 0 ? 0 : last);
+  const index_t begin = c * sample_chunk;
+  const index_t end = begin + sample_chunk < cols ? begin + sample_chunk : cols;
+  const index_t len = end - begin;
+  for (index_t i = threadIdx.x; i < len; i += blockDim.x) w.staged[i] = stage(begin + i);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double running = prefix[c];
+    for (index_t i = 0; i < len; ++i) {
+      const T v = w.staged[i];
+      running += v > T(0) ? static_cast<double>(v) : 0.0;
+      w.running[i] = running;
+    }
+  }
+  __syncthreads();
+  index_t hit = none, positive = -1;
+  for (index_t i = threadIdx.x; i < len; i += blockDim.x) {
+    if (w.staged[i] > T(0)) {
+      positive = i;
+      if (w.running[i] > target && hit == none) hit = i;
+    }
+  }
+  hit = block_reduce(hit, min_op{}, w.reduce);
+  positive = block_reduce(positive, max_op{}, w.reduce);
+  return static_cast<std::int32_t>(begin + (hit != none ? hit : (positive < 0 ? 0 : positive)));
 }
 
 /// One block per row: the canonical chunk masses in shared memory, then the draw (sample_fn's steps).
@@ -800,13 +902,13 @@ template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, const float* uniforms,
                                                                 std::int32_t* tokens, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  __shared__ T staged[sample_chunk];
-  __shared__ chunk_choice choice;
+  __shared__ draw_scratch<T> w;
   __shared__ double target;
   __shared__ int skip;
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   auto* masses = reinterpret_cast<chunk_mass*>(dynamic_shared);
   auto* table = reinterpret_cast<double*>(masses + chunks);
+  double* prefix = table + chunks;
   const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
   for (index_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* row = p.row(r);
@@ -829,13 +931,13 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
       if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
       sink.put(r, f);
       skip = f != fault::none;
-      if (!skip) {
-        target = static_cast<double>(uniforms[r]) * folded.total;
-        choice = choose_chunk(table, p.cols, target);
-      }
+      if (!skip) target = static_cast<double>(uniforms[r]) * folded.total;
     }
     __syncthreads();
-    if (!skip) walk_staged(choice, target, p.cols, staged, offset_source<T>{row}, tokens + r);
+    if (!skip) {
+      const std::int32_t token = locate_on_device(table, prefix, p.cols, target, offset_source<T>{row}, w);
+      if (threadIdx.x == 0) tokens[r] = token;
+    }
     __syncthreads();
   }
 }
@@ -847,13 +949,13 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
                                                                          const float* uniforms, std::int32_t* tokens,
                                                                          empty_residual fallback, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  __shared__ T staged[sample_chunk];
-  __shared__ chunk_choice choice;
+  __shared__ draw_scratch<T> w;
   __shared__ double target;
-  __shared__ int mode;  // 0: skip (fault or fixed token), 1: walk the residual, 2: walk p
+  __shared__ int mode;  // 0: skip (fault or fixed token), 1: draw from the residual, 2: draw from p
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   auto* masses = reinterpret_cast<residual_chunk_mass*>(dynamic_shared);
-  auto* table = reinterpret_cast<double*>(masses + chunks);
+  auto* table = reinterpret_cast<double*>(masses + chunks);  // residual masses, then p masses
+  double* prefix = table + 2 * chunks;
   const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
   for (index_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* pr = p.row(r);
@@ -891,13 +993,16 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
         } else {
           mode = d.kind == residual_draw::from_residual ? 1 : 2;
           target = d.target;
-          choice = choose_chunk(d.masses, p.cols, d.target);
         }
       }
     }
     __syncthreads();
-    if (mode == 1) walk_staged(choice, target, p.cols, staged, offset_residual_source<T>{pr, qr}, tokens + r);
-    if (mode == 2) walk_staged(choice, target, p.cols, staged, offset_source<T>{pr}, tokens + r);
+    if (mode != 0) {
+      const std::int32_t token =
+          mode == 1 ? locate_on_device(table, prefix, p.cols, target, offset_residual_source<T>{pr, qr}, w)
+                    : locate_on_device(table + chunks, prefix, p.cols, target, offset_source<T>{pr}, w);
+      if (threadIdx.x == 0) tokens[r] = token;
+    }
     __syncthreads();
   }
 }
