@@ -495,10 +495,18 @@ int launches_per_call(device_backend& d, const op& o, float* x, index_t rows, in
 int main(int argc, char** argv) {
   bool quick = false, timing_on = true;
   std::string csv_path = "gpu_check.csv";
+  std::string profile_op;  // --profile OP ROWS V: run one timed operation a few times (for ncu) and exit
+  index_t profile_rows = 0, profile_cols = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-timing") == 0) timing_on = false;
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
+    if (std::strcmp(argv[i], "--profile") == 0 && i + 3 < argc) {
+      profile_op = argv[i + 1];
+      profile_rows = std::atoll(argv[i + 2]);
+      profile_cols = std::atoll(argv[i + 3]);
+      i += 3;
+    }
   }
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -514,10 +522,11 @@ int main(int argc, char** argv) {
   d.set_stream(stream);
   host_backend h;
 
-  const double read_gbps = quick ? 0.0 : measure_read_bandwidth(stream, prop.multiProcessorCount);
-  if (!quick) std::printf("measured streaming read bandwidth: %.0f GB/s\n", read_gbps);
+  const double read_gbps = quick || !profile_op.empty() ? 0.0 : measure_read_bandwidth(stream, prop.multiProcessorCount);
+  if (read_gbps > 0) std::printf("measured streaming read bandwidth: %.0f GB/s\n", read_gbps);
 
-  // ---- correctness
+  // ---- correctness (skipped by --profile)
+  if (profile_op.empty()) {
   const std::vector<index_t> all_rows = quick ? std::vector<index_t>{1, 8} : std::vector<index_t>{1, 8, 64};
   const std::vector<index_t> all_cols =
       quick ? std::vector<index_t>{32000, 151936} : std::vector<index_t>{32000, 128256, 151936, 262144};
@@ -527,6 +536,7 @@ int main(int argc, char** argv) {
   if (!quick) check_shape(d, h, 3, 128256, 128256 + 3, 11);  // a row stride that breaks 16-byte alignment
   check_deferred(d);
   std::printf("correctness: %d checks, %d failed\n", checks, failures);
+  }
 
   // ---- ops timed and counted
   struct outputs {
@@ -580,6 +590,20 @@ int main(int argc, char** argv) {
                                dvec<std::int32_t>(out->idx.p, r));
        }},
   };
+
+  if (!profile_op.empty()) {
+    outputs out;
+    out.uni.put(std::vector<float>(64, 0.37f));
+    const std::size_t n = static_cast<std::size_t>(profile_rows * profile_cols);
+    dbuf<float> x(n);
+    x.put(std::vector<float>(n, 1.0f / static_cast<float>(profile_cols)));
+    d.defer_faults(true);
+    for (const op& o : ops)
+      if (profile_op == o.name)
+        for (int i = 0; i < 3; ++i) o.call(d, x.p, profile_rows, profile_cols, &out);
+    cuda_ok(cudaStreamSynchronize(stream), "profile");
+    return 0;
+  }
 
   // ---- CUDA graph: a sequence of primitives captured once, replayed, outputs equal to eager calls
   {

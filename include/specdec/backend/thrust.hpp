@@ -289,12 +289,14 @@ class thrust {
     scratch_layout s = scratch(layout_kind::sample, rc.rows, rc.cols, 1);
 #if defined(__CUDACC__)
     if constexpr (is_cuda) {
-      if (cuda_fits(rc.count(), 768)) {  // shared memory: 32 bytes per chunk beside 12-16 KB of draw scratch
-        const std::size_t shared = static_cast<std::size_t>(rc.count()) * (sizeof(detail::chunk_mass) + 2 * sizeof(double)) + detail::cuda_rows::shared_slack;
-        detail::cuda_rows::sample_kernel<V>
-            <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
-               stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(probs)), uniforms.data(), tokens.data(),
-                           cuda_sink(where, "probs", s.faults));
+      if (cuda_fits(rc.count(), 1536)) {  // the last block keeps 24 bytes per chunk in shared memory
+        namespace cr = detail::cuda_rows;
+        const index_t groups = (rc.count() + cr::sample_chunks_per_block - 1) / cr::sample_chunks_per_block;
+        const std::size_t shared =
+            static_cast<std::size_t>(rc.count()) * (sizeof(detail::chunk_mass) + sizeof(double)) + cr::shared_slack;
+        cr::sample_kernel<V><<<cuda_grid(groups, rc.rows), cr::sample_threads, shared, stream()>>>(
+            cuda_rows_of(matrix_view<const V, memory_space>(probs)), uniforms.data(), s.masses, cuda_tickets(rc.rows),
+            tokens.data(), cuda_sink(where, "probs", s.faults));
         cuda_launched(where);
         if (!deferred_) raise_faults(where, "probs", probs, s.faults, rc.rows, uniforms);
         return;
@@ -321,14 +323,16 @@ class thrust {
     scratch_layout s = scratch(layout_kind::sample_residual, rc.rows, rc.cols, 1);
 #if defined(__CUDACC__)
     if constexpr (is_cuda) {
-      if (cuda_fits(rc.count(), 384)) {  // 64 bytes per chunk
-        const std::size_t shared =
-            static_cast<std::size_t>(rc.count()) * (sizeof(detail::residual_chunk_mass) + 3 * sizeof(double)) + detail::cuda_rows::shared_slack;
-        detail::cuda_rows::sample_residual_kernel<V>
-            <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::sample_threads, shared,
-               stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(p)),
-                           cuda_rows_of(matrix_view<const V, memory_space>(q)), uniforms.data(), tokens.data(), fallback,
-                           cuda_sink(where, "p", s.faults, "q"));
+      if (cuda_fits(rc.count(), 512)) {  // the last block keeps 56 bytes per chunk in shared memory
+        namespace cr = detail::cuda_rows;
+        const index_t groups = (rc.count() + cr::sample_chunks_per_block - 1) / cr::sample_chunks_per_block;
+        const std::size_t shared = static_cast<std::size_t>(rc.count()) *
+                                       (sizeof(detail::residual_chunk_mass) + 2 * sizeof(double)) +
+                                   cr::shared_slack;
+        cr::sample_residual_kernel<V><<<cuda_grid(groups, rc.rows), cr::sample_threads, shared, stream()>>>(
+            cuda_rows_of(matrix_view<const V, memory_space>(p)), cuda_rows_of(matrix_view<const V, memory_space>(q)),
+            uniforms.data(), s.residual_masses, cuda_tickets(rc.rows), tokens.data(), fallback,
+            cuda_sink(where, "p", s.faults, "q"));
         cuda_launched(where);
         if (!deferred_) raise_residual_faults(where, p, q, s.faults, rc.rows, uniforms);
         return;
@@ -838,20 +842,6 @@ class thrust {
       return;
     }
     const V inv_t = V(1) / temperature;
-#if defined(__CUDACC__)
-    if constexpr (is_cuda) {
-      if (rc.cols <= detail::cuda_rows::softmax_row_limit) {
-        scratch_layout s = scratch(layout_kind::gather, rc.rows, 1, 1);
-        detail::cuda_rows::softmax_row_kernel<V, Log>
-            <<<static_cast<unsigned>(std::min<index_t>(rc.rows, 1 << 20)), detail::cuda_rows::softmax_threads, 0,
-               stream()>>>(cuda_rows_of(matrix_view<const V, memory_space>(logits)), out.data(), out.stride(0), inv_t,
-                           cuda_sink(where, "logits", s.faults));
-        cuda_launched(where);
-        if (!deferred_) raise_faults(where, "logits", logits, s.faults, rc.rows);
-        return;
-      }
-    }
-#endif
     lse_impl<V>(where, logits, inv_t, nullptr, false);
 #if defined(__CUDACC__)
     if constexpr (is_cuda) {

@@ -34,7 +34,7 @@ namespace specdec::detail::inline SPECDEC_ISA::cuda_rows {
 inline constexpr int threads = 256;               ///< threads of a reduction block
 inline constexpr index_t slice = 4096;            ///< entries of a row per reduction block
 inline constexpr int per_thread = slice / threads;  // 16
-inline constexpr int sample_threads = 1024;       ///< threads of a sampling block (128 chunks at once)
+inline constexpr int sample_threads = 128;        ///< threads of a sampling block (16 chunks, 8 lanes each)
 inline constexpr index_t max_topk = 256;          ///< largest k of the one-launch top-k
 /// Dynamic shared memory is requested with this many spare bytes: the compiler may read a small struct
 /// of partials (12 bytes) with one 16-byte load.
@@ -352,50 +352,6 @@ __global__ void __launch_bounds__(threads) normalise_kernel(rows_view<T> x, T* o
   }
 }
 
-/// Rows up to this many entries take the one-launch softmax (one block per row, the row re-read from
-/// cache); longer rows the two launches above, which spread a row over many blocks.
-inline constexpr index_t softmax_row_limit = 32768;
-inline constexpr int softmax_threads = 1024;
-
-/// softmax / log-softmax of short rows in one launch: the row's maximum, then its sum of exponentials,
-/// then the write, each a pass of the block over the row (the second and third from cache). Faults as
-/// lse_combine_fn classifies them for softmax (an all -inf row has no distribution).
-template <class T, bool Log>
-__global__ void __launch_bounds__(softmax_threads) softmax_row_kernel(rows_view<T> x, T* out, index_t out_stride,
-                                                                      T inv_t, fault_sink sink) {
-  __shared__ T value_scratch[softmax_threads / 32];
-  __shared__ int flag_scratch[softmax_threads / 32];
-  for (index_t r = blockIdx.x; r < x.rows; r += gridDim.x) {
-    const T* row = x.row(r);
-    T m = negative_infinity<T>();
-    int nan = 0;
-#pragma unroll 4
-    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x) {
-      const T v = row[j];
-      nan |= v != v;
-      m = v > m ? v : m;
-    }
-    m = block_reduce(m, max_op{}, value_scratch);
-    nan = block_reduce(nan, or_op{}, flag_scratch);
-    const fault f = nan                               ? fault::nan
-                    : m == -negative_infinity<T>()    ? fault::positive_infinity
-                    : m == negative_infinity<T>()     ? fault::all_masked
-                                                      : fault::none;
-    if (threadIdx.x == 0) sink.put(r, f);
-    if (f != fault::none) continue;
-    T sum = T(0);
-#pragma unroll 4
-    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x) sum += exp_((row[j] - m) * inv_t);
-    sum = block_reduce(sum, sum_op{}, value_scratch);
-    const T shift = Log ? log_(sum) : T(1) / sum;
-    T* y = out + r * out_stride;
-#pragma unroll 4
-    for (index_t j = threadIdx.x; j < x.cols; j += blockDim.x)
-      y[j] = Log ? (row[j] - m) * inv_t - shift : exp_((row[j] - m) * inv_t) * shift;
-    __syncthreads();  // the scratch of the next row's reductions
-  }
-}
-
 // ---- top-k ---------------------------------------------------------------------------------------------
 /// A total order of (value, column) pairs as one unsigned 64-bit key: larger key = ranks before
 /// (value descending, then column ascending), exactly ranks_before's order for non-NaN floats
@@ -637,13 +593,20 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     const unsigned kc = static_cast<unsigned>(k < len ? k : len);
     if (!nan) {
       // Bound: for kc <= 32 the largest over warps of each warp's kc-th largest thread maximum (a warp
-      // sort, no block barrier); else the kc-th largest of the threads' two largest keys (512 keys: a
-      // bound that leaves about kc keys above it even for kc = 256). 0 where too few keys exist.
+      // sort, no block barrier); for kc <= 64 the kc-th largest thread maximum; beyond, the kc-th
+      // largest of the threads' two largest keys (512 keys: about kc keys stay above it even for
+      // kc = 256, where the threads' maxima alone would leave over a thousand). 0 where too few exist.
       unsigned long long bound;
       if (kc <= 32) {
         const unsigned long long mine = warp_kth_largest(top, kc);
         const unsigned long long best = block_reduce(mine, max_op{}, bound_scratch);
         bound = best;
+      } else if (kc <= 64) {
+        buf[threadIdx.x] = top;
+        __syncthreads();
+        bitonic_descending(buf, threads);
+        bound = buf[kc - 1];
+        __syncthreads();
       } else {
         buf[2 * threadIdx.x] = top;
         buf[2 * threadIdx.x + 1] = second;
@@ -832,99 +795,55 @@ struct shared_chunk {
   __device__ T operator()(index_t j) const { return values[j - begin]; }
 };
 
-/// Shared memory of one draw (sample_threads threads).
-template <class T>
-struct draw_scratch {
-  T staged[sample_chunk];        // the chosen chunk's entries
-  double running[sample_chunk];  // running totals along it
-  index_t reduce[sample_threads / 32];
-};
-
-/// locate_sample on the device, with the same token: the chunk is chosen on the sequential prefix of
-/// the chunk masses (thread 0 computes it in chunk order, as choose_chunk does; the first chunk that
-/// qualifies is then found by all threads), the chunk's entries are staged in shared memory, thread 0
-/// adds them up in index order (the walk's sums: adding 0 for an entry without mass leaves a running
-/// total >= 0 unchanged), and all threads find the first entry with mass whose running total exceeds
-/// the target. Only the additions are serial; every test of walk_chunk is done in parallel.
-/// `prefix` holds one double per chunk. Every thread of the block calls it; the token is valid in all.
+/// locate_sample with the chosen chunk's entries staged in shared memory by the whole block before
+/// thread 0 walks them (choose_chunk and walk_chunk are the host backends' own, so is the token).
+/// Every thread calls it; the token is written by thread 0.
 template <class T, class Stage>
-__device__ std::int32_t locate_on_device(const double* table, double* prefix, index_t cols, double target, Stage stage,
-                                         draw_scratch<T>& w) {
-  const index_t chunks = (cols + sample_chunk - 1) / sample_chunk;
-  if (threadIdx.x == 0) {
-    double before = 0.0;
-    for (index_t c = 0; c < chunks; ++c) {
-      prefix[c] = before;
-      before += table[c];
-    }
-  }
+__device__ void draw_staged(const double* table, index_t cols, double target, Stage stage, T* staged,
+                            std::int32_t* token) {
+  __shared__ chunk_choice choice;
+  if (threadIdx.x == 0) choice = choose_chunk(table, cols, target);
   __syncthreads();
-  constexpr index_t none = INT64_MAX;
-  index_t first = none, last = -1;
-  for (index_t c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const double m = table[c];
-    if (m > 0.0) {
-      last = c;
-      if (prefix[c] + m > target && first == none) first = c;
-    }
-  }
-  first = block_reduce(first, min_op{}, w.reduce);
-  last = block_reduce(last, max_op{}, w.reduce);
-  const index_t c = first != none ? first : (last < 0 ? 0 : last);
-  const index_t begin = c * sample_chunk;
+  const index_t begin = choice.chunk * sample_chunk;
   const index_t end = begin + sample_chunk < cols ? begin + sample_chunk : cols;
-  const index_t len = end - begin;
-  for (index_t i = threadIdx.x; i < len; i += blockDim.x) w.staged[i] = stage(begin + i);
+  for (index_t i = threadIdx.x; i < end - begin; i += blockDim.x) staged[i] = stage(begin + i);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double running = prefix[c];
-    for (index_t i = 0; i < len; ++i) {
-      const T v = w.staged[i];
-      running += v > T(0) ? static_cast<double>(v) : 0.0;
-      w.running[i] = running;
-    }
-  }
-  __syncthreads();
-  index_t hit = none, positive = -1;
-  for (index_t i = threadIdx.x; i < len; i += blockDim.x) {
-    if (w.staged[i] > T(0)) {
-      positive = i;
-      if (w.running[i] > target && hit == none) hit = i;
-    }
-  }
-  hit = block_reduce(hit, min_op{}, w.reduce);
-  positive = block_reduce(positive, max_op{}, w.reduce);
-  return static_cast<std::int32_t>(begin + (hit != none ? hit : (positive < 0 ? 0 : positive)));
+  if (threadIdx.x == 0) *token = walk_chunk(shared_chunk<T>{staged, begin}, begin, end, choice.before, target);
 }
 
-/// One block per row: the canonical chunk masses in shared memory, then the draw (sample_fn's steps).
+/// Chunks whose masses one sampling block computes: 8 threads per chunk (one per canonical lane).
+inline constexpr int sample_chunks_per_block = sample_threads / 8;
+
+/// Sampling over (chunk group, row) blocks: each block computes the canonical masses of its chunks
+/// into `partials` (chunk_mass per (row, chunk)); the block that completes a row last folds them in
+/// chunk order and draws (sample_fn's steps, on a copy of the masses in shared memory).
 template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, const float* uniforms,
+                                                                chunk_mass* partials, unsigned* tickets,
                                                                 std::int32_t* tokens, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  __shared__ draw_scratch<T> w;
+  __shared__ T staged[sample_chunk];
   __shared__ double target;
   __shared__ int skip;
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
-  auto* masses = reinterpret_cast<chunk_mass*>(dynamic_shared);
-  auto* table = reinterpret_cast<double*>(masses + chunks);
-  double* prefix = table + chunks;
-  const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
-  for (index_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+  const index_t blocks_per_row = (chunks + sample_chunks_per_block - 1) / sample_chunks_per_block;
+  const int lane = threadIdx.x % 8;
+  const index_t c = blockIdx.x * index_t(sample_chunks_per_block) + threadIdx.x / 8;
+  for (index_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
     const T* row = p.row(r);
-    for (index_t c0 = 0; c0 < chunks; c0 += sample_threads / 8) {
-      const index_t c = c0 + group;
-      const bool live = c < chunks;
-      const index_t begin = c * sample_chunk;
-      const index_t n = live ? (p.cols - begin < sample_chunk ? p.cols - begin : sample_chunk) : 0;
-      int flags = 0;
-      const double m = lane_mass(offset_source<T>{row + begin}, n, lane, flags, 1, 2);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 1);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 2);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 4);
-      if (live && lane == 0) masses[c] = chunk_mass{m, (flags & 1) != 0, (flags & 2) != 0};
-    }
-    __syncthreads();
+    const bool live = c < chunks;
+    const index_t begin = c * sample_chunk;
+    const index_t n = live ? (p.cols - begin < sample_chunk ? p.cols - begin : sample_chunk) : 0;
+    int flags = 0;
+    const double m = lane_mass(offset_source<T>{row + begin}, n, lane, flags, 1, 2);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 1);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 2);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 4);
+    if (live && lane == 0) partials[r * chunks + c] = chunk_mass{m, (flags & 1) != 0, (flags & 2) != 0};
+    if (!last_block_of_row(tickets, r, static_cast<unsigned>(blocks_per_row))) continue;
+    auto* masses = reinterpret_cast<chunk_mass*>(dynamic_shared);
+    auto* table = reinterpret_cast<double*>(masses + chunks);
+    copy_partials(partials + r * chunks, chunks, masses);
     if (threadIdx.x == 0) {
       const folded_row folded = fold_chunks(masses, chunks, table);
       fault f = folded.error();
@@ -934,10 +853,7 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
       if (!skip) target = static_cast<double>(uniforms[r]) * folded.total;
     }
     __syncthreads();
-    if (!skip) {
-      const std::int32_t token = locate_on_device(table, prefix, p.cols, target, offset_source<T>{row}, w);
-      if (threadIdx.x == 0) tokens[r] = token;
-    }
+    if (!skip) draw_staged(table, p.cols, target, offset_source<T>{row}, staged, tokens + r);
     __syncthreads();
   }
 }
@@ -946,37 +862,38 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
 /// empty-residual fallback of plan_residual_draw (sample_residual_fn's steps).
 template <class T>
 __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_view<T> p, rows_view<T> q,
-                                                                         const float* uniforms, std::int32_t* tokens,
+                                                                         const float* uniforms,
+                                                                         residual_chunk_mass* partials,
+                                                                         unsigned* tickets, std::int32_t* tokens,
                                                                          empty_residual fallback, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
-  __shared__ draw_scratch<T> w;
+  __shared__ T staged[sample_chunk];
   __shared__ double target;
   __shared__ int mode;  // 0: skip (fault or fixed token), 1: draw from the residual, 2: draw from p
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
-  auto* masses = reinterpret_cast<residual_chunk_mass*>(dynamic_shared);
-  auto* table = reinterpret_cast<double*>(masses + chunks);  // residual masses, then p masses
-  double* prefix = table + 2 * chunks;
-  const int group = threadIdx.x / 8, lane = threadIdx.x % 8;
-  for (index_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+  const index_t blocks_per_row = (chunks + sample_chunks_per_block - 1) / sample_chunks_per_block;
+  const int lane = threadIdx.x % 8;
+  const index_t c = blockIdx.x * index_t(sample_chunks_per_block) + threadIdx.x / 8;
+  for (index_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
     const T* pr = p.row(r);
     const T* qr = q.row(r);
-    for (index_t c0 = 0; c0 < chunks; c0 += sample_threads / 8) {
-      const index_t c = c0 + group;
-      const bool live = c < chunks;
-      const index_t begin = c * sample_chunk;
-      const index_t n = live ? (p.cols - begin < sample_chunk ? p.cols - begin : sample_chunk) : 0;
-      int flags = 0;
-      const double res = lane_mass(offset_residual_source<T>{pr + begin, qr + begin}, n, lane, flags, 0, 0);
-      const double pm = lane_mass(offset_source<T>{pr + begin}, n, lane, flags, 1, 2);
-      const double qm = lane_mass(offset_source<T>{qr + begin}, n, lane, flags, 4, 8);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 1);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 2);
-      flags |= __shfl_xor_sync(0xffffffffu, flags, 4);
-      if (live && lane == 0)
-        masses[c] = residual_chunk_mass{res, chunk_mass{pm, (flags & 1) != 0, (flags & 2) != 0},
-                                        chunk_mass{qm, (flags & 4) != 0, (flags & 8) != 0}};
-    }
-    __syncthreads();
+    const bool live = c < chunks;
+    const index_t begin = c * sample_chunk;
+    const index_t n = live ? (p.cols - begin < sample_chunk ? p.cols - begin : sample_chunk) : 0;
+    int flags = 0;
+    const double res = lane_mass(offset_residual_source<T>{pr + begin, qr + begin}, n, lane, flags, 0, 0);
+    const double pm = lane_mass(offset_source<T>{pr + begin}, n, lane, flags, 1, 2);
+    const double qm = lane_mass(offset_source<T>{qr + begin}, n, lane, flags, 4, 8);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 1);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 2);
+    flags |= __shfl_xor_sync(0xffffffffu, flags, 4);
+    if (live && lane == 0)
+      partials[r * chunks + c] = residual_chunk_mass{res, chunk_mass{pm, (flags & 1) != 0, (flags & 2) != 0},
+                                                     chunk_mass{qm, (flags & 4) != 0, (flags & 8) != 0}};
+    if (!last_block_of_row(tickets, r, static_cast<unsigned>(blocks_per_row))) continue;
+    auto* masses = reinterpret_cast<residual_chunk_mass*>(dynamic_shared);
+    auto* table = reinterpret_cast<double*>(masses + chunks);  // residual masses, then p masses
+    copy_partials(partials + r * chunks, chunks, masses);
     if (threadIdx.x == 0) {
       const folded_residual_row folded = fold_residual_chunks(masses, chunks, table, table + chunks);
       fault f = folded.p.error();
@@ -997,12 +914,8 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
       }
     }
     __syncthreads();
-    if (mode != 0) {
-      const std::int32_t token =
-          mode == 1 ? locate_on_device(table, prefix, p.cols, target, offset_residual_source<T>{pr, qr}, w)
-                    : locate_on_device(table + chunks, prefix, p.cols, target, offset_source<T>{pr}, w);
-      if (threadIdx.x == 0) tokens[r] = token;
-    }
+    if (mode == 1) draw_staged(table, p.cols, target, offset_residual_source<T>{pr, qr}, staged, tokens + r);
+    if (mode == 2) draw_staged(table + chunks, p.cols, target, offset_source<T>{pr}, staged, tokens + r);
     __syncthreads();
   }
 }
