@@ -361,6 +361,11 @@ __device__ inline std::uint64_t rank_key(float v, std::int32_t column) {
   u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
   return (std::uint64_t(u) << 32) | std::uint64_t(0x7fffffffu - static_cast<std::uint32_t>(column));
 }
+__device__ inline float in_value(std::uint64_t key) {
+  std::uint32_t u = static_cast<std::uint32_t>(key >> 32);
+  u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+  return __uint_as_float(u);
+}
 __device__ inline std::int32_t key_column(std::uint64_t key) {
   return static_cast<std::int32_t>(0x7fffffffu - static_cast<std::uint32_t>(key & 0xffffffffu));
 }
@@ -545,7 +550,7 @@ __device__ inline unsigned next_power_of_two(unsigned n) {
 /// Keys order (value, column) exactly as ranks_before does, so the result, and the fused log-sum-exp
 /// from the same combine as topk_merge_fn, are the host backends'.
 template <class T>
-__global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k, index_t slot, float inv_t,
+__global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_t k, index_t slot, float inv_t,
                                                        float* cand_values, std::int32_t* cand_indices,
                                                        lse_partial<float>* stats, unsigned* tickets,
                                                        float* out_values, index_t out_values_stride,
@@ -553,7 +558,8 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
                                                        float* out_lse, fault_sink sink) {
   static_assert(std::is_same_v<T, float>, "the one-launch top-k keys float rows");
   __shared__ select_scratch sel;
-  __shared__ unsigned long long buf[slice];
+  __shared__ unsigned long long keys[filter_capacity];  // thread maxima, then the keys above the bound
+  __shared__ float values[slice];                        // the slice, only when the bound leaves too many
   __shared__ float reduce_scratch[threads / 32];
   __shared__ int flag_scratch[threads / 32];
   __shared__ unsigned warp_totals[32];
@@ -571,15 +577,28 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     in.load(row + begin, len);
     float m = negative_infinity<float>();
     int nan = 0;
-    unsigned long long top = 0, second = 0;  // the thread's two largest keys
+    // The thread's two best entries by ranks_before (value descending, column ascending), as floats:
+    // keys are built only for the few entries that survive the bound.
+    float v1 = negative_infinity<float>(), v2 = negative_infinity<float>();
+    std::int32_t c1 = -1, c2 = -1;
 #pragma unroll
     for (int e = 0; e < per_thread; ++e) {
       const index_t j = slice_entries<float>::offset(e);
-      nan |= in.v[e] != in.v[e];
-      m = in.v[e] > m ? in.v[e] : m;
-      const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
-      second = key > top ? top : (key > second ? key : second);
-      top = key > top ? key : top;
+      const float v = in.v[e];
+      nan |= v != v;
+      m = v > m ? v : m;
+      if (j < len) {
+        const std::int32_t c = static_cast<std::int32_t>(begin + j);
+        if (c1 < 0 || ranks_before(v, c, v1, c1)) {
+          v2 = v1;
+          c2 = c1;
+          v1 = v;
+          c1 = c;
+        } else if (c2 < 0 || ranks_before(v, c, v2, c2)) {
+          v2 = v;
+          c2 = c;
+        }
+      }
     }
     m = block_reduce(m, max_op{}, reduce_scratch);
     nan = block_reduce(nan, or_op{}, flag_scratch);
@@ -592,58 +611,60 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
     if (threadIdx.x == 0) stats[r * slices + s] = lse_partial<float>{m, sum, nan != 0};
     const unsigned kc = static_cast<unsigned>(k < len ? k : len);
     if (!nan) {
+      const unsigned long long top = c1 < 0 ? 0ull : rank_key(v1, c1);
+      const unsigned long long second = c2 < 0 ? 0ull : rank_key(v2, c2);
       // Bound: for kc <= 32 the largest over warps of each warp's kc-th largest thread maximum (a warp
       // sort, no block barrier); for kc <= 64 the kc-th largest thread maximum; beyond, the kc-th
-      // largest of the threads' two largest keys (512 keys: about kc keys stay above it even for
+      // largest of the threads' two best keys (512 keys: about kc keys stay above it even for
       // kc = 256, where the threads' maxima alone would leave over a thousand). 0 where too few exist.
       unsigned long long bound;
       if (kc <= 32) {
-        const unsigned long long mine = warp_kth_largest(top, kc);
-        const unsigned long long best = block_reduce(mine, max_op{}, bound_scratch);
-        bound = best;
+        bound = block_reduce(warp_kth_largest(top, kc), max_op{}, bound_scratch);
       } else if (kc <= 64) {
-        buf[threadIdx.x] = top;
+        keys[threadIdx.x] = top;
         __syncthreads();
-        bitonic_descending(buf, threads);
-        bound = buf[kc - 1];
+        bitonic_descending(keys, threads);
+        bound = keys[kc - 1];
         __syncthreads();
       } else {
-        buf[2 * threadIdx.x] = top;
-        buf[2 * threadIdx.x + 1] = second;
+        keys[2 * threadIdx.x] = top;
+        keys[2 * threadIdx.x + 1] = second;
         __syncthreads();
-        bitonic_descending(buf, 2 * threads);
-        bound = buf[kc - 1];
+        bitonic_descending(keys, 2 * threads);
+        bound = keys[kc - 1];
         __syncthreads();
       }
+      // key(v, c) >= bound  <=>  v > bound's value, or v equal to it and c <= its column (float tests).
+      const float bound_value = bound == 0ull ? negative_infinity<float>() : in_value(bound);
+      const std::int32_t bound_column = bound == 0ull ? INT32_MAX : key_column(bound);
+      const auto above = [&](float v, index_t j) {
+        return j < len && (v > bound_value || (v == bound_value && begin + j <= bound_column));
+      };
       unsigned count = 0;
 #pragma unroll
-      for (int e = 0; e < per_thread; ++e) {
-        const index_t j = slice_entries<float>::offset(e);
-        const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
-        count += key >= bound && key != 0ull;
-      }
+      for (int e = 0; e < per_thread; ++e) count += above(in.v[e], slice_entries<float>::offset(e));
       unsigned total = 0;
       unsigned at = block_exclusive_scan(count, warp_totals, total);
-      const unsigned long long* chosen = buf;
+      const unsigned long long* chosen = keys;
       if (total <= filter_capacity) {
 #pragma unroll
         for (int e = 0; e < per_thread; ++e) {
           const index_t j = slice_entries<float>::offset(e);
-          const unsigned long long key = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
-          if (key >= bound && key != 0ull) buf[at++] = key;
+          if (above(in.v[e], j)) keys[at++] = rank_key(in.v[e], static_cast<std::int32_t>(begin + j));
         }
         const unsigned n = next_power_of_two(total);
-        for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) buf[i] = 0ull;
+        for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
         __syncthreads();
-        bitonic_descending(buf, n);
+        bitonic_descending(keys, n);
       } else {
 #pragma unroll
         for (int e = 0; e < per_thread; ++e) {
           const index_t j = slice_entries<float>::offset(e);
-          buf[j] = j < len ? rank_key(in.v[e], static_cast<std::int32_t>(begin + j)) : 0ull;
+          if (j < len) values[j] = in.v[e];
         }
         __syncthreads();
-        block_select([&](index_t i) { return buf[i]; }, len, kc, sel);
+        block_select([&](index_t i) { return rank_key(values[i], static_cast<std::int32_t>(begin + i)); }, len, kc,
+                     sel);
         chosen = sel.chosen;
       }
       for (unsigned i = threadIdx.x; i < kc; i += blockDim.x) {
@@ -677,11 +698,11 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
         const unsigned preset = static_cast<unsigned>(slices * head);  // <= k + slices <= 512
         for (unsigned i = threadIdx.x; i < next_power_of_two(preset); i += blockDim.x) {
           const index_t l = i / head, e = i % head;
-          buf[i] = i < preset && e < listed(l) ? key_of(l, e) : 0ull;
+          keys[i] = i < preset && e < listed(l) ? key_of(l, e) : 0ull;
         }
         __syncthreads();
-        bitonic_descending(buf, next_power_of_two(preset));
-        const unsigned long long bound = buf[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
+        bitonic_descending(keys, next_power_of_two(preset));
+        const unsigned long long bound = keys[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
         __syncthreads();
         const index_t candidates = slices * slot;
         unsigned count = 0;
@@ -689,17 +710,17 @@ __global__ void __launch_bounds__(threads) topk_kernel(rows_view<T> x, index_t k
           if (i % slot < listed(i / slot)) count += key_of(i / slot, i % slot) >= bound;
         unsigned total = 0;
         unsigned at = block_exclusive_scan(count, warp_totals, total);
-        const unsigned long long* chosen = buf;
+        const unsigned long long* chosen = keys;
         if (total <= filter_capacity) {
           for (index_t i = threadIdx.x; i < candidates; i += blockDim.x) {
             if (i % slot >= listed(i / slot)) continue;
             const unsigned long long key = key_of(i / slot, i % slot);
-            if (key >= bound) buf[at++] = key;
+            if (key >= bound) keys[at++] = key;
           }
           const unsigned n = next_power_of_two(total);
-          for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) buf[i] = 0ull;
+          for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
           __syncthreads();
-          bitonic_descending(buf, n);
+          bitonic_descending(keys, n);
         } else {
           block_select(
               [&](index_t i) -> unsigned long long {
@@ -795,20 +816,114 @@ struct shared_chunk {
   __device__ T operator()(index_t j) const { return values[j - begin]; }
 };
 
-/// locate_sample with the chosen chunk's entries staged in shared memory by the whole block before
-/// thread 0 walks them (choose_chunk and walk_chunk are the host backends' own, so is the token).
-/// Every thread calls it; the token is written by thread 0.
+/// Exclusive prefix sum over the block in double (an approximation: the draw uses it only where its
+/// error bound decides, see draw_staged).
+__device__ inline double block_exclusive_scan(double v, double* warp_sums /* [32] */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const double o = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += o;
+  }
+  __syncthreads();
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  double before = 0.0;
+  for (int w = 0; w < warp; ++w) before += warp_sums[w];
+  return before + (x - v);
+}
+
+/// Shared memory of draw_staged.
+struct draw_shared {
+  double warp_sums[32];
+  index_t reduce[32];
+  chunk_choice choice;
+  std::int32_t token;
+};
+
+/// locate_sample on the device, with locate_sample's token, without its serial walk in the common case.
+///
+/// The canonical search compares running totals, summed one entry after another in double, with the
+/// target. A parallel prefix sum gives each of those totals to within 2^-40 of the row total (the
+/// serial sum and the parallel one each err by under 3e-13 of it: at most 2560 additions of
+/// non-negative terms), so an entry whose parallel total clears the target by more than that bound is
+/// decided, and so is one that falls short by more. The first entry that may cross and the first that
+/// surely crosses are found in parallel; when they coincide (or nothing may cross) that is the answer
+/// the serial search gives. Otherwise (a target within ~1e-12 of a running total) thread 0 runs the
+/// serial choose_chunk / walk_chunk themselves. The same holds for the choice of the chunk. `total` is
+/// the row's canonical total and `target` = u * total. Every thread calls it; `*token` is written by
+/// thread 0.
 template <class T, class Stage>
-__device__ void draw_staged(const double* table, index_t cols, double target, Stage stage, T* staged,
-                            std::int32_t* token) {
-  __shared__ chunk_choice choice;
-  if (threadIdx.x == 0) choice = choose_chunk(table, cols, target);
-  __syncthreads();
-  const index_t begin = choice.chunk * sample_chunk;
+__device__ void draw_staged(const double* table, index_t cols, double total, double target, Stage stage, T* staged,
+                            draw_shared& w, std::int32_t* token) {
+  constexpr index_t none = INT64_MAX;
+  const double slack = ldexp(total + target, -40);
+  const index_t chunks = (cols + sample_chunk - 1) / sample_chunk;
+  // The chunk: each thread takes a run of chunks.
+  {
+    const index_t per = (chunks + blockDim.x - 1) / blockDim.x;
+    const index_t c0 = threadIdx.x * per, c1 = c0 + per < chunks ? c0 + per : chunks;
+    double local = 0.0;
+    for (index_t c = c0; c < c1; ++c) local += table[c];
+    double reach = block_exclusive_scan(local, w.warp_sums);
+    index_t sure = none, maybe = none, last = -1;
+    for (index_t c = c0; c < c1; ++c) {
+      const double m = table[c];
+      reach += m;
+      if (m > 0.0) {
+        last = c;
+        if (maybe == none && reach > target - slack) maybe = c;
+        if (sure == none && reach > target + slack) sure = c;
+      }
+    }
+    sure = block_reduce(sure, min_op{}, w.reduce);
+    maybe = block_reduce(maybe, min_op{}, w.reduce);
+    last = block_reduce(last, max_op{}, w.reduce);
+    if (threadIdx.x == 0) {
+      if (maybe == none || maybe == sure) {
+        const index_t c = maybe == none ? (last < 0 ? 0 : last) : sure;
+        double before = 0.0;  // the canonical total of the chunks before c
+        for (index_t d = 0; d < c; ++d) before += table[d];
+        w.choice = chunk_choice{c, before};
+      } else {
+        w.choice = choose_chunk(table, cols, target);
+      }
+    }
+    __syncthreads();
+  }
+  const index_t begin = w.choice.chunk * sample_chunk;
   const index_t end = begin + sample_chunk < cols ? begin + sample_chunk : cols;
-  for (index_t i = threadIdx.x; i < end - begin; i += blockDim.x) staged[i] = stage(begin + i);
+  const index_t len = end - begin;
+  for (index_t i = threadIdx.x; i < len; i += blockDim.x) staged[i] = stage(begin + i);
   __syncthreads();
-  if (threadIdx.x == 0) *token = walk_chunk(shared_chunk<T>{staged, begin}, begin, end, choice.before, target);
+  // The entry: each thread takes a run of entries.
+  const index_t per = (len + blockDim.x - 1) / blockDim.x;
+  const index_t i0 = threadIdx.x * per, i1 = i0 + per < len ? i0 + per : len;
+  double local = 0.0;
+  for (index_t i = i0; i < i1; ++i) local += staged[i] > T(0) ? static_cast<double>(staged[i]) : 0.0;
+  double reach = w.choice.before + block_exclusive_scan(local, w.warp_sums);
+  index_t sure = none, maybe = none, last = -1;
+  for (index_t i = i0; i < i1; ++i) {
+    const T v = staged[i];
+    if (v > T(0)) {
+      reach += static_cast<double>(v);
+      last = i;
+      if (maybe == none && reach > target - slack) maybe = i;
+      if (sure == none && reach > target + slack) sure = i;
+    }
+  }
+  sure = block_reduce(sure, min_op{}, w.reduce);
+  maybe = block_reduce(maybe, min_op{}, w.reduce);
+  last = block_reduce(last, max_op{}, w.reduce);
+  if (threadIdx.x == 0) {
+    if (maybe == none)
+      *token = static_cast<std::int32_t>(begin + (last < 0 ? 0 : last));
+    else if (maybe == sure)
+      *token = static_cast<std::int32_t>(begin + sure);
+    else
+      *token = walk_chunk(shared_chunk<T>{staged, begin}, begin, end, w.choice.before, target);
+  }
 }
 
 /// Chunks whose masses one sampling block computes: 8 threads per chunk (one per canonical lane).
@@ -823,7 +938,8 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
                                                                 std::int32_t* tokens, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   __shared__ T staged[sample_chunk];
-  __shared__ double target;
+  __shared__ draw_shared w;
+  __shared__ double target, total;
   __shared__ int skip;
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   const index_t blocks_per_row = (chunks + sample_chunks_per_block - 1) / sample_chunks_per_block;
@@ -850,10 +966,11 @@ __global__ void __launch_bounds__(sample_threads) sample_kernel(rows_view<T> p, 
       if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
       sink.put(r, f);
       skip = f != fault::none;
+      total = folded.total;
       if (!skip) target = static_cast<double>(uniforms[r]) * folded.total;
     }
     __syncthreads();
-    if (!skip) draw_staged(table, p.cols, target, offset_source<T>{row}, staged, tokens + r);
+    if (!skip) draw_staged(table, p.cols, total, target, offset_source<T>{row}, staged, w, tokens + r);
     __syncthreads();
   }
 }
@@ -868,7 +985,8 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
                                                                          empty_residual fallback, fault_sink sink) {
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   __shared__ T staged[sample_chunk];
-  __shared__ double target;
+  __shared__ draw_shared w;
+  __shared__ double target, total;
   __shared__ int mode;  // 0: skip (fault or fixed token), 1: draw from the residual, 2: draw from p
   const index_t chunks = (p.cols + sample_chunk - 1) / sample_chunk;
   const index_t blocks_per_row = (chunks + sample_chunks_per_block - 1) / sample_chunks_per_block;
@@ -910,12 +1028,13 @@ __global__ void __launch_bounds__(sample_threads) sample_residual_kernel(rows_vi
         } else {
           mode = d.kind == residual_draw::from_residual ? 1 : 2;
           target = d.target;
+          total = d.kind == residual_draw::from_residual ? folded.residual : folded.p.total;
         }
       }
     }
     __syncthreads();
-    if (mode == 1) draw_staged(table, p.cols, target, offset_residual_source<T>{pr, qr}, staged, tokens + r);
-    if (mode == 2) draw_staged(table + chunks, p.cols, target, offset_source<T>{pr}, staged, tokens + r);
+    if (mode == 1) draw_staged(table, p.cols, total, target, offset_residual_source<T>{pr, qr}, staged, w, tokens + r);
+    if (mode == 2) draw_staged(table + chunks, p.cols, total, target, offset_source<T>{pr}, staged, w, tokens + r);
     __syncthreads();
   }
 }
