@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// gpu_check: proves specdec::thrust<cuda> on a real GPU, in one run (scripts/gpu_check.sh).
+// gpu_check: proves specdec::thrust_backend<cuda> on a real GPU, in one run (scripts/gpu_check.sh).
 //
 //  1. the device, and its streaming-read bandwidth measured here (the limit every figure is a share of);
-//  2. every row primitive against thrust<cpp> on rows {1, 8, 64} x V {32000, 128256, 151936, 262144} and on
+//  2. every row primitive against thrust_backend<cpp> on rows {1, 8, 64} x V {32000, 128256, 151936, 262144} and on
 //     adversarial rows (ties, all -inf, NaN, +inf, maximum first / last, odd V, padded row stride):
 //     integers and sampled tokens exact, floats within the tolerance printed beside each check;
 //  3. deferred faults (no synchronisation inside a call) and a CUDA graph captured and replayed;
@@ -26,8 +26,8 @@
 
 #include <specdec/backend/thrust.hpp>
 
-using device_backend = specdec::thrust<specdec::thrust_system::cuda>;
-using host_backend = specdec::thrust<specdec::thrust_system::cpp>;
+using device_backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
+using host_backend = specdec::thrust_backend<specdec::thrust_system::cpp>;
 using specdec::device_space;
 using specdec::host_space;
 using specdec::index_t;
@@ -339,7 +339,7 @@ void check_shape(device_backend& d, host_backend& h, index_t rows, index_t cols,
       h.row_sample(hmat<const float>(probs.data(), rows, cols), hvec<const float>(u.data(), rows),
                    hvec<std::int32_t>(ht.data(), rows));
       d.row_sample(dmat<const float>(dp.p, rows, cols), dvec<const float>(du.p, rows), dvec<std::int32_t>(dt.p, rows));
-      report(dt.get(R) == ht, name("sample tokens identical to thrust<cpp>"));
+      report(dt.get(R) == ht, name("sample tokens identical to thrust_backend<cpp>"));
       for (const auto fallback : {specdec::empty_residual::sample_target, specdec::empty_residual::token_zero,
                                   specdec::empty_residual::last_token}) {
         for (const bool same : {false, true}) {  // same: p == q, the residual is empty

@@ -86,9 +86,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<std::string, results>> all;
   all.emplace_back("eigen", run<specdec::eigen>("eigen", logits, draft, rows, vocab, k));
-  all.emplace_back("thrust<cpp>", run<specdec::thrust<specdec::thrust_system::cpp>>("thrust<cpp>", logits, draft, rows, vocab, k));
+  all.emplace_back("thrust_backend<cpp>", run<specdec::thrust_backend<specdec::thrust_system::cpp>>("thrust_backend<cpp>", logits, draft, rows, vocab, k));
 #if defined(_OPENMP)
-  all.emplace_back("thrust<omp>", run<specdec::thrust<specdec::thrust_system::omp>>("thrust<omp>", logits, draft, rows, vocab, k));
+  all.emplace_back("thrust_backend<omp>", run<specdec::thrust_backend<specdec::thrust_system::omp>>("thrust_backend<omp>", logits, draft, rows, vocab, k));
 #endif
 
   const results& r = all.front().second;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs everything the GPU path has to prove on a machine with an NVIDIA GPU, in one go:
 #   1. bench/gpu_check.cu: the device, its measured read bandwidth, every row primitive against
-#      thrust<cpp> (shapes and adversarial rows), deferred faults, a CUDA graph, and the timing table;
+#      thrust_backend<cpp> (shapes and adversarial rows), deferred faults, a CUDA graph, and the timing table;
 #   2. bench/gpu_check_torch.py: PyTorch's own operations at the same shapes (the baseline);
 #   3. the CUDA conformance suite (specdec_tests_cuda), when built (cmake -DSPECDEC_ENABLE_CUDA=ON);
 #   4. compute-sanitizer memcheck and racecheck on gpu_check --quick.

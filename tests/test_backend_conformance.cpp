@@ -14,11 +14,11 @@
 
 #if defined(__CUDACC__)
 #define SPECDEC_TEST_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>, \
-      specdec::thrust<specdec::thrust_system::cuda>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
+      specdec::thrust_backend<specdec::thrust_system::cuda>
 #else
 #define SPECDEC_TEST_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
 #endif
 
 using namespace conformance;
@@ -605,7 +605,7 @@ TEST_CASE("the vectorised chunk masses of the samplers are bit-identical to the 
 // against its own. Rows built to take every branch (rising chunk maxima, a masked first chunk, a far
 // larger maximum late in the row, low temperatures) against a double-precision reference.
 TEST_CASE_TEMPLATE("row_logsumexp: rising chunk maxima, masked chunks and late maxima against a double reference", B,
-                   specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>) {
+                   specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
   B b;
   const float inf = std::numeric_limits<float>::infinity();
   const index_t v = 5 * 2048 + 77;  // five whole chunks and a partial one

@@ -21,7 +21,7 @@
 using namespace conformance;
 namespace blocks = specdec::blocks;
 
-#define SPECDEC_BLOCK_BACKENDS specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>
+#define SPECDEC_BLOCK_BACKENDS specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>
 
 namespace {
 

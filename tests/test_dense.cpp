@@ -13,11 +13,11 @@
 
 #if defined(__CUDACC__)
 #define SPECDEC_DENSE_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>, \
-      specdec::thrust<specdec::thrust_system::cuda>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
+      specdec::thrust_backend<specdec::thrust_system::cuda>
 #else
 #define SPECDEC_DENSE_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
 #endif
 
 using namespace conformance;
@@ -38,7 +38,7 @@ using cview = specdec::matrix_view<const float, typename B::memory_space>;
 }  // namespace
 
 static_assert(specdec::dense_backend<specdec::eigen>);
-static_assert(specdec::dense_backend<specdec::thrust<specdec::thrust_system::cpp>>);
+static_assert(specdec::dense_backend<specdec::thrust_backend<specdec::thrust_system::cpp>>);
 
 TEST_CASE_TEMPLATE("gemm matches the reference in every transpose combination, with alpha and beta", B,
                    SPECDEC_DENSE_BACKENDS) {

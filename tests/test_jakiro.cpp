@@ -17,7 +17,7 @@
 #include "statistics.hpp"
 
 #define SPECDEC_JAKIRO_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
 
 using specdec::index_t;
 

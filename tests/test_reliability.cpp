@@ -103,7 +103,7 @@ TEST_CASE("make_chain / make_tree reject negative tokens") {
 }
 
 TEST_CASE_TEMPLATE("stochastic verification validates every target row it forms a residual from", B, specdec::eigen,
-                   specdec::thrust<specdec::thrust_system::cpp>) {
+                   specdec::thrust_backend<specdec::thrust_system::cpp>) {
   conformance::harness<B> h;
   using space = typename B::memory_space;
   const index_t v = 4;
@@ -136,7 +136,7 @@ TEST_CASE_TEMPLATE("stochastic verification validates every target row it forms 
   }
 }
 
-TEST_CASE_TEMPLATE("verify_typical checks the row of its final argmax", B, specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>) {
+TEST_CASE_TEMPLATE("verify_typical checks the row of its final argmax", B, specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
   conformance::harness<B> h;
   using space = typename B::memory_space;
   // Node 1 is accepted (p(1) = 0.9 at the root), so the final token is the argmax of node 1's row.
@@ -211,7 +211,7 @@ TEST_CASE("the example engine's GGUF reader checks element and byte counts for o
 }
 
 TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exactly its one final token", B, specdec::eigen,
-                   specdec::thrust<specdec::thrust_system::cpp>) {
+                   specdec::thrust_backend<specdec::thrust_system::cpp>) {
   conformance::harness<B> h;
   using space = typename B::memory_space;
   const index_t v = 4;
@@ -257,7 +257,7 @@ TEST_CASE_TEMPLATE("a root-only request inside a batch: every verifier emits exa
 }
 
 TEST_CASE_TEMPLATE("row primitives reject a temperature whose reciprocal scale overflows (found by fuzz_primitives)", B,
-                   specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>) {
+                   specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
   conformance::harness<B> h;
   using space = typename B::memory_space;
   // T = 1.4e-45 made 1 / T infinite, T = 3.3e-39 made (1 / T) log2(e) infinite: softmax rows of NaN

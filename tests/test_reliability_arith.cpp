@@ -38,7 +38,7 @@ namespace {
 constexpr index_t int64_max = std::numeric_limits<index_t>::max();
 constexpr float nan_value = std::numeric_limits<float>::quiet_NaN();
 constexpr float inf_value = std::numeric_limits<float>::infinity();
-using thrust_cpp = specdec::thrust<specdec::thrust_system::cpp>;
+using thrust_cpp = specdec::thrust_backend<specdec::thrust_system::cpp>;
 
 bool contains(const std::string& text, const std::string& part) {
   INFO("message: ", text);

@@ -19,7 +19,7 @@
 #include "statistics.hpp"
 
 #define SPECDEC_SAMPLER_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
 
 using specdec::index_t;
 namespace sampling = specdec::sampling;
@@ -786,7 +786,7 @@ TEST_CASE_TEMPLATE("every verifier's output form writes what its returning form 
 // (row_softmax_stats + exp_shifted_at): every entry must be bit for bit the entry row_softmax writes,
 // on every host backend, in the vector body and the scalar tail of the row, at any temperature.
 TEST_CASE_TEMPLATE("a softmax entry from the row's normaliser is the row_softmax entry, bit for bit", B, specdec::eigen,
-                   specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>) {
+                   specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>) {
   B b;
   for (const index_t v : {index_t{1}, index_t{7}, index_t{33}, index_t{4095}, index_t{4097}, index_t{12345}}) {
     const auto logits = conformance::random_logits(static_cast<std::uint64_t>(v), 1, v, 6.0f).data;
@@ -814,7 +814,7 @@ TEST_CASE_TEMPLATE("a softmax entry from the row's normaliser is the row_softmax
 // the entries before it, and the scalar tail, are stored as usual): the values are the ones a
 // cache-sized call writes, bit for bit, whatever the output's alignment.
 TEST_CASE_TEMPLATE("row_log_softmax writes the same values with streaming stores", B, specdec::eigen,
-                   specdec::thrust<specdec::thrust_system::cpp>) {
+                   specdec::thrust_backend<specdec::thrust_system::cpp>) {
   B b;
   const index_t rows = 3, v = (specdec::detail::streaming_output_bytes / 4) / rows + 37;  // >= the threshold, odd
   const auto logits = conformance::random_logits(5, rows, v, 4.0f).data;

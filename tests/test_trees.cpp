@@ -22,7 +22,7 @@
 #include "backend_conformance.hpp"
 
 #define SPECDEC_TREE_BACKENDS \
-  specdec::eigen, specdec::thrust<specdec::thrust_system::cpp>, specdec::thrust<specdec::thrust_system::omp>
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
 
 using specdec::index_t;
 

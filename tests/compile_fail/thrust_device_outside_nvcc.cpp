@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Must not compile: a build configured with SPECDEC_THRUST_DEVICE_SYSTEM=CUDA names thrust<> (the
+// Must not compile: a build configured with SPECDEC_THRUST_DEVICE_SYSTEM=CUDA names thrust_backend<> (the
 // configured device system) in a translation unit g++ compiles, where CUDA cannot run. It used to
-// become thrust<cpp> here silently while .cu files got thrust<cuda>.
+// become thrust_backend<cpp> here silently while .cu files got thrust_backend<cuda>.
 #include <specdec/backend/thrust.hpp>
 
 int main() {
-  specdec::thrust<> backend;
+  specdec::thrust_backend<> backend;
   (void)backend;
 }

@@ -1064,7 +1064,7 @@ int main(int argc, char** argv) {
   std::sort(files.begin(), files.end());
   int passed = 0, failed = 0;
   specdec::eigen eigen_backend;
-  specdec::thrust<specdec::thrust_system::cpp> thrust_backend;
+  specdec::thrust_backend<specdec::thrust_system::cpp> thrust_backend;
   for (const auto& f : files) {
     const bool ok = backend_name == "eigen" ? run_file(eigen_backend, f) : run_file(thrust_backend, f);
     (ok ? passed : failed)++;

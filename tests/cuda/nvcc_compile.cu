@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compile-only check that the Thrust backend builds for CUDA under nvcc: instantiates every
-// primitive for thrust<cuda> so that device code of the shared kernels is generated, and every
+// primitive for thrust_backend<cuda> so that device code of the shared kernels is generated, and every
 // algorithm written against the backend concept.
+#include <thrust/device_vector.h>
+
 #include <specdec/backend/thrust.hpp>
 #include <specdec/specdec.hpp>
 
-using backend = specdec::thrust<specdec::thrust_system::cuda>;
-static_assert(specdec::backend<backend>);
-static_assert(specdec::dense_backend<backend>);
+// Engines write this: nvcc's generated code names ::thrust unqualified, which a specdec class called
+// `thrust` would make ambiguous (the backend is specdec::thrust_backend for that reason).
+using namespace specdec;
+[[maybe_unused]] static ::thrust::device_vector<float>* engine_buffer = nullptr;
 
-void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, specdec::device_space> x,
+using cuda_backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
+static_assert(specdec::backend<cuda_backend>);
+static_assert(specdec::dense_backend<cuda_backend>);
+
+void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                  specdec::matrix_view<float, specdec::device_space> y,
                                  specdec::vector_view<float, specdec::device_space> v,
                                  specdec::vector_view<const float, specdec::device_space> u,
@@ -30,7 +37,7 @@ void instantiate_every_primitive(backend& b, specdec::matrix_view<const float, s
   b.gather_elements(x, cols, y);
 }
 
-void instantiate_every_dense_primitive(backend& b, specdec::matrix_view<const float, specdec::device_space> x,
+void instantiate_every_dense_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                        specdec::matrix_view<float, specdec::device_space> y,
                                        specdec::vector_view<const float, specdec::device_space> w,
                                        specdec::vector_view<const std::int64_t, specdec::device_space> positions,
@@ -46,11 +53,11 @@ void instantiate_every_dense_primitive(backend& b, specdec::matrix_view<const fl
 }
 
 // The algorithms: each class template and function template once, for device memory.
-template class specdec::eagle2_tree_builder<backend>;
-template class specdec::eagle1::static_drafter<backend>;
-template class specdec::jakiro::static_drafter<backend>;
+template class specdec::eagle2_tree_builder<cuda_backend>;
+template class specdec::eagle1::static_drafter<cuda_backend>;
+template class specdec::jakiro::static_drafter<cuda_backend>;
 
-specdec::moe_proposal propose_both(backend& b, specdec::matrix_view<const float, specdec::device_space> left,
+specdec::moe_proposal propose_both(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> left,
                                            specdec::matrix_view<const float, specdec::device_space> right) {
   auto greedy = specdec::propose_moe_greedy(b, left, right, 4);
   auto sampled = specdec::propose_moe_sampled(b, left, right, 4, {});
@@ -58,7 +65,7 @@ specdec::moe_proposal propose_both(backend& b, specdec::matrix_view<const float,
   return greedy;
 }
 
-std::size_t verify_every_way(backend& b, specdec::matrix_view<const float, specdec::device_space> p,
+std::size_t verify_every_way(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> p,
                              specdec::matrix_view<const float, specdec::device_space> q,
                              std::span<const specdec::sampling::speculative_request> requests) {
   return specdec::sampling::verify_speculative(b, {p, q}, requests).size() +
@@ -67,14 +74,14 @@ std::size_t verify_every_way(backend& b, specdec::matrix_view<const float, specd
 }
 
 // The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
-void run_blocks(backend& b, const specdec::blocks::layer_config& c,
+void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
                 const specdec::blocks::layer_weights<specdec::device_space>& w,
                 const specdec::blocks::eagle::weights<specdec::device_space>& ew,
                 const specdec::blocks::moe::config& mc, const specdec::blocks::moe::weights<specdec::device_space>& mw,
                 specdec::matrix_view<float, specdec::device_space> x,
                 specdec::vector_view<const std::int64_t, specdec::device_space> positions,
                 specdec::vector_view<const std::int32_t, specdec::device_space> tokens) {
-  specdec::blocks::kv_cache<backend> cache(b, 64, c.attention.kv_heads * c.attention.head_dim);
+  specdec::blocks::kv_cache<cuda_backend> cache(b, 64, c.attention.kv_heads * c.attention.head_dim);
   specdec::blocks::decoder_layer_forward(b, c, w, x, positions, &cache);
   specdec::blocks::moe::draft_layer_forward(b, c, ew, mc, mw, tokens, x, positions, &cache, {}, x, x);
   specdec::blocks::moa::cross_attention(b, c, w, x, positions, x, positions, &cache, {});
@@ -82,9 +89,9 @@ void run_blocks(backend& b, const specdec::blocks::layer_config& c,
   const specdec::blocks::moa::config moa_config{c, c, c, 1, c.attention.head_dim};
   const specdec::blocks::moa::weights<specdec::device_space> moa_weights{w, w.attention.q, w, w};
   const specdec::matrix_view<const float, specdec::device_space> kv(x.data(), x.rows(), x.cols());
-  specdec::blocks::moa::drafter<backend> drafter(b, moa_config, moa_weights, 64);
+  specdec::blocks::moa::drafter<cuda_backend> drafter(b, moa_config, moa_weights, 64);
   drafter.add_verified(std::span(&kv, 1), std::span(&kv, 1), 0, x.rows());
   drafter.forward(x, positions, x);
-  specdec::blocks::moa::train_forward<backend>(b, moa_config, moa_weights, std::span(&kv, 1), std::span(&kv, 1), kv,
+  specdec::blocks::moa::train_forward<cuda_backend>(b, moa_config, moa_weights, std::span(&kv, 1), std::span(&kv, 1), kv,
                                                std::vector<std::int32_t>(x.rows(), 0), false, x, x, x);
 }

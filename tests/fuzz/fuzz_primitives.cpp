@@ -116,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return out;
   };
   specdec::eigen e;
-  specdec::thrust<specdec::thrust_system::cpp> th;
+  specdec::thrust_backend<specdec::thrust_system::cpp> th;
   const auto a = run(e), b = run(th);
   fuzz::require(a.has_value() == b.has_value(), "one backend threw, the other did not", op, a.has_value());
   if (!a) return 0;

@@ -84,7 +84,7 @@ template <class Call>
 void on_both(Call call, const std::vector<specdec::draft_tree>& trees, const std::vector<sampling::speculative_request>& requests,
              index_t v, bool path_tokens) {
   specdec::eigen e;
-  specdec::thrust<specdec::thrust_system::cpp> t;
+  specdec::thrust_backend<specdec::thrust_system::cpp> t;
   std::optional<std::vector<sampling::speculative_result>> a, b;
   try {
     a = call(e);

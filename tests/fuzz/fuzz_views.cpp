@@ -229,10 +229,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::input in(data, size);
   const bool thrust = in.flag();
   switch (in.byte() % 4) {
-    case 0: thrust ? softmax_case<specdec::thrust<specdec::thrust_system::cpp>>(in) : softmax_case<specdec::eigen>(in); break;
-    case 1: thrust ? topk_case<specdec::thrust<specdec::thrust_system::cpp>>(in) : topk_case<specdec::eigen>(in); break;
-    case 2: thrust ? gemm_case<specdec::thrust<specdec::thrust_system::cpp>>(in) : gemm_case<specdec::eigen>(in); break;
-    default: thrust ? outputs_case<specdec::thrust<specdec::thrust_system::cpp>>(in) : outputs_case<specdec::eigen>(in); break;
+    case 0: thrust ? softmax_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : softmax_case<specdec::eigen>(in); break;
+    case 1: thrust ? topk_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : topk_case<specdec::eigen>(in); break;
+    case 2: thrust ? gemm_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : gemm_case<specdec::eigen>(in); break;
+    default: thrust ? outputs_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : outputs_case<specdec::eigen>(in); break;
   }
   return 0;
 }

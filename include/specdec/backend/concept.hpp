@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
 /// \brief The `specdec::backend` concept: the short list of primitives every algorithm is written
-/// with, and that every backend (`specdec::eigen`, `specdec::thrust<System>`) provides.
+/// with, and that every backend (`specdec::eigen`, `specdec::thrust_backend<System>`) provides.
 ///
 /// Every primitive works on caller memory through views in the backend's `memory_space`, validates
 /// its arguments (shapes and ranges before any work, data faults such as NaN during the one pass it

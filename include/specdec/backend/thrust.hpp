@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief `specdec::thrust<System>`: the Thrust backend, the GPU path, which also runs on the CPU.
+/// \brief `specdec::thrust_backend<System>`: the Thrust backend, the GPU path, which also runs on the CPU.
 ///
 /// Systems: specdec/backend/thrust_system.hpp. The per-(row, chunk) work items it launches:
 /// specdec/backend/detail/thrust_functors.hpp.
@@ -55,7 +55,7 @@ namespace specdec::inline SPECDEC_ISA {
 /// The Thrust backend on `System` (see thrust_system). Models specdec::backend with
 /// `memory_space = System::memory_space`.
 template <class System = thrust_system::device>
-class thrust {
+class thrust_backend {
   static_assert(!std::is_same_v<System, thrust_system::configured_system_unavailable_in_this_translation_unit>,
                 "thrust_system::device is the configured SPECDEC_THRUST_DEVICE_SYSTEM (CUDA or OMP), which this "
                 "translation unit cannot run (not compiled by nvcc / without OpenMP); name thrust_system::cpp explicitly");
@@ -70,11 +70,11 @@ class thrust {
    public:
     buffer() = default;
     explicit buffer(index_t n)
-        : data_(detail::checked_count("specdec::thrust::buffer", {n}, "a buffer of n = ", n, " elements")) {}
+        : data_(detail::checked_count("specdec::thrust_backend::buffer", {n}, "a buffer of n = ", n, " elements")) {}
     vector_view<T, memory_space> view() { return {raw(), size()}; }
     matrix_view<T, memory_space> matrix(index_t rows, index_t cols) {
       SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && (cols == 0 ? size() == 0 : rows == size() / cols && size() % cols == 0),
-                      "thrust::buffer::matrix", "a buffer of ", size(), " elements cannot be viewed as [", rows, " x ",
+                      "specdec::thrust_backend::buffer::matrix", "a buffer of ", size(), " elements cannot be viewed as [", rows, " x ",
                       cols, "]");
       return {raw(), rows, cols};
     }
@@ -86,7 +86,7 @@ class thrust {
     typename detail::system_storage<System, T>::type data_;
   };
 
-  thrust() = default;
+  thrust_backend() = default;
 
   /// Makes the backend carve all scratch memory out of `bytes` bytes at `base` (memory of the
   /// system's space, at least `workspace_bytes(...)` for the largest problem it will see); the
@@ -118,12 +118,12 @@ class thrust {
     if constexpr (is_cuda) {
       if (!record_) return;
       auto* host = static_cast<detail::cuda_rows::fault_record*>(record_host_.get());
-      cuda_check("specdec::thrust::check_faults", cudaMemcpyAsync(host, record_.get(), sizeof *host,
+      cuda_check("specdec::thrust_backend::check_faults", cudaMemcpyAsync(host, record_.get(), sizeof *host,
                                                                   cudaMemcpyDeviceToHost, stream()));
-      cuda_check("specdec::thrust::check_faults", cudaStreamSynchronize(stream()));
+      cuda_check("specdec::thrust_backend::check_faults", cudaStreamSynchronize(stream()));
       if (host->code == 0) return;
       const detail::cuda_rows::fault_record got = *host;
-      cuda_check("specdec::thrust::check_faults", cudaMemsetAsync(record_.get(), 0, sizeof got, stream()));
+      cuda_check("specdec::thrust_backend::check_faults", cudaMemsetAsync(record_.get(), 0, sizeof got, stream()));
       detail::throw_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name), got.row,
                           static_cast<detail::fault>(got.code));
     }
@@ -148,7 +148,7 @@ class thrust {
   /// Scratch bytes any primitive needs for `rows` rows of `cols` entries and top-k size `k`: the
   /// maximum over the primitives, computed by running their layouts in count-only mode.
   std::size_t workspace_bytes(index_t rows, index_t cols, index_t k = 1) const {
-    constexpr const char* where = "specdec::thrust::workspace_bytes";
+    constexpr const char* where = "specdec::thrust_backend::workspace_bytes";
     SPECDEC_EXPECTS(rows >= 0 && rows <= max_elements, where, "rows = ", rows, "; expected 0 <= rows <= 2^40");
     SPECDEC_EXPECTS(cols >= 1 && cols <= INT32_MAX, where, "cols = ", cols, "; expected 1 <= cols <= 2^31 - 1");
     detail::check_k(where, k, cols);
@@ -164,7 +164,7 @@ class thrust {
 
   template <class T>
   buffer<T> allocate(index_t n) const {
-    SPECDEC_EXPECTS(n >= 0 && n <= max_elements, "thrust::allocate", "n = ", n,
+    SPECDEC_EXPECTS(n >= 0 && n <= max_elements, "specdec::thrust_backend::allocate", "n = ", n,
                     "; expected 0 <= n <= 2^40 (specdec's largest buffer)");
     return buffer<T>(n);
   }
@@ -178,14 +178,14 @@ class thrust {
   /// a strided `dst`.
   template <class T>
   void upload(std::span<const T> host, vector_view<T, memory_space> dst) const {
-    SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "thrust::upload", "host has ", host.size(),
+    SPECDEC_EXPECTS(static_cast<index_t>(host.size()) == dst.rows(), "specdec::thrust_backend::upload", "host has ", host.size(),
                     " entries; dst has ", dst.rows());
-    detail::check_view("thrust::upload", "dst", dst, detail::packed);
+    detail::check_view("specdec::thrust_backend::upload", "dst", dst, detail::packed);
     copy_from_host(host.data(), host.size(), dst.data());
   }
   template <class T>
   std::vector<std::remove_const_t<T>> download(vector_view<T, memory_space> v) const {
-    detail::check_view("thrust::download", "v", v, detail::packed);
+    detail::check_view("specdec::thrust_backend::download", "v", v, detail::packed);
     std::vector<std::remove_const_t<T>> out(static_cast<std::size_t>(v.rows()));
     copy_to_host(v.data(), out.size(), out.data());
     return out;
@@ -194,14 +194,14 @@ class thrust {
   /// See eigen::row_max. All buffers in `memory_space`. On CUDA, synchronises to read the fault flags.
   template <class T>
   void row_max(matrix_view<T, memory_space> logits, vector_view<std::remove_const_t<T>, memory_space> max) {
-    argmax_impl<std::remove_const_t<T>>("specdec::thrust::row_max", logits, nullptr, max.data(), &max);
+    argmax_impl<std::remove_const_t<T>>("specdec::thrust_backend::row_max", logits, nullptr, max.data(), &max);
   }
 
   /// See eigen::row_argmax.
   template <class T>
   void row_argmax(matrix_view<T, memory_space> logits, vector_view<std::int32_t, memory_space> index,
                   vector_view<std::remove_const_t<T>, memory_space> value = {}) {
-    constexpr const char* where = "specdec::thrust::row_argmax";
+    constexpr const char* where = "specdec::thrust_backend::row_argmax";
     detail::check_row_reduction(where, logits, index, "index");
     const bool with_value = value.data() != nullptr || !value.empty();
     if (with_value) {
@@ -217,7 +217,7 @@ class thrust {
   void row_topk(matrix_view<T, memory_space> logits, index_t k,
                 matrix_view<std::remove_const_t<T>, memory_space> values,
                 matrix_view<std::int32_t, memory_space> indices) {
-    constexpr const char* where = "specdec::thrust::row_topk";
+    constexpr const char* where = "specdec::thrust_backend::row_topk";
     detail::check_topk(where, logits, k, values, indices);
     topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, nullptr, std::remove_const_t<T>(0));
   }
@@ -228,7 +228,7 @@ class thrust {
                           matrix_view<std::remove_const_t<T>, memory_space> values,
                           matrix_view<std::int32_t, memory_space> indices,
                           vector_view<std::remove_const_t<T>, memory_space> lse) {
-    constexpr const char* where = "specdec::thrust::row_topk_logsumexp";
+    constexpr const char* where = "specdec::thrust_backend::row_topk_logsumexp";
     detail::check_topk(where, logits, k, values, indices);
     detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
     detail::check_apart(where, "lse", lse, "logits", logits);
@@ -244,7 +244,7 @@ class thrust {
   void row_logsumexp(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
                      vector_view<std::remove_const_t<T>, memory_space> lse) {
     using V = std::remove_const_t<T>;
-    constexpr const char* where = "specdec::thrust::row_logsumexp";
+    constexpr const char* where = "specdec::thrust_backend::row_logsumexp";
     detail::check_row_reduction(where, logits, lse, "lse");
     detail::check_temperature(where, temperature, false);
     lse_impl<V>(where, logits, V(1) / temperature, lse.data(), true);
@@ -254,14 +254,14 @@ class thrust {
   template <class T>
   void row_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
                    matrix_view<std::remove_const_t<T>, memory_space> out) {
-    normalise<false, std::remove_const_t<T>>("specdec::thrust::row_softmax", logits, temperature, out);
+    normalise<false, std::remove_const_t<T>>("specdec::thrust_backend::row_softmax", logits, temperature, out);
   }
 
   /// See eigen::row_softmax_stats (host memory spaces only: a device caller downloads whole rows).
   template <class T>
     requires std::is_same_v<typename System::memory_space, host_space>
   detail::softmax_stats<T> row_softmax_stats(matrix_view<const T, memory_space> logits, T temperature) {
-    constexpr const char* where = "specdec::thrust::row_softmax";
+    constexpr const char* where = "specdec::thrust_backend::row_softmax";
     SPECDEC_EXPECTS(logits.rows() == 1, where, "row_softmax_stats takes one row; got ", logits.rows(), " rows");
     detail::check_row_matrix(where, "logits", logits);
     detail::check_temperature(where, temperature, false);
@@ -274,7 +274,7 @@ class thrust {
   template <class T>
   void row_log_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
                        matrix_view<std::remove_const_t<T>, memory_space> out) {
-    normalise<true, std::remove_const_t<T>>("specdec::thrust::row_log_softmax", logits, temperature, out);
+    normalise<true, std::remove_const_t<T>>("specdec::thrust_backend::row_log_softmax", logits, temperature, out);
   }
 
   /// See eigen::row_sample. Same canonical order, hence the same tokens as every other backend.
@@ -282,7 +282,7 @@ class thrust {
   void row_sample(matrix_view<T, memory_space> probs, vector_view<const float, memory_space> uniforms,
                   vector_view<std::int32_t, memory_space> tokens) {
     using V = std::remove_const_t<T>;
-    constexpr const char* where = "specdec::thrust::row_sample";
+    constexpr const char* where = "specdec::thrust_backend::row_sample";
     detail::check_sample(where, probs, uniforms, tokens);
     const detail::row_chunks rc{probs.rows(), probs.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
@@ -316,7 +316,7 @@ class thrust {
                            vector_view<std::int32_t, memory_space> tokens,
                            empty_residual fallback = empty_residual::sample_target) {
     using V = std::remove_const_t<T>;
-    constexpr const char* where = "specdec::thrust::row_sample_residual";
+    constexpr const char* where = "specdec::thrust_backend::row_sample_residual";
     detail::check_sample_residual(where, p, q, uniforms, tokens);
     const detail::row_chunks rc{p.rows(), p.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
@@ -352,7 +352,7 @@ class thrust {
   void gather_rows(matrix_view<T, memory_space> x, vector_view<const std::int32_t, memory_space> row_ids,
                    matrix_view<std::remove_const_t<T>, memory_space> out) {
     using V = std::remove_const_t<T>;
-    constexpr const char* where = "specdec::thrust::gather_rows";
+    constexpr const char* where = "specdec::thrust_backend::gather_rows";
     detail::check_gather_rows(where, x, row_ids, out);
     const index_t n = row_ids.rows();
     if (n == 0) return;
@@ -378,7 +378,7 @@ class thrust {
   void gather_elements(matrix_view<T, memory_space> x, matrix_view<const std::int32_t, memory_space> column_ids,
                        matrix_view<std::remove_const_t<T>, memory_space> out) {
     using V = std::remove_const_t<T>;
-    constexpr const char* where = "specdec::thrust::gather_elements";
+    constexpr const char* where = "specdec::thrust_backend::gather_elements";
     detail::check_gather_elements(where, x, column_ids, out);
     if (x.rows() == 0) return;
     scratch_layout s = scratch(layout_kind::gather, x.rows(), 1, 1);
@@ -396,7 +396,7 @@ class thrust {
   /// SPECDEC_USE_CUBLAS when all three matrices have unit column stride.
   void gemm(matrix_view<const float, memory_space> a, transpose ta, matrix_view<const float, memory_space> b,
             transpose tb, matrix_view<float, memory_space> c, float alpha = 1.0f, float beta = 0.0f) {
-    detail::check_gemm("specdec::thrust::gemm", a, ta, b, tb, c);
+    detail::check_gemm("specdec::thrust_backend::gemm", a, ta, b, tb, c);
     if (c.size() == 0) return;
 #if defined(__CUDACC__) && defined(SPECDEC_USE_CUBLAS)
     if constexpr (std::is_same_v<System, thrust_system::cuda>) {
@@ -417,35 +417,35 @@ class thrust {
   /// See eigen::rms_norm.
   void rms_norm(matrix_view<const float, memory_space> x, vector_view<const float, memory_space> weight, float eps,
                 matrix_view<float, memory_space> out) {
-    detail::check_rms_norm("specdec::thrust::rms_norm", x, weight, eps, out);
+    detail::check_rms_norm("specdec::thrust_backend::rms_norm", x, weight, eps, out);
     for_each(x.rows(), detail::rms_norm_fn<float>{detail::untagged(x), weight.data(), eps, detail::untagged(out)});
   }
 
   /// See eigen::rope.
   void rope(matrix_view<float, memory_space> x, vector_view<const std::int64_t, memory_space> positions, index_t head_dim,
             double theta) {
-    detail::check_rope("specdec::thrust::rope", x, positions, head_dim, theta);
+    detail::check_rope("specdec::thrust_backend::rope", x, positions, head_dim, theta);
     for_each(x.rows(), detail::rope_fn<float>{detail::untagged(x), positions.data(), head_dim, theta});
   }
 
   /// See eigen::silu_mul.
   void silu_mul(matrix_view<const float, memory_space> gate, matrix_view<const float, memory_space> up,
                 matrix_view<float, memory_space> out) {
-    detail::check_silu_mul("specdec::thrust::silu_mul", gate, up, out);
+    detail::check_silu_mul("specdec::thrust_backend::silu_mul", gate, up, out);
     for_each(gate.rows(), detail::silu_mul_fn<float>{detail::untagged(gate), detail::untagged(up), detail::untagged(out)});
   }
 
   /// See eigen::add_rows.
   void add_rows(matrix_view<float, memory_space> y, matrix_view<const float, memory_space> x) {
-    detail::check_add_rows("specdec::thrust::add_rows", y, x);
+    detail::check_add_rows("specdec::thrust_backend::add_rows", y, x);
     for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x)});
   }
 
   /// See eigen::add_rows (per-row weights).
   void add_rows(matrix_view<float, memory_space> y, matrix_view<const float, memory_space> x,
                 vector_view<const float, memory_space> scale) {
-    detail::check_add_rows("specdec::thrust::add_rows", y, x);
-    detail::check_length("specdec::thrust::add_rows", "scale", scale, y.rows(), "one weight per row of y");
+    detail::check_add_rows("specdec::thrust_backend::add_rows", y, x);
+    detail::check_length("specdec::thrust_backend::add_rows", "scale", scale, y.rows(), "one weight per row of y");
     for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x), scale.data()});
   }
 
@@ -454,7 +454,7 @@ class thrust {
   void attention(matrix_view<const float, memory_space> q, matrix_view<const float, memory_space> k,
                  matrix_view<const float, memory_space> v, const attention_heads& heads,
                  matrix_view<const std::uint8_t, memory_space> allowed, matrix_view<float, memory_space> out) {
-    constexpr const char* where = "specdec::thrust::attention";
+    constexpr const char* where = "specdec::thrust_backend::attention";
     detail::check_attention(where, q, k, v, heads, allowed, "allowed", out);
     run_attention(where, detail::attention_fn<float>{detail::untagged(q), detail::untagged(k), detail::untagged(v),
                                                       heads, detail::untagged(allowed), {}, detail::untagged(out), nullptr});
@@ -464,7 +464,7 @@ class thrust {
   void attention(matrix_view<const float, memory_space> q, matrix_view<const float, memory_space> k,
                  matrix_view<const float, memory_space> v, const attention_heads& heads,
                  matrix_view<const float, memory_space> additive_mask, matrix_view<float, memory_space> out) {
-    constexpr const char* where = "specdec::thrust::attention";
+    constexpr const char* where = "specdec::thrust_backend::attention";
     detail::check_attention(where, q, k, v, heads, additive_mask, "additive_mask", out);
     run_attention(where, detail::attention_fn<float>{detail::untagged(q), detail::untagged(k), detail::untagged(v),
                                                       heads, {}, detail::untagged(additive_mask), detail::untagged(out),
@@ -619,11 +619,11 @@ class thrust {
     if (!record_) {
       void* d = nullptr;
       void* h = nullptr;
-      cuda_check("specdec::thrust::defer_faults", cudaMalloc(&d, sizeof(detail::cuda_rows::fault_record)));
+      cuda_check("specdec::thrust_backend::defer_faults", cudaMalloc(&d, sizeof(detail::cuda_rows::fault_record)));
       record_ = std::shared_ptr<void>(d, [](void* p) { cudaFree(p); });
-      cuda_check("specdec::thrust::defer_faults", cudaMallocHost(&h, sizeof(detail::cuda_rows::fault_record)));
+      cuda_check("specdec::thrust_backend::defer_faults", cudaMallocHost(&h, sizeof(detail::cuda_rows::fault_record)));
       record_host_ = std::shared_ptr<void>(h, [](void* p) { cudaFreeHost(p); });
-      cuda_check("specdec::thrust::defer_faults",
+      cuda_check("specdec::thrust_backend::defer_faults",
                  cudaMemsetAsync(d, 0, sizeof(detail::cuda_rows::fault_record), stream()));
     }
     return static_cast<detail::cuda_rows::fault_record*>(record_.get());
@@ -647,7 +647,7 @@ class thrust {
                    transpose tb, matrix_view<float, memory_space> c, float alpha, float beta) {
     if (!cublas_) {
       cublasHandle_t h = nullptr;
-      SPECDEC_EXPECTS(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasCreate failed");
+      SPECDEC_EXPECTS(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "specdec::thrust_backend::gemm", "cublasCreate failed");
       cublas_ = std::shared_ptr<void>(h, [](void* p) { cublasDestroy(static_cast<cublasHandle_t>(p)); });
     }
     const auto op = [](transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
@@ -656,7 +656,7 @@ class thrust {
     const cublasStatus_t status =
         cublasSgemm(static_cast<cublasHandle_t>(cublas_.get()), op(tb), op(ta), static_cast<int>(c.cols()), static_cast<int>(c.rows()), static_cast<int>(inner),
                     &alpha, b.data(), ld(b), a.data(), ld(a), &beta, c.data(), ld(c));
-    SPECDEC_EXPECTS(status == CUBLAS_STATUS_SUCCESS, "specdec::thrust::gemm", "cublasSgemm failed with status ",
+    SPECDEC_EXPECTS(status == CUBLAS_STATUS_SUCCESS, "specdec::thrust_backend::gemm", "cublasSgemm failed with status ",
                     static_cast<int>(status));
   }
 #endif
@@ -672,7 +672,7 @@ class thrust {
     } else {
 #if defined(__CUDACC__)
       if (n == 0) return;
-      cuda_check("specdec::thrust::upload", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream()));
+      cuda_check("specdec::thrust_backend::upload", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyHostToDevice, stream()));
 #endif
     }
   }
@@ -683,8 +683,8 @@ class thrust {
     } else {
 #if defined(__CUDACC__)
       if (n == 0) return;
-      cuda_check("specdec::thrust::download", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream()));
-      cuda_check("specdec::thrust::download", cudaStreamSynchronize(stream()));
+      cuda_check("specdec::thrust_backend::download", cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream()));
+      cuda_check("specdec::thrust_backend::download", cudaStreamSynchronize(stream()));
 #endif
     }
   }
@@ -901,6 +901,6 @@ class thrust {
   scratch_layout last_stats_{};
 };
 
-static_assert(backend<thrust<thrust_system::cpp>>);
+static_assert(backend<thrust_backend<thrust_system::cpp>>);
 
 }  // namespace specdec::inline SPECDEC_ISA

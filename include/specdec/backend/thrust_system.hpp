@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief The Thrust systems a `specdec::thrust<System>` backend runs on: `cpp` (serial host),
+/// \brief The Thrust systems a `specdec::thrust_backend<System>` backend runs on: `cpp` (serial host),
 /// `omp` (OpenMP host threads, when the translation unit is compiled with OpenMP), `cuda` (only when
 /// compiled by nvcc), and `device`, the one chosen at configure time (`SPECDEC_THRUST_DEVICE_SYSTEM`).
 /// Requires Thrust (link `specdec::thrust`).
@@ -42,7 +42,7 @@ struct cuda {
 #endif
 /// The configured system when this translation unit cannot run it: configured CUDA outside nvcc, or
 /// OpenMP without -fopenmp. `device` is then this incomplete type rather than a silent `cpp`, which
-/// would make `thrust<>` a different backend here than in the translation units that can run it.
+/// would make `thrust_backend<>` a different backend here than in the translation units that can run it.
 /// Name `thrust_system::cpp` explicitly in such translation units.
 struct configured_system_unavailable_in_this_translation_unit;
 #if defined(SPECDEC_THRUST_DEVICE_SYSTEM_CUDA)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief One-launch CUDA kernels of the row primitives of `specdec::thrust<thrust_system::cuda>`.
+/// \brief One-launch CUDA kernels of the row primitives of `specdec::thrust_backend<thrust_system::cuda>`.
 ///
 /// Layout of every reduction: a grid of (slice, row) blocks, each slice `slice` = 4096 entries of one
 /// row read with 16-byte loads by `threads` threads. A block reduces its slice to the same partial the
@@ -45,7 +45,7 @@ static_assert(per_thread * threads == slice);
 
 /// A device-side record of the first data fault a deferred-mode call found: which primitive
 /// (`where`, `name` are the host addresses of string literals, stored as integers), which row, which
-/// fault. Zero means none. Read by thrust<cuda>::check_faults().
+/// fault. Zero means none. Read by thrust_backend<cuda>::check_faults().
 struct fault_record {
   std::int32_t code;
   std::int32_t pad;
