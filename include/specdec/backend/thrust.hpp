@@ -5,15 +5,18 @@
 /// Systems: specdec/backend/thrust_system.hpp. The per-(row, chunk) work items it launches:
 /// specdec/backend/detail/thrust_functors.hpp.
 ///
-/// Every primitive launches the shared kernels of row_kernels.hpp over (row, chunk) work items and
-/// then combines each row's chunks in chunk order, so integer outputs (argmax, top-k, sampled
-/// tokens) are identical to the Eigen backend's and do not depend on the thread count.
+/// On the host systems every primitive launches the shared kernels of row_kernels.hpp over (row,
+/// chunk) work items and then combines each row's chunks in chunk order; on CUDA the row primitives
+/// are one launch each (detail/cuda_rows.cuh), whose blocks produce the same partials and whose last
+/// block per row combines them with the same functions. Either way integer outputs (argmax, top-k,
+/// sampled tokens) are identical to the Eigen backend's and do not depend on the thread count or GPU.
 ///
 /// Scratch memory comes from the backend object: an arena in the system's memory that grows on
 /// demand, or a caller-provided workspace (`use_workspace`), sized with `workspace_bytes`, in which
 /// case the backend never allocates. Errors found in the data are collected per row on the device;
-/// reading them back is the one synchronisation point of a call on CUDA (documented per call).
-/// Requires Thrust (link `specdec::thrust`).
+/// on CUDA reading them back is the one synchronisation of a call, unless `defer_faults(true)` leaves
+/// them on the device until `check_faults()`. CUDA work goes to the stream of `set_stream`.
+/// Requires Thrust (link the CMake target `specdec::thrust`).
 #pragma once
 
 #include <thrust/for_each.h>
@@ -191,7 +194,8 @@ class thrust_backend {
     return out;
   }
 
-  /// See eigen::row_max. All buffers in `memory_space`. On CUDA, synchronises to read the fault flags.
+  /// See eigen::row_max. All buffers in `memory_space`. On CUDA, synchronises to read the fault flags
+  /// (not with deferred faults); so does every primitive below.
   template <class T>
   void row_max(matrix_view<T, memory_space> logits, vector_view<std::remove_const_t<T>, memory_space> max) {
     argmax_impl<std::remove_const_t<T>>("specdec::thrust_backend::row_max", logits, nullptr, max.data(), &max);
