@@ -21,7 +21,13 @@
 using namespace conformance;
 namespace blocks = specdec::blocks;
 
+#if defined(__CUDACC__)  // tests/cuda/: the same suite with the CUDA system added (needs a GPU to run)
+#define SPECDEC_BLOCK_BACKENDS \
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, \
+  specdec::thrust_backend<specdec::thrust_system::cuda>
+#else
 #define SPECDEC_BLOCK_BACKENDS specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>
+#endif
 
 namespace {
 

@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: Apache-2.0
+// The blocks suite built by nvcc: adds specdec::thrust_backend<thrust_system::cuda> to its backends.
+#include "../test_blocks.cpp"
