@@ -9,9 +9,10 @@
 /// functors of thrust_functors.hpp. One launch, no host synchronisation, and a slice size that does not
 /// depend on the GPU model, so integer outputs never do either.
 ///
-/// Sampling is one block per row: the chunk masses are the canonical ones of sample_kernels.hpp, lane l
-/// of a chunk summed by thread l of an 8-thread group and the lanes combined in the canonical tree, so
-/// the block's masses, and hence the tokens, are bit-identical to every host backend's.
+/// Sampling uses the same ticket over (16-chunk group, row) blocks: the chunk masses are the canonical
+/// ones of sample_kernels.hpp, lane l of a chunk summed by thread l of an 8-thread group and the lanes
+/// combined in the canonical tree, so the masses, and hence the tokens the row's last block draws, are
+/// bit-identical to every host backend's.
 ///
 /// Only translation units compiled by nvcc include this (thrust.hpp does so for the CUDA system).
 #pragma once
