@@ -19,6 +19,17 @@
 
 #include "reference.hpp"
 
+/// Every backend a generic suite runs on (the including file includes the backends' headers); nvcc
+/// builds of the suites (tests/cuda/) add the CUDA system.
+#if defined(__CUDACC__)
+#define SPECDEC_ALL_BACKENDS                                                                              \
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>,                                   \
+      specdec::thrust_backend<specdec::thrust_system::omp>, specdec::thrust_backend<specdec::thrust_system::cuda>
+#else
+#define SPECDEC_ALL_BACKENDS \
+  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
+#endif
+
 namespace conformance {
 
 /// Runs `f` and returns the specdec::invalid_argument message ("" when nothing was thrown), so a test

@@ -12,14 +12,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 
-#if defined(__CUDACC__)
-#define SPECDEC_TEST_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
-      specdec::thrust_backend<specdec::thrust_system::cuda>
-#else
-#define SPECDEC_TEST_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
-#endif
+#define SPECDEC_TEST_BACKENDS SPECDEC_ALL_BACKENDS
 
 using namespace conformance;
 using specdec::empty_residual;

@@ -11,14 +11,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 
-#if defined(__CUDACC__)
-#define SPECDEC_DENSE_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
-      specdec::thrust_backend<specdec::thrust_system::cuda>
-#else
-#define SPECDEC_DENSE_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
-#endif
+#define SPECDEC_DENSE_BACKENDS SPECDEC_ALL_BACKENDS
 
 using namespace conformance;
 namespace ref = specdec::reference;

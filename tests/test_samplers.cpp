@@ -18,14 +18,7 @@
 #include "backend_conformance.hpp"
 #include "statistics.hpp"
 
-#if defined(__CUDACC__)  // tests/cuda/: the same suite with the CUDA system added (needs a GPU to run)
-#define SPECDEC_SAMPLER_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
-  specdec::thrust_backend<specdec::thrust_system::cuda>
-#else
-#define SPECDEC_SAMPLER_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
-#endif
+#define SPECDEC_SAMPLER_BACKENDS SPECDEC_ALL_BACKENDS
 
 using specdec::index_t;
 namespace sampling = specdec::sampling;

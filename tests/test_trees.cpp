@@ -21,14 +21,7 @@
 
 #include "backend_conformance.hpp"
 
-#if defined(__CUDACC__)  // tests/cuda/: the same suite with the CUDA system added (needs a GPU to run)
-#define SPECDEC_TREE_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>, \
-  specdec::thrust_backend<specdec::thrust_system::cuda>
-#else
-#define SPECDEC_TREE_BACKENDS \
-  specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>, specdec::thrust_backend<specdec::thrust_system::omp>
-#endif
+#define SPECDEC_TREE_BACKENDS SPECDEC_ALL_BACKENDS
 
 using specdec::index_t;
 

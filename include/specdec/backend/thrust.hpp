@@ -27,6 +27,8 @@
 #include <thrust/device_ptr.h>
 
 #include <specdec/backend/detail/cuda_rows.cuh>
+#include <specdec/backend/detail/cuda_sample.cuh>
+#include <specdec/backend/detail/cuda_topk.cuh>
 #if defined(SPECDEC_USE_CUBLAS)
 #include <cublas_v2.h>
 #endif
