@@ -6,7 +6,9 @@
 //     adversarial rows (ties, all -inf, NaN, +inf, maximum first / last, odd V, padded row stride):
 //     integers and sampled tokens exact, floats within the tolerance printed beside each check;
 //  3. deferred faults (no synchronisation inside a call) and a CUDA graph captured and replayed;
-//  4. per primitive and shape: median and p90 time (CUDA events, inputs rotated through a pool larger
+//  4. batched tree verification (sampling/batch.hpp, one block per request): greedy and stochastic, on
+//     60-node trees at batch {1, 16, 64}, outputs equal to thrust_backend<cpp>'s, timed as one launch;
+//  5. per primitive and shape: median and p90 time (CUDA events, inputs rotated through a pool larger
 //     than L2), GB/s, percent of the measured read bandwidth, launches per call (graph nodes of one
 //     captured call) and host synchronisations per call.
 // Options: --quick (a small subset: for compute-sanitizer), --csv FILE, --no-timing.
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include <specdec/backend/thrust.hpp>
+#include <specdec/sampling/batch.hpp>
 
 using device_backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
 using host_backend = specdec::thrust_backend<specdec::thrust_system::cpp>;
@@ -490,6 +493,185 @@ int launches_per_call(device_backend& d, const op& o, float* x, index_t rows, in
   return static_cast<int>(nodes);
 }
 
+// ---- batched tree verification --------------------------------------------------------------------------
+/// An EAGLE-2-shaped batch: `nodes`-node trees (each node's parent among the last few nodes, so trees are
+/// about 6 deep), deterministic drafts or draft rows, probability rows whose favourite token (p ~ 0.4)
+/// is often the drafted one. Target rows come from a pool of 64 distinct rows (building 64 x 60 full
+/// rows on the host would take longer than the whole check).
+struct tree_case {
+  index_t batch, nodes, vocab;
+  bool drafts;
+  std::vector<std::int32_t> tokens, parents;
+  std::vector<index_t> draft_rows;
+  std::vector<float> target, draft;
+  std::vector<double> uniforms;
+};
+
+tree_case make_tree_case(index_t batch, index_t nodes, index_t vocab, bool drafts, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const index_t pool = std::min<index_t>(64, batch * nodes);
+  std::vector<float> rows(static_cast<std::size_t>(pool * vocab));
+  std::vector<std::int32_t> favourite(static_cast<std::size_t>(pool));
+  for (index_t r = 0; r < pool; ++r) {
+    favourite[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab));
+    double sum = 0;
+    float* x = rows.data() + r * vocab;
+    for (index_t j = 0; j < vocab; ++j) sum += x[j] = static_cast<float>(std::exp(4.0 * uni(rng)));
+    x[favourite[static_cast<std::size_t>(r)]] += static_cast<float>(0.67 * sum);
+    sum *= 1.67;
+    for (index_t j = 0; j < vocab; ++j) x[j] = static_cast<float>(x[j] / sum);
+  }
+  tree_case c{batch, nodes, vocab, drafts, {}, {}, {}, {}, {}, {}};
+  c.target.resize(static_cast<std::size_t>(batch * nodes * vocab));
+  for (index_t k = 0; k < batch * nodes; ++k)
+    std::memcpy(c.target.data() + k * vocab, rows.data() + (k % pool) * vocab, static_cast<std::size_t>(vocab) * sizeof(float));
+  for (index_t r = 0; r < batch; ++r)
+    for (index_t i = 0; i < nodes; ++i) {
+      const index_t parent = i == 0 ? -1 : std::max<index_t>(0, i - 1 - static_cast<index_t>(rng() % 10));
+      c.parents.push_back(static_cast<std::int32_t>(parent));
+      const index_t parent_row = (r * nodes + std::max<index_t>(parent, 0)) % pool;
+      c.tokens.push_back(uni(rng) < 0.6 ? favourite[static_cast<std::size_t>(parent_row)]
+                                        : static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(vocab)));
+      c.draft_rows.push_back(drafts && i > 0 ? (r * nodes + i) % pool : -1);
+    }
+  if (drafts) c.draft.assign(rows.begin(), rows.end());
+  for (index_t k = 0; k < batch * (2 * nodes + 1); ++k) c.uniforms.push_back(uni(rng));
+  return c;
+}
+
+template <class T>
+struct hbuf {
+  std::vector<T> v;
+  T* p;
+  explicit hbuf(std::size_t n) : v(std::max<std::size_t>(n, 1)), p(v.data()) {}
+  hbuf(const hbuf&) = delete;
+  hbuf& operator=(const hbuf&) = delete;
+  void put(const std::vector<T>& h) { std::copy(h.begin(), h.end(), v.begin()); }
+  std::vector<T> get(std::size_t n) const { return std::vector<T>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n)); }
+};
+
+/// The batch uploaded to one backend (Buffer: dbuf for the GPU, hbuf for the host), with its outputs.
+template <class Backend, template <class> class Buffer>
+struct tree_run {
+  using space = typename Backend::memory_space;
+  const tree_case* c;
+  Buffer<std::int32_t> tokens, parents, out_tokens, out_nodes, out_accepted, out_consumed, argmax;
+  Buffer<index_t> draft_rows;
+  Buffer<float> target, draft;
+  Buffer<double> uniforms;
+  explicit tree_run(const tree_case& tc)
+      : c(&tc), tokens(n()), parents(n()), out_tokens(n()), out_nodes(n()), out_accepted(b()), out_consumed(b()),
+        argmax(n()), draft_rows(n()), target(tc.target.size()), draft(tc.draft.size()), uniforms(tc.uniforms.size()) {
+    tokens.put(tc.tokens);
+    parents.put(tc.parents);
+    draft_rows.put(tc.draft_rows);
+    target.put(tc.target);
+    if (tc.drafts) draft.put(tc.draft);
+    uniforms.put(tc.uniforms);
+  }
+  std::size_t n() const { return static_cast<std::size_t>(c->batch * c->nodes); }
+  std::size_t b() const { return static_cast<std::size_t>(c->batch); }
+  specdec::sampling::tree_batch<space> batch() const {
+    specdec::sampling::tree_batch<space> t;
+    t.tokens = specdec::matrix_view<const std::int32_t, space>(tokens.p, c->batch, c->nodes);
+    t.parents = specdec::matrix_view<const std::int32_t, space>(parents.p, c->batch, c->nodes);
+    if (c->drafts) t.draft_rows = specdec::matrix_view<const index_t, space>(draft_rows.p, c->batch, c->nodes);
+    t.uniforms = specdec::matrix_view<const double, space>(uniforms.p, c->batch, 2 * c->nodes + 1);
+    return t;
+  }
+  specdec::sampling::speculative_rows<space> rows() const {
+    specdec::sampling::speculative_rows<space> r;
+    r.target = specdec::matrix_view<const float, space>(target.p, c->batch * c->nodes, c->vocab);
+    if (c->drafts) r.draft = specdec::matrix_view<const float, space>(draft.p, static_cast<index_t>(c->draft.size()) / c->vocab, c->vocab);
+    return r;
+  }
+  specdec::sampling::verify_outputs<space> outputs() const {
+    specdec::sampling::verify_outputs<space> o;
+    o.tokens = specdec::matrix_view<std::int32_t, space>(out_tokens.p, c->batch, c->nodes);
+    o.accepted_nodes = specdec::matrix_view<std::int32_t, space>(out_nodes.p, c->batch, c->nodes - 1);
+    o.accepted = specdec::vector_view<std::int32_t, space>(out_accepted.p, c->batch);
+    o.uniforms_consumed = specdec::vector_view<std::int32_t, space>(out_consumed.p, c->batch);
+    return o;
+  }
+};
+
+/// Batched greedy and stochastic verification on the GPU equal thrust_backend<cpp>'s; timed (median of
+/// 50, deferred faults) with its launches per call, into the CSV as ops verify_greedy_tree /
+/// verify_tree / verify_tree_drafts with rows = batch and V.
+void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream, bool quick, FILE* csv) {
+  const std::vector<index_t> batches = quick ? std::vector<index_t>{2} : std::vector<index_t>{1, 16, 64};
+  const std::vector<index_t> vocabs = quick ? std::vector<index_t>{4097} : std::vector<index_t>{32000, 128256};
+  for (const index_t vocab : vocabs)
+    for (const index_t batch : batches)
+      for (const bool drafts : {false, true}) {
+        const index_t nodes = quick ? 12 : 60;
+        const tree_case c = make_tree_case(batch, nodes, vocab, drafts, static_cast<std::uint32_t>(batch * 3 + vocab + drafts));
+        const tree_run<device_backend, dbuf> dev(c);
+        const tree_run<host_backend, hbuf> host(c);
+        const auto n = static_cast<std::size_t>(batch * nodes);
+        const std::string shape = " (batch " + std::to_string(batch) + ", " + std::to_string(nodes) + " nodes, V " +
+                                  std::to_string(vocab) + (drafts ? ", draft rows)" : ", deterministic)");
+        const auto run_stochastic = [&] { specdec::sampling::verify_speculative(d, dev.rows(), dev.batch(), {}, dev.outputs()); };
+        const auto run_greedy = [&] {
+          specdec::sampling::verify_greedy(d, dev.rows().target, dev.batch(), dev.outputs(),
+                                           dvec<std::int32_t>(dev.argmax.p, batch * nodes));
+        };
+        bool ok = true;
+        try {
+          specdec::sampling::verify_speculative(h, host.rows(), host.batch(), {}, host.outputs());
+          run_stochastic();
+        } catch (const std::exception& e) {
+          std::printf("batched verification threw: %s\n", e.what());
+          ok = false;
+        }
+        const auto accepted = host.out_accepted.get(static_cast<std::size_t>(batch));
+        double mean_accepted = 0;
+        for (const auto a : accepted) mean_accepted += a;
+        report(ok && dev.out_tokens.get(n) == host.out_tokens.get(n) && dev.out_nodes.get(n - static_cast<std::size_t>(batch)) ==
+                                                                         host.out_nodes.get(n - static_cast<std::size_t>(batch)) &&
+                   dev.out_accepted.get(static_cast<std::size_t>(batch)) == accepted &&
+                   dev.out_consumed.get(static_cast<std::size_t>(batch)) == host.out_consumed.get(static_cast<std::size_t>(batch)),
+               "verify_speculative (batch) equals thrust_backend<cpp>" + shape + ", mean accepted " +
+                   std::to_string(mean_accepted / double(batch)));
+        if (!drafts) {
+          ok = true;
+          try {
+            specdec::sampling::verify_greedy(h, host.rows().target, host.batch(), host.outputs(),
+                                             hvec<std::int32_t>(host.argmax.p, batch * nodes));
+            run_greedy();
+          } catch (const std::exception& e) {
+            std::printf("batched greedy verification threw: %s\n", e.what());
+            ok = false;
+          }
+          report(ok && dev.out_tokens.get(n) == host.out_tokens.get(n) &&
+                     dev.out_accepted.get(static_cast<std::size_t>(batch)) == host.out_accepted.get(static_cast<std::size_t>(batch)),
+                 "verify_greedy (batch, from logits) equals thrust_backend<cpp>" + shape);
+        }
+        if (quick || csv == nullptr) continue;
+        d.defer_faults(true);
+        const auto time_it = [&](const char* name, const std::function<void()>& call) {
+          const op o{name, 1, 0, [&](device_backend&, const float*, index_t, index_t, void*) { call(); }};
+          const timing t = time_op(d, o, 1, 1, {nullptr}, nullptr, stream, 50);
+          const int launches = launches_per_call(d, o, nullptr, 1, 1, nullptr, stream);
+          std::printf("%-18s %5lld %7lld %10.2f %10.2f %8s %7s %8d %5d   (%lld nodes per request)\n", name,
+                      static_cast<long long>(batch), static_cast<long long>(vocab), t.median_us, t.p90_us, "-", "-", launches,
+                      launches >= 0 ? 0 : 1, static_cast<long long>(nodes));
+          std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,,,%d,%d\n", name, static_cast<long long>(batch),
+                       static_cast<long long>(vocab), t.median_us, t.p90_us, launches, launches >= 0 ? 0 : 1);
+        };
+        time_it(drafts ? "verify_tree_drafts" : "verify_tree", run_stochastic);
+        if (!drafts) time_it("verify_greedy_tree", run_greedy);
+        cuda_ok(cudaStreamSynchronize(stream), "batch timing");
+        try {
+          d.check_faults();
+        } catch (const specdec::invalid_argument& e) {
+          report(false, std::string("batched verification timing faulted: ") + e.what());
+        }
+        d.defer_faults(false);
+      }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -535,6 +717,7 @@ int main(int argc, char** argv) {
   for (const index_t cols : {index_t(7), index_t(4097), index_t(32001)}) check_adversarial(d, h, cols, cols + 5);
   if (!quick) check_shape(d, h, 3, 128256, 128256 + 3, 11);  // a row stride that breaks 16-byte alignment
   check_deferred(d);
+  check_batch_verify(d, h, stream, true, nullptr);
   std::printf("correctness: %d checks, %d failed\n", checks, failures);
   }
 
@@ -708,6 +891,7 @@ int main(int argc, char** argv) {
       }
     }
     d.defer_faults(false);
+    check_batch_verify(d, h, stream, false, csv);
     std::fclose(csv);
     std::printf("read bandwidth: %.0f GB/s\n", read_gbps);
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -165,7 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     using space = typename std::remove_reference_t<decltype(backend)>::memory_space;
     return specdec::matrix_view<const float, space>(buffer.view().data(), r, v);
   };
-  switch (in.byte() % 7) {
+  switch (in.byte() % 8) {
     case 0:
       on_both([&](auto& be) {
         auto t = be.upload(std::span<const float>(target));
@@ -263,6 +264,124 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             fuzz::require(finals[r * static_cast<std::size_t>(v) + static_cast<std::size_t>(j)] ==
                               (w.final_distribution.empty() ? 0.0f : w.final_distribution[static_cast<std::size_t>(j)]),
                           "final distribution");
+      }
+      break;
+    }
+    case 6: {
+      // The batched form (sampling/batch.hpp) over the same trees: when it returns, the request form
+      // returns the same decisions; when the request form returns (and every bonus token is in range,
+      // which the batch checks up front), so does the batch.
+      const auto batch = static_cast<std::size_t>(n_requests);
+      std::size_t nodes = 1;
+      for (const auto& t : trees) nodes = std::max(nodes, static_cast<std::size_t>(t.size()));
+      std::vector<std::int32_t> tokens(batch * nodes, 0), parents(batch * nodes, 0), counts, caps, bonus, out_tokens(batch * nodes),
+          out_nodes(batch * nodes), out_accepted(batch), out_used(batch), out_retest(batch);
+      std::vector<index_t> rows_of, drafts(batch * nodes, -1), noise_rows;
+      std::vector<float> finals(batch * static_cast<std::size_t>(v));
+      const bool philox = in.flag();
+      std::size_t u_cols = 0;
+      for (const auto& u : uniform_values) u_cols = std::max(u_cols, u.size());
+      std::vector<double> uniforms(philox ? 0 : batch * u_cols, std::numeric_limits<double>::quiet_NaN());
+      std::vector<specdec::philox_stream> streams;
+      std::vector<sampling::speculative_request> same = requests;
+      bool bonus_in_range = true;
+      for (std::size_t r = 0; r < batch; ++r) {
+        auto& q = same[r];
+        q.greedy = false;
+        const auto& t = trees[r];
+        for (index_t i = 0; i < t.size(); ++i) {
+          tokens[r * nodes + static_cast<std::size_t>(i)] = t.token[static_cast<std::size_t>(i)];
+          parents[r * nodes + static_cast<std::size_t>(i)] = t.parent[static_cast<std::size_t>(i)];
+          if (!q.draft_rows.empty()) drafts[r * nodes + static_cast<std::size_t>(i)] = q.draft_rows[static_cast<std::size_t>(i)];
+        }
+        if (q.draft_rows.size() != static_cast<std::size_t>(t.size())) q.draft_rows = {};
+        counts.push_back(static_cast<std::int32_t>(t.size()));
+        rows_of.push_back(q.target_row);
+        caps.push_back(static_cast<std::int32_t>(q.max_accepted));
+        bonus.push_back(q.bonus_token.value_or(-1));
+        bonus_in_range = bonus_in_range && (!q.bonus_token || (*q.bonus_token >= 0 && *q.bonus_token < v));
+        if (q.bonus_token && *q.bonus_token == -1) q.bonus_token = std::nullopt;  // -1 is "none" in the batch
+        noise_rows.push_back(q.noise_row);
+        if (philox) {
+          streams.push_back({in.u32(), in.u32()});
+          q.uniforms = sampling::uniform_stream::philox(streams.back());
+        } else {
+          const auto& u = uniform_values[r];
+          std::copy(u.begin(), u.end(), uniforms.begin() + static_cast<std::ptrdiff_t>(r * u_cols));
+          q.uniforms = sampling::uniform_stream::values(u);  // NaN padding in the batch: an error there too
+        }
+      }
+      specdec::eigen e;
+      const specdec::matrix_view<const float> target_view(target.data(), target_rows, v);
+      const specdec::matrix_view<const float> draft_view(draft.data(), draft_count, v);
+      const specdec::matrix_view<const float> noise_view(noise.data(), n_requests, v);
+      const bool race = options.draw == sampling::final_draw::exponential_race;
+      sampling::speculative_rows<> rows{target_view, draft_view, race ? noise_view : specdec::matrix_view<const float>{}};
+      std::optional<std::vector<sampling::speculative_result>> want;
+      try {
+        want = sampling::verify_speculative(e, rows, same, options);
+      } catch (const specdec::invalid_argument&) {
+      }
+      sampling::tree_batch<> b;
+      const auto n = static_cast<index_t>(nodes);
+      b.tokens = {tokens.data(), n_requests, n};
+      b.parents = {parents.data(), n_requests, n};
+      b.node_counts = {counts.data(), n_requests};
+      b.target_rows = {rows_of.data(), n_requests};
+      b.draft_rows = {drafts.data(), n_requests, n};
+      b.max_accepted = {caps.data(), n_requests};
+      b.bonus_tokens = {bonus.data(), n_requests};
+      if (race) b.noise_rows = {noise_rows.data(), n_requests};
+      if (philox) b.uniform_streams = {streams.data(), n_requests};
+      else b.uniforms = {uniforms.data(), n_requests, static_cast<index_t>(u_cols)};
+      sampling::verify_outputs<> out{.tokens = {out_tokens.data(), n_requests, n},
+                                     .accepted = {out_accepted.data(), n_requests},
+                                     .accepted_nodes = {out_nodes.data(), n_requests, n - 1},
+                                     .uniforms_consumed = {out_used.data(), n_requests},
+                                     .retest_accepted = {out_retest.data(), n_requests}};
+      if (keep) out.final_distributions = {finals.data(), n_requests, v};
+      bool wrote = false;
+      std::vector<std::int32_t> first_tokens;
+      for (int backend = 0; backend < 2; ++backend) {
+        bool ok = true;
+        try {
+          if (backend == 0) {
+            sampling::verify_speculative(e, rows, b, options, out);
+          } else {
+            specdec::thrust_backend<specdec::thrust_system::cpp> t;
+            sampling::verify_speculative(t, rows, b, options, out);
+          }
+        } catch (const specdec::invalid_argument&) {
+          ok = false;
+        }
+        if (backend == 0) {
+          wrote = ok;
+          first_tokens = out_tokens;
+        } else {
+          fuzz::require(ok == wrote && (!ok || out_tokens == first_tokens), "the backends disagree on the batched form");
+        }
+      }
+      if (want && bonus_in_range && u_cols > 0) {
+        bool full = true;  // the batch pads short uniform rows with NaN: a request that needs them fails there
+        for (const auto& u : uniform_values) full = full && (philox || u.size() == u_cols);
+        if (full) fuzz::require(wrote, "the batched form threw where the request form returned");
+      }
+      if (!wrote) break;
+      fuzz::require(want.has_value(), "the batched form returned where the request form threw");
+      for (std::size_t r = 0; r < batch; ++r) {
+        const auto& w = (*want)[r];
+        fuzz::require(out_accepted[r] == static_cast<std::int32_t>(w.accepted_nodes.size()), "batched accepted count");
+        fuzz::require(out_used[r] == static_cast<std::int32_t>(w.uniforms_consumed), "batched uniforms consumed");
+        fuzz::require(out_retest[r] == static_cast<std::int32_t>(w.retest_accepted), "batched re-test count");
+        for (std::size_t c = 0; c < nodes; ++c)
+          fuzz::require(out_tokens[r * nodes + c] == (c < w.tokens.size() ? w.tokens[c] : -1), "batched token");
+        for (std::size_t c = 0; c + 1 < nodes; ++c)
+          fuzz::require(out_nodes[r * (nodes - 1) + c] == (c < w.accepted_nodes.size() ? w.accepted_nodes[c] : -1), "batched node");
+        if (keep)
+          for (index_t j = 0; j < v; ++j)
+            fuzz::require(finals[r * static_cast<std::size_t>(v) + static_cast<std::size_t>(j)] ==
+                              (w.final_distribution.empty() ? 0.0f : w.final_distribution[static_cast<std::size_t>(j)]),
+                          "batched final distribution");
       }
       break;
     }

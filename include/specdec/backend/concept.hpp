@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/core/view.hpp>
 
 namespace specdec {
@@ -83,6 +84,8 @@ concept backend = requires(B& b, typename B::template buffer<float>& owned,
   // gathers
   b.gather_rows(x, row_ids, y);
   b.gather_elements(x, column_ids, y);
+  // team jobs (backend/detail/team.hpp): the batched verifiers' one-team-per-request walks
+  b.run_teams(k, detail::team_job_archetype{});
 };
 
 /// A backend with the dense primitives the drafter blocks are written with (specdec/blocks/): GEMM,

@@ -379,6 +379,21 @@ class eigen {
       for (index_t j = 0; j < column_ids.cols(); ++j) out(r, j) = x(r, column_ids(r, j));
   }
 
+  /// Runs a team job (backend/detail/team.hpp: the batched verifiers' per-request walks) for teams
+  /// 0 .. count - 1 in order, each a one-thread team, with the job's scratch from the backend.
+  /// \throws invalid_argument with the first fault a team reports (teams after it do not run).
+  template <class Job>
+  void run_teams(index_t count, const Job& job) {
+    SPECDEC_EXPECTS(count >= 0, "specdec::eigen::run_teams", "count = ", count, "; expected >= 0");
+    const std::size_t blocks = detail::team_scratch_stride(job.scratch_bytes()) / 16;
+    if (team_scratch_.size() < blocks) team_scratch_.resize(blocks);
+    detail::serial_team team;
+    for (index_t t = 0; t < count; ++t) {
+      const detail::team_fault f = job(team, t, reinterpret_cast<std::byte*>(team_scratch_.data()));
+      if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+    }
+  }
+
   // ---- dense primitives of the drafter blocks (see specdec::dense_backend) ----
 
   /// GEMM: `c = alpha op(a) op(b) + beta c`, row-major, through Eigen's blocked kernel. With beta = 0,
@@ -766,6 +781,10 @@ class eigen {
   std::vector<detail::residual_chunk_mass> residual_partials_;
   std::vector<double> masses_;
   std::vector<std::int32_t> order_;
+  struct alignas(16) scratch_block {
+    std::byte bytes[16];
+  };
+  std::vector<scratch_block> team_scratch_;  // run_teams
 #if SPECDEC_HOST_SIMD
   detail::block_topk_workspace blocks_;
 #endif

@@ -28,6 +28,7 @@
 
 #include <specdec/backend/detail/cuda_rows.cuh>
 #include <specdec/backend/detail/cuda_sample.cuh>
+#include <specdec/backend/detail/cuda_teams.cuh>
 #include <specdec/backend/detail/cuda_topk.cuh>
 #if defined(SPECDEC_USE_CUBLAS)
 #include <cublas_v2.h>
@@ -129,6 +130,9 @@ class thrust_backend {
       if (host->code == 0) return;
       const detail::cuda_rows::fault_record got = *host;
       cuda_check("specdec::thrust_backend::check_faults", cudaMemsetAsync(record_.get(), 0, sizeof got, stream()));
+      if (got.code >= 64)  // a team job's (backend/detail/team.hpp)
+        detail::throw_team_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name),
+                                 detail::team_fault{got.code, 0, got.row, got.column, got.limit, got.value});
       detail::throw_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name), got.row,
                           static_cast<detail::fault>(got.code));
     }
@@ -393,6 +397,45 @@ class thrust_backend {
     raise_index_faults(where, "column_ids", s.faults, x.rows());
   }
 
+  /// See eigen::run_teams. Host systems run the teams in order on the calling thread; CUDA runs one
+  /// block of 256 threads per team, all teams in one launch on the backend's stream, and reads the
+  /// teams' faults back (one synchronisation) unless faults are deferred. Scratch: `team_workspace_bytes`.
+  template <class Job>
+  void run_teams(index_t count, const Job& job) {
+    constexpr const char* where = "specdec::thrust_backend::run_teams";
+    SPECDEC_EXPECTS(count >= 0 && count <= INT32_MAX, where, "count = ", count, "; expected 0 <= count <= 2^31 - 1");
+    if (count == 0) return;
+    const std::size_t stride = detail::team_scratch_stride(job.scratch_bytes());
+    if constexpr (!is_cuda) {
+      std::byte* scratch = team_scratch(1, stride).scratch;
+      detail::serial_team team;
+      for (index_t t = 0; t < count; ++t) {
+        const detail::team_fault f = job(team, t, scratch);
+        if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+      }
+    } else {
+#if defined(__CUDACC__)
+      const team_layout s = team_scratch(count, stride);
+      detail::cuda_rows::team_kernel<Job><<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, 0, stream()>>>(
+          job, 0, s.scratch, stride, s.faults, deferred_ ? cuda_record() : nullptr);
+      cuda_launched(where);
+      if (deferred_) return;
+      std::vector<detail::team_fault> host(static_cast<std::size_t>(count));
+      copy_to_host(s.faults, host.size(), host.data());
+      for (const detail::team_fault& f : host)
+        if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+#endif
+    }
+  }
+  /// Scratch bytes `run_teams` needs for `teams` teams of a job whose scratch_bytes() is `bytes_per_team`
+  /// (a caller workspace must hold this besides what the primitives need).
+  std::size_t team_workspace_bytes(index_t teams, std::size_t bytes_per_team) const {
+    workspace_carver count;
+    team_layout s{};
+    lay_out_teams(count, is_cuda ? teams : 1, detail::team_scratch_stride(bytes_per_team), s);
+    return count.bytes_used();
+  }
+
   // ---- dense primitives of the drafter blocks (see specdec::dense_backend); eigen:: documents each ----
   // Plain kernels over for_each work items (a GEMM row tile, a row, a query-head pair): correct on
   // every system. On CUDA with SPECDEC_USE_CUBLAS (set by CMake's SPECDEC_ENABLE_CUDA, which links
@@ -563,15 +606,33 @@ class thrust_backend {
     workspace_carver count;
     scratch_layout s{};
     lay_out(count, kind, rows, cols, k, s);
-    void* base = external_;
-    std::size_t capacity = external_bytes_;
-    if (base == nullptr) {
-      if (arena_.size() < count.bytes_used()) arena_.resize(count.bytes_used());
-      base = detail::system_storage<System, std::byte>::raw(arena_);
-      capacity = arena_.size();
-    }
-    workspace_carver carve(base, capacity);
+    workspace_carver carve = memory_for(count.bytes_used());
     lay_out(carve, kind, rows, cols, k, s);
+    return s;
+  }
+
+  /// A carver over the caller's workspace, or over the arena grown to at least `bytes`.
+  workspace_carver memory_for(std::size_t bytes) {
+    if (external_ != nullptr) return workspace_carver(external_, external_bytes_);
+    if (arena_.size() < bytes) arena_.resize(bytes);
+    return workspace_carver(detail::system_storage<System, std::byte>::raw(arena_), arena_.size());
+  }
+
+  /// Team jobs' scratch: each team's fault, and `stride` bytes per team.
+  struct team_layout {
+    detail::team_fault* faults;
+    std::byte* scratch;
+  };
+  static void lay_out_teams(workspace_carver& w, index_t teams, std::size_t stride, team_layout& s) {
+    s.faults = w.take<detail::team_fault>(static_cast<std::size_t>(teams), "team faults");
+    s.scratch = w.take<std::byte>(static_cast<std::size_t>(teams) * stride, "team scratch");
+  }
+  team_layout team_scratch(index_t teams, std::size_t stride) {
+    workspace_carver count;
+    team_layout s{};
+    lay_out_teams(count, teams, stride, s);
+    workspace_carver carve = memory_for(count.bytes_used());
+    lay_out_teams(carve, teams, stride, s);
     return s;
   }
 

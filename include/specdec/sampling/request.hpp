@@ -206,14 +206,24 @@ inline index_t emitted_width(const speculative_request& q) {
   return depth + 1;
 }
 
+template <class Space>
+void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
+                        std::initializer_list<specdec::detail::view_extent> inputs);
+
 /// Checks the shapes of caller outputs against the batch (before any work, so a call with a short
 /// buffer fails whatever the uniforms decide). Trees must have been validated.
 template <class Space>
 void check_outputs(const char* where, const verify_outputs<Space>& out, std::span<const speculative_request> requests,
                    index_t vocab, std::initializer_list<specdec::detail::view_extent> inputs = {}) {
-  const auto batch = static_cast<index_t>(requests.size());
   index_t width = 1;
   for (const speculative_request& q : requests) width = std::max(width, emitted_width(q));
+  check_output_views(where, out, static_cast<index_t>(requests.size()), vocab, width, inputs);
+}
+
+/// check_outputs for `batch` requests that emit at most `width` tokens each.
+template <class Space>
+void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
+                        std::initializer_list<specdec::detail::view_extent> inputs) {
   // Rows apart, not null unless empty: the writers index them (the backend's upload checks its own
   // stride rule); and no two outputs may share memory, nor an output an input.
   using specdec::detail::check_view;

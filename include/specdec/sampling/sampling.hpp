@@ -4,6 +4,7 @@
 /// and lenient), SGLang's coin rule and typical acceptance.
 #pragma once
 
+#include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/lenient.hpp>

@@ -179,16 +179,11 @@ class greedy_rows {
 
 namespace detail {
 
-/// The walk of the file comment over a batch, reading target rows through `target` (in place,
-/// downloaded, or softened from logits on first use).
-template <backend B>
-std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
-                                            const speculative_rows<typename B::memory_space>& rows,
-                                            std::span<const speculative_request> requests,
-                                            const speculative_options& options) {
+/// Checks the options every stochastic verifier takes (an enumerator outside its values would
+/// silently select another convention).
+inline void check_options(const char* where, const speculative_options& options) {
   SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
                   "; expected a value in (0, 1]");
-  // An enumerator outside its values would silently select another convention.
   SPECDEC_EXPECTS(options.test == acceptance_test::ratio || options.test == acceptance_test::strict_product, where,
                   "options.test = ", static_cast<int>(options.test), "; expected an acceptance_test enumerator");
   SPECDEC_EXPECTS(options.draw == final_draw::inverse_cdf || options.draw == final_draw::exponential_race, where,
@@ -198,6 +193,16 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
                   where, "options.fallback = ", static_cast<int>(options.fallback), "; expected an empty_residual enumerator");
   SPECDEC_EXPECTS(options.range == uniform_range::closed_open || options.range == uniform_range::open_closed, where,
                   "options.range = ", static_cast<int>(options.range), "; expected a uniform_range enumerator");
+}
+
+/// The walk of the file comment over a batch, reading target rows through `target` (in place,
+/// downloaded, or softened from logits on first use).
+template <backend B>
+std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
+                                            const speculative_rows<typename B::memory_space>& rows,
+                                            std::span<const speculative_request> requests,
+                                            const speculative_options& options) {
+  check_options(where, options);
   const index_t vocab = target.cols();
   const auto draft_probs = rows.draft;
   const auto exponential_noise = rows.exponential_noise;

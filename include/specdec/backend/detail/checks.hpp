@@ -13,6 +13,7 @@
 
 #include <specdec/config.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
@@ -122,6 +123,62 @@ template <class T = float>
     if (j >= 0) column = " (first at column " + std::to_string(j) + ")";
   }
   throw_invalid_argument(where, name, " row ", row, " ", describe(f), column, "; ", expectation(f));
+}
+
+/// Throws the error of a team job's fault (host).
+[[noreturn]] inline void throw_team_fault(const char* where, const char* name, const team_fault& f) {
+  const auto i = [](double v) { return static_cast<long long>(v); };
+  switch (static_cast<team_error>(f.code)) {
+    case team_error::node_count:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a node count in [1, ", f.limit,
+                             "] (node 0 is the root)");
+    case team_error::root_parent:
+      throw_invalid_argument(where, name, "[", f.row, ", 0] = ", i(f.value), "; expected -1 (node 0 is the root)");
+    case team_error::bad_parent:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected a parent in [0, ",
+                             f.column, ") (parents precede their children)");
+    case team_error::token_range:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected a token id in [0, V = ",
+                             f.limit, ")");
+    case team_error::target_rows:
+      throw_invalid_argument(where, "request ", f.row, " needs target rows [", i(f.value), ", ", i(f.value) + f.column,
+                             ") but ", name, " has ", f.limit, " rows");
+    case team_error::draft_row:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected -1 (deterministic) or a row in [0, ",
+                             f.limit, ")");
+    case team_error::noise_row:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a row in [0, ", f.limit, ")");
+    case team_error::max_accepted:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected -1 (no cap) or a cap >= 0");
+    case team_error::output_width:
+      throw_invalid_argument(where, name, " has ", f.limit, " columns; request ", f.row, " may emit ", i(f.value),
+                             " tokens (its deepest path, capped by max_accepted, plus the final token)");
+    case team_error::probability_entry:
+    case team_error::distribution_entry:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a probability in [0, 1]");
+    case team_error::uniform_value:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a value in ",
+                             f.limit == 0 ? "[0, 1)" : "(0, 1]");
+    case team_error::too_few_uniforms:
+      throw_invalid_argument(where, "request ", f.row, " needs uniform ", f.column, " but ", name, " has ", f.limit,
+                             " columns");
+    case team_error::argmax_range:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a token in [0, V = ", f.limit, ")");
+    case team_error::bonus_range:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected -1 (none) or a token in [0, V = ",
+                             f.limit, ")");
+    case team_error::noise_entry:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value,
+                             "; expected a finite value >= 0 (an Exp(1) sample)");
+    case team_error::not_chain:
+      throw_invalid_argument(where, "request ", f.row, ": flashinfer_retest applies to chains; node ", f.column,
+                             " of this tree has several children");
+    case team_error::distribution_sum:
+      throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
+                             probability_sum_tolerance);
+  }
+  const fault rf = static_cast<fault>(f.code);
+  throw_invalid_argument(where, name, " row ", f.row, " ", describe(rf), "; ", expectation(rf));
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

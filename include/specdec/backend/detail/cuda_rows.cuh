@@ -49,12 +49,16 @@ static_assert(per_thread * threads == slice);
 /// A device-side record of the first data fault a deferred-mode call found: which primitive
 /// (`where`, `name` are the host addresses of string literals, stored as integers), which row, which
 /// fault. Zero means none. Read by thrust_backend<cuda>::check_faults().
+/// Team jobs' faults (codes >= 64, backend/detail/team.hpp) also fill `column`, `limit`, `value`.
 struct fault_record {
   std::int32_t code;
   std::int32_t pad;
   std::int64_t row;
   std::uint64_t where;
   std::uint64_t name;
+  std::int64_t column;
+  std::int64_t limit;
+  double value;
 };
 
 /// Where a kernel's per-row faults go: `faults[r]` always; in deferred mode also the sticky record.

@@ -58,6 +58,21 @@ struct residual_source {
   }
 };
 
+/// `current - scale * q` rounded as two fp32 operations, never fused into one FMA (compilers contract
+/// `a - b * c` where the target has FMA, nvcc always): a lenient residual then has the same entries on
+/// every backend and build.
+SPECDEC_HOST_DEVICE inline float scaled_difference(float current, float scale, float q) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return __fsub_rn(current, __fmul_rn(scale, q));
+#else
+  float product = scale * q;
+#if defined(__GNUC__) || defined(__clang__)
+  __asm__("" : "+m"(product));  // the product is rounded to fp32 before the subtraction sees it
+#endif
+  return current - product;
+#endif
+}
+
 SPECDEC_HOST_DEVICE inline double combine_lanes(const double (&lane)[8]) noexcept {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }

@@ -277,7 +277,7 @@ class working_distribution {
     for (index_t j = 0; j < n_; ++j) {
       // The references subtract from the normalised distribution, in fp32.
       const float current = normalised ? p_[j] : prob(j);
-      const float r = current - scale * q(j);
+      const float r = specdec::detail::scaled_difference(current, scale, q(j));
       next[static_cast<std::size_t>(j)] = r > 0.0f ? r : 0.0f;
     }
     w_ = std::move(next);

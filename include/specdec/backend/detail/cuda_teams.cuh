@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief thrust_backend<cuda>'s `run_teams`: one CUDA block per team (backend/detail/team.hpp), one
+/// launch for the whole batch. nvcc only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <specdec/backend/detail/cuda_rows.cuh>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
+
+namespace specdec::detail::inline SPECDEC_ISA::cuda_rows {
+
+inline constexpr int team_threads = 256;  ///< threads of a team's block
+
+/// A CUDA block as a team.
+struct block_team {
+  __device__ index_t rank() const noexcept { return threadIdx.x; }
+  __device__ index_t size() const noexcept { return blockDim.x; }
+  __device__ void sync() const noexcept { __syncthreads(); }
+};
+
+/// Team `first + blockIdx.x` runs `job` with its scratch; thread 0 stores the team's fault and, in
+/// deferred mode, claims the sticky record for the first fault.
+template <class Job>
+__global__ void __launch_bounds__(team_threads)
+    team_kernel(Job job, index_t first, std::byte* scratch, std::size_t stride, team_fault* faults, fault_record* record) {
+  block_team team;
+  const index_t t = first + blockIdx.x;
+  const team_fault f = job(team, t, scratch + static_cast<std::size_t>(blockIdx.x) * stride);
+  if (threadIdx.x != 0) return;
+  faults[blockIdx.x] = f;
+  if (record == nullptr || f.code == 0) return;
+  if (atomicCAS(&record->code, 0, f.code) == 0) {
+    record->row = f.row;
+    record->where = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(job.where));
+    record->name = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(job.names[f.arg]));
+    record->column = f.column;
+    record->limit = f.limit;
+    record->value = f.value;
+  }
+}
+
+}  // namespace specdec::detail::inline SPECDEC_ISA::cuda_rows

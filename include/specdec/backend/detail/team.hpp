@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Team jobs: work written once for a cooperating group of threads (a CUDA block on the GPU,
+/// one thread on the host) that every backend runs through `run_teams`. The batched verifiers
+/// (specdec/sampling/batch.hpp) are team jobs: one team per request walks its tree.
+///
+/// **A team** exposes `rank()`, `size()` and `sync()` (a barrier of the whole team). Every thread of a
+/// team runs the job's code with the same control flow: decisions are computed redundantly from the
+/// same data, and only passes over long rows are split between the threads (`rank() + k * size()`),
+/// each writing its own scratch entries, followed by `sync()`. Combining those entries happens in a
+/// fixed order, so results do not depend on the team size: the host's one-thread team and a
+/// 256-thread CUDA block give bit-identical outputs.
+///
+/// **A job** is a trivially copyable struct with
+/// - `std::size_t scratch_bytes() const`: scratch one team needs (the backend carves it, 16-byte
+///   aligned, from its arena or the caller's workspace);
+/// - `template <class Team> team_fault operator()(Team&, index_t team, std::byte* scratch) const`,
+///   host-device: does team `team`'s work and returns what went wrong (code 0: nothing);
+/// - `const char* where` and `const char* names[team_job_names]`: the function and argument names
+///   faults are reported with (host string literals; device code copies the addresses, never reads them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <specdec/config.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::detail {
+
+/// Argument names a job can report faults against.
+inline constexpr int team_job_names = 16;
+
+/// Faults a team job reports beyond the row faults (codes below 64 are `fault` values, backend/detail/
+/// row_simd.hpp, found in row `row` of argument `arg`).
+enum class team_error : std::int32_t {
+  node_count = 64,            ///< row = request, value = node count, limit = nodes per request
+  root_parent = 65,           ///< row = request, value = node 0's parent
+  bad_parent = 66,            ///< row = request, column = node, value = its parent
+  token_range = 67,           ///< row = request, column = node, value = its token, limit = V
+  target_rows = 68,           ///< row = request, value = first target row, column = rows needed, limit = rows
+  draft_row = 69,             ///< row = request, column = node, value = draft row, limit = rows
+  noise_row = 70,             ///< row = request, value = noise row, limit = rows
+  max_accepted = 71,          ///< row = request, value = the cap
+  output_width = 72,          ///< row = request, value = tokens it may emit, limit = columns (arg: the output)
+  probability_entry = 73,     ///< row = matrix row, column = token, value = the entry
+  uniform_value = 74,         ///< row = request, column = position, value = the uniform, limit = 0 [0,1) / 1 (0,1]
+  too_few_uniforms = 75,      ///< row = request, column = position needed, limit = columns supplied
+  argmax_range = 76,          ///< row = target row, value = the argmax, limit = V
+  bonus_range = 77,           ///< row = request, value = the bonus token, limit = V
+  noise_entry = 78,           ///< row = noise row, column = token, value = the entry
+  distribution_entry = 79,    ///< row = matrix row, column = token, value = the entry (a draft row's entry outside [0, 1])
+  distribution_sum = 80,      ///< row = matrix row, value = the row's sum
+  not_chain = 81,             ///< row = request, column = a node with several children (FlashInfer's re-tests)
+};
+
+/// What a team job returns: `code` 0 when the team's work is done.
+struct team_fault {
+  std::int32_t code = 0;
+  std::int32_t arg = 0;     ///< index into the job's `names`
+  std::int64_t row = 0;
+  std::int64_t column = 0;
+  std::int64_t limit = 0;
+  double value = 0.0;
+};
+
+SPECDEC_HOST_DEVICE inline team_fault make_team_fault(team_error e, int arg, std::int64_t row, std::int64_t column,
+                                                      double value, std::int64_t limit = 0) noexcept {
+  return team_fault{static_cast<std::int32_t>(e), arg, row, column, limit, value};
+}
+
+/// The host's team: one thread, barriers are no-ops.
+struct serial_team {
+  SPECDEC_HOST_DEVICE index_t rank() const noexcept { return 0; }
+  SPECDEC_HOST_DEVICE index_t size() const noexcept { return 1; }
+  SPECDEC_HOST_DEVICE void sync() const noexcept {}
+};
+
+/// Scratch a team gets, rounded up so that consecutive teams' scratch stays 16-byte aligned.
+inline std::size_t team_scratch_stride(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+/// The shape of a team job, for the backend concept's check of `run_teams`.
+struct team_job_archetype {
+  const char* where = "";
+  const char* names[team_job_names] = {};
+  std::size_t scratch_bytes() const { return 0; }
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team&, index_t, std::byte*) const {
+    return {};
+  }
+};
+
+}  // namespace specdec::detail

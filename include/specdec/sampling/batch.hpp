@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Batched verification where the batch lives in the backend's memory: greedy and stochastic
+/// verification of a whole batch of draft trees (chains included) as one team job, one team per
+/// request (backend/detail/team.hpp): on the host a loop over requests, on CUDA one kernel launch with
+/// one block per request, reading the trees, rows and uniforms where they are and writing the caller's
+/// output buffers there. Nothing is downloaded and, with `defer_faults(true)`, nothing synchronises, so
+/// a verification step can be captured in a CUDA graph.
+///
+/// Decisions are those of the request-based verifiers (greedy.hpp, speculative.hpp), bit for bit:
+/// the same sibling order (node-index order), uniforms, acceptance tests and canonical draws. What the
+/// batch form does not take: sibling links, per-request greedy flags and temperatures (verify the
+/// greedy requests of a mixed batch with verify_greedy, soften logits with `row_softmax` first).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
+#include <specdec/sampling/detail/tree_walk.hpp>
+#include <specdec/sampling/request.hpp>
+#include <specdec/sampling/speculative.hpp>
+
+namespace specdec::sampling {
+
+/// A batch of draft trees in memory space `Space`, one row per request, padded to N nodes
+/// (SGLang's and TensorRT-LLM's layout: `[batch x N]` draft tokens and parents).
+///
+/// Request r's node i has token `tokens(r, i)` and parent `parents(r, i)`; node 0 is the root (the
+/// committed token, parent -1) and every other node's parent precedes it (0 <= parent < i), as
+/// `build_tree` and the tree builders produce. Its target row is `target_rows(r) + i` (default
+/// `r * N + i`: the target scored the batch's trees back to back). Children are visited in node-index
+/// order. Optional views are empty when unused.
+template <class Space = host_space>
+struct tree_batch {
+  matrix_view<const std::int32_t, Space> tokens = {};   ///< `[batch x N]`, N >= 1
+  matrix_view<const std::int32_t, Space> parents = {};  ///< `[batch x N]`, -1 at node 0
+  /// `[batch]`: request r uses nodes `[0, node_counts(r))`, 1 <= count <= N (entries past it are not
+  /// read). Empty: every request has N nodes.
+  vector_view<const std::int32_t, Space> node_counts = {};
+  /// `[batch]`: target row of request r's node 0. Empty: `r * N`.
+  vector_view<const index_t, Space> target_rows = {};
+  /// `[batch x N]`: row of `speculative_rows::draft` node i was drawn from, -1 for a deterministic
+  /// node (entry 0 unused). Empty: every node is deterministic (top-k trees, n-gram drafts).
+  matrix_view<const index_t, Space> draft_rows = {};
+  /// `[batch]`: most draft tokens request r may accept, -1 for no cap (SGLang's num_spec_steps - 1).
+  vector_view<const std::int32_t, Space> max_accepted = {};
+  /// `[batch]`: a bonus token sampled by the caller, emitted when the walk ends without a rejection;
+  /// -1: none (the final token is drawn from the last node's row).
+  vector_view<const std::int32_t, Space> bonus_tokens = {};
+  /// `[batch]`: row of `speculative_rows::exponential_noise` (final_draw::exponential_race).
+  vector_view<const index_t, Space> noise_rows = {};
+  /// Randomness of the stochastic verifier, one of:
+  /// - `uniforms` `[batch x U]`: request r's uniforms in consumption order (speculative.hpp), each in the
+  ///   options' range; a request needing more than U is an error;
+  /// - `uniform_streams` `[batch]`: request r reads `uniform_streams(r).uniform_double(offset + i)` for
+  ///   its uniform i, offset = `uniform_offsets(r)` (empty: 0), as `uniform_stream::philox`. The next
+  ///   step's offset is the old one plus `verify_outputs::uniforms_consumed`.
+  matrix_view<const double, Space> uniforms = {};
+  vector_view<const philox_stream, Space> uniform_streams = {};
+  vector_view<const std::uint64_t, Space> uniform_offsets = {};
+
+  index_t size() const noexcept { return tokens.rows(); }
+  index_t nodes() const noexcept { return tokens.cols(); }
+};
+
+namespace detail {
+
+/// Host-side checks of a batch's shapes (its contents are checked by the team that reads them).
+template <class Space>
+void check_batch_shapes(const char* where, const tree_batch<Space>& batch) {
+  using specdec::detail::check_view;
+  const index_t n = batch.size();
+  check_view(where, "batch.tokens", batch.tokens, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
+  check_view(where, "batch.parents", batch.parents, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
+  SPECDEC_EXPECTS(batch.nodes() >= 1 && batch.nodes() <= INT32_MAX, where, "batch.tokens has ", batch.nodes(),
+                  " columns; expected 1 <= N <= 2^31 - 1 nodes per request");
+  SPECDEC_EXPECTS(batch.parents.rows() == n && batch.parents.cols() == batch.nodes(), where, "batch.parents is ",
+                  batch.parents.rows(), " x ", batch.parents.cols(), "; expected ", n, " x ", batch.nodes(),
+                  " like batch.tokens");
+  const auto per_request = [&](const auto& v, const char* name) {
+    check_view(where, name, v, specdec::detail::nonzero_stride);
+    SPECDEC_EXPECTS(v.empty() || v.rows() == n, where, name, " has ", v.rows(), " entries; expected ", n,
+                    " (one per request) or none");
+  };
+  per_request(batch.node_counts, "batch.node_counts");
+  per_request(batch.target_rows, "batch.target_rows");
+  per_request(batch.max_accepted, "batch.max_accepted");
+  per_request(batch.bonus_tokens, "batch.bonus_tokens");
+  per_request(batch.noise_rows, "batch.noise_rows");
+  per_request(batch.uniform_streams, "batch.uniform_streams");
+  per_request(batch.uniform_offsets, "batch.uniform_offsets");
+  check_view(where, "batch.draft_rows", batch.draft_rows, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
+  SPECDEC_EXPECTS(batch.draft_rows.empty() || (batch.draft_rows.rows() == n && batch.draft_rows.cols() == batch.nodes()),
+                  where, "batch.draft_rows is ", batch.draft_rows.rows(), " x ", batch.draft_rows.cols(), "; expected ",
+                  n, " x ", batch.nodes(), " or none");
+  check_view(where, "batch.uniforms", batch.uniforms, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
+  SPECDEC_EXPECTS(batch.uniforms.empty() || batch.uniforms.rows() == n, where, "batch.uniforms has ", batch.uniforms.rows(),
+                  " rows; expected ", n, " (one per request) or none");
+}
+
+template <class Space>
+sampling::detail::batch_trees<Space> trees_of(const tree_batch<Space>& b) {
+  return {b.tokens, b.parents, b.node_counts, b.target_rows, b.max_accepted, b.bonus_tokens};
+}
+template <class Space>
+sampling::detail::batch_outputs<Space> outputs_of(const verify_outputs<Space>& o) {
+  return {o.tokens, o.accepted, o.accepted_nodes, o.uniforms_consumed, o.retest_accepted, o.final_distributions};
+}
+template <class Job>
+void name_arguments(Job& job, const char* where, const char* target) {
+  job.where = where;
+  for (const char*& name : job.names) name = "";
+  job.names[arg_node_counts] = "batch.node_counts";
+  job.names[arg_parents] = "batch.parents";
+  job.names[arg_tokens] = "batch.tokens";
+  job.names[arg_target] = target;
+  job.names[arg_draft_rows] = "batch.draft_rows";
+  job.names[arg_draft] = "rows.draft";
+  job.names[arg_noise_rows] = "batch.noise_rows";
+  job.names[arg_noise] = "rows.exponential_noise";
+  job.names[arg_max_accepted] = "batch.max_accepted";
+  job.names[arg_out_tokens] = "outputs.tokens";
+  job.names[arg_out_nodes] = "outputs.accepted_nodes";
+  job.names[arg_uniforms] = "batch.uniforms";
+  job.names[arg_bonus] = "batch.bonus_tokens";
+  job.names[arg_final] = "outputs.final_distributions";
+}
+
+}  // namespace detail
+
+/// Greedy verification of a batch from the target argmax of every row (SGLang's `verify_tree_greedy`
+/// from `target_predict`): per request, the first child in node-index order whose token is its
+/// parent's argmax is accepted, repeatedly; the final token is the last node's argmax, or the bonus
+/// token when the walk ended at a leaf or the cap. One team per request; consumes no randomness
+/// (`batch.uniforms`, `draft_rows`, `noise_rows` are ignored).
+/// \param target_argmax backend `[rows]` argmax of every target row (`row_argmax`).
+/// \param vocab_size V, the range of tokens and argmaxes.
+/// \param outputs backend buffers (verify_outputs): `tokens` `[batch x width]` with width at least each
+///   request's deepest path (capped by max_accepted) plus 1; `uniforms_consumed` is 0 and
+///   `final_distributions` (`[batch x V]`) zeros.
+/// \throws invalid_argument on shapes (before any work) and, from the team that finds it, a malformed
+///   tree, a node count, token, row, cap or bonus token out of range, an argmax outside [0, V), an
+///   output too narrow. On CUDA with deferred faults the latter come from `check_faults()`.
+template <backend B>
+void verify_greedy(B& b, vector_view<const std::int32_t, typename B::memory_space> target_argmax,
+                   const tree_batch<typename B::memory_space>& batch, index_t vocab_size,
+                   const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  specdec::detail::check_vocabulary(where, "vocab_size", vocab_size);
+  specdec::detail::check_view(where, "target_argmax", target_argmax, specdec::detail::nonzero_stride);
+  detail::check_batch_shapes(where, batch);
+  using specdec::detail::extent_of;
+  detail::check_output_views(where, outputs, batch.size(), vocab_size, 1,
+                             {extent_of(where, "target_argmax", target_argmax), extent_of(where, "batch.tokens", batch.tokens),
+                              extent_of(where, "batch.parents", batch.parents)});
+  detail::greedy_batch_job<typename B::memory_space> job{detail::trees_of(batch), detail::outputs_of(outputs), target_argmax,
+                                                         vocab_size, where, {}};
+  detail::name_arguments(job, where, "target_argmax");
+  b.run_teams(batch.size(), job);
+}
+
+/// verify_greedy of a batch from the target logits: `row_argmax` of every row into the caller's
+/// `target_argmax` (`[rows]`, kept: an engine often needs it), then the walk. Two launches on CUDA.
+/// \throws invalid_argument as the argmax form, and as row_argmax (NaN / +inf in a row).
+template <backend B>
+void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                   const tree_batch<typename B::memory_space>& batch, const verify_outputs<typename B::memory_space>& outputs,
+                   vector_view<std::int32_t, typename B::memory_space> target_argmax) {
+  b.row_argmax(target_logits, target_argmax);
+  verify_greedy(b, vector_view<const std::int32_t, typename B::memory_space>(target_argmax), batch, target_logits.cols(),
+                outputs);
+}
+
+/// Stochastic verification of a batch of trees (chains included): the walk of speculative.hpp per
+/// request, one team per request, over target probabilities (`rows.target` `[rows x V]`, after
+/// temperature / top-k / top-p), deterministic drafts or draft rows (`rows.draft`, indexed by
+/// `batch.draft_rows`), every option of `speculative_options` (final_draw::exponential_race reads
+/// `rows.exponential_noise` at `batch.noise_rows`; `keep_final_distribution` is replaced by
+/// `outputs.final_distributions` being given). Tokens, accepted nodes, uniforms consumed and re-test
+/// counts are bit-identical to verify_speculative's over the same requests.
+///
+/// Each request's team reads one target entry per tested child and makes a pass over a row only where
+/// the request-based walk reads a whole row (a residual after a rejection, the final draw).
+/// \throws invalid_argument on shapes and options (before any work) and, from the team that finds it,
+///   as verify_speculative: a malformed tree, a node count, row, token, cap or bonus token out of
+///   range, a probability entry outside [0, 1], a target or draft row that is not a distribution where
+///   it is read whole, a uniform outside the range or too few supplied, re-tests on a tree that
+///   branches, bad noise entries, an output too narrow. On CUDA with deferred faults those come from
+///   `check_faults()`.
+template <backend B>
+void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
+                        const tree_batch<typename B::memory_space>& batch, const speculative_options& options,
+                        const verify_outputs<typename B::memory_space>& outputs) {
+  using space = typename B::memory_space;
+  constexpr const char* where = "specdec::sampling::verify_speculative";
+  detail::check_options(where, options);
+  detail::check_input_rows(where, "rows.target", rows.target);
+  detail::check_input_rows(where, "rows.draft", rows.draft);
+  detail::check_input_rows(where, "rows.exponential_noise", rows.exponential_noise);
+  const index_t vocab = rows.target.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  SPECDEC_EXPECTS(rows.draft.size() == 0 || rows.draft.cols() == vocab, where, "rows.draft has ", rows.draft.cols(),
+                  " columns; rows.target has ", vocab);
+  detail::check_batch_shapes(where, batch);
+  const bool race = options.draw == final_draw::exponential_race;
+  if (race) {
+    SPECDEC_EXPECTS(rows.exponential_noise.cols() == vocab, where, "exponential_race needs rows.exponential_noise with V = ",
+                    vocab, " columns; got ", rows.exponential_noise.cols());
+    SPECDEC_EXPECTS(batch.noise_rows.rows() == batch.size(), where, "exponential_race needs batch.noise_rows, one per request");
+  }
+  SPECDEC_EXPECTS(batch.uniforms.empty() != batch.uniform_streams.empty() || batch.size() == 0, where,
+                  "batch.uniforms has ", batch.uniforms.rows(), " rows and batch.uniform_streams ", batch.uniform_streams.rows(),
+                  " entries; expected exactly one of them");
+  using specdec::detail::extent_of;
+  detail::check_output_views(where, outputs, batch.size(), vocab, 1,
+                             {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
+                              extent_of(where, "rows.exponential_noise", rows.exponential_noise),
+                              extent_of(where, "batch.tokens", batch.tokens), extent_of(where, "batch.parents", batch.parents),
+                              extent_of(where, "batch.uniforms", batch.uniforms)});
+  detail::speculative_batch_job<space> job{detail::trees_of(batch),
+                                           detail::outputs_of(outputs),
+                                           rows.target,
+                                           rows.draft,
+                                           batch.draft_rows,
+                                           rows.exponential_noise,
+                                           batch.noise_rows,
+                                           batch.uniforms,
+                                           batch.uniform_streams,
+                                           batch.uniform_offsets,
+                                           options.test,
+                                           options.range,
+                                           race,
+                                           options.fallback,
+                                           options.lenience,
+                                           options.flashinfer_retest,
+                                           where,
+                                           {}};
+  detail::name_arguments(job, where, "rows.target");
+  b.run_teams(batch.size(), job);
+}
+
+}  // namespace specdec::sampling

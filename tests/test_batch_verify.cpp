@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: Apache-2.0
+// The batched verifiers (specdec/sampling/batch.hpp) on every backend against the request-based
+// verifiers run on the host: tokens, accepted nodes, counts, uniforms consumed, re-tests and final
+// distributions bit for bit, over random trees and chains, every option, variable node counts, caps,
+// bonus tokens, Philox and supplied uniforms; the same with 4-thread teams (the cooperative row
+// passes split differently, the results may not change); and the errors, named.
+#include <doctest/doctest.h>
+
+#include <barrier>
+#include <cmath>
+#include <limits>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+#include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/greedy.hpp>
+#include <specdec/sampling/speculative.hpp>
+
+#include "backend_conformance.hpp"
+
+using specdec::index_t;
+namespace sampling = specdec::sampling;
+
+namespace {
+
+using conformance::error_of;
+
+/// A batch on the host, with what the request-based verifiers need to check it.
+struct batch_case {
+  index_t batch = 0, nodes = 0, vocab = 0, u_cols = 0;
+  std::vector<std::int32_t> tokens, parents, node_counts, max_accepted, bonus;
+  std::vector<index_t> target_rows, draft_rows, noise_rows;
+  std::vector<float> target, draft, noise;
+  std::vector<double> uniforms;
+  std::vector<specdec::philox_stream> streams;
+  std::vector<std::uint64_t> offsets;
+  index_t target_count = 0, draft_count = 0, noise_count = 0;
+  bool philox = false;
+};
+
+struct case_shape {
+  index_t batch = 5, nodes = 10, vocab = 2500;
+  bool chain = false, with_draft_rows = false, variable_counts = false, shuffled_rows = false, caps = false,
+       bonus = false, philox = false, noise = false, open_closed = false;
+  float accept_bias = 0.6f;  // how often a draft token is its parent's most likely token
+};
+
+batch_case make_case(std::uint64_t seed, const case_shape& s) {
+  const specdec::philox_stream rng{seed, 11};
+  std::uint64_t at = 0;
+  const auto uni = [&] { return rng.uniform_double(at++); };
+  const auto pick = [&](index_t n) { return static_cast<index_t>(uni() * static_cast<double>(n)); };
+  batch_case c;
+  c.batch = s.batch;
+  c.nodes = s.nodes;
+  c.vocab = s.vocab;
+  c.target_count = s.batch * s.nodes + (s.shuffled_rows ? 3 : 0);
+  // Rows with one favourite token of probability ~0.4 over a flat tail, as a target's rows are:
+  // deterministic drafts of the favourite are accepted often, others rarely.
+  c.target = conformance::random_logits(seed + 1, c.target_count, s.vocab, 2.0f).data;
+  for (index_t row = 0; row < c.target_count; ++row) {
+    float* x = c.target.data() + row * s.vocab;
+    x[pick(s.vocab)] += 8.0f;
+    double total = 0.0;
+    for (index_t j = 0; j < s.vocab; ++j) total += std::exp(static_cast<double>(x[j]));
+    for (index_t j = 0; j < s.vocab; ++j) x[j] = static_cast<float>(std::exp(static_cast<double>(x[j])) / total);
+  }
+  c.tokens.assign(static_cast<std::size_t>(s.batch * s.nodes), 0);
+  c.parents.assign(c.tokens.size(), -1);
+  for (index_t r = 0; r < s.batch; ++r) {
+    const index_t count = s.variable_counts ? 1 + pick(s.nodes) : s.nodes;
+    c.node_counts.push_back(static_cast<std::int32_t>(count));
+    c.target_rows.push_back(s.shuffled_rows ? (s.batch - 1 - r) * s.nodes + 3 : r * s.nodes);
+    c.max_accepted.push_back(s.caps ? static_cast<std::int32_t>(pick(4)) - 1 : -1);
+    c.bonus.push_back(s.bonus && uni() < 0.5 ? static_cast<std::int32_t>(pick(s.vocab)) : -1);
+    for (index_t i = 0; i < s.nodes; ++i) {
+      const auto k = static_cast<std::size_t>(r * s.nodes + i);
+      if (i == 0) {
+        c.tokens[k] = static_cast<std::int32_t>(pick(s.vocab));  // the committed token, never read
+        continue;
+      }
+      const index_t parent = s.chain ? i - 1 : (uni() < 0.5 ? i - 1 : pick(i));
+      c.parents[k] = static_cast<std::int32_t>(parent);
+      // Often the parent's most likely token (acceptances), sometimes a repeat of a sibling's.
+      const float* p = c.target.data() + (c.target_rows.back() + parent) * s.vocab;
+      std::int32_t best = 0;
+      for (index_t j = 1; j < s.vocab; ++j) best = p[j] > p[best] ? static_cast<std::int32_t>(j) : best;
+      c.tokens[k] = uni() < s.accept_bias ? best : static_cast<std::int32_t>(pick(s.vocab));
+    }
+  }
+  if (s.with_draft_rows) {
+    c.draft_count = s.batch * s.nodes;
+    c.draft = conformance::random_probs(seed + 2, c.draft_count, s.vocab, 5.0f).data;
+    c.draft_rows.assign(c.tokens.size(), -1);
+    for (index_t k = 0; k < s.batch * s.nodes; ++k)
+      if (k % s.nodes != 0 && uni() < 0.8) c.draft_rows[static_cast<std::size_t>(k)] = pick(c.draft_count);
+  }
+  if (s.noise) {
+    c.noise_count = s.batch + 1;
+    c.noise = conformance::uniform_floats(seed + 3, static_cast<std::size_t>(c.noise_count * s.vocab), 0.01f, 4.0f);
+    for (index_t r = 0; r < s.batch; ++r) c.noise_rows.push_back((r * 7 + 1) % c.noise_count);
+  }
+  c.u_cols = 2 * s.nodes + 1;
+  c.philox = s.philox;
+  if (s.philox) {
+    for (index_t r = 0; r < s.batch; ++r) {
+      c.streams.push_back(specdec::philox_stream{seed * 31 + static_cast<std::uint64_t>(r), 5});
+      c.offsets.push_back(static_cast<std::uint64_t>(pick(100)));
+    }
+  } else {
+    for (index_t k = 0; k < s.batch * c.u_cols; ++k) c.uniforms.push_back(s.open_closed ? 1.0 - uni() : uni());
+  }
+  return c;
+}
+
+/// The request-based form of the batch (the oracle), over the case's host vectors.
+struct request_form {
+  std::vector<specdec::draft_tree> trees;
+  std::vector<std::vector<index_t>> draft_rows;
+  std::vector<sampling::speculative_request> requests;
+};
+
+request_form requests_of(const batch_case& c) {
+  request_form f;
+  f.trees.reserve(static_cast<std::size_t>(c.batch));
+  f.draft_rows.resize(static_cast<std::size_t>(c.batch));
+  for (index_t r = 0; r < c.batch; ++r) {
+    const auto n = static_cast<std::size_t>(c.node_counts[static_cast<std::size_t>(r)]);
+    const auto base = static_cast<std::ptrdiff_t>(r * c.nodes);
+    f.trees.push_back(specdec::make_tree(std::vector<std::int32_t>(c.tokens.begin() + base, c.tokens.begin() + base + static_cast<std::ptrdiff_t>(n)),
+                                          std::vector<std::int32_t>(c.parents.begin() + base, c.parents.begin() + base + static_cast<std::ptrdiff_t>(n))));
+    if (!c.draft_rows.empty())
+      f.draft_rows[static_cast<std::size_t>(r)].assign(c.draft_rows.begin() + base, c.draft_rows.begin() + base + static_cast<std::ptrdiff_t>(n));
+  }
+  for (index_t r = 0; r < c.batch; ++r) {
+    const auto rs = static_cast<std::size_t>(r);
+    sampling::speculative_request q;
+    q.tree = f.trees[rs];
+    q.target_row = c.target_rows[rs];
+    q.draft_rows = f.draft_rows[rs];
+    q.uniforms = c.philox ? sampling::uniform_stream::philox(c.streams[rs], c.offsets[rs])
+                          : sampling::uniform_stream::values(std::span<const double>(c.uniforms.data() + r * c.u_cols,
+                                                                                     static_cast<std::size_t>(c.u_cols)));
+    q.max_accepted = c.max_accepted[rs];
+    if (c.bonus[rs] >= 0) q.bonus_token = c.bonus[rs];
+    q.noise_row = c.noise_rows.empty() ? -1 : c.noise_rows[rs];
+    f.requests.push_back(q);
+  }
+  return f;
+}
+
+/// Outputs downloaded from a backend.
+struct got_outputs {
+  std::vector<std::int32_t> tokens, accepted, nodes, consumed, retest;
+  std::vector<float> finals;
+};
+
+template <class B>
+struct batch_on {
+  using space = typename B::memory_space;
+  template <class T>
+  using buf = typename B::template buffer<T>;
+  buf<std::int32_t> tokens, parents, counts, caps, bonus;
+  buf<index_t> target_rows, draft_rows, noise_rows;
+  buf<float> target, draft, noise;
+  buf<double> uniforms;
+  buf<specdec::philox_stream> streams;
+  buf<std::uint64_t> offsets;
+  buf<std::int32_t> out_tokens, out_accepted, out_nodes, out_consumed, out_retest;
+  buf<float> out_finals;
+  index_t width = 0;
+
+  template <class T>
+  static buf<T> up(B& b, const std::vector<T>& v) {
+    return b.upload(std::span<const T>(v));
+  }
+
+  batch_on(B& b, const batch_case& c, bool finals) {
+    tokens = up(b, c.tokens);
+    parents = up(b, c.parents);
+    counts = up(b, c.node_counts);
+    caps = up(b, c.max_accepted);
+    bonus = up(b, c.bonus);
+    target_rows = up(b, c.target_rows);
+    draft_rows = up(b, c.draft_rows);
+    noise_rows = up(b, c.noise_rows);
+    target = up(b, c.target);
+    draft = up(b, c.draft);
+    noise = up(b, c.noise);
+    uniforms = up(b, c.uniforms);
+    streams = up(b, c.streams);
+    offsets = up(b, c.offsets);
+    width = c.nodes;
+    out_tokens = b.template allocate<std::int32_t>(c.batch * width);
+    out_accepted = b.template allocate<std::int32_t>(c.batch);
+    out_nodes = b.template allocate<std::int32_t>(c.batch * (width - 1));
+    out_consumed = b.template allocate<std::int32_t>(c.batch);
+    out_retest = b.template allocate<std::int32_t>(c.batch);
+    out_finals = b.template allocate<float>(finals ? c.batch * c.vocab : 0);
+  }
+
+  sampling::tree_batch<space> view(const batch_case& c) {
+    sampling::tree_batch<space> t;
+    t.tokens = tokens.matrix(c.batch, c.nodes);
+    t.parents = parents.matrix(c.batch, c.nodes);
+    t.node_counts = counts.view();
+    t.target_rows = target_rows.view();
+    if (!c.draft_rows.empty()) t.draft_rows = draft_rows.matrix(c.batch, c.nodes);
+    t.max_accepted = caps.view();
+    t.bonus_tokens = bonus.view();
+    if (!c.noise_rows.empty()) t.noise_rows = noise_rows.view();
+    if (!c.uniforms.empty()) t.uniforms = uniforms.matrix(c.batch, c.u_cols);
+    if (!c.streams.empty()) {
+      t.uniform_streams = streams.view();
+      t.uniform_offsets = offsets.view();
+    }
+    return t;
+  }
+  sampling::speculative_rows<space> rows(const batch_case& c) {
+    sampling::speculative_rows<space> r;
+    r.target = target.matrix(c.target_count, c.vocab);
+    if (c.draft_count > 0) r.draft = draft.matrix(c.draft_count, c.vocab);
+    if (c.noise_count > 0) r.exponential_noise = noise.matrix(c.noise_count, c.vocab);
+    return r;
+  }
+  sampling::verify_outputs<space> outputs(const batch_case& c) {
+    sampling::verify_outputs<space> o;
+    o.tokens = out_tokens.matrix(c.batch, width);
+    o.accepted = out_accepted.view();
+    o.accepted_nodes = out_nodes.matrix(c.batch, width - 1);
+    o.uniforms_consumed = out_consumed.view();
+    o.retest_accepted = out_retest.view();
+    if (out_finals.size() > 0) o.final_distributions = out_finals.matrix(c.batch, c.vocab);
+    return o;
+  }
+  got_outputs fetch(B& b) {
+    got_outputs g;
+    g.tokens = b.download(out_tokens.view());
+    g.accepted = b.download(out_accepted.view());
+    g.nodes = b.download(out_nodes.view());
+    g.consumed = b.download(out_consumed.view());
+    g.retest = b.download(out_retest.view());
+    if (out_finals.size() > 0) g.finals = b.download(out_finals.view());
+    return g;
+  }
+};
+
+/// What the request-based verifier decided, in the batch layout.
+got_outputs expected_of(const std::vector<sampling::speculative_result>& results, const batch_case& c, bool finals) {
+  got_outputs e;
+  const auto w = static_cast<std::size_t>(c.nodes);
+  e.tokens.assign(results.size() * w, -1);
+  e.nodes.assign(results.size() * (w - 1), -1);
+  if (finals) e.finals.assign(results.size() * static_cast<std::size_t>(c.vocab), 0.0f);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const auto& x = results[r];
+    std::copy(x.tokens.begin(), x.tokens.end(), e.tokens.begin() + static_cast<std::ptrdiff_t>(r * w));
+    std::copy(x.accepted_nodes.begin(), x.accepted_nodes.end(), e.nodes.begin() + static_cast<std::ptrdiff_t>(r * (w - 1)));
+    e.accepted.push_back(static_cast<std::int32_t>(x.accepted_nodes.size()));
+    e.consumed.push_back(static_cast<std::int32_t>(x.uniforms_consumed));
+    e.retest.push_back(static_cast<std::int32_t>(x.retest_accepted));
+    if (finals && !x.final_distribution.empty())
+      std::copy(x.final_distribution.begin(), x.final_distribution.end(),
+                e.finals.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(c.vocab)));
+  }
+  return e;
+}
+
+void check_same(const got_outputs& got, const got_outputs& want) {
+  CHECK(got.tokens == want.tokens);
+  CHECK(got.accepted == want.accepted);
+  CHECK(got.nodes == want.nodes);
+  CHECK(got.consumed == want.consumed);
+  CHECK(got.retest == want.retest);
+  REQUIRE(got.finals.size() == want.finals.size());
+  for (std::size_t i = 0; i < got.finals.size(); ++i)
+    if (got.finals[i] != want.finals[i]) {
+      INFO("final distribution entry ", i, ": got ", got.finals[i], ", want ", want.finals[i]);
+      CHECK(got.finals[i] == want.finals[i]);
+      break;
+    }
+}
+
+struct configuration {
+  const char* name;
+  case_shape shape;
+  sampling::speculative_options options;
+  bool finals = false;
+};
+
+std::vector<configuration> configurations() {
+  using sampling::acceptance_test;
+  using sampling::final_draw;
+  std::vector<configuration> all;
+  const auto add = [&](const char* name, case_shape s, sampling::speculative_options o, bool finals = false) {
+    all.push_back({name, s, o, finals});
+  };
+  add("deterministic tree", {}, {});
+  add("deterministic tree, strict product, (0, 1]", {.open_closed = true},
+      {.test = acceptance_test::strict_product, .range = specdec::sampling::uniform_range::open_closed}, true);
+  add("draft rows, variable counts, shuffled rows", {.with_draft_rows = true, .variable_counts = true, .shuffled_rows = true},
+      {}, true);
+  add("draft rows, lenience 0.6, Philox", {.with_draft_rows = true, .philox = true}, {.lenience = 0.6f}, true);
+  add("deterministic, lenience 0.5, caps, bonus", {.caps = true, .bonus = true}, {.lenience = 0.5f}, true);
+  add("exponential race, draft rows", {.with_draft_rows = true, .noise = true}, {.draw = final_draw::exponential_race}, true);
+  add("chain with FlashInfer re-tests", {.chain = true, .with_draft_rows = true, .accept_bias = 0.8f},
+      {.flashinfer_retest = true});
+  add("chain, rarely accepted, token-zero fallback", {.chain = true, .accept_bias = 0.1f},
+      {.fallback = specdec::empty_residual::token_zero});
+  add("large vocabulary, odd size", {.batch = 3, .nodes = 7, .vocab = 5003, .with_draft_rows = true}, {}, true);
+  add("one node per request", {.batch = 4, .nodes = 1}, {}, true);
+  return all;
+}
+
+#if !defined(__CUDACC__)  // a host-only team; nvcc builds add the CUDA backend's 256-thread blocks instead
+/// specdec::eigen whose teams have 4 threads (std::barrier): the row passes are split four ways.
+struct four_thread_eigen : specdec::eigen {
+  struct thread_team {
+    index_t r;
+    std::barrier<>* gate;
+    index_t rank() const noexcept { return r; }
+    index_t size() const noexcept { return 4; }
+    void sync() const { gate->arrive_and_wait(); }
+  };
+  std::vector<std::byte> scratch;
+  template <class Job>
+  void run_teams(index_t count, const Job& job) {
+    scratch.assign(specdec::detail::team_scratch_stride(job.scratch_bytes()) + 16, std::byte{0});
+    auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+    for (index_t t = 0; t < count; ++t) {
+      std::barrier<> gate(4);
+      std::vector<specdec::detail::team_fault> faults(4);
+      std::vector<std::thread> threads;
+      for (index_t r = 0; r < 4; ++r)
+        threads.emplace_back([&, r] {
+          thread_team team{r, &gate};
+          faults[static_cast<std::size_t>(r)] = job(team, t, base);
+        });
+      for (auto& th : threads) th.join();
+      for (const auto& f : faults) CHECK(f.code == faults[0].code);  // every thread reaches the same verdict
+      if (faults[0].code != 0) specdec::detail::throw_team_fault(job.where, job.names[faults[0].arg], faults[0]);
+    }
+  }
+};
+#define SPECDEC_BATCH_BACKENDS SPECDEC_ALL_BACKENDS, four_thread_eigen
+#else
+#define SPECDEC_BATCH_BACKENDS SPECDEC_ALL_BACKENDS
+#endif
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative per request", B, SPECDEC_BATCH_BACKENDS) {
+  specdec::eigen host;
+  std::uint64_t seed = 100;
+  for (const configuration& cfg : configurations()) {
+    // The cases must exercise both branches of the walk: acceptances, and rejections followed by a
+    // residual (more uniforms read than one per accepted token plus the final draw).
+    int accepted_some = 0, rejected_some = 0;
+    for (int repeat = 0; repeat < 3; ++repeat, ++seed) {
+      const std::string name = cfg.name;
+      CAPTURE(name);
+      CAPTURE(seed);
+      const batch_case c = make_case(seed, cfg.shape);
+      request_form f = requests_of(c);
+      sampling::speculative_rows<> host_rows{
+          specdec::matrix_view<const float>(c.target.data(), c.target_count, c.vocab),
+          specdec::matrix_view<const float>(c.draft.data(), c.draft_count, c.vocab),
+          specdec::matrix_view<const float>(c.noise.data(), c.noise_count, c.vocab)};
+      sampling::speculative_options o = cfg.options;
+      o.keep_final_distribution = cfg.finals;
+      const auto want = expected_of(sampling::verify_speculative(host, host_rows, f.requests, o), c, cfg.finals);
+      B b;
+      batch_on<B> on(b, c, cfg.finals);
+      sampling::verify_speculative(b, on.rows(c), on.view(c), cfg.options, on.outputs(c));
+      const got_outputs got = on.fetch(b);
+      check_same(got, want);
+      for (index_t r = 0; r < c.batch; ++r) {
+        accepted_some += got.accepted[static_cast<std::size_t>(r)] > 0 ? 1 : 0;
+        rejected_some += got.consumed[static_cast<std::size_t>(r)] > got.accepted[static_cast<std::size_t>(r)] + 1 ? 1 : 0;
+      }
+    }
+    if (cfg.shape.nodes > 1) {
+      CHECK(accepted_some > 0);
+      CHECK(rejected_some > 0);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("batched greedy verification equals verify_greedy per request", B, SPECDEC_BATCH_BACKENDS) {
+  std::uint64_t seed = 900;
+  for (const case_shape shape : {case_shape{}, case_shape{.variable_counts = true, .shuffled_rows = true, .caps = true, .bonus = true},
+                                 case_shape{.chain = true, .accept_bias = 0.9f}}) {
+    for (int repeat = 0; repeat < 3; ++repeat, ++seed) {
+      CAPTURE(seed);
+      const batch_case c = make_case(seed, shape);
+      request_form f = requests_of(c);
+      std::vector<std::int32_t> argmax;
+      for (index_t r = 0; r < c.target_count; ++r) {
+        const float* p = c.target.data() + r * c.vocab;
+        std::int32_t best = 0;
+        for (index_t j = 1; j < c.vocab; ++j) best = p[j] > p[best] ? static_cast<std::int32_t>(j) : best;
+        argmax.push_back(best);
+      }
+      const auto want = expected_of(sampling::verify_greedy(argmax, c.vocab, f.requests), c, true);
+      B b;
+      batch_on<B> on(b, c, true);
+      auto got_argmax = b.template allocate<std::int32_t>(c.target_count);
+      sampling::verify_greedy(b, on.target.matrix(c.target_count, c.vocab), on.view(c), on.outputs(c), got_argmax.view());
+      CHECK(b.download(got_argmax.view()) == argmax);
+      check_same(on.fetch(b), want);
+    }
+  }
+}
+
+/// One request, two nodes, V = 4: node 1 (token 1, drawn from draft row 0) is rejected with u = 0.5
+/// (p / q = 0.125), so both rows are read whole and the final draw takes uniform 1.
+batch_case tiny_case() {
+  batch_case c;
+  c.batch = 1;
+  c.nodes = 2;
+  c.vocab = 4;
+  c.u_cols = 3;
+  c.tokens = {0, 1};
+  c.parents = {-1, 0};
+  c.node_counts = {2};
+  c.max_accepted = {-1};
+  c.bonus = {-1};
+  c.target_rows = {0};
+  c.target_count = 2;
+  c.target = {0.7f, 0.1f, 0.1f, 0.1f, 0.25f, 0.25f, 0.25f, 0.25f};
+  c.draft_count = 1;
+  c.draft = {0.1f, 0.8f, 0.05f, 0.05f};
+  c.draft_rows = {-1, 0};
+  c.uniforms = {0.5, 0.5, 0.5};
+  return c;
+}
+
+TEST_CASE_TEMPLATE("batched verification names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  const auto run = [](const batch_case& c, sampling::speculative_options o = {}) {
+    return error_of([&] {
+      B b;
+      batch_on<B> on(b, c, false);
+      sampling::verify_speculative(b, on.rows(c), on.view(c), o, on.outputs(c));
+    });
+  };
+  const std::string at = "specdec::sampling::verify_speculative: ";
+  CHECK(run(tiny_case()) == "");
+  {
+    batch_case c = tiny_case();
+    c.target[2] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(run(c) == at + "rows.target[0, 2] = nan; expected a probability in [0, 1]");
+  }
+  {
+    batch_case c = tiny_case();
+    c.draft[3] = 0.0f;
+    CHECK(run(c).find(at + "rows.draft row 0 sums to 0.9") == 0);
+  }
+  {
+    batch_case c = tiny_case();
+    c.uniforms[1] = 1.0;
+    CHECK(run(c) == at + "batch.uniforms[0, 1] = 1; expected a value in [0, 1)");
+  }
+  {
+    batch_case c = tiny_case();
+    c.u_cols = 1;
+    c.uniforms = {0.5};
+    CHECK(run(c) == at + "request 0 needs uniform 1 but batch.uniforms has 1 columns");
+  }
+  {
+    batch_case c = tiny_case();
+    c.draft_rows[1] = 1;
+    CHECK(run(c) == at + "batch.draft_rows[0, 1] = 1; expected -1 (deterministic) or a row in [0, 1)");
+  }
+  const batch_case good = make_case(7, {.batch = 3, .nodes = 6, .vocab = 1200, .with_draft_rows = true});
+  CHECK(run(good) == "");
+  {
+    batch_case c = good;
+    c.parents[static_cast<std::size_t>(1 * c.nodes + 4)] = 4;
+    CHECK(run(c) == at + "batch.parents[1, 4] = 4; expected a parent in [0, 4) (parents precede their children)");
+  }
+  {
+    batch_case c = good;
+    c.parents[static_cast<std::size_t>(2 * c.nodes)] = 0;
+    CHECK(run(c) == at + "batch.parents[2, 0] = 0; expected -1 (node 0 is the root)");
+  }
+  {
+    batch_case c = good;
+    c.tokens[static_cast<std::size_t>(2 * c.nodes + 3)] = 1200;
+    CHECK(run(c) == at + "batch.tokens[2, 3] = 1200; expected a token id in [0, V = 1200)");
+  }
+  {
+    batch_case c = good;
+    c.node_counts[1] = 7;
+    CHECK(run(c) == at + "batch.node_counts[1] = 7; expected a node count in [1, 6] (node 0 is the root)");
+  }
+  {
+    batch_case c = good;
+    c.target_rows[2] = 14;
+    CHECK(run(c) == at + "request 2 needs target rows [14, 20) but rows.target has 18 rows");
+  }
+  {
+    batch_case c = good;
+    c.bonus[0] = 1200;
+    CHECK(run(c) == at + "batch.bonus_tokens[0] = 1200; expected -1 (none) or a token in [0, V = 1200)");
+  }
+  {
+    batch_case c = good;
+    c.max_accepted[1] = -2;
+    CHECK(run(c) == at + "batch.max_accepted[1] = -2; expected -1 (no cap) or a cap >= 0");
+  }
+  {
+    batch_case c = make_case(8, {.batch = 2, .nodes = 5, .vocab = 300});
+    sampling::speculative_options o;
+    o.flashinfer_retest = true;
+    c.parents[3] = 1;
+    c.parents[4] = 1;  // node 1 has children 2, 3 and 4
+    CHECK(run(c, o) == at + "request 0: flashinfer_retest applies to chains; node 1 of this tree has several children");
+  }
+  // A chain of 6 nodes emits up to 6 tokens: 4 columns are too few.
+  {
+    B b;
+    const batch_case c = make_case(9, {.batch = 2, .nodes = 6, .vocab = 400, .chain = true});
+    batch_on<B> on(b, c, false);
+    auto o = on.outputs(c);
+    o.tokens = specdec::matrix_view<std::int32_t, typename B::memory_space>(on.out_tokens.view().data(), c.batch, 4);
+    CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), on.view(c), {}, o); }) ==
+          at + "outputs.tokens has 4 columns; request 0 may emit 6 tokens (its deepest path, capped by max_accepted, plus the final token)");
+  }
+  // Shapes and options are checked on the host before any work.
+  {
+    B b;
+    const batch_case c = good;
+    batch_on<B> on(b, c, false);
+    auto o = on.outputs(c);
+    o.tokens = on.out_tokens.matrix(c.batch - 1, c.nodes * c.batch / (c.batch - 1));
+    CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), on.view(c), {}, o); }).find("outputs.tokens is 2 x 9; expected 3 rows") !=
+          std::string::npos);
+    auto t = on.view(c);
+    t.uniforms = {};
+    CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), t, {}, on.outputs(c)); }) ==
+          at + "batch.uniforms has 0 rows and batch.uniform_streams 0 entries; expected exactly one of them");
+    sampling::speculative_options bad;
+    bad.lenience = 0.0f;
+    CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), on.view(c), bad, on.outputs(c)); }) ==
+          at + "lenience = 0; expected a value in (0, 1]");
+    t = on.view(c);
+    t.parents = on.parents.matrix(c.batch * 2, c.nodes / 2);
+    CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), t, {}, on.outputs(c)); }) ==
+          at + "batch.parents is 6 x 3; expected 3 x 6 like batch.tokens");
+  }
+}
