@@ -8,6 +8,7 @@
 //  3. deferred faults (no synchronisation inside a call) and a CUDA graph captured and replayed;
 //  4. batched tree verification (sampling/batch.hpp, one block per request): greedy and stochastic, on
 //     60-node trees at batch {1, 16, 64}, outputs equal to thrust_backend<cpp>'s, timed as one launch;
+//     the device-resident EAGLE-2 build (tree/eagle2_batch.hpp) equal to the host builder's, timed;
 //  5. per primitive and shape: median and p90 time (CUDA events, inputs rotated through a pool larger
 //     than L2), GB/s, percent of the measured read bandwidth, launches per call (graph nodes of one
 //     captured call) and host synchronisations per call.
@@ -28,6 +29,7 @@
 
 #include <specdec/backend/thrust.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/tree/eagle2_batch.hpp>
 
 using device_backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
 using host_backend = specdec::thrust_backend<specdec::thrust_system::cpp>;
@@ -672,6 +674,78 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
       }
 }
 
+// ---- the EAGLE-2 build on the device -------------------------------------------------------------------
+/// eagle2_batch_builder on the GPU against eagle2_tree_builder on thrust_backend<cpp> (the same top-k
+/// values: the CUDA top-k's are checked equal above), k 10, depth 5, 60 nodes, draft vocabulary V';
+/// the whole build (begin, depth expansions, finish: a top-k and a team job per step) timed as one.
+void check_batch_builder(device_backend& d, host_backend& h, cudaStream_t stream, bool quick, FILE* csv) {
+  const std::vector<index_t> batches = quick ? std::vector<index_t>{2} : std::vector<index_t>{1, 16, 64};
+  const index_t vocab = quick ? 3000 : 32000, k = 10, depth = quick ? 2 : 5, total = quick ? 20 : 60;
+  for (const index_t batch : batches) {
+    const specdec::dynamic_tree_config cfg{.top_k = k, .depth = depth, .total_tokens = total};
+    std::vector<std::vector<float>> forwards;
+    forwards.push_back(random_logits(batch, vocab, vocab, static_cast<std::uint32_t>(batch)));
+    for (index_t s = 0; s < depth; ++s) forwards.push_back(random_logits(batch * k, vocab, vocab, static_cast<std::uint32_t>(batch * 31 + s)));
+    std::vector<std::unique_ptr<dbuf<float>>> dev_rows;
+    for (const auto& f : forwards) {
+      dev_rows.push_back(std::make_unique<dbuf<float>>(f.size()));
+      dev_rows.back()->put(f);
+    }
+    std::vector<std::int32_t> roots(static_cast<std::size_t>(batch));
+    for (index_t r = 0; r < batch; ++r) roots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r * 13 + 1);
+    dbuf<std::int32_t> dev_roots(roots.size());
+    dev_roots.put(roots);
+    const auto n = static_cast<std::size_t>(batch * total);
+    dbuf<std::int32_t> tokens(n), parents(n);
+    specdec::eagle2_batch_builder<device_backend> builder(d, cfg, batch);
+    const auto build = [&] {
+      builder.begin(dmat<const float>(dev_rows[0]->p, batch, vocab), dvec<const std::int32_t>(dev_roots.p, batch), vocab);
+      for (index_t s = 0; s < depth; ++s)
+        builder.expand(dmat<const float>(dev_rows[static_cast<std::size_t>(s + 1)]->p, batch * k, vocab));
+      builder.finish({dmat<std::int32_t>(tokens.p, batch, total), dmat<std::int32_t>(parents.p, batch, total)});
+    };
+    bool ok = true;
+    std::vector<std::int32_t> want_tokens, want_parents;
+    try {
+      specdec::eagle2_tree_builder<host_backend> host(h, cfg, batch);
+      host.begin(hmat<const float>(forwards[0].data(), batch, vocab), roots, vocab);
+      for (index_t s = 0; s < depth; ++s)
+        host.expand(hmat<const float>(forwards[static_cast<std::size_t>(s + 1)].data(), batch * k, vocab));
+      for (const auto& r : host.finish()) {
+        want_tokens.insert(want_tokens.end(), r.tree.token.begin(), r.tree.token.end());
+        want_parents.insert(want_parents.end(), r.tree.parent.begin(), r.tree.parent.end());
+      }
+      build();
+    } catch (const std::exception& e) {
+      std::printf("EAGLE-2 build threw: %s\n", e.what());
+      ok = false;
+    }
+    report(ok && tokens.get(n) == want_tokens && parents.get(n) == want_parents,
+           "eagle2_batch_builder equals eagle2_tree_builder on thrust_backend<cpp> (batch " + std::to_string(batch) + ", k " +
+               std::to_string(k) + ", depth " + std::to_string(depth) + ", V' " + std::to_string(vocab) + ")");
+    if (quick || csv == nullptr) continue;
+    d.defer_faults(true);
+    const auto time_it = [&](const char* name, const std::function<void()>& call) {
+      const op o{name, 1, 0, [&](device_backend&, const float*, index_t, index_t, void*) { call(); }};
+      const timing t = time_op(d, o, 1, 1, {nullptr}, nullptr, stream, 30);
+      const int launches = launches_per_call(d, o, nullptr, 1, 1, nullptr, stream);
+      std::printf("%-18s %5lld %7lld %10.2f %10.2f %8s %7s %8d %5d   (k %lld, depth %lld, %lld nodes)\n", name,
+                  static_cast<long long>(batch), static_cast<long long>(vocab), t.median_us, t.p90_us, "-", "-", launches,
+                  launches >= 0 ? 0 : 1, static_cast<long long>(k), static_cast<long long>(depth), static_cast<long long>(total));
+      std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,,,%d,%d\n", name, static_cast<long long>(batch),
+                   static_cast<long long>(vocab), t.median_us, t.p90_us, launches, launches >= 0 ? 0 : 1);
+    };
+    time_it("eagle2_build", build);
+    cuda_ok(cudaStreamSynchronize(stream), "builder timing");
+    try {
+      d.check_faults();
+    } catch (const specdec::invalid_argument& e) {
+      report(false, std::string("EAGLE-2 build timing faulted: ") + e.what());
+    }
+    d.defer_faults(false);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -718,6 +792,7 @@ int main(int argc, char** argv) {
   if (!quick) check_shape(d, h, 3, 128256, 128256 + 3, 11);  // a row stride that breaks 16-byte alignment
   check_deferred(d);
   check_batch_verify(d, h, stream, true, nullptr);
+  check_batch_builder(d, h, stream, true, nullptr);
   std::printf("correctness: %d checks, %d failed\n", checks, failures);
   }
 
@@ -892,6 +967,7 @@ int main(int argc, char** argv) {
     }
     d.defer_faults(false);
     check_batch_verify(d, h, stream, false, csv);
+    check_batch_builder(d, h, stream, false, csv);
     std::fclose(csv);
     std::printf("read bandwidth: %.0f GB/s\n", read_gbps);
   }

@@ -6,12 +6,10 @@
 // passes split differently, the results may not change); and the errors, named.
 #include <doctest/doctest.h>
 
-#include <barrier>
 #include <cmath>
 #include <limits>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
@@ -21,6 +19,7 @@
 #include <specdec/sampling/speculative.hpp>
 
 #include "backend_conformance.hpp"
+#include "team_backends.hpp"
 
 using specdec::index_t;
 namespace sampling = specdec::sampling;
@@ -316,44 +315,10 @@ std::vector<configuration> configurations() {
   return all;
 }
 
-#if !defined(__CUDACC__)  // a host-only team; nvcc builds add the CUDA backend's 256-thread blocks instead
-/// specdec::eigen whose teams have 4 threads (std::barrier): the row passes are split four ways.
-struct four_thread_eigen : specdec::eigen {
-  struct thread_team {
-    index_t r;
-    std::barrier<>* gate;
-    index_t rank() const noexcept { return r; }
-    index_t size() const noexcept { return 4; }
-    void sync() const { gate->arrive_and_wait(); }
-  };
-  std::vector<std::byte> scratch;
-  template <class Job>
-  void run_teams(index_t count, const Job& job) {
-    scratch.assign(specdec::detail::team_scratch_stride(job.scratch_bytes()) + 16, std::byte{0});
-    auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
-    for (index_t t = 0; t < count; ++t) {
-      std::barrier<> gate(4);
-      std::vector<specdec::detail::team_fault> faults(4);
-      std::vector<std::thread> threads;
-      for (index_t r = 0; r < 4; ++r)
-        threads.emplace_back([&, r] {
-          thread_team team{r, &gate};
-          faults[static_cast<std::size_t>(r)] = job(team, t, base);
-        });
-      for (auto& th : threads) th.join();
-      for (const auto& f : faults) CHECK(f.code == faults[0].code);  // every thread reaches the same verdict
-      if (faults[0].code != 0) specdec::detail::throw_team_fault(job.where, job.names[faults[0].arg], faults[0]);
-    }
-  }
-};
-#define SPECDEC_BATCH_BACKENDS SPECDEC_ALL_BACKENDS, four_thread_eigen
-#else
-#define SPECDEC_BATCH_BACKENDS SPECDEC_ALL_BACKENDS
-#endif
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative per request", B, SPECDEC_BATCH_BACKENDS) {
+TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative per request", B, SPECDEC_TEAM_BACKENDS) {
   specdec::eigen host;
   std::uint64_t seed = 100;
   for (const configuration& cfg : configurations()) {
@@ -390,7 +355,7 @@ TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative pe
   }
 }
 
-TEST_CASE_TEMPLATE("batched greedy verification equals verify_greedy per request", B, SPECDEC_BATCH_BACKENDS) {
+TEST_CASE_TEMPLATE("batched greedy verification equals verify_greedy per request", B, SPECDEC_TEAM_BACKENDS) {
   std::uint64_t seed = 900;
   for (const case_shape shape : {case_shape{}, case_shape{.variable_counts = true, .shuffled_rows = true, .caps = true, .bonus = true},
                                  case_shape{.chain = true, .accept_bias = 0.9f}}) {

@@ -84,9 +84,15 @@ concept backend = requires(B& b, typename B::template buffer<float>& owned,
   // gathers
   b.gather_rows(x, row_ids, y);
   b.gather_elements(x, column_ids, y);
-  // team jobs (backend/detail/team.hpp): the batched verifiers' one-team-per-request walks
-  b.run_teams(k, detail::team_job_archetype{});
 };
+
+/// A backend that runs team jobs (backend/detail/team.hpp): `run_teams(count, job)` runs the job once
+/// per team index in [0, count), each team a group of cooperating threads (one on the host, a CUDA
+/// block on the GPU), and raises the first fault a team reports. The batched verifiers
+/// (sampling/batch.hpp) and the device-resident EAGLE-2 builder (tree/eagle2_batch.hpp) need it; both
+/// of specdec's backends model it. A backend of one's own that lacks it still models `backend`.
+template <class B>
+concept team_backend = backend<B> && requires(B& b, index_t count) { b.run_teams(count, detail::team_job_archetype{}); };
 
 /// A backend with the dense primitives the drafter blocks are written with (specdec/blocks/): GEMM,
 /// RMSNorm, RoPE, SwiGLU's activation, row additions (bias, residual) and masked GQA attention, all

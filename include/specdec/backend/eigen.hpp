@@ -791,5 +791,6 @@ class eigen {
 };
 
 static_assert(backend<eigen>);
+static_assert(team_backend<eigen>);
 
 }  // namespace specdec::inline SPECDEC_ISA

@@ -969,5 +969,6 @@ class thrust_backend {
 };
 
 static_assert(backend<thrust_backend<thrust_system::cpp>>);
+static_assert(team_backend<thrust_backend<thrust_system::cpp>>);
 
 }  // namespace specdec::inline SPECDEC_ISA

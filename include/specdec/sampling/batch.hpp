@@ -146,7 +146,7 @@ void name_arguments(Job& job, const char* where, const char* target) {
 /// \throws invalid_argument on shapes (before any work) and, from the team that finds it, a malformed
 ///   tree, a node count, token, row, cap or bonus token out of range, an argmax outside [0, V), an
 ///   output too narrow. On CUDA with deferred faults the latter come from `check_faults()`.
-template <backend B>
+template <team_backend B>
 void verify_greedy(B& b, vector_view<const std::int32_t, typename B::memory_space> target_argmax,
                    const tree_batch<typename B::memory_space>& batch, index_t vocab_size,
                    const verify_outputs<typename B::memory_space>& outputs) {
@@ -167,7 +167,7 @@ void verify_greedy(B& b, vector_view<const std::int32_t, typename B::memory_spac
 /// verify_greedy of a batch from the target logits: `row_argmax` of every row into the caller's
 /// `target_argmax` (`[rows]`, kept: an engine often needs it), then the walk. Two launches on CUDA.
 /// \throws invalid_argument as the argmax form, and as row_argmax (NaN / +inf in a row).
-template <backend B>
+template <team_backend B>
 void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                    const tree_batch<typename B::memory_space>& batch, const verify_outputs<typename B::memory_space>& outputs,
                    vector_view<std::int32_t, typename B::memory_space> target_argmax) {
@@ -192,7 +192,7 @@ void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> targ
 ///   it is read whole, a uniform outside the range or too few supplied, re-tests on a tree that
 ///   branches, bad noise entries, an output too narrow. On CUDA with deferred faults those come from
 ///   `check_faults()`.
-template <backend B>
+template <team_backend B>
 void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
                         const tree_batch<typename B::memory_space>& batch, const speculative_options& options,
                         const verify_outputs<typename B::memory_space>& outputs) {

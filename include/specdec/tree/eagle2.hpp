@@ -183,6 +183,9 @@ class eagle2_tree_builder {
     requests_.resize(static_cast<std::size_t>(batch));
   }
 
+  /// The constructor's checks of a configuration for `batch` requests (eagle2_batch_builder shares them).
+  static void check_config(const dynamic_tree_config& config, index_t batch) { (void)checked(config, batch); }
+
   const dynamic_tree_config& config() const noexcept { return cfg_; }
   /// Expansions done so far (0 after begin()).
   index_t steps_done() const noexcept { return steps_; }

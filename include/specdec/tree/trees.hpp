@@ -6,6 +6,7 @@
 #pragma once
 
 #include <specdec/tree/eagle2.hpp>
+#include <specdec/tree/eagle2_batch.hpp>
 #include <specdec/tree/jakiro.hpp>
 #include <specdec/tree/ngram.hpp>
 #include <specdec/tree/static_tree.hpp>

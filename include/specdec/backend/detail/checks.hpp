@@ -173,6 +173,16 @@ template <class T = float>
     case team_error::not_chain:
       throw_invalid_argument(where, "request ", f.row, ": flashinfer_retest applies to chains; node ", f.column,
                              " of this tree has several children");
+    case team_error::unselected_parent:
+      throw_invalid_argument(where, "request ", f.row, ": candidate ", f.column, " was selected without its parent ",
+                             i(f.value), " (scores must not increase along a path: NaN or positive log-probabilities?)");
+    case team_error::mapped_token:
+      if (name[0] != '\0')
+        throw_invalid_argument(where, "request ", f.row, ": ", name, " maps draft token ", f.column, " to ", i(f.value),
+                               "; expected a target id in [0, ", f.limit, ")");
+      throw_invalid_argument(where, "request ", f.row, ": draft token ", f.column, "; expected a target id in [0, ", f.limit, ")");
+    case team_error::token_entry:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a token id in [0, ", f.limit, ")");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

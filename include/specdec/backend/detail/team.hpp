@@ -52,6 +52,9 @@ enum class team_error : std::int32_t {
   distribution_entry = 79,    ///< row = matrix row, column = token, value = the entry (a draft row's entry outside [0, 1])
   distribution_sum = 80,      ///< row = matrix row, value = the row's sum
   not_chain = 81,             ///< row = request, column = a node with several children (FlashInfer's re-tests)
+  unselected_parent = 82,     ///< row = request, column = a selected candidate, value = its unselected parent
+  mapped_token = 83,          ///< row = request, column = draft token, value = its target id, limit = V (arg: d2t or none)
+  token_entry = 84,           ///< row = entry, value = the token, limit = V
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
