@@ -398,8 +398,9 @@ class thrust_backend {
   }
 
   /// See eigen::run_teams. Host systems run the teams in order on the calling thread; CUDA runs one
-  /// block of 256 threads per team, all teams in one launch on the backend's stream, and reads the
-  /// teams' faults back (one synchronisation) unless faults are deferred. Scratch: `team_workspace_bytes`.
+  /// block of 256 threads per team, all teams in one launch on the backend's stream (a team's scratch in
+  /// shared memory when it fits in 48 KiB, else in the workspace), and reads the teams' faults back (one
+  /// synchronisation) unless faults are deferred. Scratch: `team_workspace_bytes`.
   template <class Job>
   void run_teams(index_t count, const Job& job) {
     constexpr const char* where = "specdec::thrust_backend::run_teams";
@@ -415,9 +416,11 @@ class thrust_backend {
       }
     } else {
 #if defined(__CUDACC__)
-      const team_layout s = team_scratch(count, stride);
-      detail::cuda_rows::team_kernel<Job><<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, 0, stream()>>>(
-          job, 0, s.scratch, stride, s.faults, deferred_ ? cuda_record() : nullptr);
+      const bool shared = stride <= detail::cuda_rows::team_shared_limit;
+      const team_layout s = team_scratch(count, shared ? 0 : stride);
+      detail::cuda_rows::team_kernel<Job>
+          <<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, shared ? stride : 0, stream()>>>(
+              job, 0, shared ? nullptr : s.scratch, stride, s.faults, deferred_ ? cuda_record() : nullptr);
       cuda_launched(where);
       if (deferred_) return;
       std::vector<detail::team_fault> host(static_cast<std::size_t>(count));
@@ -432,7 +435,11 @@ class thrust_backend {
   std::size_t team_workspace_bytes(index_t teams, std::size_t bytes_per_team) const {
     workspace_carver count;
     team_layout s{};
-    lay_out_teams(count, is_cuda ? teams : 1, detail::team_scratch_stride(bytes_per_team), s);
+    std::size_t stride = detail::team_scratch_stride(bytes_per_team);
+#if defined(__CUDACC__)
+    if (is_cuda && stride <= detail::cuda_rows::team_shared_limit) stride = 0;  // in shared memory
+#endif
+    lay_out_teams(count, is_cuda ? teams : 1, stride, s);
     return count.bytes_used();
   }
 

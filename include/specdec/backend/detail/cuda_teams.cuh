@@ -14,6 +14,9 @@
 namespace specdec::detail::inline SPECDEC_ISA::cuda_rows {
 
 inline constexpr int team_threads = 256;  ///< threads of a team's block
+/// A team whose scratch fits gets it in shared memory (the default dynamic limit, no opt-in needed):
+/// the jobs' row passes, tables and staged chunks then stay on the SM.
+inline constexpr std::size_t team_shared_limit = 48 * 1024;
 
 /// A CUDA block as a team.
 struct block_team {
@@ -22,14 +25,18 @@ struct block_team {
   __device__ void sync() const noexcept { __syncthreads(); }
 };
 
-/// Team `first + blockIdx.x` runs `job` with its scratch; thread 0 stores the team's fault and, in
-/// deferred mode, claims the sticky record for the first fault.
+/// Team `first + blockIdx.x` runs `job` with its scratch (dynamic shared memory when `scratch` is null,
+/// else `stride` bytes of it per block); thread 0 stores the team's fault and, in deferred mode, claims
+/// the sticky record for the first fault.
 template <class Job>
 __global__ void __launch_bounds__(team_threads)
     team_kernel(Job job, index_t first, std::byte* scratch, std::size_t stride, team_fault* faults, fault_record* record) {
+  extern __shared__ float4 team_shared_words[];  // float4: 16-byte aligned, as the jobs' carving expects
   block_team team;
   const index_t t = first + blockIdx.x;
-  const team_fault f = job(team, t, scratch + static_cast<std::size_t>(blockIdx.x) * stride);
+  std::byte* mine = scratch == nullptr ? reinterpret_cast<std::byte*>(team_shared_words)
+                                       : scratch + static_cast<std::size_t>(blockIdx.x) * stride;
+  const team_fault f = job(team, t, mine);
   if (threadIdx.x != 0) return;
   faults[blockIdx.x] = f;
   if (record == nullptr || f.code == 0) return;

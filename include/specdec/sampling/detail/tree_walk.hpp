@@ -260,6 +260,7 @@ struct speculative_batch_job {
     std::int64_t* marks;
     double* base_masses;
     double* masses;
+    float* stage;  // the chunk a draw walks, `sample_chunk` entries
   };
   SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
   SPECDEC_HOST_DEVICE layout carve(std::byte* base) const {
@@ -277,13 +278,16 @@ struct speculative_batch_job {
     l.base_masses = reinterpret_cast<double*>(base);
     base += static_cast<std::size_t>(chunks()) * sizeof(double);
     l.masses = reinterpret_cast<double*>(base);
+    base += static_cast<std::size_t>(chunks()) * sizeof(double);
+    l.stage = reinterpret_cast<float*>(base);
     return l;
   }
   std::size_t scratch_bytes() const {
     const index_t nodes = trees.tokens.cols();
     const auto c = static_cast<std::size_t>(chunks());
     return round16(tree_scratch::bytes(nodes)) + round16(sizeof(residual_op) * static_cast<std::size_t>(nodes)) +
-           c * 8 * (sizeof(double) + sizeof(std::int64_t)) + 2 * c * sizeof(double);
+           c * 8 * (sizeof(double) + sizeof(std::int64_t)) + 2 * c * sizeof(double) +
+           static_cast<std::size_t>(specdec::detail::sample_chunk) * sizeof(float);
   }
 
   /// The current entry j of the node's distribution: the target row with `n_ops` operations applied.
@@ -528,20 +532,41 @@ struct speculative_batch_job {
 
   /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
   /// masses of its current entries; the empty-distribution fallback as configured.
+  /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
+  /// entries first staged in scratch by the whole team, so the serial walk reads fast memory and
+  /// evaluates no residual operations.
+  struct staged_source {
+    const float* stage;
+    index_t begin;
+    SPECDEC_HOST_DEVICE float operator()(index_t j) const noexcept { return stage[j - begin]; }
+  };
+  template <class Team, class Value>
+  SPECDEC_HOST_DEVICE std::int32_t locate(Team& team, const layout& l, const double* masses, double target,
+                                          const Value& value) const {
+    const index_t n = vocab();
+    const specdec::detail::chunk_choice c = specdec::detail::choose_chunk(masses, n, target);
+    const index_t begin = c.chunk * specdec::detail::sample_chunk;
+    const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+    team.sync();  // earlier readers of the stage are done
+    for (index_t j = begin + team.rank(); j < end; j += team.size()) l.stage[j - begin] = value(j);
+    team.sync();
+    return specdec::detail::walk_chunk(staged_source{l.stage, begin}, begin, end, c.before, target);
+  }
+
   template <class Team>
   SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, int n_ops, double base_total, double u) const {
     const index_t n = vocab();
-    const specdec::detail::probability_source<float> base{p};
+    const auto base = [p](index_t j) { return p[j]; };
     if (n_ops == 0) {
-      if (base_total > 0.0) return specdec::detail::locate_sample(l.base_masses, n, base, u * base_total);
+      if (base_total > 0.0) return locate(team, l, l.base_masses, u * base_total, base);
     } else {
       const residual_op* ops = l.ops;
-      const auto current = [&](index_t j) { return entry(p, ops, n_ops, j); };
+      const auto current = [this, p, ops, n_ops](index_t j) { return entry(p, ops, n_ops, j); };
       const double total = weigh(team, l, l.masses, current, [](float) { return false; }).total;
-      if (total > 0.0) return specdec::detail::locate_sample(l.masses, n, current, u * total);
+      if (total > 0.0) return locate(team, l, l.masses, u * total, current);
     }
     switch (fallback) {
-      case empty_residual::sample_target: return specdec::detail::locate_sample(l.base_masses, n, base, u * base_total);
+      case empty_residual::sample_target: return locate(team, l, l.base_masses, u * base_total, base);
       case empty_residual::token_zero: return 0;
       case empty_residual::last_token: break;
     }
