@@ -21,6 +21,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/sampling/detail/speculative_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/request.hpp>
 #include <specdec/sampling/speculative.hpp>

@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief The stochastic batched verifier's team job (see tree_walk.hpp for the batch's views).
+///
+/// The walk is the one of specdec/sampling/speculative.hpp, decision for decision: the same sibling
+/// order, uniforms, acceptance test, residuals (kept as the list of operations applied to the node's
+/// target row and evaluated per entry, instead of a materialised row) and the same canonical draw
+/// (backend/detail/sample_kernels.hpp), so tokens equal the request-based verifiers' bit for bit.
+/// Passes over a row are split over the team by (chunk, lane) item, each item summed in index order,
+/// then combined in chunk order: the result does not depend on the team size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/sample_kernels.hpp>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/tree_walk.hpp>
+#include <specdec/sampling/randomness.hpp>
+#include <specdec/sampling/speculative.hpp>
+
+namespace specdec::sampling::detail::inline SPECDEC_ISA {
+
+/// One operation applied to a node's target row after a rejection (working_distribution's, kept as a
+/// list): zero a token (a rejected deterministic draft, lenience 1), or replace the entries by
+/// max(0, current - scale q) with q a draft row or the point mass at `token`.
+struct residual_op {
+  std::int32_t kind;   // 0 remove, 1 subtract a draft row, 2 subtract a point mass
+  std::int32_t token;  // remove / point mass
+  index_t q_row;
+  float scale;
+  double mass_before;  // the mass the entries were divided by before the subtraction (0: untouched row)
+};
+
+/// The stochastic walk, one request per team, over target probabilities.
+template <class Space>
+struct speculative_batch_job {
+  batch_trees<Space> trees;
+  batch_outputs<Space> out;
+  matrix_view<const float, Space> target;
+  matrix_view<const float, Space> draft;
+  matrix_view<const index_t, Space> draft_rows;  // empty: deterministic drafts
+  matrix_view<const float, Space> noise;
+  vector_view<const index_t, Space> noise_rows;
+  matrix_view<const double, Space> uniform_values;           // empty: Philox
+  vector_view<const philox_stream, Space> uniform_streams;   // one per request
+  vector_view<const std::uint64_t, Space> uniform_offsets;   // empty: 0
+  acceptance_test test;
+  uniform_range range;
+  bool race;
+  empty_residual fallback;
+  float lenience;
+  bool retest;
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return target.cols(); }
+  SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
+    return (target.cols() + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+  }
+
+  /// Scratch: the tree part, the residual operations, per-item lane sums and flags, two chunk-mass tables.
+  struct layout {
+    tree_scratch tree;
+    residual_op* ops;
+    double* lanes;
+    std::int64_t* marks;
+    double* base_masses;
+    double* masses;
+    float* stage;  // the chunk a draw walks, `sample_chunk` entries
+  };
+  SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
+  SPECDEC_HOST_DEVICE layout carve(std::byte* base) const {
+    const index_t nodes = trees.tokens.cols();
+    const auto items = static_cast<std::size_t>(chunks()) * 8;
+    layout l;
+    l.tree = tree_scratch::carve(base, nodes);
+    base += round16(tree_scratch::bytes(nodes));
+    l.ops = reinterpret_cast<residual_op*>(base);
+    base += round16(sizeof(residual_op) * static_cast<std::size_t>(nodes));
+    l.lanes = reinterpret_cast<double*>(base);
+    base += items * sizeof(double);
+    l.marks = reinterpret_cast<std::int64_t*>(base);
+    base += items * sizeof(std::int64_t);
+    l.base_masses = reinterpret_cast<double*>(base);
+    base += static_cast<std::size_t>(chunks()) * sizeof(double);
+    l.masses = reinterpret_cast<double*>(base);
+    base += static_cast<std::size_t>(chunks()) * sizeof(double);
+    l.stage = reinterpret_cast<float*>(base);
+    return l;
+  }
+  std::size_t scratch_bytes() const {
+    const index_t nodes = trees.tokens.cols();
+    const auto c = static_cast<std::size_t>(chunks());
+    return round16(tree_scratch::bytes(nodes)) + round16(sizeof(residual_op) * static_cast<std::size_t>(nodes)) +
+           c * 8 * (sizeof(double) + sizeof(std::int64_t)) + 2 * c * sizeof(double) +
+           static_cast<std::size_t>(specdec::detail::sample_chunk) * sizeof(float);
+  }
+
+  /// The current entry j of the node's distribution: the target row with `n_ops` operations applied.
+  SPECDEC_HOST_DEVICE float entry(const float* p, const residual_op* ops, int n_ops, index_t j) const {
+    float e = p[j];
+    for (int k = 0; k < n_ops; ++k) {
+      const residual_op& op = ops[k];
+      if (op.kind == 0) {
+        if (j == op.token) e = 0.0f;
+        continue;
+      }
+      // The references subtract from the normalised distribution: the untouched row as is, a
+      // modified one divided by its mass (working_distribution::prob).
+      const float current =
+          k == 0 ? e : (op.mass_before > 0.0 ? static_cast<float>(static_cast<double>(e) / op.mass_before) : 0.0f);
+      const float qv = op.kind == 1 ? draft(op.q_row, j) : (j == op.token ? 1.0f : 0.0f);
+      const float diff = specdec::detail::scaled_difference(current, op.scale, qv);
+      e = diff > 0.0f ? diff : 0.0f;
+    }
+    return e;
+  }
+
+  /// A row pass in the canonical order: chunk masses of `value(j)` (j < V) into `masses`, their total,
+  /// and the first j where `bad(value)` holds (-1 if none).
+  struct weighed {
+    double total;
+    std::int64_t first_bad;
+  };
+  template <class Team, class Value, class Bad>
+  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, double* masses, const Value& value, const Bad& bad) const {
+    const index_t n = vocab();
+    const index_t c_count = chunks();
+    const index_t items = c_count * 8;
+    team.sync();  // earlier readers of the scratch are done
+    for (index_t item = team.rank(); item < items; item += team.size()) {
+      const index_t begin = (item / 8) * specdec::detail::sample_chunk;
+      const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+      double sum = 0.0;
+      std::int64_t first = -1;
+      for (index_t j = begin + item % 8; j < end; j += 8) {
+        const float v = value(j);
+        sum += static_cast<double>(v);
+        if (first < 0 && bad(v)) first = j;
+      }
+      l.lanes[item] = sum;
+      l.marks[item] = first;
+    }
+    team.sync();
+    for (index_t c = team.rank(); c < c_count; c += team.size()) {
+      double lane[8];
+      for (int k = 0; k < 8; ++k) lane[k] = l.lanes[c * 8 + k];
+      masses[c] = specdec::detail::combine_lanes(lane);
+    }
+    team.sync();
+    weighed w{0.0, -1};
+    for (index_t c = 0; c < c_count; ++c) w.total += masses[c];
+    for (index_t item = 0; item < items; ++item) {
+      const std::int64_t f = l.marks[item];
+      if (f >= 0 && (w.first_bad < 0 || f < w.first_bad)) w.first_bad = f;
+    }
+    return w;
+  }
+
+  /// Checks a whole probability row (check_probability_row's rule: entries in [0, 1], sum 1 within the
+  /// tolerance), weighing it into `masses`.
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault check_row(Team& team, const layout& l, double* masses, const float* p, index_t row, int arg,
+                                           double& total) const {
+    const weighed w = weigh(team, l, masses, [p](index_t j) { return p[j]; }, [](float v) { return !(v >= 0.0f && v <= 1.0f); });
+    total = w.total;
+    if (w.first_bad >= 0)
+      return make_team_fault(team_error::distribution_entry, arg, row, w.first_bad, static_cast<double>(p[w.first_bad]));
+    const double error = w.total - 1.0;
+    if (!(error <= specdec::detail::probability_sum_tolerance && error >= -specdec::detail::probability_sum_tolerance))
+      return make_team_fault(team_error::distribution_sum, arg, row, 0, w.total);
+    return {};
+  }
+
+  SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
+    if (!uniform_values.empty()) {
+      if (static_cast<index_t>(position) >= uniform_values.cols())
+        return make_team_fault(team_error::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
+                               uniform_values.cols());
+      u = uniform_values(r, static_cast<index_t>(position));
+      const bool ok = range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
+      if (!ok)
+        return make_team_fault(team_error::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
+                               range == uniform_range::closed_open ? 0 : 1);
+      return {};
+    }
+    const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
+    const double v = uniform_streams(r).uniform_double(offset + position);
+    u = range == uniform_range::closed_open ? v : 1.0 - v;
+    return {};
+  }
+
+  SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const {
+    const float lq = lenience * q;
+    if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
+    return static_cast<float>(u) * lq < p;
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const layout l = carve(scratch);
+    checked_request q;
+    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), target.rows(), l.tree, q); f.code != 0) return f;
+    const std::int32_t* token = trees.tokens.row(r);
+    for (index_t i = 1; i < q.nodes && !draft_rows.empty(); ++i) {
+      const index_t row = draft_rows(r, i);
+      if (row < -1 || row >= draft.rows()) return make_team_fault(team_error::draft_row, arg_draft_rows, r, i, double(row), draft.rows());
+    }
+    if (retest)
+      for (index_t i = 0; i < q.nodes; ++i)
+        if (l.tree.first_child[i] >= 0 && l.tree.next_sibling[l.tree.first_child[i]] >= 0)
+          return make_team_fault(team_error::not_chain, arg_parents, r, i, 0.0);
+    const index_t noise_row = race ? noise_rows(r) : -1;
+    if (race && (noise_row < 0 || noise_row >= noise.rows()))
+      return make_team_fault(team_error::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
+
+    path_writer<Space> path{&out, r};
+    std::uint64_t position = 0;
+    index_t node = 0;
+    std::int32_t retest_passes = 0;
+    for (;;) {
+      const index_t row = q.first_row + node;
+      const float* p = target.row(row);
+      int n_ops = 0;
+      double mass = 1.0;       // of the current entries once modified
+      bool loaded = false;     // the row has been weighed and checked
+      double base_total = 0.0;
+      const auto load = [&]() -> team_fault {
+        if (loaded) return {};
+        loaded = true;
+        return check_row(team, l, l.base_masses, p, row, arg_target, base_total);
+      };
+      const bool capped = q.cap >= 0 && path.count >= q.cap;
+      std::int32_t accepted = -1;
+      bool rejected_here = false;
+      if (!capped) {
+        for (std::int32_t c = l.tree.first_child[node]; c >= 0; c = l.tree.next_sibling[c]) {
+          const std::int32_t x = token[c];
+          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, c);
+          if (q_row < 0) {  // a deterministic sibling repeating a rejected token has probability 0 by now
+            bool repeated = false;
+            for (int k = 0; k < n_ops; ++k) repeated = repeated || (l.ops[k].kind == 0 && l.ops[k].token == x);
+            if (repeated) continue;
+          }
+          float p_x;
+          if (n_ops == 0 && !loaded) {
+            p_x = p[x];
+          } else {
+            if (const team_fault f = load(); f.code != 0) return f;
+            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(p, l.ops, n_ops, x)) / mass) : 0.0f);
+          }
+          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_target, row, x, p_x);
+          float q_x = 1.0f;
+          if (q_row >= 0) {
+            q_x = draft(q_row, x);
+            if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+          }
+          double u = 0.0;
+          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+          if (passes(p_x, q_x, u)) {
+            accepted = c;
+            break;
+          }
+          if (const team_fault f = load(); f.code != 0) return f;
+          rejected_here = true;
+          if (q_row >= 0) {
+            double q_total = 0.0;
+            if (const team_fault f = check_row(team, l, l.masses, draft.row(q_row), q_row, arg_draft, q_total); f.code != 0) return f;
+          }
+          if (q_row < 0 && lenience == 1.0f) {
+            if (n_ops == 0) mass = base_total;
+            const float removed = entry(p, l.ops, n_ops, x);
+            team.sync();  // every thread has read the operations before rank 0 appends one
+            if (team.rank() == 0) l.ops[n_ops] = residual_op{0, x, -1, 1.0f, 0.0};
+            team.sync();
+            ++n_ops;
+            mass -= static_cast<double>(removed);
+            if (mass < 0.0) mass = 0.0;
+          } else {
+            const residual_op op{q_row >= 0 ? 1 : 2, x, q_row, lenience, n_ops == 0 ? 0.0 : mass};
+            team.sync();
+            if (team.rank() == 0) l.ops[n_ops] = op;
+            team.sync();
+            ++n_ops;
+            const int ops_now = n_ops;
+            mass = weigh(team, l, l.masses, [&](index_t j) { return entry(p, l.ops, ops_now, j); }, [](float) { return false; }).total;
+          }
+        }
+      }
+      if (accepted >= 0) {
+        path.accept(team, accepted, token[accepted]);
+        node = accepted;
+        continue;
+      }
+      // The walk ends at `node`: re-tests (FlashInfer), then the final token.
+      if (retest && rejected_here) {
+        for (index_t i = node; i + 1 < q.nodes; ++i) {
+          const std::int32_t x = token[i + 1];
+          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, i + 1);
+          const float p_x = target(q.first_row + i, x);
+          if (!(p_x >= 0.0f && p_x <= 1.0f))
+            return make_team_fault(team_error::probability_entry, arg_target, q.first_row + i, x, p_x);
+          const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
+          if (q_row >= 0 && !(q_x >= 0.0f && q_x <= 1.0f))
+            return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+          double u = 0.0;
+          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+          retest_passes += passes(p_x, q_x, u) ? 1 : 0;
+        }
+      }
+      retest_passes += path.count;
+      const bool bonus = !rejected_here;
+      const bool keep = !out.final_distributions.empty();
+      if (bonus && q.bonus >= 0) {
+        if (keep) write_final(team, r, p, l.ops, 0, true);
+        path.finish(team, q.bonus, static_cast<std::int32_t>(position), retest_passes);
+        return {};
+      }
+      if (const team_fault f = load(); f.code != 0) return f;
+      if (keep) write_final(team, r, p, l.ops, n_ops, false);
+      std::int32_t final_token = 0;
+      if (race) {
+        const float* e = noise.row(noise_row);
+        const weighed w = weigh(team, l, l.masses, [e](index_t j) { return e[j]; },
+                                [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
+        if (w.first_bad >= 0)
+          return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
+        final_token = race_token(team, l, p, n_ops, e);
+      } else {
+        double u = 0.0;
+        if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+        final_token = draw(team, l, p, n_ops, base_total, u);
+      }
+      path.finish(team, final_token, static_cast<std::int32_t>(position), retest_passes);
+      return {};
+    }
+  }
+
+  /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
+  /// masses of its current entries; the empty-distribution fallback as configured.
+  /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
+  /// entries first staged in scratch by the whole team, so the serial walk reads fast memory and
+  /// evaluates no residual operations.
+  struct staged_source {
+    const float* stage;
+    index_t begin;
+    SPECDEC_HOST_DEVICE float operator()(index_t j) const noexcept { return stage[j - begin]; }
+  };
+  template <class Team, class Value>
+  SPECDEC_HOST_DEVICE std::int32_t locate(Team& team, const layout& l, const double* masses, double target,
+                                          const Value& value) const {
+    const index_t n = vocab();
+    const specdec::detail::chunk_choice c = specdec::detail::choose_chunk(masses, n, target);
+    const index_t begin = c.chunk * specdec::detail::sample_chunk;
+    const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+    team.sync();  // earlier readers of the stage are done
+    for (index_t j = begin + team.rank(); j < end; j += team.size()) l.stage[j - begin] = value(j);
+    team.sync();
+    return specdec::detail::walk_chunk(staged_source{l.stage, begin}, begin, end, c.before, target);
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, int n_ops, double base_total, double u) const {
+    const index_t n = vocab();
+    const auto base = [p](index_t j) { return p[j]; };
+    if (n_ops == 0) {
+      if (base_total > 0.0) return locate(team, l, l.base_masses, u * base_total, base);
+    } else {
+      const residual_op* ops = l.ops;
+      const auto current = [this, p, ops, n_ops](index_t j) { return entry(p, ops, n_ops, j); };
+      const double total = weigh(team, l, l.masses, current, [](float) { return false; }).total;
+      if (total > 0.0) return locate(team, l, l.masses, u * total, current);
+    }
+    switch (fallback) {
+      case empty_residual::sample_target: return locate(team, l, l.base_masses, u * base_total, base);
+      case empty_residual::token_zero: return 0;
+      case empty_residual::last_token: break;
+    }
+    return static_cast<std::int32_t>(n - 1);
+  }
+
+  /// working_distribution::race: argmax of entry / noise, first index on ties, over (chunk, lane) items.
+  template <class Team>
+  SPECDEC_HOST_DEVICE std::int32_t race_token(Team& team, const layout& l, const float* p, int n_ops, const float* e) const {
+    const index_t n = vocab();
+    const index_t items = chunks() * 8;
+    team.sync();
+    for (index_t item = team.rank(); item < items; item += team.size()) {
+      const index_t begin = (item / 8) * specdec::detail::sample_chunk;
+      const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+      float best_score = -1.0f;
+      std::int64_t best = -1;
+      for (index_t j = begin + item % 8; j < end; j += 8) {
+        const float score = entry(p, l.ops, n_ops, j) / e[j];
+        if (score > best_score) {
+          best_score = score;
+          best = j;
+        }
+      }
+      l.lanes[item] = best_score;
+      l.marks[item] = best;
+    }
+    team.sync();
+    float best_score = -1.0f;
+    std::int64_t best = 0;
+    for (index_t item = 0; item < items; ++item) {
+      const float score = static_cast<float>(l.lanes[item]);
+      const std::int64_t at = l.marks[item];
+      if (at >= 0 && (score > best_score || (score == best_score && at < best))) {
+        best_score = score;
+        best = at;
+      }
+    }
+    return static_cast<std::int32_t>(best);
+  }
+
+  /// The distribution the final token is drawn from, unnormalised (zeros when none was drawn).
+  template <class Team>
+  SPECDEC_HOST_DEVICE void write_final(Team& team, index_t r, const float* p, const residual_op* ops, int n_ops, bool zeros) const {
+    float* dst = out.final_distributions.row(r);
+    const index_t stride = out.final_distributions.stride(1);
+    for (index_t j = team.rank(); j < vocab(); j += team.size()) dst[j * stride] = zeros ? 0.0f : entry(p, ops, n_ops, j);
+  }
+};
+
+}  // namespace specdec::sampling::detail::inline SPECDEC_ISA
