@@ -495,6 +495,19 @@ int launches_per_call(device_backend& d, const op& o, float* x, index_t rows, in
   return static_cast<int>(nodes);
 }
 
+/// Times one whole call (a verification or a build on a batch: no bandwidth figure) and prints and
+/// records it like the primitives' rows, with `what` after the row.
+void time_call(device_backend& d, cudaStream_t stream, FILE* csv, const char* name, index_t batch, index_t vocab, int reps,
+               const std::string& what, const std::function<void()>& call) {
+  const op o{name, 1, 0, [&](device_backend&, const float*, index_t, index_t, void*) { call(); }};
+  const timing t = time_op(d, o, 1, 1, {nullptr}, nullptr, stream, reps);
+  const int launches = launches_per_call(d, o, nullptr, 1, 1, nullptr, stream);
+  std::printf("%-18s %5lld %7lld %10.2f %10.2f %8s %7s %8d %5d   (%s)\n", name, static_cast<long long>(batch),
+              static_cast<long long>(vocab), t.median_us, t.p90_us, "-", "-", launches, launches >= 0 ? 0 : 1, what.c_str());
+  std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,,,%d,%d\n", name, static_cast<long long>(batch),
+               static_cast<long long>(vocab), t.median_us, t.p90_us, launches, launches >= 0 ? 0 : 1);
+}
+
 // ---- batched tree verification --------------------------------------------------------------------------
 /// An EAGLE-2-shaped batch: `nodes`-node trees (each node's parent among the last few nodes, so trees are
 /// about 6 deep), deterministic drafts or draft rows, probability rows whose favourite token (p ~ 0.4)
@@ -652,18 +665,9 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
         }
         if (quick || csv == nullptr) continue;
         d.defer_faults(true);
-        const auto time_it = [&](const char* name, const std::function<void()>& call) {
-          const op o{name, 1, 0, [&](device_backend&, const float*, index_t, index_t, void*) { call(); }};
-          const timing t = time_op(d, o, 1, 1, {nullptr}, nullptr, stream, 50);
-          const int launches = launches_per_call(d, o, nullptr, 1, 1, nullptr, stream);
-          std::printf("%-18s %5lld %7lld %10.2f %10.2f %8s %7s %8d %5d   (%lld nodes per request)\n", name,
-                      static_cast<long long>(batch), static_cast<long long>(vocab), t.median_us, t.p90_us, "-", "-", launches,
-                      launches >= 0 ? 0 : 1, static_cast<long long>(nodes));
-          std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,,,%d,%d\n", name, static_cast<long long>(batch),
-                       static_cast<long long>(vocab), t.median_us, t.p90_us, launches, launches >= 0 ? 0 : 1);
-        };
-        time_it(drafts ? "verify_tree_drafts" : "verify_tree", run_stochastic);
-        if (!drafts) time_it("verify_greedy_tree", run_greedy);
+        const std::string what = std::to_string(nodes) + " nodes per request";
+        time_call(d, stream, csv, drafts ? "verify_tree_drafts" : "verify_tree", batch, vocab, 50, what, run_stochastic);
+        if (!drafts) time_call(d, stream, csv, "verify_greedy_tree", batch, vocab, 50, what, run_greedy);
         cuda_ok(cudaStreamSynchronize(stream), "batch timing");
         try {
           d.check_faults();
@@ -725,17 +729,8 @@ void check_batch_builder(device_backend& d, host_backend& h, cudaStream_t stream
                std::to_string(k) + ", depth " + std::to_string(depth) + ", V' " + std::to_string(vocab) + ")");
     if (quick || csv == nullptr) continue;
     d.defer_faults(true);
-    const auto time_it = [&](const char* name, const std::function<void()>& call) {
-      const op o{name, 1, 0, [&](device_backend&, const float*, index_t, index_t, void*) { call(); }};
-      const timing t = time_op(d, o, 1, 1, {nullptr}, nullptr, stream, 30);
-      const int launches = launches_per_call(d, o, nullptr, 1, 1, nullptr, stream);
-      std::printf("%-18s %5lld %7lld %10.2f %10.2f %8s %7s %8d %5d   (k %lld, depth %lld, %lld nodes)\n", name,
-                  static_cast<long long>(batch), static_cast<long long>(vocab), t.median_us, t.p90_us, "-", "-", launches,
-                  launches >= 0 ? 0 : 1, static_cast<long long>(k), static_cast<long long>(depth), static_cast<long long>(total));
-      std::fprintf(csv, "specdec,%s,%lld,%lld,%.3f,%.3f,,,%d,%d\n", name, static_cast<long long>(batch),
-                   static_cast<long long>(vocab), t.median_us, t.p90_us, launches, launches >= 0 ? 0 : 1);
-    };
-    time_it("eagle2_build", build);
+    time_call(d, stream, csv, "eagle2_build", batch, vocab, 30,
+              "k " + std::to_string(k) + ", depth " + std::to_string(depth) + ", " + std::to_string(total) + " nodes", build);
     cuda_ok(cudaStreamSynchronize(stream), "builder timing");
     try {
       d.check_faults();

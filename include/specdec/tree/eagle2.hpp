@@ -164,6 +164,32 @@ struct dynamic_tree_result {
   std::vector<std::int32_t> parent_list = {};
 };
 
+namespace detail {
+
+/// begin()'s shape checks, shared by eagle2_tree_builder and eagle2_batch_builder.
+inline void check_dynamic_begin(const char* where, const dynamic_tree_config& cfg, index_t batch, index_t logits_rows,
+                                index_t draft_vocab, index_t root_tokens, index_t target_vocab) {
+  SPECDEC_EXPECTS(logits_rows == batch, where, "root_logits has ", logits_rows, " rows; expected one per request (", batch, ")");
+  SPECDEC_EXPECTS(root_tokens == batch, where, "root_tokens has ", root_tokens, " entries; expected one per request (", batch, ")");
+  SPECDEC_EXPECTS(cfg.d2t.empty() || static_cast<index_t>(cfg.d2t.size()) == draft_vocab, where, "d2t has ", cfg.d2t.size(),
+                  " entries; expected one per draft-vocabulary entry (", draft_vocab, ")");
+  SPECDEC_EXPECTS(cfg.top_k <= draft_vocab, where, "top_k = ", cfg.top_k, " exceeds the draft vocabulary V' = ", draft_vocab);
+  SPECDEC_EXPECTS(target_vocab >= 0 && target_vocab <= std::numeric_limits<std::int32_t>::max(), where, "target_vocab = ",
+                  target_vocab, "; expected 0 (unchecked) or a vocabulary of at most 2^31 - 1 tokens");
+}
+
+/// An expansion call's checks, shared by both builders: `step_left` says whether the call fits the
+/// expansions still to do.
+inline void check_dynamic_expand(const char* where, bool began, index_t steps, index_t depth, bool step_left, index_t batch,
+                                 index_t top_k, index_t draft_vocab, index_t rows, index_t cols) {
+  SPECDEC_EXPECTS(began, where, "called before begin()");
+  SPECDEC_EXPECTS(step_left, where, steps, " of ", depth, " expansions are done; this call does not fit");
+  SPECDEC_EXPECTS(rows == batch * top_k && cols == draft_vocab, where, "logits is ", rows, " x ", cols, "; expected ",
+                  batch * top_k, " x ", draft_vocab, " (batch * top_k frontier rows of the draft vocabulary)");
+}
+
+}  // namespace detail
+
 /// Incremental EAGLE-2 tree builder for `batch` requests sharing one configuration.
 template <backend B>
 class eagle2_tree_builder {
@@ -201,16 +227,8 @@ class eagle2_tree_builder {
   draft_step begin(matrix_view<const float, space> root_logits, std::span<const std::int32_t> root_tokens,
                    index_t target_vocab = 0) {
     constexpr const char* where = "specdec::eagle2_tree_builder::begin";
-    SPECDEC_EXPECTS(root_logits.rows() == batch_, where, "root_logits has ", root_logits.rows(),
-                    " rows; expected one per request (", batch_, ")");
-    SPECDEC_EXPECTS(static_cast<index_t>(root_tokens.size()) == batch_, where, "root_tokens has ", root_tokens.size(),
-                    " entries; expected one per request (", batch_, ")");
-    SPECDEC_EXPECTS(cfg_.d2t.empty() || static_cast<index_t>(cfg_.d2t.size()) == root_logits.cols(), where, "d2t has ",
-                    cfg_.d2t.size(), " entries; expected one per draft-vocabulary entry (", root_logits.cols(), ")");
-    SPECDEC_EXPECTS(cfg_.top_k <= root_logits.cols(), where, "top_k = ", cfg_.top_k, " exceeds the draft vocabulary V' = ",
-                    root_logits.cols());
-    SPECDEC_EXPECTS(target_vocab >= 0 && target_vocab <= std::numeric_limits<std::int32_t>::max(), where,
-                    "target_vocab = ", target_vocab, "; expected 0 (unchecked) or a vocabulary of at most 2^31 - 1 tokens");
+    detail::check_dynamic_begin(where, cfg_, batch_, root_logits.rows(), root_logits.cols(),
+                                static_cast<index_t>(root_tokens.size()), target_vocab);
     for (index_t b = 0; b < batch_; ++b) {
       const std::int32_t root = root_tokens[static_cast<std::size_t>(b)];
       SPECDEC_EXPECTS(root >= 0 && (target_vocab == 0 || root < target_vocab), where, "root_tokens[", b, "] = ", root,
@@ -383,11 +401,8 @@ class eagle2_tree_builder {
   }
 
   void check_expand(const char* where, matrix_view<const float, space> logits, bool step_left) const {
-    SPECDEC_EXPECTS(began_, where, "called before begin()");
-    SPECDEC_EXPECTS(step_left, where, steps_, " of ", cfg_.depth, " expansions are done; this call does not fit");
-    SPECDEC_EXPECTS(logits.rows() == batch_ * cfg_.top_k && logits.cols() == vocab_, where, "logits is ", logits.rows(),
-                    " x ", logits.cols(), "; expected ", batch_ * cfg_.top_k, " x ", vocab_,
-                    " (batch * top_k frontier rows of the draft vocabulary)");
+    detail::check_dynamic_expand(where, began_, steps_, cfg_.depth, step_left, batch_, cfg_.top_k, vocab_, logits.rows(),
+                                 logits.cols());
   }
 
   /// Appends one k x k grid per request. Row r of the grid hangs under frontier slot r; its children

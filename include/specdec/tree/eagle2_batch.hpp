@@ -275,15 +275,8 @@ class eagle2_batch_builder {
   step_views begin(matrix_view<const float, space> root_logits, vector_view<const std::int32_t, space> root_tokens,
                    index_t target_vocab = 0) {
     constexpr const char* where = "specdec::eagle2_batch_builder::begin";
-    SPECDEC_EXPECTS(root_logits.rows() == batch_, where, "root_logits has ", root_logits.rows(),
-                    " rows; expected one per request (", batch_, ")");
-    SPECDEC_EXPECTS(root_tokens.rows() == batch_, where, "root_tokens has ", root_tokens.rows(),
-                    " entries; expected one per request (", batch_, ")");
+    detail::check_dynamic_begin(where, cfg_, batch_, root_logits.rows(), root_logits.cols(), root_tokens.rows(), target_vocab);
     detail::check_view(where, "root_tokens", root_tokens, detail::nonzero_stride);
-    SPECDEC_EXPECTS(cfg_.d2t.empty() || static_cast<index_t>(cfg_.d2t.size()) == root_logits.cols(), where, "d2t has ",
-                    cfg_.d2t.size(), " entries; expected one per draft-vocabulary entry (", root_logits.cols(), ")");
-    SPECDEC_EXPECTS(target_vocab >= 0 && target_vocab <= std::numeric_limits<std::int32_t>::max(), where,
-                    "target_vocab = ", target_vocab, "; expected 0 (unchecked) or a vocabulary of at most 2^31 - 1 tokens");
     vocab_ = root_logits.cols();
     target_vocab_ = target_vocab;
     const index_t k = cfg_.top_k;
@@ -402,11 +395,8 @@ class eagle2_batch_builder {
     ++steps_;
   }
   void check_expand(const char* where, matrix_view<const float, space> logits, bool step_left) const {
-    SPECDEC_EXPECTS(began_, where, "called before begin()");
-    SPECDEC_EXPECTS(step_left, where, steps_, " of ", cfg_.depth, " expansions are done; this call does not fit");
-    SPECDEC_EXPECTS(logits.rows() == batch_ * cfg_.top_k && logits.cols() == vocab_, where, "logits is ", logits.rows(),
-                    " x ", logits.cols(), "; expected ", batch_ * cfg_.top_k, " x ", vocab_,
-                    " (batch * top_k frontier rows of the draft vocabulary)");
+    detail::check_dynamic_expand(where, began_, steps_, cfg_.depth, step_left, batch_, cfg_.top_k, vocab_, logits.rows(),
+                                 logits.cols());
   }
   step_views current() {
     const index_t k = cfg_.top_k;
