@@ -16,6 +16,7 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/detail/team.hpp>
@@ -48,9 +49,12 @@ struct attention_heads {
 // clang-format off
 /// A specdec backend. `B::memory_space` says where the views it accepts live. `B::buffer<T>` is an
 /// owning buffer in that space for tests, examples and benchmarks (algorithms never require one):
-/// `view()` gives its rank-1 view and `matrix(rows, cols)` a row-major rank-2 view of it.
+/// `view()` gives its rank-1 view and `matrix(rows, cols)` a row-major rank-2 view of it. A buffer's
+/// move may not throw, so moving it (into a growing std::vector, say) moves its memory and every view
+/// of it stays valid.
 template <class B>
-concept backend = requires(B& b, typename B::template buffer<float>& owned,
+concept backend = std::is_nothrow_move_constructible_v<typename B::template buffer<float>> &&
+                  std::is_nothrow_move_assignable_v<typename B::template buffer<float>> && requires(B& b, typename B::template buffer<float>& owned,
                            matrix_view<const float, typename B::memory_space> x,
                            matrix_view<float, typename B::memory_space> y,
                            vector_view<float, typename B::memory_space> v,

@@ -99,6 +99,16 @@ class thrust_backend : private detail::thrust_runtime<System> {
     buffer() = default;
     explicit buffer(index_t n)
         : data_(detail::checked_count("specdec::thrust_backend::buffer", {n}, "a buffer of n = ", n, " elements")) {}
+    buffer(const buffer&) = default;
+    buffer& operator=(const buffer&) = default;
+    // Thrust's device vectors do not declare their moves noexcept, so a std::vector of buffers would
+    // copy them when it grows and free the originals under the caller's views. A swap moves the
+    // allocation itself (the allocators are stateless) and cannot throw.
+    buffer(buffer&& other) noexcept { data_.swap(other.data_); }
+    buffer& operator=(buffer&& other) noexcept {
+      data_.swap(other.data_);
+      return *this;
+    }
     vector_view<T, memory_space> view() { return {raw(), size()}; }
     matrix_view<T, memory_space> matrix(index_t rows, index_t cols) {
       SPECDEC_EXPECTS(rows >= 0 && cols >= 0 && (cols == 0 ? size() == 0 : rows == size() / cols && size() % cols == 0),
