@@ -849,7 +849,12 @@ int main(int argc, char** argv) {
     out.uni.put(std::vector<float>(64, 0.37f));
     const std::size_t n = static_cast<std::size_t>(profile_rows * profile_cols);
     dbuf<float> x(n);
-    x.put(std::vector<float>(n, 1.0f / static_cast<float>(profile_cols)));
+    // Sampling reads probabilities (a uniform row); every other operation random logits, so that a
+    // top-k profile sees the candidate counts real rows give.
+    if (profile_op.rfind("sample", 0) == 0)
+      x.put(std::vector<float>(n, 1.0f / static_cast<float>(profile_cols)));
+    else
+      x.put(random_logits(profile_rows, profile_cols, profile_cols, 5));
     d.defer_faults(true);
     for (const op& o : ops)
       if (profile_op == o.name)

@@ -81,7 +81,8 @@ for (impl, op, r, v), s in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][
         continue
     t = rows.get(("torch", op, r, v))
     tus = float(t["median_us"]) if t else float("nan")
-    print(f"{op:18s} {r:4d} {v:7d} {float(s['median_us']):10.2f} {float(s['pct_read_bw']):5.1f}% {s['launches']:>6s} "
+    bw = f"{float(s['pct_read_bw']):5.1f}%" if s["pct_read_bw"] else "     -"  # tree operations: no byte count
+    print(f"{op:18s} {r:4d} {v:7d} {float(s['median_us']):10.2f} {bw} {s['launches']:>6s} "
           f"{tus:9.2f} {tus / float(s['median_us']):7.2f}x")
 EOF
 phase "done: gpu_check rc=$check_rc, conformance rc=$conformance_rc"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Nsight Compute profiles of single gpu_check operations (gpu_check --profile OP ROWS V), on a machine
+# with an NVIDIA GPU and ncu. Usage: scripts/gpu_profile.sh OUT_DIR OP:ROWS:V ...
+# Each profile (the second of three calls) lands as OUT_DIR/ncu_OP_ROWSxV.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$1
+shift
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/build/gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$ncu" ] || { echo "no ncu on this machine"; exit 0; }
+for spec in "$@"; do
+  IFS=: read -r op rows cols <<<"$spec"
+  timeout 60 "$ncu" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section InstructionStats --launch-skip 1 --launch-count 1 \
+    build/gpu/gpu_check --profile "$op" "$rows" "$cols" >"$out/ncu_${op}_${rows}x${cols}.txt" 2>&1
+  echo "$spec: rc=$? $(grep -m1 'Duration' "$out/ncu_${op}_${rows}x${cols}.txt")"
+done
