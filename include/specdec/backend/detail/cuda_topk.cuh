@@ -26,6 +26,71 @@ __device__ inline std::int32_t key_column(std::uint64_t key) {
   return static_cast<std::int32_t>(0x7fffffffu - static_cast<std::uint32_t>(key & 0xffffffffu));
 }
 
+/// Sorts the 32 keys of a warp, one per lane, descending by shuffles (a bitonic network): lane i ends
+/// with the i-th largest.
+__device__ inline unsigned long long warp_sort_descending(unsigned long long key) {
+  const unsigned lane = threadIdx.x & 31;
+#pragma unroll
+  for (unsigned size = 2; size <= 32; size *= 2) {
+#pragma unroll
+    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, stride);
+      const bool descending = (lane & size) == 0;  // the final stage (size 32) sorts everything descending
+      const bool lower = (lane & stride) == 0;
+      // In a descending pair the lower lane keeps the larger key; in an ascending pair, the smaller.
+      const bool keep_larger = descending == lower;
+      key = keep_larger ? (key > other ? key : other) : (key < other ? key : other);
+    }
+  }
+  return key;
+}
+
+/// The kc-th largest (kc <= 32) of the 32 keys of a warp, in every lane.
+__device__ inline unsigned long long warp_kth_largest(unsigned long long key, unsigned kc) {
+  return __shfl_sync(0xffffffffu, warp_sort_descending(key), static_cast<int>(kc - 1));
+}
+
+/// Keys of a descending run of 32 that are greater than `key` (`or_equal`: greater or equal).
+__device__ inline unsigned count_before(const unsigned long long* run, unsigned long long key, bool or_equal) {
+  const auto before = [&](unsigned long long x) { return x > key || (or_equal && x == key); };
+  if (before(run[31])) return 32;
+  unsigned c = 0;
+#pragma unroll
+  for (unsigned step = 16; step > 0; step /= 2)
+    if (before(run[c + step - 1])) c += step;
+  return c;
+}
+
+inline constexpr unsigned max_sort = 1024;  ///< most keys sort_descending takes
+
+/// Sorts n keys of shared memory in descending order; n a multiple of 32 and at most max_sort
+/// (callers pad with key 0). Each warp sorts runs of 32 by shuffles; then each key's place is its
+/// place in its run plus, in every other run, the keys before it (a binary search; equal keys of an
+/// earlier run count as before it, so the places are a permutation). Three barriers, where a bitonic
+/// network over shared memory needs one per stage. The caller synchronises before (the keys are
+/// written); the function synchronises before it returns.
+__device__ inline void sort_descending(unsigned long long* a, unsigned n) {
+  __shared__ unsigned long long sorted[max_sort];  // out of place: keys held in registers would spill
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const unsigned runs = n / 32;
+  for (unsigned r = warp; r < runs; r += warps) a[r * 32 + lane] = warp_sort_descending(a[r * 32 + lane]);
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+    const unsigned long long key = a[i];
+    const unsigned own = i / 32;
+    unsigned at = i % 32;
+    for (unsigned r = 0; r < runs; ++r)
+      if (r != own) at += count_before(a + r * 32, key, r < own);
+    sorted[at] = key;
+  }
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) a[i] = sorted[i];
+  __syncthreads();
+}
+
+/// n rounded up to a whole number of sort_descending's runs.
+__device__ inline unsigned sort_length(unsigned n) { return (n + 31) / 32 * 32; }
+
 /// Shared memory of one block-wide selection.
 struct select_scratch {
   unsigned hist[256];
@@ -39,7 +104,7 @@ struct select_scratch {
 
 /// The `kc` largest of the n unique keys that `key(i)` yields for i in [0, n), written sorted
 /// (descending) to s.chosen[0, kc). Radix selection on 8-bit digits from the top, stopping as soon as
-/// the boundary digit holds exactly the keys still wanted; then a bitonic sort of the chosen keys.
+/// the boundary digit holds exactly the keys still wanted; then a sort of the chosen keys.
 /// Every thread of the block calls it.
 template <class Key>
 __device__ void block_select(Key key, index_t n, unsigned kc, select_scratch& s) {
@@ -109,62 +174,7 @@ __device__ void block_select(Key key, index_t n, unsigned kc, select_scratch& s)
   const unsigned chosen = s.count < kc ? s.count : kc;
   for (unsigned i = chosen + threadIdx.x; i < max_topk; i += blockDim.x) s.chosen[i] = 0ull;
   __syncthreads();
-  // Bitonic sort, descending, of the 256 slots.
-  for (unsigned size = 2; size <= max_topk; size *= 2) {
-    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
-      for (unsigned i = threadIdx.x; i < max_topk; i += blockDim.x) {
-        const unsigned j = i ^ stride;
-        if (j > i) {
-          const bool descending = (i & size) == 0;
-          const unsigned long long a = s.chosen[i], b = s.chosen[j];
-          if (descending ? a < b : a > b) {
-            s.chosen[i] = b;
-            s.chosen[j] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
-/// Sorts n (a power of two, <= 4096) keys of shared memory in descending order (bitonic network). The
-/// caller synchronises before (the keys are written) and the function synchronises after each step.
-__device__ inline void bitonic_descending(unsigned long long* a, unsigned n) {
-  for (unsigned size = 2; size <= n; size *= 2) {
-    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
-      for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
-        const unsigned j = i ^ stride;
-        if (j > i) {
-          const bool descending = (i & size) == 0;
-          const unsigned long long x = a[i], y = a[j];
-          if (descending ? x < y : x > y) {
-            a[i] = y;
-            a[j] = x;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
-/// The kc-th largest (kc <= 32) of the 32 keys of a warp, in every lane: a bitonic sort by shuffles.
-__device__ inline unsigned long long warp_kth_largest(unsigned long long key, unsigned kc) {
-  const unsigned lane = threadIdx.x & 31;
-#pragma unroll
-  for (unsigned size = 2; size <= 32; size *= 2) {
-#pragma unroll
-    for (unsigned stride = size / 2; stride > 0; stride /= 2) {
-      const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, stride);
-      const bool descending = (lane & size) == 0;  // the final stage (size 32) sorts everything descending
-      const bool lower = (lane & stride) == 0;
-      // In a descending pair the lower lane keeps the larger key; in an ascending pair, the smaller.
-      const bool keep_larger = descending == lower;
-      key = keep_larger ? (key > other ? key : other) : (key < other ? key : other);
-    }
-  }
-  return __shfl_sync(0xffffffffu, key, static_cast<int>(kc - 1));
+  sort_descending(s.chosen, max_topk);
 }
 
 /// Exclusive prefix sum of one count per thread over the block; `total` is the block's sum.
@@ -191,12 +201,7 @@ __device__ inline unsigned block_exclusive_scan(unsigned v, unsigned* warp_total
 
 inline constexpr unsigned filter_capacity = 1024;  ///< candidates a threshold pass may leave for the sort
 inline constexpr index_t max_topk_slices = 256;    ///< rows up to 1M entries take the one-launch top-k
-
-__device__ inline unsigned next_power_of_two(unsigned n) {
-  unsigned p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
+static_assert(filter_capacity <= max_sort && max_topk <= max_sort);
 
 /// Per-slice top-k lists, then the row's merge in the block that finishes the row last. Both stages
 /// first bound the k-th key from below with k keys that are known to exist (the slice: the k-th largest
@@ -267,14 +272,14 @@ __global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_
       } else if (kc <= 64) {
         keys[threadIdx.x] = top;
         __syncthreads();
-        bitonic_descending(keys, threads);
+        sort_descending(keys, threads);
         bound = keys[kc - 1];
         __syncthreads();
       } else {
         keys[2 * threadIdx.x] = top;
         keys[2 * threadIdx.x + 1] = second;
         __syncthreads();
-        bitonic_descending(keys, 2 * threads);
+        sort_descending(keys, 2 * threads);
         bound = keys[kc - 1];
         __syncthreads();
       }
@@ -296,10 +301,10 @@ __global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_
           const index_t j = slice_entries<float>::offset(e);
           if (above(in.v[e], j)) keys[at++] = rank_key(in.v[e], static_cast<std::int32_t>(begin + j));
         }
-        const unsigned n = next_power_of_two(total);
+        const unsigned n = sort_length(total);
         for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
         __syncthreads();
-        bitonic_descending(keys, n);
+        sort_descending(keys, n);
       } else {
 #pragma unroll
         for (int e = 0; e < per_thread; ++e) {
@@ -340,12 +345,12 @@ __global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_
         // Bound: the k-th largest of the lists' first `head` entries (at least k keys unless lists are short).
         const index_t head = (k + slices - 1) / slices;
         const unsigned preset = static_cast<unsigned>(slices * head);  // <= k + slices <= 512
-        for (unsigned i = threadIdx.x; i < next_power_of_two(preset); i += blockDim.x) {
+        for (unsigned i = threadIdx.x; i < sort_length(preset); i += blockDim.x) {
           const index_t l = i / head, e = i % head;
           keys[i] = i < preset && e < listed(l) ? key_of(l, e) : 0ull;
         }
         __syncthreads();
-        bitonic_descending(keys, next_power_of_two(preset));
+        sort_descending(keys, sort_length(preset));
         const unsigned long long bound = keys[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
         __syncthreads();
         const index_t candidates = slices * slot;
@@ -361,10 +366,10 @@ __global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_
             const unsigned long long key = key_of(i / slot, i % slot);
             if (key >= bound) keys[at++] = key;
           }
-          const unsigned n = next_power_of_two(total);
+          const unsigned n = sort_length(total);
           for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
           __syncthreads();
-          bitonic_descending(keys, n);
+          sort_descending(keys, n);
         } else {
           block_select(
               [&](index_t i) -> unsigned long long {
