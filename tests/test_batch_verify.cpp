@@ -355,6 +355,58 @@ TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative pe
   }
 }
 
+TEST_CASE("the team walk of a staged chunk gives walk_chunk's token, targets on running totals included") {
+  // walk_staged decides from segment totals within a slack and falls back to walk_chunk near a tie;
+  // its answer must be walk_chunk's for every target: targets equal to a running total (always the
+  // fallback: the entry may cross and none surely does) and one ulp either side, targets between
+  // totals (decided from the segments), before the first entry and past the last (none crosses).
+  using job_t = sampling::detail::speculative_batch_job<specdec::host_space>;
+  job_t job{};
+  const index_t vocab = 5000, begin = 3 * 1024;
+  std::vector<float> rows(static_cast<std::size_t>(vocab), 0.0f);
+  job.target = specdec::matrix_view<const float>(rows.data(), 1, vocab);
+  std::vector<std::byte> scratch(job.scratch_bytes() + 64);
+  const job_t::layout l = job.carve(scratch.data());
+  const specdec::philox_stream rng{77, 3};
+  std::uint64_t at = 0;
+  const specdec::detail::serial_team team;
+  int checked = 0;
+  for (const index_t end : {begin + 1024, begin + 517, begin + 1}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const index_t n = end - begin;
+      for (index_t i = 0; i < n; ++i) {
+        const double u = rng.uniform_double(at++);
+        // zeros, tiny and ordinary entries, and (trial 5) a chunk of zeros
+        l.stage[i] = trial == 5 ? 0.0f : u < 0.2 ? 0.0f : u < 0.3 ? 1e-30f : static_cast<float>(rng.uniform_double(at++));
+      }
+      const double before = trial % 2 == 0 ? 0.0 : 0.3125 * trial;
+      double chunk = 0.0;
+      std::vector<double> totals;  // walk_chunk's running totals
+      double running = before;
+      for (index_t i = 0; i < n; ++i)
+        if (l.stage[i] > 0.0f) {
+          chunk += l.stage[i];
+          running += static_cast<double>(l.stage[i]);
+          totals.push_back(running);
+        }
+      std::vector<double> targets = {before, before - 1.0, running, running + 1.0, before + 0.5 * chunk};
+      for (std::size_t k = 0; k < totals.size(); k += 1 + totals.size() / 40) {
+        targets.push_back(totals[k]);
+        targets.push_back(std::nextafter(totals[k], 0.0));
+        targets.push_back(std::nextafter(totals[k], 1e300));
+      }
+      for (const double target : targets) {
+        const job_t::staged_source source{l.stage, begin};
+        const std::int32_t want = specdec::detail::walk_chunk(source, begin, end, before, target);
+        CHECK_MESSAGE(job.walk_staged(team, l, begin, end, before, chunk, target) == want,
+                      "end ", end, " trial ", trial, " target ", target);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 300);
+}
+
 TEST_CASE_TEMPLATE("batched greedy verification equals verify_greedy per request", B, SPECDEC_TEAM_BACKENDS) {
   std::uint64_t seed = 900;
   for (const case_shape shape : {case_shape{}, case_shape{.variable_counts = true, .shuffled_rows = true, .caps = true, .bonus = true},

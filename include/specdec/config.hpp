@@ -12,6 +12,21 @@
 #define SPECDEC_HOST_DEVICE
 #endif
 
+/// Fully unrolls the loop that follows where the compiler supports it. Host-device code needs it where
+/// a small array must live in registers on the GPU: a loop nvcc leaves rolled indexes the array, which
+/// then goes to local memory, and each load waits for the one before.
+#if defined(__CUDA_ARCH__)
+#define SPECDEC_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)  // nvcc's host pass accepts neither form
+#define SPECDEC_UNROLL
+#elif defined(__clang__)
+#define SPECDEC_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define SPECDEC_UNROLL _Pragma("GCC unroll 32")
+#else
+#define SPECDEC_UNROLL
+#endif
+
 /// True inside device code compiled by nvcc, where exceptions and the C++ library are unavailable.
 #if defined(__CUDA_ARCH__)
 #define SPECDEC_DEVICE_CODE 1

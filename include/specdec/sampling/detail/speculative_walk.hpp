@@ -58,6 +58,11 @@ struct speculative_batch_job {
   const char* where;
   const char* names[specdec::detail::team_job_names];
 
+  /// Entries of a row a lane reads before it uses them: `row_batch` where they are used as they are,
+  /// `op_batch` where the residual operations are applied to them (that code, unrolled wider, spills
+  /// on the GPU).
+  static constexpr int row_batch = 32, op_batch = 8;
+
   SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return target.cols(); }
   SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
     return (target.cols() + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
@@ -72,7 +77,10 @@ struct speculative_batch_job {
     double* base_masses;
     double* masses;
     float* stage;  // the chunk a draw walks, `sample_chunk` entries
+    double* segment_sums;          // the walk's segments of the staged chunk
+    std::int64_t* segment_marks;   // per segment: first maybe-crossing, first sure crossing, last positive
   };
+  static constexpr index_t segments = 64;  ///< of the staged chunk, for its team-parallel walk (walk_staged)
   SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
   SPECDEC_HOST_DEVICE layout carve(std::byte* base) const {
     const index_t nodes = trees.tokens.cols();
@@ -91,6 +99,10 @@ struct speculative_batch_job {
     l.masses = reinterpret_cast<double*>(base);
     base += static_cast<std::size_t>(chunks()) * sizeof(double);
     l.stage = reinterpret_cast<float*>(base);
+    base += static_cast<std::size_t>(specdec::detail::sample_chunk) * sizeof(float);
+    l.segment_sums = reinterpret_cast<double*>(base);
+    base += segments * sizeof(double);
+    l.segment_marks = reinterpret_cast<std::int64_t*>(base);
     return l;
   }
   std::size_t scratch_bytes() const {
@@ -98,12 +110,16 @@ struct speculative_batch_job {
     const auto c = static_cast<std::size_t>(chunks());
     return round16(tree_scratch::bytes(nodes)) + round16(sizeof(residual_op) * static_cast<std::size_t>(nodes)) +
            c * 8 * (sizeof(double) + sizeof(std::int64_t)) + 2 * c * sizeof(double) +
-           static_cast<std::size_t>(specdec::detail::sample_chunk) * sizeof(float);
+           static_cast<std::size_t>(specdec::detail::sample_chunk) * sizeof(float) +
+           segments * (sizeof(double) + 3 * sizeof(std::int64_t));
   }
 
   /// The current entry j of the node's distribution: the target row with `n_ops` operations applied.
   SPECDEC_HOST_DEVICE float entry(const float* p, const residual_op* ops, int n_ops, index_t j) const {
-    float e = p[j];
+    return apply_ops(p[j], ops, n_ops, j);
+  }
+  /// The operations applied to `e`, the target row's entry j.
+  SPECDEC_HOST_DEVICE float apply_ops(float e, const residual_op* ops, int n_ops, index_t j) const {
     for (int k = 0; k < n_ops; ++k) {
       const residual_op& op = ops[k];
       if (op.kind == 0) {
@@ -121,14 +137,18 @@ struct speculative_batch_job {
     return e;
   }
 
-  /// A row pass in the canonical order: chunk masses of `value(j)` (j < V) into `masses`, their total,
-  /// and the first j where `bad(value)` holds (-1 if none).
+  /// A row pass in the canonical order: chunk masses of `apply(row[j], j)` (j < V) into `masses`, their
+  /// total, and the first j where `bad` holds of that value (-1 if none).
   struct weighed {
     double total;
     std::int64_t first_bad;
   };
-  template <class Team, class Value, class Bad>
-  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, double* masses, const Value& value, const Bad& bad) const {
+  struct as_is_t {
+    SPECDEC_HOST_DEVICE float operator()(float v, index_t) const noexcept { return v; }
+  };
+  template <int batch, class Team, class Apply, class Bad>
+  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, double* masses, const float* row, const Apply& apply,
+                                    const Bad& bad) const {
     const index_t n = vocab();
     const index_t c_count = chunks();
     const index_t items = c_count * 8;
@@ -138,26 +158,47 @@ struct speculative_batch_job {
       const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
       double sum = 0.0;
       std::int64_t first = -1;
-      for (index_t j = begin + item % 8; j < end; j += 8) {
-        const float v = value(j);
-        sum += static_cast<double>(v);
-        if (first < 0 && bad(v)) first = j;
+      index_t j = begin + item % 8;
+      // The row is read `batch` entries at a time before they are used (in index order, as below): on a
+      // GPU one load in flight per thread would wait on memory latency for each of a lane's 128 entries.
+      for (; j + 8 * (batch - 1) < end; j += 8 * batch) {
+        float v[batch];
+        SPECDEC_UNROLL
+        for (int u = 0; u < batch; ++u) v[u] = row[j + 8 * u];
+        SPECDEC_UNROLL
+        for (int u = 0; u < batch; ++u) {
+          const float x = apply(v[u], j + 8 * u);
+          sum += static_cast<double>(x);
+          if (first < 0 && bad(x)) first = j + 8 * u;
+        }
+      }
+      for (; j < end; j += 8) {
+        const float x = apply(row[j], j);
+        sum += static_cast<double>(x);
+        if (first < 0 && bad(x)) first = j;
       }
       l.lanes[item] = sum;
       l.marks[item] = first;
     }
     team.sync();
+    // Each chunk's lanes combine in the canonical order; its first bad entry goes to its first item.
     for (index_t c = team.rank(); c < c_count; c += team.size()) {
       double lane[8];
-      for (int k = 0; k < 8; ++k) lane[k] = l.lanes[c * 8 + k];
+      std::int64_t first = -1;
+      for (int k = 0; k < 8; ++k) {
+        lane[k] = l.lanes[c * 8 + k];
+        const std::int64_t f = l.marks[c * 8 + k];
+        if (f >= 0 && (first < 0 || f < first)) first = f;
+      }
       masses[c] = specdec::detail::combine_lanes(lane);
+      l.marks[c * 8] = first;
     }
     team.sync();
     weighed w{0.0, -1};
-    for (index_t c = 0; c < c_count; ++c) w.total += masses[c];
-    for (index_t item = 0; item < items; ++item) {
-      const std::int64_t f = l.marks[item];
-      if (f >= 0 && (w.first_bad < 0 || f < w.first_bad)) w.first_bad = f;
+    for (index_t c = 0; c < c_count; ++c) {
+      w.total += masses[c];
+      const std::int64_t f = l.marks[c * 8];
+      if (f >= 0 && w.first_bad < 0) w.first_bad = f;  // chunks are in index order
     }
     return w;
   }
@@ -167,7 +208,7 @@ struct speculative_batch_job {
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault check_row(Team& team, const layout& l, double* masses, const float* p, index_t row, int arg,
                                            double& total) const {
-    const weighed w = weigh(team, l, masses, [p](index_t j) { return p[j]; }, [](float v) { return !(v >= 0.0f && v <= 1.0f); });
+    const weighed w = weigh<row_batch>(team, l, masses, p, as_is_t{}, [](float v) { return !(v >= 0.0f && v <= 1.0f); });
     total = w.total;
     if (w.first_bad >= 0)
       return make_team_fault(team_error::distribution_entry, arg, row, w.first_bad, static_cast<double>(p[w.first_bad]));
@@ -288,7 +329,8 @@ struct speculative_batch_job {
             team.sync();
             ++n_ops;
             const int ops_now = n_ops;
-            mass = weigh(team, l, l.masses, [&](index_t j) { return entry(p, l.ops, ops_now, j); }, [](float) { return false; }).total;
+            mass = weigh<op_batch>(team, l, l.masses, p, [&](float v, index_t j) { return apply_ops(v, l.ops, ops_now, j); },
+                         [](float) { return false; }).total;
           }
         }
       }
@@ -326,7 +368,7 @@ struct speculative_batch_job {
       std::int32_t final_token = 0;
       if (race) {
         const float* e = noise.row(noise_row);
-        const weighed w = weigh(team, l, l.masses, [e](index_t j) { return e[j]; },
+        const weighed w = weigh<row_batch>(team, l, l.masses, e, as_is_t{},
                                 [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
         if (w.first_bad >= 0)
           return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
@@ -344,8 +386,7 @@ struct speculative_batch_job {
   /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
   /// masses of its current entries; the empty-distribution fallback as configured.
   /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
-  /// entries first staged in scratch by the whole team, so the serial walk reads fast memory and
-  /// evaluates no residual operations.
+  /// entries first staged in scratch by the whole team, then walked by the team (walk_staged).
   struct staged_source {
     const float* stage;
     index_t begin;
@@ -361,7 +402,60 @@ struct speculative_batch_job {
     team.sync();  // earlier readers of the stage are done
     for (index_t j = begin + team.rank(); j < end; j += team.size()) l.stage[j - begin] = value(j);
     team.sync();
-    return specdec::detail::walk_chunk(staged_source{l.stage, begin}, begin, end, c.before, target);
+    return walk_staged(team, l, begin, end, c.before, masses[c.chunk], target);
+  }
+
+  /// walk_chunk's answer over the staged chunk [begin, end), found by the team. walk_chunk adds the
+  /// positive entries one after another in double and stops at the first running total above
+  /// `target`: a chain of up to 1024 dependent additions. Here each of `segments` segments is summed,
+  /// each segment's thread starts from the sum of the segments before it and walks its entries. Those
+  /// running totals are walk_chunk's up to rounding: both add at most 1024 + 64 non-negative terms to
+  /// `before`, so each errs by under 2^-42 of before + chunk mass, and `slack` (2^-40 of that plus the
+  /// target) covers both. An entry whose total clears target + slack surely crosses, one below
+  /// target - slack surely does not; when the first entry that may cross is also the first that surely
+  /// does (or none may), that is walk_chunk's answer. Otherwise (a running total within ~1e-12 of the
+  /// target) walk_chunk itself decides.
+  template <class Team>
+  SPECDEC_HOST_DEVICE std::int32_t walk_staged(Team& team, const layout& l, index_t begin, index_t end, double before,
+                                               double chunk_mass, double target) const {
+    constexpr index_t length = specdec::detail::sample_chunk / segments;
+    const index_t n = end - begin;
+    const double slack = (before + chunk_mass + target) * 0x1p-40;
+    for (index_t g = team.rank(); g < segments; g += team.size()) {
+      double sum = 0.0;
+      for (index_t i = g * length; i < (g + 1) * length && i < n; ++i) {
+        const double v = static_cast<double>(l.stage[i]);
+        if (v > 0.0) sum += v;
+      }
+      l.segment_sums[g] = sum;
+    }
+    team.sync();
+    for (index_t g = team.rank(); g < segments; g += team.size()) {
+      double running = before;
+      for (index_t h = 0; h < g; ++h) running += l.segment_sums[h];
+      std::int64_t maybe = -1, sure = -1, last = -1;
+      for (index_t i = g * length; i < (g + 1) * length && i < n; ++i) {
+        const double v = static_cast<double>(l.stage[i]);
+        if (!(v > 0.0)) continue;
+        running += v;
+        last = i;
+        if (maybe < 0 && running > target - slack) maybe = i;
+        if (sure < 0 && running > target + slack) sure = i;
+      }
+      l.segment_marks[g] = maybe;
+      l.segment_marks[segments + g] = sure;
+      l.segment_marks[2 * segments + g] = last;
+    }
+    team.sync();
+    std::int64_t maybe = -1, sure = -1, last = -1;
+    for (index_t g = 0; g < segments; ++g) {  // segments in index order: the first marks are the row's first
+      if (maybe < 0) maybe = l.segment_marks[g];
+      if (sure < 0) sure = l.segment_marks[segments + g];
+      if (l.segment_marks[2 * segments + g] >= 0) last = l.segment_marks[2 * segments + g];
+    }
+    if (maybe < 0) return static_cast<std::int32_t>(begin + (last < 0 ? 0 : last));
+    if (maybe == sure) return static_cast<std::int32_t>(begin + sure);
+    return specdec::detail::walk_chunk(staged_source{l.stage, begin}, begin, end, before, target);
   }
 
   template <class Team>
@@ -373,7 +467,9 @@ struct speculative_batch_job {
     } else {
       const residual_op* ops = l.ops;
       const auto current = [this, p, ops, n_ops](index_t j) { return entry(p, ops, n_ops, j); };
-      const double total = weigh(team, l, l.masses, current, [](float) { return false; }).total;
+      const double total =
+          weigh<op_batch>(team, l, l.masses, p, [this, ops, n_ops](float v, index_t j) { return apply_ops(v, ops, n_ops, j); },
+                [](float) { return false; }).total;
       if (total > 0.0) return locate(team, l, l.masses, u * total, current);
     }
     switch (fallback) {
@@ -395,23 +491,55 @@ struct speculative_batch_job {
       const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
       float best_score = -1.0f;
       std::int64_t best = -1;
-      for (index_t j = begin + item % 8; j < end; j += 8) {
-        const float score = entry(p, l.ops, n_ops, j) / e[j];
+      const auto consider = [&](float score, index_t j) {
         if (score > best_score) {
           best_score = score;
           best = j;
         }
+      };
+      index_t j = begin + item % 8;
+      constexpr int batch = op_batch;
+      for (; j + 8 * (batch - 1) < end; j += 8 * batch) {  // batched as in weigh
+        float v[batch], noise[batch];
+        SPECDEC_UNROLL
+        for (int u = 0; u < batch; ++u) {
+          v[u] = p[j + 8 * u];
+          noise[u] = e[j + 8 * u];
+        }
+        SPECDEC_UNROLL
+        for (int u = 0; u < batch; ++u) consider(apply_ops(v[u], l.ops, n_ops, j + 8 * u) / noise[u], j + 8 * u);
       }
+      for (; j < end; j += 8) consider(entry(p, l.ops, n_ops, j) / e[j], j);
       l.lanes[item] = best_score;
       l.marks[item] = best;
+    }
+    // The winner is the largest score, the smallest index among equal scores: a total order, so it
+    // may be taken per chunk first (into the chunk's first item) and then over the chunks.
+    const auto better = [](float score, std::int64_t at, float best_score, std::int64_t best) {
+      return at >= 0 && (score > best_score || (score == best_score && at < best));
+    };
+    team.sync();
+    for (index_t c = team.rank(); c < chunks(); c += team.size()) {
+      float chunk_score = -1.0f;
+      std::int64_t chunk_best = -1;
+      for (int k = 0; k < 8; ++k) {
+        const float score = static_cast<float>(l.lanes[c * 8 + k]);
+        const std::int64_t at = l.marks[c * 8 + k];
+        if (better(score, at, chunk_score, chunk_best < 0 ? INT64_MAX : chunk_best)) {
+          chunk_score = score;
+          chunk_best = at;
+        }
+      }
+      l.lanes[c * 8] = chunk_score;
+      l.marks[c * 8] = chunk_best;
     }
     team.sync();
     float best_score = -1.0f;
     std::int64_t best = 0;
-    for (index_t item = 0; item < items; ++item) {
-      const float score = static_cast<float>(l.lanes[item]);
-      const std::int64_t at = l.marks[item];
-      if (at >= 0 && (score > best_score || (score == best_score && at < best))) {
+    for (index_t c = 0; c < chunks(); ++c) {
+      const float score = static_cast<float>(l.lanes[c * 8]);
+      const std::int64_t at = l.marks[c * 8];
+      if (better(score, at, best_score, best)) {
         best_score = score;
         best = at;
       }

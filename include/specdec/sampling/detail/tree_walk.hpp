@@ -70,12 +70,13 @@ struct batch_outputs {
 struct tree_scratch {
   std::int32_t* first_child;
   std::int32_t* next_sibling;
+  std::int32_t* depth;  // [0] also holds the deepest node's depth once the tree is checked
   SPECDEC_HOST_DEVICE static constexpr std::size_t bytes(index_t nodes) {
-    return 2 * sizeof(std::int32_t) * static_cast<std::size_t>(nodes);
+    return 3 * sizeof(std::int32_t) * static_cast<std::size_t>(nodes);
   }
   SPECDEC_HOST_DEVICE static tree_scratch carve(std::byte* base, index_t nodes) {
     auto* p = reinterpret_cast<std::int32_t*>(base);
-    return {p, p + nodes};
+    return {p, p + nodes, p + 2 * nodes};
   }
 };
 
@@ -111,12 +112,21 @@ SPECDEC_HOST_DEVICE team_fault check_and_link(Team& team, const batch_trees<Spac
   if (q.cap < -1) return make_team_fault(team_error::max_accepted, arg_max_accepted, r, 0, q.cap);
   q.bonus = trees.bonus_tokens.empty() ? -1 : trees.bonus_tokens(r);
   if (q.bonus < -1 || q.bonus >= vocab) return make_team_fault(team_error::bonus_range, arg_bonus, r, 0, q.bonus, vocab);
-  std::int32_t deepest = 0;
-  for (index_t i = 1; i < q.nodes; ++i) {
-    std::int32_t d = 1;
-    for (std::int32_t a = parent[i]; a > 0; a = parent[a]) ++d;  // parents precede children: terminates
-    deepest = d > deepest ? d : deepest;
+  // Depths in one pass by rank 0 (parents precede children), where every thread walking each node's
+  // ancestors would make a long serial chain of dependent reads.
+  team.sync();  // earlier readers of the scratch are done
+  if (team.rank() == 0) {
+    std::int32_t deepest = 0;
+    ts.depth[0] = 0;
+    for (index_t i = 1; i < q.nodes; ++i) {
+      const std::int32_t d = ts.depth[parent[i]] + 1;
+      ts.depth[i] = d;
+      deepest = d > deepest ? d : deepest;
+    }
+    ts.depth[0] = deepest;  // node 0's own depth (0) is not needed again
   }
+  team.sync();
+  const std::int32_t deepest = ts.depth[0];
   const std::int32_t emitted = (q.cap >= 0 && q.cap < deepest ? q.cap : deepest) + 1;
   if (emitted > out.tokens.cols())
     return make_team_fault(team_error::output_width, arg_out_tokens, r, 0, emitted, out.tokens.cols());
