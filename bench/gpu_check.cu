@@ -678,12 +678,25 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
       }
 }
 
+/// --profile verify_tree / verify_tree_drafts BATCH V: the timed case of check_batch_verify, three calls.
+void profile_batch_verify(device_backend& d, const std::string& op, index_t batch, index_t vocab) {
+  const bool drafts = op == "verify_tree_drafts";
+  const tree_case c = make_tree_case(batch, 60, vocab, drafts, static_cast<std::uint32_t>(batch * 3 + vocab + drafts));
+  const tree_run<device_backend, dbuf> dev(c);
+  d.defer_faults(true);
+  for (int i = 0; i < 3; ++i) specdec::sampling::verify_speculative(d, dev.rows(), dev.batch(), {}, dev.outputs());
+}
+
 // ---- the EAGLE-2 build on the device -------------------------------------------------------------------
 /// eagle2_batch_builder on the GPU against eagle2_tree_builder on thrust_backend<cpp> (the same top-k
 /// values: the CUDA top-k's are checked equal above), k 10, depth 5, 60 nodes, draft vocabulary V';
 /// the whole build (begin, depth expansions, finish: a top-k and a team job per step) timed as one.
+index_t profile_builder_batch = 0;  ///< --profile eagle2_build BATCH V: build three times at this batch, check nothing
+
 void check_batch_builder(device_backend& d, host_backend& h, cudaStream_t stream, bool quick, FILE* csv) {
-  const std::vector<index_t> batches = quick ? std::vector<index_t>{2} : std::vector<index_t>{1, 16, 64};
+  const std::vector<index_t> batches = profile_builder_batch > 0 ? std::vector<index_t>{profile_builder_batch}
+                                       : quick                   ? std::vector<index_t>{2}
+                                                                 : std::vector<index_t>{1, 16, 64};
   const index_t vocab = quick ? 3000 : 32000, k = 10, depth = quick ? 2 : 5, total = quick ? 20 : 60;
   for (const index_t batch : batches) {
     const specdec::dynamic_tree_config cfg{.top_k = k, .depth = depth, .total_tokens = total};
@@ -708,6 +721,11 @@ void check_batch_builder(device_backend& d, host_backend& h, cudaStream_t stream
         builder.expand(dmat<const float>(dev_rows[static_cast<std::size_t>(s + 1)]->p, batch * k, vocab));
       builder.finish({dmat<std::int32_t>(tokens.p, batch, total), dmat<std::int32_t>(parents.p, batch, total)});
     };
+    if (profile_builder_batch > 0) {
+      d.defer_faults(true);
+      for (int i = 0; i < 3; ++i) build();
+      return;
+    }
     bool ok = true;
     std::vector<std::int32_t> want_tokens, want_parents;
     try {
@@ -844,6 +862,17 @@ int main(int argc, char** argv) {
        }},
   };
 
+  if (profile_op == "eagle2_build") {
+    profile_builder_batch = profile_rows;  // V' is the check's 32000
+    check_batch_builder(d, h, stream, false, nullptr);
+    cuda_ok(cudaStreamSynchronize(stream), "profile");
+    return 0;
+  }
+  if (profile_op.rfind("verify_tree", 0) == 0) {
+    profile_batch_verify(d, profile_op, profile_rows, profile_cols);
+    cuda_ok(cudaStreamSynchronize(stream), "profile");
+    return 0;
+  }
   if (!profile_op.empty()) {
     outputs out;
     out.uni.put(std::vector<float>(64, 0.37f));

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Nsight Compute profiles of single gpu_check operations (gpu_check --profile OP ROWS V), on a machine
-# with an NVIDIA GPU and ncu. Usage: scripts/gpu_profile.sh OUT_DIR OP:ROWS:V ...
-# Each profile (the second of three calls) lands as OUT_DIR/ncu_OP_ROWSxV.txt.
+# with an NVIDIA GPU and ncu. Usage: scripts/gpu_profile.sh OUT_DIR OP:ROWS:V:KERNEL[:SKIP:COUNT] ...
+# KERNEL is a regular expression naming the kernels to profile (e.g. topk_kernel, or . for all);
+# COUNT launches after the first SKIP are profiled (default: the second launch), the report landing
+# as OUT_DIR/ncu_OP_ROWSxV.txt. gpu_check --profile also takes verify_tree, verify_tree_drafts (BATCH V)
+# and eagle2_build (BATCH, V' 32000: 13 launches a build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -12,9 +15,9 @@ export LD_LIBRARY_PATH="$PWD/build/gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PAT
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 0; }
 for spec in "$@"; do
-  IFS=: read -r op rows cols <<<"$spec"
+  IFS=: read -r op rows cols kernel skip count <<<"$spec"
   timeout 60 "$ncu" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section InstructionStats --launch-skip 1 --launch-count 1 \
+    --section SchedulerStats --section InstructionStats -k "regex:$kernel" --launch-skip "${skip:-1}" --launch-count "${count:-1}" \
     build/gpu/gpu_check --profile "$op" "$rows" "$cols" >"$out/ncu_${op}_${rows}x${cols}.txt" 2>&1
   echo "$spec: rc=$? $(grep -m1 'Duration' "$out/ncu_${op}_${rows}x${cols}.txt")"
 done
