@@ -163,6 +163,24 @@ TEST_CASE_TEMPLATE("eagle2_batch_builder names what is wrong", B, SPECDEC_ALL_BA
     CHECK(conformance::error_of([&] { builder.begin(peaked_logits.matrix(1, v), root_tokens.view(), v); }) ==
           "specdec::eagle2_batch_builder::begin: request 0: d2t maps draft token 29 to 34; expected a target id in [0, 30)");
   }
+  {
+    // The same fault found in an expansion, in the second request only (each thread of a team maps its
+    // own candidates; the first flagged one is reported).
+    std::vector<std::int32_t> d2t(static_cast<std::size_t>(v), 0);
+    d2t[static_cast<std::size_t>(v - 1)] = 5;
+    conformance::matrix first = conformance::random_logits(7, 2, v, 1.0f);
+    first.data[static_cast<std::size_t>(v - 1)] = first.data[static_cast<std::size_t>(2 * v - 1)] = -50.0f;
+    conformance::matrix second = conformance::random_logits(8, 4, v, 1.0f);
+    second.data[static_cast<std::size_t>(3 * v - 1)] = 50.0f;  // request 1, frontier slot 0
+    auto first_logits = b.upload(std::span<const float>(first.data));
+    auto second_logits = b.upload(std::span<const float>(second.data));
+    const std::vector<std::int32_t> roots = {3, 4};
+    auto root_tokens = b.upload(std::span<const std::int32_t>(roots));
+    specdec::eagle2_batch_builder<B> builder(b, {.top_k = 2, .depth = 1, .total_tokens = 4, .d2t = d2t}, 2);
+    builder.begin(first_logits.matrix(2, v), root_tokens.view(), v);
+    CHECK(conformance::error_of([&] { builder.expand(second_logits.matrix(4, v)); }) ==
+          "specdec::eagle2_batch_builder::expand: request 1: d2t maps draft token 29 to 34; expected a target id in [0, 30)");
+  }
   CHECK(conformance::error_of([&] {
           specdec::eagle2_batch_builder<B> builder(b, {.top_k = 2, .depth = 1, .total_tokens = 4, .score = specdec::tree_score::probability});
         }).find("tree_score::probability is not offered") != std::string::npos);

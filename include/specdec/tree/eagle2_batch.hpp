@@ -122,17 +122,25 @@ struct grow_job {
   index_t base;  // flat index of the grid's first candidate (k + steps k^2)
   const char* where;
   const char* names[team_job_names];
-  std::size_t scratch_bytes() const { return sizeof(float) * static_cast<std::size_t>(s.top_k * s.top_k) +
-                                             sizeof(std::int32_t) * static_cast<std::size_t>(s.top_k); }
+  std::size_t scratch_bytes() const {
+    return (sizeof(float) + sizeof(std::int32_t)) * static_cast<std::size_t>(s.top_k * s.top_k) +
+           sizeof(std::int32_t) * static_cast<std::size_t>(s.top_k);
+  }
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte* scratch) const {
     const index_t k = s.top_k;
     float* grid = reinterpret_cast<float*>(scratch);
-    std::int32_t* order = reinterpret_cast<std::int32_t*>(scratch + sizeof(float) * static_cast<std::size_t>(k * k));
-    for (index_t g = 0; g < k * k; ++g) {  // every thread checks the mapping; the writes are split
+    std::int32_t* unmapped = reinterpret_cast<std::int32_t*>(grid + k * k);  // per candidate: its mapping failed
+    std::int32_t* order = unmapped + k * k;
+    // Each thread maps its own candidates and flags failures; then every thread reports the first
+    // flagged one (the same fault everywhere). Every thread mapping every candidate would be a chain
+    // of k^2 dependent reads.
+    team.sync();  // earlier readers of the scratch are done
+    for (index_t g = team.rank(); g < k * k; g += team.size()) {
       std::int32_t token = 0;
-      if (const team_fault f = map_token(s, indices(b * k + g / k, g % k), b, token); f.code != 0) return f;
-      if (g % team.size() != team.rank()) continue;
+      const bool mapped = map_token(s, indices(b * k + g / k, g % k), b, token).code == 0;
+      unmapped[g] = mapped ? 0 : 1;
+      if (!mapped) continue;
       const std::int32_t parent = s.frontier(b, g / k);
       const float score = values(b * k + g / k, g % k) + s.scores(b, parent);
       grid[g] = score;
@@ -141,6 +149,11 @@ struct grow_job {
       s.parents(b, base + g) = parent;
     }
     team.sync();
+    for (index_t g = 0; g < k * k; ++g) {
+      if (unmapped[g] == 0) continue;
+      std::int32_t token = 0;
+      return map_token(s, indices(b * k + g / k, g % k), b, token);
+    }
     for (index_t g = team.rank(); g < k * k; g += team.size()) {
       index_t rank = 0;
       for (index_t h = 0; h < k * k && rank < k; ++h) rank += ranks_before(grid[h], h, grid[g], g) ? 1 : 0;
@@ -172,14 +185,21 @@ struct finish_job {
   index_t keep;        // T - 1
   const char* where;
   const char* names[team_job_names];
-  std::size_t scratch_bytes() const { return sizeof(std::int32_t) * static_cast<std::size_t>(candidates); }
+  std::size_t scratch_bytes() const {
+    return (sizeof(std::int32_t) + sizeof(float)) * static_cast<std::size_t>(candidates) +
+           2 * sizeof(std::int32_t) * static_cast<std::size_t>(keep + 1);
+  }
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte* scratch) const {
     std::int32_t* node_of = reinterpret_cast<std::int32_t*>(scratch);  // node of each candidate, -1 unselected
+    float* score = reinterpret_cast<float*>(node_of + candidates);     // the scores, read by every thread
+    team.sync();  // earlier readers of the scratch are done
+    for (index_t f = team.rank(); f < candidates; f += team.size()) score[f] = s.scores(b, f);
+    team.sync();
     for (index_t f = team.rank(); f < candidates; f += team.size()) {
       index_t rank = 0;
-      const float sf = s.scores(b, f);
-      for (index_t h = 0; h < candidates && rank < keep; ++h) rank += ranks_before(s.scores(b, h), h, sf, f) ? 1 : 0;
+      const float sf = score[f];
+      for (index_t h = 0; h < candidates; ++h) rank += ranks_before(score[h], h, sf, f) ? 1 : 0;
       node_of[f] = rank < keep ? 1 : -1;
     }
     team.sync();
@@ -189,17 +209,26 @@ struct finish_job {
     }
     team.sync();
     // A selected candidate's parent is selected unless scores rise along a path (NaN or positive
-    // log-probabilities); every thread checks, so all return the same fault.
-    for (index_t f = 0; f < candidates; ++f) {
+    // log-probabilities). Each thread checks its candidates and flags them (in `score`, no longer
+    // needed); every thread then reports the first flagged one, so all return the same fault.
+    std::int32_t* orphan = reinterpret_cast<std::int32_t*>(score);
+    team.sync();  // the scores have been read
+    for (index_t f = team.rank(); f < candidates; f += team.size()) {
       const std::int32_t pf = s.parents(b, f);
-      if (node_of[f] > 0 && pf >= 0 && node_of[pf] < 0) return make_team_fault(team_error::unselected_parent, arg_tree, b, f, pf);
+      orphan[f] = node_of[f] > 0 && pf >= 0 && node_of[pf] < 0 ? 1 : 0;
     }
+    team.sync();
+    for (index_t f = 0; f < candidates; ++f)
+      if (orphan[f] != 0) return make_team_fault(team_error::unselected_parent, arg_tree, b, f, s.parents(b, f));
+    std::int32_t* node_parent = reinterpret_cast<std::int32_t*>(score + candidates);  // [keep + 1]
+    std::int32_t* depth = node_parent + keep + 1;                                     // [keep + 1]
     for (index_t f = team.rank(); f < candidates; f += team.size()) {
       const std::int32_t node = node_of[f];
       if (node < 0) continue;
       const std::int32_t pf = s.parents(b, f);
+      node_parent[node] = pf < 0 ? 0 : node_of[pf];
       out.tokens(b, node) = s.tokens(b, f);
-      out.parents(b, node) = pf < 0 ? 0 : node_of[pf];
+      out.parents(b, node) = node_parent[node];
       if (!out.scores.empty()) out.scores(b, node) = s.scores(b, f);
       if (!out.selected.empty()) out.selected(b, node - 1) = static_cast<std::int32_t>(f);
     }
@@ -209,11 +238,15 @@ struct finish_job {
       if (!out.scores.empty()) out.scores(b, 0) = 0.0f;
     }
     if (!out.depths.empty()) {
-      team.sync();  // parents written
+      // Depths by rank 0 in scratch (parents precede children), then written by every thread: a chain
+      // of dependent reads of the outputs would wait on memory at each node.
+      team.sync();  // node_parent written
       if (team.rank() == 0) {
-        out.depths(b, 0) = 0;
-        for (index_t n = 1; n <= keep; ++n) out.depths(b, n) = out.depths(b, out.parents(b, n)) + 1;  // parents precede
+        depth[0] = 0;
+        for (index_t n = 1; n <= keep; ++n) depth[n] = depth[node_parent[n]] + 1;
       }
+      team.sync();
+      for (index_t n = team.rank(); n <= keep; n += team.size()) out.depths(b, n) = depth[n];
     }
     return {};
   }
