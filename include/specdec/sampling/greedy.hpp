@@ -9,14 +9,102 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/rows.hpp>
-#include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/request.hpp>
+#include <specdec/tree/tree.hpp>
 
 namespace specdec::sampling {
+
+namespace detail {
+
+/// The greedy walk of one request (checked by checked_tree); `argmax_of(row)` gives the target argmax
+/// of a node row and is called only for the rows the walk visits. `request` is the request's index in
+/// its batch, for error messages (a greedy request inside a sampled batch keeps its place).
+template <class ArgmaxOf>
+speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
+                                   tree_view tree, ArgmaxOf& argmax_of) {
+  const auto children = children_of(where, q, request);
+  speculative_result out;
+  index_t node = 0;
+  for (;;) {
+    const std::int32_t best = argmax_of(q.target_row + node);
+    SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
+                    "; expected a token in [0, ", vocab_size, ")");
+    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
+    std::int32_t accepted = -1;
+    if (!capped)
+      for (const std::int32_t c : children[static_cast<std::size_t>(node)])
+        if (tree.token[static_cast<std::size_t>(c)] == best) {
+          accepted = c;
+          break;
+        }
+    if (accepted >= 0) {
+      out.accepted_nodes.push_back(accepted);
+      out.tokens.push_back(best);
+      node = accepted;
+      continue;
+    }
+    out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
+    out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, request, vocab_size) : best);
+    break;
+  }
+  out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+  return out;
+}
+
+/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
+/// only for the rows the walk visits.
+template <class ArgmaxOf>
+std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
+                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of) {
+  return for_each_request(where, requests, vocab_size, rows,
+                          [&](const speculative_request& q, std::size_t r, tree_view tree) {
+                            return greedy_walk_one(where, vocab_size, q, r, tree, argmax_of);
+                          });
+}
+
+/// Target argmaxes of the rows a greedy walk visits, from the rows as given (verify_greedy, and the
+/// greedy requests of a sampled batch). Host backends take a row's argmax when the walk visits it;
+/// device backends run one batched `row_argmax` over all rows and download it once (one
+/// synchronisation instead of one per visited row), when `needed`.
+template <backend B>
+class greedy_rows {
+ public:
+  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, bool needed = true) : backend_(&b), rows_(rows) {
+    if constexpr (!std::is_same_v<typename B::memory_space, host_space>) {
+      if (needed) {
+        auto argmax = b.template allocate<std::int32_t>(rows.rows());
+        b.row_argmax(rows, argmax.view());
+        all_ = b.download(vector_view<const std::int32_t, typename B::memory_space>(argmax.view().data(), rows.rows()));
+      }
+    }
+  }
+  std::int32_t operator()(index_t row) {
+    if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
+      std::int32_t best = 0;
+      backend_->row_argmax(matrix_view<const float>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
+      return best;
+    } else {
+      // Rows come from checked_tree's range; an error, not std::out_of_range, if that ever breaks.
+      SPECDEC_EXPECTS(row >= 0 && row < static_cast<index_t>(all_.size()), "specdec::sampling::verify_greedy",
+                      "target row ", row, " is outside the ", all_.size(), " rows");
+      return all_[static_cast<std::size_t>(row)];
+    }
+  }
+
+ private:
+  B* backend_;
+  matrix_view<const float, typename B::memory_space> rows_;
+  std::vector<std::int32_t> all_;
+};
+
+}  // namespace detail
 
 /// Greedy verification of a batch of trees, from the target's argmax per node.
 ///

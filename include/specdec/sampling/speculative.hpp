@@ -34,6 +34,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/rows.hpp>
+#include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/request.hpp>
 #include <specdec/tree/tree.hpp>
@@ -88,96 +89,39 @@ struct speculative_rows {
 
 namespace detail {
 
+/// The walk's conventions, one function each; a new convention is an enumerator and a case here.
+
+/// Whether a child passes its acceptance test (acceptance_test) given the current target probability
+/// p = P(x), the draft probability q = Q(x) (1 for a deterministic draft), the lenience and a uniform.
 inline bool passes(acceptance_test test, float p, float q, float lenience, double u) {
   const float lq = lenience * q;
   if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
   return static_cast<float>(u) * lq < p;
 }
 
-/// The greedy walk of one request (checked by checked_tree); `argmax_of(row)` gives the target argmax
-/// of a node row and is called only for the rows the walk visits. `request` is the request's index in
-/// its batch, for error messages (a greedy request inside a sampled batch keeps its place).
-template <class ArgmaxOf>
-speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
-                                   tree_view tree, ArgmaxOf& argmax_of) {
-  const auto children = children_of(where, q, request);
-  speculative_result out;
-  index_t node = 0;
-  for (;;) {
-    const std::int32_t best = argmax_of(q.target_row + node);
-    SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
-                    "; expected a token in [0, ", vocab_size, ")");
-    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-    std::int32_t accepted = -1;
-    if (!capped)
-      for (const std::int32_t c : children[static_cast<std::size_t>(node)])
-        if (tree.token[static_cast<std::size_t>(c)] == best) {
-          accepted = c;
-          break;
-        }
-    if (accepted >= 0) {
-      out.accepted_nodes.push_back(accepted);
-      out.tokens.push_back(best);
-      node = accepted;
-      continue;
-    }
-    out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
-    out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, request, vocab_size) : best);
-    break;
+/// The target distribution after a rejected child with token x: norm(max(0, P - l Q)) with Q the
+/// child's draft row `q_values`, or, for a deterministic child (null `q_values`), P without x (l = 1;
+/// `removed` lists such tokens, so repeated siblings are skipped) or P - l delta_x.
+inline void reject(working_distribution& dist, const float* q_values, std::int32_t x, float lenience,
+                   std::vector<std::int32_t>& removed) {
+  if (q_values != nullptr) {
+    dist.subtract(q_values, lenience);
+  } else if (lenience == 1.0f) {
+    dist.remove(x);
+    removed.push_back(x);
+  } else {
+    dist.subtract_point(x, lenience);
   }
-  out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
-  return out;
 }
 
-/// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called
-/// only for the rows the walk visits.
-template <class ArgmaxOf>
-std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_size, index_t rows,
-                                            std::span<const speculative_request> requests, ArgmaxOf&& argmax_of) {
-  return for_each_request(where, requests, vocab_size, rows,
-                          [&](const speculative_request& q, std::size_t r, tree_view tree) {
-                            return greedy_walk_one(where, vocab_size, q, r, tree, argmax_of);
-                          });
+/// The token drawn from the distribution the walk ends with (final_draw): the exponential race against
+/// the request's noise row, or the canonical inverse CDF at the next uniform.
+template <class NoiseRow, class NextUniform>
+std::int32_t final_token(const speculative_options& options, working_distribution& dist, NoiseRow&& noise_row,
+                         NextUniform&& next_uniform) {
+  if (options.draw == final_draw::exponential_race) return dist.race(noise_row());
+  return dist.draw(next_uniform(), options.fallback);
 }
-
-/// Target argmaxes of the rows a greedy walk visits, from the rows as given (verify_greedy, and the
-/// greedy requests of a sampled batch). Host backends take a row's argmax when the walk visits it;
-/// device backends run one batched `row_argmax` over all rows and download it once (one
-/// synchronisation instead of one per visited row), when `needed`.
-template <backend B>
-class greedy_rows {
- public:
-  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, bool needed = true) : backend_(&b), rows_(rows) {
-    if constexpr (!std::is_same_v<typename B::memory_space, host_space>) {
-      if (needed) {
-        auto argmax = b.template allocate<std::int32_t>(rows.rows());
-        b.row_argmax(rows, argmax.view());
-        all_ = b.download(vector_view<const std::int32_t, typename B::memory_space>(argmax.view().data(), rows.rows()));
-      }
-    }
-  }
-  std::int32_t operator()(index_t row) {
-    if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
-      std::int32_t best = 0;
-      backend_->row_argmax(matrix_view<const float>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
-      return best;
-    } else {
-      // Rows come from checked_tree's range; an error, not std::out_of_range, if that ever breaks.
-      SPECDEC_EXPECTS(row >= 0 && row < static_cast<index_t>(all_.size()), "specdec::sampling::verify_greedy",
-                      "target row ", row, " is outside the ", all_.size(), " rows");
-      return all_[static_cast<std::size_t>(row)];
-    }
-  }
-
- private:
-  B* backend_;
-  matrix_view<const float, typename B::memory_space> rows_;
-  std::vector<std::int32_t> all_;
-};
-
-}  // namespace detail
-
-namespace detail {
 
 /// Checks the options every stochastic verifier takes (an enumerator outside its values would
 /// silently select another convention).
@@ -243,6 +187,20 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     speculative_result out;
     std::uint64_t position = 0;
     const auto next_uniform = [&] { return q.uniforms.at(position++, options.range); };
+    // The probabilities a test reads, checked: target row `row`'s entry x, draft row q_row's (1 when
+    // deterministic).
+    const auto target_entry = [&](index_t row, std::int32_t x) {
+      const float p_x = target.at(row, x);
+      sampling::detail::check_probability(where, "target_probs", row, x, p_x);
+      return p_x;
+    };
+    const auto draft_entry = [&](index_t q_row, std::int32_t x) {
+      if (q_row < 0) return 1.0f;
+      const float q_x = draft.at(q_row, x);
+      sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
+      return q_x;
+    };
+    const auto draft_row_of = [&](std::int32_t c) { return q.draft_rows.empty() ? index_t{-1} : q.draft_rows[static_cast<std::size_t>(c)]; };
     index_t node = 0;
     bool rejected_here = false;
     for (;;) {
@@ -263,42 +221,34 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       std::int32_t accepted = -1;
       rejected_here = false;
       if (!capped) {
-        std::vector<std::int32_t> rejected_tokens;
+        std::vector<std::int32_t> removed;
         for (const std::int32_t c : children[static_cast<std::size_t>(node)]) {
           const std::int32_t x = tree.token[static_cast<std::size_t>(c)];
-          const index_t q_row = q.draft_rows.empty() ? -1 : q.draft_rows[static_cast<std::size_t>(c)];
-          if (q_row < 0 && std::find(rejected_tokens.begin(), rejected_tokens.end(), x) != rejected_tokens.end()) continue;
+          const index_t q_row = draft_row_of(c);
+          if (q_row < 0 && std::find(removed.begin(), removed.end(), x) != removed.end()) continue;
           // The untouched row is read one entry at a time; a residual needs the whole row.
           float p_x;
-          if (!dist.modified() && !p_row) p_x = target.at(row, x);
-          else {
+          if (!dist.modified() && !p_row) {
+            p_x = target_entry(row, x);
+          } else {
             load();
             p_x = dist.prob(x);
+            sampling::detail::check_probability(where, "target_probs", row, x, p_x);
           }
-          sampling::detail::check_probability(where, "target_probs", row, x, p_x);
-          float q_x = 1.0f;
-          if (q_row >= 0) {
-            q_x = draft.at(q_row, x);
-            sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
-          }
-          const double u = next_uniform();
+          const float q_x = draft_entry(q_row, x);
           ++out.acceptance_tests;
-          if (detail::passes(options.test, p_x, q_x, options.lenience, u)) {
+          if (detail::passes(options.test, p_x, q_x, options.lenience, next_uniform())) {
             accepted = c;
             break;
           }
           load();
           rejected_here = true;
+          const float* q_values = nullptr;
           if (q_row >= 0) {
-            const float* q_values = draft.row(q_row);
+            q_values = draft.row(q_row);
             sampling::detail::check_probability_row(where, "draft_probs", q_row, q_values, vocab);
-            dist.subtract(q_values, options.lenience);
-          } else if (options.lenience == 1.0f) {
-            dist.remove(x);
-            rejected_tokens.push_back(x);
-          } else {
-            dist.subtract_point(x, options.lenience);
           }
+          detail::reject(dist, q_values, x, options.lenience, removed);
         }
       }
       if (accepted >= 0) {
@@ -307,18 +257,15 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
         node = accepted;
         continue;
       }
-      // The walk ends at `node`: re-tests (FlashInfer), then the final token.
-      if (options.flashinfer_retest && rejected_here) {
-        for (index_t i = node; i + 1 < n; ++i) {  // chain positions from the rejected one on
+      // The walk ends at `node`: FlashInfer's re-tests of the chain positions from the rejected one
+      // on (fresh uniforms, passes counted), then the final token.
+      if (options.flashinfer_retest && rejected_here)
+        for (index_t i = node; i + 1 < n; ++i) {
           const std::int32_t x = tree.token[static_cast<std::size_t>(i + 1)];
-          const index_t q_row = q.draft_rows.empty() ? -1 : q.draft_rows[static_cast<std::size_t>(i + 1)];
-          const float p_x = target.at(q.target_row + i, x);
-          sampling::detail::check_probability(where, "target_probs", q.target_row + i, x, p_x);
-          const float q_x = q_row >= 0 ? draft.at(q_row, x) : 1.0f;
-          if (q_row >= 0) sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
+          const float p_x = target_entry(q.target_row + i, x);
+          const float q_x = draft_entry(draft_row_of(static_cast<std::int32_t>(i + 1)), x);
           out.retest_accepted += detail::passes(options.test, p_x, q_x, options.lenience, next_uniform()) ? 1 : 0;
         }
-      }
       out.retest_accepted += static_cast<index_t>(out.accepted_nodes.size());
       out.bonus = !rejected_here;
       if (out.bonus && q.bonus_token) {
@@ -327,15 +274,12 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       }
       load();
       if (options.keep_final_distribution) out.final_distribution = dist.entries();
-      std::int32_t token = 0;
-      if (options.draw == final_draw::exponential_race) {
-        const float* noise_row = noise.row(q.noise_row);
-        sampling::detail::check_noise_row(where, q.noise_row, noise_row, vocab);
-        token = dist.race(noise_row);
-      } else {
-        token = dist.draw(next_uniform(), options.fallback);
-      }
-      out.tokens.push_back(token);
+      const auto noise_row = [&] {
+        const float* e = noise.row(q.noise_row);
+        sampling::detail::check_noise_row(where, q.noise_row, e, vocab);
+        return e;
+      };
+      out.tokens.push_back(detail::final_token(options, dist, noise_row, next_uniform));
       break;
     }
     out.uniforms_consumed = static_cast<index_t>(position);
