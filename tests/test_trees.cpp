@@ -8,10 +8,12 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <span>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/eagle.hpp>
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
@@ -175,6 +177,51 @@ TEST_CASE("every mask layout agrees with the ancestor relation") {
             .find("33 nodes") != std::string::npos);
   CHECK(error_of([&] { specdec::tree_mask_dense(t, 0, specdec::matrix_view<std::uint8_t>(dense.data(), n, n + 1)); })
             .find("expected 6 x 6") != std::string::npos);
+}
+
+TEST_CASE("an engine's own arrays go through tree_view to every buffer and mask, validated as a tree") {
+  // The engine keeps tokens / parents / depths in one flat array of its own (3 x n, no scores).
+  const auto t = sample_tree();
+  const index_t n = t.size();
+  std::vector<std::int32_t> engine(static_cast<std::size_t>(3 * n));
+  std::copy(t.token.begin(), t.token.end(), engine.begin());
+  std::copy(t.parent.begin(), t.parent.end(), engine.begin() + n);
+  std::copy(t.depth.begin(), t.depth.end(), engine.begin() + 2 * n);
+  const std::span<const std::int32_t> all(engine);
+  const specdec::tree_view view(all.subspan(0, static_cast<std::size_t>(n)), all.subspan(static_cast<std::size_t>(n), static_cast<std::size_t>(n)),
+                                all.subspan(static_cast<std::size_t>(2 * n), static_cast<std::size_t>(n)));
+  const specdec::valid_tree valid(view);
+  CHECK(valid.max_depth() == 3);
+  CHECK(specdec::tree_positions(view, 7) == specdec::tree_positions(t, 7));
+  CHECK(specdec::retrieve_paths(valid, specdec::path_order::lexicographic).paths ==
+        specdec::retrieve_paths(t, specdec::path_order::lexicographic).paths);
+  CHECK(specdec::depth_offsets(view) == specdec::depth_offsets(t));
+  CHECK(specdec::tree_mask_dense(valid, 2) == specdec::tree_mask_dense(t, 2));
+  std::vector<std::int32_t> indptr_view, indptr_tree;
+  const std::vector<specdec::tree_view> views{view};
+  const std::vector<specdec::draft_tree> trees{t};
+  const std::vector<index_t> prefixes{4};
+  CHECK(specdec::tree_mask_flashinfer_packed(views, prefixes, indptr_view) ==
+        specdec::tree_mask_flashinfer_packed(trees, prefixes, indptr_tree));
+  CHECK(indptr_view == indptr_tree);
+  // The shared target-side recipe: EAGLE's buffers from the engine's arrays equal the draft_tree's,
+  // and the tokens, positions and paths are the tree's own.
+  const auto from_view = specdec::eagle::make_buffers(valid);
+  const auto from_tree = specdec::eagle::make_buffers(t);
+  CHECK(from_view.tree_mask == from_tree.tree_mask);
+  CHECK(from_view.retrieve_indices == from_tree.retrieve_indices);
+  CHECK(from_view.draft_tokens == std::vector<std::int64_t>{7, 8, 9, 10, 11, 12});
+  CHECK(from_view.position_ids == std::vector<std::int64_t>{0, 1, 1, 2, 2, 3});
+  CHECK(from_view.retrieve_indices == std::vector<std::int64_t>{0, 2, -1, -1, 0, 1, 4, -1, 0, 1, 3, 5});
+  CHECK((from_view.nodes == 6 && from_view.leaves == 3 && from_view.path_length == 4));
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < n; ++j)
+      CHECK(from_view.tree_mask[static_cast<std::size_t>(i * n + j)] == (attends(t, i, j) ? 1.0f : 0.0f));
+  // A malformed engine tree fails once, when it is validated, naming the node.
+  engine[static_cast<std::size_t>(2 * n + 5)] = 1;  // node 5's depth
+  CHECK(error_of([&] { specdec::valid_tree{view}; }).find("node 5 has depth 1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::eagle::make_buffers(view); }).find("node 5 has depth 1") != std::string::npos);
+  CHECK(error_of([&] { (void)specdec::tree_mask_dense(view, 0); }).find("node 5 has depth 1") != std::string::npos);
 }
 
 TEST_CASE("choice lists: canonical order, shipped lists, malformed lists rejected") {

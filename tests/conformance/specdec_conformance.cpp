@@ -22,6 +22,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/eagle.hpp>
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
@@ -171,13 +172,13 @@ class runner {
     expect_equal("intermediates.flat_tokens", it.at("flat_tokens"), builder.candidate_tokens(0));
     expect_equal("intermediates.top_scores_index_sorted", it.at("top_scores_index_sorted"), result.selected);
     expect_equal("intermediates.parent_node_index", it.at("parent_node_index"), result.tree.parent);
-    const auto greedy = specdec::make_eagle_buffers(result.tree);
+    const auto greedy = specdec::eagle::make_buffers(result.tree);
     const json& out = c.at("outputs");
     expect_equal("outputs.draft_tokens", out.at("draft_tokens"), greedy.draft_tokens);
     expect_equal("outputs.tree_mask", out.at("tree_mask"), greedy.tree_mask);
     expect_equal("outputs.tree_position_ids", out.at("tree_position_ids"), greedy.position_ids);
     expect_equal("outputs.retrieve_indices", out.at("retrieve_indices"), greedy.retrieve_indices);
-    const auto sampled = specdec::make_eagle_buffers(result.tree, specdec::path_order::lexicographic);
+    const auto sampled = specdec::eagle::make_buffers(result.tree, specdec::path_order::lexicographic);
     expect_equal("outputs_sampling.retrieve_indices", c.at("outputs_sampling").at("retrieve_indices"),
                  sampled.retrieve_indices);
     if (it.contains("draft_steps") && !it.at("draft_steps").empty()) {  // depth 0 runs no draft forward
@@ -197,7 +198,7 @@ class runner {
     const auto buf = specdec::medusa::make_buffers(choices_of(c.at("inputs").at("medusa_choices")),
                                                    c.at("params").value("TOPK", index_t(10)));
     const json& out = c.at("outputs");
-    expect_equal("outputs.medusa_attn_mask", out.at("medusa_attn_mask"), buf.attn_mask);
+    expect_equal("outputs.medusa_attn_mask", out.at("medusa_attn_mask"), buf.tree_mask);
     expect_equal("outputs.tree_indices", out.at("tree_indices"), buf.tree_indices);
     expect_equal("outputs.medusa_position_ids", out.at("medusa_position_ids"), buf.position_ids);
     expect_equal("outputs.retrieve_indices", out.at("retrieve_indices"), buf.retrieve_indices);
@@ -216,9 +217,9 @@ class runner {
     const json& p = c.at("params");
     const auto buf = specdec::eagle1::make_buffers(choices_of(c.at("inputs").at("tree_choices")), p.value("TOPK", index_t(10)));
     const json& out = c.at("outputs");
-    expect_equal("outputs.tree_attn_mask", out.at("tree_attn_mask"), buf.tree_attn_mask);
+    expect_equal("outputs.tree_attn_mask", out.at("tree_attn_mask"), buf.tree_mask);
     expect_equal("outputs.tree_indices", out.at("tree_indices"), buf.tree_indices);
-    expect_equal("outputs.tree_position_ids", out.at("tree_position_ids"), buf.tree_position_ids);
+    expect_equal("outputs.tree_position_ids", out.at("tree_position_ids"), buf.position_ids);
     expect_equal("outputs.retrieve_indices", out.at("retrieve_indices"), buf.retrieve_indices);
     if (out.contains("p_indices")) expect_equal("outputs.p_indices", out.at("p_indices"), buf.p_indices);
     if (out.contains("b_indices")) {

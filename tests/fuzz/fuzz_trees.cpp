@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <specdec/interop/eagle.hpp>
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
@@ -108,7 +109,7 @@ void check_layouts(const specdec::draft_tree& t, fuzz::input& in) {
     for (index_t i = 1; i < n; ++i) level_order = level_order && t.depth[static_cast<std::size_t>(i)] >= t.depth[static_cast<std::size_t>(i - 1)];
     fuzz::require(!level_order, "depth_offsets rejected a level-order tree");
   }
-  const auto eb = specdec::make_eagle_buffers(t);
+  const auto eb = specdec::eagle::make_buffers(t);
   fuzz::require(eb.nodes == n && static_cast<index_t>(eb.retrieve_indices.size()) == eb.leaves * eb.path_length, "eagle buffers", eb.nodes);
 }
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
-#include <specdec/mask/tree_mask.hpp>
+#include <specdec/interop/target_buffers.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/static_tree.hpp>
 
@@ -34,25 +34,21 @@ struct draft_level {
   std::vector<std::int64_t> repeat_nums = {};
 };
 
-/// Everything `generate_tree_buffers` (both versions) produce, host:
-/// - `tree_attn_mask` `[T x T]`, `tree_position_ids` `[T]` = depth;
+/// Everything `generate_tree_buffers` (both versions) produce, host: the target_buffers part
+/// (`tree_mask` = `tree_attn_mask`, `position_ids` = `tree_position_ids`, `retrieve_indices` sorted
+/// lexicographically, -1 last), plus:
 /// - `tree_indices` `[T]`: root 0, else rank + top_k * group(parent) + 1, where group(root) = 0 and the
 ///   nodes with children get groups 1, 2, ... in node order; it indexes `[root] ++ flatten(ss_token)`;
-/// - `retrieve_indices` `[leaves x (max_depth + 1)]` sorted lexicographically (-1 last);
-/// - `p_indices` same shape: rank of the node's parent among its level's distinct parents (root and
-///   padding as EAGLE: -1 for the root, padding repeats the last node's value);
+/// - `p_indices` shaped as `retrieve_indices`: rank of the node's parent among its level's distinct
+///   parents (root and padding as EAGLE: -1 for the root, padding repeats the last node's value);
 /// - `b_indices` same shape, lists: node indices of the node's earlier siblings;
 /// - `levels`: the draft-side buffers.
-struct buffers {
+struct buffers : target_buffers {
   static_tree shape;
   index_t top_k = default_top_k;
-  std::vector<float> tree_attn_mask = {};
   std::vector<std::int64_t> tree_indices = {};
-  std::vector<std::int64_t> tree_position_ids = {};
-  std::vector<std::int64_t> retrieve_indices = {};
   std::vector<std::int64_t> p_indices = {};
   std::vector<std::vector<std::int64_t>> b_indices = {};
-  index_t nodes = 0, leaves = 0, path_length = 0;
   std::vector<std::int32_t> group = {};  ///< per node: its top-k row in ss_token when it has children, else -1
   std::vector<draft_level> levels = {};
 };
@@ -63,26 +59,18 @@ inline buffers make_buffers(std::span<const choice> choices, index_t top_k = def
   out.shape = make_static_tree(choices, top_k);
   out.top_k = top_k;
   const draft_tree& tree = out.shape.tree;
+  const valid_tree valid(tree);
   const index_t n = tree.size();
   const auto at = [](auto& v, index_t i) -> auto& { return v[static_cast<std::size_t>(i)]; };
-  out.nodes = n;
-  out.tree_attn_mask.resize(static_cast<std::size_t>(n * n));
-  tree_mask_dense(tree, 0, matrix_view<float>(out.tree_attn_mask.data(), n, n));
-  const std::vector<bool> leaf = leaf_flags(tree);
+  fill_target_buffers(valid, path_order::lexicographic, out);
+  const std::vector<bool> leaf = leaf_flags(valid);
   out.group.assign(static_cast<std::size_t>(n), -1);
   std::int32_t groups = 0;
   for (index_t i = 0; i < n; ++i)
     if (!leaf[static_cast<std::size_t>(i)]) at(out.group, i) = groups++;
   out.tree_indices.resize(static_cast<std::size_t>(n));
-  out.tree_position_ids.resize(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) {
+  for (index_t i = 0; i < n; ++i)
     at(out.tree_indices, i) = i == 0 ? 0 : at(out.shape.rank, i) + top_k * at(out.group, at(tree.parent, i)) + 1;
-    at(out.tree_position_ids, i) = at(tree.depth, i);
-  }
-  const retrieve_paths_result paths = retrieve_paths(tree, path_order::lexicographic);
-  out.leaves = paths.rows;
-  out.path_length = paths.cols;
-  out.retrieve_indices.assign(paths.paths.begin(), paths.paths.end());
   // p: rank of the parent among the distinct parents of the node's level (parents appear in node order).
   std::vector<std::int64_t> p(static_cast<std::size_t>(n), -1);
   for (index_t i = 1, rank = -1, last_parent = -1, level = 0; i < n; ++i) {

@@ -4,8 +4,10 @@
 /// TensorRT-LLM.
 #pragma once
 
+#include <specdec/interop/eagle.hpp>
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/jakiro.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/target_buffers.hpp>
 #include <specdec/interop/trtllm.hpp>

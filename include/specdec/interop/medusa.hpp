@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
-#include <specdec/mask/tree_mask.hpp>
+#include <specdec/interop/target_buffers.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/static_tree.hpp>
 
@@ -20,19 +20,15 @@ namespace specdec::medusa {
 /// The per-head candidate count Medusa's buffers index with.
 inline constexpr index_t default_top_k = 10;
 
-/// `generate_medusa_buffers`: all host, int64 as Medusa stores them.
-/// - `attn_mask` `[T x T]` 0/1 (ancestor-or-self), `T` = nodes including the root;
+/// `generate_medusa_buffers`: all host, int64 as Medusa stores them. The target_buffers part
+/// (`tree_mask` = `medusa_attn_mask`, `position_ids` = `medusa_position_ids`, `retrieve_indices` with
+/// the leaves in descending node order), plus:
 /// - `tree_indices` `[T]`: root 0, node of depth d and rank r -> `r + top_k * (d - 1) + 1`, an index
 ///   into `[root] ++ top_k(head 0) ++ top_k(head 1) ++ ...`;
-/// - `position_ids` `[T]` = depth;
-/// - `retrieve_indices` `[leaves x (max_depth + 1)]`, -1 padded, leaves in descending node order.
-struct buffers {
+/// - `shape`: the static tree (each node's rank among its parent's top-k), `top_k`.
+struct buffers : target_buffers {
   static_tree shape;
-  std::vector<float> attn_mask = {};
   std::vector<std::int64_t> tree_indices = {};
-  std::vector<std::int64_t> position_ids = {};
-  std::vector<std::int64_t> retrieve_indices = {};
-  index_t nodes = 0, leaves = 0, path_length = 0;
   index_t top_k = default_top_k;
 };
 
@@ -41,22 +37,11 @@ inline buffers make_buffers(std::span<const choice> choices, index_t top_k = def
   buffers out;
   out.shape = make_static_tree(choices, top_k);
   out.top_k = top_k;
-  const draft_tree& tree = out.shape.tree;
-  const index_t n = tree.size();
-  out.nodes = n;
-  out.attn_mask.resize(static_cast<std::size_t>(n * n));
-  tree_mask_dense(tree, 0, matrix_view<float>(out.attn_mask.data(), n, n));
-  out.tree_indices.resize(static_cast<std::size_t>(n));
-  out.position_ids.resize(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) {
-    const auto d = tree.depth[static_cast<std::size_t>(i)];
-    out.tree_indices[static_cast<std::size_t>(i)] = i == 0 ? 0 : out.shape.rank[static_cast<std::size_t>(i)] + top_k * (d - 1) + 1;
-    out.position_ids[static_cast<std::size_t>(i)] = d;
-  }
-  const retrieve_paths_result paths = retrieve_paths(tree, path_order::reverse_node_index);
-  out.leaves = paths.rows;
-  out.path_length = paths.cols;
-  out.retrieve_indices.assign(paths.paths.begin(), paths.paths.end());
+  const valid_tree tree(out.shape.tree);
+  fill_target_buffers(tree, path_order::reverse_node_index, out);
+  out.tree_indices.resize(static_cast<std::size_t>(tree.size()));
+  for (index_t i = 0; i < tree.size(); ++i)
+    out.tree_indices[static_cast<std::size_t>(i)] = i == 0 ? 0 : out.shape.rank[static_cast<std::size_t>(i)] + top_k * (tree.depth(i) - 1) + 1;
   return out;
 }
 

@@ -64,15 +64,16 @@ inline medusa_setup make_medusa_setup(std::span<const choice> choices, index_t m
         detail::checked_narrow<std::int32_t>("specdec::trtllm::make_medusa_setup", id, "tree id of node ", i);
     out.position_offsets[static_cast<std::size_t>(i)] = d;
   }
-  const retrieve_paths_result paths = retrieve_paths(tree, path_order::lexicographic);
+  const valid_tree valid(tree);
+  const retrieve_paths_result paths = retrieve_paths(valid, path_order::lexicographic);
   out.leaves = paths.rows;
   out.path_length = paths.cols;
   out.paths = paths.paths;
   out.mask.resize(static_cast<std::size_t>(n * n));
-  tree_mask_dense(tree, 0, matrix_view<float>(out.mask.data(), n, n));
+  tree_mask_dense(valid, 0, matrix_view<float>(out.mask.data(), n, n));
   out.mask_words = (n + 31) / 32;
   out.packed_mask.resize(static_cast<std::size_t>(n * out.mask_words));
-  tree_mask_packed_int32(tree, matrix_view<std::int32_t>(out.packed_mask.data(), n, out.mask_words));
+  tree_mask_packed_int32(valid, matrix_view<std::int32_t>(out.packed_mask.data(), n, out.mask_words));
   return out;
 }
 

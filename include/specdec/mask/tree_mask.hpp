@@ -23,21 +23,20 @@ namespace specdec {
 namespace detail {
 /// Calls visit(i, j) for every tree cell (i, j) that is set: j = i and each ancestor of i.
 template <class Visit>
-void for_each_ancestor_or_self(const draft_tree& tree, Visit&& visit) {
+void for_each_ancestor_or_self(valid_tree tree, Visit&& visit) {
   for (index_t i = 0; i < tree.size(); ++i)
-    for (index_t j = i; j >= 0; j = tree.parent[static_cast<std::size_t>(j)]) visit(i, j);
+    for (index_t j = i; j >= 0; j = tree.parent(j)) visit(i, j);
 }
 }  // namespace detail
 
 /// Dense mask `[n x (prefix_length + n)]`: columns [0, prefix_length) are the prefix (all set),
 /// column prefix_length + j is tree node j. `out` holds any type constructible from 0 and 1 (bool,
 /// uint8_t, float, ...). With prefix_length = 0 this is EAGLE's / Medusa's `tree_mask`.
-/// \throws invalid_argument on a malformed tree (validate), when out is not `[n x (prefix_length + n)]`
+/// \throws invalid_argument on a malformed tree (valid_tree), when out is not `[n x (prefix_length + n)]`
 /// or prefix_length < 0.
 template <class M>
-void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<M> out) {
+void tree_mask_dense(valid_tree tree, index_t prefix_length, matrix_view<M> out) {
   constexpr const char* where = "specdec::tree_mask_dense";
-  validate(tree);
   const index_t n = tree.size();
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
   const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
@@ -55,9 +54,8 @@ void tree_mask_dense(const draft_tree& tree, index_t prefix_length, matrix_view<
 /// form an engine's forward over a tree takes. \throws invalid_argument as the view form.
 /// \throws invalid_argument too when the mask would exceed specdec::max_elements (checked before
 ///   allocating).
-inline std::vector<std::uint8_t> tree_mask_dense(const draft_tree& tree, index_t prefix_length) {
+inline std::vector<std::uint8_t> tree_mask_dense(valid_tree tree, index_t prefix_length) {
   constexpr const char* where = "specdec::tree_mask_dense";
-  validate(tree);
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
   const index_t cols = detail::checked_add(where, prefix_length, tree.size(), "prefix_length + nodes");
   std::vector<std::uint8_t> out(detail::checked_count(where, {tree.size(), cols}, "the mask [nodes x (prefix_length + nodes)]"));
@@ -68,7 +66,7 @@ inline std::vector<std::uint8_t> tree_mask_dense(const draft_tree& tree, index_t
 /// Additive mask `[n x (prefix_length + n)]`: 0 where attention is allowed, -inf elsewhere (added to
 /// attention scores before the softmax). \throws invalid_argument as tree_mask_dense.
 template <class F>
-void tree_mask_additive(const draft_tree& tree, index_t prefix_length, matrix_view<F> out) {
+void tree_mask_additive(valid_tree tree, index_t prefix_length, matrix_view<F> out) {
   tree_mask_dense(tree, prefix_length, out);
   for (index_t i = 0; i < out.rows(); ++i)
     for (index_t j = 0; j < out.cols(); ++j) out(i, j) = out(i, j) == F(1) ? F(0) : -std::numeric_limits<F>::infinity();
@@ -77,9 +75,8 @@ void tree_mask_additive(const draft_tree& tree, index_t prefix_length, matrix_vi
 /// TensorRT-LLM's packed mask of the tree part: `[n x ceil(n / 32)]` int32 words; bit b of word w of
 /// row i is set iff node i attends node 32 w + b (bit 0 = root). Bit 31 makes a word negative
 /// (two's complement), as TensorRT-LLM stores it.
-/// \throws invalid_argument on a malformed tree (validate) or when out is not `[n x ceil(n / 32)]`.
-inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int32_t> out) {
-  validate(tree);
+/// \throws invalid_argument on a malformed tree (valid_tree) or when out is not `[n x ceil(n / 32)]`.
+inline void tree_mask_packed_int32(valid_tree tree, matrix_view<std::int32_t> out) {
   const index_t n = tree.size(), words = (n + 31) / 32;
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
                   " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
@@ -94,12 +91,11 @@ inline void tree_mask_packed_int32(const draft_tree& tree, matrix_view<std::int3
 
 /// SGLang's QLEN_ONLY_BITPACKING rows: one little-endian item per node, bit j = tree column j (bit 0 =
 /// root). `Item` is uint8_t, uint16_t or uint32_t, as SGLang picks for n <= 8, 16, 32.
-/// \param out host `[n]`. \throws invalid_argument on a malformed tree (validate), when n exceeds the
+/// \param out host `[n]`. \throws invalid_argument on a malformed tree (valid_tree), when n exceeds the
 /// item's bits or on a length mismatch.
 template <class Item>
-void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
+void tree_mask_bitpacked_rows(valid_tree tree, vector_view<Item> out) {
   constexpr const char* where = "specdec::tree_mask_bitpacked_rows";
-  validate(tree);
   const index_t n = tree.size();
   SPECDEC_EXPECTS(n <= static_cast<index_t>(8 * sizeof(Item)), where, "the tree has ", n,
                   " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),
@@ -117,7 +113,7 @@ void tree_mask_bitpacked_rows(const draft_tree& tree, vector_view<Item> out) {
 /// \returns the packed bytes; `indptr` is resized to batch + 1.
 /// \throws invalid_argument when the spans differ in length, a tree is malformed, a prefix length is
 ///   negative, or the packed masks exceed the 2^31 - 1 bytes an int32 `indptr` addresses.
-inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const draft_tree> trees,
+inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tree_view> trees,
                                                              std::span<const index_t> prefix_lengths,
                                                              std::vector<std::int32_t>& indptr) {
   constexpr const char* where = "specdec::tree_mask_flashinfer_packed";
@@ -127,8 +123,10 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const dra
   // Byte offsets are int32 (FlashInfer's mask_indptr), so the total is bounded before anything is
   // multiplied: the bounds keep every product below 2^63.
   constexpr index_t max_bytes = std::numeric_limits<std::int32_t>::max();
+  std::vector<valid_tree> valid;
+  valid.reserve(trees.size());
   for (std::size_t r = 0; r < trees.size(); ++r) {
-    validate(trees[r]);
+    valid.emplace_back(trees[r]);
     SPECDEC_EXPECTS(prefix_lengths[r] >= 0, where, "prefix_lengths[", r, "] = ", prefix_lengths[r], "; expected >= 0");
     const index_t n = trees[r].size(), room = max_bytes - indptr[r];
     SPECDEC_EXPECTS(prefix_lengths[r] <= 8 * room / n - n && n * (prefix_lengths[r] + n) <= 8 * room, where,
@@ -147,9 +145,17 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const dra
     };
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < prefix_lengths[r]; ++j) set(i, j);
-    detail::for_each_ancestor_or_self(trees[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
+    detail::for_each_ancestor_or_self(valid[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
   }
   return packed;
+}
+
+/// tree_mask_flashinfer_packed over the library's own trees. \throws invalid_argument as the view form.
+inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const draft_tree> trees,
+                                                             std::span<const index_t> prefix_lengths,
+                                                             std::vector<std::int32_t>& indptr) {
+  const std::vector<tree_view> views(trees.begin(), trees.end());
+  return tree_mask_flashinfer_packed(std::span<const tree_view>(views), prefix_lengths, indptr);
 }
 
 }  // namespace specdec

@@ -28,7 +28,6 @@
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view_checks.hpp>
-#include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -473,33 +472,5 @@ class eagle2_tree_builder {
   index_t steps_ = 0;
   bool began_ = false;
 };
-
-/// EAGLE's target-side buffers from a finished tree (`topK_genrate`'s outputs), host:
-/// `draft_tokens` `[T]`, `tree_mask` `[T x T]` 0/1, `position_ids` `[T]` = depth, `retrieve_indices`
-/// `[leaves x (max_depth + 1)]` -1 padded (leaves by node index; `path_order::lexicographic` is what
-/// EAGLE returns when a logits processor is set, i.e. when sampling).
-struct eagle_buffers {
-  std::vector<std::int64_t> draft_tokens = {};
-  std::vector<float> tree_mask = {};
-  std::vector<std::int64_t> position_ids = {};
-  std::vector<std::int64_t> retrieve_indices = {};
-  index_t nodes = 0, leaves = 0, path_length = 0;
-};
-
-inline eagle_buffers make_eagle_buffers(const draft_tree& tree, path_order order = path_order::node_index) {
-  validate(tree);
-  eagle_buffers out;
-  const index_t n = tree.size();
-  out.nodes = n;
-  out.draft_tokens.assign(tree.token.begin(), tree.token.end());
-  out.tree_mask.resize(static_cast<std::size_t>(n * n));
-  tree_mask_dense(tree, 0, matrix_view<float>(out.tree_mask.data(), n, n));
-  out.position_ids.assign(tree.depth.begin(), tree.depth.end());
-  const retrieve_paths_result paths = retrieve_paths(tree, order);
-  out.leaves = paths.rows;
-  out.path_length = paths.cols;
-  out.retrieve_indices.assign(paths.paths.begin(), paths.paths.end());
-  return out;
-}
 
 }  // namespace specdec

@@ -120,15 +120,41 @@ inline draft_tree make_tree(std::vector<std::int32_t> tokens, const std::vector<
   return tree;
 }
 
+/// A tree structure that validate() has accepted, with its largest depth. Every function that derives
+/// buffers from a tree (positions, leaves, retrieve paths, links, offsets, masks) takes one; a
+/// `draft_tree` or a `tree_view` over an engine's own arrays converts implicitly, validating, so a
+/// recipe that writes several buffers of one tree constructs one `valid_tree` and validates once.
+/// Non-owning, as tree_view (a temporary draft_tree does not convert: the view would dangle).
+/// \throws invalid_argument from the constructor, as validate(tree_view).
+class valid_tree {
+ public:
+  valid_tree(tree_view tree) : tree_(tree) {  // NOLINT(google-explicit-constructor): validates
+    validate(tree);
+    max_depth_ = *std::max_element(tree.depth.begin(), tree.depth.end());
+  }
+  valid_tree(const draft_tree& tree) : valid_tree(tree_view(tree)) {}  // NOLINT(google-explicit-constructor)
+  valid_tree(const draft_tree&&) = delete;
+
+  index_t size() const noexcept { return tree_.size(); }
+  std::int32_t max_depth() const noexcept { return max_depth_; }
+  std::int32_t token(index_t i) const noexcept { return tree_.token[static_cast<std::size_t>(i)]; }
+  std::int32_t parent(index_t i) const noexcept { return tree_.parent[static_cast<std::size_t>(i)]; }
+  std::int32_t depth(index_t i) const noexcept { return tree_.depth[static_cast<std::size_t>(i)]; }
+  tree_view view() const noexcept { return tree_; }
+
+ private:
+  tree_view tree_;
+  std::int32_t max_depth_ = 0;
+};
+
 /// Per-node positions: `positions[i] = prefix_length + depth[i]`.
-/// \param positions host `[tree.size()]`. \throws invalid_argument on a malformed tree (validate), a
+/// \param positions host `[tree.size()]`. \throws invalid_argument on a malformed tree (valid_tree), a
 /// negative prefix_length or a length mismatch.
 /// \throws invalid_argument too when a position does not fit `Int` (an int32 buffer with a prefix
 ///   near 2^31), or positions is null with a shape or has stride 0.
 template <class Int>
-void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<Int> positions) {
+void tree_positions(valid_tree tree, index_t prefix_length, vector_view<Int> positions) {
   constexpr const char* where = "specdec::tree_positions";
-  validate(tree);
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
   SPECDEC_EXPECTS(positions.rows() == tree.size(), where, "positions has ", positions.rows(),
                   " entries; expected one per node (", tree.size(), ")");
@@ -136,22 +162,20 @@ void tree_positions(const draft_tree& tree, index_t prefix_length, vector_view<I
   // The deepest node has the largest position: if it fits Int, every position does.
   (void)detail::checked_narrow<Int>(where, detail::checked_add(where, prefix_length, tree.max_depth(), "prefix_length + depth"),
                                     "the deepest node's position prefix_length + depth");
-  for (index_t i = 0; i < tree.size(); ++i)
-    positions(i) = static_cast<Int>(prefix_length + tree.depth[static_cast<std::size_t>(i)]);
+  for (index_t i = 0; i < tree.size(); ++i) positions(i) = static_cast<Int>(prefix_length + tree.depth(i));
 }
 
 /// tree_positions as a new host `[tree.size()]` int64 buffer. \throws invalid_argument as the view form.
-inline std::vector<std::int64_t> tree_positions(const draft_tree& tree, index_t prefix_length) {
-  std::vector<std::int64_t> out(tree.token.size());
-  tree_positions(tree, prefix_length, vector_view<std::int64_t>(out.data(), static_cast<index_t>(out.size())));
+inline std::vector<std::int64_t> tree_positions(valid_tree tree, index_t prefix_length) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(tree.size()));
+  tree_positions(tree, prefix_length, vector_view<std::int64_t>(out.data(), tree.size()));
   return out;
 }
 
-/// Whether each node is a leaf (has no child). \throws invalid_argument on a malformed tree (validate).
-inline std::vector<bool> leaf_flags(tree_view tree) {
-  validate(tree);
+/// Whether each node is a leaf (has no child). \throws invalid_argument on a malformed tree (valid_tree).
+inline std::vector<bool> leaf_flags(valid_tree tree) {
   std::vector<bool> leaf(static_cast<std::size_t>(tree.size()), true);
-  for (index_t i = 1; i < tree.size(); ++i) leaf[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)])] = false;
+  for (index_t i = 1; i < tree.size(); ++i) leaf[static_cast<std::size_t>(tree.parent(i))] = false;
   return leaf;
 }
 
@@ -164,7 +188,7 @@ enum class path_order { node_index, lexicographic, reverse_node_index };
 
 /// Root-to-leaf paths: one row per leaf, `max_depth + 1` columns, node indices root..leaf padded with
 /// -1; column 0 is always 0. A root-only tree has one row `[0]`. \throws invalid_argument on a malformed
-/// tree (validate).
+/// tree (valid_tree).
 /// \returns row-major `[leaves x (max_depth + 1)]` with its row count.
 struct retrieve_paths_result {
   std::vector<std::int32_t> paths = {};
@@ -177,7 +201,7 @@ struct retrieve_paths_result {
   }
 };
 
-inline retrieve_paths_result retrieve_paths(const draft_tree& tree, path_order order = path_order::node_index) {
+inline retrieve_paths_result retrieve_paths(valid_tree tree, path_order order = path_order::node_index) {
   const std::vector<bool> leaf = leaf_flags(tree);
   std::vector<index_t> leaves;
   for (index_t i = 0; i < tree.size(); ++i)
@@ -187,9 +211,8 @@ inline retrieve_paths_result retrieve_paths(const draft_tree& tree, path_order o
   retrieve_paths_result out{std::vector<std::int32_t>(leaves.size() * static_cast<std::size_t>(cols), -1),
                             static_cast<index_t>(leaves.size()), cols};
   for (std::size_t r = 0; r < leaves.size(); ++r) {
-    for (index_t node = leaves[r]; node >= 0; node = tree.parent[static_cast<std::size_t>(node)])
-      out.paths[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(tree.depth[static_cast<std::size_t>(node)])] =
-          static_cast<std::int32_t>(node);
+    for (index_t node = leaves[r]; node >= 0; node = tree.parent(node))
+      out.paths[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(tree.depth(node))] = static_cast<std::int32_t>(node);
   }
   if (order == path_order::lexicographic) {
     std::vector<std::vector<std::int32_t>> rows(leaves.size());
@@ -212,11 +235,10 @@ inline retrieve_paths_result retrieve_paths(const draft_tree& tree, path_order o
 /// the next child of i's parent in index order, -1 for none (SGLang's `retrive_next_token` /
 /// `retrive_next_sibling`, TensorRT-LLM's dynamic-tree links).
 /// \param first_child, next_sibling host `[tree.size()]`. \throws invalid_argument on a malformed tree
-/// (validate) or a length mismatch.
+/// (valid_tree) or a length mismatch.
 template <class Int>
-void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_view<Int> next_sibling) {
+void child_links(valid_tree tree, vector_view<Int> first_child, vector_view<Int> next_sibling) {
   constexpr const char* where = "specdec::child_links";
-  validate(tree);
   SPECDEC_EXPECTS(first_child.rows() == tree.size() && next_sibling.rows() == tree.size(), where,
                   "first_child has ", first_child.rows(), " and next_sibling ", next_sibling.rows(),
                   " entries; expected one per node (", tree.size(), ") in each");
@@ -227,7 +249,7 @@ void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_vi
   for (index_t i = 0; i < tree.size(); ++i) first_child(i) = next_sibling(i) = Int(-1);
   // Walking backwards and inserting at the head leaves every list in increasing index order.
   for (index_t i = tree.size() - 1; i >= 1; --i) {
-    const index_t p = tree.parent[static_cast<std::size_t>(i)];
+    const index_t p = tree.parent(i);
     next_sibling(i) = first_child(p);
     first_child(p) = static_cast<Int>(i);
   }
@@ -235,17 +257,15 @@ void child_links(const draft_tree& tree, vector_view<Int> first_child, vector_vi
 
 /// Per-depth offsets: nodes of depth d are [offsets[d], offsets[d + 1]) (level order guarantees they
 /// are contiguous). \returns `max_depth + 2` entries.
-/// \throws invalid_argument on a malformed tree (validate) or one not in level order (a depth decreases).
-inline std::vector<index_t> depth_offsets(const draft_tree& tree) {
-  validate(tree);
+/// \throws invalid_argument on a malformed tree (valid_tree) or one not in level order (a depth decreases).
+inline std::vector<index_t> depth_offsets(valid_tree tree) {
   std::vector<index_t> offsets(static_cast<std::size_t>(tree.max_depth() + 2), 0);
   for (index_t i = 0; i < tree.size(); ++i) {
     if (i > 0)
-      SPECDEC_EXPECTS(tree.depth[static_cast<std::size_t>(i)] >= tree.depth[static_cast<std::size_t>(i - 1)],
-                      "specdec::depth_offsets", "node ", i, " has depth ", tree.depth[static_cast<std::size_t>(i)],
-                      " after a node of depth ", tree.depth[static_cast<std::size_t>(i - 1)],
+      SPECDEC_EXPECTS(tree.depth(i) >= tree.depth(i - 1), "specdec::depth_offsets", "node ", i, " has depth ",
+                      tree.depth(i), " after a node of depth ", tree.depth(i - 1),
                       "; expected level order (depths never decrease)");
-    ++offsets[static_cast<std::size_t>(tree.depth[static_cast<std::size_t>(i)] + 1)];
+    ++offsets[static_cast<std::size_t>(tree.depth(i) + 1)];
   }
   for (std::size_t d = 1; d < offsets.size(); ++d) offsets[d] += offsets[d - 1];
   return offsets;
