@@ -11,8 +11,10 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/blocks/amphista.hpp>
+#include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
 #include <specdec/blocks/moa.hpp>
+#include <specdec/blocks/mtp.hpp>
 #include <specdec/io/safetensors.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/admg.hpp>
@@ -144,6 +146,89 @@ std::vector<std::byte> checkpoint(const std::string& header, const std::vector<s
   return out;
 }
 }  // namespace
+
+TEST_CASE_TEMPLATE("EAGLE-3 and MTP blocks: in place equals out of place, the position-0 rule, errors name the tensor", B, SPECDEC_BLOCK_BACKENDS) {
+  using space = typename B::memory_space;
+  harness<B> h;
+  std::vector<typename B::template buffer<float>> keep;
+  std::uint64_t seed = 900;
+  const auto make = [&](index_t rows, index_t cols, float lo, float hi) {
+    keep.push_back(h.up(uniform_floats(seed++, static_cast<std::size_t>(rows * cols), lo, hi)));
+    return specdec::matrix_view<const float, space>(keep.back().view().data(), rows, cols);
+  };
+  const auto lin = [&](index_t out, index_t in) { return blocks::linear<space>{make(out, in, -0.3f, 0.3f), {}}; };
+  const auto norm = [&](index_t n) { return specdec::vector_view<const float, space>(make(1, n, 0.8f, 1.2f).data(), n); };
+  const index_t e = 16, vocab = 40, t = 3;
+  const blocks::layer_config layer{{e, 4, 2, 4, 10000.0, true}, 24, 1e-5f, true};
+  auto positions = h.up(std::vector<std::int64_t>{0, 1, 2});
+  auto tokens = h.up(std::vector<std::int32_t>{5, 17, 39});
+  const specdec::vector_view<const std::int64_t, space> pv(positions.view().data(), t);
+  const specdec::vector_view<const std::int32_t, space> tv(tokens.view().data(), t);
+  const auto hidden = uniform_floats(77, static_cast<std::size_t>(t * e), -1.0f, 1.0f);
+
+  CHECK(blocks::eagle3::tap_layers(32) == std::array<index_t, 3>{2, 16, 29});
+  CHECK(error_of([] { (void)blocks::eagle3::tap_layers(2); }).find("layers = 2") != std::string::npos);
+
+  // EAGLE-3: q / k / v read [embedding ; hidden] (2E).
+  const blocks::eagle3::config cfg{layer, 24, vocab, 12};
+  blocks::eagle3::weights<space> w{make(vocab, e, -1.0f, 1.0f), lin(e, 3 * 24), norm(e),
+                                   {norm(e), norm(e), {lin(16, 2 * e), lin(8, 2 * e), lin(8, 2 * e), lin(e, 16)}, {lin(24, e), lin(24, e), lin(e, 24)}},
+                                   norm(e), lin(12, e)};
+  w.validate(cfg);
+  const auto run = [&](bool in_place) {
+    blocks::kv_cache<B> cache(h.b, 8, 8);
+    auto in = h.up(hidden);
+    auto out = h.b.template allocate<float>(t * e);
+    const specdec::matrix_view<float, space> dst = in_place ? in.matrix(t, e) : out.matrix(t, e);
+    blocks::eagle3::forward(h.b, cfg, w, tv, specdec::matrix_view<const float, space>(in.view().data(), t, e), pv, &cache,
+                            blocks::attention_mask<space>::causal(), dst);
+    return in_place ? h.down(in) : h.down(out);
+  };
+  const auto apart = run(false), same = run(true);
+  CHECK(apart == same);
+  CHECK(apart != hidden);
+  auto narrow = w;
+  narrow.layer.attention.q = lin(16, e);  // EAGLE-1's width: the checkpoint is not EAGLE-3's
+  CHECK(error_of([&] { narrow.validate(cfg); }).find("midlayer.self_attn.q_proj.weight has shape [16 x 16]; expected [16 x 32]") !=
+        std::string::npos);
+  auto no_fc = w;
+  no_fc.fc = lin(e, 2 * e);
+  CHECK(error_of([&] { no_fc.validate(cfg); }).find("fc.weight has shape [16 x 32]; expected [16 x 72]") != std::string::npos);
+  auto bad_input = layer.attention;
+  bad_input.input = -1;
+  CHECK(error_of([&] { bad_input.validate(); }).find("input = -1") != std::string::npos);
+
+  // MTP: at position 0 the embedding is zeroed (vLLM), so the token there does not matter; without
+  // the rule (SGLang) it does, and at other positions it always does.
+  blocks::mtp::config mc{layer, vocab, true};
+  blocks::mtp::weights<space> mw{make(vocab, e, -1.0f, 1.0f), norm(e), norm(e), lin(e, 2 * e),
+                                 {norm(e), norm(e), {lin(16, e), lin(8, e), lin(8, e), lin(e, 16)}, {lin(24, e), lin(24, e), lin(e, 24)}},
+                                 norm(e), lin(vocab, e)};
+  mw.validate(mc);
+  const auto project = [&](const blocks::mtp::config& c, std::vector<std::int32_t> ids) {
+    auto d = h.up(ids);
+    auto in = h.up(hidden);
+    auto x = h.b.template allocate<float>(t * e);
+    blocks::mtp::project(h.b, c, mw, specdec::vector_view<const std::int32_t, space>(d.view().data(), t),
+                         specdec::matrix_view<const float, space>(in.view().data(), t, e), pv, x.matrix(t, e));
+    return h.down(x);
+  };
+  const auto row = [&](const std::vector<float>& m, index_t r) { return std::vector<float>(m.begin() + r * e, m.begin() + (r + 1) * e); };
+  const auto a = project(mc, {5, 17, 39}), b = project(mc, {6, 17, 38});
+  CHECK(row(a, 0) == row(b, 0));
+  CHECK(row(a, 2) != row(b, 2));
+  mc.zero_embedding_at_position_0 = false;
+  CHECK(row(project(mc, {5, 17, 39}), 0) != row(project(mc, {6, 17, 39}), 0));
+  auto wide = h.up(std::vector<float>(static_cast<std::size_t>(t * (e + 1)), 0.0f));
+  auto out = h.b.template allocate<float>(t * e);
+  CHECK(error_of([&] {
+          blocks::mtp::forward(h.b, mc, mw, tv, specdec::matrix_view<const float, space>(wide.view().data(), t, e + 1), pv, nullptr,
+                               blocks::attention_mask<space>::causal(), out.matrix(t, e));
+        }).find("hidden is [3 x 17]") != std::string::npos);
+  auto no_head = mw;
+  no_head.head = lin(vocab - 1, e);
+  CHECK(error_of([&] { no_head.validate(mc); }).find("shared_head.head.weight has shape [39 x 16]") != std::string::npos);
+}
 
 TEST_CASE("safetensors: F32, F16 and BF16 tensors; truncated and inconsistent files are rejected") {
   // a: F32 [2 x 1] = {1.5, -2}; b: F16 [2] = {1, -0.5} (0x3c00, 0xb800) plus a subnormal check in c;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "blocks.hpp"
+#include "blocks_eagle3_mtp.hpp"
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
@@ -112,6 +113,9 @@ class runner {
   void run(const json& c) {
     if (c.contains("block")) {
       try {
+        const std::string block = c.at("block");
+        if (block == "eagle3.draft_layer") return conformance_blocks::drafter_block_runner<B>(b_).eagle3(c);
+        if (block == "mtp.module") return conformance_blocks::drafter_block_runner<B>(b_).mtp(c);
         return conformance_blocks::block_runner<B>(b_).run(c);
       } catch (const conformance_blocks::block_mismatch& e) {
         throw mismatch(e.what());

@@ -67,6 +67,11 @@ struct attention_config {
   index_t head_dim = 0;  ///< d; q is [T x H d], k and v [T x kv_heads d]
   double rope_theta = 10000.0;
   bool rope = true;  ///< false: no rotary embedding (Amphista's slot attention)
+  /// Width of the rows q / k / v project from; 0: hidden. EAGLE-3's layer attends from
+  /// `[embedding ; hidden]` (2E) and writes back E.
+  index_t input = 0;
+
+  index_t input_width() const noexcept { return input > 0 ? input : hidden; }
 
   attention_heads heads_shape() const {
     return {heads, kv_heads, head_dim, static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)))};
@@ -77,8 +82,9 @@ struct attention_config {
                     ", head_dim = ", head_dim, "; expected positive sizes with heads a multiple of kv_heads");
     // Products of two sizes (heads x head_dim, rows x width) then stay far from overflow.
     constexpr index_t largest = index_t{1} << 20;
-    SPECDEC_EXPECTS(hidden <= largest && heads <= largest && head_dim <= largest, "specdec::blocks::attention_config",
-                    "hidden = ", hidden, ", heads = ", heads, ", head_dim = ", head_dim, "; expected each <= 2^20");
+    SPECDEC_EXPECTS(hidden <= largest && heads <= largest && head_dim <= largest && input >= 0 && input <= largest,
+                    "specdec::blocks::attention_config", "hidden = ", hidden, ", heads = ", heads, ", head_dim = ", head_dim,
+                    ", input = ", input, "; expected each <= 2^20 (input >= 0)");
     SPECDEC_EXPECTS(!rope || (head_dim % 2 == 0 && rope_theta > 1.0), "specdec::blocks::attention_config",
                     "rope needs an even head_dim and rope_theta > 1; got head_dim = ", head_dim, ", rope_theta = ", rope_theta);
   }
@@ -90,9 +96,9 @@ struct attention_weights {
   linear<Space> q = {}, k = {}, v = {}, o = {};
   void validate(const attention_config& c, const std::string& prefix, bool qkv_bias = false) const {
     c.validate();
-    q.validate(prefix + "q_proj", c.heads * c.head_dim, c.hidden, qkv_bias);
-    k.validate(prefix + "k_proj", c.kv_heads * c.head_dim, c.hidden, qkv_bias);
-    v.validate(prefix + "v_proj", c.kv_heads * c.head_dim, c.hidden, qkv_bias);
+    q.validate(prefix + "q_proj", c.heads * c.head_dim, c.input_width(), qkv_bias);
+    k.validate(prefix + "k_proj", c.kv_heads * c.head_dim, c.input_width(), qkv_bias);
+    v.validate(prefix + "v_proj", c.kv_heads * c.head_dim, c.input_width(), qkv_bias);
     o.validate(prefix + "o_proj", c.hidden, c.heads * c.head_dim);
   }
 };
@@ -285,8 +291,9 @@ void apply(B& b, const linear<typename B::memory_space>& layer, matrix_view<cons
     b.add_rows(y, matrix_view<const float, typename B::memory_space>(layer.bias.data(), 1, layer.bias.rows()));
 }
 
-/// The attention of a sub-layer on already-normalised inputs: q from `query_in` `[Tq x E]` at
-/// `query_positions` `[Tq]`, k / v from `source_in` `[Tk x E]` at `source_positions` `[Tk]` (pass the
+/// The attention of a sub-layer on already-normalised inputs: q from `query_in` `[Tq x I]` at
+/// `query_positions` `[Tq]`, k / v from `source_in` `[Tk x I]` at `source_positions` `[Tk]` (I =
+/// `c.input_width()`, E unless the config says otherwise; pass the
 /// same views for self-attention), RoPE on q and k when the config says so, appended to `cache` when
 /// one is given (keys then span the cache), attention under `mask`, then o_proj into `out` `[Tq x E]`.
 /// `segment` > 0 splits the rows into independent sequences of that many rows (MoA's LSA: one
@@ -303,8 +310,9 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
   constexpr const char* where = "specdec::blocks::attention_forward";
   using space = typename B::memory_space;
   const index_t tq = query_in.rows(), tk = source_in.rows(), kv_width = c.kv_heads * c.head_dim;
-  SPECDEC_EXPECTS(query_in.cols() == c.hidden && source_in.cols() == c.hidden, where, "inputs have ", query_in.cols(), " and ",
-                  source_in.cols(), " columns; expected hidden = ", c.hidden);
+  SPECDEC_EXPECTS(query_in.cols() == c.input_width() && source_in.cols() == c.input_width(), where, "inputs have ",
+                  query_in.cols(), " and ", source_in.cols(), " columns; expected ", c.input_width(),
+                  c.input > 0 ? " (the config's input width)" : " (hidden)");
   SPECDEC_EXPECTS(!cache || cache->width() == kv_width, where, "the cache holds rows of ", cache ? cache->width() : 0,
                   "; expected kv_heads x head_dim = ", kv_width);
   SPECDEC_EXPECTS(segment == 0 || (!cache && tq == tk && tq % segment == 0 &&
