@@ -6,6 +6,8 @@
 
 #include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
 #include <specdec/blocks/moa.hpp>
 #include <specdec/blocks/moe.hpp>
+#include <specdec/blocks/mtp.hpp>
