@@ -17,6 +17,8 @@
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/sampling.hpp>
+#include <specdec/tree/drafter.hpp>
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/ngram.hpp>
 
@@ -124,6 +126,96 @@ std::vector<std::int32_t> greedy_reference(const std::vector<std::int32_t>& prom
 
 const std::vector<std::int32_t> prompt = {5, 9, 14, 5, 9, 22, 31, 5, 9, 14, 40, 2, 17};
 
+// [adding-a-drafter]
+/// A one-level tree: the root's `width` most likely children under the draft model, or nothing when
+/// the policy finds that drafting does not pay.
+class top_children_drafter {
+ public:
+  using memory_space = specdec::host_space;  // where advance() reads logits
+  explicit top_children_drafter(index_t width) : width_(width), policy_(/*longest=*/1) {}
+
+  const specdec::draft_request* begin(const specdec::draft_context& context) {
+    tree_ = specdec::make_tree({context.root()}, {-1});
+    if (policy_.choose() == 0) return nullptr;  // verify the root alone this step
+    // One row: the root at depth 0, continuing nothing, attending itself (and the cached prefix).
+    request_ = {.tokens = {context.root()}, .depth = {0}, .parent_row = {-1}, .mask = {1}, .mask_cols = 1};
+    return &request_;
+  }
+  const specdec::draft_request* advance(specdec::matrix_view<const float> logits) {
+    std::vector<float> values(static_cast<std::size_t>(width_));
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(width_));
+    backend_.row_topk(logits, width_, specdec::matrix_view<float>(values.data(), 1, width_),
+                      specdec::matrix_view<std::int32_t>(ids.data(), 1, width_));
+    std::vector<std::int32_t> parents(ids.size() + 1, 0);
+    parents[0] = -1;
+    ids.insert(ids.begin(), tree_.token[0]);
+    tree_ = specdec::make_tree(ids, parents);
+    return nullptr;  // no further forward
+  }
+  specdec::drafted finish() { return {.tree = tree_}; }
+  void feedback(const specdec::draft_feedback& f) {
+    policy_.verified(ssize(f.accepted_nodes), tree_.max_depth());
+    if (f.target_seconds > 0) policy_.target_forward_timed(tree_.size(), f.target_seconds);
+    if (f.draft_seconds > 0) policy_.draft_token_timed(f.draft_seconds);
+  }
+
+ private:
+  index_t width_;
+  specdec::policy::draft_length_policy policy_;
+  specdec::eigen backend_;
+  specdec::draft_request request_;
+  specdec::draft_tree tree_;
+};
+static_assert(specdec::drafter<top_children_drafter>);
+// [adding-a-drafter]
+
+/// Draft rows and target forwards a protocol loop ran.
+struct loop_counts {
+  index_t draft_rows = 0, target_forwards = 0;
+};
+
+// [drafter-loop]
+template <specdec::drafter D>
+std::vector<std::int32_t> speculate(D& drafter, toy_model& target, toy_model& draft_model,
+                                    std::vector<std::int32_t> committed, index_t new_tokens, loop_counts& counts) {
+  specdec::eigen backend;
+  const index_t start = ssize(committed);
+  while (ssize(committed) < start + new_tokens) {
+    const index_t cached = target.cached();  // every committed token but the root
+    // The draft model catches up on committed tokens it has not run; the root is the drafter's.
+    if (draft_model.cached() < cached)
+      draft_model.forward(std::span(committed).subspan(draft_model.cached(), cached - draft_model.cached()),
+                          iota_positions(draft_model.cached(), cached - draft_model.cached()));
+    index_t rows = 0;
+    const specdec::drafted d = specdec::run_drafter(drafter, {.committed = committed}, [&](const specdec::draft_request& r) {
+      rows += r.rows();
+      return draft_model.forward(r.tokens, r.positions(cached), r.attention_mask(cached));
+    });
+    draft_model.crop(cached);  // the draft's rows go; the engine owns the draft model's cache
+    const auto logits = target.forward(d.tree.token, specdec::tree_positions(d.tree, cached), specdec::tree_mask_dense(d.tree, cached));
+    const auto result = specdec::sampling::verify_greedy(backend, logits, {.tree = d.tree});
+    drafter.feedback({.accepted_nodes = result.accepted_nodes,
+                      .target_seconds = 1e-3,  // measured by a clock, in an engine
+                      .draft_seconds = 1e-4 * static_cast<double>(rows)});
+    target.keep(cached, result.kept_nodes());
+    committed.insert(committed.end(), result.tokens.begin(), result.tokens.end());
+    counts.draft_rows += rows;
+    ++counts.target_forwards;
+  }
+  committed.resize(static_cast<std::size_t>(start + new_tokens));
+  return committed;
+}
+// [drafter-loop]
+
+/// Runs `speculate` from a fresh target and draft model (skew: how often the draft disagrees).
+template <specdec::drafter D>
+std::vector<std::int32_t> speculated(D& drafter, std::uint32_t skew, index_t new_tokens, loop_counts& counts) {
+  toy_model target, draft_model(skew);
+  target.forward(std::span(prompt).first(prompt.size() - 1), iota_positions(0, ssize(prompt) - 1));
+  const auto all = speculate(drafter, target, draft_model, prompt, new_tokens, counts);
+  return std::vector<std::int32_t>(all.begin() + ssize(prompt), all.end());
+}
+
 }  // namespace
 
 TEST_CASE("docs/engine.md: the EAGLE-2 draft-and-verify loop decodes exactly as plain greedy decoding") {
@@ -183,4 +275,48 @@ TEST_CASE("docs/engine.md: the prompt-lookup loop decodes exactly as plain greed
   history.resize(prompt.size() + static_cast<std::size_t>(max_new_tokens));
   CHECK(std::vector<std::int32_t>(history.begin() + ssize(prompt), history.end()) == greedy_reference(prompt, max_new_tokens));
   CHECK(forwards < max_new_tokens);  // lookup found repeats (the toy target cycles through contexts)
+}
+
+TEST_CASE("docs/drafters.md: every library drafter, and one of the engine's own, decodes as plain greedy through the protocol") {
+  const index_t n = 96;
+  const auto want = greedy_reference(prompt, n);
+  specdec::eigen backend;
+  {
+    // A draft model identical to the target: a chain of 4 is always accepted when the rows, positions
+    // and masks the protocol asks for are right, so every forward commits exactly 5 tokens.
+    specdec::chain_drafter<specdec::eigen> chain(backend, {.longest = 4, .adaptive = false});
+    loop_counts counts;
+    CHECK(speculated(chain, /*skew=*/0, n, counts) == want);
+    CHECK(counts.target_forwards == (n + 4) / 5);
+    CHECK(counts.draft_rows == 4 * counts.target_forwards);
+  }
+  {
+    // Dynamic trees, fixed size: a disagreeing draft still pays.
+    specdec::eagle2_drafter<specdec::eigen> eagle(backend, {.top_k = 3, .depth = 4, .total_tokens = 12}, /*adaptive=*/false);
+    loop_counts counts;
+    CHECK(speculated(eagle, /*skew=*/5, n, counts) == want);
+    MESSAGE("eagle2_drafter: ", n, " tokens in ", counts.target_forwards, " target forwards");
+    CHECK(static_cast<double>(n) / static_cast<double>(counts.target_forwards) > 1.5);
+    CHECK(counts.draft_rows == counts.target_forwards * (1 + 4 * 3));
+  }
+  {
+    // Sized by the policy: an identical draft pays, so the trees grow past the first probe.
+    specdec::eagle2_drafter<specdec::eigen> eagle(backend, {.top_k = 3, .depth = 4, .total_tokens = 12});
+    loop_counts counts;
+    CHECK(speculated(eagle, /*skew=*/0, n, counts) == want);
+    CHECK(static_cast<double>(n) / static_cast<double>(counts.target_forwards) > 2.0);
+  }
+  {
+    specdec::ngram_drafter lookup({.options = {.branches = 2}, .longest = 8});
+    loop_counts counts;
+    CHECK(speculated(lookup, /*skew=*/0, n, counts) == want);
+    CHECK(counts.draft_rows == 0);
+    CHECK(counts.target_forwards < n);
+  }
+  {
+    top_children_drafter own(/*width=*/2);
+    loop_counts counts;
+    CHECK(speculated(own, /*skew=*/0, n, counts) == want);
+    CHECK(counts.target_forwards < n);  // the draft's top child is the target's token: one bonus per forward
+  }
 }

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief specdec's drafters, each a model of `specdec::drafter` (tree/drafter.hpp), each sized per step
+/// by its own `policy::draft_length_policy` (measured acceptance by depth against the measured costs
+/// the engine reports in feedback(): where drafting does not pay it drafts nothing, so a drafter is
+/// not slower than plain decoding):
+///
+/// | drafter | model the engine runs | draft |
+/// | --- | --- | --- |
+/// | `ngram_drafter` | none | prompt lookup: the continuations of the context's longest repeated suffix, a chain or a trie |
+/// | `chain_drafter<B>` | any autoregressive draft (a small LM, MTP modules, ADMG's self-draft) | a chain, greedy or sampled |
+/// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
+/// | `heads_drafter<B>` | Medusa-style heads on the root (one forward, one logits row per head) | a static tree of per-head top-k |
+///
+/// All are host-driven and single-request; `B` is the backend that reads the logits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/policy/draft_length.hpp>
+#include <specdec/tree/drafter.hpp>
+#include <specdec/tree/eagle2.hpp>
+#include <specdec/tree/ngram.hpp>
+#include <specdec/tree/static_tree.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec {
+
+/// The nodes of `tree` no deeper than `depth`, in their order, parents renumbered (scores kept).
+/// \throws invalid_argument on a malformed tree (valid_tree) or depth < 0.
+inline draft_tree cut_to_depth(const draft_tree& tree, index_t depth) {
+  const valid_tree valid(tree);
+  SPECDEC_EXPECTS(depth >= 0, "specdec::cut_to_depth", "depth = ", depth, "; expected >= 0");
+  if (depth >= valid.max_depth()) return tree;
+  draft_tree out;
+  std::vector<std::int32_t> renumbered(static_cast<std::size_t>(valid.size()), -1);
+  for (index_t i = 0; i < valid.size(); ++i) {
+    if (valid.depth(i) > depth) continue;
+    renumbered[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(out.token.size());
+    out.token.push_back(valid.token(i));
+    out.parent.push_back(i == 0 ? -1 : renumbered[static_cast<std::size_t>(valid.parent(i))]);
+    out.depth.push_back(valid.depth(i));
+    out.score.push_back(i < static_cast<index_t>(tree.score.size()) ? tree.score[static_cast<std::size_t>(i)] : 0.0f);
+  }
+  return out;
+}
+
+namespace detail {
+
+/// The feedback half every drafter here shares: verification and costs into its policy.
+inline void record_feedback(policy::draft_length_policy& policy, const draft_tree& tree, const draft_feedback& f) {
+  constexpr const char* where = "specdec::drafter::feedback";
+  const index_t depth = tree.max_depth(), accepted = static_cast<index_t>(f.accepted_nodes.size());
+  SPECDEC_EXPECTS(accepted <= depth, where, "accepted_nodes has ", accepted, " nodes; the draft is ", depth,
+                  " deep (the path excludes the root)");
+  SPECDEC_EXPECTS(std::isfinite(f.target_seconds) && f.target_seconds >= 0 && std::isfinite(f.draft_seconds) && f.draft_seconds >= 0,
+                  where, "target_seconds = ", f.target_seconds, ", draft_seconds = ", f.draft_seconds,
+                  "; expected finite times >= 0 (0: not measured)");
+  policy.verified(accepted, depth);
+  if (f.target_seconds > 0) policy.target_forward_timed(tree.size(), f.target_seconds);
+  if (f.draft_seconds > 0 && depth > 0) policy.draft_token_timed(f.draft_seconds / static_cast<double>(tree.size() - 1));
+}
+
+inline draft_tree root_only(std::int32_t root) { return draft_tree{{root}, {-1}, {0}, {0.0f}}; }
+
+}  // namespace detail
+
+/// Prompt lookup: the continuations of the context's longest suffix that occurred before
+/// (propose_ngram), cut to the depth the policy chooses for what the match offers. No model runs.
+class ngram_drafter {
+ public:
+  using memory_space = host_space;
+  struct parameters {
+    ngram_options options = {};
+    index_t longest = 8;   ///< the most tokens per continuation
+    bool adaptive = true;  ///< false: always the whole match, up to `longest`
+  };
+  /// \throws invalid_argument on longest outside the policy's range (policy::draft_length_policy).
+  explicit ngram_drafter(parameters p) : p_(p), policy_(p.longest) {}
+
+  /// \throws invalid_argument on an empty context, and as propose_ngram.
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::ngram_drafter::begin", "the context is empty; expected the root at least");
+    draft_tree full = propose_ngram(context.committed, p_.longest, p_.options);
+    const index_t available = full.max_depth();
+    tree_ = cut_to_depth(full, p_.adaptive ? policy_.choose(0, available) : available);
+    return nullptr;
+  }
+  /// No forward is ever pending. \throws invalid_argument always.
+  const draft_request* advance(matrix_view<const float>) {
+    SPECDEC_EXPECTS(false, "specdec::ngram_drafter::advance", "no draft forward is pending (prompt lookup runs no model)");
+    return nullptr;
+  }
+  drafted finish() { return {tree_, {}, {}}; }
+  /// \throws invalid_argument on a path longer than the draft or times negative / not finite.
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  parameters p_;
+  policy::draft_length_policy policy_;
+  draft_tree tree_;
+};
+
+/// A chain from any autoregressive draft model: the root row, then one row per drafted token (each
+/// continuing the previous row: MTP's `o`, a draft LM's cache), greedy (argmax, lowest id among ties)
+/// or, at `temperature` > 0, sampled from softmax(logits / T) with one Philox uniform per token
+/// (`seed`, subsequence = the step count), the distributions kept for the lossless verifier. Length:
+/// the policy's choice, cut short by `stop(top1_probability, drafted)` when given (Draft & Verify /
+/// ADMG's exit rule; the probability at T, or T = 1 when greedy).
+template <backend B>
+class chain_drafter {
+ public:
+  using memory_space = typename B::memory_space;
+  struct parameters {
+    index_t longest = 8;
+    float temperature = 0.0f;
+    std::uint64_t seed = 0;
+    bool adaptive = true;  ///< false: always `longest` (or until stop)
+    std::function<bool(double top1_probability, index_t drafted)> stop = {};
+  };
+  /// \throws invalid_argument on longest outside the policy's range or a negative / non-finite temperature.
+  chain_drafter(B& b, parameters p) : b_(&b), p_(std::move(p)), policy_(p_.longest) {
+    SPECDEC_EXPECTS(std::isfinite(p_.temperature) && p_.temperature >= 0.0f, "specdec::chain_drafter", "temperature = ",
+                    p_.temperature, "; expected finite >= 0 (0: greedy)");
+  }
+
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::chain_drafter::begin", "the context is empty; expected the root at least");
+    out_ = {detail::root_only(context.root()), {}, {}};
+    length_ = p_.adaptive ? policy_.choose() : p_.longest;
+    ++steps_;
+    if (length_ == 0) return nullptr;
+    request_ = {{context.root()}, {0}, {-1}, {1}, 1, 1};
+    return &request_;
+  }
+  /// \param logits backend `[1 x V]`: the row just run. \throws invalid_argument when no forward is
+  /// pending, on shapes, and on bad logits (from the backend).
+  const draft_request* advance(matrix_view<const float, memory_space> logits) {
+    constexpr const char* where = "specdec::chain_drafter::advance";
+    SPECDEC_EXPECTS(request_.rows() == 1 && drafted_count() < length_, where, "no draft forward is pending");
+    SPECDEC_EXPECTS(logits.rows() == 1, where, "logits has ", logits.rows(), " rows; expected 1");
+    const float t = p_.temperature > 0.0f ? p_.temperature : 1.0f;
+    auto probs = b_->template allocate<float>(logits.cols());
+    b_->row_softmax(logits, t, probs.matrix(1, logits.cols()));
+    const std::vector<float> q = b_->download(probs.view());
+    std::int32_t token = static_cast<std::int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
+    const double top1 = q[static_cast<std::size_t>(token)];
+    if (p_.temperature > 0.0f) {
+      const philox_stream rng{p_.seed, steps_};
+      const double u = rng.uniform_double(static_cast<std::uint64_t>(drafted_count()));
+      double acc = 0;
+      token = static_cast<std::int32_t>(q.size() - 1);
+      for (std::size_t v = 0; v < q.size(); ++v)
+        if ((acc += q[v]) > u) {
+          token = static_cast<std::int32_t>(v);
+          break;
+        }
+      if (out_.draft_rows.empty()) out_.draft_rows.push_back(-1);
+      out_.draft_rows.push_back(static_cast<index_t>(out_.draft_rows.size()) - 1);
+      out_.probs.insert(out_.probs.end(), q.begin(), q.end());
+    }
+    const auto depth = static_cast<std::int32_t>(drafted_count() + 1);
+    out_.tree.token.push_back(token);
+    out_.tree.parent.push_back(depth - 1);
+    out_.tree.depth.push_back(depth);
+    out_.tree.score.push_back(0.0f);
+    if (drafted_count() >= length_ || (p_.stop && p_.stop(top1, drafted_count()))) {
+      request_ = {};
+      return nullptr;
+    }
+    request_ = {{token}, {depth}, {0}, std::vector<std::uint8_t>(static_cast<std::size_t>(depth) + 1, 1), depth + 1, 1};
+    return &request_;
+  }
+  drafted finish() {
+    request_ = {};
+    return out_;
+  }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, out_.tree, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  index_t drafted_count() const noexcept { return out_.tree.size() - 1; }
+  B* b_;
+  parameters p_;
+  policy::draft_length_policy policy_;
+  drafted out_;
+  draft_request request_;
+  index_t length_ = 0;
+  std::uint64_t steps_ = 0;
+};
+
+/// EAGLE-2's dynamic tree (eagle2_tree_builder, EAGLE's node order): the root row, then `depth`
+/// expansions of `top_k` frontier rows each (parent_row: the frontier slot each continues, EAGLE's
+/// `out_ids`; the root row for the first), reranked to `total_tokens` nodes. With `adaptive` the
+/// policy picks the draft's node budget L per step and the tree is the best L + 1 nodes at depth
+/// min(depth, L) (nothing drafted at L = 0); otherwise always the configured tree. EAGLE-3: the
+/// config's `d2t` maps the draft vocabulary.
+template <backend B>
+class eagle2_drafter {
+ public:
+  using memory_space = typename B::memory_space;
+  /// \throws invalid_argument on a configuration eagle2_tree_builder rejects.
+  eagle2_drafter(B& b, dynamic_tree_config largest, bool adaptive = true)
+      : b_(&b), largest_(std::move(largest)), adaptive_(adaptive), policy_(std::max<index_t>(0, largest_.total_tokens - 1)) {
+    eagle2_tree_builder<B> check(b, largest_);  // validates the configuration once, up front
+  }
+
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::eagle2_drafter::begin", "the context is empty; expected the root at least");
+    root_ = context.root();
+    tree_ = detail::root_only(root_);
+    builder_.reset();
+    const index_t length = adaptive_ ? policy_.choose() : largest_.total_tokens - 1;
+    if (length == 0) return nullptr;
+    dynamic_tree_config c = largest_;
+    c.total_tokens = length + 1;
+    c.depth = std::min(largest_.depth, length);
+    builder_.emplace(*b_, std::move(c));
+    request_ = {{root_}, {0}, {-1}, {1}, 1, 1};
+    return &request_;
+  }
+  /// \param logits backend `[rows x V]` of the pending request (the root's `[1 x V]` first).
+  /// \throws invalid_argument when no forward is pending, and as eagle2_tree_builder.
+  const draft_request* advance(matrix_view<const float, memory_space> logits) {
+    constexpr const char* where = "specdec::eagle2_drafter::advance";
+    SPECDEC_EXPECTS(builder_.has_value() && request_.rows() > 0, where, "no draft forward is pending");
+    SPECDEC_EXPECTS(logits.rows() == request_.rows(), where, "logits has ", logits.rows(), " rows; the request has ",
+                    request_.rows());
+    const std::int32_t root[1] = {root_};
+    const draft_step step = request_.depth[0] == 0 ? builder_->begin(logits, std::span(root, 1)) : builder_->expand(logits);
+    if (builder_->expansions_complete()) {
+      tree_ = builder_->finish_single().tree;
+      request_ = {};
+      return nullptr;
+    }
+    // The next frontier: k rows at depth step + 1, attending the root row and their ancestors.
+    const index_t k = step.top_k, cols = 1 + step.mask_cols;
+    request_ = {step.input_ids, std::vector<std::int32_t>(static_cast<std::size_t>(k), static_cast<std::int32_t>(step.step + 1)),
+                {}, std::vector<std::uint8_t>(static_cast<std::size_t>(k * cols), 0), cols, 1};
+    for (index_t r = 0; r < k; ++r) {
+      const std::int32_t slot = step.parent_slot[static_cast<std::size_t>(r)];
+      request_.parent_row.push_back(slot < 0 ? 0 : slot);
+      request_.mask[static_cast<std::size_t>(r * cols)] = 1;
+      for (index_t j = 0; j < step.mask_cols; ++j)
+        request_.mask[static_cast<std::size_t>(r * cols + 1 + j)] = step.draft_mask[static_cast<std::size_t>(r * step.mask_cols + j)];
+    }
+    return &request_;
+  }
+  drafted finish() {
+    request_ = {};
+    builder_.reset();
+    return {tree_, {}, {}};
+  }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  B* b_;
+  dynamic_tree_config largest_;
+  bool adaptive_;
+  policy::draft_length_policy policy_;
+  std::optional<eagle2_tree_builder<B>> builder_;
+  draft_request request_;
+  draft_tree tree_;
+  std::int32_t root_ = 0;
+};
+
+/// Medusa-style heads: one forward over the root row returns one logits row per head (head h
+/// proposes the token h + 1 ahead), and the static tree `shape` (make_static_tree of a choice list)
+/// takes, at a node of depth d and rank r, head d - 1's r-th most likely token (row_topk: ties to the
+/// lower id). The policy picks how deep the tree is cut (nothing drafted at 0).
+template <backend B>
+class heads_drafter {
+ public:
+  using memory_space = typename B::memory_space;
+  /// \param top_k the candidates per head the shape's ranks index (Medusa's 10).
+  /// \throws invalid_argument when a rank of `shape` is not below top_k.
+  heads_drafter(B& b, static_tree shape, index_t top_k, bool adaptive = true)
+      : b_(&b), shape_(std::move(shape)), top_k_(top_k), adaptive_(adaptive), policy_(shape_.tree.max_depth()) {
+    for (const std::int32_t r : shape_.rank)
+      SPECDEC_EXPECTS(r < top_k, "specdec::heads_drafter", "the shape has rank ", r, "; expected ranks below top_k = ", top_k);
+  }
+
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::heads_drafter::begin", "the context is empty; expected the root at least");
+    tree_ = detail::root_only(context.root());
+    depth_ = adaptive_ ? policy_.choose() : shape_.tree.max_depth();
+    if (depth_ == 0) return nullptr;
+    request_ = {{context.root()}, {0}, {-1}, {1}, 1, shape_.tree.max_depth()};
+    return &request_;
+  }
+  /// \param logits backend `[heads x V]`, heads = the shape's depth. \throws invalid_argument when no
+  /// forward is pending, on shapes, top_k > V or bad logits (from the backend).
+  const draft_request* advance(matrix_view<const float, memory_space> logits) {
+    constexpr const char* where = "specdec::heads_drafter::advance";
+    SPECDEC_EXPECTS(request_.rows() == 1, where, "no draft forward is pending");
+    SPECDEC_EXPECTS(logits.rows() == request_.logits_rows(), where, "logits has ", logits.rows(), " rows; expected one per head (",
+                    request_.logits_rows(), ")");
+    const index_t heads = logits.rows();
+    auto values = b_->template allocate<float>(heads * top_k_);
+    auto ids = b_->template allocate<std::int32_t>(heads * top_k_);
+    b_->row_topk(logits, top_k_, values.matrix(heads, top_k_), ids.matrix(heads, top_k_));
+    const std::vector<std::int32_t> top = b_->download(vector_view<const std::int32_t, memory_space>(ids.view().data(), heads * top_k_));
+    draft_tree tree = shape_.tree;
+    tree.token[0] = tree_.token[0];
+    for (index_t i = 1; i < tree.size(); ++i)
+      tree.token[static_cast<std::size_t>(i)] =
+          top[static_cast<std::size_t>((tree.depth[static_cast<std::size_t>(i)] - 1) * top_k_ + shape_.rank[static_cast<std::size_t>(i)])];
+    tree_ = cut_to_depth(tree, depth_);
+    request_ = {};
+    return nullptr;
+  }
+  drafted finish() { return {tree_, {}, {}}; }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  B* b_;
+  static_tree shape_;
+  index_t top_k_;
+  bool adaptive_;
+  policy::draft_length_policy policy_;
+  draft_request request_;
+  draft_tree tree_;
+  index_t depth_ = 0;
+};
+
+}  // namespace specdec

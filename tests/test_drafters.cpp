@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// The library's drafters (tree/drafters.hpp) against what they wrap, through the drafting protocol:
+// eagle2_drafter's requests and tree equal eagle2_tree_builder's steps and result; heads_drafter's tree
+// is Medusa's greedy candidates; chain_drafter's sampled tokens are inverse-CDF draws of its Philox
+// uniforms with the distributions kept for the verifier; cut_to_depth; a drafter whose drafts do not
+// pay stops drafting; misuse is rejected. (Decoding through the protocol: test_engine_loops.cpp.)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
+#include <specdec/interop/medusa.hpp>
+#include <specdec/tree/drafters.hpp>
+
+#include "backend_conformance.hpp"
+
+using specdec::index_t;
+using conformance::error_of;
+
+#define SPECDEC_DRAFTER_BACKENDS specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>
+
+static_assert(specdec::drafter<specdec::ngram_drafter>);
+static_assert(specdec::drafter<specdec::chain_drafter<specdec::eigen>>);
+static_assert(specdec::drafter<specdec::eagle2_drafter<specdec::eigen>>);
+static_assert(specdec::drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
+
+TEST_CASE("cut_to_depth keeps the shallow nodes in order and renumbers their parents") {
+  // 0 -> {1, 2}, 1 -> {3}, 2 -> {4}, 3 -> {5}
+  const auto t = specdec::make_tree({9, 8, 7, 6, 5, 4}, {-1, 0, 0, 1, 2, 3});
+  const auto two = specdec::cut_to_depth(t, 2);
+  CHECK(two.token == std::vector<std::int32_t>{9, 8, 7, 6, 5});
+  CHECK(two.parent == std::vector<std::int32_t>{-1, 0, 0, 1, 2});
+  CHECK(specdec::cut_to_depth(t, 0).token == std::vector<std::int32_t>{9});
+  CHECK(specdec::cut_to_depth(t, 7).token == t.token);
+  CHECK(error_of([&] { (void)specdec::cut_to_depth(t, -1); }).find("depth = -1") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("eagle2_drafter asks for the builder's frontiers behind the root row and returns its tree", B, SPECDEC_DRAFTER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 200, k = 3, depth = 3;
+  const specdec::dynamic_tree_config cfg{k, depth, 10, specdec::tree_score::log_probability, {}};
+  specdec::eagle2_drafter<B> drafter(h.b, cfg, /*adaptive=*/false);
+  specdec::eagle2_tree_builder<B> builder(h.b, cfg);
+  const std::vector<std::int32_t> committed = {4, 5, 6};
+  const specdec::draft_request* r = drafter.begin({committed});
+  REQUIRE(r != nullptr);
+  CHECK(r->tokens == std::vector<std::int32_t>{6});
+  CHECK(r->positions(2) == std::vector<std::int64_t>{2});
+  const auto root = conformance::random_logits(3, 1, v);
+  auto root_buf = h.up(root.data);
+  auto step = builder.begin(root_buf.matrix(1, v), std::vector<std::int32_t>{6});
+  r = drafter.advance(root_buf.matrix(1, v));
+  for (index_t s = 0; s < depth; ++s) {
+    REQUIRE(r != nullptr);
+    CHECK(r->tokens == step.input_ids);
+    CHECK(r->depth == std::vector<std::int32_t>(static_cast<std::size_t>(k), static_cast<std::int32_t>(s + 1)));
+    for (index_t i = 0; i < k; ++i)
+      CHECK(r->parent_row[static_cast<std::size_t>(i)] == (s == 0 ? 0 : step.parent_slot[static_cast<std::size_t>(i)]));
+    // The request's mask is the builder's behind one more cached row (the root row).
+    CHECK(r->attention_mask(5) == step.attention_mask(6));
+    const auto rows = conformance::random_logits(50 + static_cast<std::uint64_t>(s), k, v);
+    auto buf = h.up(rows.data);
+    r = drafter.advance(buf.matrix(k, v));
+    if (s + 1 < depth) step = builder.expand(buf.matrix(k, v));
+    else builder.expand(buf.matrix(k, v));
+  }
+  CHECK(r == nullptr);
+  const auto want = builder.finish_single().tree;
+  const auto got = drafter.finish().tree;
+  CHECK(got.token == want.token);
+  CHECK(got.parent == want.parent);
+  CHECK(error_of([&] { drafter.advance(root_buf.matrix(1, v)); }).find("no draft forward is pending") != std::string::npos);
+  const std::vector<std::int32_t> too_long(static_cast<std::size_t>(got.max_depth() + 1), 1);
+  CHECK(error_of([&] { drafter.feedback({too_long}); }).find("the draft is " + std::to_string(got.max_depth()) + " deep") !=
+        std::string::npos);
+  CHECK(error_of([&] { drafter.feedback({{}, -1.0, 0.0}); }).find("target_seconds = -1") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("heads_drafter fills Medusa's tree with each head's top-k, as medusa::fill_candidates", B, SPECDEC_DRAFTER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 120;
+  const auto buf = specdec::medusa::make_buffers(specdec::choices::medusa_mc_sim_7b_63());
+  const index_t heads = buf.shape.tree.max_depth();
+  specdec::heads_drafter<B> drafter(h.b, buf.shape, 10, /*adaptive=*/false);
+  const std::vector<std::int32_t> committed = {1, 2, 3};
+  const specdec::draft_request* r = drafter.begin({committed});
+  REQUIRE(r != nullptr);
+  CHECK(r->logits_rows() == heads);
+  const auto head_logits = conformance::random_logits(17, heads, v);
+  auto logits = h.up(head_logits.data);
+  CHECK(drafter.advance(logits.matrix(heads, v)) == nullptr);
+  // Medusa's root token is the base model's argmax; give it the committed root.
+  std::vector<float> base(static_cast<std::size_t>(v), 0.0f);
+  base[3] = 1.0f;
+  auto base_buf = h.up(base);
+  const auto want = specdec::medusa::fill_candidates(h.b, buf, logits.matrix(heads, v), base_buf.matrix(1, v));
+  CHECK(drafter.finish().tree.token == want.tree_candidates);
+}
+
+TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with their distributions kept") {
+  specdec::eigen b;
+  const index_t v = 50;
+  const std::vector<std::int32_t> committed = {7};
+  for (const float temperature : {0.0f, 0.7f}) {
+    CAPTURE(temperature);
+    specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 3, .temperature = temperature, .seed = 11, .adaptive = false});
+    const specdec::draft_request* r = drafter.begin({committed});
+    std::vector<std::vector<float>> rows;
+    for (index_t i = 0; i < 3; ++i) {
+      REQUIRE(r != nullptr);
+      CHECK(r->depth[0] == i);
+      CHECK(r->mask_cols == i + 1);
+      rows.push_back(conformance::random_logits(90 + static_cast<std::uint64_t>(i), 1, v).data);
+      r = drafter.advance(specdec::matrix_view<const float>(rows.back().data(), 1, v));
+    }
+    CHECK(r == nullptr);
+    const auto d = drafter.finish();
+    REQUIRE(d.tree.size() == 4);
+    for (index_t i = 0; i < 3; ++i) {
+      // The reference: softmax at T (1 when greedy) in double, then argmax or the inverse CDF.
+      const auto& x = rows[static_cast<std::size_t>(i)];
+      const double t = temperature > 0 ? temperature : 1.0;
+      double m = -INFINITY, sum = 0;
+      for (const float f : x) m = std::max(m, double(f));
+      std::vector<double> q;
+      for (const float f : x) sum += q.emplace_back(std::exp((double(f) - m) / t));
+      for (auto& p : q) p /= sum;
+      std::int32_t want = static_cast<std::int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
+      if (temperature > 0) {
+        const double u = specdec::philox_stream{11, 1}.uniform_double(static_cast<std::uint64_t>(i));
+        double acc = 0;
+        for (std::size_t j = 0; j < q.size(); ++j)
+          if ((acc += q[j]) > u) {
+            want = static_cast<std::int32_t>(j);
+            break;
+          }
+        for (index_t j = 0; j < v; ++j)
+          CHECK(d.probs[static_cast<std::size_t>(i * v + j)] == doctest::Approx(q[static_cast<std::size_t>(j)]).epsilon(1e-5));
+      }
+      CHECK(d.tree.token[static_cast<std::size_t>(i + 1)] == want);
+    }
+    if (temperature > 0) CHECK(d.draft_rows == std::vector<index_t>{-1, 0, 1, 2});
+    else CHECK((d.probs.empty() && d.draft_rows.empty()));
+  }
+  CHECK(error_of([&] { specdec::chain_drafter<specdec::eigen>(b, {.temperature = -1.0f}); }).find("temperature = -1") !=
+        std::string::npos);
+}
+
+TEST_CASE("an adaptive drafter whose drafts are never accepted and cost a forward stops drafting") {
+  specdec::eigen b;
+  specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 6});
+  const std::vector<std::int32_t> committed = {3, 4};
+  const auto logits = conformance::random_logits(5, 1, 30);
+  index_t drafted = 0, steps = 200;
+  for (index_t step = 0; step < steps; ++step) {
+    const auto d = specdec::run_drafter(drafter, {committed}, [&](const specdec::draft_request&) {
+      return specdec::matrix_view<const float>(logits.data.data(), 1, 30);
+    });
+    drafted += d.tree.size() - 1;
+    drafter.feedback({{}, /*target_seconds=*/1e-3, /*draft_seconds=*/1e-3 * static_cast<double>(d.tree.size() - 1)});
+  }
+  MESSAGE("drafted ", drafted, " tokens in ", steps, " steps");
+  CHECK(drafted < steps / 10);  // probes only
+}
