@@ -2,7 +2,8 @@
 // Medusa heads on the example engine: from the target's last hidden state of the last accepted token,
 // head i (a ResBlock, x + SiLU(W x + b), then the target's LM head) proposes the top-k tokens i + 1
 // places after the root; a static tree from a Medusa choice list takes node tokens from those top-k
-// lists (specdec::make_static_tree), and the loop verifies the tree in one forward.
+// lists (specdec::make_static_tree, through specdec::heads_drafter), and the loop verifies the tree in
+// one forward.
 //
 // Weights: examples/weights/medusa_smollm2_135m.safetensors by default (or --weights FILE), trained for
 // SmolLM2-135M-Instruct by tools/train (medusa.py: self-distillation, soft labels), fp16, Medusa's names:
@@ -12,6 +13,7 @@
 // mc_sim_7b_63 tree costs ~20 forwards.
 #include <cmath>
 
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/static_tree.hpp>
 
 #include "engine/checkpoint.hpp"
@@ -28,9 +30,10 @@ class medusa_drafter : public engine::feature_drafter {
   /// the file does not hold exactly medusa_head.{0..H-1}.0.linear.{weight [E x E], bias [E]} in fp16
   /// with H >= the tree's depth.
   medusa_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
-      : feature_drafter(model), shape_(specdec::make_static_tree(choices, top_k)), top_k_(top_k) {
+      : feature_drafter(model),
+        tree_(specdec::heads_drafter<specdec::eigen>(backend_, specdec::make_static_tree(choices, top_k), top_k, /*adaptive=*/false)) {
     const index_t e = model.config().hidden;
-    heads_ = shape_.tree.max_depth();
+    heads_ = specdec::make_static_tree(choices, top_k).tree.max_depth();
     const auto name = [](index_t k, const char* what) { return "medusa_head." + std::to_string(k) + ".0.linear." + what; };
     const auto file = specdec::io::safetensors::open(weights_path);
     index_t stored = 0;
@@ -51,33 +54,42 @@ class medusa_drafter : public engine::feature_drafter {
   }
   std::string name() const override { return "medusa"; }
 
+  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override {
+    feature_drafter::accepted_path(nodes);
+    tree_.accepted_path(nodes);
+  }
+
+  /// specdec::heads_drafter asks for the root's per-head logits: the target's final hidden state of
+  /// the token before the root through each head's ResBlock, then the shared LM head.
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
     const index_t e = c.hidden;
-    // The target's final hidden state of the token before the root, then each head's ResBlock and
-    // the shared LM head.
-    if (committed_features() < ctx.cached) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
-    const std::vector<float> h(features().end() - e, features().end());
-    std::vector<float> z(static_cast<std::size_t>(heads_ * e)), logits(static_cast<std::size_t>(heads_ * c.vocab));
-    for (index_t k = 0; k < heads_; ++k) {
-      float* out = z.data() + k * e;
-      backend_.gemm(engine::host_matrix(h.data(), 1, e), specdec::transpose::no,
-                    engine::host_matrix(weight_.data() + k * e * e, e, e), specdec::transpose::yes, specdec::matrix_view<float>(out, 1, e));
-      for (index_t j = 0; j < e; ++j) {
-        const float a = out[j] + bias_[static_cast<std::size_t>(k * e + j)];
-        out[j] = h[static_cast<std::size_t>(j)] + a / (1.0f + std::exp(-a));
+    if (committed_features() < ctx.cached) return engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>>::root_only(ctx);
+    return tree_.propose(ctx, [&](const specdec::draft_request&) {
+      const std::vector<float> h(features().end() - e, features().end());
+      std::vector<float> z(static_cast<std::size_t>(heads_ * e));
+      logits_.resize(static_cast<std::size_t>(heads_ * c.vocab));
+      for (index_t k = 0; k < heads_; ++k) {
+        float* out = z.data() + k * e;
+        backend_.gemm(engine::host_matrix(h.data(), 1, e), specdec::transpose::no,
+                      engine::host_matrix(weight_.data() + k * e * e, e, e), specdec::transpose::yes, specdec::matrix_view<float>(out, 1, e));
+        for (index_t j = 0; j < e; ++j) {
+          const float a = out[j] + bias_[static_cast<std::size_t>(k * e + j)];
+          out[j] = h[static_cast<std::size_t>(j)] + a / (1.0f + std::exp(-a));
+        }
       }
-    }
-    backend_.gemm(engine::host_matrix(z.data(), heads_, e), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
-                  specdec::matrix_view<float>(logits.data(), heads_, c.vocab));
-    ++ctx.stats.draft_calls;
-    return {fill(shape_, ctx.sequence.back(), engine::host_matrix(logits.data(), heads_, c.vocab), top_k_), {}, {}};
+      backend_.gemm(engine::host_matrix(z.data(), heads_, e), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
+                    specdec::matrix_view<float>(logits_.data(), heads_, c.vocab));
+      ++ctx.stats.draft_calls;
+      return engine::host_matrix(logits_.data(), heads_, c.vocab);
+    });
   }
 
  private:
-  specdec::static_tree shape_;
-  index_t top_k_, heads_ = 0;
-  std::vector<float> weight_, bias_;
+  engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>> tree_;
+  index_t heads_ = 0;
+  std::vector<float> weight_, bias_, logits_;
 };
 
 }  // namespace

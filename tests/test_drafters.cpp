@@ -107,8 +107,8 @@ TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with t
   const std::vector<std::int32_t> committed = {7};
   for (const float temperature : {0.0f, 0.7f}) {
     CAPTURE(temperature);
-    specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 3, .temperature = temperature, .seed = 11, .adaptive = false});
-    const specdec::draft_request* r = drafter.begin({committed});
+    specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 3, .adaptive = false});
+    const specdec::draft_request* r = drafter.begin({committed, temperature, specdec::philox_stream{11, 1}});
     std::vector<std::vector<float>> rows;
     for (index_t i = 0; i < 3; ++i) {
       REQUIRE(r != nullptr);
@@ -146,8 +146,8 @@ TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with t
     if (temperature > 0) CHECK(d.draft_rows == std::vector<index_t>{-1, 0, 1, 2});
     else CHECK((d.probs.empty() && d.draft_rows.empty()));
   }
-  CHECK(error_of([&] { specdec::chain_drafter<specdec::eigen>(b, {.temperature = -1.0f}); }).find("temperature = -1") !=
-        std::string::npos);
+  specdec::chain_drafter<specdec::eigen> drafter(b, {});
+  CHECK(error_of([&] { drafter.begin({committed, -1.0f}); }).find("temperature = -1") != std::string::npos);
 }
 
 TEST_CASE("an adaptive drafter whose drafts are never accepted and cost a forward stops drafting") {

@@ -27,6 +27,8 @@
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
+#include <specdec/tree/drafter.hpp>
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/ngram.hpp>
 #include <specdec/tree/tree.hpp>
@@ -119,6 +121,47 @@ class drafter {
   /// nodes of the tree just verified (root excluded).
   virtual const forward_hooks* target_hooks() { return nullptr; }
   virtual void accepted_path(std::span<const std::int32_t> /*nodes*/) {}
+};
+
+/// The engine's side of specdec's drafting protocol (docs/drafters.md): a library drafter run against
+/// this engine's models, its draft-model forwards timed and its feedback (the accepted path, the
+/// target forward's and the drafts' wall times) handed back after verification. Each engine drafter
+/// below holds one and says only how a draft request runs on its model.
+template <specdec::drafter D>
+class protocol_drafter {
+ public:
+  explicit protocol_drafter(D d) : d_(std::move(d)) {}
+
+  /// One step of the library drafter, `run(request)` giving the draft model's logits for a request
+  /// (`matrix_view<const float, D::memory_space>`).
+  template <class Run>
+  draft propose(draft_context& ctx, Run&& run) {
+    double seconds = 0;
+    specdec::drafted out = specdec::run_drafter(d_, {ctx.sequence, ctx.temperature, ctx.rng}, [&](const specdec::draft_request& r) {
+      const auto start = clock_type::now();
+      auto logits = run(r);
+      seconds += seconds_since(start);
+      return logits;
+    });
+    draft_seconds_ = seconds;
+    pending_ = true;
+    return {std::move(out.tree), std::move(out.probs), std::move(out.draft_rows)};
+  }
+  /// A step that does not run the protocol (nothing to draft with yet): nothing is fed back for it.
+  static draft root_only(const draft_context& ctx) { return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}}; }
+
+  void target_forward_timed(double seconds) { target_seconds_ = seconds; }
+  void accepted_path(std::span<const std::int32_t> nodes) {
+    if (pending_) d_.feedback({nodes, target_seconds_, draft_seconds_});
+    pending_ = false;
+  }
+  D& library() noexcept { return d_; }
+  const D& library() const noexcept { return d_; }
+
+ private:
+  D d_;
+  double target_seconds_ = 0, draft_seconds_ = 0;
+  bool pending_ = false;
 };
 
 /// Generates up to `options.max_new_tokens` tokens after `prompt` (at least one token), with
@@ -222,10 +265,10 @@ inline generation generate(const llama_model& model, std::span<const std::int32_
 using specdec::policy::draft_length_policy;
 
 // ---------------------------------------------------------------------------------------------------
-/// Prompt lookup (n-gram) drafting: the longest suffix of the context (max_ngram down to min_ngram
-/// tokens) that occurred before proposes the tokens that followed it. With `branches` > 1 the most
-/// recent distinct continuations are merged into a tree (a trie), verified in one forward. Free: no
-/// model runs. Deterministic drafts (q one-hot in sampled mode).
+/// Prompt lookup (n-gram) drafting, specdec::ngram_drafter: the longest suffix of the context
+/// (max_ngram down to min_ngram tokens) that occurred before proposes the tokens that followed it;
+/// with `branches` > 1 the most recent distinct continuations are merged into a tree (a trie),
+/// verified in one forward. Free: no model runs. Deterministic drafts (q one-hot in sampled mode).
 class prompt_lookup_drafter : public drafter {
  public:
   struct parameters {
@@ -237,23 +280,19 @@ class prompt_lookup_drafter : public drafter {
     /// when a match has them.
     bool cost_aware = true;
   };
-  explicit prompt_lookup_drafter(parameters p) : p_(p), policy_(p.draft_length) {}
-  void verified(index_t accepted, index_t drafted) override { policy_.verified(accepted, drafted); }
-  void target_forward_timed(index_t rows, double seconds) override { policy_.target_forward_timed(rows, seconds); }
-  std::string name() const override { return p_.branches > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
-
+  explicit prompt_lookup_drafter(parameters p)
+      : branches_(p.branches),
+        lookup_(specdec::ngram_drafter({{p.max_ngram, p.min_ngram, p.branches}, p.draft_length, p.cost_aware})) {}
+  std::string name() const override { return branches_ > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
   draft propose(draft_context& ctx) override {
-    const index_t length = p_.cost_aware ? policy_.choose() : p_.draft_length;
-    specdec::ngram_options options;
-    options.max_ngram = p_.max_ngram;
-    options.min_ngram = p_.min_ngram;
-    options.branches = p_.branches;
-    return {specdec::propose_ngram(ctx.sequence, length, options), {}, {}};
+    return lookup_.propose(ctx, [](const specdec::draft_request&) -> specdec::matrix_view<const float> { return {}; });
   }
+  void target_forward_timed(index_t, double seconds) override { lookup_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override { lookup_.accepted_path(nodes); }
 
  private:
-  parameters p_;
-  draft_length_policy policy_;
+  index_t branches_;
+  protocol_drafter<specdec::ngram_drafter> lookup_;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -306,19 +345,8 @@ class admg_self_draft {
   double cost_ = 1.0;
 };
 
-/// Softmax of one row at temperature `temperature` (1 when greedy), in double for the exit rule.
-inline std::vector<float> softmax_row(const float* row, index_t vocab, float temperature) {
-  const float t = temperature > 0.0f ? temperature : 1.0f;
-  const float m = *std::max_element(row, row + vocab);
-  std::vector<float> p(static_cast<std::size_t>(vocab));
-  double sum = 0;
-  for (index_t v = 0; v < vocab; ++v) sum += p[static_cast<std::size_t>(v)] = std::exp((row[v] - m) / t);
-  for (auto& x : p) x = static_cast<float>(x / sum);
-  return p;
-}
-
-/// ADMG self-speculative decoding: drafts a chain with the self-draft until Draft & Verify's exit
-/// rule stops it (top-1 draft probability below an adaptive threshold) or the length the
+/// ADMG self-speculative decoding, specdec::chain_drafter over the self-draft: a chain until Draft &
+/// Verify's exit rule stops it (top-1 draft probability below an adaptive threshold) or the length the
 /// draft_length_policy chose (at most `max_draft`), which weighs measured acceptance against the
 /// measured costs of a self-draft forward and of verifying: where drafting does not pay on this
 /// machine it drafts nothing (and probes now and then), so the method is not slower than vanilla.
@@ -330,7 +358,11 @@ class admg_drafter : public drafter {
   /// stopped by the exit rule alone).
   admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::policy::admg::draft_exit::parameters exit,
                bool cost_aware = true)
-      : model_(&model), self_(rules), exit_(exit), cost_aware_(cost_aware), policy_(exit_.max_draft()) {}
+      : model_(&model), self_(rules), exit_(exit),
+        chain_(specdec::chain_drafter<specdec::eigen>(
+            backend_, {exit_.max_draft(), cost_aware, [this](double top1, index_t drafted) { return exit_.stop(top1, drafted); }})) {}
+  admg_drafter(const admg_drafter&) = delete;  // the stop rule refers to this drafter's exit rule
+  admg_drafter& operator=(const admg_drafter&) = delete;
   std::string name() const override { return "admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
@@ -339,68 +371,43 @@ class admg_drafter : public drafter {
   const specdec::policy::admg::draft_exit& exit_rule() const { return exit_; }
 
   draft propose(draft_context& ctx) override {
-    const index_t vocab = model_->config().vocab;
-    std::vector<std::int32_t> tokens = {ctx.sequence.back()}, parents = {-1};
-    draft out;
-    const index_t length = cost_aware_ ? policy_.choose() : exit_.max_draft();
-    if (length == 0 || !self_.planned()) return {specdec::make_tree(std::move(tokens), parents), {}, {}};
-    out.draft_rows = {-1};
-    std::vector<float> logits;
-    for (index_t i = 0; i < length; ++i) {
-      const std::int32_t token[1] = {tokens.back()};
-      const std::int64_t position[1] = {ctx.cached + i};
-      const auto start = clock_type::now();
-      self_.forward(ctx, token, position, {}, logits);
-      policy_.draft_token_timed(seconds_since(start));
-      auto p = softmax_row(logits.data(), vocab, ctx.temperature);
-      std::int32_t next = static_cast<std::int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
-      const double top1 = p[static_cast<std::size_t>(next)];
-      if (ctx.temperature > 0.0f) {
-        // Inverse CDF with one Philox uniform per draft token.
-        const double u = ctx.rng.uniform_double(static_cast<std::uint64_t>(i));
-        double acc = 0;
-        next = static_cast<std::int32_t>(vocab - 1);
-        for (index_t v = 0; v < vocab; ++v)
-          if ((acc += p[static_cast<std::size_t>(v)]) > u) {
-            next = static_cast<std::int32_t>(v);
-            break;
-          }
-        out.probs.insert(out.probs.end(), p.begin(), p.end());
-        out.draft_rows.push_back(static_cast<index_t>(out.draft_rows.size()) - 1);
-      }
-      tokens.push_back(next);
-      parents.push_back(static_cast<std::int32_t>(tokens.size()) - 2);
-      if (exit_.stop(top1, i + 1)) break;
-    }
-    ctx.session.crop(ctx.cached);
-    if (ctx.temperature <= 0.0f) out.draft_rows.clear();
-    out.tree = specdec::make_tree(std::move(tokens), parents);
+    if (!self_.planned()) return protocol_drafter<specdec::chain_drafter<specdec::eigen>>::root_only(ctx);
+    const index_t n = ctx.cached;
+    draft out = chain_.propose(ctx, [&](const specdec::draft_request& r) {
+      self_.forward(ctx, r.tokens, r.positions(n), r.attention_mask(n), logits_);
+      return specdec::matrix_view<const float>(logits_.data(), r.rows(), model_->config().vocab);
+    });
+    ctx.session.crop(n);
     return out;
   }
   void verified(index_t accepted, index_t drafted) override {
     if (!self_.planned()) self_.plan(*model_);  // measured by the target forward just verified
     if (drafted > 0) exit_.update(accepted, drafted);
-    policy_.verified(accepted, drafted);
   }
-  void target_forward_timed(index_t rows, double seconds) override { policy_.target_forward_timed(rows, seconds); }
-  const draft_length_policy& policy() const { return policy_; }
+  void target_forward_timed(index_t, double seconds) override { chain_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override { chain_.accepted_path(nodes); }
+  const draft_length_policy& policy() const { return chain_.library().policy(); }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
   specdec::policy::admg::draft_exit exit_;
-  bool cost_aware_;
-  draft_length_policy policy_;
+  specdec::eigen backend_;
+  protocol_drafter<specdec::chain_drafter<specdec::eigen>> chain_;
+  std::vector<float> logits_;
 };
 
-/// EAGLE-2 dynamic trees drafted by the ADMG self-draft: the root's draft logits start the builder,
-/// each expansion runs the self-draft on the k frontier tokens under the builder's draft mask, and the
-/// reranked tree of `total_tokens` nodes goes to the target. Deterministic top-k nodes (sampled mode
-/// verifies them with the target-only rule, q one-hot).
+/// EAGLE-2 dynamic trees drafted by the ADMG self-draft, specdec::eagle2_drafter: the root's draft
+/// logits start the tree, each expansion runs the self-draft on the k frontier tokens under the
+/// request's mask, and the reranked tree goes to the target. With `cost_aware` the draft-length policy
+/// sizes each tree (L + 1 nodes at depth min(depth, L); nothing where drafting does not pay), else
+/// always the configured tree. Deterministic top-k nodes (sampled mode verifies them with the
+/// target-only rule, q one-hot).
 class eagle2_admg_drafter : public drafter {
  public:
-  eagle2_admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::dynamic_tree_config tree)
-      : model_(&model), self_(rules), tree_(tree) {}
+  eagle2_admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::dynamic_tree_config tree,
+                      bool cost_aware = true)
+      : model_(&model), self_(rules), tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), cost_aware)) {}
   std::string name() const override { return "eagle2_admg"; }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
   void after_prefill(llama_session&) override { self_.plan(*model_); }
@@ -408,30 +415,28 @@ class eagle2_admg_drafter : public drafter {
   void verified(index_t, index_t) override {
     if (!self_.planned()) self_.plan(*model_);
   }
+  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override { tree_.accepted_path(nodes); }
 
   draft propose(draft_context& ctx) override {
-    if (!self_.planned()) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
-    const index_t vocab = model_->config().vocab, k = tree_.top_k, n = ctx.cached;
-    std::vector<float> logits;
-    const std::int32_t root[1] = {ctx.sequence.back()};
-    const std::int64_t root_position[1] = {n};
-    self_.forward(ctx, root, root_position, {}, logits);
-    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
-    auto step = builder.begin(specdec::matrix_view<const float>(logits.data(), 1, vocab), std::span(root, 1));
-    for (index_t s = 0; s < tree_.depth; ++s) {
-      // Frontier rows see the prefix and the root (n + 1 cached rows) and their ancestors among earlier frontiers.
-      self_.forward(ctx, step.input_ids, step.positions(/*root_position=*/n), step.attention_mask(/*prefix_length=*/n + 1), logits);
-      step = builder.expand(specdec::matrix_view<const float>(logits.data(), k, vocab));
-    }
+    if (!self_.planned()) return protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
+    const index_t n = ctx.cached;
+    // The root row and each frontier see the n cached rows and the step's rows their mask allows.
+    draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
+      self_.forward(ctx, r.tokens, r.positions(n), r.attention_mask(n), logits_);
+      return specdec::matrix_view<const float>(logits_.data(), r.rows(), model_->config().vocab);
+    });
     ctx.session.crop(n);
-    return {builder.finish_single().tree, {}, {}};
+    return out;
   }
+  const draft_length_policy& policy() const { return tree_.library().policy(); }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
-  specdec::dynamic_tree_config tree_;
   specdec::eigen backend_;
+  protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
+  std::vector<float> logits_;
 };
 
 }  // namespace engine

@@ -2,13 +2,11 @@
 /// \file
 /// \brief What the drafters that read the target's hidden states share (Medusa, Jakiro, Amphista):
 /// the target's final hidden state (after its final norm) of every committed token, collected by hooks
-/// on the prefill and on every verify forward, and the filling of a static tree from per-head logits.
+/// on the prefill and on every verify forward.
 #pragma once
 
 #include <span>
 #include <vector>
-
-#include <specdec/tree/static_tree.hpp>
 
 #include "decoding.hpp"
 
@@ -39,22 +37,6 @@ class feature_drafter : public drafter {
   /// token p + 1); the prompt's last token, which the prefill does not run, has none until verified.
   const std::vector<float>& features() const noexcept { return features_; }
   index_t committed_features() const { return static_cast<index_t>(features_.size()) / model_->config().hidden; }
-
-  /// A static tree's nodes from per-head logits `[heads x V]`: node i at depth d with last rank r takes
-  /// head d - 1's r-th most likely token (row_topk: ties to the lower id); node 0 is `root`.
-  specdec::draft_tree fill(const specdec::static_tree& shape, std::int32_t root, host_matrix head_logits, index_t top_k) {
-    const index_t heads = head_logits.rows();
-    std::vector<float> values(static_cast<std::size_t>(heads * top_k));
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(heads * top_k));
-    backend_.row_topk(head_logits, top_k, specdec::matrix_view<float>(values.data(), heads, top_k),
-                      specdec::matrix_view<std::int32_t>(ids.data(), heads, top_k));
-    specdec::draft_tree tree = shape.tree;
-    tree.token[0] = root;
-    for (index_t i = 1; i < tree.size(); ++i)
-      tree.token[static_cast<std::size_t>(i)] =
-          ids[static_cast<std::size_t>((tree.depth[static_cast<std::size_t>(i)] - 1) * top_k + shape.rank[static_cast<std::size_t>(i)])];
-    return tree;
-  }
 
   const llama_model* model_;
   specdec::eigen backend_;

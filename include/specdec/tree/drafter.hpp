@@ -31,6 +31,7 @@
 
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/tree/tree.hpp>
@@ -39,9 +40,13 @@ namespace specdec {
 
 /// What one step drafts for: the committed tokens of one request, host. The last is the root: the
 /// token the target committed last and has not run yet (the verify forward runs it, at position
-/// `root_position() = committed.size() - 1`).
+/// `root_position() = committed.size() - 1`). `temperature` is the request's (0: greedy); a drafter
+/// that samples its draft at it reads uniform i of the step as `rng.uniform_double(i)` (give each step
+/// its own subsequence).
 struct draft_context {
   std::span<const std::int32_t> committed = {};
+  float temperature = 0.0f;
+  philox_stream rng = {};
 
   index_t root_position() const noexcept { return static_cast<index_t>(committed.size()) - 1; }
   std::int32_t root() const { return committed.back(); }

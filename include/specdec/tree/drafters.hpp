@@ -112,32 +112,32 @@ class ngram_drafter {
 
 /// A chain from any autoregressive draft model: the root row, then one row per drafted token (each
 /// continuing the previous row: MTP's `o`, a draft LM's cache), greedy (argmax, lowest id among ties)
-/// or, at `temperature` > 0, sampled from softmax(logits / T) with one Philox uniform per token
-/// (`seed`, subsequence = the step count), the distributions kept for the lossless verifier. Length:
-/// the policy's choice, cut short by `stop(top1_probability, drafted)` when given (Draft & Verify /
-/// ADMG's exit rule; the probability at T, or T = 1 when greedy).
+/// or, at the context's `temperature` > 0, sampled from softmax(logits / T) by the inverse CDF of
+/// uniform i = `context.rng.uniform_double(i)` for draft token i, the distributions kept for the
+/// lossless verifier. Length: the policy's choice, cut short by `stop(top1_probability, drafted)` when
+/// given (Draft & Verify / ADMG's exit rule; the probability at T, or T = 1 when greedy).
 template <backend B>
 class chain_drafter {
  public:
   using memory_space = typename B::memory_space;
   struct parameters {
     index_t longest = 8;
-    float temperature = 0.0f;
-    std::uint64_t seed = 0;
     bool adaptive = true;  ///< false: always `longest` (or until stop)
     std::function<bool(double top1_probability, index_t drafted)> stop = {};
   };
-  /// \throws invalid_argument on longest outside the policy's range or a negative / non-finite temperature.
-  chain_drafter(B& b, parameters p) : b_(&b), p_(std::move(p)), policy_(p_.longest) {
-    SPECDEC_EXPECTS(std::isfinite(p_.temperature) && p_.temperature >= 0.0f, "specdec::chain_drafter", "temperature = ",
-                    p_.temperature, "; expected finite >= 0 (0: greedy)");
-  }
+  /// \throws invalid_argument on longest outside the policy's range.
+  chain_drafter(B& b, parameters p) : b_(&b), p_(std::move(p)), policy_(p_.longest) {}
 
+  /// \throws invalid_argument on an empty context or a negative / non-finite temperature.
   const draft_request* begin(const draft_context& context) {
-    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::chain_drafter::begin", "the context is empty; expected the root at least");
+    constexpr const char* where = "specdec::chain_drafter::begin";
+    SPECDEC_EXPECTS(!context.committed.empty(), where, "the context is empty; expected the root at least");
+    SPECDEC_EXPECTS(std::isfinite(context.temperature) && context.temperature >= 0.0f, where, "temperature = ",
+                    context.temperature, "; expected finite >= 0 (0: greedy)");
     out_ = {detail::root_only(context.root()), {}, {}};
+    temperature_ = context.temperature;
+    rng_ = context.rng;
     length_ = p_.adaptive ? policy_.choose() : p_.longest;
-    ++steps_;
     if (length_ == 0) return nullptr;
     request_ = {{context.root()}, {0}, {-1}, {1}, 1, 1};
     return &request_;
@@ -148,15 +148,14 @@ class chain_drafter {
     constexpr const char* where = "specdec::chain_drafter::advance";
     SPECDEC_EXPECTS(request_.rows() == 1 && drafted_count() < length_, where, "no draft forward is pending");
     SPECDEC_EXPECTS(logits.rows() == 1, where, "logits has ", logits.rows(), " rows; expected 1");
-    const float t = p_.temperature > 0.0f ? p_.temperature : 1.0f;
+    const float t = temperature_ > 0.0f ? temperature_ : 1.0f;
     auto probs = b_->template allocate<float>(logits.cols());
     b_->row_softmax(logits, t, probs.matrix(1, logits.cols()));
     const std::vector<float> q = b_->download(probs.view());
     std::int32_t token = static_cast<std::int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
     const double top1 = q[static_cast<std::size_t>(token)];
-    if (p_.temperature > 0.0f) {
-      const philox_stream rng{p_.seed, steps_};
-      const double u = rng.uniform_double(static_cast<std::uint64_t>(drafted_count()));
+    if (temperature_ > 0.0f) {
+      const double u = rng_.uniform_double(static_cast<std::uint64_t>(drafted_count()));
       double acc = 0;
       token = static_cast<std::int32_t>(q.size() - 1);
       for (std::size_t v = 0; v < q.size(); ++v)
@@ -195,7 +194,8 @@ class chain_drafter {
   drafted out_;
   draft_request request_;
   index_t length_ = 0;
-  std::uint64_t steps_ = 0;
+  float temperature_ = 0.0f;
+  philox_stream rng_ = {};
 };
 
 /// EAGLE-2's dynamic tree (eagle2_tree_builder, EAGLE's node order): the root row, then `depth`
