@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Jakiro MoE trees on the example engine: an EAGLE-style draft layer whose MLP is Jakiro's two-expert
-// MoE (specdec::blocks::moe::draft_layer_forward) drafts an EAGLE-2 dynamic tree; its penultimate
-// forward yields the left (weighted experts) and right (contrastive) outputs, whose candidates
-// eagle2_tree_builder::expand_dual decouples as Jakiro's topK_genrate does.
+// MoE (specdec::blocks::moe::draft_layer_forward) drafts an EAGLE-2 dynamic tree through
+// specdec::eagle2_drafter; its penultimate forward yields the left (weighted experts) and right
+// (contrastive) outputs, whose candidates eagle2_tree_builder::expand_dual decouples as Jakiro's
+// topK_genrate does.
 //
 // Weights: examples/weights/jakiro_smollm2_135m.safetensors by default (or --weights FILE), trained for
 // SmolLM2-135M-Instruct by tools/train/jakiro.py, in haiduo/Jakiro's names: `fc.{weight,bias}`,
@@ -12,6 +13,7 @@
 // hidden states (after its final norm) of the committed tokens, which it keeps in its own KV cache.
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/moe.hpp>
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 #include "engine/checkpoint.hpp"
@@ -29,7 +31,8 @@ class jakiro_drafter : public engine::feature_drafter {
   /// \throws specdec::invalid_argument when `weights_path` does not hold exactly the layout above
   /// (names, shapes, fp16) for this model.
   jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
-      : feature_drafter(model), tree_(tree) {
+      : feature_drafter(model),
+        tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), /*adaptive=*/false, /*dual_last_step=*/true)) {
     const auto& c = model.config();
     const index_t e = c.hidden;
     layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
@@ -54,51 +57,53 @@ class jakiro_drafter : public engine::feature_drafter {
   }
   std::string name() const override { return "jakiro"; }
 
+  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override {
+    feature_drafter::accepted_path(nodes);
+    tree_.accepted_path(nodes);
+  }
+
+  /// specdec::eagle2_drafter (with Jakiro's dual last step) asks for the rows. Draft row p fuses token
+  /// x_{p+1} with the target feature f_p: the root is row n - 1, its frontiers follow at n, n + 1, ...
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
-    const index_t e = c.hidden, n = ctx.cached, k = tree_.top_k;
-    // 1. Draft rows for the committed context: row p fuses token x_{p+1} with the target feature f_p
-    //    (rows computed in earlier steps stay; the last one, p = n - 1, carries the root).
-    cache_->crop(std::min(cache_->size(), n));
-    std::vector<float> out;
-    const index_t first = cache_->size();
-    if (n - first < 1) return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}};
-    std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-    std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
-    for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
-    const auto left = run(tokens, engine::host_matrix(features().data() + first * e, n - first, e), positions, {}, false, out);
-    ++ctx.stats.draft_calls;
-    std::vector<float> root_feature(left.end() - e, left.end()), logits;
-    head(root_feature, 1, logits);
-    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
-    const std::int32_t root[1] = {ctx.sequence.back()};
-    auto step = builder.begin(engine::host_matrix(logits.data(), 1, c.vocab), std::span(root, 1));
-    // Each frontier row reads its parent's draft feature.
-    std::vector<float> parent_features;
-    for (index_t r = 0; r < k; ++r) parent_features.insert(parent_features.end(), root_feature.begin(), root_feature.end());
-    for (index_t s = 0; s < tree_.depth; ++s) {
-      const bool dual = s + 2 == tree_.depth;
-      // The draft's cache holds n rows (features shifted by one: the root's draft position is n - 1).
-      std::vector<float> right;
-      const auto features = run(step.input_ids, engine::host_matrix(parent_features.data(), k, e), step.positions(n - 1),
-                                step.attention_mask(n), dual, right);
+    const index_t e = c.hidden, n = ctx.cached;
+    if (n < 1) return engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
+    cache_->crop(std::min(cache_->size(), n - 1));
+    engine::draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
+      const index_t rows = r.rows();
       ++ctx.stats.draft_calls;
-      std::vector<float> left_logits, right_logits;
-      head(features, k, left_logits);
-      if (dual) {
-        head(right, k, right_logits);
-        step = builder.expand_dual(engine::host_matrix(left_logits.data(), k, c.vocab), engine::host_matrix(right_logits.data(), k, c.vocab));
-        break;
+      std::vector<float> right;
+      if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one forward
+        const index_t first = cache_->size();
+        std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
+        std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
+        for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+        const auto left = run(tokens, engine::host_matrix(features().data() + first * e, n - first, e), positions, {}, false, right);
+        last_out_.assign(left.end() - e, left.end());
+      } else {  // a frontier: each row reads its parent's draft feature; the dual forward also the right output
+        std::vector<float> parents(static_cast<std::size_t>(rows * e));
+        for (index_t i = 0; i < rows; ++i) {
+          const auto parent = r.parent_row[static_cast<std::size_t>(i)];
+          std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, parents.begin() + i * e);
+        }
+        const bool dual = r.logits_per_row == 2;
+        last_out_ = run(r.tokens, engine::host_matrix(parents.data(), rows, e), r.positions(n - 1), r.attention_mask(n - 1), dual, right);
+        if (dual) {  // row i's left and right features, interleaved as the request asks
+          std::vector<float> both;
+          for (index_t i = 0; i < rows; ++i) {
+            both.insert(both.end(), last_out_.begin() + i * e, last_out_.begin() + (i + 1) * e);
+            both.insert(both.end(), right.begin() + i * e, right.begin() + (i + 1) * e);
+          }
+          head(both, 2 * rows, logits_);
+          return engine::host_matrix(logits_.data(), 2 * rows, c.vocab);
+        }
       }
-      step = builder.expand(engine::host_matrix(left_logits.data(), k, c.vocab));
-      parent_features.clear();
-      for (index_t r = 0; r < k; ++r) {
-        const auto slot = step.parent_slot[static_cast<std::size_t>(r)];
-        parent_features.insert(parent_features.end(), features.begin() + slot * e, features.begin() + (slot + 1) * e);
-      }
-    }
-    cache_->crop(n);
-    return {builder.finish_single().tree, {}, {}};
+      head(last_out_, rows, logits_);
+      return engine::host_matrix(logits_.data(), rows, c.vocab);
+    });
+    cache_->crop(std::min(cache_->size(), n));  // the root row is context: it stays; the frontiers go
+    return out;
   }
 
  private:
@@ -124,13 +129,14 @@ class jakiro_drafter : public engine::feature_drafter {
                   specdec::matrix_view<float>(logits.data(), rows, c.vocab));
   }
 
-  specdec::dynamic_tree_config tree_;
+  engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
   specdec::io::safetensors file_;  // owns the weights the views below point into
   blocks::layer_config layer_;
   blocks::moe::config moe_;
   blocks::eagle::weights<space> weights_;
   blocks::moe::weights<space> moe_weights_;
   std::unique_ptr<blocks::kv_cache<specdec::eigen>> cache_;
+  std::vector<float> last_out_, logits_;  // the last request's draft features and logits
 };
 
 }  // namespace

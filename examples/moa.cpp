@@ -14,6 +14,7 @@
 // self-attention layer has the target's own shape (it starts training as the target's layer 0);
 // cross-attention is 576 wide with 9 heads of 64 and intermediate 864 (1.5 E).
 #include <specdec/blocks/moa.hpp>
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 #include "engine/checkpoint.hpp"
@@ -65,15 +66,17 @@ class trained_moa {
 class moa_tree_drafter : public engine::drafter {
  public:
   moa_tree_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
-      : model_(&model), tree_(std::move(tree)), weights_(model.config(), weights_path),
-        drafter_(backend_, weights_.config(), weights_.weights(), 4096) {
-    specdec::eagle2_tree_builder<specdec::eigen> check(backend_, tree_);  // a bad --tree fails here, not mid-generation
-  }
+      : model_(&model), tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), /*adaptive=*/false)),
+        weights_(model.config(), weights_path), drafter_(backend_, weights_.config(), weights_.weights(), 4096) {}
   std::string name() const override { return "moa"; }
 
+  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
+  void accepted_path(std::span<const std::int32_t> nodes) override { tree_.accepted_path(nodes); }
+
+  /// specdec::eagle2_drafter asks for the rows: the root at position n, its frontiers at n + 1, ...
   engine::draft propose(engine::draft_context& ctx) override {
     const auto& c = model_->config();
-    const index_t n = ctx.cached, e = c.hidden, k = tree_.top_k;
+    const index_t n = ctx.cached, e = c.hidden;
     // 1. The target's K/V of every newly verified token go into the cross-attention stream.
     std::vector<specdec::matrix_view<const float>> keys, values;
     for (index_t l = 0; l < c.layers; ++l) {
@@ -81,34 +84,35 @@ class moa_tree_drafter : public engine::drafter {
       values.push_back(ctx.session.cache(l).values());
     }
     drafter_.add_verified(keys, values, drafter_.verified(), n - drafter_.verified());
-    // 2. Self-attention rows stay valid for the committed prefix they were computed on (the last
-    //    step's root row, and a whole prompt on a request's first step); the tokens committed since
-    //    then, the root last, are fed now.
-    index_t common = 0;
-    while (common < static_cast<index_t>(fed_.size()) && common <= n && fed_[static_cast<std::size_t>(common)] == ctx.sequence[static_cast<std::size_t>(common)])
-      ++common;
-    drafter_.crop(common);
-    fed_.resize(static_cast<std::size_t>(common));
-    std::vector<std::int32_t> feed(ctx.sequence.begin() + common, ctx.sequence.begin() + n + 1);
-    std::vector<std::int64_t> positions(feed.size());
-    for (std::size_t r = 0; r < feed.size(); ++r) positions[r] = common + static_cast<std::int64_t>(r);
-    std::vector<float> features(static_cast<std::size_t>(k * e)), logits;
-    run(feed, positions, {}, 1, features);
-    fed_.insert(fed_.end(), feed.begin(), feed.end());
-    ++ctx.stats.draft_calls;
-    head(features, 1, logits);
-    specdec::eagle2_tree_builder<specdec::eigen> builder(backend_, tree_);
-    auto step = builder.begin(engine::host_matrix(logits.data(), 1, c.vocab), ctx.sequence.back());
-    // 3. Each expansion: the frontier's tokens at the root's position + depth, attending to the n + 1
-    //    committed rows and their tree ancestors.
-    for (index_t s = 0; s < tree_.depth; ++s) {
-      run(step.input_ids, step.positions(n), step.attention_mask(n + 1), k, features);
+    engine::draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
+      const index_t rows = r.rows();
       ++ctx.stats.draft_calls;
-      head(features, k, logits);
-      step = builder.expand(engine::host_matrix(logits.data(), k, c.vocab));
-    }
-    drafter_.crop(n + 1);  // the tree's rows go; the committed ones stay for the next step
-    return {builder.finish_single().tree, {}, {}};
+      features_.resize(static_cast<std::size_t>(rows * e));
+      if (r.depth[0] == 0) {
+        // 2. Self-attention rows stay valid for the committed prefix they were computed on (the last
+        //    step's root row, and a whole prompt on a request's first step); the tokens committed
+        //    since then, the root last, are fed now.
+        index_t common = 0;
+        while (common < static_cast<index_t>(fed_.size()) && common <= n &&
+               fed_[static_cast<std::size_t>(common)] == ctx.sequence[static_cast<std::size_t>(common)])
+          ++common;
+        drafter_.crop(common);
+        fed_.resize(static_cast<std::size_t>(common));
+        std::vector<std::int32_t> feed(ctx.sequence.begin() + common, ctx.sequence.begin() + n + 1);
+        std::vector<std::int64_t> positions(feed.size());
+        for (std::size_t i = 0; i < feed.size(); ++i) positions[i] = common + static_cast<std::int64_t>(i);
+        run(feed, positions, {}, 1, features_);
+        fed_.insert(fed_.end(), feed.begin(), feed.end());
+      } else {
+        // 3. A frontier: its tokens at the root's position + depth, attending to the n committed rows,
+        //    the root and their tree ancestors.
+        run(r.tokens, r.positions(n), r.attention_mask(n), rows, features_);
+      }
+      head(features_, rows, logits_);
+      return engine::host_matrix(logits_.data(), rows, c.vocab);
+    });
+    drafter_.crop(n + 1);  // the tree's rows go; the committed ones stay for the next step (a fixed tree: the root ran)
+    return out;
   }
 
  private:
@@ -135,11 +139,12 @@ class moa_tree_drafter : public engine::drafter {
   }
 
   const engine::llama_model* model_;
-  specdec::dynamic_tree_config tree_;
   specdec::eigen backend_;
+  engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
   trained_moa weights_;
   blocks::moa::drafter<specdec::eigen> drafter_;
   std::vector<std::int32_t> fed_;  // the committed tokens whose self-attention rows the drafter holds
+  std::vector<float> features_, logits_;
 };
 
 }  // namespace

@@ -80,6 +80,40 @@ TEST_CASE_TEMPLATE("eagle2_drafter asks for the builder's frontiers behind the r
   CHECK(error_of([&] { drafter.feedback({{}, -1.0, 0.0}); }).find("target_seconds = -1") != std::string::npos);
 }
 
+TEST_CASE("eagle2_drafter's Jakiro last step: one forward with left and right rows per frontier row, as expand_dual") {
+  specdec::eigen b;
+  const index_t v = 90, k = 2, depth = 3;
+  const specdec::dynamic_tree_config cfg{k, depth, 8, specdec::tree_score::log_probability, {}};
+  specdec::eagle2_drafter<specdec::eigen> drafter(b, cfg, /*adaptive=*/false, /*dual_last_step=*/true);
+  specdec::eagle2_tree_builder<specdec::eigen> builder(b, cfg);
+  const std::vector<std::int32_t> committed = {8, 9};
+  const specdec::draft_request* r = drafter.begin({committed});
+  const auto root = conformance::random_logits(4, 1, v);
+  builder.begin(specdec::matrix_view<const float>(root.data.data(), 1, v), std::vector<std::int32_t>{9});
+  r = drafter.advance(specdec::matrix_view<const float>(root.data.data(), 1, v));
+  REQUIRE(r != nullptr);
+  CHECK(r->logits_per_row == 1);  // three expansions remain: a plain one first
+  const auto first = conformance::random_logits(60, k, v);
+  builder.expand(specdec::matrix_view<const float>(first.data.data(), k, v));
+  r = drafter.advance(specdec::matrix_view<const float>(first.data.data(), k, v));
+  REQUIRE(r != nullptr);
+  CHECK(r->logits_per_row == 2);  // two remain: the dual forward gives both
+  // Interleaved per row: row 0 left, row 0 right, row 1 left, row 1 right.
+  const auto left = conformance::random_logits(61, k, v), right = conformance::random_logits(62, k, v);
+  std::vector<float> both;
+  for (index_t i = 0; i < k; ++i) {
+    both.insert(both.end(), left.data.begin() + i * v, left.data.begin() + (i + 1) * v);
+    both.insert(both.end(), right.data.begin() + i * v, right.data.begin() + (i + 1) * v);
+  }
+  CHECK(drafter.advance(specdec::matrix_view<const float>(both.data(), 2 * k, v)) == nullptr);
+  builder.expand_dual(specdec::matrix_view<const float>(left.data.data(), k, v), specdec::matrix_view<const float>(right.data.data(), k, v));
+  const auto want = builder.finish_single().tree;
+  const auto got = drafter.finish().tree;
+  CHECK(got.token == want.token);
+  CHECK(got.parent == want.parent);
+  CHECK(got.max_depth() <= depth);
+}
+
 TEST_CASE_TEMPLATE("heads_drafter fills Medusa's tree with each head's top-k, as medusa::fill_candidates", B, SPECDEC_DRAFTER_BACKENDS) {
   conformance::harness<B> h;
   const index_t v = 120;

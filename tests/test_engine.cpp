@@ -17,7 +17,9 @@
 
 #include "engine/checkpoint.hpp"
 #include "engine/decoding.hpp"
+#include "engine/eagle3_drafter.hpp"
 #include "engine/eagle_drafter.hpp"
+#include "engine/mtp_drafter.hpp"
 #include "engine/gguf.hpp"
 #include "engine/llama.hpp"
 #include "engine/tokenizer.hpp"
@@ -75,12 +77,12 @@ tiny_vocab make_vocab() {
 
 /// A random Llama (2 layers, hidden 32, 4 heads of 8, 2 kv heads, MLP 48) with the tiny vocabulary,
 /// weights as F32 except one Q8_0 tensor (the MLP's down projection of layer 1 is F16).
-engine::gguf_writer tiny_model() {
+engine::gguf_writer tiny_model(std::uint32_t layers = 2) {
   const auto v = make_vocab();
   engine::gguf_writer w;
   w.add("general.architecture", std::string("llama"));
   w.add("general.name", std::string("tiny"));
-  w.add("llama.block_count", std::uint32_t{2});
+  w.add("llama.block_count", layers);
   w.add("llama.embedding_length", std::uint32_t{32});
   w.add("llama.feed_forward_length", std::uint32_t{48});
   w.add("llama.attention.head_count", std::uint32_t{4});
@@ -102,7 +104,7 @@ engine::gguf_writer tiny_model() {
   const std::uint64_t vocab = v.tokens.size(), e = 32, kv = 16, ff = 48;
   w.add_tensor("token_embd.weight", {e, vocab}, random(vocab * e, 2.0f));
   w.add_tensor("output_norm.weight", {e}, random(e, 0.2f, 1.0f));
-  for (int l = 0; l < 2; ++l) {
+  for (int l = 0; l < static_cast<int>(layers); ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.add_tensor(p + "attn_norm.weight", {e}, random(e, 0.2f, 1.0f));
     w.add_tensor(p + "ffn_norm.weight", {e}, random(e, 0.2f, 1.0f));
@@ -201,6 +203,21 @@ std::vector<st_tensor> tiny_eagle_checkpoint() {
   for (std::int64_t i = 0; i < 64; ++i) d2t.integers.push_back(3 * i);
   c.push_back(d2t);
   return c;
+}
+
+/// Random fp16 tensors (multiples of 1/64 in [-1/4, 1/4]) of the given names and shapes, and `extra`.
+std::vector<st_tensor> random_checkpoint(const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& shapes,
+                                         std::vector<st_tensor> extra = {}) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> u(-16, 16);
+  for (const auto& [name, shape] : shapes) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<float>(u(rng)) / 64.0f;
+    extra.push_back(st_tensor{name, "F16", shape, std::move(v)});
+  }
+  return extra;
 }
 
 std::string cached_model_path() {
@@ -410,6 +427,63 @@ TEST_CASE("engine: a trained EAGLE layer's checkpoint drafts trees whose greedy 
   const auto second = engine::generate(model, prompt, &kept, options);
   CHECK(second.stats.accepted == first.stats.accepted);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("engine: EAGLE-3 and MTP checkpoints draft through the protocol with greedy output equal to vanilla greedy decoding") {
+  const auto f = engine::gguf_file::parse(tiny_model(/*layers=*/7).bytes());  // taps 2, 3, 4
+  const auto model = engine::llama_model::load(f);
+  std::vector<std::int32_t> prompt;
+  for (int r = 0; r < 3; ++r)
+    for (std::int32_t t : {12, 24, 36, 48}) prompt.push_back(t);
+  engine::generation_options options;
+  options.max_new_tokens = 20;
+  const auto vanilla = engine::generate(model, prompt, nullptr, options);
+  const std::string m = "midlayer.";
+  st_tensor d2t{"d2t", "I64", {64}, {}};
+  for (std::int64_t i = 0; i < 64; ++i) d2t.integers.push_back(3 * i);
+  const auto eagle3 = write_safetensors(
+      "specdec_test_eagle3.safetensors",
+      random_checkpoint({{"fc.weight", {32, 96}}, {m + "hidden_norm.weight", {32}}, {m + "input_layernorm.weight", {32}},
+                         {m + "self_attn.q_proj.weight", {32, 64}}, {m + "self_attn.k_proj.weight", {16, 64}},
+                         {m + "self_attn.v_proj.weight", {16, 64}}, {m + "self_attn.o_proj.weight", {32, 32}},
+                         {m + "post_attention_layernorm.weight", {32}}, {m + "mlp.gate_proj.weight", {48, 32}},
+                         {m + "mlp.up_proj.weight", {48, 32}}, {m + "mlp.down_proj.weight", {32, 48}}, {"norm.weight", {32}},
+                         {"lm_head.weight", {64, 32}}},
+                        {d2t}));
+  for (const bool adaptive : {false, true}) {
+    CAPTURE(adaptive);
+    engine::eagle3_drafter d(model, specdec::dynamic_tree_config{2, 2, 5, specdec::tree_score::log_probability, {}}, eagle3.string(), adaptive);
+    const auto g = engine::generate(model, prompt, &d, options);
+    CHECK(g.tokens == vanilla.tokens);
+    CHECK(g.stats.drafted > 0);
+    if (!adaptive) CHECK(g.stats.drafted == 4 * g.stats.target_calls);  // the configured 5-node tree every step
+  }
+  const std::string l = "model.layers.7.";
+  const auto mtp = write_safetensors(
+      "specdec_test_mtp.safetensors",
+      random_checkpoint({{l + "enorm.weight", {32}}, {l + "hnorm.weight", {32}}, {l + "eh_proj.weight", {32, 64}},
+                         {l + "input_layernorm.weight", {32}}, {l + "self_attn.q_proj.weight", {32, 32}},
+                         {l + "self_attn.k_proj.weight", {16, 32}}, {l + "self_attn.v_proj.weight", {16, 32}},
+                         {l + "self_attn.o_proj.weight", {32, 32}}, {l + "post_attention_layernorm.weight", {32}},
+                         {l + "mlp.gate_proj.weight", {48, 32}}, {l + "mlp.up_proj.weight", {48, 32}},
+                         {l + "mlp.down_proj.weight", {32, 48}}, {l + "shared_head.norm.weight", {32}}}));
+  for (const bool adaptive : {false, true}) {
+    CAPTURE(adaptive);
+    engine::mtp_drafter d(model, /*longest=*/3, mtp.string(), adaptive);
+    const auto g = engine::generate(model, prompt, &d, options);
+    CHECK(g.tokens == vanilla.tokens);
+    CHECK(g.stats.drafted > 0);
+    if (!adaptive) CHECK(g.stats.drafted == 3 * g.stats.target_calls);  // a chain of 3 every step
+  }
+  // Sampled: lossless through the chain's kept distributions; reproducible for a seed.
+  options.temperature = 0.8f;
+  options.seed = 4;
+  engine::mtp_drafter sampled(model, 3, mtp.string());
+  const auto s1 = engine::generate(model, prompt, &sampled, options);
+  engine::mtp_drafter again(model, 3, mtp.string());
+  CHECK(engine::generate(model, prompt, &again, options).tokens == s1.tokens);
+  std::filesystem::remove(eagle3);
+  std::filesystem::remove(mtp);
 }
 
 TEST_CASE("engine: a checkpoint that does not match its layout fails with the file and tensor named") {

@@ -28,13 +28,14 @@ struct expected_tensor {
 inline std::vector<expected_tensor> layer_layout(const std::string& prefix, const specdec::blocks::layer_config& c,
                                                  bool with_mlp = true) {
   const auto& a = c.attention;
-  const specdec::index_t e = a.hidden, q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim, ff = c.intermediate;
+  const specdec::index_t e = a.hidden, in = a.input_width(), q = a.heads * a.head_dim, kv = a.kv_heads * a.head_dim,
+                        ff = c.intermediate;
   std::vector<expected_tensor> out;
   if (c.input_norm) out.push_back({prefix + "input_layernorm.weight", {e}});
   out.push_back({prefix + "post_attention_layernorm.weight", {e}});
-  out.push_back({prefix + "self_attn.q_proj.weight", {q, e}});
-  out.push_back({prefix + "self_attn.k_proj.weight", {kv, e}});
-  out.push_back({prefix + "self_attn.v_proj.weight", {kv, e}});
+  out.push_back({prefix + "self_attn.q_proj.weight", {q, in}});
+  out.push_back({prefix + "self_attn.k_proj.weight", {kv, in}});
+  out.push_back({prefix + "self_attn.v_proj.weight", {kv, in}});
   out.push_back({prefix + "self_attn.o_proj.weight", {e, q}});
   if (with_mlp) {
     out.push_back({prefix + "mlp.gate_proj.weight", {ff, e}});

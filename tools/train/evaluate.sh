@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 drafters=("$@")
-[ ${#drafters[@]} -gt 0 ] || drafters=(medusa eagle jakiro amphista moa)
+[ ${#drafters[@]} -gt 0 ] || drafters=(medusa eagle eagle3 mtp jakiro amphista moa)
 model="$(scripts/fetch_model.sh)"
 cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_TESTS=OFF -DSPECDEC_BUILD_BENCH=OFF >/dev/null
 cmake --build build/demo --target $(printf 'specdec_%s ' "${drafters[@]}") -j"$(nproc)" >/dev/null

@@ -12,7 +12,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 prompts=1200
-only="medusa,eagle,jakiro,amphista,moa"
+only="medusa,eagle,eagle3,mtp,jakiro,amphista,moa"
 while [ $# -gt 0 ]; do
   case "$1" in
     --prompts) prompts="$2"; shift 2 ;;

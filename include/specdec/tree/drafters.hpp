@@ -9,7 +9,7 @@
 /// | --- | --- | --- |
 /// | `ngram_drafter` | none | prompt lookup: the continuations of the context's longest repeated suffix, a chain or a trie |
 /// | `chain_drafter<B>` | any autoregressive draft (a small LM, MTP modules, ADMG's self-draft) | a chain, greedy or sampled |
-/// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
+/// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, Jakiro's MoE layer, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
 /// | `heads_drafter<B>` | Medusa-style heads on the root (one forward, one logits row per head) | a static tree of per-head top-k |
 ///
 /// All are host-driven and single-request; `B` is the backend that reads the logits.
@@ -203,14 +203,17 @@ class chain_drafter {
 /// `out_ids`; the root row for the first), reranked to `total_tokens` nodes. With `adaptive` the
 /// policy picks the draft's node budget L per step and the tree is the best L + 1 nodes at depth
 /// min(depth, L) (nothing drafted at L = 0); otherwise always the configured tree. EAGLE-3: the
-/// config's `d2t` maps the draft vocabulary.
+/// config's `d2t` maps the draft vocabulary. Jakiro (`dual_last_step`): the forward two expansions
+/// before the end returns two logits rows per frontier row (`logits_per_row` 2: left, then right, per
+/// row) and both remaining levels come from it (eagle2_tree_builder::expand_dual): one forward fewer.
 template <backend B>
 class eagle2_drafter {
  public:
   using memory_space = typename B::memory_space;
   /// \throws invalid_argument on a configuration eagle2_tree_builder rejects.
-  eagle2_drafter(B& b, dynamic_tree_config largest, bool adaptive = true)
-      : b_(&b), largest_(std::move(largest)), adaptive_(adaptive), policy_(std::max<index_t>(0, largest_.total_tokens - 1)) {
+  eagle2_drafter(B& b, dynamic_tree_config largest, bool adaptive = true, bool dual_last_step = false)
+      : b_(&b), largest_(std::move(largest)), adaptive_(adaptive), dual_(dual_last_step),
+        policy_(std::max<index_t>(0, largest_.total_tokens - 1)) {
     eagle2_tree_builder<B> check(b, largest_);  // validates the configuration once, up front
   }
 
@@ -224,6 +227,7 @@ class eagle2_drafter {
     dynamic_tree_config c = largest_;
     c.total_tokens = length + 1;
     c.depth = std::min(largest_.depth, length);
+    depth_ = c.depth;
     builder_.emplace(*b_, std::move(c));
     request_ = {{root_}, {0}, {-1}, {1}, 1, 1};
     return &request_;
@@ -233,10 +237,19 @@ class eagle2_drafter {
   const draft_request* advance(matrix_view<const float, memory_space> logits) {
     constexpr const char* where = "specdec::eagle2_drafter::advance";
     SPECDEC_EXPECTS(builder_.has_value() && request_.rows() > 0, where, "no draft forward is pending");
-    SPECDEC_EXPECTS(logits.rows() == request_.rows(), where, "logits has ", logits.rows(), " rows; the request has ",
-                    request_.rows());
+    SPECDEC_EXPECTS(logits.rows() == request_.logits_rows(), where, "logits has ", logits.rows(), " rows; the request needs ",
+                    request_.logits_rows());
     const std::int32_t root[1] = {root_};
-    const draft_step step = request_.depth[0] == 0 ? builder_->begin(logits, std::span(root, 1)) : builder_->expand(logits);
+    draft_step step;
+    if (request_.depth[0] == 0) {
+      step = builder_->begin(logits, std::span(root, 1));
+    } else if (request_.logits_per_row == 2) {  // row r's left and right rows are 2r and 2r + 1
+      const index_t k = request_.rows(), v = logits.cols(), stride = logits.stride(0);
+      step = builder_->expand_dual(matrix_view<const float, memory_space>(logits.data(), k, v, 2 * stride, 1),
+                                   matrix_view<const float, memory_space>(logits.data() + stride, k, v, 2 * stride, 1));
+    } else {
+      step = builder_->expand(logits);
+    }
     if (builder_->expansions_complete()) {
       tree_ = builder_->finish_single().tree;
       request_ = {};
@@ -244,8 +257,9 @@ class eagle2_drafter {
     }
     // The next frontier: k rows at depth step + 1, attending the root row and their ancestors.
     const index_t k = step.top_k, cols = 1 + step.mask_cols;
+    const index_t per_row = dual_ && depth_ - step.step == 2 ? 2 : 1;
     request_ = {step.input_ids, std::vector<std::int32_t>(static_cast<std::size_t>(k), static_cast<std::int32_t>(step.step + 1)),
-                {}, std::vector<std::uint8_t>(static_cast<std::size_t>(k * cols), 0), cols, 1};
+                {}, std::vector<std::uint8_t>(static_cast<std::size_t>(k * cols), 0), cols, per_row};
     for (index_t r = 0; r < k; ++r) {
       const std::int32_t slot = step.parent_slot[static_cast<std::size_t>(r)];
       request_.parent_row.push_back(slot < 0 ? 0 : slot);
@@ -266,9 +280,10 @@ class eagle2_drafter {
  private:
   B* b_;
   dynamic_tree_config largest_;
-  bool adaptive_;
+  bool adaptive_, dual_;
   policy::draft_length_policy policy_;
   std::optional<eagle2_tree_builder<B>> builder_;
+  index_t depth_ = 0;
   draft_request request_;
   draft_tree tree_;
   std::int32_t root_ = 0;
