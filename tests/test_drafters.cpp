@@ -6,6 +6,7 @@
 // pay stops drafting; misuse is rejected. (Decoding through the protocol: test_engine_loops.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/tree/drafters.hpp>
 
@@ -27,6 +29,8 @@ static_assert(specdec::drafter<specdec::ngram_drafter>);
 static_assert(specdec::drafter<specdec::chain_drafter<specdec::eigen>>);
 static_assert(specdec::drafter<specdec::eagle2_drafter<specdec::eigen>>);
 static_assert(specdec::drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
+static_assert(specdec::drafter<specdec::suffix_drafter<>>);
+static_assert(specdec::drafter<specdec::eagle1::tree_drafter<specdec::eigen>>);
 
 TEST_CASE("cut_to_depth keeps the shallow nodes in order and renumbers their parents") {
   // 0 -> {1, 2}, 1 -> {3}, 2 -> {4}, 3 -> {5}
@@ -133,6 +137,67 @@ TEST_CASE_TEMPLATE("heads_drafter fills Medusa's tree with each head's top-k, as
   auto base_buf = h.up(base);
   const auto want = specdec::medusa::fill_candidates(h.b, buf, logits.matrix(heads, v), base_buf.matrix(1, v));
   CHECK(drafter.finish().tree.token == want.tree_candidates);
+}
+
+TEST_CASE_TEMPLATE("eagle1::tree_drafter runs EAGLE-1's levels behind the root row and returns static_drafter's tree", B, SPECDEC_DRAFTER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 80;
+  const auto buf = specdec::eagle1::make_buffers(specdec::choices::eagle_mc_sim_7b_63());
+  {
+    specdec::eagle1::tree_drafter<B> drafter(h.b, buf, /*adaptive=*/false);
+    const std::vector<std::int32_t> committed = {3, 4, 5};
+    specdec::eagle1::static_drafter<B> want(h.b, buf, 5, 3);
+    const specdec::draft_request* r = drafter.begin({committed});
+    REQUIRE(r != nullptr);
+    const auto root = conformance::random_logits(7, 1, v);
+    auto root_buf = h.up(root.data);
+    auto step = want.begin(root_buf.matrix(1, v));
+    r = drafter.advance(root_buf.matrix(1, v));
+    index_t level = 0;
+    while (r != nullptr) {
+      CHECK(r->tokens == step.input_ids);
+      CHECK(r->positions(2) == std::vector<std::int64_t>(step.position_ids.begin(), step.position_ids.end()));
+      // The request's mask is EAGLE's level mask behind the root row's column.
+      const auto& lm = step.buffers->attn_mask;
+      for (index_t i = 0; i < r->rows(); ++i) {
+        CHECK(r->mask[static_cast<std::size_t>(i * r->mask_cols)] == 1);
+        for (index_t c = 1; c < r->mask_cols; ++c)
+          CHECK(r->mask[static_cast<std::size_t>(i * r->mask_cols + c)] == lm[static_cast<std::size_t>(i * step.buffers->mask_cols + c - 1)]);
+      }
+      const auto rows = conformance::random_logits(20 + static_cast<std::uint64_t>(level++), r->rows(), v);
+      auto rows_buf = h.up(rows.data);
+      r = drafter.advance(rows_buf.matrix(r->rows(), v));
+      step = want.expand(rows_buf.matrix(step.input_ids.size(), v));
+    }
+    CHECK(level == buf.levels.size());
+    CHECK(drafter.finish().tree.token == want.tree_candidates());
+  }
+  // Adaptive: the policy's first draft is one level deep, the root's children alone, from one forward.
+  specdec::eagle1::tree_drafter<B> adaptive(h.b, buf, /*adaptive=*/true);
+  const std::vector<std::int32_t> committed = {3, 4, 5};
+  REQUIRE(adaptive.begin({committed}) != nullptr);
+  const auto root = conformance::random_logits(7, 1, v);
+  auto root_buf = h.up(root.data);
+  CHECK(adaptive.advance(root_buf.matrix(1, v)) == nullptr);
+  const auto tree = adaptive.finish().tree;
+  CHECK(tree.max_depth() == 1);
+  CHECK(tree.size() == 1 + static_cast<index_t>(std::count(buf.shape.tree.depth.begin(), buf.shape.tree.depth.end(), 1)));
+}
+
+TEST_CASE("suffix_drafter drafts what suffix_cache::speculate gives, cut to the policy's depth") {
+  specdec::suffix_cache<> cache;
+  const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3};
+  cache.start_request(7, prompt);
+  specdec::suffix_drafter<> fixed(cache, 7, {}, 24, /*adaptive=*/false);
+  CHECK(fixed.begin({prompt}) == nullptr);
+  const auto want = specdec::suffix_draft_tree(prompt.back(), cache.speculate(7, std::span<const std::int32_t>(prompt)));
+  CHECK(want.size() > 1);
+  CHECK(fixed.finish().tree.token == want.token);
+  specdec::suffix_drafter<> adaptive(cache, 7);
+  adaptive.begin({prompt});
+  CHECK(adaptive.finish().tree.max_depth() == 1);  // the policy's first draft is a one-token probe
+  specdec::suffix_drafter<> unknown(cache, 8);
+  CHECK(error_of([&] { unknown.begin({prompt}); }).find("not active") != std::string::npos);
 }
 
 TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with their distributions kept") {

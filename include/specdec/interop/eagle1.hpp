@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/interop/target_buffers.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
+#include <specdec/tree/drafter.hpp>
+#include <specdec/tree/drafters.hpp>
 #include <specdec/tree/static_tree.hpp>
 
 namespace specdec::eagle1 {
@@ -214,6 +217,15 @@ class static_drafter {
     for (index_t i = 0; i < tree.size(); ++i) out[static_cast<std::size_t>(i)] = token(i);
     return out;
   }
+  /// tree_candidates() for the nodes no deeper than `depth` (the levels that produce them drafted),
+  /// 0 for the deeper ones.
+  std::vector<std::int32_t> tree_candidates_to(index_t depth) const {
+    const draft_tree& tree = buf_->shape.tree;
+    std::vector<std::int32_t> out(static_cast<std::size_t>(tree.size()), 0);
+    for (index_t i = 0; i < tree.size(); ++i)
+      if (tree.depth[static_cast<std::size_t>(i)] <= depth) out[static_cast<std::size_t>(i)] = token(i);
+    return out;
+  }
   std::vector<std::int32_t> cart_candidates(std::int32_t pad_token = -1) const {
     std::vector<std::int32_t> out;
     for (const std::int64_t node : buf_->retrieve_indices) out.push_back(node < 0 ? pad_token : token(node));
@@ -259,6 +271,87 @@ class static_drafter {
   index_t position_base_;
   index_t level_ = 0;
   std::vector<std::int32_t> ss_token_;
+};
+
+/// EAGLE-1's static draft as a model of `specdec::drafter` (tree/drafter.hpp): the root row, then one
+/// request per level with the level's expanded nodes (each row continuing its parent's row of the
+/// previous request, attending the root and its ancestors among the rows run), the tree's tokens from
+/// static_drafter. With `adaptive` the draft-length policy picks the depth L per step (levels past it are
+/// not run; nothing at L = 0); otherwise the whole tree every step.
+template <backend B>
+class tree_drafter {
+ public:
+  using memory_space = typename B::memory_space;
+  /// \param buf the static tree (make_buffers), outliving the drafter.
+  tree_drafter(B& b, const buffers& buf, bool adaptive = false)
+      : b_(&b), buf_(&buf), adaptive_(adaptive), policy_(buf.shape.tree.max_depth()) {}
+
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::eagle1::tree_drafter::begin", "the context is empty; expected the root at least");
+    root_ = context.root();
+    depth_ = adaptive_ ? policy_.choose() : buf_->shape.tree.max_depth();
+    tree_ = make_tree({root_}, {-1});
+    drafter_.emplace(*b_, *buf_, root_, context.root_position() + 1);
+    run_.assign(1, 0);  // the tree node each row of this step ran
+    if (depth_ == 0) return nullptr;
+    request_ = {{root_}, {0}, {-1}, {1}, 1, 1};
+    return &request_;
+  }
+  /// \param logits backend `[rows x V]` of the pending request. \throws invalid_argument when no
+  /// forward is pending, and as static_drafter.
+  const draft_request* advance(matrix_view<const float, memory_space> logits) {
+    constexpr const char* where = "specdec::eagle1::tree_drafter::advance";
+    SPECDEC_EXPECTS(drafter_.has_value() && request_.rows() > 0, where, "no draft forward is pending");
+    const static_step step = request_.depth[0] == 0 ? drafter_->begin(logits) : drafter_->expand(logits);
+    // Level l's expansion gives the nodes of depth l + 2: a draft L deep needs levels 0 .. L - 2.
+    if (drafter_->done() || step.level + 1 >= depth_) return done();
+    const draft_tree& shape = buf_->shape.tree;
+    const std::vector<std::int32_t> previous(run_.end() - request_.rows(), run_.end());
+    const auto first_row = static_cast<std::int32_t>(run_.size());
+    draft_request next;
+    for (std::size_t i = 0; i < step.input_ids.size(); ++i) {
+      const std::int32_t node = step.buffers->nodes[i];
+      next.tokens.push_back(step.input_ids[i]);
+      next.depth.push_back(shape.depth[static_cast<std::size_t>(node)]);
+      next.parent_row.push_back(static_cast<std::int32_t>(
+          std::find(previous.begin(), previous.end(), shape.parent[static_cast<std::size_t>(node)]) - previous.begin()));
+      run_.push_back(node);
+    }
+    next.mask_cols = static_cast<index_t>(run_.size());
+    next.mask.assign(step.input_ids.size() * run_.size(), 0);
+    for (std::size_t i = 0; i < step.input_ids.size(); ++i)
+      for (std::size_t c = 0; c < run_.size(); ++c)
+        for (std::int32_t a = run_[static_cast<std::size_t>(first_row) + i]; a >= 0; a = shape.parent[static_cast<std::size_t>(a)])
+          if (a == run_[c]) next.mask[i * run_.size() + c] = 1;
+    request_ = std::move(next);
+    return &request_;
+  }
+  drafted finish() {
+    request_ = {};
+    drafter_.reset();
+    return {tree_, {}, {}};
+  }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  const draft_request* done() {
+    draft_tree tree = buf_->shape.tree;
+    tree.token = drafter_->tree_candidates_to(depth_);
+    tree_ = cut_to_depth(tree, depth_);
+    request_ = {};
+    return nullptr;
+  }
+  B* b_;
+  const buffers* buf_;
+  bool adaptive_;
+  policy::draft_length_policy policy_;
+  std::optional<static_drafter<B>> drafter_;
+  draft_request request_;
+  draft_tree tree_;
+  std::vector<std::int32_t> run_;
+  std::int32_t root_ = 0;
+  index_t depth_ = 0;
 };
 
 }  // namespace specdec::eagle1

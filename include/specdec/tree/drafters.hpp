@@ -11,6 +11,8 @@
 /// | `chain_drafter<B>` | any autoregressive draft (a small LM, MTP modules, ADMG's self-draft) | a chain, greedy or sampled |
 /// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, Jakiro's MoE layer, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
 /// | `heads_drafter<B>` | Medusa-style heads on the root (one forward, one logits row per head) | a static tree of per-head top-k |
+/// | `suffix_drafter<Token, RequestId>` | none | SuffixDecoding (suffix_cache::speculate), cut to the policy's depth |
+/// | `eagle1::tree_drafter<B>` (interop/eagle1.hpp) | EAGLE-1's layer, level by level | EAGLE-1's static tree |
 ///
 /// All are host-driven and single-request; `B` is the backend that reads the logits.
 #pragma once
@@ -30,6 +32,7 @@
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/ngram.hpp>
 #include <specdec/tree/static_tree.hpp>
+#include <specdec/tree/suffix.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec {
@@ -347,6 +350,47 @@ class heads_drafter {
   draft_request request_;
   draft_tree tree_;
   index_t depth_ = 0;
+};
+
+/// SuffixDecoding: the draft suffix_cache::speculate gives for the request (its own tokens and the
+/// cache's earlier responses; the engine keeps the cache: start_request, add_active_response of each
+/// step's accepted tokens, stop_request), as a tree (suffix_draft_tree), cut to the depth the policy
+/// chooses for what the match offers. No model runs. One drafter per request; the cache is shared.
+template <class Token = std::int32_t, class RequestId = std::uint64_t>
+class suffix_drafter {
+ public:
+  using memory_space = host_space;
+  /// \param cache the engine's, outliving the drafter. \param longest the deepest draft the policy
+  /// may choose. \throws invalid_argument on longest outside the policy's range.
+  suffix_drafter(const suffix_cache<Token, RequestId>& cache, RequestId id, suffix_options options = {}, index_t longest = 24,
+                 bool adaptive = true)
+      : cache_(&cache), id_(std::move(id)), options_(options), adaptive_(adaptive), policy_(longest) {}
+
+  /// \throws invalid_argument on an empty context, a request the cache does not hold, and as speculate.
+  const draft_request* begin(const draft_context& context) {
+    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::suffix_drafter::begin", "the context is empty; expected the root at least");
+    std::vector<Token> committed(context.committed.begin(), context.committed.end());
+    const draft_tree full = suffix_draft_tree(context.root(), cache_->speculate(id_, std::span<const Token>(committed), options_));
+    const index_t available = std::min<index_t>(full.max_depth(), policy_.longest());
+    tree_ = cut_to_depth(full, adaptive_ ? policy_.choose(0, available) : available);
+    return nullptr;
+  }
+  /// No forward is ever pending. \throws invalid_argument always.
+  const draft_request* advance(matrix_view<const float>) {
+    SPECDEC_EXPECTS(false, "specdec::suffix_drafter::advance", "no draft forward is pending (SuffixDecoding runs no model)");
+    return nullptr;
+  }
+  drafted finish() { return {tree_, {}, {}}; }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  const policy::draft_length_policy& policy() const noexcept { return policy_; }
+
+ private:
+  const suffix_cache<Token, RequestId>* cache_;
+  RequestId id_;
+  suffix_options options_;
+  bool adaptive_;
+  policy::draft_length_policy policy_;
+  draft_tree tree_;
 };
 
 }  // namespace specdec
