@@ -15,6 +15,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/eagle1.hpp>
+#include <specdec/interop/jakiro.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/tree/drafters.hpp>
 
@@ -31,6 +32,7 @@ static_assert(specdec::drafter<specdec::eagle2_drafter<specdec::eigen>>);
 static_assert(specdec::drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
 static_assert(specdec::drafter<specdec::suffix_drafter<>>);
 static_assert(specdec::drafter<specdec::eagle1::tree_drafter<specdec::eigen>>);
+static_assert(specdec::drafter<specdec::jakiro::tree_drafter<specdec::eigen>>);
 
 TEST_CASE("cut_to_depth keeps the shallow nodes in order and renumbers their parents") {
   // 0 -> {1, 2}, 1 -> {3}, 2 -> {4}, 3 -> {5}
@@ -182,6 +184,36 @@ TEST_CASE_TEMPLATE("eagle1::tree_drafter runs EAGLE-1's levels behind the root r
   const auto tree = adaptive.finish().tree;
   CHECK(tree.max_depth() == 1);
   CHECK(tree.size() == 1 + static_cast<index_t>(std::count(buf.shape.tree.depth.begin(), buf.shape.tree.depth.end(), 1)));
+}
+
+TEST_CASE("jakiro::tree_drafter asks for left and right rows per node and returns Jakiro*'s static tree") {
+  specdec::eigen b;
+  const index_t v = 70;
+  const auto buf = specdec::eagle1::make_buffers(specdec::choices::jakiro_mc_sim_7b_63());
+  specdec::jakiro::tree_drafter<specdec::eigen> drafter(b, buf);
+  specdec::jakiro::static_drafter<specdec::eigen> want(b, buf, 5, 3);
+  const std::vector<std::int32_t> committed = {3, 4, 5};
+  const specdec::draft_request* r = drafter.begin({committed});
+  REQUIRE(r != nullptr);
+  std::uint64_t seed = 30;
+  bool root = true;
+  while (r != nullptr) {
+    CHECK(r->logits_per_row == 2);
+    const index_t rows = r->rows();
+    const auto left = conformance::random_logits(seed++, rows, v), right = conformance::random_logits(seed++, rows, v);
+    std::vector<float> both;  // row i's left, then its right
+    for (index_t i = 0; i < rows; ++i) {
+      both.insert(both.end(), left.data.begin() + i * v, left.data.begin() + (i + 1) * v);
+      both.insert(both.end(), right.data.begin() + i * v, right.data.begin() + (i + 1) * v);
+    }
+    const specdec::matrix_view<const float> l(left.data.data(), rows, v), rt(right.data.data(), rows, v);
+    const auto step = root ? want.begin(l, rt) : want.expand(l, rt);
+    root = false;
+    r = drafter.advance(specdec::matrix_view<const float>(both.data(), 2 * rows, v));
+    if (r != nullptr) CHECK(r->tokens == step.input_ids);
+  }
+  CHECK(want.done());
+  CHECK(drafter.finish().tree.token == want.tree_candidates());
 }
 
 TEST_CASE("suffix_drafter drafts what suffix_cache::speculate gives, cut to the policy's depth") {

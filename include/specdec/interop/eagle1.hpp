@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -273,15 +274,22 @@ class static_drafter {
   std::vector<std::int32_t> ss_token_;
 };
 
+/// Logits rows a static drafter takes per node: 1 (EAGLE-1), 2 for Jakiro*'s two experts
+/// (specialised in interop/jakiro.hpp).
+template <class Static>
+struct static_experts : std::integral_constant<index_t, 1> {};
+
 /// EAGLE-1's static draft as a model of `specdec::drafter` (tree/drafter.hpp): the root row, then one
 /// request per level with the level's expanded nodes (each row continuing its parent's row of the
 /// previous request, attending the root and its ancestors among the rows run), the tree's tokens from
-/// static_drafter. With `adaptive` the draft-length policy picks the depth L per step (levels past it are
-/// not run; nothing at L = 0); otherwise the whole tree every step.
-template <backend B>
+/// `Static` (static_drafter; `jakiro::tree_drafter` runs Jakiro*'s two-expert one, whose requests ask
+/// for two logits rows per node: left, then right). With `adaptive` the draft-length policy picks the
+/// depth L per step (levels past it are not run; nothing at L = 0); otherwise the whole tree every step.
+template <backend B, class Static = static_drafter<B>>
 class tree_drafter {
  public:
   using memory_space = typename B::memory_space;
+  static constexpr index_t experts = static_experts<Static>::value;
   /// \param buf the static tree (make_buffers), outliving the drafter.
   tree_drafter(B& b, const buffers& buf, bool adaptive = false)
       : b_(&b), buf_(&buf), adaptive_(adaptive), policy_(buf.shape.tree.max_depth()) {}
@@ -294,15 +302,17 @@ class tree_drafter {
     drafter_.emplace(*b_, *buf_, root_, context.root_position() + 1);
     run_.assign(1, 0);  // the tree node each row of this step ran
     if (depth_ == 0) return nullptr;
-    request_ = {{root_}, {0}, {-1}, {1}, 1, 1};
+    request_ = {{root_}, {0}, {-1}, {1}, 1, experts};
     return &request_;
   }
-  /// \param logits backend `[rows x V]` of the pending request. \throws invalid_argument when no
-  /// forward is pending, and as static_drafter.
+  /// \param logits backend `[rows x experts x V]` of the pending request (Jakiro*: row r's left expert
+  /// at 2r, its right at 2r + 1). \throws invalid_argument when no forward is pending, and as `Static`.
   const draft_request* advance(matrix_view<const float, memory_space> logits) {
     constexpr const char* where = "specdec::eagle1::tree_drafter::advance";
     SPECDEC_EXPECTS(drafter_.has_value() && request_.rows() > 0, where, "no draft forward is pending");
-    const static_step step = request_.depth[0] == 0 ? drafter_->begin(logits) : drafter_->expand(logits);
+    SPECDEC_EXPECTS(logits.rows() == request_.logits_rows(), where, "logits has ", logits.rows(), " rows; the request needs ",
+                    request_.logits_rows());
+    const static_step step = run_static(logits, request_.depth[0] == 0);
     // Level l's expansion gives the nodes of depth l + 2: a draft L deep needs levels 0 .. L - 2.
     if (drafter_->done() || step.level + 1 >= depth_) return done();
     const draft_tree& shape = buf_->shape.tree;
@@ -318,6 +328,7 @@ class tree_drafter {
       run_.push_back(node);
     }
     next.mask_cols = static_cast<index_t>(run_.size());
+    next.logits_per_row = experts;
     next.mask.assign(step.input_ids.size() * run_.size(), 0);
     for (std::size_t i = 0; i < step.input_ids.size(); ++i)
       for (std::size_t c = 0; c < run_.size(); ++c)
@@ -335,6 +346,16 @@ class tree_drafter {
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
 
  private:
+  static_step run_static(matrix_view<const float, memory_space> logits, bool root) {
+    if constexpr (experts == 1) {
+      return root ? drafter_->begin(logits) : drafter_->expand(logits);
+    } else {
+      const index_t rows = logits.rows() / 2, v = logits.cols(), stride = logits.stride(0);
+      const matrix_view<const float, memory_space> left(logits.data(), rows, v, 2 * stride, 1),
+          right(logits.data() + stride, rows, v, 2 * stride, 1);
+      return root ? drafter_->begin(left, right) : drafter_->expand(left, right);
+    }
+  }
   const draft_request* done() {
     draft_tree tree = buf_->shape.tree;
     tree.token = drafter_->tree_candidates_to(depth_);
@@ -346,7 +367,7 @@ class tree_drafter {
   const buffers* buf_;
   bool adaptive_;
   policy::draft_length_policy policy_;
-  std::optional<static_drafter<B>> drafter_;
+  std::optional<Static> drafter_;
   draft_request request_;
   draft_tree tree_;
   std::vector<std::int32_t> run_;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -30,9 +31,8 @@ class static_drafter {
   /// \param sampling absent: greedy proposal; present: sample_moe with these parameters.
   static_drafter(B& b, const eagle1::buffers& buf, std::int32_t root_token, index_t draft_position_base,
                  std::optional<moe_sampling> sampling = std::nullopt)
-      : backend_(&b), inner_(b, buf, root_token, draft_position_base), top_k_(buf.top_k), sampling_(sampling) {
-    if (sampling_) next_offset_ = sampling_->offset;
-  }
+      : backend_(&b), inner_(b, buf, root_token, draft_position_base), top_k_(buf.top_k), sampling_(sampling),
+        next_offset_(sampling.value_or(moe_sampling{}).offset) {}
 
   /// \param left_logits, right_logits backend `[1 x V]`: the root's two experts.
   eagle1::static_step begin(matrix_view<const float, space> left_logits, matrix_view<const float, space> right_logits) {
@@ -61,6 +61,8 @@ class static_drafter {
   /// Same shape: which expert proposed each token (0 left, 1 right).
   const std::vector<std::int8_t>& ss_expert() const noexcept { return expert_; }
   std::vector<std::int32_t> tree_candidates() const { return inner_.tree_candidates(); }
+  /// eagle1::static_drafter::tree_candidates_to.
+  std::vector<std::int32_t> tree_candidates_to(index_t depth) const { return inner_.tree_candidates_to(depth); }
   std::vector<std::int32_t> cart_candidates(std::int32_t pad_token = -1) const { return inner_.cart_candidates(pad_token); }
   std::uint64_t next_offset() const noexcept { return next_offset_; }
 
@@ -89,4 +91,14 @@ class static_drafter {
   std::vector<std::int8_t> expert_;
 };
 
+/// Jakiro*'s static draft as a model of `specdec::drafter`: eagle1::tree_drafter over static_drafter
+/// (greedy proposals), each request asking for two logits rows per node (left expert, then right).
+template <backend B>
+using tree_drafter = eagle1::tree_drafter<B, static_drafter<B>>;
+
 }  // namespace specdec::jakiro
+
+namespace specdec::eagle1 {
+template <backend B>
+struct static_experts<jakiro::static_drafter<B>> : std::integral_constant<index_t, 2> {};
+}  // namespace specdec::eagle1
