@@ -76,9 +76,7 @@ class jakiro_drafter : public engine::feature_drafter {
       std::vector<float> right;
       if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one forward
         const index_t first = cache_->size();
-        std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-        std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
-        for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+        const auto [tokens, positions] = engine::shifted_context(ctx.sequence, first, n);
         const auto left = run(tokens, engine::host_matrix(features().data() + first * e, n - first, e), positions, {}, false, right);
         last_out_.assign(left.end() - e, left.end());
       } else {  // a frontier: each row reads its parent's draft feature; the dual forward also the right output

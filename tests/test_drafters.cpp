@@ -238,7 +238,12 @@ TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with t
   const std::vector<std::int32_t> committed = {7};
   for (const float temperature : {0.0f, 0.7f}) {
     CAPTURE(temperature);
-    specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 3, .adaptive = false});
+    std::vector<double> top1s;  // what the stop rule is shown, one per drafted token
+    specdec::chain_drafter<specdec::eigen> drafter(b, {.longest = 3, .adaptive = false, .stop = [&](double top1, index_t drafted) {
+                                                         top1s.push_back(top1);
+                                                         CHECK(drafted == ssize(top1s));
+                                                         return false;
+                                                       }});
     const specdec::draft_request* r = drafter.begin({committed, temperature, specdec::philox_stream{11, 1}});
     std::vector<std::vector<float>> rows;
     for (index_t i = 0; i < 3; ++i) {
@@ -273,7 +278,10 @@ TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with t
           CHECK(d.probs[static_cast<std::size_t>(i * v + j)] == doctest::Approx(q[static_cast<std::size_t>(j)]).epsilon(1e-5));
       }
       CHECK(d.tree.token[static_cast<std::size_t>(i + 1)] == want);
+      // The stop rule is not asked after the last token the length allows.
+      if (i < 2) CHECK(top1s.at(static_cast<std::size_t>(i)) == doctest::Approx(*std::max_element(q.begin(), q.end())).epsilon(1e-5));
     }
+    CHECK(top1s.size() == 2);
     if (temperature > 0) CHECK(d.draft_rows == std::vector<index_t>{-1, 0, 1, 2});
     else CHECK((d.probs.empty() && d.draft_rows.empty()));
   }

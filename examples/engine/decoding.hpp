@@ -123,6 +123,19 @@ class drafter {
   virtual void accepted_path(std::span<const std::int32_t> /*nodes*/) {}
 };
 
+/// Rows p in [first, n) of a draft model whose row p pairs position p's target state with token p + 1
+/// (EAGLE, EAGLE-3, Jakiro, MTP): their tokens x_{p+1} and positions p, for catching its cache up on the
+/// committed context (the root x_n is row n - 1).
+struct shifted_rows {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> positions;
+};
+inline shifted_rows shifted_context(const std::vector<std::int32_t>& sequence, index_t first, index_t n) {
+  shifted_rows out{{sequence.begin() + first + 1, sequence.begin() + n + 1}, std::vector<std::int64_t>(static_cast<std::size_t>(n - first))};
+  for (index_t p = first; p < n; ++p) out.positions[static_cast<std::size_t>(p - first)] = p;
+  return out;
+}
+
 /// The engine's side of specdec's drafting protocol (docs/drafters.md): a library drafter run against
 /// this engine's models, its draft-model forwards timed and its feedback (the accepted path, the
 /// target forward's and the drafts' wall times) handed back after verification. Each engine drafter

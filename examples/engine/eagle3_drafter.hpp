@@ -85,9 +85,7 @@ class eagle3_drafter : public drafter {
       ++ctx.stats.draft_calls;
       if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
         const index_t first = cache_->size(), t = n - first;
-        std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-        std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
-        for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
         std::vector<float> h(static_cast<std::size_t>(t * e));
         specdec::blocks::eagle3::fuse(backend_, weights_, host_matrix(committed_.data() + first * 3 * e, t, 3 * e),
                                       specdec::matrix_view<float>(h.data(), t, e));

@@ -76,9 +76,7 @@ class eagle_drafter : public feature_drafter {
       ++ctx.stats.draft_calls;
       if (r.depth[0] == 0) {  // the root row: row n - 1, after the missing context rows
         const index_t first = cache_->size();
-        std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-        std::vector<std::int64_t> positions(static_cast<std::size_t>(n - first));
-        for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
         const auto context = run(tokens, host_matrix(features().data() + first * e, n - first, e), positions, {});
         last_out_.assign(context.end() - e, context.end());
       } else {  // a frontier: each row reads its parent row's output

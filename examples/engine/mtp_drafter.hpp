@@ -71,9 +71,7 @@ class mtp_drafter : public feature_drafter {
       ++ctx.stats.draft_calls;
       if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
         const index_t first = cache_->size(), t = n - first;
-        std::vector<std::int32_t> tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-        std::vector<std::int64_t> positions(static_cast<std::size_t>(t));
-        for (index_t p = first; p < n; ++p) positions[static_cast<std::size_t>(p - first)] = p;
+        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
         run(tokens, host_matrix(features().data() + first * e, t, e), positions, {});
       } else {  // the chain's next token continues the previous row's o
         const std::vector<float> h = last_out_;

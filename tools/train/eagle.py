@@ -39,6 +39,66 @@ from target import Target
 PASS_WEIGHTS = (1.0, 0.8, 0.64)
 
 
+def ttt_mask(valid: torch.Tensor, d: int) -> torch.Tensor:
+    """The attention mask of training-time-test pass d + 1 over the keys of passes 1 .. d + 1
+    ([B x 1 x T x (d + 1) T], True = attend): row p sees pass-1 rows <= p - d and pass m + 1's row
+    p - (d - m), as a node at depth d of a draft tree sees its context and its ancestors; always itself."""
+    T = valid.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    blocks = [causal.tril(-d)] + [torch.eye(T, dtype=torch.bool).roll(-(d - m), 1).tril(-(d - m))
+                                  if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
+    mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
+    return mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]
+
+
+def train_chained(name: str, model, a, run, inputs):
+    """The training loop and held-out accuracy eagle3.py and mtp.py share: soft cross-entropy of each
+    training-time-test pass's logits (model.logits) against the target's top-32 distribution on the
+    draft vocabulary, weighted by PASS_WEIGHTS; `inputs(split, seqs, tokens, f, gen)` gives the model's
+    second input (gen None: held out, no noise). Returns per-pass [top1 hits, top3 hits] and the count."""
+    target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
+    params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
+    model.embed.requires_grad_(False)
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(a.seed)
+    per_epoch = len(batches(train, a.tokens))
+    steps = int(a.epochs * per_epoch)
+    print(f"{name}: {steps} steps ({per_epoch} per epoch)")
+    step = 0
+    while step < steps:
+        for seqs in batches(train, a.tokens, gen):
+            if step == steps:
+                break
+            tokens, f, _, ids, lp, _, valid, mask = gather(train, seqs, t2d)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                outs = model(tokens, inputs(train, seqs, tokens, f, gen), valid, a.passes)
+                p = torch.softmax(lp[mask], -1)
+                loss = 0.0
+                for d, o in enumerate(outs):
+                    logq = torch.log_softmax(model.logits(o[mask]).float(), -1).gather(-1, ids[mask])
+                    loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
+            optimizer_step(opt, params, loss, step, steps, a.lr)
+            if step % 25 == 0:
+                print(f"  step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
+            step += 1
+    model.eval()
+    hits = [[0, 0] for _ in range(a.passes)]
+    n = 0
+    with torch.no_grad():
+        for seqs in batches(held, a.tokens):
+            tokens, f, _, ids, lp, greedy, valid, mask = gather(held, seqs, t2d)
+            outs = model(tokens, inputs(held, seqs, tokens, f, None), valid, a.passes)
+            lab = greedy[mask]
+            n += len(lab)
+            for d, o in enumerate(outs):
+                top3 = draft_ids[model.logits(o[mask]).topk(3, -1).indices]
+                hits[d][0] += int((top3[:, 0] == lab).sum())
+                hits[d][1] += int((top3 == lab[:, None]).any(-1).sum())
+    for d, (h1, h3) in enumerate(hits):
+        print(f"RESULT drafter={name} depth={d + 1} top1={h1 / n:.3f} top3={h3 / n:.3f}")
+    return hits, n
+
+
 class Draft(torch.nn.Module):
     """The EAGLE layer; with `jakiro`, its MLP is Jakiro's two-expert MoE (specdec::blocks::moe,
     routing jakiro_two_experts: router logits (r0, r1) weigh both experts, (r2, r3) the contrastive
@@ -122,19 +182,13 @@ class Draft(torch.nn.Module):
         pass's outputs [B x T x E], and for Jakiro each pass's right (contrastive) outputs."""
         B, T = tokens.shape
         pos = torch.arange(T)
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
         keys, values, outs, rights = [], [], [], []
         f = feats
         for d in range(passes):
             x, q, k, v = self.qkv(tokens, f, pos)
             keys.append(k)
             values.append(v)
-            # Row p of pass d + 1 sees pass-1 rows <= p - d, and pass m + 1's row p - (d - m).
-            blocks = [causal.tril(-d)] + [torch.eye(T, dtype=torch.bool).roll(-(d - m), 1).tril(-(d - m))
-                                          if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
-            mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
-            mask = mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]  # a row always sees itself
-            g, right = self.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask)
+            g, right = self.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), ttt_mask(valid, d))
             outs.append(g)
             rights.append(right)
             f = torch.cat([feats[:, :1], g[:, :-1]], 1)  # row p's feature: the draft's f_p, from row p - 1

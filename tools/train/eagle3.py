@@ -33,8 +33,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import optimizer_step, parser, setup
-from eagle import PASS_WEIGHTS, batches, gather
+from common import parser, setup
+from eagle import train_chained, ttt_mask
 from features import tap_layers
 from target import Target
 
@@ -84,18 +84,11 @@ class Draft3(torch.nn.Module):
 
     def forward(self, tokens, taps, valid, passes: int):
         """tokens [B x T] (x_{p+1}), taps [B x T x 3E] (position p), valid [B x T]. Returns each pass's h2."""
-        B, T = tokens.shape
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
         keys, values, outs = [], [], []
         g = taps @ self.fc.T
         h = g
         for d in range(passes):
-            # Row p of pass d + 1 sees pass-1 rows <= p - d, and pass m + 1's row p - (d - m) (as eagle.py).
-            blocks = [causal.tril(-d)] + [torch.eye(T, dtype=torch.bool).roll(-(d - m), 1).tril(-(d - m))
-                                          if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
-            mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
-            mask = mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]
-            h2 = self.layer(tokens, h, keys, values, mask)
+            h2 = self.layer(tokens, h, keys, values, ttt_mask(valid, d))
             outs.append(h2)
             h = torch.cat([g[:, :1], h2[:, :-1]], 1)  # row p's state: the draft's own, from row p - 1
         return outs
@@ -120,60 +113,26 @@ def main():
     ap.add_argument("--noise", type=float, default=0.05, help="uniform tap noise, relative to the taps' RMS")
     a = ap.parse_args()
     run = setup(a)
-    target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
-    print(f"eagle3: draft vocabulary {a.draft_vocab} of {target.config.vocab} covers {run.coverage:.4f} of answer tokens")
-    model = Draft3(target, draft_ids)
-    params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
-    model.embed.requires_grad_(False)
-    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
-    rms = float(train["taps"][:100000].float().pow(2).mean().sqrt())
-    gen = torch.Generator().manual_seed(a.seed)
-    per_epoch = len(batches(train, a.tokens))
-    steps = int(a.epochs * per_epoch)
-    print(f"eagle3: {steps} steps ({per_epoch} per epoch), tap RMS {rms:.3f}")
-    step = 0
-    while step < steps:
-        for seqs in batches(train, a.tokens, gen):
-            if step == steps:
-                break
-            tokens, _, _, ids, lp, _, valid, mask = gather(train, seqs, t2d)
-            taps = taps_of(train, seqs, tokens.shape[1])
-            taps = taps + (torch.rand(taps.shape, generator=gen) * 2 - 1) * a.noise * rms
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                outs = model(tokens, taps, valid, a.passes)
-                p = torch.softmax(lp[mask], -1)
-                loss = 0.0
-                for d, h2 in enumerate(outs):
-                    logq = torch.log_softmax(model.logits(h2[mask]).float(), -1).gather(-1, ids[mask])
-                    loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
-            optimizer_step(opt, params, loss, step, steps, a.lr)
-            if step % 25 == 0:
-                print(f"  step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
-            step += 1
-    model.eval()
-    hits = [[0, 0] for _ in range(a.passes)]
-    n = 0
-    with torch.no_grad():
-        for seqs in batches(held, a.tokens):
-            tokens, _, _, ids, lp, greedy, valid, mask = gather(held, seqs, t2d)
-            outs = model(tokens, taps_of(held, seqs, tokens.shape[1]), valid, a.passes)
-            lab = greedy[mask]
-            n += len(lab)
-            for d, h2 in enumerate(outs):
-                top3 = draft_ids[model.logits(h2[mask]).topk(3, -1).indices]
-                hits[d][0] += int((top3[:, 0] == lab).sum())
-                hits[d][1] += int((top3 == lab[:, None]).any(-1).sum())
-    for d, (h1, h3) in enumerate(hits):
-        print(f"RESULT drafter=eagle3 depth={d + 1} top1={h1 / n:.3f} top3={h3 / n:.3f}")
+    print(f"eagle3: draft vocabulary {a.draft_vocab} of {run.target.config.vocab} covers {run.coverage:.4f} of answer tokens")
+    model = Draft3(run.target, run.draft_ids)
+    rms = float(run.train["taps"][:100000].float().pow(2).mean().sqrt())
+    print(f"eagle3: tap RMS {rms:.3f}")
+
+    def inputs(split, seqs, tokens, f, gen):
+        taps = taps_of(split, seqs, tokens.shape[1])
+        return taps if gen is None else taps + (torch.rand(taps.shape, generator=gen) * 2 - 1) * a.noise * rms
+
+    hits, n = train_chained("eagle3", model, a, run, inputs)
     from safetensors.torch import save_file
 
     out = {k: v.detach().to(torch.float16).contiguous() for k, v in model.tensors().items()}
-    out["d2t"] = (draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
+    out["d2t"] = (run.draft_ids - torch.arange(a.draft_vocab)).to(torch.int64)
     save_file(out, a.out, metadata={"format": "specdec-eagle3-1", "draft_vocab": str(a.draft_vocab),
-                                    "target": "SmolLM2-135M-Instruct Q4_1", "taps": ",".join(str(i) for i in tap_layers(len(target.blocks))),
+                                    "target": "SmolLM2-135M-Instruct Q4_1",
+                                    "taps": ",".join(str(i) for i in tap_layers(len(run.target.blocks))),
                                     "coverage": f"{run.coverage:.4f}",
                                     "heldout_top1": ",".join(f"{h1 / n:.3f}" for h1, _ in hits)})
-    print(f"eagle3: {a.out}, {time.time() - start:.0f} s")
+    print(f"eagle3: {a.out}, {time.time() - run.start:.0f} s")
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import optimizer_step, parser, setup
-from eagle import PASS_WEIGHTS, batches, gather
+from common import parser, setup
+from eagle import train_chained, ttt_mask
 from target import Target
 
 
@@ -78,16 +78,10 @@ class MTP(torch.nn.Module):
         return x + (F.silu(y @ self.gate.T) * (y @ self.up.T)) @ self.down.T
 
     def forward(self, tokens, feats, valid, passes: int):
-        B, T = tokens.shape
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
         keys, values, outs = [], [], []
         h = feats
         for d in range(passes):
-            blocks = [causal.tril(-d)] + [torch.eye(T, dtype=torch.bool).roll(-(d - m), 1).tril(-(d - m))
-                                          if d - m > 0 else torch.eye(T, dtype=torch.bool) for m in range(1, d + 1)]
-            mask = torch.cat(blocks, 1)[None, None] & torch.cat([valid] * (d + 1), 1)[:, None, None, :]
-            mask = mask | torch.eye(T, (d + 1) * T, dtype=torch.bool).roll(d * T, 1)[None, None]
-            o = self.step(tokens, h, keys, values, mask)
+            o = self.step(tokens, h, keys, values, ttt_mask(valid, d))
             outs.append(o)
             h = torch.cat([feats[:, :1], o[:, :-1]], 1)  # row p's state: the module's own o from row p - 1
         return outs
@@ -102,57 +96,22 @@ def main():
     ap.add_argument("--noise", type=float, default=0.05, help="uniform feature noise, relative to the features' RMS")
     a = ap.parse_args()
     run = setup(a)
-    target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
-    model = MTP(target, draft_ids)
-    params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
-    model.embed.requires_grad_(False)
-    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
-    rms = float(train["h"][:100000].float().pow(2).mean().sqrt())
-    gen = torch.Generator().manual_seed(a.seed)
-    per_epoch = len(batches(train, a.tokens))
-    steps = int(a.epochs * per_epoch)
-    print(f"mtp: {steps} steps ({per_epoch} per epoch), feature RMS {rms:.3f}")
-    step = 0
-    while step < steps:
-        for seqs in batches(train, a.tokens, gen):
-            if step == steps:
-                break
-            tokens, f, _, ids, lp, _, valid, mask = gather(train, seqs, t2d)
-            f = f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                outs = model(tokens, f, valid, a.passes)
-                p = torch.softmax(lp[mask], -1)
-                loss = 0.0
-                for d, o in enumerate(outs):
-                    logq = torch.log_softmax(model.logits(o[mask]).float(), -1).gather(-1, ids[mask])
-                    loss = loss + PASS_WEIGHTS[d] * -(p * logq).sum(-1).mean()
-            optimizer_step(opt, params, loss, step, steps, a.lr)
-            if step % 25 == 0:
-                print(f"  step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
-            step += 1
-    model.eval()
-    hits = [[0, 0] for _ in range(a.passes)]
-    n = 0
-    with torch.no_grad():
-        for seqs in batches(held, a.tokens):
-            tokens, f, _, ids, lp, greedy, valid, mask = gather(held, seqs, t2d)
-            outs = model(tokens, f, valid, a.passes)
-            lab = greedy[mask]
-            n += len(lab)
-            for d, o in enumerate(outs):
-                top3 = draft_ids[model.logits(o[mask]).topk(3, -1).indices]
-                hits[d][0] += int((top3[:, 0] == lab).sum())
-                hits[d][1] += int((top3 == lab[:, None]).any(-1).sum())
-    for d, (h1, h3) in enumerate(hits):
-        print(f"RESULT drafter=mtp depth={d + 1} top1={h1 / n:.3f} top3={h3 / n:.3f}")
+    model = MTP(run.target, run.draft_ids)
+    rms = float(run.train["h"][:100000].float().pow(2).mean().sqrt())
+    print(f"mtp: feature RMS {rms:.3f}")
+
+    def inputs(split, seqs, tokens, f, gen):
+        return f if gen is None else f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
+
+    hits, n = train_chained("mtp", model, a, run, inputs)
     from safetensors.torch import save_file
 
-    layer = len(target.blocks)
+    layer = len(run.target.blocks)
     out = {k: v.detach().to(torch.float16).contiguous() for k, v in model.tensors(layer).items()}
     save_file(out, a.out, metadata={"format": "specdec-mtp-1", "module_layer": str(layer),
                                     "target": "SmolLM2-135M-Instruct Q4_1",
                                     "heldout_top1": ",".join(f"{h1 / n:.3f}" for h1, _ in hits)})
-    print(f"mtp: {a.out}, {time.time() - start:.0f} s")
+    print(f"mtp: {a.out}, {time.time() - run.start:.0f} s")
 
 
 if __name__ == "__main__":

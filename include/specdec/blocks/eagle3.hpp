@@ -143,10 +143,7 @@ void forward(B& b, const config& c, const weights<typename B::memory_space>& w,
 template <dense_backend B>
 void logits(B& b, const config& c, const weights<typename B::memory_space>& w,
             matrix_view<const float, typename B::memory_space> h2, matrix_view<float, typename B::memory_space> logits) {
-  std::vector<typename B::template buffer<float>> keep;
-  auto normed = detail::scratch(b, keep, h2.rows(), h2.cols());
-  b.rms_norm(h2, w.norm, c.layer.rms_eps, normed);
-  apply(b, w.lm_head, detail::as_const<B>(normed), logits);
+  norm_then_apply(b, w.norm, c.layer.rms_eps, w.lm_head, h2, logits);
 }
 
 }  // namespace specdec::blocks::eagle3

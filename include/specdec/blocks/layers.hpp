@@ -291,6 +291,18 @@ void apply(B& b, const linear<typename B::memory_space>& layer, matrix_view<cons
     b.add_rows(y, matrix_view<const float, typename B::memory_space>(layer.bias.data(), 1, layer.bias.rows()));
 }
 
+/// y = RMSNorm(x; norm) W^T (+ b): a final norm then a head (EAGLE-3's and MTP's logits).
+/// \param x backend `[T x E]`. \param y backend `[T x out]`. \throws invalid_argument on shapes.
+template <dense_backend B>
+void norm_then_apply(B& b, vector_view<const float, typename B::memory_space> norm, float eps,
+                     const linear<typename B::memory_space>& layer, matrix_view<const float, typename B::memory_space> x,
+                     matrix_view<float, typename B::memory_space> y) {
+  std::vector<typename B::template buffer<float>> keep;
+  auto normed = detail::scratch(b, keep, x.rows(), x.cols());
+  b.rms_norm(x, norm, eps, normed);
+  apply(b, layer, detail::as_const<B>(normed), y);
+}
+
 /// The attention of a sub-layer on already-normalised inputs: q from `query_in` `[Tq x I]` at
 /// `query_positions` `[Tq]`, k / v from `source_in` `[Tk x I]` at `source_positions` `[Tk]` (I =
 /// `c.input_width()`, E unless the config says otherwise; pass the

@@ -145,10 +145,7 @@ void forward(B& b, const config& c, const weights<typename B::memory_space>& w,
 template <dense_backend B>
 void logits(B& b, const config& c, const weights<typename B::memory_space>& w,
             matrix_view<const float, typename B::memory_space> o, matrix_view<float, typename B::memory_space> logits) {
-  std::vector<typename B::template buffer<float>> keep;
-  auto normed = detail::scratch(b, keep, o.rows(), o.cols());
-  b.rms_norm(o, w.head_norm, c.layer.rms_eps, normed);
-  apply(b, w.head, detail::as_const<B>(normed), logits);
+  norm_then_apply(b, w.head_norm, c.layer.rms_eps, w.head, o, logits);
 }
 
 }  // namespace specdec::blocks::mtp

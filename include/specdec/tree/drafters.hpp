@@ -151,13 +151,27 @@ class chain_drafter {
     constexpr const char* where = "specdec::chain_drafter::advance";
     SPECDEC_EXPECTS(request_.rows() == 1 && drafted_count() < length_, where, "no draft forward is pending");
     SPECDEC_EXPECTS(logits.rows() == 1, where, "logits has ", logits.rows(), " rows; expected 1");
-    const float t = temperature_ > 0.0f ? temperature_ : 1.0f;
-    auto probs = b_->template allocate<float>(logits.cols());
-    b_->row_softmax(logits, t, probs.matrix(1, logits.cols()));
-    const std::vector<float> q = b_->download(probs.view());
-    std::int32_t token = static_cast<std::int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
-    const double top1 = q[static_cast<std::size_t>(token)];
-    if (temperature_ > 0.0f) {
+    std::int32_t token = 0;
+    double top1 = 0;
+    if (temperature_ == 0.0f) {
+      // Greedy: the argmax, and for a stop rule its probability at T = 1, as two scalars (the row
+      // stays where it is).
+      auto scalars = b_->template allocate<float>(2);
+      auto index = b_->template allocate<std::int32_t>(1);
+      const vector_view<float, memory_space> max(scalars.view().data(), 1), lse(scalars.view().data() + 1, 1);
+      b_->row_argmax(logits, index.view(), max);
+      if (p_.stop) b_->row_logsumexp(logits, 1.0f, lse);
+      token = b_->download(vector_view<const std::int32_t, memory_space>(index.view().data(), 1))[0];
+      if (p_.stop) {
+        const std::vector<float> m = b_->download(vector_view<const float, memory_space>(scalars.view().data(), 2));
+        top1 = std::exp(static_cast<double>(m[0]) - static_cast<double>(m[1]));
+      }
+    } else {
+      // Sampled: q = softmax(logits / T) goes to the verifier, so the row comes to the host anyway.
+      auto probs = b_->template allocate<float>(logits.cols());
+      b_->row_softmax(logits, temperature_, probs.matrix(1, logits.cols()));
+      const std::vector<float> q = b_->download(probs.view());
+      top1 = *std::max_element(q.begin(), q.end());
       const double u = rng_.uniform_double(static_cast<std::uint64_t>(drafted_count()));
       double acc = 0;
       token = static_cast<std::int32_t>(q.size() - 1);
