@@ -216,19 +216,97 @@ TEST_CASE("jakiro::tree_drafter asks for left and right rows per node and return
   CHECK(drafter.finish().tree.token == want.tree_candidates());
 }
 
-TEST_CASE("suffix_drafter drafts what suffix_cache::speculate gives, cut to the policy's depth") {
+TEST_CASE("match_length_context buckets match lengths 2, 3, 4-7, 8-15, 16+") {
+  const std::vector<std::pair<index_t, index_t>> want = {{0, 0}, {1, 0}, {2, 0}, {3, 1}, {4, 2}, {7, 2}, {8, 3}, {15, 3}, {16, 4}, {99, 4}};
+  for (const auto& [match, context] : want) CHECK(specdec::match_length_context(match) == context);
+}
+
+TEST_CASE("ngram_drafter: the most recent continuation as the main branch, side branches of length / 8") {
+  // "1 2 3" occurs three times before the end; each occurrence goes on differently.
+  std::vector<std::int32_t> history;
+  for (const std::int32_t lead : {40, 50, 60}) {
+    history.insert(history.end(), {1, 2, 3});
+    for (std::int32_t t = 0; t < 20; ++t) history.push_back(lead + t);
+  }
+  history.insert(history.end(), {1, 2, 3});
+  const specdec::ngram_options options{.max_ngram = 3, .min_ngram = 2, .branches = 3};
+  const auto continuations = specdec::ngram_continuations(history, 16, options);
+  REQUIRE(continuations.size() == 3);
+  CHECK(continuations[0].front() == 60);  // most recent first
+  // Not adaptive: all 16 rows the main continuation offers, 16 - 2 x 2 of them its own, 2 per side branch.
+  specdec::ngram_drafter fixed({.options = options, .longest = 16, .adaptive = false});
+  CHECK(fixed.begin({history}) == nullptr);
+  CHECK(fixed.match_length() == 3);
+  const auto cut = [](std::vector<std::int32_t> c, std::size_t n) { return c.resize(n), c; };
+  const auto want = specdec::continuation_tree(3, {cut(continuations[0], 12), cut(continuations[1], 2), cut(continuations[2], 2)});
+  const specdec::draft_tree tree = fixed.finish().tree;
+  CHECK(tree.token == want.token);
+  CHECK(tree.parent == want.parent);
+  CHECK(tree.size() == 1 + 16);
+  // A chain: propose_ngram's.
+  specdec::ngram_drafter chain({.options = {.max_ngram = 3, .min_ngram = 2}, .longest = 16, .adaptive = false});
+  chain.begin({history});
+  CHECK(chain.finish().tree.token == specdec::propose_ngram(history, 16, {.max_ngram = 3, .min_ngram = 2}).token);
+  // Under 8 rows no side branch; no match, the root alone.
+  specdec::ngram_drafter narrow({.options = options, .longest = 7, .adaptive = false});
+  narrow.begin({history});
+  CHECK(narrow.finish().tree.token == specdec::propose_ngram(history, 7, {.max_ngram = 3, .min_ngram = 2}).token);
+  const std::vector<std::int32_t> fresh = {5, 6, 7, 8};
+  narrow.begin({fresh});
+  CHECK(narrow.match_length() == 0);
+  CHECK(narrow.finish().tree.size() == 1);
+  // Many branches over few rows: the main branch keeps a token.
+  specdec::ngram_drafter crowded({.options = {.max_ngram = 3, .min_ngram = 2, .branches = 16}, .longest = 8, .adaptive = false});
+  crowded.begin({history});
+  CHECK(crowded.finish().tree.size() == 1 + 8);
+}
+
+TEST_CASE("ngram_drafter learns acceptance per bucket of match length") {
+  std::vector<std::int32_t> history;
+  for (std::int32_t t = 0; t < 40; ++t) history.push_back(100 + t % 20);  // period 20: a long match
+  specdec::ngram_drafter lookup({.options = {.max_ngram = 16, .min_ngram = 2}, .longest = 8});
+  CHECK(lookup.policy().contexts() == specdec::match_length_contexts);
+  lookup.begin({history});
+  CHECK(lookup.match_length() == 16);
+  const specdec::draft_tree tree = lookup.finish().tree;
+  CHECK(tree.max_depth() == 1);  // the first draft of all is a one-token probe
+  const std::vector<std::int32_t> path = {1};
+  lookup.feedback({.accepted_nodes = path, .target_seconds = 1e-3});
+  CHECK(!lookup.policy().acceptance(specdec::match_length_context(16)).empty());
+  CHECK(lookup.policy().acceptance(0).empty());
+  specdec::ngram_drafter pooled({.options = {.max_ngram = 16, .min_ngram = 2}, .longest = 8, .by_match_length = false});
+  CHECK(pooled.policy().contexts() == 1);
+}
+
+TEST_CASE("suffix_drafter drafts suffix_cache::speculate's first nodes, as many as the policy chooses") {
   specdec::suffix_cache<> cache;
   const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3};
   cache.start_request(7, prompt);
-  specdec::suffix_drafter<> fixed(cache, 7, {}, 24, /*adaptive=*/false);
+  const specdec::suffix_options tree_options{.tree = true};
+  specdec::suffix_drafter<> fixed(cache, 7, {.options = tree_options, .adaptive = false});
   CHECK(fixed.begin({prompt}) == nullptr);
-  const auto want = specdec::suffix_draft_tree(prompt.back(), cache.speculate(7, std::span<const std::int32_t>(prompt)));
-  CHECK(want.size() > 1);
+  const auto found = cache.speculate(7, std::span<const std::int32_t>(prompt), tree_options);
+  const auto want = specdec::suffix_draft_tree(prompt.back(), found);
+  CHECK(want.size() > 2);
   CHECK(fixed.finish().tree.token == want.token);
+  CHECK(fixed.match_length() == found.match_length);
+  // Capped by longest: the first nodes, parents before children.
+  specdec::suffix_drafter<> capped(cache, 7, {.options = tree_options, .longest = 1, .adaptive = false});
+  capped.begin({prompt});
+  CHECK(capped.finish().tree.token == std::vector<std::int32_t>{prompt.back(), found.token[0]});
   specdec::suffix_drafter<> adaptive(cache, 7);
   adaptive.begin({prompt});
   CHECK(adaptive.finish().tree.max_depth() == 1);  // the policy's first draft is a one-token probe
-  specdec::suffix_drafter<> unknown(cache, 8);
+  CHECK(adaptive.policy().contexts() == specdec::suffix_drafter<>::suffix_contexts);
+  const std::vector<std::int32_t> path = {1};
+  adaptive.feedback({.accepted_nodes = path, .target_seconds = 1e-3});
+  CHECK(!adaptive.policy().acceptance(specdec::suffix_drafter<>::suffix_match_context(found)).empty());
+  // The drafter moves to another request with what its policy learned.
+  cache.start_request(8, prompt);
+  adaptive.bind(cache, 8);
+  adaptive.begin({prompt});
+  CHECK(adaptive.finish().tree.size() > 1);
+  specdec::suffix_drafter<> unknown(cache, 9);
   CHECK(error_of([&] { unknown.begin({prompt}); }).find("not active") != std::string::npos);
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// specdec inside llama.cpp: model-free drafting (specdec's n-gram proposer, as a chain or a tree of
-// several continuations; SuffixDecoding's suffix trees, as a path or a tree) under specdec's draft-length
-// policy, each draft verified in one llama_decode
+// specdec inside llama.cpp: model-free drafters through specdec's drafting protocol (specdec::ngram_drafter,
+// prompt lookup as a chain or a tree of several continuations; specdec::suffix_drafter, SuffixDecoding's
+// suffix trees as a path or a tree), each sized by its draft-length policy, each draft verified in one
+// llama_decode
 // (llama_adapter.hpp), greedily or by lossless speculative sampling. Every method runs on the same
 // prompt; the greedy ones are checked token for token against plain decoding, which is llama.cpp
 // decoding one token per call and taking the argmax, as its own greedy decoding does.
@@ -40,14 +41,14 @@
 #include <stdexcept>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
-#include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/sampling.hpp>
-#include <specdec/tree/ngram.hpp>
-#include <specdec/tree/suffix.hpp>
+#include <specdec/tree/drafters.hpp>
 
 #include "../engine/prompts.hpp"
 #include "llama_adapter.hpp"
@@ -89,59 +90,11 @@ specdec::sampling::speculative_result verify(const specdec::draft_tree& tree, sp
   return specdec::sampling::verify_speculative_logits(backend, {logits}, request);
 }
 
-/// The policy's context for a matched suffix of `match` tokens (2, 3, 4-7, 8-15, 16): a long match is
-/// text being copied, accepted far more often than a short one. Measured with 16-token drafts on every
-/// prompt of prompts.txt (Q4_0): two-token matches accepted 3.5 tokens on average (none in 45 %),
-/// sixteen-token ones 12.3 (never none).
-constexpr specdec::index_t match_contexts = 5;
-specdec::index_t match_context(specdec::index_t match) {
-  return match <= 3 ? match - 2 : match < 8 ? 2 : match < 16 ? 3 : 4;
-}
-
-/// The prompt-lookup draft of `length` rows beyond the root: a chain, or with `options.branches` > 1 a
-/// tree within the same rows, the most recent continuation the main branch and each other one a side
-/// branch of length / 8 tokens (the policy prices `length` + 1 rows; a tree of full-length branches
-/// would cost up to three times that).
-specdec::draft_tree draft(std::span<const std::int32_t> history, specdec::index_t length, const specdec::ngram_options& options) {
-  if (options.branches == 1) return specdec::propose_ngram(history, length, options);
-  const specdec::index_t side = length / 8;
-  auto continuations = specdec::ngram_continuations(history, length, options);
-  for (std::size_t c = 0; c < continuations.size(); ++c) {
-    const auto keep = static_cast<std::size_t>(c == 0 ? length - side * (options.branches - 1) : side);
-    if (continuations[c].size() > keep) continuations[c].resize(keep);
-  }
-  std::erase_if(continuations, [](const std::vector<std::int32_t>& c) { return c.empty(); });
-  return specdec::continuation_tree(history.back(), continuations);
-}
-
-/// How many tokens prompt lookup has to offer: the most recent continuation's, up to longest_draft (an
-/// occurrence near the end of the history has fewer). The policy chooses within it (a length cut
-/// after choosing can cost more than it gains).
-specdec::index_t available_ngram(std::span<const std::int32_t> history, const specdec::ngram_options& options) {
-  specdec::ngram_options first = options;
-  first.branches = 1;
-  const auto continuations = specdec::ngram_continuations(history, longest_draft, first);
-  return continuations.empty() ? 0 : static_cast<specdec::index_t>(continuations.front().size());
-}
-
-/// How a method drafts: not at all (plain decoding), by prompt lookup (specdec::propose_ngram: a chain, or
-/// a tree of three continuations), or from SuffixDecoding's suffix trees (specdec::suffix_cache: the
-/// request's own tokens and, with --shared-cache, earlier responses; a path or a best-first tree).
-enum class drafter { plain, ngram_chain, ngram_tree, suffix_chain, suffix_tree };
-
-drafter drafter_of(const std::string& method) {
-  if (method == "plain") return drafter::plain;
-  if (method == "chain") return drafter::ngram_chain;
-  if (method == "tree") return drafter::ngram_tree;
-  if (method == "suffix") return drafter::suffix_chain;
-  if (method == "suffix_tree") return drafter::suffix_tree;
-  throw std::invalid_argument("unknown method '" + method + "'; expected plain, chain, tree, suffix or suffix_tree");
-}
-
 /// The suffix trees' depth: the longest match plus draft. Arctic Inference's default (vLLM's is 24): a
 /// copied stretch keeps matching for up to 63 tokens, so the draft can reach longest_draft.
 constexpr specdec::index_t suffix_depth = 64;
 using suffix_cache = specdec::suffix_cache<std::int32_t, int>;
+using suffix_drafter = specdec::suffix_drafter<std::int32_t, int>;
 
 /// The suffix drafter's bounds: without --shared-cache no response outlives its request (each request
 /// drafts from its own prompt and output only); with it, up to vLLM's 10000 earlier responses.
@@ -149,46 +102,47 @@ specdec::suffix_cache_options suffix_cache_bounds(bool shared) {
   return {.max_depth = suffix_depth, .max_cached_requests = shared ? 10000 : 0, .max_cached_tokens = specdec::index_t{1} << 22};
 }
 
-/// The policy's contexts for a suffix draft: its match length, bucketed as match_context's (a one-token
-/// match with the two-token ones), and whether the tree is sure of it (the empirical probability of its
-/// fourth token, or its last when shorter, at least 1/2): a short match into text that always went on
-/// the same way is accepted like a long one, and a long match into text that went on several ways is
-/// not. The policy learns each context's acceptance; a confident long match gets the longest drafts.
-constexpr specdec::index_t suffix_contexts = 2 * match_contexts;
-specdec::index_t suffix_context(const specdec::suffix_draft<std::int32_t>& draft) {
-  const std::size_t probe = std::min<std::size_t>(draft.prob.size(), 4) - 1;
-  return 2 * match_context(std::max<specdec::index_t>(draft.match_length, 2)) + (draft.prob[probe] >= 0.5f ? 1 : 0);
+/// A method's drafter, kept across requests as an engine keeps it: what its draft-length policy learns
+/// is per context of match length, not per text. Plain decoding has none (root-only trees). `tree`
+/// drafts three continuations within the rows the policy chose; the suffix drafters bind to each
+/// request's cache in turn.
+using method_drafter = std::variant<std::monostate, specdec::ngram_drafter, suffix_drafter>;
+
+method_drafter make_drafter(const std::string& method, const cost_samples& costs, const suffix_cache& cache, float suffix_factor) {
+  method_drafter d;
+  if (method == "chain" || method == "tree")
+    d = specdec::ngram_drafter({.options = {.max_ngram = 16, .min_ngram = 2, .branches = method == "tree" ? 3 : 1},
+                                .longest = longest_draft});
+  else if (method == "suffix" || method == "suffix_tree")
+    d = suffix_drafter(cache, -1, {.options = {.max_spec_tokens = longest_draft, .max_spec_factor = suffix_factor,
+                                               .min_token_prob = 0.1f, .tree = method == "suffix_tree"},
+                                   .longest = longest_draft});
+  else if (method != "plain")
+    throw std::invalid_argument("unknown method '" + method + "'; expected plain, chain, tree, suffix or suffix_tree");
+  // The target's costs as measured at startup, so that the first drafts are priced.
+  std::visit([&]<class D>(D& drafter) {
+    if constexpr (!std::is_same_v<D, std::monostate>)
+      for (const auto& [rows, seconds] : costs) drafter.policy().target_forward_timed(rows, seconds);
+  }, d);
+  return d;
 }
 
-/// A draft-length policy that starts from the measured `costs` (one per method, kept across requests
-/// as an engine keeps it: what it learns is per context of match length, not per text).
-specdec::policy::draft_length_policy make_policy(const cost_samples& costs, specdec::index_t contexts) {
-  specdec::policy::draft_length_policy policy(longest_draft, contexts);
-  for (const auto& [rows, seconds] : costs) policy.target_forward_timed(rows, seconds);
-  return policy;
-}
-
-/// Generates up to `new_tokens` tokens after the prompt. `branches` 0: plain decoding (root-only
-/// trees); 1: prompt-lookup chains; > 1: trees of that many continuations, their lengths chosen by
-/// `policy`. The prompt is decoded in one batch and the first token chosen from its last row, as
-/// llama.cpp's own programs do (llama-completion, llama-simple): a row's logits depend on how the
-/// tokens before it were batched, so only this gives their tokens bit for bit. Timed from then on, as
-/// they time generation.
-/// Suffix methods draft through `cache` as request `request` (started here, stopped at the end: with
-/// --shared-cache its response stays for later requests): the policy's length within what the draft
-/// offers (suffix_options' own cap, max_spec_factor x match length), the draft's first nodes (the most
-/// probable ones: parents come first).
+/// Generates up to `new_tokens` tokens after the prompt with `drafter` (none: plain decoding). The
+/// prompt is decoded in one batch and the first token chosen from its last row, as llama.cpp's own
+/// programs do (llama-completion, llama-simple): a row's logits depend on how the tokens before it were
+/// batched, so only this gives their tokens bit for bit. Timed from then on, as they time generation.
+/// A suffix drafter drafts through `cache` as request `request` (started here, stopped at the end: with
+/// --shared-cache its response stays for later requests).
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
-                    drafter kind, float temperature, std::uint64_t seed, specdec::policy::draft_length_policy& policy,
-                    suffix_cache& cache, int request, float suffix_factor, const char* trace = nullptr) {
-  const bool suffix = kind == drafter::suffix_chain || kind == drafter::suffix_tree;
-  const specdec::index_t branches = kind == drafter::plain ? 0 : kind == drafter::ngram_tree ? 3 : 1;
-  const specdec::suffix_options suffix_draft{.max_spec_tokens = longest_draft, .max_spec_factor = suffix_factor,
-                                             .min_token_prob = 0.1f, .tree = kind == drafter::suffix_tree};
-  if (suffix) cache.start_request(request, prompt);
+                    method_drafter& drafter, float temperature, std::uint64_t seed, suffix_cache& cache, int request,
+                    const char* trace = nullptr) {
+  suffix_drafter* suffix = std::get_if<suffix_drafter>(&drafter);
+  if (suffix != nullptr) {
+    cache.start_request(request, prompt);
+    suffix->bind(cache, request);
+  }
   // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
-  const specdec::ngram_options ngram{.max_ngram = 16, .min_ngram = 2, .branches = std::max<specdec::index_t>(branches, 1)};
   std::vector<std::int32_t> history = prompt;
   run_result out;
   const specdec::matrix_view<const float> prompt_logits = engine.prefill(prompt);
@@ -200,35 +154,31 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
     if (step == 0) {
       result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
     } else {
-      specdec::index_t match = 0, length = 0, context = 0;
-      specdec::draft_tree proposal;
-      if (suffix) {
-        specdec::suffix_draft<std::int32_t> found = cache.speculate(request, history, suffix_draft);
-        match = found.token.empty() ? 0 : found.match_length;
-        context = match == 0 ? 0 : suffix_context(found);
-        length = match == 0 ? 0 : policy.choose(context, found.size());
-        found.token.resize(static_cast<std::size_t>(length));
-        found.parent.resize(static_cast<std::size_t>(length));
-        found.prob.resize(static_cast<std::size_t>(length));
-        proposal = specdec::suffix_draft_tree(history.back(), found);
-      } else {
-        match = branches == 0 ? 0 : specdec::ngram_match_length(history, ngram);
-        context = match == 0 ? 0 : match_context(match);
-        length = match == 0 ? 0 : policy.choose(context, available_ngram(history, ngram));
-        proposal = draft(history, length, ngram);
-      }
+      specdec::index_t match = 0;
+      const specdec::draft_tree proposal = std::visit([&]<class D>(D& d) -> specdec::draft_tree {
+        if constexpr (std::is_same_v<D, std::monostate>) {
+          return specdec::make_tree({history.back()}, {-1});
+        } else {  // model-free: no draft forward is ever requested
+          const specdec::drafted draft = specdec::run_drafter(d, {history}, [](const specdec::draft_request&) {
+            return specdec::matrix_view<const float>{};
+          });
+          match = d.match_length();
+          return draft.tree;
+        }
+      }, drafter);
       const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(proposal);
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      policy.target_forward_timed(tree.size(), seconds);
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step);
+      std::visit([&]<class D>(D& d) {
+        if constexpr (!std::is_same_v<D, std::monostate>) d.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = seconds});
+      }, drafter);
       if (trace != nullptr)
         std::fprintf(stderr, "TRACE method=%s prompt=%d match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace, request,
-                     static_cast<long long>(match), static_cast<long long>(length), static_cast<long long>(tree.size()),
+                     static_cast<long long>(match), static_cast<long long>(tree.size() - 1), static_cast<long long>(tree.size()),
                      result.accepted_nodes.size(), 1e3 * seconds);
-      if (match > 0) policy.verified(static_cast<specdec::index_t>(result.accepted_nodes.size()), tree.max_depth(), context);
       engine.keep(result.kept_nodes());
     }
     bool end = false;
@@ -240,10 +190,10 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       end = engine.is_end(token);  // nothing after the end of the turn
       if (!end) out.text += engine.piece(token);
     }
-    if (suffix) cache.add_active_response(request, std::span(history).subspan(before));
+    if (suffix != nullptr) cache.add_active_response(request, std::span(history).subspan(before));
     if (end) break;
   }
-  if (suffix) cache.stop_request(request);
+  if (suffix != nullptr) cache.stop_request(request);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
@@ -345,17 +295,14 @@ int main(int argc, char** argv) {
   for (std::size_t i = costs.size() - 7; i < costs.size(); ++i)
     std::printf(" %lld=%.2f", static_cast<long long>(costs[i].first), 1e3 * costs[i].second);
   std::printf("\n");
-  // One policy per method, kept across requests; --warmup runs its prompts first, untimed, so that the
-  // measured requests find it as a running engine would.
-  std::vector<specdec::policy::draft_length_policy> policies;
-  for (std::size_t m = 0; m < method_list.size(); ++m)
-    policies.push_back(make_policy(costs, method_list[m].starts_with("suffix") ? suffix_contexts : match_contexts));
-  std::vector<drafter> kinds;
-  for (const std::string& method : method_list) kinds.push_back(drafter_of(method));
   // Each method's suffix cache as the next request finds it: empty without --shared-cache; with it,
   // the responses of the prompts before (one per prompt, in file order). Every round of a prompt
   // starts from that state, so no round drafts from its own earlier answer.
   std::vector<suffix_cache> caches(method_list.size(), suffix_cache(suffix_cache_bounds(shared_cache)));
+  // One drafter per method, kept across requests; --warmup runs its prompts first, untimed, so that
+  // the measured requests find it as a running engine would.
+  std::vector<method_drafter> drafters;
+  for (std::size_t m = 0; m < method_list.size(); ++m) drafters.push_back(make_drafter(method_list[m], costs, caches[m], suffix_factor));
   const auto chat_of = [&](const std::string& prompt) {
     llama_example::llama_engine engine(model, threads, 4096, 1);
     engine.chat_template = chat_template;
@@ -365,8 +312,7 @@ int main(int argc, char** argv) {
     for (const std::string& prompt : engine::read_prompts(warmup_file))
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache scratch(suffix_cache_bounds(false));
-        (void)generate(model, chat_of(prompt), threads, tokens, kinds[m], temperature, seed, policies[m], scratch, -1,
-                       suffix_factor);
+        (void)generate(model, chat_of(prompt), threads, tokens, drafters[m], temperature, seed, scratch, -1);
       }
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<std::int32_t> chat = chat_of(prompts[p]);
@@ -376,8 +322,8 @@ int main(int argc, char** argv) {
     for (int round = 0; round < repeats; ++round)
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache cache = caches[m];
-        last[m] = generate(model, chat, threads, tokens, kinds[m], temperature, seed, policies[m], cache,
-                           static_cast<int>(p), suffix_factor, trace ? method_list[m].c_str() : nullptr);
+        last[m] = generate(model, chat, threads, tokens, drafters[m], temperature, seed, cache, static_cast<int>(p),
+                           trace ? method_list[m].c_str() : nullptr);
         if (round + 1 == repeats) caches[m] = std::move(cache);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);
       }

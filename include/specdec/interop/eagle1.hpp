@@ -343,6 +343,7 @@ class tree_drafter {
     return {tree_, {}, {}};
   }
   void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
 
  private:

@@ -59,7 +59,8 @@ inline draft_tree cut_to_depth(const draft_tree& tree, index_t depth) {
 namespace detail {
 
 /// The feedback half every drafter here shares: verification and costs into its policy.
-inline void record_feedback(policy::draft_length_policy& policy, const draft_tree& tree, const draft_feedback& f) {
+inline void record_feedback(policy::draft_length_policy& policy, const draft_tree& tree, const draft_feedback& f,
+                            index_t context = 0) {
   constexpr const char* where = "specdec::drafter::feedback";
   const index_t depth = tree.max_depth(), accepted = static_cast<index_t>(f.accepted_nodes.size());
   SPECDEC_EXPECTS(accepted <= depth, where, "accepted_nodes has ", accepted, " nodes; the draft is ", depth,
@@ -67,7 +68,7 @@ inline void record_feedback(policy::draft_length_policy& policy, const draft_tre
   SPECDEC_EXPECTS(std::isfinite(f.target_seconds) && f.target_seconds >= 0 && std::isfinite(f.draft_seconds) && f.draft_seconds >= 0,
                   where, "target_seconds = ", f.target_seconds, ", draft_seconds = ", f.draft_seconds,
                   "; expected finite times >= 0 (0: not measured)");
-  policy.verified(accepted, depth);
+  policy.verified(accepted, depth, context);
   if (f.target_seconds > 0) policy.target_forward_timed(tree.size(), f.target_seconds);
   if (f.draft_seconds > 0 && depth > 0) policy.draft_token_timed(f.draft_seconds / static_cast<double>(tree.size() - 1));
 }
@@ -76,25 +77,54 @@ inline draft_tree root_only(std::int32_t root) { return draft_tree{{root}, {-1},
 
 }  // namespace detail
 
+/// The draft-length policy's context for a prompt-lookup or suffix match of `match` tokens, in 5
+/// buckets: <= 2, 3, 4-7, 8-15, >= 16. A long match is text being copied, accepted far more often than
+/// a short one (llama.cpp's prompts at Q4_0, 16-token drafts: two-token matches accepted 3.5 tokens on
+/// average and none in 45 % of steps, sixteen-token ones 12.3 and never none), so the policy learns
+/// each bucket's acceptance apart.
+inline constexpr index_t match_length_contexts = 5;
+inline constexpr index_t match_length_context(index_t match) noexcept {
+  return match <= 2 ? 0 : match == 3 ? 1 : match < 8 ? 2 : match < 16 ? 3 : 4;
+}
+
 /// Prompt lookup: the continuations of the context's longest suffix that occurred before
-/// (propose_ngram), cut to the depth the policy chooses for what the match offers. No model runs.
+/// (ngram_continuations), as many draft rows as the policy chooses for what the most recent
+/// continuation offers, learned per bucket of match length (match_length_context). With `branches`
+/// > 1 the rows hold a tree: the most recent continuation is the main branch and each other one a
+/// side branch of length / 8 tokens (none under 8 rows), so a draft of `length` rows costs what the
+/// policy priced, not up to `branches` times that. No model runs.
 class ngram_drafter {
  public:
   using memory_space = host_space;
   struct parameters {
     ngram_options options = {};
-    index_t longest = 8;   ///< the most tokens per continuation
-    bool adaptive = true;  ///< false: always the whole match, up to `longest`
+    index_t longest = 8;            ///< the most draft rows
+    bool adaptive = true;           ///< false: always all the most recent continuation offers, up to `longest`
+    bool by_match_length = true;    ///< false: one acceptance estimate for all matches
   };
   /// \throws invalid_argument on longest outside the policy's range (policy::draft_length_policy).
-  explicit ngram_drafter(parameters p) : p_(p), policy_(p.longest) {}
+  explicit ngram_drafter(parameters p) : p_(p), policy_(p.longest, p.by_match_length ? match_length_contexts : 1) {}
 
-  /// \throws invalid_argument on an empty context, and as propose_ngram.
+  /// \throws invalid_argument on an empty context, and as ngram_continuations.
   const draft_request* begin(const draft_context& context) {
-    SPECDEC_EXPECTS(!context.committed.empty(), "specdec::ngram_drafter::begin", "the context is empty; expected the root at least");
-    draft_tree full = propose_ngram(context.committed, p_.longest, p_.options);
-    const index_t available = full.max_depth();
-    tree_ = cut_to_depth(full, p_.adaptive ? policy_.choose(0, available) : available);
+    constexpr const char* where = "specdec::ngram_drafter::begin";
+    SPECDEC_EXPECTS(!context.committed.empty(), where, "the context is empty; expected the root at least");
+    const std::span<const std::int32_t> window = detail::ngram_window(context.committed, p_.options, where);
+    match_ = detail::longest_match(window, p_.options);
+    context_ = p_.by_match_length ? match_length_context(match_) : 0;
+    std::vector<detail::continuation_span> spans = detail::continuation_spans(window, p_.longest, p_.options);
+    const index_t available = spans.empty() ? 0 : spans.front().size;
+    const index_t length = p_.adaptive ? policy_.choose(context_, available) : available;
+    // Side branches of length / 8 tokens, the main branch keeping at least one.
+    const index_t others = p_.options.branches - 1;
+    const index_t side = others == 0 || length == 0 ? 0 : std::min(length / 8, (length - 1) / others);
+    for (std::size_t c = 0; c < spans.size(); ++c)
+      spans[c].size = std::min(spans[c].size, c == 0 ? length - side * others : side);
+    std::erase_if(spans, [](const detail::continuation_span& c) { return c.size == 0; });
+    tree_ = detail::continuation_trie(context.root(), spans.size(),
+                                      [&](std::size_t c) { return window.subspan(static_cast<std::size_t>(spans[c].first),
+                                                                                 static_cast<std::size_t>(spans[c].size)); },
+                                      where);
     return nullptr;
   }
   /// No forward is ever pending. \throws invalid_argument always.
@@ -104,13 +134,19 @@ class ngram_drafter {
   }
   drafted finish() { return {tree_, {}, {}}; }
   /// \throws invalid_argument on a path longer than the draft or times negative / not finite.
-  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f, context_); }
+  /// The policy; an engine may seed its target costs (target_forward_timed) from a calibration and
+  /// keep the drafter across requests, as what it learns is about the drafter and the hardware.
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
+  /// The last begin()'s match length (0: nothing matched, the root alone).
+  index_t match_length() const noexcept { return match_; }
 
  private:
   parameters p_;
   policy::draft_length_policy policy_;
   draft_tree tree_;
+  index_t match_ = 0, context_ = 0;
 };
 
 /// A chain from any autoregressive draft model: the root row, then one row per drafted token (each
@@ -201,6 +237,7 @@ class chain_drafter {
     return out_;
   }
   void feedback(const draft_feedback& f) { detail::record_feedback(policy_, out_.tree, f); }
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
 
  private:
@@ -292,6 +329,7 @@ class eagle2_drafter {
     return {tree_, {}, {}};
   }
   void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
 
  private:
@@ -353,6 +391,7 @@ class heads_drafter {
   }
   drafted finish() { return {tree_, {}, {}}; }
   void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
 
  private:
@@ -368,25 +407,55 @@ class heads_drafter {
 
 /// SuffixDecoding: the draft suffix_cache::speculate gives for the request (its own tokens and the
 /// cache's earlier responses; the engine keeps the cache: start_request, add_active_response of each
-/// step's accepted tokens, stop_request), as a tree (suffix_draft_tree), cut to the depth the policy
-/// chooses for what the match offers. No model runs. One drafter per request; the cache is shared.
+/// step's accepted tokens, stop_request), as a tree (suffix_draft_tree): its first nodes (the most
+/// probable; parents come first), as many as the policy chooses for what the draft offers. The policy
+/// learns per match context (suffix_match_context): the match length's bucket and whether the tree is
+/// sure of its continuation. No model runs. Keep one drafter across requests (bind() moves it to the
+/// next) so that its policy keeps what it learned; the cache is the engine's.
 template <class Token = std::int32_t, class RequestId = std::uint64_t>
 class suffix_drafter {
  public:
   using memory_space = host_space;
-  /// \param cache the engine's, outliving the drafter. \param longest the deepest draft the policy
-  /// may choose. \throws invalid_argument on longest outside the policy's range.
-  suffix_drafter(const suffix_cache<Token, RequestId>& cache, RequestId id, suffix_options options = {}, index_t longest = 24,
-                 bool adaptive = true)
-      : cache_(&cache), id_(std::move(id)), options_(options), adaptive_(adaptive), policy_(longest) {}
+  struct parameters {
+    suffix_options options = {};   ///< speculate's; max_spec_tokens and max_spec_factor bound what a draft offers
+    index_t longest = 24;          ///< the most draft rows
+    bool adaptive = true;          ///< false: the whole draft, up to `longest` rows
+    bool by_match = true;          ///< false: one acceptance estimate for all matches
+  };
+  /// The policy's context for a draft (suffix_contexts of them): 2 x match_length_context(match length,
+  /// a one-token match counted as two) + 1 when the empirical probability of its fourth token (its last
+  /// when shorter) is at least 1/2: a short match into text that always went on the same way is accepted
+  /// like a long one, and a long match into text that went on several ways is not.
+  static constexpr index_t suffix_contexts = 2 * match_length_contexts;
+  static index_t suffix_match_context(const suffix_draft<Token>& draft) {
+    if (draft.token.empty()) return 0;
+    const std::size_t probe = std::min<std::size_t>(draft.prob.size(), 4) - 1;
+    return 2 * match_length_context(std::max<index_t>(draft.match_length, 2)) + (draft.prob[probe] >= 0.5f ? 1 : 0);
+  }
+
+  /// Drafts request `id` of `cache` (the engine's, outliving the drafter).
+  /// \throws invalid_argument on longest outside the policy's range.
+  suffix_drafter(const suffix_cache<Token, RequestId>& cache, RequestId id, parameters p = {})
+      : cache_(&cache), id_(std::move(id)), p_(p), policy_(p.longest, p.by_match ? suffix_contexts : 1) {}
+  /// Drafts request `id` of `cache` from the next begin() on; the policy is kept.
+  void bind(const suffix_cache<Token, RequestId>& cache, RequestId id) {
+    cache_ = &cache;
+    id_ = std::move(id);
+  }
 
   /// \throws invalid_argument on an empty context, a request the cache does not hold, and as speculate.
   const draft_request* begin(const draft_context& context) {
     SPECDEC_EXPECTS(!context.committed.empty(), "specdec::suffix_drafter::begin", "the context is empty; expected the root at least");
-    std::vector<Token> committed(context.committed.begin(), context.committed.end());
-    const draft_tree full = suffix_draft_tree(context.root(), cache_->speculate(id_, std::span<const Token>(committed), options_));
-    const index_t available = std::min<index_t>(full.max_depth(), policy_.longest());
-    tree_ = cut_to_depth(full, adaptive_ ? policy_.choose(0, available) : available);
+    committed_.assign(context.committed.begin(), context.committed.end());
+    suffix_draft<Token> found = cache_->speculate(id_, std::span<const Token>(committed_), p_.options);
+    match_ = found.token.empty() ? 0 : found.match_length;
+    context_ = p_.by_match ? suffix_match_context(found) : 0;
+    const index_t available = std::min(found.size(), policy_.longest());
+    const auto length = static_cast<std::size_t>(p_.adaptive ? policy_.choose(context_, available) : available);
+    found.token.resize(length);
+    found.parent.resize(length);
+    found.prob.resize(length);
+    tree_ = suffix_draft_tree(context.root(), found);
     return nullptr;
   }
   /// No forward is ever pending. \throws invalid_argument always.
@@ -395,16 +464,22 @@ class suffix_drafter {
     return nullptr;
   }
   drafted finish() { return {tree_, {}, {}}; }
-  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f); }
+  /// \throws invalid_argument on a path longer than the draft or times negative / not finite.
+  void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f, context_); }
+  /// The policy; an engine may seed its target costs (target_forward_timed) from a calibration.
+  policy::draft_length_policy& policy() noexcept { return policy_; }
   const policy::draft_length_policy& policy() const noexcept { return policy_; }
+  /// The last begin()'s match length (0: no draft).
+  index_t match_length() const noexcept { return match_; }
 
  private:
   const suffix_cache<Token, RequestId>* cache_;
   RequestId id_;
-  suffix_options options_;
-  bool adaptive_;
+  parameters p_;
   policy::draft_length_policy policy_;
+  std::vector<Token> committed_;
   draft_tree tree_;
+  index_t match_ = 0, context_ = 0;
 };
 
 }  // namespace specdec
