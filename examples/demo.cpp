@@ -1,27 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 // specdec's demo: SmolLM2-135M-Instruct on the CPU, decoded by vanilla greedy decoding, ADMG
-// self-speculation, prompt lookup, EAGLE-2 trees drafted by the ADMG self-draft, and EAGLE-2 trees
-// drafted by the trained EAGLE layer (examples/weights, tools/train; its tree size chosen per step by
-// the draft-length policy), on a few fixed prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
+// self-speculation, prompt lookup, EAGLE-2 trees drafted by the ADMG self-draft, EAGLE-2 trees
+// drafted by the trained EAGLE and EAGLE-3 layers, and chains drafted by the trained MTP module
+// (examples/weights, tools/train; each draft sized per step by the draft-length policy), on a few
+// fixed prompts. Every greedy output is checked token for token against vanilla greedy; then one sampled
 // generation at temperature 0.8. Prints a table and one `RESULT` line per method.
 //
 //   specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K]
 //                [--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE]
+//                [--eagle3-weights FILE] [--mtp-weights FILE]
+// A trained drafter whose weights are missing is left out, with a note.
 //
 // Timing: a shared VM's speed drifts by up to a quarter within seconds, so the methods run interleaved
 // per prompt, the whole set R times (default 3), and each (prompt, method) counts its median run.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "engine/decoding.hpp"
+#include "engine/eagle3_drafter.hpp"
 #include "engine/eagle_drafter.hpp"
 #include "engine/gguf.hpp"
 #include "engine/llama.hpp"
+#include "engine/mtp_drafter.hpp"
 #include "engine/tokenizer.hpp"
 
 namespace {
@@ -67,6 +73,8 @@ int main(int argc, char** argv) {
   double alpha = 0.995;  // SmolLM2-135M: the paper's 0.985 (tuned on 13B models) removes too much
   engine::index_t admg_m = 4, repeat = 3;
   std::string eagle_weights = engine::default_weights("eagle_smollm2_135m.safetensors");
+  std::string eagle3_weights = engine::default_weights("eagle3_smollm2_135m.safetensors");
+  std::string mtp_weights = engine::default_weights("mtp_smollm2_135m.safetensors");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -87,9 +95,12 @@ int main(int argc, char** argv) {
     else if (a == "--alpha") alpha = std::stod(value());
     else if (a == "--admg-m") admg_m = std::stol(value());
     else if (a == "--eagle-weights") eagle_weights = value();
+    else if (a == "--eagle3-weights") eagle3_weights = value();
+    else if (a == "--mtp-weights") mtp_weights = value();
     else {
       std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K] "
-                   "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE]\n";
+                   "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE] "
+                   "[--eagle3-weights FILE] [--mtp-weights FILE]\n";
       return 2;
     }
   }
@@ -123,6 +134,10 @@ int main(int argc, char** argv) {
     exit.max_draft = draft_length;
 
     std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg", "eagle2"};
+    for (const auto& [name, weights] : {std::pair{"eagle3", eagle3_weights}, std::pair{"mtp", mtp_weights}}) {
+      if (std::filesystem::exists(weights)) names.push_back(name);
+      else std::fprintf(stderr, "specdec_demo: no %s weights at %s (tools/train/run.sh --only %s); left out\n", name, weights.c_str(), name);
+    }
     std::vector<method_total> totals;
     // One drafter per method for all prompts, as an engine keeps its policies across requests: what
     // the draft-length policies learn (measured acceptance and costs, ADMG's exit threshold) carries
@@ -141,6 +156,10 @@ int main(int argc, char** argv) {
       if (name == "eagle2")  // the trained layer: a larger tree, sized per step by the policy
         drafters.push_back(std::make_unique<engine::eagle_drafter>(
             model, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}, eagle_weights, true));
+      if (name == "eagle3")  // the same tree as EAGLE's
+        drafters.push_back(std::make_unique<engine::eagle3_drafter>(
+            model, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}, eagle3_weights, true));
+      if (name == "mtp") drafters.push_back(std::make_unique<engine::mtp_drafter>(model, 3, mtp_weights, true));
     }
     // Methods interleave per prompt, so that drift in the machine's speed hits them alike; each
     // (prompt, method) keeps its median run of `repeat`.
