@@ -23,7 +23,6 @@
 namespace {
 
 using specdec::index_t;
-constexpr std::size_t pool_bytes = std::size_t(256) << 20;  // 256 MiB: 8x this machine's 32 MiB L3
 
 /// A pool of logits (or probabilities) larger than the LLC; each iteration takes the next rows.
 struct pool {
@@ -31,7 +30,7 @@ struct pool {
   std::vector<float> data;
   index_t next = 0;
   pool(index_t r, index_t v, bool probabilities) : rows(r), cols(v) {
-    slices = std::max<index_t>(2, static_cast<index_t>(pool_bytes / (sizeof(float) * r * v)));
+    slices = std::max<index_t>(2, static_cast<index_t>(bench::pool_bytes() / (sizeof(float) * r * v)));
     data.resize(static_cast<std::size_t>(slices * r * v));
     const specdec::philox_stream s{1, 0};
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;

@@ -33,7 +33,6 @@ namespace {
 
 using specdec::index_t;
 namespace sampling = specdec::sampling;
-constexpr std::size_t min_pool_bytes = std::size_t(256) << 20;
 
 enum shape : int { chain5 = 0, tree60 = 1 };
 
@@ -71,7 +70,7 @@ struct target_pool {
     const index_t n = c.tree.size();
     rows_per_call = batch * n;
     const auto bytes_per_call = static_cast<std::size_t>(rows_per_call * v) * sizeof(float);
-    slices = static_cast<index_t>(std::max<std::size_t>(2, (min_pool_bytes + bytes_per_call - 1) / bytes_per_call));
+    slices = static_cast<index_t>(std::max<std::size_t>(2, (bench::pool_bytes() + bytes_per_call - 1) / bytes_per_call));
     data.resize(static_cast<std::size_t>(slices * rows_per_call * v));
     const specdec::philox_stream s{3, 0};
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;

@@ -25,14 +25,13 @@
 namespace {
 
 using specdec::index_t;
-constexpr std::size_t pool_bytes = std::size_t(256) << 20;
 
 struct pool {
   index_t cols;
   std::vector<float> data;
   index_t rows_total, next = 0;
   explicit pool(index_t v) : cols(v) {
-    rows_total = static_cast<index_t>(pool_bytes / (sizeof(float) * v));
+    rows_total = static_cast<index_t>(bench::pool_bytes() / (sizeof(float) * v));
     data.resize(static_cast<std::size_t>(rows_total * v));
     const specdec::philox_stream s{3, 0};
     for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;

@@ -9,11 +9,23 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdlib>
 
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/view.hpp>
 
 namespace bench {
+
+/// Bytes of input each benchmark cycles through: 256 MiB (8x a 32 MiB last-level cache), so that no
+/// call finds its rows in cache. SPECDEC_BENCH_POOL_MIB overrides it; CI's smoke run shrinks it to
+/// start each benchmark quickly (filling the pool is most of a 10 ms run), and its ratios then mean
+/// nothing: rows may be cache-resident.
+inline std::size_t pool_bytes() {
+  const char* mib = std::getenv("SPECDEC_BENCH_POOL_MIB");
+  const long value = mib == nullptr ? 0 : std::strtol(mib, nullptr, 10);
+  return std::size_t(value > 0 ? value : 256) << 20;
+}
 
 /// The hardware limit: one streaming max-reduction over every row of x.
 inline void stream_pass(specdec::matrix_view<const float> x) {
