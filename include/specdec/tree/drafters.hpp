@@ -11,7 +11,7 @@
 /// | `chain_drafter<B>` | any autoregressive draft (a small LM, MTP modules, ADMG's self-draft) | a chain, greedy or sampled |
 /// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, Jakiro's MoE layer, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
 /// | `heads_drafter<B>` | Medusa-style heads on the root (one forward, one logits row per head) | a static tree of per-head top-k |
-/// | `suffix_drafter<Token, RequestId>` | none | SuffixDecoding (suffix_cache::speculate), cut to the policy's depth |
+/// | `suffix_drafter<Token, RequestId>` | none | SuffixDecoding (suffix_cache::speculate), its first nodes, as many as the policy chooses |
 /// | `eagle1::tree_drafter<B>` (interop/eagle1.hpp) | EAGLE-1's layer, level by level | EAGLE-1's static tree |
 ///
 /// All are host-driven and single-request; `B` is the backend that reads the logits.
