@@ -87,15 +87,17 @@ for text in ["hello world", "Hello, world! 123 <|im_end|>\n", "  spaces\t\ttabs\
 write("tokenizer", "invalid_utf8", b"\xc3\x28 \xe2\x82 \xf0\x9f\x98 hello")
 
 # The structured harnesses read bytes through fuzz::input: random seeds of a few lengths, and for each
-# mode of the trees harness (first byte 0, 1, 2) and of the suffix harness (0: tree, 1: cache) a seed that
-# selects it.
-for harness in ["trees", "builders", "verifiers", "primitives", "policy", "views", "sizes", "suffix"]:
+# mode of the trees harness (first byte 0, 1, 2), of the suffix harness (0: tree, 1: cache) and of the
+# drafters harness (second byte: n-gram, suffix, chain, EAGLE-2) a seed that selects it.
+for harness in ["trees", "builders", "verifiers", "primitives", "policy", "views", "sizes", "suffix", "drafters"]:
     for i, n in enumerate([16, 64, 256, 1024]):
         data = bytes(rng.randrange(256) for _ in range(n))
         if harness == "trees":
             data = bytes([i % 4]) + data[1:]
         if harness == "suffix":
             data = bytes([i % 2]) + data[1:]
+        if harness == "drafters":
+            data = data[:1] + bytes([i % 4]) + data[2:]
         write(harness, "random_%d" % i, data)
 
 # Nesting past the reader's depth limit (64): what a recursive reader without one overflowed its stack
