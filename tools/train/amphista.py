@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import optimizer_step, parser, save_fp16, setup, soft_cross_entropy
+from common import autocast, optimizer_step, parser, save_fp16, setup, soft_cross_entropy
 from eagle import batches
 from target import Target
 
@@ -172,7 +172,7 @@ def main():
             if step == steps:
                 break
             tokens, f, valid, ids, lp, greedy, mask = gather(train, seqs, t2d, a.heads)
-            with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (2x here); losses in fp32
+            with autocast():  # bf16 matmuls where native (2x); losses in fp32
                 o = model(tokens, f, valid)
                 loss = sum(soft_cross_entropy(o[:, :, k][mask[:, :, k]] @ head.T, ids[:, :, k][mask[:, :, k]],
                                               lp[:, :, k][mask[:, :, k]]) for k in range(a.heads) if bool(mask[:, :, k].any()))

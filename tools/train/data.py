@@ -14,6 +14,12 @@ examples' in-distribution evaluation set. eval_prompts.txt, written by hand and 
 the out-of-distribution one.
 
     python data.py --out DIR --heldout-prompts     (heldout_prompts.txt again from DIR/data.pt)
+    python data.py --out DIR --export FILE.json.gz   (DIR/data.pt as gzipped JSON, portable)
+    python data.py --out DIR --load FILE.json.gz     (DIR/data.pt from such a file, generating nothing)
+
+Generation takes an hour or more on a 2-core CPU, and reruns reproduce a set only on the same kind of
+machine; tools/train/data/ keeps the sets the shipped weights were trained on, so that a drafter
+trained later compares with them on the same data.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import time
 
 import torch
 
+from common import native_bf16
 from target import Target, chat_prefix, tokenizer
 
 HUMANEVAL_LEAD = "Complete this Python function:\n\n"
@@ -90,15 +97,6 @@ def write_heldout_prompts(data: dict, path: str, self_written: int = 12, code: i
             f.write(json.dumps(p, ensure_ascii=False) + "\n")
 
 
-def native_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
@@ -106,9 +104,20 @@ def main():
     ap.add_argument("--heldout-prompts", action="store_true", help="only rewrite heldout_prompts.txt from DIR/data.pt")
     ap.add_argument("--prompts", type=int, default=1200, help="self-written prompts (HumanEval's 164 come on top)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--export", metavar="FILE", help="write DIR/data.pt to FILE as gzipped JSON and exit")
+    ap.add_argument("--load", metavar="FILE", help="write DIR/data.pt from a gzipped JSON FILE and exit")
     a = ap.parse_args()
     if a.heldout_prompts:
         write_heldout_prompts(torch.load(os.path.join(a.out, "data.pt")), HELDOUT_PROMPTS)
+        return
+    if a.export:
+        with gzip.open(a.export, "wt", encoding="utf-8") as f:
+            json.dump(torch.load(os.path.join(a.out, "data.pt")), f, ensure_ascii=False, separators=(",", ":"))
+        return
+    if a.load:
+        os.makedirs(a.out, exist_ok=True)
+        with gzip.open(a.load, "rt", encoding="utf-8") as f:
+            torch.save(json.load(f), os.path.join(a.out, "data.pt"))
         return
     if not a.model:
         ap.error("--model is required")

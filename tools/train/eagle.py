@@ -33,7 +33,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import optimizer_step, parser, setup
+from common import autocast, optimizer_step, parser, setup
 from target import Target
 
 PASS_WEIGHTS = (1.0, 0.8, 0.64)
@@ -70,7 +70,7 @@ def train_chained(name: str, model, a, run, inputs):
             if step == steps:
                 break
             tokens, f, _, ids, lp, _, valid, mask = gather(train, seqs, t2d)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with autocast():
                 outs = model(tokens, inputs(train, seqs, tokens, f, gen), valid, a.passes)
                 p = torch.softmax(lp[mask], -1)
                 loss = 0.0
@@ -272,7 +272,7 @@ def main(jakiro: bool = False):
                 break
             tokens, f, nxt, ids, lp, greedy, valid, mask = gather(train, seqs, t2d)
             f = f + (torch.rand(f.shape, generator=gen) * 2 - 1) * a.noise * rms
-            with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (2x here); losses in fp32
+            with autocast():  # bf16 matmuls where native (2x); losses in fp32
                 outs, rights = model(tokens, f, valid, a.passes)
                 loss = 0.0
                 p = torch.softmax(lp[mask], -1)

@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import optimizer_step, parser, positions, save_fp16, setup, soft_cross_entropy
+from common import autocast, native_bf16, optimizer_step, parser, positions, save_fp16, setup, soft_cross_entropy
 
 
 class Heads(torch.nn.Module):
@@ -49,7 +49,7 @@ class Heads(torch.nn.Module):
 
 def head_logits(heads: Heads, lm_head: torch.Tensor, h: torch.Tensor, k: int) -> torch.Tensor:
     z = heads(h, k)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with autocast():
         return z @ lm_head.T
 
 
@@ -72,7 +72,7 @@ def main():
     a = ap.parse_args()
     run = setup(a)
     target, train, held, draft_ids, t2d, start = run.target, run.train, run.held, run.draft_ids, run.t2d, run.start
-    lm_head = target.lm_head.detach().to(torch.bfloat16)
+    lm_head = target.lm_head.detach().to(torch.bfloat16 if native_bf16() else torch.float32)
     e = target.config.hidden
     sub_head = lm_head[draft_ids]
     heads = Heads(a.heads, e)

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from amphista import Layer
-from common import optimizer_step, parser, save_fp16, setup
+from common import autocast, native_bf16, optimizer_step, parser, save_fp16, setup
 from eagle import batches
 from target import Target
 
@@ -176,7 +176,7 @@ def main():
     a = ap.parse_args()
     run = setup(a)
     target, train, held, draft_ids, start = run.target, run.train, run.held, run.draft_ids, run.start
-    kv_target = Target(a.model, torch.bfloat16)  # the K/V source: bf16 runs 2x here
+    kv_target = Target(a.model, torch.bfloat16 if native_bf16() else torch.float32)  # the K/V source: bf16 2x where native
     head = target.lm_head[draft_ids].float()
     model = MoA(target, a.ca_intermediate)
     params = [p for n, p in model.named_parameters() if p.requires_grad and n != "embed"]
@@ -193,7 +193,7 @@ def main():
                 break
             tokens, h, ids, lp, rows = gather(train, seqs, a.depths)
             packed = target_kv(kv_target, tokens)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with autocast():
                 outs = model(tokens, packed, a.depths)
                 loss = 0.0
                 for d, g in enumerate(outs):
@@ -213,7 +213,7 @@ def main():
     with torch.no_grad():
         for seqs in batches(held, a.tokens):
             tokens, h, ids, lp, rows = gather(held, seqs, a.depths)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with autocast():
                 outs = model(tokens, target_kv(kv_target, tokens), a.depths)
             for d, g in enumerate(outs):
                 lab = ids[rows[d]][:, 0]

@@ -3,7 +3,9 @@
 # into examples/weights/. One command, rerunnable; each stage is skipped when its output exists (delete
 # $SPECDEC_TRAIN_DIR, default ~/.cache/specdec/train, to start over).
 #
-#   tools/train/run.sh [--prompts 1200] [--only medusa,eagle]
+#   tools/train/run.sh [--prompts 1200 | --data tools/train/data/selfdistill_600.json.gz] [--only medusa,eagle]
+#
+# --data: the self-distillation set from a file (data.py --export) instead of generating it.
 #
 # Stages: a Python venv with PyTorch (CPU use; ~5 GB, once), the self-distillation set (data.py), the
 # target's features and soft labels (features.py), then one trainer per drafter. PyTorch is a
@@ -13,10 +15,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 prompts=1200
 only="medusa,eagle,eagle3,mtp,jakiro,amphista,moa"
+data=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prompts) prompts="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
+    --data) data="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -33,7 +37,11 @@ py="$venv/bin/python"
 cd "$here"
 start=$(date +%s)
 stage() { echo "== $1 ($(( $(date +%s) - start )) s)"; }
-[ -s "$work/data.pt" ] || { stage data; "$py" data.py --model "$model" --out "$work" --prompts "$prompts"; }
+if [ -n "$data" ]; then
+  [ -s "$work/data.pt" ] || { stage data; "$py" data.py --out "$work" --load "$data"; }
+else
+  [ -s "$work/data.pt" ] || { stage data; "$py" data.py --model "$model" --out "$work" --prompts "$prompts"; }
+fi
 [ -s "$work/features.pt" ] || { stage features; "$py" features.py --model "$model" --data "$work"; }
 for drafter in ${only//,/ }; do
   stage "$drafter"
