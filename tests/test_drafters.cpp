@@ -308,6 +308,13 @@ TEST_CASE("suffix_drafter drafts suffix_cache::speculate's first nodes, as many 
   CHECK(adaptive.finish().tree.size() > 1);
   specdec::suffix_drafter<> unknown(cache, 9);
   CHECK(error_of([&] { unknown.begin({prompt}); }).find("not active") != std::string::npos);
+  // A cache of 64-bit tokens drafts the same tree from the int32 context.
+  specdec::suffix_cache<std::int64_t> wide_cache;
+  const std::vector<std::int64_t> wide_prompt(prompt.begin(), prompt.end());
+  wide_cache.start_request(7, wide_prompt);
+  specdec::suffix_drafter<std::int64_t> wide(wide_cache, 7, {.options = tree_options, .adaptive = false});
+  wide.begin({prompt});
+  CHECK(wide.finish().tree.token == want.token);
 }
 
 TEST_CASE("chain_drafter: greedy argmax chains, sampled inverse-CDF draws with their distributions kept") {

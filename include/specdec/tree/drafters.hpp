@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -110,9 +111,10 @@ class ngram_drafter {
     constexpr const char* where = "specdec::ngram_drafter::begin";
     SPECDEC_EXPECTS(!context.committed.empty(), where, "the context is empty; expected the root at least");
     const std::span<const std::int32_t> window = detail::ngram_window(context.committed, p_.options, where);
-    match_ = detail::longest_match(window, p_.options);
+    const std::vector<index_t> agree = detail::suffix_agreement(window);
+    match_ = detail::match_length(agree, p_.options);
     context_ = p_.by_match_length ? match_length_context(match_) : 0;
-    std::vector<detail::continuation_span> spans = detail::continuation_spans(window, p_.longest, p_.options);
+    std::vector<detail::continuation_span> spans = detail::continuation_spans(window, agree, p_.longest, p_.options);
     const index_t available = spans.empty() ? 0 : spans.front().size;
     const index_t length = p_.adaptive ? policy_.choose(context_, available) : available;
     // Side branches of length / 8 tokens, the main branch keeping at least one.
@@ -446,8 +448,7 @@ class suffix_drafter {
   /// \throws invalid_argument on an empty context, a request the cache does not hold, and as speculate.
   const draft_request* begin(const draft_context& context) {
     SPECDEC_EXPECTS(!context.committed.empty(), "specdec::suffix_drafter::begin", "the context is empty; expected the root at least");
-    committed_.assign(context.committed.begin(), context.committed.end());
-    suffix_draft<Token> found = cache_->speculate(id_, std::span<const Token>(committed_), p_.options);
+    suffix_draft<Token> found = cache_->speculate(id_, committed_as_tokens(context.committed), p_.options);
     match_ = found.token.empty() ? 0 : found.match_length;
     context_ = p_.by_match ? suffix_match_context(found) : 0;
     const index_t available = std::min(found.size(), policy_.longest());
@@ -473,11 +474,22 @@ class suffix_drafter {
   index_t match_length() const noexcept { return match_; }
 
  private:
+  // The context is int32 ids; a cache of another token type gets them converted (a per-step copy
+  // only then).
+  std::span<const Token> committed_as_tokens(std::span<const std::int32_t> committed) {
+    if constexpr (std::is_same_v<Token, std::int32_t>) {
+      return committed;
+    } else {
+      converted_.assign(committed.begin(), committed.end());
+      return converted_;
+    }
+  }
+
   const suffix_cache<Token, RequestId>* cache_;
   RequestId id_;
   parameters p_;
   policy::draft_length_policy policy_;
-  std::vector<Token> committed_;
+  std::vector<Token> converted_;
   draft_tree tree_;
   index_t match_ = 0, context_ = 0;
 };

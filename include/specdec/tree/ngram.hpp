@@ -143,12 +143,12 @@ struct continuation_span {
 /// can repeat one another: a shorter one ends at the window's end, and those grow by one token per
 /// earlier occurrence. So a candidate is compared by its window class (window_classes), built only
 /// when a second full-length one must be told apart from the first.
-inline std::vector<continuation_span> continuation_spans(std::span<const std::int32_t> window, index_t length,
-                                                         const ngram_options& options) {
+/// `agree` is suffix_agreement(window), which a caller that also wants the match length computes once.
+inline std::vector<continuation_span> continuation_spans(std::span<const std::int32_t> window, const std::vector<index_t>& agree,
+                                                         index_t length, const ngram_options& options) {
   std::vector<continuation_span> out;
   if (length == 0) return out;
   const auto n = static_cast<index_t>(window.size());
-  const std::vector<index_t> agree = suffix_agreement(window);
   const index_t g = match_length(agree, options);
   if (g == 0) return out;
   std::vector<index_t> classes;
@@ -173,6 +173,10 @@ inline std::vector<continuation_span> continuation_spans(std::span<const std::in
     out.push_back({first, size});
   }
   return out;
+}
+inline std::vector<continuation_span> continuation_spans(std::span<const std::int32_t> window, index_t length,
+                                                         const ngram_options& options) {
+  return length == 0 ? std::vector<continuation_span>{} : continuation_spans(window, suffix_agreement(window), length, options);
 }
 
 /// The trie of `count` continuations (`at(c)` a span of tokens) under `root`, in level order: nodes
