@@ -173,12 +173,21 @@ if [ "$status" -ne 0 ]; then
   exit 1
 fi
 
+# The two one-thread steps run side by side (nothing here is timed; one thread each keeps llama.cpp's
+# kernels batch-invariant): the speculative methods, and the suffix drafters with one cache across the
+# requests (later ones draft from earlier answers).
 step speculative "$examples/specdec_llama_cpp" --model "$model" --prompts "$prompts" --tokens "$tokens" --threads 1 \
-  --methods plain,chain,tree,suffix,suffix_tree
+  --methods plain,chain,tree,suffix,suffix_tree &
+speculative=$!
+step shared-cache "$examples/specdec_llama_cpp" --model "$model" --prompts examples/llama_cpp/shared_cache.txt \
+  --tokens "$tokens" --threads 1 --methods plain,suffix,suffix_tree --shared-cache &
+shared_cache=$!
+# step reports its own failure; each is waited for so neither is left running.
+status=0
+wait "$speculative" || status=1
+wait "$shared_cache" || status=1
+[ "$status" -eq 0 ] || exit 1
 grep -E '^RESULT' "$logs/speculative.out"
 echo "chain, tree, suffix and suffix_tree: greedy outputs identical to plain decoding"
-# The suffix drafters with one cache across the requests (later ones draft from earlier answers).
-step shared-cache "$examples/specdec_llama_cpp" --model "$model" --prompts examples/llama_cpp/shared_cache.txt \
-  --tokens "$tokens" --threads 1 --methods plain,suffix,suffix_tree --shared-cache
 grep -E '^RESULT' "$logs/shared-cache.out"
 echo "suffix and suffix_tree with --shared-cache: greedy outputs identical to plain decoding"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the suite in Release with warnings as errors (g++, native instruction set), the
 # instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
-# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for 30 s (scripts/fuzz.sh),
+# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for 20 s (scripts/fuzz.sh),
 # each benchmark briefly (so none can rot), the demo on its short prompt set, which fails when
 # any speculative greedy output differs from vanilla greedy, and specdec inside the pinned llama.cpp
 # (scripts/check_llama_cpp.sh: greedy outputs identical to llama.cpp's own plain decoding).
@@ -55,16 +55,17 @@ cmake -S . -B build/asan -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -
   -DCMAKE_CXX_FLAGS="$strict -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
   >/dev/null
 cmake --build build/asan --target specdec_sanitized_tests -j"$jobs"
-# Under the sanitizers the engine tests use their tiny model only (the real one is checked above).
+# Under the sanitizers the engine tests use their tiny model only (the real one is checked above), and
+# the statistical test's power check is left out: 700k draws of code the other tests run, 20 s here.
 SPECDEC_MODEL=/nonexistent ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \
-  build/asan/tests/specdec_tests
+  build/asan/tests/specdec_tests --test-case-exclude='a 1 % error in the acceptance rule*'
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build/asan/tests/specdec_tests_suffix
 for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
 
-phase "Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-30} s (fails on any finding)"
-scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-30}"
+phase "Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-20} s (fails on any finding)"
+scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-20}"
 
 phase "Benchmarks, briefly (small input pools: a smoke run, not a measurement)"
 SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
