@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the suite in Release with warnings as errors (g++, native instruction set), the
 # instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
-# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for 20 s (scripts/fuzz.sh),
+# AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for 15 s (scripts/fuzz.sh),
 # each benchmark briefly (so none can rot), the demo on its short prompt set, which fails when
 # any speculative greedy output differs from vanilla greedy, and specdec inside the pinned llama.cpp
 # (scripts/check_llama_cpp.sh: greedy outputs identical to llama.cpp's own plain decoding).
@@ -64,8 +64,8 @@ for backend in eigen thrust; do
   ASAN_OPTIONS=detect_leaks=1 build/asan/tests/specdec-conformance --backend "$backend" tests/data/trees tests/data/samplers tests/data/blocks | tail -1
 done
 
-phase "Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-20} s (fails on any finding)"
-scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-20}"
+phase "Fuzzing: every harness for ${SPECDEC_FUZZ_SECONDS:-15} s (fails on any finding)"
+scripts/fuzz.sh "${SPECDEC_FUZZ_SECONDS:-15}"
 
 phase "Benchmarks, briefly (small input pools: a smoke run, not a measurement)"
 SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_primitives --benchmark_filter='rows:1/V:32000' --benchmark_min_time=0.01 \
