@@ -69,8 +69,9 @@ void check_argmax(harness<B>& h, const matrix& x) {
     const auto want = ref::argmax(x.row(r), x.cols);
     INFO("row ", r, " V ", x.cols);
     CHECK(got_idx[static_cast<std::size_t>(r)] == want);
-    CHECK(got_val[static_cast<std::size_t>(r)] == x(r, want));
-    CHECK(got_max[static_cast<std::size_t>(r)] == x(r, want));
+    // Bit for bit: a zero maximum has the sign of the entry at the argmax.
+    CHECK(std::bit_cast<std::uint32_t>(got_val[static_cast<std::size_t>(r)]) == std::bit_cast<std::uint32_t>(x(r, want)));
+    CHECK(std::bit_cast<std::uint32_t>(got_max[static_cast<std::size_t>(r)]) == std::bit_cast<std::uint32_t>(x(r, want)));
   }
 }
 
@@ -182,6 +183,16 @@ TEST_CASE_TEMPLATE("row_argmax and row_max match the reference", B, SPECDEC_TEST
   harness<B> h;
   for (index_t v : {1, 2, 7, 100, 4097, 32000}) check_argmax(h, random_logits(10 + v, 5, v));
   for (index_t v : {1, 3, 64, 2049, 262144}) check_argmax(h, adversarial_logits(v));
+  SUBCASE("a zero maximum: +0 first, then -0 and +0 across lanes and chunks") {
+    for (index_t v : {9, 70, 5000}) {
+      matrix x = random_logits(4, 2, v);
+      for (index_t j = 0; j < v; ++j) {
+        x.data[static_cast<std::size_t>(j)] = j == 0 ? -1.0f : (j % 2 == 0 ? -0.0f : 0.0f);
+        x.data[static_cast<std::size_t>(v + j)] = j == 0 ? -1.0f : (j % 2 == 0 ? 0.0f : -0.0f);
+      }
+      check_argmax(h, x);
+    }
+  }
   SUBCASE("V = 262144, max at the very end and tied at the start") {
     matrix x = random_logits(3, 2, 262144);
     x.data[262143] = 9.0f;

@@ -102,7 +102,8 @@ class eigen : public detail::eigen_dense {
     return out;
   }
 
-  /// Row maximum: `max[r] = max_j logits(r, j)`.
+  /// Row maximum: `max[r] = max_j logits(r, j)`, the entry at the row's argmax (so a zero maximum
+  /// has the sign of its first occurrence).
   /// \param logits host `[rows x V]`, V >= 1, finite or -inf.
   /// \param max host `[rows]`.
   /// \throws invalid_argument on a shape mismatch, NaN or +inf.
@@ -113,7 +114,9 @@ class eigen : public detail::eigen_dense {
     for (index_t r = 0; r < logits.rows(); ++r) {
       const auto s = detail::scan_max(logits.row(r), logits.cols());
       raise_if(where, "logits", logits, r, detail::logits_fault(s));
-      max(r) = s.max;
+      // A zero maximum takes the sign of its first occurrence, as row_argmax's value and every backend
+      // (the vector scan's choice between +0 and -0 depends on the lane order).
+      max(r) = s.max == 0 ? logits(r, detail::find_first(logits.row(r), logits.cols(), s.max)) : s.max;
     }
   }
 

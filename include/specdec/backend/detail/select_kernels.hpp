@@ -34,7 +34,7 @@ SPECDEC_HOST_DEVICE inline index_t find_first(const T* x, index_t n, T value) no
   return 0;
 }
 
-/// Argmax over a row: the maximum and its lowest index. One pass of chunked max-reductions remembers
+/// Argmax over a row: the maximum (the entry at the index) and its lowest index. One pass of chunked max-reductions remembers
 /// the first chunk that holds the row's maximum (a chunk must beat the running maximum strictly, so an
 /// equal maximum later in the row keeps the earlier chunk); one second look at that chunk alone finds
 /// the index. Looking again at every chunk that raised the maximum (about ln(V / chunk) + 0.6 of them
@@ -65,6 +65,9 @@ SPECDEC_HOST_DEVICE inline argmax_result<T> argmax_row(const T* x, index_t n) no
   if (best_chunk >= 0) {
     const index_t len = n - best_chunk < argmax_chunk ? n - best_chunk : argmax_chunk;
     best.index = best_chunk + find_first(x + best_chunk, len, best.value);
+    // The entry itself: a zero maximum then has the sign of its first occurrence on every backend (a
+    // vector max's choice between +0 and -0 depends on the lane order).
+    best.value = x[best.index];
   }
   best.error = logits_fault(max_scan<T>{best.value, has_nan});
   return best;
