@@ -200,129 +200,228 @@ __device__ inline unsigned block_exclusive_scan(unsigned v, unsigned* warp_total
 }
 
 inline constexpr unsigned filter_capacity = 1024;  ///< candidates a threshold pass may leave for the sort
+/// Blocks of topk_kernel an SM must hold at once (its register budget: 65536 / (256 x this)). The
+/// kernel's latency-bound stages leave the memory system idle unless enough blocks overlap them.
+#ifndef SPECDEC_CUDA_TOPK_MIN_BLOCKS
+#define SPECDEC_CUDA_TOPK_MIN_BLOCKS 4
+#endif
 inline constexpr index_t max_topk_slices = 256;    ///< rows up to 1M entries take the one-launch top-k
 static_assert(filter_capacity <= max_sort && max_topk <= max_sort);
 
-/// Per-slice top-k lists, then the row's merge in the block that finishes the row last. Both stages
-/// first bound the k-th key from below with k keys that are known to exist (the slice: the k-th largest
-/// of its threads' maxima; the merge: the k-th largest of every list's first ceil(k / slices) entries),
-/// keep the keys at or above the bound (typically little more than k), and sort those. Where the bound
-/// leaves more than filter_capacity keys (adversarial rows), radix selection (block_select) decides.
-/// Keys order (value, column) exactly as ranks_before does, so the result, and the fused log-sum-exp
-/// from the same combine as topk_merge_fn, are the host backends'.
+/// Most slices one block of topk_kernel takes (topk_group chooses how many).
+inline constexpr index_t max_topk_group = 8;
+
+/// Slices per block of topk_kernel for a rows x cols call: the largest of 1, 2, 4, 8 (4 for k > 32, 1
+/// for k > 64) that still leaves 512 blocks or more. The first slice of a block costs a bound and two
+/// sorts; each further slice a comparison per entry against the block's k-th key so far, so a block
+/// that takes several slices spends most of its instructions where the memory traffic is. A function
+/// of the shape and k alone (never of the GPU), like every other partition here.
+SPECDEC_HOST_DEVICE inline index_t topk_group(index_t rows, index_t cols, index_t k) {
+  const index_t slices = (cols + slice - 1) / slice;
+  const index_t most = k <= 32 ? 8 : k <= 64 ? 4 : 1;
+  index_t g = 1;
+  while (2 * g <= most && rows * ((slices + 2 * g - 1) / (2 * g)) >= 512) g *= 2;
+  return g;
+}
+
+/// Shared memory of topk_kernel's per-block stage.
+struct topk_shared {
+  select_scratch sel;
+  unsigned long long keys[filter_capacity];  // thread maxima, then the keys at or above the bound
+  float reduce_scratch[threads / 32];
+  int flag_scratch[threads / 32];
+  unsigned warp_totals[32];
+  unsigned long long bound_scratch[threads / 32];
+};
+
+/// The `kc` largest keys of one slice (entries `in`, columns begin + offset), sorted descending into
+/// sh.keys[0, kc). First a bound on the kc-th key from below with kc keys known to exist (for kc <= 32
+/// the largest over warps of each warp's kc-th largest thread maximum, a warp sort and no block
+/// barrier; for kc <= 64 the kc-th largest thread maximum; beyond, the kc-th largest of the threads'
+/// two best keys: 512 keys, about kc of them above it even for kc = 256, where the maxima alone would
+/// leave over a thousand), then the keys at or above it (typically little more than kc) sorted. Where
+/// the bound leaves more than filter_capacity keys (adversarial rows), radix selection decides.
+__device__ inline void slice_topk(const slice_entries<float>& in, const float* row, index_t begin, index_t len, unsigned kc,
+                                  topk_shared& sh) {
+  // The thread's best entry (and second best, for kc > 64) by ranks_before, as floats: keys are built
+  // only for the few entries that survive the bound.
+  const bool two = kc > 64;
+  float v1 = negative_infinity<float>(), v2 = negative_infinity<float>();
+  std::int32_t c1 = -1, c2 = -1;
+#pragma unroll
+  for (int e = 0; e < per_thread; ++e) {
+    const index_t j = slice_entries<float>::offset(e);
+    const float v = in.v[e];
+    if (j < len) {
+      const std::int32_t c = static_cast<std::int32_t>(begin + j);
+      if (c1 < 0 || ranks_before(v, c, v1, c1)) {
+        if (two) {
+          v2 = v1;
+          c2 = c1;
+        }
+        v1 = v;
+        c1 = c;
+      } else if (two && (c2 < 0 || ranks_before(v, c, v2, c2))) {
+        v2 = v;
+        c2 = c;
+      }
+    }
+  }
+  const unsigned long long top = c1 < 0 ? 0ull : rank_key(v1, c1);
+  unsigned long long bound;  // 0 where too few keys exist
+  if (kc <= 32) {
+    bound = block_reduce(warp_kth_largest(top, kc), max_op{}, sh.bound_scratch);
+  } else if (kc <= 64) {
+    sh.keys[threadIdx.x] = top;
+    __syncthreads();
+    sort_descending(sh.keys, threads);
+    bound = sh.keys[kc - 1];
+    __syncthreads();
+  } else {
+    sh.keys[2 * threadIdx.x] = top;
+    sh.keys[2 * threadIdx.x + 1] = c2 < 0 ? 0ull : rank_key(v2, c2);
+    __syncthreads();
+    sort_descending(sh.keys, 2 * threads);
+    bound = sh.keys[kc - 1];
+    __syncthreads();
+  }
+  // key(v, c) >= bound  <=>  v > bound's value, or v equal to it and c <= its column (float tests).
+  const float bound_value = bound == 0ull ? negative_infinity<float>() : in_value(bound);
+  const std::int32_t bound_column = bound == 0ull ? INT32_MAX : key_column(bound);
+  const auto above = [&](float v, index_t j) {
+    return j < len && (v > bound_value || (v == bound_value && begin + j <= bound_column));
+  };
+  unsigned count = 0;
+#pragma unroll
+  for (int e = 0; e < per_thread; ++e) count += above(in.v[e], slice_entries<float>::offset(e));
+  unsigned total = 0;
+  unsigned at = block_exclusive_scan(count, sh.warp_totals, total);
+  if (total <= filter_capacity) {
+#pragma unroll
+    for (int e = 0; e < per_thread; ++e) {
+      const index_t j = slice_entries<float>::offset(e);
+      if (above(in.v[e], j)) sh.keys[at++] = rank_key(in.v[e], static_cast<std::int32_t>(begin + j));
+    }
+    const unsigned n = sort_length(total);
+    for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) sh.keys[i] = 0ull;
+    __syncthreads();
+    sort_descending(sh.keys, n);
+  } else {
+    // Adversarial rows only (ties above the bound): the selection rereads the slice from L2, so the
+    // common path keeps no copy of it in shared memory.
+    const float* slice_in = row + begin;
+    block_select([&](index_t i) { return rank_key(slice_in[i], static_cast<std::int32_t>(begin + i)); }, len, kc, sh.sel);
+    for (unsigned i = threadIdx.x; i < kc; i += blockDim.x) sh.keys[i] = sh.sel.chosen[i];
+    __syncthreads();
+  }
+}
+
+/// A further slice of a block's group: appends its keys above `bound` (the kc-th largest key held, from
+/// earlier slices, so a key equal in value ranks after it: the test is v > its value alone, and the
+/// -inf padding past a row's end never passes) to sh.keys[n, ...) and returns the new count. Where they
+/// would overflow the buffer, the keys held are first cut to their top kc (a tighter bound); where the
+/// slice alone still holds too many (ties, rising values), its own top kc by radix selection are
+/// appended instead. Every thread calls it; n and the bound are the same in every thread.
+__device__ inline unsigned append_above(const slice_entries<float>& in, const float* row, index_t begin, index_t len,
+                                        unsigned kc, unsigned n, unsigned long long& bound, topk_shared& sh) {
+  for (int attempt = 0;; ++attempt) {
+    const float bound_value = in_value(bound);
+    unsigned count = 0;
+#pragma unroll
+    for (int e = 0; e < per_thread; ++e) count += in.v[e] > bound_value;
+    unsigned total = 0;
+    unsigned at = block_exclusive_scan(count, sh.warp_totals, total);
+    if (n + total <= filter_capacity) {
+      if (count > 0) {
+#pragma unroll
+        for (int e = 0; e < per_thread; ++e)
+          if (in.v[e] > bound_value)
+            sh.keys[n + at++] = rank_key(in.v[e], static_cast<std::int32_t>(begin + slice_entries<float>::offset(e)));
+      }
+      __syncthreads();
+      return n + total;
+    }
+    if (attempt == 0 && n > kc) {
+      const unsigned m = sort_length(n);
+      for (unsigned i = n + threadIdx.x; i < m; i += blockDim.x) sh.keys[i] = 0ull;
+      __syncthreads();
+      sort_descending(sh.keys, m);
+      n = kc;
+      bound = sh.keys[kc - 1];
+      continue;
+    }
+    const unsigned take = static_cast<index_t>(kc) < len ? kc : static_cast<unsigned>(len);
+    const float* slice_in = row + begin;
+    block_select([&](index_t i) { return rank_key(slice_in[i], static_cast<std::int32_t>(begin + i)); }, len, take, sh.sel);
+    for (unsigned i = threadIdx.x; i < take; i += blockDim.x) sh.keys[n + i] = sh.sel.chosen[i];
+    __syncthreads();
+    return n + take;
+  }
+}
+
+/// Per-block top-k lists, then the row's merge in the block that finishes the row last. A block takes
+/// `group` consecutive slices (topk_group): the first slice's top kc by slice_topk, the others' keys
+/// above the kc-th key held by append_above, then one sort. The merge first bounds the row's k-th key
+/// with the k-th largest of every list's first ceil(k / lists) entries, keeps the keys at or above it
+/// and sorts those (radix selection where they are too many). Keys order (value, column) exactly as
+/// ranks_before does, so the result is the host backends'; the log-sum-exp partials are the per-slice
+/// ones of every other row kernel, combined as topk_merge_fn does, whatever the group.
 template <class T>
-__global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_t k, index_t slot, float inv_t,
-                                                       float* cand_values, std::int32_t* cand_indices,
-                                                       lse_partial<float>* stats, unsigned* tickets,
-                                                       float* out_values, index_t out_values_stride,
-                                                       std::int32_t* out_indices, index_t out_indices_stride,
-                                                       float* out_lse, fault_sink sink) {
+__global__ void __launch_bounds__(threads, SPECDEC_CUDA_TOPK_MIN_BLOCKS)
+    topk_kernel(rows_view<T> x, index_t k, index_t slot, index_t group, float inv_t, float* cand_values,
+                std::int32_t* cand_indices, lse_partial<float>* stats, unsigned* tickets, float* out_values,
+                index_t out_values_stride, std::int32_t* out_indices, index_t out_indices_stride, float* out_lse,
+                fault_sink sink) {
   static_assert(std::is_same_v<T, float>, "the one-launch top-k keys float rows");
-  __shared__ select_scratch sel;
-  __shared__ unsigned long long keys[filter_capacity];  // thread maxima, then the keys above the bound
-  __shared__ float values[slice];                        // the slice, only when the bound leaves too many
-  __shared__ float reduce_scratch[threads / 32];
-  __shared__ int flag_scratch[threads / 32];
-  __shared__ unsigned warp_totals[32];
-  __shared__ unsigned long long bound_scratch[threads / 32];
+  __shared__ topk_shared sh;
   __shared__ lse_partial<float> row_stat;
   __shared__ fault row_fault;
   extern __shared__ __align__(16) unsigned char dynamic_shared[];
   const index_t slices = slices_of(x.cols);
-  const index_t s = blockIdx.x;
+  const index_t lists = (slices + group - 1) / group;
+  const index_t list = blockIdx.x;
+  const index_t first = list * group, last = first + group < slices ? first + group : slices;
+  // Entries list l covers, and hence how many candidates it gives (the last list may give fewer than k).
+  const auto listed = [&](index_t l) {
+    const index_t covered = (l == lists - 1 ? x.cols : (l + 1) * group * slice) - l * group * slice;
+    return k < covered ? k : covered;
+  };
+  const unsigned kc = static_cast<unsigned>(listed(list));
   for (index_t r = blockIdx.y; r < x.rows; r += gridDim.y) {
-    const index_t begin = s * slice, len = slice_length(x.cols, begin);
     const float* row = x.row(r);
-    slice_entries<float> in;
-    in.load(row + begin, len);
-    // The thread's two best entries by ranks_before (value descending, column ascending), as floats:
-    // keys are built only for the few entries that survive the bound.
-    float v1 = negative_infinity<float>(), v2 = negative_infinity<float>();
-    std::int32_t c1 = -1, c2 = -1;
-#pragma unroll
-    for (int e = 0; e < per_thread; ++e) {
-      const index_t j = slice_entries<float>::offset(e);
-      const float v = in.v[e];
-      if (j < len) {
-        const std::int32_t c = static_cast<std::int32_t>(begin + j);
-        if (c1 < 0 || ranks_before(v, c, v1, c1)) {
-          v2 = v1;
-          c2 = c1;
-          v1 = v;
-          c1 = c;
-        } else if (c2 < 0 || ranks_before(v, c, v2, c2)) {
-          v2 = v;
-          c2 = c;
-        }
+    bool faulted = false;  // a NaN in the group: the row faults, its candidates are never read
+    unsigned n = 0;        // keys held in sh.keys[0, n)
+    unsigned long long bound = 0;
+    for (index_t s = first; s < last; ++s) {
+      const index_t begin = s * slice, len = slice_length(x.cols, begin);
+      slice_entries<float> in;
+      in.load(row + begin, len);
+      const lse_partial<float> slice_stats = slice_statistics(in, inv_t, sh.reduce_scratch, sh.flag_scratch);
+      if (threadIdx.x == 0) stats[r * slices + s] = slice_stats;
+      faulted = faulted || slice_stats.has_nan;
+      if (faulted) continue;
+      if (s == first) {
+        slice_topk(in, row, begin, len, kc, sh);
+        n = kc;
+        bound = sh.keys[kc - 1];
+      } else {
+        n = append_above(in, row, begin, len, kc, n, bound, sh);
       }
     }
-    const lse_partial<float> slice_stats = slice_statistics(in, inv_t, reduce_scratch, flag_scratch);
-    if (threadIdx.x == 0) stats[r * slices + s] = slice_stats;
-    const unsigned kc = static_cast<unsigned>(k < len ? k : len);
-    if (!slice_stats.has_nan) {
-      const unsigned long long top = c1 < 0 ? 0ull : rank_key(v1, c1);
-      const unsigned long long second = c2 < 0 ? 0ull : rank_key(v2, c2);
-      // Bound: for kc <= 32 the largest over warps of each warp's kc-th largest thread maximum (a warp
-      // sort, no block barrier); for kc <= 64 the kc-th largest thread maximum; beyond, the kc-th
-      // largest of the threads' two best keys (512 keys: about kc keys stay above it even for
-      // kc = 256, where the threads' maxima alone would leave over a thousand). 0 where too few exist.
-      unsigned long long bound;
-      if (kc <= 32) {
-        bound = block_reduce(warp_kth_largest(top, kc), max_op{}, bound_scratch);
-      } else if (kc <= 64) {
-        keys[threadIdx.x] = top;
+    if (!faulted) {
+      if (n > kc) {  // keys appended after the first slice's sorted ones
+        const unsigned m = sort_length(n);
+        for (unsigned i = n + threadIdx.x; i < m; i += blockDim.x) sh.keys[i] = 0ull;
         __syncthreads();
-        sort_descending(keys, threads);
-        bound = keys[kc - 1];
-        __syncthreads();
-      } else {
-        keys[2 * threadIdx.x] = top;
-        keys[2 * threadIdx.x + 1] = second;
-        __syncthreads();
-        sort_descending(keys, 2 * threads);
-        bound = keys[kc - 1];
-        __syncthreads();
-      }
-      // key(v, c) >= bound  <=>  v > bound's value, or v equal to it and c <= its column (float tests).
-      const float bound_value = bound == 0ull ? negative_infinity<float>() : in_value(bound);
-      const std::int32_t bound_column = bound == 0ull ? INT32_MAX : key_column(bound);
-      const auto above = [&](float v, index_t j) {
-        return j < len && (v > bound_value || (v == bound_value && begin + j <= bound_column));
-      };
-      unsigned count = 0;
-#pragma unroll
-      for (int e = 0; e < per_thread; ++e) count += above(in.v[e], slice_entries<float>::offset(e));
-      unsigned total = 0;
-      unsigned at = block_exclusive_scan(count, warp_totals, total);
-      const unsigned long long* chosen = keys;
-      if (total <= filter_capacity) {
-#pragma unroll
-        for (int e = 0; e < per_thread; ++e) {
-          const index_t j = slice_entries<float>::offset(e);
-          if (above(in.v[e], j)) keys[at++] = rank_key(in.v[e], static_cast<std::int32_t>(begin + j));
-        }
-        const unsigned n = sort_length(total);
-        for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
-        __syncthreads();
-        sort_descending(keys, n);
-      } else {
-#pragma unroll
-        for (int e = 0; e < per_thread; ++e) {
-          const index_t j = slice_entries<float>::offset(e);
-          if (j < len) values[j] = in.v[e];
-        }
-        __syncthreads();
-        block_select([&](index_t i) { return rank_key(values[i], static_cast<std::int32_t>(begin + i)); }, len, kc,
-                     sel);
-        chosen = sel.chosen;
+        sort_descending(sh.keys, m);
       }
       for (unsigned i = threadIdx.x; i < kc; i += blockDim.x) {
-        const std::int32_t c = key_column(chosen[i]);
-        cand_values[(r * slices + s) * slot + i] = row[c];
-        cand_indices[(r * slices + s) * slot + i] = c;
+        const std::int32_t c = key_column(sh.keys[i]);
+        cand_values[(r * lists + list) * slot + i] = row[c];
+        cand_indices[(r * lists + list) * slot + i] = c;
       }
     }
-    if (last_block_of_row(tickets, r, static_cast<unsigned>(slices))) {
+    if (last_block_of_row(tickets, r, static_cast<unsigned>(lists))) {
       auto* p = reinterpret_cast<lse_partial<float>*>(dynamic_shared);
       copy_partials(stats + r * slices, slices, p);
       if (threadIdx.x == 0) {
@@ -335,48 +434,52 @@ __global__ void __launch_bounds__(threads, 4) topk_kernel(rows_view<T> x, index_
       }
       __syncthreads();
       if (row_fault == fault::none) {
-        // Candidate (list l, entry e) of the row is at l * slot + e; the last list may be shorter than k.
-        const float* cv = cand_values + r * slices * slot;
-        const std::int32_t* ci = cand_indices + r * slices * slot;
-        const index_t last_len = x.cols - (slices - 1) * slice;
-        const index_t last_kc = k < last_len ? k : last_len;
-        const auto listed = [&](index_t l) { return l == slices - 1 ? last_kc : k; };
-        const auto key_of = [&](index_t l, index_t e) { return rank_key(__ldcg(cv + l * slot + e), __ldcg(ci + l * slot + e)); };
+        // Candidate (list l, entry e) of the row is at l * slot + e. Indices are 32-bit here (at most
+        // 256 lists of 256): a 64-bit division by the runtime slot would cost dozens of instructions
+        // per candidate.
+        const float* cv = cand_values + r * lists * slot;
+        const std::int32_t* ci = cand_indices + r * lists * slot;
+        const unsigned slot_u = static_cast<unsigned>(slot), lists_u = static_cast<unsigned>(lists);
+        const unsigned k_u = static_cast<unsigned>(k), last_listed = static_cast<unsigned>(listed(lists - 1));
+        const auto listed_u = [&](unsigned l) { return l == lists_u - 1 ? last_listed : k_u; };
+        const auto key_of = [&](unsigned i) { return rank_key(__ldcg(cv + i), __ldcg(ci + i)); };
+        const auto is_candidate = [&](unsigned i) { return i % slot_u < listed_u(i / slot_u); };
         // Bound: the k-th largest of the lists' first `head` entries (at least k keys unless lists are short).
-        const index_t head = (k + slices - 1) / slices;
-        const unsigned preset = static_cast<unsigned>(slices * head);  // <= k + slices <= 512
+        const unsigned head = (k_u + lists_u - 1) / lists_u;
+        const unsigned preset = lists_u * head;  // <= k + lists <= 512
         for (unsigned i = threadIdx.x; i < sort_length(preset); i += blockDim.x) {
-          const index_t l = i / head, e = i % head;
-          keys[i] = i < preset && e < listed(l) ? key_of(l, e) : 0ull;
+          const unsigned l = i / head, e = i % head;
+          sh.keys[i] = i < preset && e < listed_u(l) ? key_of(l * slot_u + e) : 0ull;
         }
         __syncthreads();
-        sort_descending(keys, sort_length(preset));
-        const unsigned long long bound = keys[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
+        sort_descending(sh.keys, sort_length(preset));
+        const unsigned long long row_bound = sh.keys[k - 1 < static_cast<index_t>(preset) ? k - 1 : preset - 1];
         __syncthreads();
-        const index_t candidates = slices * slot;
+        const unsigned candidates = lists_u * slot_u;
         unsigned count = 0;
-        for (index_t i = threadIdx.x; i < candidates; i += blockDim.x)
-          if (i % slot < listed(i / slot)) count += key_of(i / slot, i % slot) >= bound;
+        for (unsigned i = threadIdx.x; i < candidates; i += blockDim.x)
+          if (is_candidate(i)) count += key_of(i) >= row_bound;
         unsigned total = 0;
-        unsigned at = block_exclusive_scan(count, warp_totals, total);
-        const unsigned long long* chosen = keys;
+        unsigned at = block_exclusive_scan(count, sh.warp_totals, total);
+        const unsigned long long* chosen = sh.keys;
         if (total <= filter_capacity) {
-          for (index_t i = threadIdx.x; i < candidates; i += blockDim.x) {
-            if (i % slot >= listed(i / slot)) continue;
-            const unsigned long long key = key_of(i / slot, i % slot);
-            if (key >= bound) keys[at++] = key;
+          for (unsigned i = threadIdx.x; i < candidates; i += blockDim.x) {
+            if (!is_candidate(i)) continue;
+            const unsigned long long key = key_of(i);
+            if (key >= row_bound) sh.keys[at++] = key;
           }
-          const unsigned n = sort_length(total);
-          for (unsigned i = total + threadIdx.x; i < n; i += blockDim.x) keys[i] = 0ull;
+          const unsigned n_sort = sort_length(total);
+          for (unsigned i = total + threadIdx.x; i < n_sort; i += blockDim.x) sh.keys[i] = 0ull;
           __syncthreads();
-          sort_descending(keys, n);
+          sort_descending(sh.keys, n_sort);
         } else {
           block_select(
               [&](index_t i) -> unsigned long long {
-                return i % slot < listed(i / slot) ? key_of(i / slot, i % slot) : 0ull;
+                const unsigned u = static_cast<unsigned>(i);
+                return is_candidate(u) ? key_of(u) : 0ull;
               },
-              candidates, static_cast<unsigned>(k), sel);
-          chosen = sel.chosen;
+              candidates, k_u, sh.sel);
+          chosen = sh.sel.chosen;
         }
         const lse_partial<float> st = row_stat;
         for (unsigned i = threadIdx.x; i < k; i += blockDim.x) {

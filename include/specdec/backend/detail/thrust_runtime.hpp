@@ -452,10 +452,12 @@ class thrust_runtime {
 #if defined(__CUDACC__)
     if constexpr (is_cuda && std::is_same_v<V, float>) {
       if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), detail::cuda_rows::max_topk_slices)) {
-        detail::cuda_rows::topk_kernel<float><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
+        // A block per `group` slices of a row: its candidate list, then the row's merge.
+        const index_t group = detail::cuda_rows::topk_group(rc.rows, rc.cols, k);
+        detail::cuda_rows::topk_kernel<float><<<cuda_grid((rc.count() + group - 1) / group, rc.rows), detail::cuda_rows::threads,
                                          static_cast<std::size_t>(rc.count()) * sizeof(detail::lse_partial<float>) + detail::cuda_rows::shared_slack,
                                          stream()>>>(
-            cuda_rows_of(matrix_view<const V, memory_space>(logits)), k, k, inv_t, cand_values, s.topk_indices, stats,
+            cuda_rows_of(matrix_view<const V, memory_space>(logits)), k, k, group, inv_t, cand_values, s.topk_indices, stats,
             cuda_tickets(rc.rows), values.data(), values.stride(0), indices.data(), indices.stride(0), lse,
             cuda_sink(where, "logits", s.faults));
         cuda_launched(where);
