@@ -24,22 +24,27 @@ struct four_thread_eigen : specdec::eigen {
   struct thread_team {
     specdec::index_t r;
     std::barrier<>* gate;
+    std::byte* wide;
     specdec::index_t rank() const noexcept { return r; }
     specdec::index_t size() const noexcept { return 4; }
     void sync() const { gate->arrive_and_wait(); }
+    std::byte* wide_scratch() const noexcept { return wide; }
   };
   std::vector<std::byte> scratch;
   template <class Job>
   void run_teams(specdec::index_t count, const Job& job) {
-    scratch.assign(specdec::detail::team_scratch_stride(job.scratch_bytes()) + 16, std::byte{0});
+    const std::size_t stride = specdec::detail::team_scratch_stride(job.scratch_bytes());
+    const std::size_t wide_stride = specdec::detail::team_wide_stride(job);
+    scratch.assign(stride + wide_stride + 16, std::byte{0});
     auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+    std::byte* wide = wide_stride == 0 ? nullptr : base + stride;
     for (specdec::index_t t = 0; t < count; ++t) {
       std::barrier<> gate(4);
       std::vector<specdec::detail::team_fault> faults(4);
       std::vector<std::thread> threads;
       for (specdec::index_t r = 0; r < 4; ++r)
         threads.emplace_back([&, r] {
-          thread_team team{r, &gate};
+          thread_team team{r, &gate, wide};
           faults[static_cast<std::size_t>(r)] = job(team, t, base);
         });
       for (auto& th : threads) th.join();

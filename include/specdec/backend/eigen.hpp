@@ -384,14 +384,17 @@ class eigen : public detail::eigen_dense {
   }
 
   /// Runs a team job (backend/detail/team.hpp: the batched verifiers' per-request walks) for teams
-  /// 0 .. count - 1 in order, each a one-thread team, with the job's scratch from the backend.
+  /// 0 .. count - 1 in order, each a one-thread team, with the job's scratch (and wide scratch) from
+  /// the backend.
   /// \throws invalid_argument with the first fault a team reports (teams after it do not run).
   template <class Job>
   void run_teams(index_t count, const Job& job) {
     SPECDEC_EXPECTS(count >= 0, "specdec::eigen::run_teams", "count = ", count, "; expected >= 0");
     const std::size_t blocks = detail::team_scratch_stride(job.scratch_bytes()) / 16;
-    if (team_scratch_.size() < blocks) team_scratch_.resize(blocks);
+    const std::size_t wide_blocks = detail::team_wide_stride(job) / 16;
+    if (team_scratch_.size() < blocks + wide_blocks) team_scratch_.resize(blocks + wide_blocks);
     detail::serial_team team;
+    if (wide_blocks > 0) team.wide = reinterpret_cast<std::byte*>(team_scratch_.data() + blocks);
     for (index_t t = 0; t < count; ++t) {
       const detail::team_fault f = job(team, t, reinterpret_cast<std::byte*>(team_scratch_.data()));
       if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);

@@ -430,29 +430,44 @@ class thrust_backend : private detail::thrust_runtime<System> {
   }
 
   /// See eigen::run_teams. Host systems run the teams in order on the calling thread; CUDA runs one
-  /// block of 256 threads per team, all teams in one launch on the backend's stream (a team's scratch in
-  /// shared memory when it fits in 48 KiB, else in the workspace), and reads the teams' faults back (one
-  /// synchronisation) unless faults are deferred. Scratch: `team_workspace_bytes`.
+  /// block per team (256 threads, 1024 for jobs with many row-pass items: cuda_teams.cuh), all teams in
+  /// one launch on the backend's stream (a team's scratch in
+  /// shared memory when it fits in 48 KiB, else in the workspace; its wide scratch always in the
+  /// workspace), and reads the teams' faults back (one synchronisation) unless faults are deferred.
+  /// Scratch: `team_workspace_bytes`.
   template <class Job>
   void run_teams(index_t count, const Job& job) {
     constexpr const char* where = "specdec::thrust_backend::run_teams";
     SPECDEC_EXPECTS(count >= 0 && count <= INT32_MAX, where, "count = ", count, "; expected 0 <= count <= 2^31 - 1");
     if (count == 0) return;
     const std::size_t stride = detail::team_scratch_stride(job.scratch_bytes());
+    const std::size_t wide_stride = detail::team_wide_stride(job);
     if constexpr (!is_cuda) {
-      std::byte* scratch = team_scratch(1, stride).scratch;
+      const team_layout s = team_scratch(1, stride, wide_stride);
       detail::serial_team team;
+      team.wide = s.wide;
       for (index_t t = 0; t < count; ++t) {
-        const detail::team_fault f = job(team, t, scratch);
+        const detail::team_fault f = job(team, t, s.scratch);
         if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
       }
     } else {
 #if defined(__CUDACC__)
       const bool shared = stride <= detail::cuda_rows::team_shared_limit;
-      const team_layout s = team_scratch(count, shared ? 0 : stride);
-      detail::cuda_rows::team_kernel<Job>
-          <<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, shared ? stride : 0, stream()>>>(
-              job, 0, shared ? nullptr : s.scratch, stride, s.faults, deferred_ ? cuda_record() : nullptr);
+      const team_layout s = team_scratch(count, shared ? 0 : stride, wide_stride);
+      std::byte* const block_scratch = shared ? nullptr : s.scratch;
+      detail::cuda_rows::fault_record* const record = deferred_ ? cuda_record() : nullptr;
+      bool wide_team = false;
+      if constexpr (requires { job.row_pass_items(); }) {  // only such jobs instantiate the wide kernel
+        wide_team = job.row_pass_items() >= detail::cuda_rows::wide_team_items;
+        if (wide_team)
+          detail::cuda_rows::team_kernel<Job, detail::cuda_rows::wide_team_threads>
+              <<<static_cast<unsigned>(count), detail::cuda_rows::wide_team_threads, shared ? stride : 0, stream()>>>(
+                  job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record);
+      }
+      if (!wide_team)
+        detail::cuda_rows::team_kernel<Job, detail::cuda_rows::team_threads>
+            <<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, shared ? stride : 0, stream()>>>(
+                job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record);
       cuda_launched(where);
       if (deferred_) return;
       std::vector<detail::team_fault> host(static_cast<std::size_t>(count));
@@ -463,15 +478,16 @@ class thrust_backend : private detail::thrust_runtime<System> {
     }
   }
   /// Scratch bytes `run_teams` needs for `teams` teams of a job whose scratch_bytes() is `bytes_per_team`
-  /// (a caller workspace must hold this besides what the primitives need).
-  std::size_t team_workspace_bytes(index_t teams, std::size_t bytes_per_team) const {
+  /// and whose wide_scratch_bytes() is `wide_bytes_per_team` (a caller workspace must hold this besides
+  /// what the primitives need).
+  std::size_t team_workspace_bytes(index_t teams, std::size_t bytes_per_team, std::size_t wide_bytes_per_team = 0) const {
     workspace_carver count;
     team_layout s{};
     std::size_t stride = detail::team_scratch_stride(bytes_per_team);
 #if defined(__CUDACC__)
     if (is_cuda && stride <= detail::cuda_rows::team_shared_limit) stride = 0;  // in shared memory
 #endif
-    lay_out_teams(count, is_cuda ? teams : 1, stride, s);
+    lay_out_teams(count, is_cuda ? teams : 1, stride, detail::team_scratch_stride(wide_bytes_per_team), s);
     return count.bytes_used();
   }
 

@@ -4,7 +4,7 @@
 /// one thread on the host) that every backend runs through `run_teams`. The batched verifiers
 /// (specdec/sampling/batch.hpp) are team jobs: one team per request walks its tree.
 ///
-/// **A team** exposes `rank()`, `size()` and `sync()` (a barrier of the whole team). Every thread of a
+/// **A team** exposes `rank()`, `size()`, `sync()` (a barrier of the whole team) and `wide_scratch()`. Every thread of a
 /// team runs the job's code with the same control flow: decisions are computed redundantly from the
 /// same data, and only passes over long rows are split between the threads (`rank() + k * size()`),
 /// each writing its own scratch entries, followed by `sync()`. Combining those entries happens in a
@@ -13,7 +13,12 @@
 ///
 /// **A job** is a trivially copyable struct with
 /// - `std::size_t scratch_bytes() const`: scratch one team needs (the backend carves it, 16-byte
-///   aligned, from its arena or the caller's workspace);
+///   aligned, from its arena or the caller's workspace; on CUDA in shared memory when it fits);
+/// - optionally `std::size_t wide_scratch_bytes() const`: further scratch per team for whole rows,
+///   always in the backend's memory (never CUDA shared memory, whose small tables it would push out),
+///   reached through `team.wide_scratch()` (16-byte aligned; null when the job asks for none);
+/// - optionally `index_t row_pass_items() const`: how many items its passes over a row split between
+///   the team's threads (CUDA gives jobs with many a wider block; the results do not change);
 /// - `template <class Team> team_fault operator()(Team&, index_t team, std::byte* scratch) const`,
 ///   host-device: does team `team`'s work and returns what went wrong (code 0: nothing);
 /// - `const char* where` and `const char* names[team_job_names]`: the function and argument names
@@ -74,13 +79,24 @@ SPECDEC_HOST_DEVICE inline team_fault make_team_fault(team_error e, int arg, std
 
 /// The host's team: one thread, barriers are no-ops.
 struct serial_team {
+  std::byte* wide = nullptr;
   SPECDEC_HOST_DEVICE index_t rank() const noexcept { return 0; }
   SPECDEC_HOST_DEVICE index_t size() const noexcept { return 1; }
   SPECDEC_HOST_DEVICE void sync() const noexcept {}
+  SPECDEC_HOST_DEVICE std::byte* wide_scratch() const noexcept { return wide; }
 };
 
 /// Scratch a team gets, rounded up so that consecutive teams' scratch stays 16-byte aligned.
 inline std::size_t team_scratch_stride(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+/// A job's wide scratch per team (0 for jobs that declare none), rounded as team_scratch_stride.
+template <class Job>
+std::size_t team_wide_stride(const Job& job) {
+  if constexpr (requires { job.wide_scratch_bytes(); })
+    return team_scratch_stride(job.wide_scratch_bytes());
+  else
+    return 0;
+}
 
 /// The shape of a team job, for the backend concept's check of `run_teams`.
 struct team_job_archetype {

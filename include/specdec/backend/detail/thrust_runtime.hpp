@@ -129,21 +129,25 @@ class thrust_runtime {
     return workspace_carver(detail::system_storage<System, std::byte>::raw(arena_), arena_.size());
   }
 
-  /// Team jobs' scratch: each team's fault, and `stride` bytes per team.
+  /// Team jobs' scratch: each team's fault, `stride` bytes per team and `wide_stride` more (the wide
+  /// scratch, never in CUDA shared memory).
   struct team_layout {
     detail::team_fault* faults;
     std::byte* scratch;
+    std::byte* wide;
   };
-  static void lay_out_teams(workspace_carver& w, index_t teams, std::size_t stride, team_layout& s) {
+  static void lay_out_teams(workspace_carver& w, index_t teams, std::size_t stride, std::size_t wide_stride,
+                            team_layout& s) {
     s.faults = w.take<detail::team_fault>(static_cast<std::size_t>(teams), "team faults");
     s.scratch = w.take<std::byte>(static_cast<std::size_t>(teams) * stride, "team scratch");
+    s.wide = wide_stride == 0 ? nullptr : w.take<std::byte>(static_cast<std::size_t>(teams) * wide_stride, "team wide scratch");
   }
-  team_layout team_scratch(index_t teams, std::size_t stride) {
+  team_layout team_scratch(index_t teams, std::size_t stride, std::size_t wide_stride) {
     workspace_carver count;
     team_layout s{};
-    lay_out_teams(count, teams, stride, s);
+    lay_out_teams(count, teams, stride, wide_stride, s);
     workspace_carver carve = memory_for(count.bytes_used());
-    lay_out_teams(carve, teams, stride, s);
+    lay_out_teams(carve, teams, stride, wide_stride, s);
     return s;
   }
 

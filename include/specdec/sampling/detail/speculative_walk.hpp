@@ -4,7 +4,8 @@
 ///
 /// The walk is the one of specdec/sampling/speculative.hpp, decision for decision: the same sibling
 /// order, uniforms, acceptance test, residuals (kept as the list of operations applied to the node's
-/// target row and evaluated per entry, instead of a materialised row) and the same canonical draw
+/// target row and evaluated per entry; with draft rows, the operations weighed so far are folded into
+/// a row of wide scratch, so each rejection reads one draft row, not all of them) and the same canonical draw
 /// (backend/detail/sample_kernels.hpp), so tokens equal the request-based verifiers' bit for bit.
 /// Passes over a row are split over the team by (chunk, lane) item, each item summed in index order,
 /// then combined in chunk order: the result does not depend on the team size.
@@ -114,13 +115,29 @@ struct speculative_batch_job {
            segments * (sizeof(double) + 3 * sizeof(std::int64_t));
   }
 
-  /// The current entry j of the node's distribution: the target row with `n_ops` operations applied.
-  SPECDEC_HOST_DEVICE float entry(const float* p, const residual_op* ops, int n_ops, index_t j) const {
-    return apply_ops(p[j], ops, n_ops, j);
+  /// Items of a row pass (weigh): 8 lanes per chunk.
+  SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * 8; }
+
+  /// Wide scratch (team.wide_scratch()): the folded row, V floats, with draft rows only (deterministic
+  /// drafts' operations read no row, so evaluating them per entry costs no memory traffic).
+  std::size_t wide_scratch_bytes() const {
+    return draft_rows.empty() ? 0 : static_cast<std::size_t>(vocab()) * sizeof(float);
   }
-  /// The operations applied to `e`, the target row's entry j.
-  SPECDEC_HOST_DEVICE float apply_ops(float e, const residual_op* ops, int n_ops, index_t j) const {
-    for (int k = 0; k < n_ops; ++k) {
+
+  /// A node's current entries: operations [from, n_ops) applied to `src`, the target row (from = 0) or
+  /// the folded row holding operations [0, from) applied to it. Every entry is a float after each
+  /// operation either way, so folding changes no bit.
+  struct residual_source {
+    const float* src;
+    int from;
+  };
+  /// The current entry j of the node's distribution.
+  SPECDEC_HOST_DEVICE float entry(residual_source s, const residual_op* ops, int n_ops, index_t j) const {
+    return apply_ops(s.src[j], ops, s.from, n_ops, j);
+  }
+  /// Operations [from, n_ops) applied to `e`, entry j after operations [0, from).
+  SPECDEC_HOST_DEVICE float apply_ops(float e, const residual_op* ops, int from, int n_ops, index_t j) const {
+    for (int k = from; k < n_ops; ++k) {
       const residual_op& op = ops[k];
       if (op.kind == 0) {
         if (j == op.token) e = 0.0f;
@@ -260,6 +277,7 @@ struct speculative_batch_job {
     if (race && (noise_row < 0 || noise_row >= noise.rows()))
       return make_team_fault(team_error::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
 
+    float* const folded = draft_rows.empty() ? nullptr : reinterpret_cast<float*>(team.wide_scratch());
     path_writer<Space> path{&out, r};
     std::uint64_t position = 0;
     index_t node = 0;
@@ -268,6 +286,7 @@ struct speculative_batch_job {
       const index_t row = q.first_row + node;
       const float* p = target.row(row);
       int n_ops = 0;
+      residual_source current{p, 0};
       double mass = 1.0;       // of the current entries once modified
       bool loaded = false;     // the row has been weighed and checked
       double base_total = 0.0;
@@ -293,7 +312,7 @@ struct speculative_batch_job {
             p_x = p[x];
           } else {
             if (const team_fault f = load(); f.code != 0) return f;
-            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(p, l.ops, n_ops, x)) / mass) : 0.0f);
+            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
           }
           if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_target, row, x, p_x);
           float q_x = 1.0f;
@@ -315,7 +334,7 @@ struct speculative_batch_job {
           }
           if (q_row < 0 && lenience == 1.0f) {
             if (n_ops == 0) mass = base_total;
-            const float removed = entry(p, l.ops, n_ops, x);
+            const float removed = entry(current, l.ops, n_ops, x);
             team.sync();  // every thread has read the operations before rank 0 appends one
             if (team.rank() == 0) l.ops[n_ops] = residual_op{0, x, -1, 1.0f, 0.0};
             team.sync();
@@ -328,9 +347,22 @@ struct speculative_batch_job {
             if (team.rank() == 0) l.ops[n_ops] = op;
             team.sync();
             ++n_ops;
-            const int ops_now = n_ops;
-            mass = weigh<op_batch>(team, l, l.masses, p, [&](float v, index_t j) { return apply_ops(v, l.ops, ops_now, j); },
-                         [](float) { return false; }).total;
+            const int from = current.from, ops_now = n_ops;
+            const auto none_bad = [](float) { return false; };
+            if (folded != nullptr) {
+              // Each entry is read and rewritten by the same thread: folding in place needs no barrier.
+              mass = weigh<op_batch>(team, l, l.masses, current.src,
+                                     [&](float v, index_t j) {
+                                       const float e = apply_ops(v, l.ops, from, ops_now, j);
+                                       folded[j] = e;
+                                       return e;
+                                     },
+                                     none_bad).total;
+              current = residual_source{folded, ops_now};
+            } else {
+              mass = weigh<op_batch>(team, l, l.masses, current.src,
+                                     [&](float v, index_t j) { return apply_ops(v, l.ops, from, ops_now, j); }, none_bad).total;
+            }
           }
         }
       }
@@ -359,12 +391,12 @@ struct speculative_batch_job {
       const bool bonus = !rejected_here;
       const bool keep = !out.final_distributions.empty();
       if (bonus && q.bonus >= 0) {
-        if (keep) write_final(team, r, p, l.ops, 0, true);
+        if (keep) write_final(team, r, current, l.ops, 0, true);
         path.finish(team, q.bonus, static_cast<std::int32_t>(position), retest_passes);
         return {};
       }
       if (const team_fault f = load(); f.code != 0) return f;
-      if (keep) write_final(team, r, p, l.ops, n_ops, false);
+      if (keep) write_final(team, r, current, l.ops, n_ops, false);
       std::int32_t final_token = 0;
       if (race) {
         const float* e = noise.row(noise_row);
@@ -372,11 +404,11 @@ struct speculative_batch_job {
                                 [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
         if (w.first_bad >= 0)
           return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
-        final_token = race_token(team, l, p, n_ops, e);
+        final_token = race_token(team, l, current, n_ops, e);
       } else {
         double u = 0.0;
         if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
-        final_token = draw(team, l, p, n_ops, base_total, u);
+        final_token = draw(team, l, p, current, n_ops, base_total, u);
       }
       path.finish(team, final_token, static_cast<std::int32_t>(position), retest_passes);
       return {};
@@ -459,16 +491,18 @@ struct speculative_batch_job {
   }
 
   template <class Team>
-  SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, int n_ops, double base_total, double u) const {
+  SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, residual_source s, int n_ops,
+                                        double base_total, double u) const {
     const index_t n = vocab();
     const auto base = [p](index_t j) { return p[j]; };
     if (n_ops == 0) {
       if (base_total > 0.0) return locate(team, l, l.base_masses, u * base_total, base);
     } else {
       const residual_op* ops = l.ops;
-      const auto current = [this, p, ops, n_ops](index_t j) { return entry(p, ops, n_ops, j); };
+      const auto current = [this, s, ops, n_ops](index_t j) { return entry(s, ops, n_ops, j); };
+      const int from = s.from;
       const double total =
-          weigh<op_batch>(team, l, l.masses, p, [this, ops, n_ops](float v, index_t j) { return apply_ops(v, ops, n_ops, j); },
+          weigh<op_batch>(team, l, l.masses, s.src, [this, ops, from, n_ops](float v, index_t j) { return apply_ops(v, ops, from, n_ops, j); },
                 [](float) { return false; }).total;
       if (total > 0.0) return locate(team, l, l.masses, u * total, current);
     }
@@ -482,7 +516,7 @@ struct speculative_batch_job {
 
   /// working_distribution::race: argmax of entry / noise, first index on ties, over (chunk, lane) items.
   template <class Team>
-  SPECDEC_HOST_DEVICE std::int32_t race_token(Team& team, const layout& l, const float* p, int n_ops, const float* e) const {
+  SPECDEC_HOST_DEVICE std::int32_t race_token(Team& team, const layout& l, residual_source s, int n_ops, const float* e) const {
     const index_t n = vocab();
     const index_t items = chunks() * 8;
     team.sync();
@@ -503,13 +537,13 @@ struct speculative_batch_job {
         float v[batch], noise[batch];
         SPECDEC_UNROLL
         for (int u = 0; u < batch; ++u) {
-          v[u] = p[j + 8 * u];
+          v[u] = s.src[j + 8 * u];
           noise[u] = e[j + 8 * u];
         }
         SPECDEC_UNROLL
-        for (int u = 0; u < batch; ++u) consider(apply_ops(v[u], l.ops, n_ops, j + 8 * u) / noise[u], j + 8 * u);
+        for (int u = 0; u < batch; ++u) consider(apply_ops(v[u], l.ops, s.from, n_ops, j + 8 * u) / noise[u], j + 8 * u);
       }
-      for (; j < end; j += 8) consider(entry(p, l.ops, n_ops, j) / e[j], j);
+      for (; j < end; j += 8) consider(entry(s, l.ops, n_ops, j) / e[j], j);
       l.lanes[item] = best_score;
       l.marks[item] = best;
     }
@@ -549,10 +583,10 @@ struct speculative_batch_job {
 
   /// The distribution the final token is drawn from, unnormalised (zeros when none was drawn).
   template <class Team>
-  SPECDEC_HOST_DEVICE void write_final(Team& team, index_t r, const float* p, const residual_op* ops, int n_ops, bool zeros) const {
+  SPECDEC_HOST_DEVICE void write_final(Team& team, index_t r, residual_source s, const residual_op* ops, int n_ops, bool zeros) const {
     float* dst = out.final_distributions.row(r);
     const index_t stride = out.final_distributions.stride(1);
-    for (index_t j = team.rank(); j < vocab(); j += team.size()) dst[j * stride] = zeros ? 0.0f : entry(p, ops, n_ops, j);
+    for (index_t j = team.rank(); j < vocab(); j += team.size()) dst[j * stride] = zeros ? 0.0f : entry(s, ops, n_ops, j);
   }
 };
 
