@@ -12,7 +12,9 @@
 //  5. per primitive and shape: median and p90 time (CUDA events, inputs rotated through a pool larger
 //     than L2), GB/s, percent of the measured read bandwidth, launches per call (graph nodes of one
 //     captured call) and host synchronisations per call.
-// Options: --quick (a small subset: for compute-sanitizer), --csv FILE, --no-timing.
+// Options: --quick (a small subset: for compute-sanitizer), --csv FILE, --no-timing, --only PREFIX (the
+// quick checks, then the timing of the operations whose name starts with PREFIX, tree operations
+// included: a variant's build compared with the default one's in the same run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -408,6 +410,38 @@ void check_adversarial(device_backend& d, host_backend& h, index_t cols, index_t
   }
 }
 
+/// Rows that test top-k's grouped blocks (several slices per block, topk_group) at a shape that takes
+/// them: rising values (every entry of a later slice beats the bound: the buffer overflows), falling
+/// values, ties within and across slices, a masked row with its few finite entries late, signed zeros;
+/// then a NaN in a later slice of a group (the call raises, as on the host).
+void check_grouped(device_backend& d, host_backend& h, bool quick) {
+  const index_t rows = quick ? 512 : 128, cols = quick ? 8192 : 65536;  // groups of 2 / of 4 and 8
+  std::vector<float> x = random_logits(rows, cols, cols, 17);
+  for (index_t r = 0; r < rows; ++r) {
+    float* row = x.data() + static_cast<std::size_t>(r * cols);
+    switch (r % 8) {
+      // Slopes that keep the logits below 1 (distinct floats still): softmax's error bound here is stated
+      // for logits of moderate size (an argument of 45 alone carries a rounding of ~4e-6 relative).
+      case 1: for (index_t c = 0; c < cols; ++c) row[c] = static_cast<float>(c) * 1e-5f; break;
+      case 2: for (index_t c = 0; c < cols; ++c) row[c] = -static_cast<float>(c) * 1e-5f; break;
+      case 3: for (index_t c = 0; c < cols; ++c) row[c] = 0.25f; break;
+      case 4: for (index_t c = 0; c < cols; ++c) row[c] = static_cast<float>(c / 5000); break;
+      case 5:
+        for (index_t c = 0; c < cols; ++c) row[c] = -HUGE_VALF;
+        for (index_t c = cols - 40; c < cols; c += 3) row[c] = static_cast<float>(c % 7);
+        break;
+      // Signed zeros tie across slices; the maximum 0 keeps softmax's terms exact (exp(0) = 1: tens of
+      // thousands of equal inexact terms would measure the two summation orders, not the kernels).
+      case 6: for (index_t c = 0; c < cols; ++c) row[c] = c % 4097 == 0 ? -1.0f : (c % 2 == 0 ? -0.0f : 0.0f); break;
+      default: break;
+    }
+  }
+  check_shape(d, h, rows, cols, cols, 17, &x);
+  std::vector<float> y = random_logits(rows, cols, cols, 18);
+  y[static_cast<std::size_t>(5 * cols + cols - 4096 + 100)] = std::numeric_limits<float>::quiet_NaN();  // a group's last slice
+  check_shape(d, h, rows, cols, cols, 18, &y);
+}
+
 /// Deferred faults: a NaN row does not throw at the call; check_faults() does, once.
 void check_deferred(device_backend& d) {
   const index_t rows = 4, cols = 5000;
@@ -765,11 +799,13 @@ int main(int argc, char** argv) {
   bool quick = false, timing_on = true;
   std::string csv_path = "gpu_check.csv";
   std::string profile_op;  // --profile OP ROWS V: run one timed operation a few times (for ncu) and exit
+  std::string only;
   index_t profile_rows = 0, profile_cols = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-timing") == 0) timing_on = false;
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv_path = argv[++i];
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     if (std::strcmp(argv[i], "--profile") == 0 && i + 3 < argc) {
       profile_op = argv[i + 1];
       profile_rows = std::atoll(argv[i + 2]);
@@ -792,6 +828,8 @@ int main(int argc, char** argv) {
   host_backend h;
 
   const double read_gbps = quick || !profile_op.empty() ? 0.0 : measure_read_bandwidth(stream, prop.multiProcessorCount);
+  const bool timing_only_some = !only.empty();
+  if (timing_only_some) quick = true;  // the quick checks; the timing below still runs
   if (read_gbps > 0) std::printf("measured streaming read bandwidth: %.0f GB/s\n", read_gbps);
 
   // ---- correctness (skipped by --profile)
@@ -803,6 +841,7 @@ int main(int argc, char** argv) {
     for (const index_t cols : all_cols) check_shape(d, h, rows, cols, cols, static_cast<std::uint32_t>(rows * 7 + cols));
   for (const index_t cols : {index_t(7), index_t(4097), index_t(32001)}) check_adversarial(d, h, cols, cols + 5);
   if (!quick) check_shape(d, h, 3, 128256, 128256 + 3, 11);  // a row stride that breaks 16-byte alignment
+  check_grouped(d, h, quick);
   check_deferred(d);
   check_batch_verify(d, h, stream, true, nullptr);
   check_batch_builder(d, h, stream, true, nullptr);
@@ -939,7 +978,7 @@ int main(int argc, char** argv) {
     cudaGetLastError();
   }
 
-  if (timing_on && !quick) {
+  if (timing_on && (!quick || timing_only_some)) {
     FILE* csv = std::fopen(csv_path.c_str(), "w");
     std::fprintf(csv, "impl,op,rows,V,median_us,p90_us,GBps,pct_read_bw,launches,syncs\n");
     std::printf("\n%-18s %5s %7s %10s %10s %8s %7s %8s %5s\n", "op", "rows", "V", "median_us", "p90_us", "GB/s", "%bw",
@@ -972,7 +1011,7 @@ int main(int argc, char** argv) {
           pool.push_back(pool_bufs.back()->p);
         }
         for (const op& o : ops) {
-          if (o.k > cols) continue;
+          if (o.k > cols || std::string(o.name).rfind(only, 0) != 0) continue;
           // softmax writes its input: restore the pool afterwards for the samplers
           const timing t = time_op(d, o, rows, cols, pool, &out, stream, 60);
           const int launches = launches_per_call(d, o, pool[0], rows, cols, &out, stream);
@@ -995,8 +1034,8 @@ int main(int argc, char** argv) {
       }
     }
     d.defer_faults(false);
-    check_batch_verify(d, h, stream, false, csv);
-    check_batch_builder(d, h, stream, false, csv);
+    if (std::string("verify_tree").rfind(only, 0) == 0) check_batch_verify(d, h, stream, false, csv);
+    if (std::string("eagle2_build").rfind(only, 0) == 0) check_batch_builder(d, h, stream, false, csv);
     std::fclose(csv);
     std::printf("read bandwidth: %.0f GB/s\n", read_gbps);
   }

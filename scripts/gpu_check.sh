@@ -30,7 +30,7 @@ bin=build/gpu/gpu_check
 if [ ! -x "$bin" ] || ldd "$bin" | grep -q "not found"; then
   arch=${SPECDEC_CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)}
   phase "building gpu_check for sm_$arch"
-  "$nvcc" -std=c++20 -O3 -arch="sm_$arch" -Iinclude -I"$(dirname "$nvcc")/../include/cccl" bench/gpu_check.cu \
+  "$nvcc" -std=c++20 -O3 -lineinfo -arch="sm_$arch" -Iinclude -I"$(dirname "$nvcc")/../include/cccl" bench/gpu_check.cu \
     -o "$bin" || exit 1
 fi
 
@@ -59,9 +59,9 @@ fi
 
 phase "compute-sanitizer memcheck + racecheck (gpu_check --quick)"
 {
-  timeout 45 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "memcheck rc=${PIPESTATUS[0]}"
-  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
+  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "racecheck rc=${PIPESTATUS[0]}"
 } 2>&1 | tee "$out/sanitizer.log"
 
