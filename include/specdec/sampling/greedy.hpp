@@ -25,15 +25,18 @@ namespace detail {
 
 /// The greedy walk of one request (checked by checked_tree); `argmax_of(row)` gives the target argmax
 /// of a node row and is called only for the rows the walk visits. `request` is the request's index in
-/// its batch, for error messages (a greedy request inside a sampled batch keeps its place).
+/// its batch, for error messages (a greedy request inside a sampled batch keeps its place). Where
+/// `argmax_of` returns `end_without_token` (a value below 0; masked verification's terminated grammar)
+/// the walk ends at that node without a final token.
 template <class ArgmaxOf>
 speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
-                                   tree_view tree, ArgmaxOf& argmax_of) {
+                                   tree_view tree, ArgmaxOf& argmax_of, std::int32_t end_without_token = 0) {
   const auto children = children_of(where, q, request);
   speculative_result out;
   index_t node = 0;
   for (;;) {
     const std::int32_t best = argmax_of(q.target_row + node);
+    if (end_without_token < 0 && best == end_without_token) break;
     SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
                     "; expected a token in [0, ", vocab_size, ")");
     const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief Umbrella header of the sampling layer: distribution processing, greedy, stochastic (lossless
-/// and lenient), SGLang's coin rule and typical acceptance.
+/// \brief Umbrella header of the sampling layer: distribution processing, greedy (also under token bitmasks),
+/// stochastic (lossless and lenient), SGLang's coin rule and typical acceptance.
 #pragma once
 
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/lenient.hpp>

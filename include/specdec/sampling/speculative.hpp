@@ -33,6 +33,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/randomness.hpp>
@@ -85,6 +86,13 @@ struct speculative_rows {
   matrix_view<const float, Space> draft = {};
   /// `[rows'' x V]` Exp(1) noise that `speculative_request::noise_row` indexes (final_draw::exponential_race).
   matrix_view<const float, Space> exponential_noise = {};
+  /// Optional token bitmasks of the target rows (structured output; verify_speculative_logits only):
+  /// host `[rows x ceil(V / 32)]` int32 in xgrammar's layout (specdec/sampling/bitmask.hpp), row i
+  /// constraining target row i. The walk then reads each target row as the softmax of the row with its
+  /// disallowed logits at -inf (computed only for the rows it reads; the logits are not written), and
+  /// greedy requests take the largest allowed logit. A walk that reaches a node whose row allows no
+  /// token (a terminated grammar) ends there without a final token. Empty: unconstrained.
+  matrix_view<const std::int32_t> target_bitmask = {};
 };
 
 namespace detail {
@@ -158,11 +166,52 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
   sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
-  greedy_rows<B> argmax(b, rows.target, std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; }));
-  const auto argmax_of = [&](index_t row) { return argmax(row); };
+  const bool masked = rows.target_bitmask.rows() > 0;
+  if (masked) {
+    SPECDEC_EXPECTS(target.softened(), where, "rows.target_bitmask is given; expected logits rows "
+                    "(verify_speculative_logits): a mask applies to logits before the softmax");
+    specdec::detail::check_bitmask(where, "rows.target_bitmask", rows.target_bitmask, vocab);
+    SPECDEC_EXPECTS(rows.target_bitmask.rows() == rows.target.rows(), where, "rows.target_bitmask has ",
+                    rows.target_bitmask.rows(), " rows; expected one per target row (", rows.target.rows(), ")");
+    target.set_bitmask(rows.target_bitmask);
+  }
+  const bool any_greedy = std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; });
+  greedy_rows<B> argmax(b, rows.target, any_greedy && !masked);
+  sampling::detail::row_reader<B> raw(b, rows.target);  // greedy requests under masks read raw rows
+  // Node 0's row must allow a token (the first token emitted); a later node's empty row means the
+  // grammar terminated there.
+  const auto allows_any = [&](index_t row) {
+    const std::int32_t* m = rows.target_bitmask.row(row);
+    for (index_t w = 0; w < bitmask_words(vocab); ++w) {
+      const auto bits = static_cast<std::uint32_t>(m[w]);
+      const index_t left = vocab - 32 * w;
+      if ((left >= 32 ? bits : bits & ((1u << left) - 1u)) != 0) return true;
+    }
+    return false;
+  };
   return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
                                                                        tree_view tree) {
-    if (q.greedy) return greedy_walk_one(where, vocab, q, r, tree, argmax_of);
+    if (masked)
+      SPECDEC_EXPECTS(allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ", q.target_row,
+                      " allows no token; expected at least one (node 0's row constrains the first token emitted)");
+    if (q.greedy && masked) {
+      const auto masked_argmax_of = [&](index_t row) {
+        index_t bad = -1;
+        const std::int32_t best = specdec::detail::masked_argmax(raw.row(row), vocab, rows.target_bitmask.row(row), bad);
+        SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", raw.row(row)[bad < 0 ? 0 : bad],
+                        " at allowed column ", bad, "; expected finite values or -inf");
+        SPECDEC_EXPECTS(best != -1, where, "request ", r, " node ", row - q.target_row, ": rows.target_bitmask row ", row,
+                        " allows tokens but every one has logit -inf; expected at least one finite");
+        return best;  // -2: the grammar terminated at this node
+      };
+      speculative_result res = greedy_walk_one(where, vocab, q, r, tree, masked_argmax_of, -2);
+      raw.recycle();
+      return res;
+    }
+    if (q.greedy) {
+      const auto argmax_of = [&](index_t row) { return argmax(row); };
+      return greedy_walk_one(where, vocab, q, r, tree, argmax_of);
+    }
     if (target.softened()) {
       SPECDEC_EXPECTS(q.temperature > 0.0f && std::isfinite(q.temperature), where, "request ", r, " has temperature ",
                       q.temperature, "; expected a finite temperature > 0 (temperature 0 is greedy: set `greedy`)");
@@ -205,6 +254,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     bool rejected_here = false;
     for (;;) {
       const index_t row = q.target_row + node;
+      if (masked && !allows_any(row)) break;  // a terminated grammar: nothing may follow, no final token
       sampling::detail::working_distribution dist(nullptr, vocab);
       const float* p_row = nullptr;
       // Every full row the walk reads is checked before use: a residual or a final draw from a row

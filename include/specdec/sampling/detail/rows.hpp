@@ -55,6 +55,13 @@ class row_reader {
     stats_.clear();
   }
 
+  /// Token bitmasks of the rows (softening mode; host `[rows x ceil(V / 32)]`, checked by the caller):
+  /// a row is then read as the softmax of its logits with the disallowed ones at -inf.
+  void set_bitmask(matrix_view<const std::int32_t> bitmask) {
+    recycle();
+    bitmask_ = bitmask;
+  }
+
   /// The temperature later rows are softened at (a request's own); rows softened at another one are
   /// dropped.
   void set_temperature(float temperature) {
@@ -77,7 +84,7 @@ class row_reader {
     if constexpr (std::is_same_v<space, host_space>) {
       if (!softened_) return m_(r, column);
       if constexpr (requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
-        if (cache_.find(r) == cache_.end()) {
+        if (bitmask_.rows() == 0 && cache_.find(r) == cache_.end()) {
           auto it = stats_.find(r);
           if (it == stats_.end())
             it = stats_.emplace(r, backend_->row_softmax_stats(matrix_view<const float>(m_.row(r), 1, m_.cols()), temperature_)).first;
@@ -114,6 +121,7 @@ class row_reader {
   std::vector<float> fetch(index_t r) {
     const matrix_view<const float, space> one(m_.row(r), 1, m_.cols());
     if (!softened_) return backend_->download(vector_view<const float, space>(one.row(0), one.cols()));
+    if (bitmask_.rows() > 0) return fetch_masked(r);
     if constexpr (std::is_same_v<space, host_space>) {
       std::vector<float> out = scratch_row();
       if (const auto it = stats_.find(r); it != stats_.end())  // normaliser known: the write pass alone
@@ -129,8 +137,34 @@ class row_reader {
     }
   }
 
+  /// The row's logits with the disallowed ones at -inf, softened by the backend's row_softmax (on the
+  /// backend's memory: the entries are those of row_softmax over the masked logits, bit for bit).
+  std::vector<float> fetch_masked(index_t r) {
+    std::vector<float> x;
+    if constexpr (std::is_same_v<space, host_space>) {
+      x = scratch_row();
+      std::copy(m_.row(r), m_.row(r) + m_.cols(), x.begin());
+    } else {
+      x = backend_->download(vector_view<const float, space>(m_.row(r), m_.cols()));
+    }
+    const std::int32_t* mask = bitmask_.row(r);
+    for (index_t j = 0; j < m_.cols(); ++j)
+      if (((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) == 0) x[static_cast<std::size_t>(j)] = -std::numeric_limits<float>::infinity();
+    if constexpr (std::is_same_v<space, host_space>) {
+      backend_->row_softmax(matrix_view<const float>(x.data(), 1, m_.cols()), temperature_, matrix_view<float>(x.data(), 1, m_.cols()));
+      return x;
+    } else {
+      auto in = backend_->upload(std::span<const float>(x));
+      auto out = backend_->template allocate<float>(m_.cols());
+      backend_->row_softmax(matrix_view<const float, space>(in.view().data(), 1, m_.cols()), temperature_,
+                            matrix_view<float, space>(out.view().data(), 1, m_.cols()));
+      return backend_->download(vector_view<const float, space>(out.view().data(), m_.cols()));
+    }
+  }
+
   B* backend_;
   matrix_view<const float, space> m_;
+  matrix_view<const std::int32_t> bitmask_ = {};
   float temperature_ = 1.0f;
   bool softened_ = false;
   std::map<index_t, std::vector<float>> cache_;

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Token bitmasks in xgrammar's layout (the layout vLLM, SGLang, TensorRT-LLM and MLC share) and
+/// their application to logits rows (xgrammar's `apply_token_bitmask_inplace`).
+///
+/// **Layout.** A bitmask row for a vocabulary of V tokens is `ceil(V / 32)` int32 words; token t is
+/// bit `t % 32` (least significant first) of word `t / 32`, read as unsigned; a set bit allows the
+/// token. Bits at or past V in the last word are ignored. An all-allowed row is every word -1
+/// (xgrammar's `allocate_token_bitmask`). A matrix of them, `[rows x ceil(V / 32)]`, row-major, is one
+/// row per target row: the row of node i's target row constrains the token after node i (its children
+/// and the final token), as vLLM's row i constrains target position i and SGLang's row per node.
+/// Verification under masks: specdec/sampling/bitmask.hpp (greedy) and `speculative_rows::target_bitmask`
+/// (stochastic); filling a tree's masks with a grammar matcher and pruning: specdec/tree/grammar.hpp.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec {
+
+/// int32 words of one bitmask row for a vocabulary of `vocab` tokens: ceil(vocab / 32).
+constexpr index_t bitmask_words(index_t vocab) noexcept { return (vocab + 31) / 32; }
+
+/// Whether a bitmask row allows token t (0 <= t < 32 x words; not checked).
+constexpr bool bitmask_allows(const std::int32_t* row, std::int32_t t) noexcept {
+  return ((static_cast<std::uint32_t>(row[t >> 5]) >> (t & 31)) & 1u) != 0;
+}
+
+/// Sets (allowed) or clears token t's bit of a bitmask row (not checked).
+constexpr void bitmask_set(std::int32_t* row, std::int32_t t, bool allowed) noexcept {
+  const std::uint32_t bit = 1u << (t & 31);
+  auto word = static_cast<std::uint32_t>(row[t >> 5]);
+  word = allowed ? (word | bit) : (word & ~bit);
+  row[t >> 5] = static_cast<std::int32_t>(word);
+}
+
+namespace detail {
+
+/// A bitmask argument: `[rows x words]` int32, unit column stride, at least ceil(vocab / 32) words per
+/// row (vocab 0: any width).
+inline void check_bitmask(const char* where, const char* name, matrix_view<const std::int32_t> bitmask, index_t vocab) {
+  SPECDEC_EXPECTS(bitmask.size() == 0 || bitmask.data() != nullptr, where, name, " has no data");
+  SPECDEC_EXPECTS(bitmask.rows() <= 1 || bitmask.cols() == 0 || bitmask.stride(1) == 1, where, name, " has column stride ",
+                  bitmask.stride(1), "; expected 1 (int32 words of a row are contiguous)");
+  SPECDEC_EXPECTS(bitmask.cols() >= bitmask_words(vocab), where, name, " has ", bitmask.cols(),
+                  " words per row; expected at least ceil(V / 32) = ", bitmask_words(vocab), " for V = ", vocab);
+}
+
+/// Largest allowed entry of a logits row under a bitmask row, lowest index on ties; -1 when allowed
+/// entries exist but none is above -inf, -2 when the row allows no token at all. `bad` receives the
+/// first allowed NaN / +inf column, or -1.
+inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::int32_t* mask, index_t& bad) {
+  bad = -1;
+  bool any = false;
+  float best = -std::numeric_limits<float>::infinity();
+  std::int32_t at = -1;
+  for (index_t w = 0; w * 32 < vocab; ++w) {
+    auto bits = static_cast<std::uint32_t>(mask[w]);
+    while (bits != 0) {
+      const int b = __builtin_ctz(bits);
+      bits &= bits - 1;
+      const index_t j = w * 32 + b;
+      if (j >= vocab) break;
+      any = true;
+      const float v = row[j];
+      if (!(v <= std::numeric_limits<float>::max())) {  // NaN or +inf (-inf passes)
+        if (v != -std::numeric_limits<float>::infinity()) {
+          bad = j;
+          return -1;
+        }
+        continue;
+      }
+      if (v > best) {  // strict, and words and bits run in index order: ties keep the lower index
+        best = v;
+        at = static_cast<std::int32_t>(j);
+      }
+    }
+  }
+  return any ? at : -2;
+}
+
+}  // namespace detail
+
+/// xgrammar's `apply_token_bitmask_inplace` on host rows: for every row r (or every r in `indices`, which
+/// names the same row of both matrices), each column j < `vocab_size` whose bit is clear becomes -inf;
+/// allowed entries and columns at or past `vocab_size` are left as they are, nothing is renormalised.
+/// \param logits host `[rows x V]` float, modified in place.
+/// \param bitmask host `[rows' x words]` int32 (the layout above); rows' == rows unless `indices` is given.
+/// \param vocab_size columns masked; -1 (default): min(V, 32 x words), as xgrammar's default.
+/// \param indices rows to mask (each in [0, min(rows, rows'))); empty: every row.
+/// \throws invalid_argument naming the argument: vocab_size above V or above 32 x words, row counts that
+///   differ without `indices`, an index out of range, a bitmask whose words are not contiguous.
+inline void apply_token_bitmask(matrix_view<float> logits, matrix_view<const std::int32_t> bitmask, index_t vocab_size = -1,
+                                std::span<const index_t> indices = {}) {
+  constexpr const char* where = "specdec::apply_token_bitmask";
+  detail::check_bitmask(where, "bitmask", bitmask, 0);
+  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
+  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
+                  "; expected 1");
+  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
+  if (vocab_size < 0) vocab_size = limit;
+  SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
+                  " (the logits' width)");
+  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
+                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  const auto mask_row = [&](index_t r) {
+    float* x = logits.row(r);
+    const std::int32_t* m = bitmask.row(r);
+    for (index_t j = 0; j < vocab_size; ++j)
+      if (!bitmask_allows(m, static_cast<std::int32_t>(j))) x[j] = -std::numeric_limits<float>::infinity();
+  };
+  if (indices.empty()) {
+    SPECDEC_EXPECTS(bitmask.rows() == logits.rows(), where, "bitmask has ", bitmask.rows(), " rows and logits ",
+                    logits.rows(), "; expected equal counts (or indices)");
+    for (index_t r = 0; r < logits.rows(); ++r) mask_row(r);
+    return;
+  }
+  const index_t rows = bitmask.rows() < logits.rows() ? bitmask.rows() : logits.rows();
+  for (std::size_t i = 0; i < indices.size(); ++i)
+    SPECDEC_EXPECTS(indices[i] >= 0 && indices[i] < rows, where, "indices[", i, "] = ", indices[i], "; expected a row in [0, ",
+                    rows, ") (rows of both logits and bitmask)");
+  for (const index_t r : indices) mask_row(r);
+}
+
+}  // namespace specdec

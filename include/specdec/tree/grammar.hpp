@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Grammar-constrained draft trees: the order in which one grammar matcher with accept and
+/// rollback fills every node's bitmask row (SGLang's `traverse_tree`, xgrammar's `traverse_draft_tree`),
+/// and pruning the nodes a mask forbids before the target forward (fewer rows to verify).
+///
+/// Node i's bitmask row (layout: specdec/mask/token_bitmask.hpp) constrains the token *after* node i: it
+/// is the matcher's mask once node 0's committed state is extended by the tokens of nodes 1..i on the
+/// path to i. A node is valid when its parent is valid and its parent's row allows its token (node 0,
+/// the committed token, always is); an invalid node's subtree is invalid.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec {
+
+/// One step of filling a tree's masks with one matcher: roll back `rollback` tokens (to the state of
+/// `node`'s parent), accept `node`'s token (nothing for node 0), fill `node`'s row.
+struct bitmask_fill_step {
+  std::int32_t node;
+  std::int32_t rollback;
+};
+
+/// The depth-first order (children in node-index order) in which one matcher fills a tree's masks,
+/// with the rollback before each step, when every node is valid. An engine driving its own matcher
+/// (from Python, say) follows it; where accept_token rejects a node it skips the node's subtree (the
+/// steps whose depth exceeds the node's, up to the next step at its depth or above) and rolls back one
+/// token less at that next step. fill_tree_bitmasks does all of this. The walk ends by rolling back
+/// `depth of the last step` tokens (not listed), which returns the matcher to node 0's state.
+/// \throws invalid_argument from validate() on a malformed tree.
+inline std::vector<bitmask_fill_step> bitmask_fill_order(tree_view tree) {
+  validate(tree);
+  const auto n = static_cast<std::size_t>(tree.size());
+  // Children lists in node-index order, then an explicit depth-first walk (no recursion: trees from a
+  // chain drafter can be thousands deep).
+  std::vector<std::int32_t> first(n, -1), next(n, -1), last(n, -1);
+  for (std::size_t i = 1; i < n; ++i) {
+    const auto p = static_cast<std::size_t>(tree.parent[i]);
+    if (first[p] < 0) first[p] = static_cast<std::int32_t>(i);
+    else next[static_cast<std::size_t>(last[p])] = static_cast<std::int32_t>(i);
+    last[p] = static_cast<std::int32_t>(i);
+  }
+  std::vector<bitmask_fill_step> steps;
+  steps.reserve(n);
+  std::int32_t depth_now = 0;  // tokens accepted past node 0
+  std::vector<std::int32_t> stack = {0};
+  while (!stack.empty()) {
+    const std::int32_t node = stack.back();
+    stack.pop_back();
+    const std::int32_t d = tree.depth[static_cast<std::size_t>(node)];
+    steps.push_back({node, node == 0 ? 0 : depth_now - (d - 1)});
+    depth_now = d;
+    // Push children last-first so that they pop in node-index order.
+    std::vector<std::int32_t> kids;
+    for (std::int32_t c = first[static_cast<std::size_t>(node)]; c >= 0; c = next[static_cast<std::size_t>(c)]) kids.push_back(c);
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.push_back(*it);
+  }
+  return steps;
+}
+
+/// What fill_tree_bitmasks needs of a grammar matcher (xgrammar's GrammarMatcher, llama.cpp's grammar
+/// engine behind an adapter): accept a token (false, with the state unchanged, when the grammar
+/// rejects it), roll back the last n accepted tokens, whether the state is terminated (a stop token
+/// accepted), and fill a bitmask row for the current state.
+template <class M>
+concept grammar_matcher = requires(M& m, std::int32_t token, std::int32_t n, std::span<std::int32_t> row) {
+  { m.accept_token(token) } -> std::convertible_to<bool>;
+  m.rollback(n);
+  { m.is_terminated() } -> std::convertible_to<bool>;
+  m.fill_next_token_bitmask(row);
+};
+
+/// Fills every node's bitmask row of a draft tree with one matcher, in bitmask_fill_order, starting from
+/// (and returning to) node 0's state: the matcher must hold the committed tokens up to node 0's. A
+/// valid node that is not terminated gets the matcher's row; a node its parent's row forbids, one
+/// under it, and a terminated node get an all-zero row (nothing may follow them: xgrammar's
+/// traverse_draft_tree; SGLang leaves such rows all-allowed, which verification never reads for an
+/// invalid node). The node's token is tested against the parent's row before the matcher sees it, so
+/// the matcher never accepts what its own mask forbids.
+/// \param bitmask host `[rows x ceil(V / 32)]` int32; node i's row is `first_row + i`.
+/// \return one flag per node: 1 valid, 0 pruned.
+/// \throws invalid_argument on a malformed tree, a token outside [0, V), a bitmask too small.
+template <grammar_matcher M>
+std::vector<std::uint8_t> fill_tree_bitmasks(tree_view tree, index_t vocab, M& matcher, matrix_view<std::int32_t> bitmask,
+                                             index_t first_row = 0) {
+  constexpr const char* where = "specdec::fill_tree_bitmasks";
+  validate(tree, vocab);
+  detail::check_bitmask(where, "bitmask", matrix_view<const std::int32_t>(bitmask), vocab);
+  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
+                  tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
+  const auto n = static_cast<std::size_t>(tree.size());
+  const index_t words = bitmask_words(vocab);
+  std::vector<std::uint8_t> valid(n, 0);
+  const auto row_of = [&](std::size_t i) { return std::span<std::int32_t>(bitmask.row(first_row + static_cast<index_t>(i)), static_cast<std::size_t>(words)); };
+  const auto zero = [&](std::size_t i) { std::fill(row_of(i).begin(), row_of(i).end(), 0); };
+  std::int32_t depth_now = 0;  // tokens the matcher holds past node 0
+  std::int32_t skip_below = -1;  // while >= 0: skipping the subtree of an invalid node at this depth
+  for (const bitmask_fill_step& s : bitmask_fill_order(tree)) {
+    const auto i = static_cast<std::size_t>(s.node);
+    const std::int32_t d = tree.depth[i];
+    if (skip_below >= 0 && d > skip_below) {  // under an invalid node
+      zero(i);
+      continue;
+    }
+    skip_below = -1;
+    if (i > 0) {
+      const auto p = static_cast<std::size_t>(tree.parent[i]);
+      if (depth_now > d - 1) matcher.rollback(depth_now - (d - 1));
+      depth_now = d - 1;
+      const bool allowed = valid[p] != 0 && bitmask_allows(row_of(p).data(), tree.token[i]);
+      if (!allowed || !matcher.accept_token(tree.token[i])) {
+        zero(i);
+        skip_below = d;
+        continue;
+      }
+      depth_now = d;
+    }
+    valid[i] = 1;
+    if (matcher.is_terminated()) zero(i);
+    else matcher.fill_next_token_bitmask(row_of(i));
+  }
+  if (depth_now > 0) matcher.rollback(depth_now);
+  return valid;
+}
+
+/// A draft tree with the nodes a grammar forbids removed, and where each kept node was.
+struct pruned_tree {
+  draft_tree tree;
+  std::vector<std::int32_t> kept;  ///< kept[i]: node i's index in the original tree (kept[0] = 0)
+};
+
+/// Drops every node whose token its parent's bitmask row forbids, with its subtree, before the target
+/// forward: the kept nodes keep their relative order (so a breadth-first tree stays breadth-first) and
+/// their scores; masks, positions and retrieve paths of the pruned tree come from its builders
+/// (mask/tree_mask.hpp) as for any tree, and its bitmask rows are the original rows at `kept`.
+/// \param bitmask host `[rows x ceil(V / 32)]`; node i's row is `first_row + i`.
+/// \throws invalid_argument on a malformed tree, a token outside [0, V), a bitmask too small.
+inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view<const std::int32_t> bitmask, index_t first_row = 0) {
+  constexpr const char* where = "specdec::prune_tree";
+  validate(tree, vocab);
+  detail::check_bitmask(where, "bitmask", bitmask, vocab);
+  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
+                  tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
+  const auto n = static_cast<std::size_t>(tree.size());
+  std::vector<std::int32_t> new_index(n, -1);
+  pruned_tree out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) {
+      const auto p = static_cast<std::size_t>(tree.parent[i]);
+      if (new_index[p] < 0 || !bitmask_allows(bitmask.row(first_row + static_cast<index_t>(p)), tree.token[i])) continue;
+    }
+    new_index[i] = static_cast<std::int32_t>(out.kept.size());
+    out.kept.push_back(static_cast<std::int32_t>(i));
+    out.tree.token.push_back(tree.token[i]);
+    out.tree.parent.push_back(i == 0 ? -1 : new_index[static_cast<std::size_t>(tree.parent[i])]);
+    out.tree.depth.push_back(tree.depth[i]);
+    out.tree.score.push_back(tree.score[i]);
+  }
+  return out;
+}
+
+}  // namespace specdec
