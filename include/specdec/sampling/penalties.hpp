@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Repetition, frequency and presence penalties and logit bias on the target rows of a draft tree,
+/// each node penalised by its own history: the committed tokens plus the drafts on its path (what vLLM's
+/// rejection sampler gives target row i: the output plus drafts 0..i-1), without materialising counts
+/// per row: a request's committed counts are built once, and each node's path adds a few tokens on top.
+///
+/// Semantics, in vLLM's order (Sampler.forward): logit bias (`x += bias`); repetition for tokens seen in
+/// the prompt or the history (`x > 0 ? x / r : x * r`: Hugging Face's RepetitionPenaltyLogitsProcessor
+/// and vLLM's CUDA kernel; vLLM's torch path multiplies by the float reciprocal instead, which differs in
+/// the last bit: `repetition_rule`); frequency `x -= f * count` and presence `x -= p * [count > 0]` over the
+/// history only (OpenAI's definition). Bit for bit with vLLM's `apply_penalties` and transformers'
+/// processor (tests/test_penalties.cpp, goldens from their code), -0.0 logits included: vLLM subtracts
+/// `f * 0` from every entry, which turns -0.0 into +0.0 where f or p is negative, and so does this.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/tree/tree.hpp>
+
+namespace specdec::sampling {
+
+/// How repetition scales a seen token's logit x.
+enum class repetition_rule {
+  divide,               ///< x > 0 ? x / r : x * r (Hugging Face, vLLM's CUDA kernel)
+  multiply_reciprocal,  ///< x * (x > 0 ? 1 / r : r), 1 / r rounded to float first (vLLM's torch path, CPU)
+};
+
+/// A request's penalty parameters (vLLM's SamplingParams names).
+struct penalty_params {
+  float repetition = 1.0f;  ///< > 0; 1: none
+  float frequency = 0.0f;   ///< finite; 0: none
+  float presence = 0.0f;    ///< finite; 0: none
+  repetition_rule rule = repetition_rule::divide;
+};
+
+/// One logit-bias entry: `logits[token] += bias` before the penalties.
+struct logit_bias {
+  std::int32_t token;
+  float bias;
+};
+
+/// The committed history of one request: the prompt's distinct tokens and the output's token counts.
+/// Build it once per request and `append` each emitted token; every tree step reads it.
+class penalty_history {
+ public:
+  penalty_history() = default;
+  /// \throws invalid_argument on a negative token.
+  penalty_history(std::span<const std::int32_t> prompt, std::span<const std::int32_t> output) {
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      SPECDEC_EXPECTS(prompt[i] >= 0, "specdec::sampling::penalty_history", "prompt[", i, "] = ", prompt[i],
+                      "; expected a token id >= 0");
+      prompt_.push_back(prompt[i]);
+    }
+    std::sort(prompt_.begin(), prompt_.end());
+    prompt_.erase(std::unique(prompt_.begin(), prompt_.end()), prompt_.end());
+    for (const std::int32_t t : output) append(t);
+  }
+  /// An emitted token joins the output. \throws invalid_argument on a negative token.
+  void append(std::int32_t token) {
+    SPECDEC_EXPECTS(token >= 0, "specdec::sampling::penalty_history::append", "token = ", token, "; expected a token id >= 0");
+    ++output_[token];
+  }
+  bool in_prompt(std::int32_t t) const { return std::binary_search(prompt_.begin(), prompt_.end(), t); }
+  std::int32_t output_count(std::int32_t t) const {
+    const auto it = output_.find(t);
+    return it == output_.end() ? 0 : it->second;
+  }
+  /// Largest token id held (-1 when empty), for the vocabulary check.
+  std::int32_t max_token() const {
+    std::int32_t m = prompt_.empty() ? -1 : prompt_.back();
+    for (const auto& [t, c] : output_) m = std::max(m, t);
+    return m;
+  }
+  /// The tokens a penalty can touch (prompt and output), sorted and distinct.
+  std::vector<std::int32_t> touched() const {
+    std::vector<std::int32_t> out = prompt_;
+    for (const auto& [t, c] : output_) out.push_back(t);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+ private:
+  std::vector<std::int32_t> prompt_;
+  std::unordered_map<std::int32_t, std::int32_t> output_;
+};
+
+namespace detail {
+
+/// Penalises one row in place for a history of `history` plus `path` (the node's draft tokens).
+inline void penalise_row(float* x, index_t vocab, const penalty_history& history, std::span<const std::int32_t> touched,
+                         std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
+  for (const logit_bias& b : bias) x[b.token] += b.bias;
+  // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
+  // -0.0 becomes +0.0 (x - (-0.0)); nothing else changes for untouched entries.
+  if (std::signbit(p.frequency) || std::signbit(p.presence))
+    for (index_t j = 0; j < vocab; ++j)
+      if (x[j] == 0.0f) x[j] = 0.0f;
+  const float inv_r = 1.0f / p.repetition;
+  const auto path_count = [&](std::int32_t t) {
+    return static_cast<std::int32_t>(std::count(path.begin(), path.end(), t));
+  };
+  const auto penalise = [&](std::int32_t t, bool in_prompt, std::int32_t count) {
+    float v = x[t];
+    if (in_prompt || count > 0) {
+      if (p.rule == repetition_rule::divide) v = v > 0.0f ? v / p.repetition : v * p.repetition;
+      else v = v * (v > 0.0f ? inv_r : p.repetition);
+    }
+    v -= p.frequency * static_cast<float>(count);
+    v -= p.presence * (count > 0 ? 1.0f : 0.0f);
+    x[t] = v;
+  };
+  for (const std::int32_t t : touched) penalise(t, history.in_prompt(t), history.output_count(t) + path_count(t));
+  for (std::size_t i = 0; i < path.size(); ++i) {  // path tokens the committed history never saw, once each
+    const std::int32_t t = path[i];
+    if (std::binary_search(touched.begin(), touched.end(), t) || std::find(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i), t) != path.begin() + static_cast<std::ptrdiff_t>(i))
+      continue;
+    penalise(t, false, path_count(t));
+  }
+}
+
+inline void check_penalties(const char* where, const penalty_params& p, std::span<const logit_bias> bias, index_t vocab,
+                            const penalty_history& history) {
+  SPECDEC_EXPECTS(p.repetition > 0.0f && std::isfinite(p.repetition), where, "repetition = ", p.repetition,
+                  "; expected a finite value > 0 (1: none)");
+  SPECDEC_EXPECTS(std::isfinite(p.frequency), where, "frequency = ", p.frequency, "; expected a finite value (0: none)");
+  SPECDEC_EXPECTS(std::isfinite(p.presence), where, "presence = ", p.presence, "; expected a finite value (0: none)");
+  SPECDEC_EXPECTS(p.rule == repetition_rule::divide || p.rule == repetition_rule::multiply_reciprocal, where, "rule = ",
+                  static_cast<int>(p.rule), "; expected a repetition_rule enumerator");
+  for (std::size_t i = 0; i < bias.size(); ++i) {
+    SPECDEC_EXPECTS(bias[i].token >= 0 && bias[i].token < vocab, where, "bias[", i, "].token = ", bias[i].token,
+                    "; expected a token in [0, ", vocab, ")");
+    SPECDEC_EXPECTS(std::isfinite(bias[i].bias), where, "bias[", i, "].bias = ", bias[i].bias, "; expected a finite value");
+  }
+  SPECDEC_EXPECTS(history.max_token() < vocab, where, "the history holds token ", history.max_token(),
+                  "; expected tokens in [0, ", vocab, ")");
+}
+
+}  // namespace detail
+
+/// Applies logit bias and penalties in place to a draft tree's target rows: node i's row (`first_row +
+/// i`) is penalised by the committed history plus the tokens of nodes 1..i on its path (node 0, the
+/// committed token, is already in the history). Touches only the entries of tokens in the prompt, the
+/// output, the path and the bias (and, with a negative frequency or presence, the zeros of the row).
+/// \param logits host `[rows x V]`, unit column stride. \param tree the draft tree (tokens in [0, V)).
+/// \throws invalid_argument naming the argument: repetition not finite and > 0, frequency or presence
+///   not finite, a bias or history token outside [0, V), rows outside the logits, a malformed tree.
+inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, index_t first_row, const penalty_history& history,
+                                 const penalty_params& params, std::span<const logit_bias> bias = {}) {
+  constexpr const char* where = "specdec::sampling::apply_tree_penalties";
+  const index_t vocab = logits.cols();
+  validate(tree, vocab);
+  detail::check_penalties(where, params, bias, vocab, history);
+  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
+  SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
+  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= logits.rows(), where, "first_row = ", first_row, " with ",
+                  tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the logits' ", logits.rows());
+  const std::vector<std::int32_t> touched = history.touched();
+  std::vector<std::int32_t> path;
+  for (index_t i = 0; i < tree.size(); ++i) {
+    path.clear();
+    for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.push_back(tree.token[static_cast<std::size_t>(c)]);
+    detail::penalise_row(logits.row(first_row + i), vocab, history, touched, path, params, bias);
+  }
+}
+
+/// apply_tree_penalties for plain rows: each row penalised by the committed history alone (a chain's
+/// bonus row, or sampling without drafts).
+inline void apply_penalties(matrix_view<float> logits, const penalty_history& history, const penalty_params& params,
+                            std::span<const logit_bias> bias = {}) {
+  constexpr const char* where = "specdec::sampling::apply_penalties";
+  const index_t vocab = logits.cols();
+  detail::check_penalties(where, params, bias, vocab, history);
+  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
+  SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
+  const std::vector<std::int32_t> touched = history.touched();
+  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, history, touched, {}, params, bias);
+}
+
+}  // namespace specdec::sampling
