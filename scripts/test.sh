@@ -72,6 +72,8 @@ SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_primitives --benchmar
   | grep -E '^BM_'
 SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_trees --benchmark_filter='V:32000|bookkeeping' --benchmark_min_time=0.01 \
   | grep -E '^BM_'
+SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_grammar --benchmark_filter='V:32000|bookkeeping' --benchmark_min_time=0.01 \
+  | grep -E '^BM_'
 SPECDEC_BENCH_POOL_MIB=8 build/release/bench/specdec_bench_samplers --benchmark_filter='V:32000/batch:1/' --benchmark_min_time=0.01 \
   | grep -E '^verify'
 build/release/bench/specdec_bench_blocks --benchmark_filter='T:1/' --benchmark_min_time=0.01 \

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -428,4 +429,50 @@ TEST_CASE("masked stochastic verification takes logits and names a node 0 that a
                        "specdec::sampling::verify_speculative: rows.target_bitmask is given; expected logits rows "
                        "(verify_speculative_logits): a mask applies to logits before the softmax",
                        specdec::invalid_argument);
+}
+
+TEST_CASE("masked_argmax equals a scalar reference: ties, -inf, NaN and +inf among allowed or masked entries, partial words") {
+  std::mt19937 rng(7);
+  for (const index_t v : {index_t(1), index_t(31), index_t(32), index_t(70), index_t(1000)}) {
+    const index_t words = specdec::bitmask_words(v);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<float> x(static_cast<std::size_t>(v));
+      std::vector<std::int32_t> m(static_cast<std::size_t>(words));
+      for (auto& e : x) {
+        const auto k = rng() % 40;
+        e = k == 0 ? -std::numeric_limits<float>::infinity()
+            : k == 1 ? std::numeric_limits<float>::quiet_NaN()
+            : k == 2 ? std::numeric_limits<float>::infinity()
+                     : static_cast<float>(static_cast<int>(rng() % 9) - 4);  // many ties
+      }
+      const auto density = rng() % 4;
+      for (auto& w : m) w = density == 0 ? 0 : density == 3 ? -1 : static_cast<std::int32_t>(rng() & rng());
+      index_t bad = -2;
+      const std::int32_t got = specdec::detail::masked_argmax(x.data(), v, m.data(), bad);
+      // Reference: the first allowed NaN / +inf is a fault; else the largest allowed (first on ties).
+      index_t want_bad = -1, best = -1;
+      bool any = false;
+      for (index_t j = 0; j < v; ++j) {
+        if (!specdec::bitmask_allows(m.data(), static_cast<std::int32_t>(j))) continue;
+        any = true;
+        if (std::isnan(x[static_cast<std::size_t>(j)]) || x[static_cast<std::size_t>(j)] == std::numeric_limits<float>::infinity()) {
+          if (want_bad < 0) want_bad = j;
+          continue;
+        }
+        if (x[static_cast<std::size_t>(j)] > -std::numeric_limits<float>::infinity() &&
+            (best < 0 || x[static_cast<std::size_t>(j)] > x[static_cast<std::size_t>(best)]))
+          best = j;
+      }
+      INFO("V ", v, " trial ", trial);
+      if (!any) {
+        CHECK(got == -2);
+      } else if (want_bad >= 0) {
+        CHECK(got == -1);
+        CHECK(bad == want_bad);
+      } else {
+        CHECK(bad == -1);
+        CHECK(got == (best < 0 ? -1 : best));
+      }
+    }
+  }
 }

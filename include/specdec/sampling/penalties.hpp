@@ -80,12 +80,20 @@ class penalty_history {
     for (const auto& [t, c] : output_) m = std::max(m, t);
     return m;
   }
-  /// The tokens a penalty can touch (prompt and output), sorted and distinct.
-  std::vector<std::int32_t> touched() const {
-    std::vector<std::int32_t> out = prompt_;
-    for (const auto& [t, c] : output_) out.push_back(t);
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
+  /// A token a penalty can touch: in the prompt, or counted in the output.
+  struct entry {
+    std::int32_t token;
+    std::int32_t output_count;
+    bool in_prompt;
+  };
+  /// Every token of the prompt or the output, sorted and distinct, with what the penalties read.
+  std::vector<entry> touched() const {
+    std::vector<entry> out;
+    out.reserve(prompt_.size() + output_.size());
+    for (const std::int32_t t : prompt_) out.push_back({t, output_count(t), true});
+    for (const auto& [t, c] : output_)
+      if (!in_prompt(t)) out.push_back({t, c, false});
+    std::sort(out.begin(), out.end(), [](const entry& a, const entry& b) { return a.token < b.token; });
     return out;
   }
 
@@ -97,7 +105,7 @@ class penalty_history {
 namespace detail {
 
 /// Penalises one row in place for a history of `history` plus `path` (the node's draft tokens).
-inline void penalise_row(float* x, index_t vocab, const penalty_history& history, std::span<const std::int32_t> touched,
+inline void penalise_row(float* x, index_t vocab, std::span<const penalty_history::entry> touched,
                          std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
   for (const logit_bias& b : bias) x[b.token] += b.bias;
   // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
@@ -119,10 +127,17 @@ inline void penalise_row(float* x, index_t vocab, const penalty_history& history
     v -= p.presence * (count > 0 ? 1.0f : 0.0f);
     x[t] = v;
   };
-  for (const std::int32_t t : touched) penalise(t, history.in_prompt(t), history.output_count(t) + path_count(t));
+  const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
+  if (path.empty()) {
+    for (const auto& e : touched) penalise(e.token, e.in_prompt, e.output_count);
+  } else {
+    for (const auto& e : touched) penalise(e.token, e.in_prompt, e.output_count + path_count(e.token));
+  }
   for (std::size_t i = 0; i < path.size(); ++i) {  // path tokens the committed history never saw, once each
     const std::int32_t t = path[i];
-    if (std::binary_search(touched.begin(), touched.end(), t) || std::find(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i), t) != path.begin() + static_cast<std::ptrdiff_t>(i))
+    const auto it = std::lower_bound(touched.begin(), touched.end(), t, by_token);
+    if ((it != touched.end() && it->token == t) ||
+        std::find(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i), t) != path.begin() + static_cast<std::ptrdiff_t>(i))
       continue;
     penalise(t, false, path_count(t));
   }
@@ -164,12 +179,12 @@ inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, inde
   SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
   SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= logits.rows(), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the logits' ", logits.rows());
-  const std::vector<std::int32_t> touched = history.touched();
+  const std::vector<penalty_history::entry> touched = history.touched();
   std::vector<std::int32_t> path;
   for (index_t i = 0; i < tree.size(); ++i) {
     path.clear();
     for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.push_back(tree.token[static_cast<std::size_t>(c)]);
-    detail::penalise_row(logits.row(first_row + i), vocab, history, touched, path, params, bias);
+    detail::penalise_row(logits.row(first_row + i), vocab, touched, path, params, bias);
   }
 }
 
@@ -182,8 +197,8 @@ inline void apply_penalties(matrix_view<float> logits, const penalty_history& hi
   detail::check_penalties(where, params, bias, vocab, history);
   SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
   SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
-  const std::vector<std::int32_t> touched = history.touched();
-  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, history, touched, {}, params, bias);
+  const std::vector<penalty_history::entry> touched = history.touched();
+  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, touched, {}, params, bias);
 }
 
 }  // namespace specdec::sampling

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+// Structured output and penalties in trees, one core: what reading a row under a token bitmask and
+// penalising a tree's rows cost against one streaming pass over the same rows (x_stream, paired per call:
+// bench/paired.hpp), beside the straightforward forms (a masked copy of the row then its argmax; a
+// [V] count array per row and every entry penalised), and the host bookkeeping of a 64-node tree
+// (bitmask_fill_order, prune_tree).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/sampling/penalties.hpp>
+#include <specdec/tree/grammar.hpp>
+
+#include "paired.hpp"
+
+namespace {
+
+using specdec::index_t;
+
+struct pool {
+  index_t cols;
+  std::vector<float> data;
+  index_t rows_total, next = 0;
+  explicit pool(index_t v) : cols(v) {
+    rows_total = static_cast<index_t>(bench::pool_bytes() / (sizeof(float) * v));
+    data.resize(static_cast<std::size_t>(rows_total * v));
+    const specdec::philox_stream s{3, 0};
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;
+  }
+  specdec::matrix_view<float> take(index_t rows) {
+    if (next + rows > rows_total) next = 0;
+    float* p = data.data() + next * cols;
+    next += rows;
+    return {p, rows, cols};
+  }
+};
+
+/// A bitmask row allowing about `percent` % of the tokens (a JSON string state allows most, a number
+/// state few).
+std::vector<std::int32_t> mask_row(index_t v, int percent) {
+  std::vector<std::int32_t> m(static_cast<std::size_t>(specdec::bitmask_words(v)), 0);
+  const specdec::philox_stream s{9, 1};
+  for (index_t j = 0; j < v; ++j)
+    if (s.uniform(static_cast<std::uint64_t>(j)) * 100.0 < percent) specdec::bitmask_set(m.data(), static_cast<std::int32_t>(j), true);
+  return m;
+}
+
+/// The largest allowed logit of a row: what masked greedy verification reads per visited row.
+void BM_masked_argmax(benchmark::State& state) {
+  const index_t v = state.range(0);
+  const auto m = mask_row(v, static_cast<int>(state.range(1)));
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          index_t bad = -1;
+          benchmark::DoNotOptimize(specdec::detail::masked_argmax(p.take(1).row(0), v, m.data(), bad));
+        },
+        [&] { bench::stream_pass(p.take(1)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
+/// The straightforward form: a masked copy of the row (xgrammar's apply on a copy), then its argmax.
+void BM_masked_argmax_baseline(benchmark::State& state) {
+  const index_t v = state.range(0);
+  const auto m = mask_row(v, static_cast<int>(state.range(1)));
+  pool p(v);
+  std::vector<float> copy(static_cast<std::size_t>(v));
+  specdec::eigen b;
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          const auto row = p.take(1);
+          std::copy(row.row(0), row.row(0) + v, copy.begin());
+          specdec::apply_token_bitmask(specdec::matrix_view<float>(copy.data(), 1, v),
+                                       specdec::matrix_view<const std::int32_t>(m.data(), 1, static_cast<index_t>(m.size())));
+          std::int32_t best = 0;
+          b.row_argmax(specdec::matrix_view<const float>(copy.data(), 1, v), specdec::vector_view<std::int32_t>(&best, 1));
+          benchmark::DoNotOptimize(best);
+        },
+        [&] { bench::stream_pass(p.take(1)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
+specdec::draft_tree tree_of(index_t nodes, index_t v) {
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(nodes)), parents(static_cast<std::size_t>(nodes));
+  for (index_t i = 0; i < nodes; ++i) {
+    tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % v);
+    parents[static_cast<std::size_t>(i)] = i == 0 ? -1 : static_cast<std::int32_t>((i - 1) / 4);  // 4-ary, depth 3
+  }
+  return specdec::make_tree(tokens, parents, v);
+}
+
+specdec::sampling::penalty_history history_of(index_t v) {
+  std::vector<std::int32_t> prompt(1000), output(200);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 104729) % static_cast<std::size_t>(v));
+  for (std::size_t i = 0; i < output.size(); ++i) output[i] = static_cast<std::int32_t>((i * 7727) % static_cast<std::size_t>(v));
+  return {prompt, output};
+}
+
+/// Penalties on a 60-node tree's rows (prompt of 1000 tokens, 200 output), x_stream against one pass
+/// over the 60 rows.
+void BM_tree_penalties(benchmark::State& state) {
+  const index_t v = state.range(0), nodes = 60;
+  const auto tree = tree_of(nodes, v);
+  const auto h = history_of(v);
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state, [&] { specdec::sampling::apply_tree_penalties(p.take(nodes), tree, 0, h, {1.1f, 0.3f, 0.2f}); },
+        [&] { bench::stream_pass(p.take(nodes)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
+/// The straightforward form: per row, a [V] count array from the node's history, every entry penalised.
+void BM_tree_penalties_baseline(benchmark::State& state) {
+  const index_t v = state.range(0), nodes = 60;
+  const auto tree = tree_of(nodes, v);
+  std::vector<std::int32_t> prompt(1000), output(200);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 104729) % static_cast<std::size_t>(v));
+  for (std::size_t i = 0; i < output.size(); ++i) output[i] = static_cast<std::int32_t>((i * 7727) % static_cast<std::size_t>(v));
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(v));
+  std::vector<std::uint8_t> in_prompt(static_cast<std::size_t>(v));
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          auto rows = p.take(nodes);
+          for (index_t i = 0; i < nodes; ++i) {
+            std::fill(counts.begin(), counts.end(), 0);
+            std::fill(in_prompt.begin(), in_prompt.end(), 0);
+            for (const auto t : prompt) in_prompt[static_cast<std::size_t>(t)] = 1;
+            for (const auto t : output) ++counts[static_cast<std::size_t>(t)];
+            for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) ++counts[static_cast<std::size_t>(tree.token[static_cast<std::size_t>(c)])];
+            float* x = rows.row(i);
+            for (index_t j = 0; j < v; ++j) {
+              float e = x[j];
+              if (in_prompt[static_cast<std::size_t>(j)] || counts[static_cast<std::size_t>(j)] > 0) e = e > 0.0f ? e / 1.1f : e * 1.1f;
+              e -= 0.3f * static_cast<float>(counts[static_cast<std::size_t>(j)]);
+              e -= 0.2f * (counts[static_cast<std::size_t>(j)] > 0 ? 1.0f : 0.0f);
+              x[j] = e;
+            }
+          }
+        },
+        [&] { bench::stream_pass(p.take(nodes)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
+/// A 64-node tree's bookkeeping: the fill order, and pruning against its masks (V = 128256).
+void BM_grammar_bookkeeping_64(benchmark::State& state) {
+  const index_t v = 128256, nodes = 64, words = specdec::bitmask_words(v);
+  const auto tree = tree_of(nodes, v);
+  std::vector<std::int32_t> masks(static_cast<std::size_t>(nodes * words), -1);
+  for (index_t i = 0; i < nodes; i += 5) std::fill_n(masks.begin() + i * words, words, 0);  // some nodes forbid all
+  const bool order = state.range(0) == 0;
+  for (auto _ : state) {
+    if (order) benchmark::DoNotOptimize(specdec::bitmask_fill_order(tree));
+    else benchmark::DoNotOptimize(specdec::prune_tree(tree, v, specdec::matrix_view<const std::int32_t>(masks.data(), nodes, words)));
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_masked_argmax)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
+BENCHMARK(BM_masked_argmax_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
+BENCHMARK(BM_tree_penalties)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
+BENCHMARK(BM_tree_penalties_baseline)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
+BENCHMARK(BM_grammar_bookkeeping_64)->Arg(0)->Arg(1)->ArgName("prune");
+BENCHMARK_MAIN();
