@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Penalties on a draft tree's target rows against the peers' own code (tests/data/samplers/penalties.json,
+// Penalties on a draft tree's target rows against the peers' own code (tests/data/penalties/penalties.json,
 // tools/goldens/penalties.py): vLLM's apply_penalties (its CPU path, after its logit-bias add) and
 // transformers' RepetitionPenaltyLogitsProcessor, every node's row penalised by its own history, bit for bit.
 #include <doctest/doctest.h>
@@ -23,7 +23,7 @@ using specdec::index_t;
 
 const json& goldens() {
   static const json j = [] {
-    std::ifstream f(SPECDEC_TEST_DATA_DIR "/samplers/penalties.json");
+    std::ifstream f(SPECDEC_TEST_DATA_DIR "/penalties/penalties.json");
     REQUIRE(f.good());
     return json::parse(f);
   }();

@@ -2,9 +2,10 @@
 """Penalty goldens computed by the peers' own code: vLLM's apply_penalties and Hugging Face's
 RepetitionPenaltyLogitsProcessor, on the target rows of a draft tree.
 
-Writes tests/data/samplers/penalties.json. A request has a prompt and committed output tokens (with
-repeats) and a draft tree; node i's target row is penalised with the history vLLM's rejection sampler
-gives target row i: the output plus the draft tokens on the path to node i (prompt for repetition only).
+Writes tests/data/penalties/penalties.json (not tests/data/samplers, whose every file the conformance
+runner reads as a sampler golden). A request has a prompt and committed output tokens (with repeats)
+and a draft tree; node i's target row is penalised with the history vLLM's rejection sampler gives
+target row i: the output plus the draft tokens on the path to node i (prompt for repetition only).
 For several parameter sets (negative frequency / presence included, which turn -0.0 logits into +0.0
 wherever they are applied densely) every row goes through
 - vLLM: `apply_penalties` of vllm/model_executor/layers/utils.py at vllm-project/vllm@00358600 with
@@ -19,7 +20,7 @@ Outputs are stored as float32 bit patterns. Logits are multiples of 1/64 in [-8,
 The vLLM functions are read from files the caller saves (excerpts or whole files; nothing of vLLM is in
 the repository): the script extracts the named functions by their AST and executes them verbatim.
 Needs torch and transformers. Usage:
-  tools/goldens/penalties.py --vllm-utils FILE --vllm-custom-ops FILE [--out tests/data/samplers]
+  tools/goldens/penalties.py --vllm-utils FILE --vllm-custom-ops FILE [--out tests/data/penalties]
 """
 import argparse
 import ast
@@ -52,7 +53,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vllm-utils", required=True)
     ap.add_argument("--vllm-custom-ops", required=True)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/data/samplers"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/data/penalties"))
     args = ap.parse_args()
     ops = functions(args.vllm_custom_ops, ["apply_repetition_penalties_torch", "apply_repetition_penalties_cuda",
                                           "apply_repetition_penalties"])
