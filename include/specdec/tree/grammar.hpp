@@ -30,22 +30,24 @@ struct bitmask_fill_step {
 };
 
 /// The depth-first order (children in node-index order) in which one matcher fills a tree's masks,
-/// with the rollback before each step, when every node is valid. An engine driving its own matcher
-/// (from Python, say) follows it; where accept_token rejects a node it skips the node's subtree (the
-/// steps whose depth exceeds the node's, up to the next step at its depth or above) and rolls back one
-/// token less at that next step. fill_tree_bitmasks does all of this. The walk ends by rolling back
-/// `depth of the last step` tokens (not listed), which returns the matcher to node 0's state.
+/// with the rollback before each step when every node is valid (then the matcher holds `depth` tokens
+/// past node 0 after each step). An engine driving its own matcher (from Python, say) follows it;
+/// where accept_token rejects a node it skips the node's subtree (the steps after it whose depth
+/// exceeds the node's) and, since the matcher then holds fewer tokens than listed, rolls back
+/// `held - (depth of the step - 1)` before each later step instead of the listed count.
+/// fill_tree_bitmasks does all of this. The walk ends by rolling back the tokens still held (not
+/// listed), which returns the matcher to node 0's state.
 /// \throws invalid_argument from validate() on a malformed tree.
 inline std::vector<bitmask_fill_step> bitmask_fill_order(tree_view tree) {
   validate(tree);
   const auto n = static_cast<std::size_t>(tree.size());
-  // Children lists in node-index order, then an explicit depth-first walk (no recursion: trees from a
-  // chain drafter can be thousands deep).
-  std::vector<std::int32_t> first(n, -1), next(n, -1), last(n, -1);
+  // An explicit depth-first walk (no recursion: a chain drafter's tree can be thousands deep); each
+  // node's last child and each child's previous sibling, so that children are pushed last-first and
+  // pop in node-index order.
+  std::vector<std::int32_t> last(n, -1), previous(n, -1);
   for (std::size_t i = 1; i < n; ++i) {
     const auto p = static_cast<std::size_t>(tree.parent[i]);
-    if (first[p] < 0) first[p] = static_cast<std::int32_t>(i);
-    else next[static_cast<std::size_t>(last[p])] = static_cast<std::int32_t>(i);
+    previous[i] = last[p];
     last[p] = static_cast<std::int32_t>(i);
   }
   std::vector<bitmask_fill_step> steps;
@@ -58,10 +60,7 @@ inline std::vector<bitmask_fill_step> bitmask_fill_order(tree_view tree) {
     const std::int32_t d = tree.depth[static_cast<std::size_t>(node)];
     steps.push_back({node, node == 0 ? 0 : depth_now - (d - 1)});
     depth_now = d;
-    // Push children last-first so that they pop in node-index order.
-    std::vector<std::int32_t> kids;
-    for (std::int32_t c = first[static_cast<std::size_t>(node)]; c >= 0; c = next[static_cast<std::size_t>(c)]) kids.push_back(c);
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.push_back(*it);
+    for (std::int32_t c = last[static_cast<std::size_t>(node)]; c >= 0; c = previous[static_cast<std::size_t>(c)]) stack.push_back(c);
   }
   return steps;
 }
