@@ -53,24 +53,23 @@ inline void check_bitmask(const char* where, const char* name, matrix_view<const
 
 /// Largest allowed entry of a logits row under a bitmask row, lowest index on ties; -1 when allowed
 /// entries exist but none is above -inf, -2 when the row allows no token at all. `bad` receives the
-/// first allowed NaN / +inf column, or -1. Two branch-free passes over whole 32-entry words (the
-/// compiler vectorises them; a bit-by-bit walk cost 8x a streaming pass on a mostly-allowed row): the
-/// maximum and whether anything allowed is NaN / +inf, then the first allowed entry equal to it.
+/// first allowed NaN / +inf column, or -1. One branch-free pass over whole 32-entry words with lane-wise
+/// accumulators (each lane's maximum and the word of its first occurrence; the compiler vectorises it,
+/// where a branch on each mask bit mispredicted on a mixed row and cost 100x a streaming pass), then the
+/// lanes combined (larger value, then lower index).
 inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::int32_t* mask, index_t& bad) {
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+  constexpr std::uint32_t neg_inf_bits = 0xff800000u;
   bad = -1;
   const index_t full = vocab / 32;
-  float best = neg_inf;
-  bool any = false, faulty = false;
-  // Lane-wise accumulators over words (a running maximum per lane, no reduction inside a word), and
-  // the lane select done on the bits (a branch on each mask bit mispredicts on a mixed row).
   float lane_max[32];
-  std::uint32_t lane_bad[32];
+  std::uint32_t lane_word[32], lane_bad[32];
   for (int b = 0; b < 32; ++b) {
     lane_max[b] = neg_inf;
+    lane_word[b] = 0;
     lane_bad[b] = 0;
   }
-  constexpr std::uint32_t neg_inf_bits = 0xff800000u;
+  bool any = false;
   for (index_t w = 0; w < full; ++w) {
     const auto bits = static_cast<std::uint32_t>(mask[w]);
     if (bits == 0) continue;
@@ -80,43 +79,43 @@ inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::in
       const std::uint32_t keep = 0u - ((bits >> b) & 1u);
       const std::uint32_t u = std::bit_cast<std::uint32_t>(x[b]);
       const float candidate = std::bit_cast<float>((u & keep) | (neg_inf_bits & ~keep));
-      lane_max[b] = candidate > lane_max[b] ? candidate : lane_max[b];
+      const bool better = candidate > lane_max[b];  // strict: a lane keeps its first occurrence
+      lane_max[b] = better ? candidate : lane_max[b];
+      lane_word[b] = better ? static_cast<std::uint32_t>(w) : lane_word[b];
       lane_bad[b] |= keep & static_cast<std::uint32_t>((u & 0x7fffffffu) >= 0x7f800000u && u != neg_inf_bits);  // NaN, +inf
     }
   }
-  for (int b = 0; b < 32; ++b) {
-    best = lane_max[b] > best ? lane_max[b] : best;
+  float best = neg_inf;
+  index_t at = -1;
+  bool faulty = false;
+  for (index_t b = 0; b < 32; ++b) {
     faulty = faulty || lane_bad[b] != 0;
+    if (lane_max[b] == neg_inf) continue;
+    const index_t j = static_cast<index_t>(lane_word[b]) * 32 + b;
+    if (lane_max[b] > best || (lane_max[b] == best && j < at)) {
+      best = lane_max[b];
+      at = j;
+    }
   }
-  for (index_t j = full * 32; j < vocab; ++j) {
+  for (index_t j = full * 32; j < vocab; ++j) {  // the partial last word, in index order
     if (((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
     any = true;
     const float v = row[j];
     faulty = faulty || v != v || v == -neg_inf;
-    best = v > best ? v : best;
+    if (v > best) {
+      best = v;
+      at = j;
+    }
   }
   if (!any) return -2;
-  const auto allowed = [&](index_t j) { return ((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) != 0; };
   if (faulty) {
     for (index_t j = 0; j < vocab; ++j)
-      if (allowed(j) && (row[j] != row[j] || row[j] == -neg_inf)) {
+      if (((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) != 0 && (row[j] != row[j] || row[j] == -neg_inf)) {
         bad = j;
         return -1;
       }
   }
-  if (best == neg_inf) return -1;
-  // The first allowed entry equal to the maximum: a word's equal lanes as bits, and with its mask.
-  for (index_t w = 0; w < full; ++w) {
-    const auto bits = static_cast<std::uint32_t>(mask[w]);
-    if (bits == 0) continue;
-    const float* x = row + w * 32;
-    std::uint32_t eq = 0;
-    for (std::uint32_t b = 0; b < 32; ++b) eq |= static_cast<std::uint32_t>(x[b] == best) << b;
-    if ((eq & bits) != 0) return static_cast<std::int32_t>(w * 32 + __builtin_ctz(eq & bits));
-  }
-  for (index_t j = full * 32; j < vocab; ++j)
-    if (row[j] == best && allowed(j)) return static_cast<std::int32_t>(j);
-  return -1;  // not reached: the maximum is an allowed entry
+  return best == neg_inf ? -1 : static_cast<std::int32_t>(at);
 }
 
 }  // namespace detail
