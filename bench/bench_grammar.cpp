@@ -2,8 +2,8 @@
 // Structured output and penalties in trees, one core: what reading a row under a token bitmask and
 // penalising a tree's rows cost against one streaming pass over the same rows (x_stream, paired per call:
 // bench/paired.hpp), beside the straightforward forms (a masked copy of the row then its argmax; a
-// [V] count array per row and every entry penalised), and the host bookkeeping of a 64-node tree
-// (bitmask_fill_order, prune_tree).
+// [V] count array per row and every entry penalised), xgrammar's in-place mask application, and the
+// host bookkeeping of a 64-node tree (bitmask_fill_order, prune_tree).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -93,6 +93,23 @@ void BM_masked_argmax_baseline(benchmark::State& state) {
   state.counters["x_stream"] = ratio.x_stream();
 }
 
+/// xgrammar's apply_token_bitmask_inplace on one row (read and written in place; x_stream against one
+/// read pass).
+void BM_apply_token_bitmask(benchmark::State& state) {
+  const index_t v = state.range(0);
+  const auto m = mask_row(v, static_cast<int>(state.range(1)));
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          specdec::apply_token_bitmask(p.take(1), specdec::matrix_view<const std::int32_t>(m.data(), 1, static_cast<index_t>(m.size())));
+        },
+        [&] { bench::stream_pass(p.take(1)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
 specdec::draft_tree tree_of(index_t nodes, index_t v) {
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(nodes)), parents(static_cast<std::size_t>(nodes));
   for (index_t i = 0; i < nodes; ++i) {
@@ -177,6 +194,7 @@ void BM_grammar_bookkeeping_64(benchmark::State& state) {
 
 BENCHMARK(BM_masked_argmax)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
 BENCHMARK(BM_masked_argmax_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
+BENCHMARK(BM_apply_token_bitmask)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
 BENCHMARK(BM_tree_penalties)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
 BENCHMARK(BM_tree_penalties_baseline)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
 BENCHMARK(BM_grammar_bookkeeping_64)->Arg(0)->Arg(1)->ArgName("prune");

@@ -142,10 +142,21 @@ inline void apply_token_bitmask(matrix_view<float> logits, matrix_view<const std
                   " (the logits' width)");
   SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
                   bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  // Whole words branch-free (a branch per bit mispredicts on a mixed row), then the partial word.
   const auto mask_row = [&](index_t r) {
     float* x = logits.row(r);
     const std::int32_t* m = bitmask.row(r);
-    for (index_t j = 0; j < vocab_size; ++j)
+    const index_t full = vocab_size / 32;
+    for (index_t w = 0; w < full; ++w) {
+      const auto bits = static_cast<std::uint32_t>(m[w]);
+      if (bits == 0xffffffffu) continue;
+      float* xw = x + w * 32;
+      for (std::uint32_t b = 0; b < 32; ++b) {
+        const std::uint32_t keep = 0u - ((bits >> b) & 1u);
+        xw[b] = std::bit_cast<float>((std::bit_cast<std::uint32_t>(xw[b]) & keep) | (0xff800000u & ~keep));
+      }
+    }
+    for (index_t j = full * 32; j < vocab_size; ++j)
       if (!bitmask_allows(m, static_cast<std::int32_t>(j))) x[j] = -std::numeric_limits<float>::infinity();
   };
   if (indices.empty()) {
