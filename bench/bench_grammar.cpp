@@ -24,23 +24,7 @@ namespace {
 
 using specdec::index_t;
 
-struct pool {
-  index_t cols;
-  std::vector<float> data;
-  index_t rows_total, next = 0;
-  explicit pool(index_t v) : cols(v) {
-    rows_total = static_cast<index_t>(bench::pool_bytes() / (sizeof(float) * v));
-    data.resize(static_cast<std::size_t>(rows_total * v));
-    const specdec::philox_stream s{3, 0};
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;
-  }
-  specdec::matrix_view<float> take(index_t rows) {
-    if (next + rows > rows_total) next = 0;
-    float* p = data.data() + next * cols;
-    next += rows;
-    return {p, rows, cols};
-  }
-};
+using pool = bench::row_pool;
 
 /// A bitmask row allowing about `percent` % of the tokens (a JSON string state allows most, a number
 /// state few).

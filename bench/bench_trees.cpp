@@ -26,23 +26,7 @@ namespace {
 
 using specdec::index_t;
 
-struct pool {
-  index_t cols;
-  std::vector<float> data;
-  index_t rows_total, next = 0;
-  explicit pool(index_t v) : cols(v) {
-    rows_total = static_cast<index_t>(bench::pool_bytes() / (sizeof(float) * v));
-    data.resize(static_cast<std::size_t>(rows_total * v));
-    const specdec::philox_stream s{3, 0};
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;
-  }
-  specdec::matrix_view<const float> take(index_t rows) {
-    if (next + rows > rows_total) next = 0;
-    const float* p = data.data() + next * cols;
-    next += rows;
-    return {p, rows, cols};
-  }
-};
+using pool = bench::row_pool;
 
 /// Runs `body` once per iteration, each call paired with a streaming pass over `stream_rows` other
 /// rows of the pool (bench/paired.hpp).

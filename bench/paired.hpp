@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
+#include <vector>
 
 #include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 
 namespace bench {
@@ -31,6 +33,26 @@ inline std::size_t pool_bytes() {
 inline void stream_pass(specdec::matrix_view<const float> x) {
   for (specdec::index_t r = 0; r < x.rows(); ++r) benchmark::DoNotOptimize(specdec::detail::scan_max(x.row(r), x.cols()).max);
 }
+
+/// Rows of uniform logits in [-4, 4) filling pool_bytes(), handed out in turn (wrapping around), so that
+/// consecutive calls read rows no cache holds.
+struct row_pool {
+  specdec::index_t cols;
+  std::vector<float> data;
+  specdec::index_t rows_total, next = 0;
+  explicit row_pool(specdec::index_t v) : cols(v) {
+    rows_total = static_cast<specdec::index_t>(pool_bytes() / (sizeof(float) * v));
+    data.resize(static_cast<std::size_t>(rows_total * v));
+    const specdec::philox_stream s{3, 0};
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 8.0f * s.uniform(i) - 4.0f;
+  }
+  specdec::matrix_view<float> take(specdec::index_t rows) {
+    if (next + rows > rows_total) next = 0;
+    float* p = data.data() + next * cols;
+    next += rows;
+    return {p, rows, cols};
+  }
+};
 
 class paired_ratio {
  public:

@@ -20,6 +20,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/staged_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/speculative.hpp>
@@ -419,11 +420,7 @@ struct speculative_batch_job {
   /// masses of its current entries; the empty-distribution fallback as configured.
   /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
   /// entries first staged in scratch by the whole team, then walked by the team (walk_staged).
-  struct staged_source {
-    const float* stage;
-    index_t begin;
-    SPECDEC_HOST_DEVICE float operator()(index_t j) const noexcept { return stage[j - begin]; }
-  };
+  using staged_source = sampling::detail::staged_source;
   template <class Team, class Value>
   SPECDEC_HOST_DEVICE std::int32_t locate(Team& team, const layout& l, const double* masses, double target,
                                           const Value& value) const {
@@ -437,57 +434,11 @@ struct speculative_batch_job {
     return walk_staged(team, l, begin, end, c.before, masses[c.chunk], target);
   }
 
-  /// walk_chunk's answer over the staged chunk [begin, end), found by the team. walk_chunk adds the
-  /// positive entries one after another in double and stops at the first running total above
-  /// `target`: a chain of up to 1024 dependent additions. Here each of `segments` segments is summed,
-  /// each segment's thread starts from the sum of the segments before it and walks its entries. Those
-  /// running totals are walk_chunk's up to rounding: both add at most 1024 + 64 non-negative terms to
-  /// `before`, so each errs by under 2^-42 of before + chunk mass, and `slack` (2^-40 of that plus the
-  /// target) covers both. An entry whose total clears target + slack surely crosses, one below
-  /// target - slack surely does not; when the first entry that may cross is also the first that surely
-  /// does (or none may), that is walk_chunk's answer. Otherwise (a running total within ~1e-12 of the
-  /// target) walk_chunk itself decides.
+  /// walk_chunk's answer over the staged chunk [begin, end), found by the team (staged_walk.hpp).
   template <class Team>
   SPECDEC_HOST_DEVICE std::int32_t walk_staged(Team& team, const layout& l, index_t begin, index_t end, double before,
                                                double chunk_mass, double target) const {
-    constexpr index_t length = specdec::detail::sample_chunk / segments;
-    const index_t n = end - begin;
-    const double slack = (before + chunk_mass + target) * 0x1p-40;
-    for (index_t g = team.rank(); g < segments; g += team.size()) {
-      double sum = 0.0;
-      for (index_t i = g * length; i < (g + 1) * length && i < n; ++i) {
-        const double v = static_cast<double>(l.stage[i]);
-        if (v > 0.0) sum += v;
-      }
-      l.segment_sums[g] = sum;
-    }
-    team.sync();
-    for (index_t g = team.rank(); g < segments; g += team.size()) {
-      double running = before;
-      for (index_t h = 0; h < g; ++h) running += l.segment_sums[h];
-      std::int64_t maybe = -1, sure = -1, last = -1;
-      for (index_t i = g * length; i < (g + 1) * length && i < n; ++i) {
-        const double v = static_cast<double>(l.stage[i]);
-        if (!(v > 0.0)) continue;
-        running += v;
-        last = i;
-        if (maybe < 0 && running > target - slack) maybe = i;
-        if (sure < 0 && running > target + slack) sure = i;
-      }
-      l.segment_marks[g] = maybe;
-      l.segment_marks[segments + g] = sure;
-      l.segment_marks[2 * segments + g] = last;
-    }
-    team.sync();
-    std::int64_t maybe = -1, sure = -1, last = -1;
-    for (index_t g = 0; g < segments; ++g) {  // segments in index order: the first marks are the row's first
-      if (maybe < 0) maybe = l.segment_marks[g];
-      if (sure < 0) sure = l.segment_marks[segments + g];
-      if (l.segment_marks[2 * segments + g] >= 0) last = l.segment_marks[2 * segments + g];
-    }
-    if (maybe < 0) return static_cast<std::int32_t>(begin + (last < 0 ? 0 : last));
-    if (maybe == sure) return static_cast<std::int32_t>(begin + sure);
-    return specdec::detail::walk_chunk(staged_source{l.stage, begin}, begin, end, before, target);
+    return walk_staged_chunk<segments>(team, l.stage, l.segment_sums, l.segment_marks, begin, end, before, chunk_mass, target);
   }
 
   template <class Team>
