@@ -12,6 +12,19 @@
 /// history only (OpenAI's definition). Bit for bit with vLLM's `apply_penalties` and transformers'
 /// processor (tests/test_penalties.cpp, goldens from their code), -0.0 logits included: vLLM subtracts
 /// `f * 0` from every entry, which turns -0.0 into +0.0 where f or p is negative, and so does this.
+///
+/// llama.cpp's penalties sampler (`llama_sampler_init_penalties`) is the other convention
+/// (`penalty_convention::llama_cpp`, with a history from `penalty_history::last_n`): all three penalties
+/// count the last `penalty_last_n` tokens of the whole context, prompt and output alike (a window that
+/// a node's draft path slides: the path's tokens enter, the oldest leave), the repetition rule is
+/// `x <= 0 ? x * r : x / r` (the same as `divide`), frequency and presence are subtracted as one
+/// rounded term `x -= c * f + [c > 0] * p`, and untouched entries are never written. Bit for bit with
+/// llama.cpp's sampler run on the same rows (examples/llama_cpp/sampler_check.cpp, and its cases in
+/// tests/data/penalties/llama_cpp.json).
+///
+/// Products are rounded to float before they are added or subtracted, as both peers' builds do: a
+/// compiler that contracts `x - f * c` into one FMA (GCC in GNU mode with FMA enabled) would otherwise
+/// differ from them in the last bit.
 #pragma once
 
 #include <algorithm>
@@ -34,12 +47,19 @@ enum class repetition_rule {
   multiply_reciprocal,  ///< x * (x > 0 ? 1 / r : r), 1 / r rounded to float first (vLLM's torch path, CPU)
 };
 
+/// Whose definition of the penalties: which tokens count, and how the terms are rounded.
+enum class penalty_convention {
+  vllm,       ///< repetition over prompt + output, frequency / presence over the output (OpenAI); history(prompt, output)
+  llama_cpp,  ///< all three over the last n tokens of the context; history from penalty_history::last_n
+};
+
 /// A request's penalty parameters (vLLM's SamplingParams names).
 struct penalty_params {
   float repetition = 1.0f;  ///< > 0; 1: none
   float frequency = 0.0f;   ///< finite; 0: none
   float presence = 0.0f;    ///< finite; 0: none
-  repetition_rule rule = repetition_rule::divide;
+  repetition_rule rule = repetition_rule::divide;  ///< vllm convention only (llama.cpp's rule is `divide`)
+  penalty_convention convention = penalty_convention::vllm;
 };
 
 /// One logit-bias entry: `logits[token] += bias` before the penalties.
@@ -48,11 +68,24 @@ struct logit_bias {
   float bias;
 };
 
-/// The committed history of one request: the prompt's distinct tokens and the output's token counts.
-/// Build it once per request and `append` each emitted token; every tree step reads it.
+/// The committed history of one request: the prompt's distinct tokens and the output's token counts
+/// (vLLM's convention), or the counts of the context's last n tokens (llama.cpp's: `last_n`). Build it
+/// once per request and `append` each emitted token; every tree step reads it.
 class penalty_history {
  public:
   penalty_history() = default;
+  /// llama.cpp's history: the last `last_n` tokens of `context` (the prompt and the output as its
+  /// sampler accepted them; -1: all of them, 0: none, which disables the penalties), counted for all
+  /// three penalties; `append` slides the window as llama_sampler_accept does.
+  /// \throws invalid_argument on a negative token or last_n < -1.
+  static penalty_history last_n(std::span<const std::int32_t> context, std::int32_t last_n) {
+    SPECDEC_EXPECTS(last_n >= -1, "specdec::sampling::penalty_history::last_n", "last_n = ", last_n,
+                    "; expected -1 (the whole context), 0 (none) or a window length");
+    penalty_history h;
+    h.window_ = last_n;
+    for (const std::int32_t t : context) h.append(t);
+    return h;
+  }
   /// \throws invalid_argument on a negative token.
   penalty_history(std::span<const std::int32_t> prompt, std::span<const std::int32_t> output) {
     for (std::size_t i = 0; i < prompt.size(); ++i) {
@@ -67,8 +100,27 @@ class penalty_history {
   /// An emitted token joins the output. \throws invalid_argument on a negative token.
   void append(std::int32_t token) {
     SPECDEC_EXPECTS(token >= 0, "specdec::sampling::penalty_history::append", "token = ", token, "; expected a token id >= 0");
+    if (window_ == 0) return;
     ++output_[token];
+    if (window_ < 0) return;
+    recent_.push_back(token);
+    if (static_cast<std::int32_t>(recent_.size() - head_) > window_) {  // the oldest leaves, as in llama.cpp's ring buffer
+      const auto it = output_.find(recent_[head_++]);
+      if (--it->second == 0) output_.erase(it);
+      if (head_ > recent_.size() / 2) {
+        recent_.erase(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(head_));
+        head_ = 0;
+      }
+    }
   }
+  /// The convention this history counts for.
+  penalty_convention convention() const {
+    return window_ == unwindowed ? penalty_convention::vllm : penalty_convention::llama_cpp;
+  }
+  /// llama.cpp's window length (-1: the whole context; 0: none); -2 for a vLLM history.
+  std::int32_t window() const { return window_; }
+  /// llama.cpp's window, oldest first, when it is bounded (empty otherwise).
+  std::span<const std::int32_t> recent() const { return std::span<const std::int32_t>(recent_).subspan(head_); }
   bool in_prompt(std::int32_t t) const { return std::binary_search(prompt_.begin(), prompt_.end(), t); }
   std::int32_t output_count(std::int32_t t) const {
     const auto it = output_.find(t);
@@ -98,16 +150,29 @@ class penalty_history {
   }
 
  private:
+  static constexpr std::int32_t unwindowed = -2;
   std::vector<std::int32_t> prompt_;
-  std::unordered_map<std::int32_t, std::int32_t> output_;
+  std::unordered_map<std::int32_t, std::int32_t> output_;  // vllm: output counts; llama_cpp: the window's counts
+  std::int32_t window_ = unwindowed;
+  std::vector<std::int32_t> recent_;  // llama_cpp with a bounded window: its tokens from head_, oldest first
+  std::size_t head_ = 0;
 };
 
 namespace detail {
 
-/// Penalises one row in place for a history of `history` plus `path` (the node's draft tokens).
-inline void penalise_row(float* x, index_t vocab, std::span<const penalty_history::entry> touched,
-                         std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
-  for (const logit_bias& b : bias) x[b.token] += b.bias;
+/// `a * b` rounded to float, never fused into a following add (see the file comment).
+inline float rounded_product(float a, float b) noexcept {
+  float product = a * b;
+#if defined(__GNUC__) || defined(__clang__)
+  __asm__("" : "+m"(product));
+#endif
+  return product;
+}
+
+/// vLLM's convention: one row in place for the history's `touched` entries plus `path` (the node's
+/// draft tokens).
+inline void penalise_row_vllm(float* x, index_t vocab, std::span<const penalty_history::entry> touched,
+                              std::span<const std::int32_t> path, const penalty_params& p) {
   // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
   // -0.0 becomes +0.0 (x - (-0.0)); nothing else changes for untouched entries.
   if (std::signbit(p.frequency) || std::signbit(p.presence))
@@ -123,8 +188,8 @@ inline void penalise_row(float* x, index_t vocab, std::span<const penalty_histor
       if (p.rule == repetition_rule::divide) v = v > 0.0f ? v / p.repetition : v * p.repetition;
       else v = v * (v > 0.0f ? inv_r : p.repetition);
     }
-    v -= p.frequency * static_cast<float>(count);
-    v -= p.presence * (count > 0 ? 1.0f : 0.0f);
+    v -= rounded_product(p.frequency, static_cast<float>(count));
+    v -= rounded_product(p.presence, count > 0 ? 1.0f : 0.0f);
     x[t] = v;
   };
   const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
@@ -143,6 +208,59 @@ inline void penalise_row(float* x, index_t vocab, std::span<const penalty_histor
   }
 }
 
+/// llama.cpp's convention: the window after `path` is the last n tokens of the committed window
+/// followed by the path, so the path's last n tokens enter and as many of the oldest leave.
+inline void penalise_row_llama_cpp(float* x, std::span<const penalty_history::entry> touched, const penalty_history& history,
+                                   std::span<const std::int32_t> path, const penalty_params& p) {
+  const std::int32_t n = history.window();
+  if (n == 0 || (p.repetition == 1.0f && p.frequency == 0.0f && p.presence == 0.0f)) return;  // llama.cpp's is_disabled
+  // The change of each count along the path: entering tokens +1, leaving ones -1.
+  std::vector<std::pair<std::int32_t, std::int32_t>> delta;
+  std::span<const std::int32_t> entering = path;
+  std::span<const std::int32_t> leaving;
+  if (n > 0) {
+    if (entering.size() > static_cast<std::size_t>(n)) entering = entering.last(static_cast<std::size_t>(n));
+    const std::span<const std::int32_t> recent = history.recent();
+    const std::size_t overflow = recent.size() + entering.size();
+    leaving = recent.first(overflow > static_cast<std::size_t>(n) ? overflow - static_cast<std::size_t>(n) : 0);
+  }
+  for (const std::int32_t t : entering) delta.emplace_back(t, 1);
+  for (const std::int32_t t : leaving) delta.emplace_back(t, -1);
+  std::sort(delta.begin(), delta.end());
+  const auto change = [&](std::int32_t t) {
+    std::int32_t c = 0;
+    for (auto it = std::lower_bound(delta.begin(), delta.end(), std::pair<std::int32_t, std::int32_t>(t, -2));
+         it != delta.end() && it->first == t; ++it)
+      c += it->second;
+    return c;
+  };
+  const auto penalise = [&](std::int32_t t, std::int32_t count) {
+    if (count <= 0) return;  // outside the window: llama.cpp never touches it
+    float v = x[t];
+    v = v <= 0.0f ? v * p.repetition : v / p.repetition;
+    v -= rounded_product(static_cast<float>(count), p.frequency) + p.presence;  // float(count > 0) * p is p
+    x[t] = v;
+  };
+  const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
+  for (const auto& e : touched) penalise(e.token, e.output_count + (delta.empty() ? 0 : change(e.token)));
+  for (std::size_t i = 0; i < delta.size(); ++i) {  // entering tokens the committed window does not hold, once each
+    const std::int32_t t = delta[i].first;
+    if (i > 0 && delta[i - 1].first == t) continue;
+    const auto it = std::lower_bound(touched.begin(), touched.end(), t, by_token);
+    if (it != touched.end() && it->token == t) continue;
+    penalise(t, change(t));
+  }
+}
+
+/// Penalises one row in place for the committed history (`touched`: history.touched()) plus `path`
+/// (the node's draft tokens, any order for vLLM; oldest first for llama.cpp), logit bias first.
+inline void penalise_row(float* x, index_t vocab, std::span<const penalty_history::entry> touched, const penalty_history& history,
+                         std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
+  for (const logit_bias& b : bias) x[b.token] += b.bias;
+  if (p.convention == penalty_convention::vllm) penalise_row_vllm(x, vocab, touched, path, p);
+  else penalise_row_llama_cpp(x, touched, history, path, p);
+}
+
 inline void check_penalties(const char* where, const penalty_params& p, std::span<const logit_bias> bias, index_t vocab,
                             const penalty_history& history) {
   SPECDEC_EXPECTS(p.repetition > 0.0f && std::isfinite(p.repetition), where, "repetition = ", p.repetition,
@@ -158,17 +276,23 @@ inline void check_penalties(const char* where, const penalty_params& p, std::spa
   }
   SPECDEC_EXPECTS(history.max_token() < vocab, where, "the history holds token ", history.max_token(),
                   "; expected tokens in [0, ", vocab, ")");
+  SPECDEC_EXPECTS(p.convention == history.convention(), where, "params.convention = ",
+                  p.convention == penalty_convention::vllm ? "vllm" : "llama_cpp", " with a history built for ",
+                  history.convention() == penalty_convention::vllm ? "vllm (prompt, output)" : "llama_cpp (penalty_history::last_n)",
+                  "; expected the same convention");
 }
 
 }  // namespace detail
 
 /// Applies logit bias and penalties in place to a draft tree's target rows: node i's row (`first_row +
 /// i`) is penalised by the committed history plus the tokens of nodes 1..i on its path (node 0, the
-/// committed token, is already in the history). Touches only the entries of tokens in the prompt, the
-/// output, the path and the bias (and, with a negative frequency or presence, the zeros of the row).
+/// committed token, is already in the history), in the params' convention (which must be the
+/// history's). Touches only the entries of tokens in the prompt, the output, the path and the bias
+/// (and, vLLM's convention with a negative frequency or presence, the zeros of the row).
 /// \param logits host `[rows x V]`, unit column stride. \param tree the draft tree (tokens in [0, V)).
 /// \throws invalid_argument naming the argument: repetition not finite and > 0, frequency or presence
-///   not finite, a bias or history token outside [0, V), rows outside the logits, a malformed tree.
+///   not finite, a bias or history token outside [0, V), rows outside the logits, a malformed tree, a
+///   history of the other convention.
 inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, index_t first_row, const penalty_history& history,
                                  const penalty_params& params, std::span<const logit_bias> bias = {}) {
   constexpr const char* where = "specdec::sampling::apply_tree_penalties";
@@ -184,7 +308,8 @@ inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, inde
   for (index_t i = 0; i < tree.size(); ++i) {
     path.clear();
     for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.push_back(tree.token[static_cast<std::size_t>(c)]);
-    detail::penalise_row(logits.row(first_row + i), vocab, touched, path, params, bias);
+    std::reverse(path.begin(), path.end());  // oldest first: llama.cpp's window slides in this order
+    detail::penalise_row(logits.row(first_row + i), vocab, touched, history, path, params, bias);
   }
 }
 
@@ -198,7 +323,7 @@ inline void apply_penalties(matrix_view<float> logits, const penalty_history& hi
   SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
   SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
   const std::vector<penalty_history::entry> touched = history.touched();
-  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, touched, {}, params, bias);
+  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, touched, history, {}, params, bias);
 }
 
 }  // namespace specdec::sampling
