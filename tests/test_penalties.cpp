@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -112,5 +113,72 @@ TEST_CASE("tree penalties name what is wrong") {
   CHECK_THROWS_WITH_AS(apply_tree_penalties(lv, tree, 1, h, {}),
                        "specdec::sampling::apply_tree_penalties: first_row = 1 with 2 nodes; expected rows [first_row, "
                        "first_row + nodes) within the logits' 2",
+                       specdec::invalid_argument);
+}
+
+TEST_CASE("llama.cpp's convention: every penalty over the last n tokens of the context, slid by the node's path") {
+  // A scalar reference: node i's context is the committed one followed by its path; the last n of it are
+  // counted, and the counted tokens get llama_sampler_penalties_apply's arithmetic.
+  std::mt19937 rng(11);
+  const index_t v = 24;
+  for (const std::int32_t n : {-1, 0, 1, 3, 8}) {
+    for (int round = 0; round < 20; ++round) {
+      INFO("last_n ", n, " round ", round);
+      std::vector<std::int32_t> context(static_cast<std::size_t>(rng() % 12));
+      for (auto& t : context) t = static_cast<std::int32_t>(rng() % 10);
+      std::vector<std::int32_t> tokens = {static_cast<std::int32_t>(rng() % 10)}, parents = {-1};
+      context.push_back(tokens[0]);
+      for (std::int32_t i = 1; i < 12; ++i) {
+        tokens.push_back(static_cast<std::int32_t>(i % 3 == 0 ? 10 + i : rng() % 10));
+        parents.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(i)));
+      }
+      const specdec::draft_tree tree = specdec::make_tree(tokens, parents);
+      std::vector<float> x(static_cast<std::size_t>(12 * v));
+      for (auto& e : x) e = static_cast<float>(static_cast<int>(rng() % 512) - 256) / 37.0f;
+      x[3] = 0.0f;
+      x[4] = -0.0f;
+      const specdec::sampling::penalty_params p{1.7f, 0.3f, -0.45f, specdec::sampling::repetition_rule::divide,
+                                                specdec::sampling::penalty_convention::llama_cpp};
+      std::vector<float> got = x;
+      specdec::sampling::apply_tree_penalties(specdec::matrix_view<float>(got.data(), 12, v), tree, 0,
+                                              specdec::sampling::penalty_history::last_n(context, n), p);
+      for (index_t i = 0; i < 12; ++i) {
+        std::vector<std::int32_t> path;
+        for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.insert(path.begin(), tree.token[static_cast<std::size_t>(c)]);
+        std::vector<std::int32_t> full = context;
+        full.insert(full.end(), path.begin(), path.end());
+        const std::size_t keep = n < 0 ? full.size() : std::min(full.size(), static_cast<std::size_t>(n));
+        std::vector<int> count(static_cast<std::size_t>(v), 0);
+        for (std::size_t k = full.size() - keep; k < full.size(); ++k) ++count[static_cast<std::size_t>(full[k])];
+        for (index_t j = 0; j < v; ++j) {
+          float want = x[static_cast<std::size_t>(i * v + j)];
+          const int c = count[static_cast<std::size_t>(j)];
+          if (c > 0) {
+            want = want <= 0 ? want * p.repetition : want / p.repetition;
+            volatile float product = static_cast<float>(c) * p.frequency;  // rounded, as llama.cpp's x86 build
+            want -= product + p.presence;
+          }
+          const float g = got[static_cast<std::size_t>(i * v + j)];
+          CHECK_MESSAGE(std::bit_cast<std::uint32_t>(g) == std::bit_cast<std::uint32_t>(want), "node ", i, " token ", j, ": ", g,
+                        " vs ", want);
+        }
+      }
+    }
+  }
+  // Appending slides the window as llama.cpp's ring buffer does.
+  specdec::sampling::penalty_history h = specdec::sampling::penalty_history::last_n(std::vector<std::int32_t>{1, 2, 3}, 2);
+  h.append(4);
+  CHECK(std::vector<std::int32_t>(h.recent().begin(), h.recent().end()) == std::vector<std::int32_t>{3, 4});
+  CHECK(h.output_count(2) == 0);
+  CHECK(h.output_count(3) == 1);
+  // Conventions do not mix.
+  std::vector<float> row(10, 1.0f);
+  CHECK_THROWS_WITH_AS(specdec::sampling::apply_penalties(specdec::matrix_view<float>(row.data(), 1, 10), h, {1.1f, 0.0f, 0.0f}),
+                       "specdec::sampling::apply_penalties: params.convention = vllm with a history built for llama_cpp "
+                       "(penalty_history::last_n); expected the same convention",
+                       specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(specdec::sampling::penalty_history::last_n(std::vector<std::int32_t>{}, -3),
+                       "specdec::sampling::penalty_history::last_n: last_n = -3; expected -1 (the whole context), 0 (none) or a "
+                       "window length",
                        specdec::invalid_argument);
 }

@@ -166,4 +166,50 @@ inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view
   return out;
 }
 
+/// prune_tree without masks: one accept_token per node, in bitmask_fill_order, with the matcher (holding
+/// node 0's committed state, to which it returns). A node is kept when its parent is kept, its parent's
+/// state is not terminated, and the matcher accepts its token there: the same nodes prune_tree keeps
+/// with the masks fill_tree_bitmasks fills, without filling any (for grammar engines whose mask costs a
+/// pass over the vocabulary; verify_greedy_constrained then fills masks only where it must).
+/// \throws invalid_argument on a malformed tree or a token outside [0, V).
+template <grammar_matcher M>
+pruned_tree prune_tree(const draft_tree& tree, index_t vocab, M& matcher) {
+  validate(tree, vocab);
+  const auto n = static_cast<std::size_t>(tree.size());
+  std::vector<std::uint8_t> valid(n, 0);
+  std::int32_t depth_now = 0;    // tokens the matcher holds past node 0
+  std::int32_t skip_below = -1;  // while >= 0: skipping the subtree of a dropped node at this depth
+  for (const bitmask_fill_step& s : bitmask_fill_order(tree)) {
+    const auto i = static_cast<std::size_t>(s.node);
+    const std::int32_t d = tree.depth[i];
+    if (skip_below >= 0 && d > skip_below) continue;
+    skip_below = -1;
+    if (i > 0) {
+      if (depth_now > d - 1) matcher.rollback(depth_now - (d - 1));
+      depth_now = d - 1;
+      const auto p = static_cast<std::size_t>(tree.parent[i]);
+      // A terminated parent takes no token (matchers may accept one there all the same).
+      if (valid[p] == 0 || matcher.is_terminated() || !matcher.accept_token(tree.token[i])) {
+        skip_below = d;
+        continue;
+      }
+      depth_now = d;
+    }
+    valid[i] = 1;
+  }
+  if (depth_now > 0) matcher.rollback(depth_now);
+  std::vector<std::int32_t> new_index(n, -1);
+  pruned_tree out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (valid[i] == 0) continue;
+    new_index[i] = static_cast<std::int32_t>(out.kept.size());
+    out.kept.push_back(static_cast<std::int32_t>(i));
+    out.tree.token.push_back(tree.token[i]);
+    out.tree.parent.push_back(i == 0 ? -1 : new_index[static_cast<std::size_t>(tree.parent[i])]);
+    out.tree.depth.push_back(tree.depth[i]);
+    out.tree.score.push_back(tree.score[i]);
+  }
+  return out;
+}
+
 }  // namespace specdec
