@@ -121,7 +121,7 @@ TEST_CASE("llama.cpp's convention: every penalty over the last n tokens of the c
   // counted, and the counted tokens get llama_sampler_penalties_apply's arithmetic.
   std::mt19937 rng(11);
   const index_t v = 24;
-  for (const std::int32_t n : {-1, 0, 1, 3, 8}) {
+  for (const std::int32_t n : {0, 1, 3, 8, 64}) {
     for (int round = 0; round < 20; ++round) {
       INFO("last_n ", n, " round ", round);
       std::vector<std::int32_t> context(static_cast<std::size_t>(rng() % 12));
@@ -147,7 +147,7 @@ TEST_CASE("llama.cpp's convention: every penalty over the last n tokens of the c
         for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.insert(path.begin(), tree.token[static_cast<std::size_t>(c)]);
         std::vector<std::int32_t> full = context;
         full.insert(full.end(), path.begin(), path.end());
-        const std::size_t keep = n < 0 ? full.size() : std::min(full.size(), static_cast<std::size_t>(n));
+        const std::size_t keep = std::min(full.size(), static_cast<std::size_t>(n));
         std::vector<int> count(static_cast<std::size_t>(v), 0);
         for (std::size_t k = full.size() - keep; k < full.size(); ++k) ++count[static_cast<std::size_t>(full[k])];
         for (index_t j = 0; j < v; ++j) {
@@ -177,8 +177,38 @@ TEST_CASE("llama.cpp's convention: every penalty over the last n tokens of the c
                        "specdec::sampling::apply_penalties: params.convention = vllm with a history built for llama_cpp "
                        "(penalty_history::last_n); expected the same convention",
                        specdec::invalid_argument);
-  CHECK_THROWS_WITH_AS(specdec::sampling::penalty_history::last_n(std::vector<std::int32_t>{}, -3),
-                       "specdec::sampling::penalty_history::last_n: last_n = -3; expected -1 (the whole context), 0 (none) or a "
-                       "window length",
+  CHECK_THROWS_WITH_AS(specdec::sampling::penalty_history::last_n(std::vector<std::int32_t>{}, -1),
+                       "specdec::sampling::penalty_history::last_n: last_n = -1; expected a window length >= 0 (0: no penalties)",
                        specdec::invalid_argument);
+}
+
+TEST_CASE("llama.cpp's convention equals llama.cpp's own penalties sampler bit for bit") {
+  // Cases and rows recorded by examples/llama_cpp/sampler_check.cpp from llama_sampler_init_penalties
+  // (scripts/check_llama_cpp.sh runs that check live on 400 more).
+  std::ifstream f(SPECDEC_TEST_DATA_DIR "/penalties/llama_cpp.json");
+  REQUIRE(f.good());
+  const json g = json::parse(f);
+  const index_t v = g["vocab"].get<index_t>();
+  int touched = 0;
+  for (const auto& c : g["cases"]) {
+    const auto context = c["context"].get<std::vector<std::int32_t>>();
+    const specdec::draft_tree tree =
+        specdec::make_tree(c["tokens"].get<std::vector<std::int32_t>>(), c["parents"].get<std::vector<std::int32_t>>());
+    const auto bits = [](const json& one) { return std::bit_cast<float>(one[0].get<std::uint32_t>()); };
+    const specdec::sampling::penalty_params p{bits(c["repeat"]), bits(c["frequency"]), bits(c["presence"]),
+                                              specdec::sampling::repetition_rule::divide,
+                                              specdec::sampling::penalty_convention::llama_cpp};
+    std::vector<float> x, want;
+    for (const auto& b : c["logits"]) x.push_back(std::bit_cast<float>(b.get<std::uint32_t>()));
+    for (const auto& b : c["llama_cpp"]) want.push_back(std::bit_cast<float>(b.get<std::uint32_t>()));
+    const std::vector<float> before = x;
+    specdec::sampling::apply_tree_penalties(specdec::matrix_view<float>(x.data(), tree.size(), v), tree, 0,
+                                            specdec::sampling::penalty_history::last_n(context, c["last_n"].get<std::int32_t>()), p);
+    std::size_t first = 0;
+    INFO("last_n ", c["last_n"].get<int>(), " repeat ", p.repetition, " frequency ", p.frequency, " presence ", p.presence);
+    CHECK_MESSAGE(same_bits(x, want, first), "first difference at node ", first / static_cast<std::size_t>(v), " token ",
+                  first % static_cast<std::size_t>(v));
+    touched += before != want;
+  }
+  CHECK(touched > 10);  // the cases penalise something
 }

@@ -104,6 +104,7 @@ class llama_engine {
   llama_engine& operator=(const llama_engine&) = delete;
 
   specdec::index_t vocab_size() const { return llama_vocab_n_tokens(vocab_); }
+  const llama_vocab* vocab() const { return vocab_; }
   bool is_end(std::int32_t token) const { return llama_vocab_is_eog(vocab_, token); }
   /// Tokens in the KV cache (positions 0 .. committed - 1 of sequence 0); the kept tokens still to be
   /// decoded again come after them.

@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <sstream>
 #include <string>
@@ -47,11 +48,16 @@
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
+#include <specdec/sampling/constrained.hpp>
+#include <specdec/sampling/penalties.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/drafters.hpp>
+#include <specdec/tree/grammar.hpp>
 
 #include "../engine/prompts.hpp"
+#include "json_schema.hpp"
 #include "llama_adapter.hpp"
+#include "llama_grammar.hpp"
 
 namespace {
 
@@ -78,16 +84,80 @@ cost_samples measure_costs(const std::string& model, const std::vector<std::int3
   return samples;
 }
 
+/// What a request constrains its output with: a GBNF grammar (--grammar, or --json-schema converted by
+/// llama.cpp's json_schema_to_grammar) and llama.cpp's penalties.
+struct constraints {
+  std::string gbnf;  ///< empty: no grammar
+  llama_example::llama_penalties penalties;
+  bool any() const { return !gbnf.empty() || penalties.any(); }
+};
+
+/// A request's constraint state across its steps: llama.cpp's grammar engine behind specdec's matcher
+/// interface (holding the tokens emitted so far) and the penalties' window (prompt and output, as
+/// llama.cpp's sampler counts them).
+struct constraint_state {
+  std::unique_ptr<llama_example::llama_grammar_matcher> grammar;
+  specdec::sampling::penalty_history history;
+  specdec::sampling::penalty_params params;
+  bool penalised = false;
+  constraint_state(const llama_vocab* vocab, const constraints& c, std::span<const std::int32_t> prompt)
+      : history(specdec::sampling::penalty_history::last_n(prompt, c.penalties.any() ? c.penalties.last_n : 0)),
+        params{c.penalties.repeat, c.penalties.frequency, c.penalties.presence, specdec::sampling::repetition_rule::divide,
+               specdec::sampling::penalty_convention::llama_cpp},
+        penalised(c.penalties.any()) {
+    if (!c.gbnf.empty()) grammar = std::make_unique<llama_example::llama_grammar_matcher>(vocab, c.gbnf);
+  }
+  /// The step's emitted tokens join the committed state.
+  void commit(std::span<const std::int32_t> emitted) {
+    for (const std::int32_t t : emitted) history.append(t);
+    if (grammar) grammar->commit();
+  }
+};
+
 /// Verifies one drafted tree against its rows' logits: greedily, or by lossless speculative sampling
-/// with the step's own Philox stream.
+/// with the step's own Philox stream. Under constraints, greedy verification asks the grammar about
+/// one token per visited row and fills a mask only where the target's choice is forbidden
+/// (verify_greedy_constrained); sampled verification fills every node's mask (fill_tree_bitmasks)
+/// and penalises a copy of the rows. Either way the grammar then holds the emitted tokens.
 specdec::sampling::speculative_result verify(const specdec::draft_tree& tree, specdec::matrix_view<const float> logits,
-                                             float temperature, std::uint64_t seed, std::uint64_t step) {
+                                             float temperature, std::uint64_t seed, std::uint64_t step,
+                                             constraint_state* constrained = nullptr) {
   specdec::eigen backend;
   specdec::sampling::speculative_request request{.tree = tree};
-  if (temperature == 0.0f) return specdec::sampling::verify_greedy(backend, logits, request);
+  const bool greedy = temperature == 0.0f;
+  if (constrained == nullptr || (!constrained->grammar && !constrained->penalised)) {
+    if (greedy) return specdec::sampling::verify_greedy(backend, logits, request);
+    request.uniforms = specdec::sampling::uniform_stream::philox(specdec::philox_stream{seed, step});
+    request.temperature = temperature;
+    return specdec::sampling::verify_speculative_logits(backend, {logits}, request);
+  }
+  const specdec::sampling::walk_penalties penalties{constrained->penalised ? &constrained->history : nullptr, constrained->params};
+  if (greedy) {
+    if (constrained->grammar)
+      return specdec::sampling::verify_greedy_constrained(backend, logits, request, *constrained->grammar, penalties);
+    specdec::any_token_matcher none{logits.cols()};
+    return specdec::sampling::verify_greedy_constrained(backend, logits, request, none, penalties);
+  }
+  const specdec::index_t n = tree.size(), v = logits.cols();
+  std::vector<float> rows(logits.data(), logits.data() + n * v);
+  if (constrained->penalised)
+    specdec::sampling::apply_tree_penalties(specdec::matrix_view<float>(rows.data(), n, v), tree, 0, constrained->history,
+                                            constrained->params);
+  std::vector<std::int32_t> masks;
+  specdec::sampling::speculative_rows<specdec::host_space> input{.target = specdec::matrix_view<const float>(rows.data(), n, v)};
+  if (constrained->grammar) {
+    const specdec::index_t words = specdec::bitmask_words(v);
+    masks.resize(static_cast<std::size_t>(n * words));
+    (void)specdec::fill_tree_bitmasks(tree, v, *constrained->grammar, specdec::matrix_view<std::int32_t>(masks.data(), n, words));
+    input.target_bitmask = specdec::matrix_view<const std::int32_t>(masks.data(), n, words);
+  }
   request.uniforms = specdec::sampling::uniform_stream::philox(specdec::philox_stream{seed, step});
   request.temperature = temperature;
-  return specdec::sampling::verify_speculative_logits(backend, {logits}, request);
+  specdec::sampling::speculative_result result = specdec::sampling::verify_speculative_logits(backend, input, request);
+  if (constrained->grammar)
+    for (const std::int32_t t : result.tokens)
+      if (!constrained->grammar->accept_token(t)) throw std::logic_error("the grammar rejected a token its masks allowed");
+  return result;
 }
 
 /// The suffix trees' depth: the longest match plus draft. Arctic Inference's default (vLLM's is 24): a
@@ -133,9 +203,12 @@ method_drafter make_drafter(const std::string& method, const cost_samples& costs
 /// batched, so only this gives their tokens bit for bit. Timed from then on, as they time generation.
 /// A suffix drafter drafts through `cache` as request `request` (started here, stopped at the end: with
 /// --shared-cache its response stays for later requests).
+/// Under constraints (a grammar, penalties), plain greedy decoding is llama.cpp's own sampler chain
+/// (llama_plain_sampler: the reference the drafting methods must equal token for token), and every
+/// draft is pruned by the grammar before it is decoded (prune_tree: fewer rows).
 run_result generate(const std::string& model, const std::vector<std::int32_t>& prompt, int threads, int new_tokens,
                     method_drafter& drafter, float temperature, std::uint64_t seed, suffix_cache& cache, int request,
-                    const char* trace = nullptr) {
+                    const constraints& limits, const char* trace = nullptr) {
   suffix_drafter* suffix = std::get_if<suffix_drafter>(&drafter);
   if (suffix != nullptr) {
     cache.start_request(request, prompt);
@@ -146,13 +219,27 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
   std::vector<std::int32_t> history = prompt;
   run_result out;
   const specdec::matrix_view<const float> prompt_logits = engine.prefill(prompt);
+  const bool plain = std::holds_alternative<std::monostate>(drafter);
+  std::unique_ptr<llama_example::llama_plain_sampler> llama_sampling;
+  std::unique_ptr<constraint_state> state;
+  if (limits.any() && plain && temperature == 0.0f)
+    llama_sampling = std::make_unique<llama_example::llama_plain_sampler>(engine.vocab(), limits.gbnf, limits.penalties, prompt);
+  else if (limits.any())
+    state = std::make_unique<constraint_state>(engine.vocab(), limits, prompt);
   const auto start = std::chrono::steady_clock::now();
   // Step 0 verifies a root-only tree (the prompt's last token, already in the cache) on the prompt's
   // last row; every later step decodes its tree, rooted at the last token chosen, in one llama_decode.
   for (std::uint64_t step = 0; static_cast<int>(out.tokens.size()) < new_tokens; ++step) {
     specdec::sampling::speculative_result result;
-    if (step == 0) {
-      result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step);
+    if (llama_sampling) {  // llama.cpp's own constrained greedy decoding, one token per llama_decode
+      const float* row = step == 0 ? prompt_logits.data() : engine.decode_tree(specdec::make_tree({history.back()}, {-1})).data();
+      if (step > 0) {
+        ++out.forwards;
+        engine.keep(std::vector<std::int32_t>{0});
+      }
+      result.tokens = {llama_sampling->sample(row)};
+    } else if (step == 0) {
+      result = verify(specdec::make_tree({history.back()}, {-1}), prompt_logits, temperature, seed, step, state.get());
     } else {
       specdec::index_t match = 0;
       const specdec::draft_tree proposal = std::visit([&]<class D>(D& d) -> specdec::draft_tree {
@@ -166,12 +253,14 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
           return draft.tree;
         }
       }, drafter);
-      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(proposal);
+      // The grammar drops the draft nodes it forbids before they cost a row (one accept per node).
+      const specdec::draft_tree tree = llama_example::llama_engine::dfs_order(
+          state && state->grammar ? specdec::prune_tree(proposal, engine.vocab_size(), *state->grammar).tree : proposal);
       const auto t0 = std::chrono::steady_clock::now();
       const specdec::matrix_view<const float> logits = engine.decode_tree(tree);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++out.forwards;
-      result = verify(tree, logits, temperature, seed, step);
+      result = verify(tree, logits, temperature, seed, step, state.get());
       std::visit([&]<class D>(D& d) {
         if constexpr (!std::is_same_v<D, std::monostate>) d.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = seconds});
       }, drafter);
@@ -181,6 +270,7 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
                      result.accepted_nodes.size(), 1e3 * seconds);
       engine.keep(result.kept_nodes());
     }
+    if (state) state->commit(result.tokens);
     bool end = false;
     const std::size_t before = history.size();
     for (const std::int32_t token : result.tokens) {
@@ -218,6 +308,8 @@ int main(int argc, char** argv) {
   float temperature = 0.0f, suffix_factor = 1.0f;
   std::uint64_t seed = 1;
   bool print_chat = false, trace = false, system_info = false, shared_cache = false;
+  constraints limits;
+  std::string grammar_file, schema_file;
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
     if (key == "--print-chat" || key == "--trace" || key == "--system-info" || key == "--shared-cache") {
@@ -243,6 +335,12 @@ int main(int argc, char** argv) {
     else if (key == "--quant") quant = value;
     else if (key == "--chat-template") chat_template = value;
     else if (key == "--suffix-factor") suffix_factor = std::strtof(value.c_str(), nullptr);
+    else if (key == "--grammar") grammar_file = value;
+    else if (key == "--json-schema") schema_file = value;
+    else if (key == "--repeat-penalty") limits.penalties.repeat = std::strtof(value.c_str(), nullptr);
+    else if (key == "--frequency-penalty") limits.penalties.frequency = std::strtof(value.c_str(), nullptr);
+    else if (key == "--presence-penalty") limits.penalties.presence = std::strtof(value.c_str(), nullptr);
+    else if (key == "--repeat-last-n") limits.penalties.last_n = std::atoi(value.c_str());
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       return 2;
@@ -253,7 +351,8 @@ int main(int argc, char** argv) {
                  "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
                  "          [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME] [--warmup FILE]\n"
                  "          [--shared-cache] [--chat-template NAME] [--suffix-factor F] [--print-chat] [--trace]\n"
-                 "          [--system-info]\n",
+                 "          [--system-info] [--grammar FILE.gbnf | --json-schema FILE.json] [--repeat-penalty R]\n"
+                 "          [--frequency-penalty F] [--presence-penalty P] [--repeat-last-n N]\n",
                  argv[0]);
     return 2;
   }
@@ -269,6 +368,19 @@ int main(int argc, char** argv) {
     std::printf("MODEL_BUFFER_TYPES %s\n", joined(llama_example::model_buffer_types()).c_str());
     return 0;
   }
+  if (!grammar_file.empty() && !schema_file.empty()) {
+    std::fprintf(stderr, "--grammar and --json-schema exclude each other\n");
+    return 2;
+  }
+  const auto read_file = [](const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot read " + path);
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  };
+  if (!grammar_file.empty()) limits.gbnf = read_file(grammar_file);
+  if (!schema_file.empty()) limits.gbnf = llama_example::json_schema_to_gbnf(read_file(schema_file));
   if (!prompts_file.empty()) prompts = engine::read_prompts(prompts_file);
   if (prompts.empty()) prompts.push_back("Repeat this list exactly, twice: apples, pears, plums, cherries, apricots, figs, dates.");
   if (print_chat) {  // the prompts as llama.cpp's own programs take them (raw text, template applied)
@@ -312,7 +424,7 @@ int main(int argc, char** argv) {
     for (const std::string& prompt : engine::read_prompts(warmup_file))
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache scratch(suffix_cache_bounds(false));
-        (void)generate(model, chat_of(prompt), threads, tokens, drafters[m], temperature, seed, scratch, -1);
+        (void)generate(model, chat_of(prompt), threads, tokens, drafters[m], temperature, seed, scratch, -1, limits);
       }
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<std::int32_t> chat = chat_of(prompts[p]);
@@ -322,7 +434,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < repeats; ++round)
       for (std::size_t m = 0; m < method_list.size(); ++m) {
         suffix_cache cache = caches[m];
-        last[m] = generate(model, chat, threads, tokens, drafters[m], temperature, seed, cache, static_cast<int>(p),
+        last[m] = generate(model, chat, threads, tokens, drafters[m], temperature, seed, cache, static_cast<int>(p), limits,
                            trace ? method_list[m].c_str() : nullptr);
         if (round + 1 == repeats) caches[m] = std::move(cache);
         speed[m].push_back(static_cast<double>(last[m].tokens.size()) / last[m].seconds);

@@ -75,12 +75,14 @@ class penalty_history {
  public:
   penalty_history() = default;
   /// llama.cpp's history: the last `last_n` tokens of `context` (the prompt and the output as its
-  /// sampler accepted them; -1: all of them, 0: none, which disables the penalties), counted for all
-  /// three penalties; `append` slides the window as llama_sampler_accept does.
-  /// \throws invalid_argument on a negative token or last_n < -1.
+  /// sampler accepted them; 0: none, which disables the penalties; a window as long as the context
+  /// for all of it), counted for all three penalties; `append` slides the window as
+  /// llama_sampler_accept does. (llama.cpp's sampler clamps a negative window to 0 and its programs
+  /// reject one: so does this.)
+  /// \throws invalid_argument on a negative token or last_n < 0.
   static penalty_history last_n(std::span<const std::int32_t> context, std::int32_t last_n) {
-    SPECDEC_EXPECTS(last_n >= -1, "specdec::sampling::penalty_history::last_n", "last_n = ", last_n,
-                    "; expected -1 (the whole context), 0 (none) or a window length");
+    SPECDEC_EXPECTS(last_n >= 0, "specdec::sampling::penalty_history::last_n", "last_n = ", last_n,
+                    "; expected a window length >= 0 (0: no penalties)");
     penalty_history h;
     h.window_ = last_n;
     for (const std::int32_t t : context) h.append(t);
@@ -102,7 +104,7 @@ class penalty_history {
     SPECDEC_EXPECTS(token >= 0, "specdec::sampling::penalty_history::append", "token = ", token, "; expected a token id >= 0");
     if (window_ == 0) return;
     ++output_[token];
-    if (window_ < 0) return;
+    if (window_ < 0) return;  // a vLLM history counts the whole output
     recent_.push_back(token);
     if (static_cast<std::int32_t>(recent_.size() - head_) > window_) {  // the oldest leaves, as in llama.cpp's ring buffer
       const auto it = output_.find(recent_[head_++]);
@@ -117,9 +119,9 @@ class penalty_history {
   penalty_convention convention() const {
     return window_ == unwindowed ? penalty_convention::vllm : penalty_convention::llama_cpp;
   }
-  /// llama.cpp's window length (-1: the whole context; 0: none); -2 for a vLLM history.
+  /// llama.cpp's window length (0: none); -2 for a vLLM history.
   std::int32_t window() const { return window_; }
-  /// llama.cpp's window, oldest first, when it is bounded (empty otherwise).
+  /// llama.cpp's window, oldest first (empty for a vLLM history).
   std::span<const std::int32_t> recent() const { return std::span<const std::int32_t>(recent_).subspan(head_); }
   bool in_prompt(std::int32_t t) const { return std::binary_search(prompt_.begin(), prompt_.end(), t); }
   std::int32_t output_count(std::int32_t t) const {
@@ -217,13 +219,10 @@ inline void penalise_row_llama_cpp(float* x, std::span<const penalty_history::en
   // The change of each count along the path: entering tokens +1, leaving ones -1.
   std::vector<std::pair<std::int32_t, std::int32_t>> delta;
   std::span<const std::int32_t> entering = path;
-  std::span<const std::int32_t> leaving;
-  if (n > 0) {
-    if (entering.size() > static_cast<std::size_t>(n)) entering = entering.last(static_cast<std::size_t>(n));
-    const std::span<const std::int32_t> recent = history.recent();
-    const std::size_t overflow = recent.size() + entering.size();
-    leaving = recent.first(overflow > static_cast<std::size_t>(n) ? overflow - static_cast<std::size_t>(n) : 0);
-  }
+  if (entering.size() > static_cast<std::size_t>(n)) entering = entering.last(static_cast<std::size_t>(n));
+  const std::span<const std::int32_t> recent = history.recent();
+  const std::size_t overflow = recent.size() + entering.size();
+  const std::span<const std::int32_t> leaving = recent.first(overflow > static_cast<std::size_t>(n) ? overflow - static_cast<std::size_t>(n) : 0);
   for (const std::int32_t t : entering) delta.emplace_back(t, 1);
   for (const std::int32_t t : leaving) delta.emplace_back(t, -1);
   std::sort(delta.begin(), delta.end());

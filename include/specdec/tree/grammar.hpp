@@ -77,6 +77,20 @@ concept grammar_matcher = requires(M& m, std::int32_t token, std::int32_t n, std
   m.fill_next_token_bitmask(row);
 };
 
+/// The matcher of no grammar: every token allowed, never terminated (verify_greedy_constrained with
+/// penalties alone).
+struct any_token_matcher {
+  index_t vocab;
+  bool accept_token(std::int32_t token) const { return token >= 0 && token < vocab; }
+  void rollback(std::int32_t) const {}
+  bool is_terminated() const { return false; }
+  void fill_next_token_bitmask(std::span<std::int32_t> row) const {
+    std::fill(row.begin(), row.end(), 0);
+    for (std::int32_t t = 0; t < static_cast<std::int32_t>(vocab); ++t) bitmask_set(row.data(), t, true);
+  }
+};
+static_assert(grammar_matcher<any_token_matcher>);
+
 /// Fills every node's bitmask row of a draft tree with one matcher, in bitmask_fill_order, starting from
 /// (and returning to) node 0's state: the matcher must hold the committed tokens up to node 0's. A
 /// valid node that is not terminated gets the matcher's row; a node its parent's row forbids, one
