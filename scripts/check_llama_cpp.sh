@@ -13,6 +13,12 @@
 #   5. specdec's prompt-lookup chains and trees give the plain output token for token (the example exits
 #      1 otherwise). One thread: llama.cpp's kernels are batch-invariant there (docs/performance.md says
 #      where they are not).
+#   6. sampler-check: specdec's penalties in llama.cpp's convention equal llama.cpp's own penalties
+#      sampler bit for bit on every node of random trees (examples/llama_cpp/sampler_check.cpp);
+#   7. constrained: under a JSON schema (llama.cpp's converter) and under a GBNF grammar, each with
+#      penalties, every drafting method gives, token for token, what llama.cpp's own sampler chain gives
+#      with one token per decode (grammar and penalties samplers called as common_sampler_sample calls
+#      them).
 # Each program's output goes to build/llama-check/logs/<step>.{out,err}. When a step fails, the report
 # names the step and the program, says whether it crashed (a signal: the stack the program printed,
 # and whether its innermost frames are llama.cpp's or specdec's) or found a difference (status 1),
@@ -38,7 +44,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_LLAMA_CPP=ON -
 # llama.cpp's own sources warn under GCC; its build log is shown only when the build fails.
 mkdir -p "$logs"
 if ! cmake --build "$build" -j"$(nproc)" --target specdec_llama_cpp specdec_llama_cpp_tree_kv_check \
-  specdec_llama_cpp_simple >"$logs/build.log" 2>&1; then
+  specdec_llama_cpp_sampler_check specdec_llama_cpp_simple >"$logs/build.log" 2>&1; then
   tail -n 60 "$logs/build.log"
   echo "check_llama_cpp.sh: FAILED at step 'build' (log: $logs/build.log)"
   exit 1
@@ -83,7 +89,7 @@ report() {
         if grep -qE 'on_fatal_signal' <<<"$function"; then
           continue
         elif grep -qE 'specdec::|llama_example::|engine::' <<<"$function" ||
-             grep -qE '^main  \(.*/specdec_llama_cpp(_tree_kv_check)?\)$' <<<"$frame"; then
+             grep -qE '^main  \(.*/specdec_llama_cpp(_tree_kv_check|_sampler_check)?\)$' <<<"$frame"; then
           owner="in specdec's code"
         elif grep -qE 'ggml|gguf|llama' <<<"$function" ||
              grep -qE '^main  \(.*/specdec_llama_cpp_simple\)$' <<<"$frame"; then
@@ -125,7 +131,8 @@ system_info="$(sed -n 's/^SYSTEM //p' "$logs/system-info.out")"
 echo "llama.cpp system info: $system_info"
 
 step no-amx python3 scripts/llama_cpp_no_amx.py --build "$build" --system-info "$logs/system-info.out" \
-  "$examples/specdec_llama_cpp" "$examples/specdec_llama_cpp_tree_kv_check" "$examples/specdec_llama_cpp_simple"
+  "$examples/specdec_llama_cpp" "$examples/specdec_llama_cpp_tree_kv_check" "$examples/specdec_llama_cpp_sampler_check" \
+  "$examples/specdec_llama_cpp_simple"
 cat "$logs/no-amx.out"
 
 step tree-kv-check "$examples/specdec_llama_cpp_tree_kv_check" --model "$model"
@@ -191,3 +198,23 @@ grep -E '^RESULT' "$logs/speculative.out"
 echo "chain, tree, suffix and suffix_tree: greedy outputs identical to plain decoding"
 grep -E '^RESULT' "$logs/shared-cache.out"
 echo "suffix and suffix_tree with --shared-cache: greedy outputs identical to plain decoding"
+
+step sampler-check "$examples/specdec_llama_cpp_sampler_check" --cases 400
+tail -1 "$logs/sampler-check.out"
+
+# Constrained generation, the two runs side by side (one thread each): a JSON schema with penalties on
+# the structured prompts, a GBNF grammar with penalties on the check's prompts.
+step json-schema "$examples/specdec_llama_cpp" --model "$model" --prompts tests/data/llama_cpp/structured.txt \
+  --json-schema examples/llama_cpp/records.schema.json --repeat-penalty 1.1 --frequency-penalty 0.05 \
+  --tokens 64 --threads 1 --methods plain,chain,tree,suffix,suffix_tree &
+schema=$!
+step grammar "$examples/specdec_llama_cpp" --model "$model" --prompts "$prompts" --grammar examples/llama_cpp/bullets.gbnf \
+  --repeat-penalty 1.15 --presence-penalty 0.2 --repeat-last-n 32 --tokens "$tokens" --threads 1 \
+  --methods plain,chain,tree,suffix,suffix_tree &
+grammar=$!
+status=0
+wait "$schema" || status=1
+wait "$grammar" || status=1
+[ "$status" -eq 0 ] || exit 1
+grep -E '^RESULT' "$logs/json-schema.out" "$logs/grammar.out" | sed 's/^[^:]*://'
+echo "under a JSON schema and a GBNF grammar with penalties: greedy outputs identical to llama.cpp's sampler chain"

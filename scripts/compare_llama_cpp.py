@@ -25,6 +25,11 @@ first draft). Per (prompt, method): the median tokens/s over rounds; the speed-u
 of the ratio to the plain decoding run beside it (llama-completion on the same prompt just before, for
 llama.cpp's programs; specdec_plain in the same process, for specdec's methods); `identical`, whether
 the greedy output equals llama-completion's token for token (as text: its first N tokens' pieces).
+
+--json-schema FILE / --grammar FILE and the penalty options constrain every program alike: llama.cpp's
+programs take them as their own options (--json-schema-file, --grammar-file, --repeat-penalty, ...;
+their common_sampler then checks each sampled token against the grammar), specdec's example through
+llama.cpp's grammar engine and specdec's penalties in llama.cpp's convention.
 """
 import argparse
 import json
@@ -53,10 +58,23 @@ def sampling(a):
     return ["--temp", str(a.temperature)] + (["--top-k", "0", "--top-p", "1", "--min-p", "0"] if a.temperature > 0 else [])
 
 
+def constraints(a, specdec_names=False):
+    """The grammar and penalties, in llama.cpp's option names or specdec's example's."""
+    args = []
+    if a.json_schema:
+        args += ["--json-schema" if specdec_names else "--json-schema-file", a.json_schema]
+    if a.grammar:
+        args += ["--grammar" if specdec_names else "--grammar-file", a.grammar]
+    for name in ("repeat_penalty", "frequency_penalty", "presence_penalty", "repeat_last_n"):
+        if getattr(a, name) is not None:
+            args += ["--" + name.replace("_", "-"), str(getattr(a, name))]
+    return args
+
+
 def completion(a, chat_file):
     out, err = run([a.bin + "/llama-completion", "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
                     "-t", str(a.threads), "--seed", str(a.seed), "-no-cnv", "--no-display-prompt", "--no-escape",
-                    "--no-warmup", "-c", "4096"] + sampling(a))
+                    "--no-warmup", "-c", "4096"] + sampling(a) + constraints(a))
     m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", err.replace("prompt eval time", "prompt_eval"))
     seconds, runs = float(m.group(1)) / 1e3, int(m.group(2))
     if runs == 0 or seconds == 0:  # the model ended its turn at once: nothing to time
@@ -71,7 +89,8 @@ SPEC_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngra
 
 def speculative_tool(a, chat_file, program, extra):
     out, err = run([a.bin + "/" + program, "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
-                    "-t", str(a.threads), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a) + extra)
+                    "-t", str(a.threads), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a)
+                   + constraints(a) + extra)
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
     n_predict, seconds = int(m.group(1)), float(m.group(2))
     n_accept = int(re.search(r"n_accept\s*=\s*(\d+)", err).group(1))
@@ -89,7 +108,7 @@ def specdec(a):
     cmd = [a.specdec, "--model", a.model, "--prompts", a.prompts, "--tokens", str(a.tokens), "--threads",
            str(a.threads), "--temperature", str(a.temperature), "--seed", str(a.seed), "--quant", a.quant,
            "--warmup", a.warmup, "--methods", "plain,chain,tree,suffix,suffix_tree"] + (["--shared-cache"] if a.shared_cache else []) \
-        + (["--chat-template", a.chat_template] if a.chat_template else [])
+        + (["--chat-template", a.chat_template] if a.chat_template else []) + constraints(a, specdec_names=True)
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if p.returncode not in (0, 1):  # 1: a greedy output differed from specdec_plain (reported below)
         sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
@@ -126,6 +145,12 @@ def main():
                     help="caches kept across the prompts in file order (specdec's suffix caches, llama-lookup's dynamic one)")
     ap.add_argument("--chat-template", default="", help="a template llama.cpp knows by name, for a GGUF without one")
     ap.add_argument("--static-cache", required=True, help="llama-lookup-create's static n-gram cache (-lcs)")
+    ap.add_argument("--json-schema", help="a JSON schema every program's output follows (llama.cpp's converter in each)")
+    ap.add_argument("--grammar", help="a GBNF grammar every program's output follows")
+    ap.add_argument("--repeat-penalty", type=float)
+    ap.add_argument("--frequency-penalty", type=float)
+    ap.add_argument("--presence-penalty", type=float)
+    ap.add_argument("--repeat-last-n", type=int)
     ap.add_argument("--llama-methods", default=",".join(["lookup", "lookup_static"] + SPEC_TYPES),
                     help="llama.cpp's speculative methods to run (default: all that need no draft model)")
     a = ap.parse_args()
@@ -209,6 +234,8 @@ def main():
             print(f"RESULT engine=llama.cpp quant={a.quant} prompt={p} method={m} tok_s={tok_s:.1f} "
                   f"speedup={speedup:.2f} tau={tau:.2f} identical={identical}", flush=True)
 
+    if constraints(a):
+        print("\nconstrained: " + " ".join(constraints(a, specdec_names=True)))
     print(f"\nquant {a.quant}, {a.threads} thread(s), {a.tokens} new tokens, temperature {a.temperature}, "
           f"median of {a.repeats}; speed-up against the plain decoding beside each method (specdec_plain's: against\n"
           f"llama-completion, a different process)")

@@ -3,8 +3,14 @@
 #
 #   scripts/compare_llama_cpp.sh [--model smollm2|gemma] [--prompts FILE] [--quant Q4_1|Q4_0|F16]
 #                                [--tokens 128] [--threads 2] [--repeats 3] [--temperature 0]
-#                                [--shared-cache] [--llama-methods LIST]
+#                                [--shared-cache] [--llama-methods LIST] [--structured]
+#                                [--json-schema FILE | --grammar FILE] [--repeat-penalty R]
+#                                [--frequency-penalty F] [--presence-penalty P] [--repeat-last-n N]
 #
+# --structured: the structured-output set (examples/llama_cpp/structured.txt: people extracted from a
+# text into JSON following examples/llama_cpp/records.schema.json; structured_warmup.txt first), every
+# program constrained by that schema. --json-schema / --grammar / the penalties constrain every program
+# (llama.cpp's with its own options of those names).
 # --shared-cache: the multi-request set (examples/llama_cpp/shared_cache.txt unless --prompts) with one
 # cache across its requests in file order: specdec's suffix caches, llama-lookup's dynamic n-gram
 # cache. --model gemma: Gemma-3-270M (Q4_K_M, fetched from PyPI; its base-model GGUF has no chat
@@ -22,9 +28,13 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 prompts="" quant="Q4_1" tokens=128 threads=2 repeats=3 temperature=0 shared=() which=smollm2 llama_methods=()
+constrained=() warmup="examples/llama_cpp/warmup.txt" structured=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --shared-cache) shared=(--shared-cache); shift; continue ;;
+    --structured) structured=1; shift; continue ;;
+    --json-schema|--grammar|--repeat-penalty|--frequency-penalty|--presence-penalty|--repeat-last-n)
+      constrained+=("$1" "$2") ;;
     --model) which="$2" ;;
     --llama-methods) llama_methods=(--llama-methods "$2") ;;
     --prompts) prompts="$2" ;;
@@ -34,13 +44,20 @@ while [ $# -gt 0 ]; do
     --repeats) repeats="$2" ;;
     --temperature) temperature="$2" ;;
     *) echo "usage: $0 [--model smollm2|gemma] [--prompts FILE] [--quant Q4_1|Q4_0|F16] [--tokens N] [--threads N]" \
-         "[--repeats N] [--temperature T] [--shared-cache] [--llama-methods LIST]" >&2
+         "[--repeats N] [--temperature T] [--shared-cache] [--llama-methods LIST] [--structured]" \
+         "[--json-schema FILE | --grammar FILE] [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty P]" \
+         "[--repeat-last-n N]" >&2
        exit 2 ;;
   esac
   shift 2
 done
 case "$quant" in Q4_1|Q4_0|F16) ;; *) echo "--quant: $quant; expected Q4_1, Q4_0 or F16" >&2; exit 2 ;; esac
 case "$which" in smollm2|gemma) ;; *) echo "--model: $which; expected smollm2 or gemma" >&2; exit 2 ;; esac
+if [ "$structured" = 1 ]; then
+  [ -n "$prompts" ] || prompts="examples/llama_cpp/structured.txt"
+  warmup="examples/llama_cpp/structured_warmup.txt"
+  constrained+=(--json-schema examples/llama_cpp/records.schema.json)
+fi
 if [ -z "$prompts" ]; then
   prompts="examples/llama_cpp/prompts.txt"
   [ ${#shared[@]} -gt 0 ] && prompts="examples/llama_cpp/shared_cache.txt"
@@ -76,6 +93,6 @@ fi
 echo "llama.cpp $(grep -E '^LLAMA_CPP_COMMIT=' cmake/llama_cpp.pin | cut -d= -f2 | cut -c1-12)," \
   "$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores, $(date -u +%F)"
 python3 scripts/compare_llama_cpp.py --bin "$build/bin" --specdec "$build/examples/specdec_llama_cpp" \
-  --model "$model" --quant "$quant" --prompts "$prompts" --warmup examples/llama_cpp/warmup.txt \
+  --model "$model" --quant "$quant" --prompts "$prompts" --warmup "$warmup" \
   --tokens "$tokens" --threads "$threads" --static-cache "$static_cache" "${shared[@]}" "${template[@]}" \
-  "${llama_methods[@]}" --repeats "$repeats" --temperature "$temperature"
+  "${llama_methods[@]}" "${constrained[@]}" --repeats "$repeats" --temperature "$temperature"

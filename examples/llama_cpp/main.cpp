@@ -10,7 +10,11 @@
 //   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
 //                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
-//                     [--suffix-factor 1] [--trace] [--system-info]
+//                     [--suffix-factor 1] [--trace] [--system-info] [--grammar FILE.gbnf | --json-schema FILE.json]
+//                     [--repeat-penalty 1] [--frequency-penalty 0] [--presence-penalty 0] [--repeat-last-n 64]
+// --grammar / --json-schema / the penalties (llama.cpp's names and defaults): every method generates under
+// them; plain greedy decoding is then llama.cpp's own sampler chain (llama_grammar.hpp), the reference the
+// drafting methods are checked against.
 // `tree` drafts three continuations per step, merged into one tree within the rows of the chain the policy
 // chose. `suffix` / `suffix_tree`: specdec::suffix_cache's draft (a path / a best-first tree), its first
 // nodes, as many as the policy chooses within what the draft offers (so does prompt lookup). --shared-cache:
@@ -27,7 +31,7 @@
 // the chat template (`CHAT prompt=<i> <JSON string>`), the raw prompt llama.cpp's own programs are given by
 // scripts/compare_llama_cpp.sh, and exits. --trace prints every verification to stderr (`TRACE method=<name>
 // prompt=<index; -1: warm-up> match=<matched suffix> length=<chosen> rows=<decoded> accepted=<n>
-// ms=<decode>`): what the draft-length policy chose and what it paid. --system-info loads the model and
+// ms=<decode> pruned=<draft nodes the grammar dropped>`): what the draft-length policy chose and what it paid. --system-info loads the model and
 // prints what llama.cpp runs it with, then exits: `SYSTEM <llama_print_system_info()>` (the instruction sets
 // ggml was built with), `CPU_EXTRA_BUFFER_TYPES <names>` (the weight layouts ggml's CPU backend offers) and
 // `MODEL_BUFFER_TYPES <names>` (those the model's weights went into); scripts/check_llama_cpp.sh fails when
@@ -265,9 +269,10 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
         if constexpr (!std::is_same_v<D, std::monostate>) d.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = seconds});
       }, drafter);
       if (trace != nullptr)
-        std::fprintf(stderr, "TRACE method=%s prompt=%d match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f\n", trace, request,
-                     static_cast<long long>(match), static_cast<long long>(tree.size() - 1), static_cast<long long>(tree.size()),
-                     result.accepted_nodes.size(), 1e3 * seconds);
+        std::fprintf(stderr, "TRACE method=%s prompt=%d match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f pruned=%lld\n", trace,
+                     request, static_cast<long long>(match), static_cast<long long>(proposal.size() - 1),
+                     static_cast<long long>(tree.size()), result.accepted_nodes.size(), 1e3 * seconds,
+                     static_cast<long long>(proposal.size() - tree.size()));
       engine.keep(result.kept_nodes());
     }
     if (state) state->commit(result.tokens);
