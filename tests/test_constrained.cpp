@@ -4,6 +4,7 @@
 // verify_greedy, and prune_tree over those masks, on random trees, logits and grammars, every backend.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -212,4 +213,61 @@ TEST_CASE("constrained greedy verification names a terminated node 0, a forbidde
   liar l(v, 1, 3, 1000, {3});
   q.bonus_token.reset();
   CHECK_THROWS_AS(specdec::sampling::verify_greedy_constrained(b, lv, q, l), specdec::invalid_argument);
+}
+
+TEST_CASE("penalised_masked_argmax equals penalise_row then masked_argmax: ties across penalised and untouched tokens, faults") {
+  std::mt19937 rng(3);
+  int touched_won = 0, untouched_won = 0, faults = 0, ties = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const index_t v = 1 + static_cast<index_t>(rng() % 300), words = specdec::bitmask_words(v);
+    std::vector<float> x(static_cast<std::size_t>(v));
+    for (auto& e : x) {
+      const auto k = rng() % 500;
+      e = k == 0 ? std::numeric_limits<float>::quiet_NaN() : k == 1 ? std::numeric_limits<float>::infinity()
+          : k < 40 ? -std::numeric_limits<float>::infinity() : k < 60 ? -0.0f
+                   : static_cast<float>(static_cast<int>(rng() % 13) - 6) / 2.0f;  // ties
+    }
+    std::vector<std::int32_t> mask(static_cast<std::size_t>(words));
+    for (auto& w : mask) w = trial % 5 == 0 ? 0 : static_cast<std::int32_t>(rng() | rng());
+    std::vector<std::int32_t> prompt, output, path;
+    for (int i = 0; i < 6; ++i) prompt.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(v)));
+    for (int i = 0; i < 4; ++i) output.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(v)));
+    for (int i = 0; i < static_cast<int>(rng() % 4); ++i) path.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(v)));
+    const bool llama = trial % 2 == 1;
+    std::vector<std::int32_t> context = prompt;
+    context.insert(context.end(), output.begin(), output.end());
+    const specdec::sampling::penalty_history h = llama ? specdec::sampling::penalty_history::last_n(context, 1 + static_cast<std::int32_t>(rng() % 8))
+                                                       : specdec::sampling::penalty_history(prompt, output);
+    const float signs[] = {0.5f, -0.5f};
+    const specdec::sampling::penalty_params p{trial % 3 == 0 ? 0.5f : 2.0f, signs[rng() % 2], signs[rng() % 2],
+                                              specdec::sampling::repetition_rule::divide,
+                                              llama ? specdec::sampling::penalty_convention::llama_cpp : specdec::sampling::penalty_convention::vllm};
+    const std::vector<specdec::sampling::logit_bias> bias = {{static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(v)), 3.0f}};
+    const auto touched = h.touched();
+    const bool masked = trial % 3 != 2;
+    std::vector<float> reference = x;
+    specdec::sampling::detail::penalise_row(reference.data(), v, touched, h, path, p, bias);
+    std::vector<std::int32_t> all(static_cast<std::size_t>(words), -1);
+    index_t want_bad = -1, got_bad = -1;
+    const std::int32_t want = specdec::detail::masked_argmax(reference.data(), v, masked ? mask.data() : all.data(), want_bad);
+    specdec::sampling::detail::penalised_argmax_scratch scratch;
+    const std::int32_t got = specdec::sampling::detail::penalised_masked_argmax(x.data(), v, masked ? mask.data() : nullptr, touched, h,
+                                                                                path, p, bias, scratch, got_bad);
+    INFO("trial ", trial, " V ", v);
+    CHECK(got == want);
+    CHECK((got_bad >= 0) == (want_bad >= 0));
+    faults += want_bad >= 0;
+    if (want >= 0) {
+      const bool was_touched = std::binary_search(scratch.tokens.begin(), scratch.tokens.end(), want);
+      touched_won += was_touched;
+      untouched_won += !was_touched;
+      for (index_t j = want + 1; j < v; ++j)
+        ties += reference[static_cast<std::size_t>(j)] == reference[static_cast<std::size_t>(want)] &&
+                (!masked || specdec::bitmask_allows(mask.data(), static_cast<std::int32_t>(j)));
+    }
+  }
+  CHECK(touched_won > 100);
+  CHECK(untouched_won > 100);
+  CHECK(faults > 50);
+  CHECK(ties > 100);
 }

@@ -18,6 +18,7 @@
 #include <limits>
 #include <span>
 
+#include <specdec/backend/detail/row_simd.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 
@@ -51,45 +52,94 @@ inline void check_bitmask(const char* where, const char* name, matrix_view<const
                   " words per row; expected at least ceil(V / 32) = ", bitmask_words(vocab), " for V = ", vocab);
 }
 
+}  // namespace detail
+
+namespace detail::inline SPECDEC_ISA {
+
 /// Largest allowed entry of a logits row under a bitmask row, lowest index on ties; -1 when allowed
 /// entries exist but none is above -inf, -2 when the row allows no token at all. `bad` receives the
-/// first allowed NaN / +inf column, or -1. One branch-free pass over whole 32-entry words with lane-wise
-/// accumulators (each lane's maximum and the word of its first occurrence; the compiler vectorises it,
-/// where a branch on each mask bit mispredicted on a mixed row and cost 100x a streaming pass), then the
-/// lanes combined (larger value, then lower index).
+/// first allowed NaN / +inf column, or -1. Branch-free over whole 32-entry words: on the host, chunks of
+/// 64 words through vector lanes (a lane's entry, or -inf where its bit is clear, into a running
+/// maximum: no index tracked), then the first allowed entry equal to the maximum searched in the one
+/// chunk that holds it, as the backends' row argmax does; elsewhere 32 scalar lanes that keep each
+/// lane's maximum and the word of its first occurrence. (A branch on each mask bit mispredicted on a
+/// mixed row and cost 100x a streaming pass.)
 inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::int32_t* mask, index_t& bad) {
   constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-  constexpr std::uint32_t neg_inf_bits = 0xff800000u;
   bad = -1;
   const index_t full = vocab / 32;
+  float best = neg_inf;
+  index_t at = -1;
+  bool any = false, faulty = false;
+#if SPECDEC_HOST_SIMD
+  using vec = simd<float>::vec;
+  using lanes = simd<float>::mask;
+  constexpr int width = simd_bytes / static_cast<int>(sizeof(float));
+  constexpr int groups = 32 / width;  // vectors per mask word
+  constexpr index_t chunk_words = 64;
+  lanes lane_bit[groups] = {};
+  const vec neg_inf_vec = vec{} + neg_inf;
+  for (int g = 0; g < groups; ++g)
+    for (int l = 0; l < width; ++l) lane_bit[g][l] = static_cast<std::int32_t>(1u << (g * width + l));
+  std::uint32_t seen = 0;
+  index_t best_chunk = -1;
+  for (index_t c = 0; c < full; c += chunk_words) {
+    const index_t end = c + chunk_words < full ? c + chunk_words : full;
+    vec acc[groups];
+    lanes nan{};
+    for (int g = 0; g < groups; ++g) acc[g] = neg_inf_vec;
+    for (index_t w = c; w < end; ++w) {
+      const auto bits = static_cast<std::uint32_t>(mask[w]);
+      seen |= bits;
+      const lanes broadcast = lanes{} + static_cast<std::int32_t>(bits);
+      const float* x = row + w * 32;
+      for (int g = 0; g < groups; ++g) {
+        const vec v = simd_load(x + g * width);
+        const vec candidate = (broadcast & lane_bit[g]) != 0 ? v : neg_inf_vec;
+        acc[g] = acc[g] < candidate ? candidate : acc[g];  // NaN never raises a maximum
+        nan |= candidate != candidate;
+      }
+    }
+    for (int g = 1; g < groups; ++g) acc[0] = acc[0] < acc[g] ? acc[g] : acc[0];
+    float m = neg_inf;
+    for (int l = 0; l < width; ++l) m = m < acc[0][l] ? acc[0][l] : m;
+    faulty = faulty || any_lane(nan);
+    if (m > best) {  // strict: an equal maximum in a later chunk keeps the lower index
+      best = m;
+      best_chunk = c;
+    }
+  }
+  any = seen != 0;
+  if (best_chunk >= 0) {
+    const index_t end = (best_chunk + chunk_words < full ? best_chunk + chunk_words : full) * 32;
+    for (index_t j = best_chunk * 32; j < end; ++j)
+      if (((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) != 0 && row[j] == best) {
+        at = j;
+        break;
+      }
+  }
+#else
   float lane_max[32];
-  std::uint32_t lane_word[32], lane_bad[32];
+  std::uint32_t lane_word[32], lane_nan[32];
   for (int b = 0; b < 32; ++b) {
     lane_max[b] = neg_inf;
     lane_word[b] = 0;
-    lane_bad[b] = 0;
+    lane_nan[b] = 0;
   }
-  bool any = false;
   for (index_t w = 0; w < full; ++w) {
     const auto bits = static_cast<std::uint32_t>(mask[w]);
-    if (bits == 0) continue;
-    any = true;
+    any = any || bits != 0;
     const float* x = row + w * 32;
     for (std::uint32_t b = 0; b < 32; ++b) {
-      const std::uint32_t keep = 0u - ((bits >> b) & 1u);
-      const std::uint32_t u = std::bit_cast<std::uint32_t>(x[b]);
-      const float candidate = std::bit_cast<float>((u & keep) | (neg_inf_bits & ~keep));
+      const float candidate = ((bits >> b) & 1u) != 0 ? x[b] : neg_inf;
       const bool better = candidate > lane_max[b];  // strict: a lane keeps its first occurrence
       lane_max[b] = better ? candidate : lane_max[b];
       lane_word[b] = better ? static_cast<std::uint32_t>(w) : lane_word[b];
-      lane_bad[b] |= keep & static_cast<std::uint32_t>((u & 0x7fffffffu) >= 0x7f800000u && u != neg_inf_bits);  // NaN, +inf
+      lane_nan[b] |= static_cast<std::uint32_t>(candidate != candidate);
     }
   }
-  float best = neg_inf;
-  index_t at = -1;
-  bool faulty = false;
   for (index_t b = 0; b < 32; ++b) {
-    faulty = faulty || lane_bad[b] != 0;
+    faulty = faulty || lane_nan[b] != 0;
     if (lane_max[b] == neg_inf) continue;
     const index_t j = static_cast<index_t>(lane_word[b]) * 32 + b;
     if (lane_max[b] > best || (lane_max[b] == best && j < at)) {
@@ -97,6 +147,8 @@ inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::in
       at = j;
     }
   }
+#endif
+  faulty = faulty || best == -neg_inf;  // +inf among the allowed entries
   for (index_t j = full * 32; j < vocab; ++j) {  // the partial last word, in index order
     if (((static_cast<std::uint32_t>(mask[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
     any = true;
@@ -118,7 +170,7 @@ inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::in
   return best == neg_inf ? -1 : static_cast<std::int32_t>(at);
 }
 
-}  // namespace detail
+}  // namespace detail::inline SPECDEC_ISA
 
 /// xgrammar's `apply_token_bitmask_inplace` on host rows: for every row r (or every r in `indices`, which
 /// names the same row of both matrices), each column j < `vocab_size` whose bit is clear becomes -inf;

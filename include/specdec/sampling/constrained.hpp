@@ -9,7 +9,9 @@
 /// (those fill every node up front: tree/grammar.hpp's fill_tree_bitmasks and sampling/bitmask.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -24,6 +26,60 @@
 #include <specdec/tree/grammar.hpp>
 
 namespace specdec::sampling {
+
+namespace detail {
+
+/// Buffers penalised_masked_argmax reuses across rows.
+struct penalised_argmax_scratch {
+  std::vector<std::int32_t> words, tokens, allowed;
+  std::vector<float> values;
+};
+
+/// masked_argmax of a row after logit bias and penalties (penalise_row), without writing the row:
+/// masked_argmax over the entries no penalty can change (their bits cleared from a copy of the mask),
+/// then each token a penalty can change, if the mask allows it, evaluated alone and compared (larger
+/// value, then lower index). Same return codes and `bad` as masked_argmax (a penalised token reported
+/// bad is the first such among them, after any untouched one). `mask` null: every token allowed.
+inline std::int32_t penalised_masked_argmax(const float* row, index_t vocab, const std::int32_t* mask,
+                                            std::span<const penalty_history::entry> touched, const penalty_history& history,
+                                            std::span<const std::int32_t> path, const penalty_params& params,
+                                            std::span<const logit_bias> bias, penalised_argmax_scratch& scratch, index_t& bad) {
+  const index_t words = bitmask_words(vocab);
+  scratch.words.resize(static_cast<std::size_t>(words));
+  if (mask != nullptr) std::copy(mask, mask + words, scratch.words.begin());
+  else std::fill(scratch.words.begin(), scratch.words.end(), -1);
+  scratch.tokens = penalised_tokens(touched, path, bias);
+  scratch.values.resize(scratch.tokens.size());
+  scratch.allowed.clear();
+  for (std::size_t i = 0; i < scratch.tokens.size(); ++i) {
+    const std::int32_t t = scratch.tokens[i];
+    scratch.values[i] = row[t];
+    if (bitmask_allows(scratch.words.data(), t)) scratch.allowed.push_back(t);
+    bitmask_set(scratch.words.data(), t, false);
+  }
+  std::int32_t best = specdec::detail::masked_argmax(row, vocab, scratch.words.data(), bad);
+  if (bad >= 0) return -1;
+  const auto value_of = [&](std::int32_t t) -> float& {
+    return scratch.values[static_cast<std::size_t>(std::lower_bound(scratch.tokens.begin(), scratch.tokens.end(), t) - scratch.tokens.begin())];
+  };
+  penalise_entries(value_of, touched, history, path, params, bias);
+  float best_value = best >= 0 ? row[best] : -std::numeric_limits<float>::infinity();
+  for (const std::int32_t t : scratch.allowed) {
+    const float v = value_of(t);
+    if (v != v || v == std::numeric_limits<float>::infinity()) {
+      bad = t;
+      return -1;
+    }
+    if (v > best_value || (v == best_value && v > -std::numeric_limits<float>::infinity() && t < best)) {
+      best_value = v;
+      best = t;
+    }
+  }
+  if (best == -2) return scratch.allowed.empty() ? -2 : -1;  // no untouched token allowed: the touched ones decided
+  return best;
+}
+
+}  // namespace detail
 
 /// The penalties a walk applies to each row it reads (sampling/penalties.hpp); no history: none.
 struct walk_penalties {
@@ -56,11 +112,15 @@ speculative_result verify_greedy_constrained(B& b, matrix_view<const float, type
   detail::check_input_rows(where, "target_logits", target_logits);
   const index_t vocab = target_logits.cols();
   if (penalties.history != nullptr) detail::check_penalties(where, penalties.params, penalties.bias, vocab, *penalties.history);
-  const index_t words = bitmask_words(vocab);
-  std::vector<std::int32_t> mask(static_cast<std::size_t>(words)), all(static_cast<std::size_t>(words), -1);
-  std::vector<float> penalised(penalties.history != nullptr ? static_cast<std::size_t>(vocab) : 0);
-  const std::vector<penalty_history::entry> touched =
-      penalties.history != nullptr ? penalties.history->touched() : std::vector<penalty_history::entry>{};
+  SPECDEC_EXPECTS(penalties.history != nullptr || penalties.bias.empty(), where, "penalties.bias has ", penalties.bias.size(),
+                  " entries without a history; expected a history (penalty_history) with them");
+  std::vector<std::int32_t> mask(static_cast<std::size_t>(bitmask_words(vocab)));
+  const penalty_history no_history;
+  const penalty_history& history = penalties.history != nullptr ? *penalties.history : no_history;
+  const std::vector<penalty_history::entry> touched = history.touched();
+  const penalty_params params = penalties.history != nullptr ? penalties.params : penalty_params{};
+  const std::span<const logit_bias> bias = penalties.history != nullptr ? penalties.bias : std::span<const logit_bias>{};
+  detail::penalised_argmax_scratch scratch;
   detail::row_reader<B> rows(b, target_logits);
   const std::span<const speculative_request> one(&request, 1);
   std::vector<std::int32_t> path;  // the accepted nodes' tokens, oldest first: all the matcher holds past node 0
@@ -74,22 +134,19 @@ speculative_result verify_greedy_constrained(B& b, matrix_view<const float, type
         SPECDEC_EXPECTS(node != 0, where, "node 0: the matcher is terminated; expected a state that can emit a token");
         return -2;
       }
+      // The unconstrained choice first (penalties read on the fly, the row never written): one
+      // accept_token when the grammar allows it.
       const float* x = rows.row(row);
-      if (penalties.history != nullptr) {
-        std::copy(x, x + vocab, penalised.begin());
-        specdec::sampling::detail::penalise_row(penalised.data(), vocab, touched, *penalties.history, path, penalties.params,
-                                                penalties.bias);
-        x = penalised.data();
-      }
-      // The unconstrained choice first: one accept_token when the grammar allows it.
+      const std::span<const std::int32_t> penalised_path = penalties.history != nullptr ? std::span<const std::int32_t>(path)
+                                                                                        : std::span<const std::int32_t>{};
       index_t bad = -1;
-      std::int32_t best = specdec::detail::masked_argmax(x, vocab, all.data(), bad);
+      std::int32_t best = detail::penalised_masked_argmax(x, vocab, nullptr, touched, history, penalised_path, params, bias, scratch, bad);
       if (bad < 0 && best >= 0 && matcher.accept_token(best)) return chosen = best;
       matcher.fill_next_token_bitmask(std::span<std::int32_t>(mask));
       bad = -1;
-      best = specdec::detail::masked_argmax(x, vocab, mask.data(), bad);
-      SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", x[bad < 0 ? 0 : bad], " at allowed column ", bad,
-                      "; expected finite values or -inf");
+      best = detail::penalised_masked_argmax(x, vocab, mask.data(), touched, history, penalised_path, params, bias, scratch, bad);
+      SPECDEC_EXPECTS(bad < 0, where, "node ", node, ": target_logits row ", row, " holds a NaN or +inf at allowed column ", bad,
+                      " (after penalties); expected finite values or -inf");
       SPECDEC_EXPECTS(best != -2, where, "node ", node, ": the matcher's mask allows no token and it is not terminated",
                       "; expected a mask allowing at least one token");
       SPECDEC_EXPECTS(best != -1, where, "node ", node, ": row ", row,

@@ -171,28 +171,26 @@ inline float rounded_product(float a, float b) noexcept {
   return product;
 }
 
-/// vLLM's convention: one row in place for the history's `touched` entries plus `path` (the node's
-/// draft tokens).
-inline void penalise_row_vllm(float* x, index_t vocab, std::span<const penalty_history::entry> touched,
-                              std::span<const std::int32_t> path, const penalty_params& p) {
-  // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
-  // -0.0 becomes +0.0 (x - (-0.0)); nothing else changes for untouched entries.
-  if (std::signbit(p.frequency) || std::signbit(p.presence))
-    for (index_t j = 0; j < vocab; ++j)
-      if (x[j] == 0.0f) x[j] = 0.0f;
+/// vLLM's convention on the entries `x(t)` (a float& per token) of the history's `touched` tokens plus
+/// `path` (the node's draft tokens). The dense half (-0.0 to +0.0 where f or p is negative) is
+/// penalise_row's.
+template <class Entry>
+void penalise_entries_vllm(Entry&& x, std::span<const penalty_history::entry> touched, std::span<const std::int32_t> path,
+                           const penalty_params& p) {
   const float inv_r = 1.0f / p.repetition;
   const auto path_count = [&](std::int32_t t) {
     return static_cast<std::int32_t>(std::count(path.begin(), path.end(), t));
   };
   const auto penalise = [&](std::int32_t t, bool in_prompt, std::int32_t count) {
-    float v = x[t];
+    float& e = x(t);
+    float v = e;
     if (in_prompt || count > 0) {
       if (p.rule == repetition_rule::divide) v = v > 0.0f ? v / p.repetition : v * p.repetition;
       else v = v * (v > 0.0f ? inv_r : p.repetition);
     }
     v -= rounded_product(p.frequency, static_cast<float>(count));
     v -= rounded_product(p.presence, count > 0 ? 1.0f : 0.0f);
-    x[t] = v;
+    e = v;
   };
   const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
   if (path.empty()) {
@@ -210,10 +208,12 @@ inline void penalise_row_vllm(float* x, index_t vocab, std::span<const penalty_h
   }
 }
 
-/// llama.cpp's convention: the window after `path` is the last n tokens of the committed window
-/// followed by the path, so the path's last n tokens enter and as many of the oldest leave.
-inline void penalise_row_llama_cpp(float* x, std::span<const penalty_history::entry> touched, const penalty_history& history,
-                                   std::span<const std::int32_t> path, const penalty_params& p) {
+/// llama.cpp's convention on the entries `x(t)`: the window after `path` is the last n tokens of the
+/// committed window followed by the path, so the path's last n tokens enter and as many of the oldest
+/// leave.
+template <class Entry>
+void penalise_entries_llama_cpp(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
+                                std::span<const std::int32_t> path, const penalty_params& p) {
   const std::int32_t n = history.window();
   if (n == 0 || (p.repetition == 1.0f && p.frequency == 0.0f && p.presence == 0.0f)) return;  // llama.cpp's is_disabled
   // The change of each count along the path: entering tokens +1, leaving ones -1.
@@ -235,10 +235,11 @@ inline void penalise_row_llama_cpp(float* x, std::span<const penalty_history::en
   };
   const auto penalise = [&](std::int32_t t, std::int32_t count) {
     if (count <= 0) return;  // outside the window: llama.cpp never touches it
-    float v = x[t];
+    float& e = x(t);
+    float v = e;
     v = v <= 0.0f ? v * p.repetition : v / p.repetition;
     v -= rounded_product(static_cast<float>(count), p.frequency) + p.presence;  // float(count > 0) * p is p
-    x[t] = v;
+    e = v;
   };
   const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
   for (const auto& e : touched) penalise(e.token, e.output_count + (delta.empty() ? 0 : change(e.token)));
@@ -251,13 +252,40 @@ inline void penalise_row_llama_cpp(float* x, std::span<const penalty_history::en
   }
 }
 
-/// Penalises one row in place for the committed history (`touched`: history.touched()) plus `path`
-/// (the node's draft tokens, any order for vLLM; oldest first for llama.cpp), logit bias first.
+/// Logit bias then the params' penalties on the entries `x(t)` (committed history `touched` =
+/// history.touched(), plus `path`: the node's draft tokens, oldest first).
+template <class Entry>
+void penalise_entries(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
+                      std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
+  for (const logit_bias& b : bias) x(b.token) += b.bias;
+  if (p.convention == penalty_convention::vllm) penalise_entries_vllm(x, touched, path, p);
+  else penalise_entries_llama_cpp(x, touched, history, path, p);
+}
+
+/// Penalises one row in place (see penalise_entries), vLLM's dense -0.0 rule included.
 inline void penalise_row(float* x, index_t vocab, std::span<const penalty_history::entry> touched, const penalty_history& history,
                          std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
+  // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
+  // -0.0 becomes +0.0 (x - (-0.0)); nothing else changes for untouched entries.
   for (const logit_bias& b : bias) x[b.token] += b.bias;
-  if (p.convention == penalty_convention::vllm) penalise_row_vllm(x, vocab, touched, path, p);
-  else penalise_row_llama_cpp(x, touched, history, path, p);
+  if (p.convention == penalty_convention::vllm && (std::signbit(p.frequency) || std::signbit(p.presence)))
+    for (index_t j = 0; j < vocab; ++j)
+      if (x[j] == 0.0f) x[j] = 0.0f;
+  penalise_entries([x](std::int32_t t) -> float& { return x[t]; }, touched, history, path, p, {});
+}
+
+/// The tokens whose penalised value can differ from the raw one at a node (bias, committed history,
+/// path), sorted and distinct.
+inline std::vector<std::int32_t> penalised_tokens(std::span<const penalty_history::entry> touched, std::span<const std::int32_t> path,
+                                                  std::span<const logit_bias> bias) {
+  std::vector<std::int32_t> out;
+  out.reserve(touched.size() + path.size() + bias.size());
+  for (const auto& e : touched) out.push_back(e.token);
+  out.insert(out.end(), path.begin(), path.end());
+  for (const logit_bias& b : bias) out.push_back(b.token);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 inline void check_penalties(const char* where, const penalty_params& p, std::span<const logit_bias> bias, index_t vocab,
