@@ -15,6 +15,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/mask/token_bitmask.hpp>
+#include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/tree/grammar.hpp>
 
@@ -161,6 +162,56 @@ void BM_tree_penalties_baseline(benchmark::State& state) {
   state.counters["x_stream"] = ratio.x_stream();
 }
 
+/// Item 5's measure: one visited row read under a bitmask *and* penalties (the request's history, a
+/// 1000-token prompt and 200 output tokens, plus a 3-token path), as verify_greedy_constrained reads it
+/// (penalised_masked_argmax: the row never written), x_stream against one read pass of the row.
+void BM_constrained_row(benchmark::State& state) {
+  const index_t v = state.range(0);
+  const auto m = mask_row(v, static_cast<int>(state.range(1)));
+  const auto h = history_of(v);
+  const auto touched = h.touched();
+  const std::vector<std::int32_t> path = {7, 11, 13};
+  const specdec::sampling::penalty_params params{1.1f, 0.3f, 0.2f};
+  specdec::sampling::detail::penalised_argmax_scratch scratch;
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          index_t bad = -1;
+          benchmark::DoNotOptimize(specdec::sampling::detail::penalised_masked_argmax(p.take(1).row(0), v, m.data(), touched, h, path,
+                                                                                      params, {}, scratch, bad));
+        },
+        [&] { bench::stream_pass(p.take(1)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
+/// The straightforward form: a copy of the row penalised (penalise_row), then its masked argmax.
+void BM_constrained_row_baseline(benchmark::State& state) {
+  const index_t v = state.range(0);
+  const auto m = mask_row(v, static_cast<int>(state.range(1)));
+  const auto h = history_of(v);
+  const auto touched = h.touched();
+  const std::vector<std::int32_t> path = {7, 11, 13};
+  const specdec::sampling::penalty_params params{1.1f, 0.3f, 0.2f};
+  std::vector<float> copy(static_cast<std::size_t>(v));
+  pool p(v);
+  bench::paired_ratio ratio;
+  for (auto _ : state)
+    ratio.measure(
+        state,
+        [&] {
+          const auto row = p.take(1);
+          std::copy(row.row(0), row.row(0) + v, copy.begin());
+          specdec::sampling::detail::penalise_row(copy.data(), v, touched, h, path, params, {});
+          index_t bad = -1;
+          benchmark::DoNotOptimize(specdec::detail::masked_argmax(copy.data(), v, m.data(), bad));
+        },
+        [&] { bench::stream_pass(p.take(1)); });
+  state.counters["x_stream"] = ratio.x_stream();
+}
+
 /// A 64-node tree's bookkeeping: the fill order, and pruning against its masks (V = 128256).
 void BM_grammar_bookkeeping_64(benchmark::State& state) {
   const index_t v = 128256, nodes = 64, words = specdec::bitmask_words(v);
@@ -181,5 +232,7 @@ BENCHMARK(BM_masked_argmax_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}}
 BENCHMARK(BM_apply_token_bitmask)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
 BENCHMARK(BM_tree_penalties)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
 BENCHMARK(BM_tree_penalties_baseline)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
+BENCHMARK(BM_constrained_row)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
+BENCHMARK(BM_constrained_row_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
 BENCHMARK(BM_grammar_bookkeeping_64)->Arg(0)->Arg(1)->ArgName("prune");
 BENCHMARK_MAIN();

@@ -5,6 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
+#include <fstream>
+#include <string>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -15,6 +18,8 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/logprobs.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include "backend_conformance.hpp"
 
@@ -81,8 +86,8 @@ TEST_CASE_TEMPLATE("emitted_logprobs: log-probabilities, ranks and top n of the 
         const std::int32_t tok = emitted[static_cast<std::size_t>(k)];
         CHECK(ids[static_cast<std::size_t>(k * (top_n + 1))] == tok);
         CHECK(std::abs(lps[static_cast<std::size_t>(k * (top_n + 1))] - ref(tok)) <= 2e-6 * (1.0 + std::abs(ref(tok))));
-        std::int32_t rank = 1;
-        for (index_t j = 0; j < v; ++j) rank += ref(j) > ref(tok) ? 1 : 0;
+        std::int32_t rank = 0;  // vLLM's: entries >= the token's, itself and its ties included
+        for (index_t j = 0; j < v; ++j) rank += ref(j) >= ref(tok) ? 1 : 0;
         CHECK(ranks[static_cast<std::size_t>(k)] == rank);
         std::vector<index_t> order(static_cast<std::size_t>(v));
         std::iota(order.begin(), order.end(), 0);
@@ -121,4 +126,54 @@ TEST_CASE_TEMPLATE("emitted_logprobs: log-probabilities, ranks and top n of the 
                        "specdec::sampling::emitted_logprobs: request 0 emitted token 11 from row 0, which gives it no "
                        "probability (masked, -inf or out of range); expected a token of the row's support",
                        specdec::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("emitted_logprobs equals vLLM's compute_logprobs + gather_logprobs: raw and processed modes, masks, ties", B,
+                   SPECDEC_ALL_BACKENDS) {
+  // tests/data/logprobs/vllm.json, from tools/goldens/logprobs.py running vLLM's own functions.
+  conformance::harness<B> h;
+  std::ifstream f(SPECDEC_TEST_DATA_DIR "/logprobs/vllm.json");
+  REQUIRE(f.good());
+  const nlohmann::json g = nlohmann::json::parse(f);
+  const index_t v = g["vocab"].get<index_t>(), words = g["words"].get<index_t>();
+  int tied_ranks = 0;
+  for (const auto& c : g["cases"]) {
+    const index_t n = c["n"].get<index_t>();
+    const std::int32_t token = c["token"].get<std::int32_t>();
+    std::vector<float> x;
+    for (const auto& b : c["logits"]) x.push_back(std::bit_cast<float>(b.get<std::uint32_t>()));
+    const auto mask = c["mask"].get<std::vector<std::int32_t>>();
+    const specdec::draft_tree tree = specdec::make_tree({0}, {-1}, v);
+    specdec::sampling::speculative_request q;
+    q.tree = specdec::tree_view(tree);
+    specdec::sampling::speculative_result res;
+    res.tokens = {token};
+    const std::vector<specdec::sampling::speculative_request> requests = {q};
+    const std::vector<specdec::sampling::speculative_result> results = {res};
+    auto rows = h.up(x);
+    for (const char* mode : {"raw", "processed"}) {
+      INFO("n ", n, " temperature ", c["temperature"].get<float>(), " mode ", mode);
+      const bool processed = std::string(mode) == "processed";
+      const std::vector<float> t = {processed ? c["temperature"].get<float>() : 1.0f};
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(n + 1)), rank(1);
+      std::vector<float> lps(static_cast<std::size_t>(n + 1));
+      specdec::sampling::emitted_logprobs(h.b, rows.matrix(1, v), requests, results, t, n,
+                                          {specdec::matrix_view<std::int32_t>(ids.data(), 1, n + 1),
+                                           specdec::matrix_view<float>(lps.data(), 1, n + 1),
+                                           specdec::vector_view<std::int32_t>(rank.data(), 1)},
+                                          specdec::matrix_view<const std::int32_t>(mask.data(), 1, words));
+      const auto& want = c[mode];
+      CHECK(ids == want["token_ids"].get<std::vector<std::int32_t>>());
+      CHECK(rank[0] == want["rank"].get<std::int32_t>());
+      tied_ranks += want["rank"].get<std::int32_t>() > 1 && ids[0] != ids[std::min<std::size_t>(1, ids.size() - 1)];
+      // vLLM's are float32 log_softmax (torch's CPU kernel); specdec's sums in double: within a few
+      // float32 ulps of the larger magnitude.
+      for (index_t i = 0; i <= n; ++i) {
+        const float w = std::bit_cast<float>(want["logprobs"][static_cast<std::size_t>(i)].get<std::uint32_t>());
+        CHECK_MESSAGE(std::abs(lps[static_cast<std::size_t>(i)] - w) <= 4e-7f * (1.0f + std::abs(w)), "entry ", i, ": ",
+                      lps[static_cast<std::size_t>(i)], " vs vLLM's ", w);
+      }
+    }
+  }
+  CHECK(tied_ranks > 10);
 }

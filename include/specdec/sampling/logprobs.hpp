@@ -32,7 +32,7 @@ namespace specdec::sampling {
 struct logprob_outputs {
   matrix_view<std::int32_t> token_ids = {};  ///< `[tokens x (n + 1)]`
   matrix_view<float> logprobs = {};          ///< `[tokens x (n + 1)]`
-  vector_view<std::int32_t> ranks = {};      ///< `[tokens]`: 1 + the entries with a larger log-probability
+  vector_view<std::int32_t> ranks = {};      ///< `[tokens]`: the entries whose log-probability is >= the token's (itself and its ties included: vLLM's batched_count_greater_than)
 };
 
 /// Tokens a batch of results emitted (the rows logprob_outputs needs).
@@ -114,8 +114,8 @@ void emitted_logprobs(B& b, matrix_view<const float, typename B::memory_space> r
         lp[static_cast<std::size_t>(j)] =
             allowed(j) ? (static_cast<double>(x[j]) - mx) * inv_t - log_sum : -std::numeric_limits<double>::infinity();
       const double own = lp[static_cast<std::size_t>(token)];
-      std::int32_t rank = 1;
-      for (index_t j = 0; j < vocab; ++j) rank += lp[static_cast<std::size_t>(j)] > own ? 1 : 0;
+      std::int32_t rank = 0;  // vLLM's: (logprobs >= own).sum(), so tied entries share the last place of their tie
+      for (index_t j = 0; j < vocab; ++j) rank += lp[static_cast<std::size_t>(j)] >= own ? 1 : 0;
       out.token_ids(at, 0) = token;
       out.logprobs(at, 0) = static_cast<float>(own);
       out.ranks(at) = rank;
