@@ -104,8 +104,10 @@ specdec::draft_tree tree_of(index_t nodes, index_t v) {
   return specdec::make_tree(tokens, parents, v);
 }
 
-specdec::sampling::penalty_history history_of(index_t v) {
-  std::vector<std::int32_t> prompt(1000), output(200);
+/// A request's history of `prompt` prompt tokens and a fifth as many output tokens (distinct tokens
+/// spread over the vocabulary, as a long prompt's are).
+specdec::sampling::penalty_history history_of(index_t v, std::size_t prompt_tokens) {
+  std::vector<std::int32_t> prompt(prompt_tokens), output(prompt_tokens / 5);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>((i * 104729) % static_cast<std::size_t>(v));
   for (std::size_t i = 0; i < output.size(); ++i) output[i] = static_cast<std::int32_t>((i * 7727) % static_cast<std::size_t>(v));
   return {prompt, output};
@@ -116,7 +118,7 @@ specdec::sampling::penalty_history history_of(index_t v) {
 void BM_tree_penalties(benchmark::State& state) {
   const index_t v = state.range(0), nodes = 60;
   const auto tree = tree_of(nodes, v);
-  const auto h = history_of(v);
+  const auto h = history_of(v, 1000);
   pool p(v);
   bench::paired_ratio ratio;
   for (auto _ : state)
@@ -162,17 +164,15 @@ void BM_tree_penalties_baseline(benchmark::State& state) {
   state.counters["x_stream"] = ratio.x_stream();
 }
 
-/// Item 5's measure: one visited row read under a bitmask *and* penalties (the request's history, a
-/// 1000-token prompt and 200 output tokens, plus a 3-token path), as verify_greedy_constrained reads it
-/// (penalised_masked_argmax: the row never written), x_stream against one read pass of the row.
+/// One visited row read under a bitmask and penalties (a history of range(2) prompt tokens and a fifth
+/// as many output ones, a 3-token path), as verify_greedy_constrained reads it (penalised_argmax: the
+/// row never written), x_stream against one read pass of the row. range(2) = 0: the mask alone.
 void BM_constrained_row(benchmark::State& state) {
   const index_t v = state.range(0);
   const auto m = mask_row(v, static_cast<int>(state.range(1)));
-  const auto h = history_of(v);
-  const auto touched = h.touched();
+  const auto h = history_of(v, static_cast<std::size_t>(state.range(2)));
   const std::vector<std::int32_t> path = {7, 11, 13};
-  const specdec::sampling::penalty_params params{1.1f, 0.3f, 0.2f};
-  specdec::sampling::detail::penalised_argmax_scratch scratch;
+  specdec::sampling::detail::penalised_argmax argmax(v, state.range(2) > 0 ? &h : nullptr, {1.1f, 0.3f, 0.2f}, {});
   pool p(v);
   bench::paired_ratio ratio;
   for (auto _ : state)
@@ -180,8 +180,7 @@ void BM_constrained_row(benchmark::State& state) {
         state,
         [&] {
           index_t bad = -1;
-          benchmark::DoNotOptimize(specdec::sampling::detail::penalised_masked_argmax(p.take(1).row(0), v, m.data(), touched, h, path,
-                                                                                      params, {}, scratch, bad));
+          benchmark::DoNotOptimize(argmax(p.take(1).row(0), m.data(), path, bad));
         },
         [&] { bench::stream_pass(p.take(1)); });
   state.counters["x_stream"] = ratio.x_stream();
@@ -191,7 +190,7 @@ void BM_constrained_row(benchmark::State& state) {
 void BM_constrained_row_baseline(benchmark::State& state) {
   const index_t v = state.range(0);
   const auto m = mask_row(v, static_cast<int>(state.range(1)));
-  const auto h = history_of(v);
+  const auto h = history_of(v, static_cast<std::size_t>(state.range(2)));
   const auto touched = h.touched();
   const std::vector<std::int32_t> path = {7, 11, 13};
   const specdec::sampling::penalty_params params{1.1f, 0.3f, 0.2f};
@@ -232,7 +231,7 @@ BENCHMARK(BM_masked_argmax_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}}
 BENCHMARK(BM_apply_token_bitmask)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
 BENCHMARK(BM_tree_penalties)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
 BENCHMARK(BM_tree_penalties_baseline)->Arg(32000)->Arg(128256)->ArgName("V")->UseManualTime();
-BENCHMARK(BM_constrained_row)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
-BENCHMARK(BM_constrained_row_baseline)->ArgsProduct({{32000, 128256}, {5, 50, 95}})->ArgNames({"V", "allowed%"})->UseManualTime();
+BENCHMARK(BM_constrained_row)->ArgsProduct({{32000, 128256}, {50}, {0, 64, 1000}})->ArgNames({"V", "allowed%", "prompt"})->UseManualTime();
+BENCHMARK(BM_constrained_row_baseline)->ArgsProduct({{32000, 128256}, {50}, {0, 64, 1000}})->ArgNames({"V", "allowed%", "prompt"})->UseManualTime();
 BENCHMARK(BM_grammar_bookkeeping_64)->Arg(0)->Arg(1)->ArgName("prune");
 BENCHMARK_MAIN();

@@ -215,7 +215,7 @@ TEST_CASE("constrained greedy verification names a terminated node 0, a forbidde
   CHECK_THROWS_AS(specdec::sampling::verify_greedy_constrained(b, lv, q, l), specdec::invalid_argument);
 }
 
-TEST_CASE("penalised_masked_argmax equals penalise_row then masked_argmax: ties across penalised and untouched tokens, faults") {
+TEST_CASE("penalised_argmax equals penalise_row then masked_argmax: ties across penalised and untouched tokens, faults") {
   std::mt19937 rng(3);
   int touched_won = 0, untouched_won = 0, faults = 0, ties = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -238,8 +238,11 @@ TEST_CASE("penalised_masked_argmax equals penalise_row then masked_argmax: ties 
     context.insert(context.end(), output.begin(), output.end());
     const specdec::sampling::penalty_history h = llama ? specdec::sampling::penalty_history::last_n(context, 1 + static_cast<std::int32_t>(rng() % 8))
                                                        : specdec::sampling::penalty_history(prompt, output);
-    const float signs[] = {0.5f, -0.5f};
-    const specdec::sampling::penalty_params p{trial % 3 == 0 ? 0.5f : 2.0f, signs[rng() % 2], signs[rng() % 2],
+    // Penalties that only lower logits (only the tokens reaching the untouched maximum are evaluated),
+    // neutral ones (ties survive them), and ones that raise some.
+    const float signs[] = {0.5f, -0.5f, 0.0f};
+    const float repetitions[] = {0.5f, 2.0f, 1.0f};
+    const specdec::sampling::penalty_params p{repetitions[trial % 3], signs[rng() % 3], signs[rng() % 3],
                                               specdec::sampling::repetition_rule::divide,
                                               llama ? specdec::sampling::penalty_convention::llama_cpp : specdec::sampling::penalty_convention::vllm};
     const std::vector<specdec::sampling::logit_bias> bias = {{static_cast<std::int32_t>(rng() % static_cast<std::uint32_t>(v)), 3.0f}};
@@ -250,15 +253,18 @@ TEST_CASE("penalised_masked_argmax equals penalise_row then masked_argmax: ties 
     std::vector<std::int32_t> all(static_cast<std::size_t>(words), -1);
     index_t want_bad = -1, got_bad = -1;
     const std::int32_t want = specdec::detail::masked_argmax(reference.data(), v, masked ? mask.data() : all.data(), want_bad);
-    specdec::sampling::detail::penalised_argmax_scratch scratch;
-    const std::int32_t got = specdec::sampling::detail::penalised_masked_argmax(x.data(), v, masked ? mask.data() : nullptr, touched, h,
-                                                                                path, p, bias, scratch, got_bad);
+    specdec::sampling::detail::penalised_argmax argmax(v, &h, p, bias);
+    const std::int32_t got = argmax(x.data(), masked ? mask.data() : nullptr, path, got_bad);
+    // Twice: the path's tokens leave the reader as they came (a second row reads the same).
+    index_t again_bad = -1;
+    CHECK(argmax(x.data(), masked ? mask.data() : nullptr, path, again_bad) == got);
+    std::vector<std::int32_t> candidates = specdec::sampling::detail::penalised_tokens(touched, path, bias);
     INFO("trial ", trial, " V ", v);
     CHECK(got == want);
     CHECK((got_bad >= 0) == (want_bad >= 0));
     faults += want_bad >= 0;
     if (want >= 0) {
-      const bool was_touched = std::binary_search(scratch.tokens.begin(), scratch.tokens.end(), want);
+      const bool was_touched = std::binary_search(candidates.begin(), candidates.end(), want);
       touched_won += was_touched;
       untouched_won += !was_touched;
       for (index_t j = want + 1; j < v; ++j)

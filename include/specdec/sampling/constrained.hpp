@@ -29,55 +29,105 @@ namespace specdec::sampling {
 
 namespace detail {
 
-/// Buffers penalised_masked_argmax reuses across rows.
-struct penalised_argmax_scratch {
-  std::vector<std::int32_t> words, tokens, allowed;
-  std::vector<float> values;
-};
+/// The penalised, masked argmax of rows, without writing them: the request's penalised tokens (its
+/// history's, the bias's; each row adds its path's) are taken out of the streaming pass through
+/// masked_argmax's `exclude` bits and evaluated alone, with the formulas penalise_row applies (larger
+/// value, then lower index, decides). Where the penalties can only lower a logit (repetition >= 1,
+/// frequency and presence >= 0) only the tokens whose raw logit reaches the streaming pass's maximum
+/// (and the biased ones) are evaluated: the others cannot win. Same results as penalise_row then
+/// masked_argmax. Built once per request: O(V / 32) words of exclusion bits and a token-to-slot map of
+/// V int32.
+class penalised_argmax {
+ public:
+  /// \param history null: no penalties (masked_argmax alone).
+  penalised_argmax(index_t vocab, const penalty_history* history, const penalty_params& params, std::span<const logit_bias> bias)
+      : vocab_(vocab), history_(history), params_(params), bias_(bias), inv_r_(1.0f / params.repetition) {
+    if (history_ == nullptr) return;
+    exclude_.assign(static_cast<std::size_t>(bitmask_words(vocab)), 0);
+    slot_.assign(static_cast<std::size_t>(vocab), -1);
+    for (const auto& e : history_->touched()) add(e.token, e.output_count, e.in_prompt);
+    for (const logit_bias& b : bias_) add(b.token, 0, false);
+    for (const logit_bias& b : bias_) biased_[static_cast<std::size_t>(slot_[static_cast<std::size_t>(b.token)])] = 1;
+    fixed_ = tokens_.size();
+    only_lower_ = penalties_only_lower(params_);
+  }
+  /// The argmax of `row` (V floats) under `mask` (null: all allowed) for a node whose draft path is
+  /// `path` (oldest first); codes and `bad` as masked_argmax.
+  std::int32_t operator()(const float* row, const std::int32_t* mask, std::span<const std::int32_t> path, index_t& bad) {
+    if (history_ == nullptr) return specdec::detail::masked_argmax(row, vocab_, mask, bad);
+    for (const std::int32_t t : path) add(t, 0, false);
+    std::int32_t best = specdec::detail::masked_argmax(row, vocab_, mask, bad, exclude_.data());
+    if (bad < 0) {
+      constexpr float inf = std::numeric_limits<float>::infinity();
+      float best_value = best >= 0 ? row[best] : -inf;
+      const float floor = best_value;  // with penalties that only lower, a raw logit below it cannot win
+      bool any = false;
+      for (std::size_t i = 0; i < tokens_.size(); ++i) {  // any order: ties compare indices
+        const std::int32_t t = tokens_[i];
+        if (mask != nullptr && !bitmask_allows(mask, t)) continue;
+        any = true;
+        const float raw = row[t];
+        if (only_lower_ && biased_[i] == 0 && raw < floor) continue;  // NaN and +inf go on, to be reported
+        const float v = value(i, raw, path);
+        if (v != v || v == inf) {
+          bad = t;
+          best = -1;
+          break;
+        }
+        if (v > best_value || (v == best_value && v > -inf && t < best)) {
+          best_value = v;
+          best = t;
+        }
+      }
+      if (bad < 0 && best == -2 && any) best = -1;  // only penalised tokens allowed, all at -inf
+    }
+    while (tokens_.size() > fixed_) {  // the path's own tokens leave again
+      const std::int32_t t = tokens_.back();
+      slot_[static_cast<std::size_t>(t)] = -1;
+      bitmask_set(exclude_.data(), t, false);
+      tokens_.pop_back();
+      base_count_.pop_back();
+      in_prompt_.pop_back();
+      biased_.pop_back();
+    }
+    return best;
+  }
 
-/// masked_argmax of a row after logit bias and penalties (penalise_row), without writing the row:
-/// masked_argmax over the entries no penalty can change (their bits cleared from a copy of the mask),
-/// then each token a penalty can change, if the mask allows it, evaluated alone and compared (larger
-/// value, then lower index). Same return codes and `bad` as masked_argmax (a penalised token reported
-/// bad is the first such among them, after any untouched one). `mask` null: every token allowed.
-inline std::int32_t penalised_masked_argmax(const float* row, index_t vocab, const std::int32_t* mask,
-                                            std::span<const penalty_history::entry> touched, const penalty_history& history,
-                                            std::span<const std::int32_t> path, const penalty_params& params,
-                                            std::span<const logit_bias> bias, penalised_argmax_scratch& scratch, index_t& bad) {
-  const index_t words = bitmask_words(vocab);
-  scratch.words.resize(static_cast<std::size_t>(words));
-  if (mask != nullptr) std::copy(mask, mask + words, scratch.words.begin());
-  else std::fill(scratch.words.begin(), scratch.words.end(), -1);
-  scratch.tokens = penalised_tokens(touched, path, bias);
-  scratch.values.resize(scratch.tokens.size());
-  scratch.allowed.clear();
-  for (std::size_t i = 0; i < scratch.tokens.size(); ++i) {
-    const std::int32_t t = scratch.tokens[i];
-    scratch.values[i] = row[t];
-    if (bitmask_allows(scratch.words.data(), t)) scratch.allowed.push_back(t);
-    bitmask_set(scratch.words.data(), t, false);
+ private:
+  void add(std::int32_t t, std::int32_t count, bool in_prompt) {
+    if (slot_[static_cast<std::size_t>(t)] >= 0) return;
+    slot_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(tokens_.size());
+    tokens_.push_back(t);
+    base_count_.push_back(count);
+    in_prompt_.push_back(in_prompt ? 1 : 0);
+    biased_.push_back(0);
+    bitmask_set(exclude_.data(), t, true);
   }
-  std::int32_t best = specdec::detail::masked_argmax(row, vocab, scratch.words.data(), bad);
-  if (bad >= 0) return -1;
-  const auto value_of = [&](std::int32_t t) -> float& {
-    return scratch.values[static_cast<std::size_t>(std::lower_bound(scratch.tokens.begin(), scratch.tokens.end(), t) - scratch.tokens.begin())];
-  };
-  penalise_entries(value_of, touched, history, path, params, bias);
-  float best_value = best >= 0 ? row[best] : -std::numeric_limits<float>::infinity();
-  for (const std::int32_t t : scratch.allowed) {
-    const float v = value_of(t);
-    if (v != v || v == std::numeric_limits<float>::infinity()) {
-      bad = t;
-      return -1;
+  /// Slot i's token after the bias and the penalties of a node with draft path `path`, as penalise_row
+  /// computes it.
+  float value(std::size_t i, float v, std::span<const std::int32_t> path) const {
+    const std::int32_t t = tokens_[i];
+    if (biased_[i] != 0)
+      for (const logit_bias& b : bias_)
+        if (b.token == t) v += b.bias;
+    if (params_.convention == penalty_convention::vllm) {
+      const auto count = base_count_[i] + static_cast<std::int32_t>(std::count(path.begin(), path.end(), t));
+      return vllm_penalised(v, in_prompt_[i] != 0, count, params_, inv_r_);
     }
-    if (v > best_value || (v == best_value && v > -std::numeric_limits<float>::infinity() && t < best)) {
-      best_value = v;
-      best = t;
-    }
+    if (history_->window() == 0 || (params_.repetition == 1.0f && params_.frequency == 0.0f && params_.presence == 0.0f)) return v;
+    const std::int32_t count = base_count_[i] + (path.empty() ? 0 : llama_cpp_window_change(*history_, path, t));
+    return count > 0 ? llama_cpp_penalised(v, count, params_) : v;
   }
-  if (best == -2) return scratch.allowed.empty() ? -2 : -1;  // no untouched token allowed: the touched ones decided
-  return best;
-}
+  index_t vocab_;
+  const penalty_history* history_;
+  penalty_params params_;
+  std::span<const logit_bias> bias_;
+  float inv_r_;
+  bool only_lower_ = false;
+  std::vector<std::int32_t> exclude_, slot_, tokens_, base_count_;
+  std::vector<std::uint8_t> in_prompt_, biased_;
+  std::size_t fixed_ = 0;
+};
 
 }  // namespace detail
 
@@ -115,12 +165,7 @@ speculative_result verify_greedy_constrained(B& b, matrix_view<const float, type
   SPECDEC_EXPECTS(penalties.history != nullptr || penalties.bias.empty(), where, "penalties.bias has ", penalties.bias.size(),
                   " entries without a history; expected a history (penalty_history) with them");
   std::vector<std::int32_t> mask(static_cast<std::size_t>(bitmask_words(vocab)));
-  const penalty_history no_history;
-  const penalty_history& history = penalties.history != nullptr ? *penalties.history : no_history;
-  const std::vector<penalty_history::entry> touched = history.touched();
-  const penalty_params params = penalties.history != nullptr ? penalties.params : penalty_params{};
-  const std::span<const logit_bias> bias = penalties.history != nullptr ? penalties.bias : std::span<const logit_bias>{};
-  detail::penalised_argmax_scratch scratch;
+  detail::penalised_argmax argmax(vocab, penalties.history, penalties.params, penalties.bias);
   detail::row_reader<B> rows(b, target_logits);
   const std::span<const speculative_request> one(&request, 1);
   std::vector<std::int32_t> path;  // the accepted nodes' tokens, oldest first: all the matcher holds past node 0
@@ -140,11 +185,11 @@ speculative_result verify_greedy_constrained(B& b, matrix_view<const float, type
       const std::span<const std::int32_t> penalised_path = penalties.history != nullptr ? std::span<const std::int32_t>(path)
                                                                                         : std::span<const std::int32_t>{};
       index_t bad = -1;
-      std::int32_t best = detail::penalised_masked_argmax(x, vocab, nullptr, touched, history, penalised_path, params, bias, scratch, bad);
+      std::int32_t best = argmax(x, nullptr, penalised_path, bad);
       if (bad < 0 && best >= 0 && matcher.accept_token(best)) return chosen = best;
       matcher.fill_next_token_bitmask(std::span<std::int32_t>(mask));
       bad = -1;
-      best = detail::penalised_masked_argmax(x, vocab, mask.data(), touched, history, penalised_path, params, bias, scratch, bad);
+      best = argmax(x, mask.data(), penalised_path, bad);
       SPECDEC_EXPECTS(bad < 0, where, "node ", node, ": target_logits row ", row, " holds a NaN or +inf at allowed column ", bad,
                       " (after penalties); expected finite values or -inf");
       SPECDEC_EXPECTS(best != -2, where, "node ", node, ": the matcher's mask allows no token and it is not terminated",

@@ -171,6 +171,44 @@ inline float rounded_product(float a, float b) noexcept {
   return product;
 }
 
+/// vLLM's repetition, frequency and presence on one logit `v` of a token seen `count` times in the
+/// history (plus path) and, for repetition, `in_prompt`. `inv_r` = 1 / p.repetition rounded to float.
+/// Branch-free: both sides computed, then selected (a branch on the sign of a logit, or on whether a
+/// token was seen, mispredicts about every other token).
+inline float vllm_penalised(float v, bool in_prompt, std::int32_t count, const penalty_params& p, float inv_r) noexcept {
+  const float quotient = v / p.repetition, product = v * p.repetition, reciprocal = v * inv_r;
+  const float repeated = v > 0.0f ? (p.rule == repetition_rule::divide ? quotient : reciprocal) : product;
+  v = in_prompt || count > 0 ? repeated : v;
+  v -= rounded_product(p.frequency, static_cast<float>(count));
+  v -= rounded_product(p.presence, count > 0 ? 1.0f : 0.0f);
+  return v;
+}
+
+/// llama.cpp's penalties on one logit of a token counted `count` > 0 times in the window.
+inline float llama_cpp_penalised(float v, std::int32_t count, const penalty_params& p) noexcept {
+  const float quotient = v / p.repetition, product = v * p.repetition;  // both, then selected: no branch
+  v = v <= 0.0f ? product : quotient;
+  return v - (rounded_product(static_cast<float>(count), p.frequency) + p.presence);  // float(count > 0) * p is p
+}
+
+/// Whether the penalties can only lower a logit (repetition >= 1, frequency and presence >= 0): then a
+/// token whose raw logit is below a value stays below it.
+inline bool penalties_only_lower(const penalty_params& p) noexcept {
+  return p.repetition >= 1.0f && p.frequency >= 0.0f && p.presence >= 0.0f;
+}
+
+/// The change of a token's count in llama.cpp's window along a path: its occurrences among the path's
+/// last n tokens (entering) minus those among the oldest tokens of the window they push out.
+inline std::int32_t llama_cpp_window_change(const penalty_history& history, std::span<const std::int32_t> path, std::int32_t t) {
+  const auto n = static_cast<std::size_t>(history.window());
+  std::span<const std::int32_t> entering = path;
+  if (entering.size() > n) entering = entering.last(n);
+  const std::span<const std::int32_t> recent = history.recent();
+  const std::size_t overflow = recent.size() + entering.size();
+  const std::span<const std::int32_t> leaving = recent.first(overflow > n ? overflow - n : 0);
+  return static_cast<std::int32_t>(std::count(entering.begin(), entering.end(), t) - std::count(leaving.begin(), leaving.end(), t));
+}
+
 /// vLLM's convention on the entries `x(t)` (a float& per token) of the history's `touched` tokens plus
 /// `path` (the node's draft tokens). The dense half (-0.0 to +0.0 where f or p is negative) is
 /// penalise_row's.
@@ -183,14 +221,7 @@ void penalise_entries_vllm(Entry&& x, std::span<const penalty_history::entry> to
   };
   const auto penalise = [&](std::int32_t t, bool in_prompt, std::int32_t count) {
     float& e = x(t);
-    float v = e;
-    if (in_prompt || count > 0) {
-      if (p.rule == repetition_rule::divide) v = v > 0.0f ? v / p.repetition : v * p.repetition;
-      else v = v * (v > 0.0f ? inv_r : p.repetition);
-    }
-    v -= rounded_product(p.frequency, static_cast<float>(count));
-    v -= rounded_product(p.presence, count > 0 ? 1.0f : 0.0f);
-    e = v;
+    e = vllm_penalised(e, in_prompt, count, p, inv_r);
   };
   const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
   if (path.empty()) {
@@ -236,10 +267,7 @@ void penalise_entries_llama_cpp(Entry&& x, std::span<const penalty_history::entr
   const auto penalise = [&](std::int32_t t, std::int32_t count) {
     if (count <= 0) return;  // outside the window: llama.cpp never touches it
     float& e = x(t);
-    float v = e;
-    v = v <= 0.0f ? v * p.repetition : v / p.repetition;
-    v -= rounded_product(static_cast<float>(count), p.frequency) + p.presence;  // float(count > 0) * p is p
-    e = v;
+    e = llama_cpp_penalised(e, count, p);
   };
   const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
   for (const auto& e : touched) penalise(e.token, e.output_count + (delta.empty() ? 0 : change(e.token)));
