@@ -6,7 +6,11 @@
 // own row forbids nor roll back more than it holds, and returns it to node 0's state; prune_tree keeps
 // a valid tree of allowed nodes; masked greedy and stochastic verification emit only allowed tokens and
 // agree on the Eigen and Thrust (CPP) backends; penalties touch only the prompt, output, path and bias
-// tokens (and zeros); an emitted token's logprob is at most 0 and never NaN, its rank in [1, V].
+// tokens (and zeros); an emitted token's logprob is at most 0 and never NaN, its rank in [1, V]; the
+// constrained walk (verify_greedy_constrained, penalties in either convention) gives what masks on every
+// node, penalties on every row and the masked verify_greedy give, and leaves the matcher holding what it
+// emitted; prune_tree with a matcher returns it to node 0.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -17,6 +21,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/mask/token_bitmask.hpp>
+#include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/grammar.hpp>
 
@@ -53,6 +58,40 @@ struct fuzz_matcher {
   }
 };
 
+/// A grammar whose answers are a hash of (last token, tokens held, token): accept and mask agree, a
+/// state after `max_len` tokens allows only the stop token V - 1, which terminates it.
+struct hash_matcher {
+  index_t vocab;
+  std::uint32_t seed;
+  int forbid, max_len;
+  std::vector<std::int32_t> held;
+  bool allows(std::int32_t t) const {
+    if (is_terminated()) return false;
+    if (static_cast<int>(held.size()) > max_len) return t == static_cast<std::int32_t>(vocab - 1);
+    std::uint32_t x = seed ^ (static_cast<std::uint32_t>(held.back()) * 2654435761u) ^ (static_cast<std::uint32_t>(held.size()) << 20) ^
+                      (static_cast<std::uint32_t>(t) * 40503u);
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    return x % static_cast<std::uint32_t>(forbid) != 0;
+  }
+  bool accept_token(std::int32_t t) {
+    if (!allows(t)) return false;
+    held.push_back(t);
+    return true;
+  }
+  void rollback(std::int32_t n) {
+    fuzz::require(n >= 1 && static_cast<std::size_t>(n) < held.size(), "rollback past node 0", n, held.size());
+    held.resize(held.size() - static_cast<std::size_t>(n));
+  }
+  bool is_terminated() const { return held.back() == static_cast<std::int32_t>(vocab - 1) && held.size() > 1; }
+  void fill_next_token_bitmask(std::span<std::int32_t> row) const {
+    std::fill(row.begin(), row.end(), 0);
+    for (std::int32_t t = 0; t < static_cast<std::int32_t>(vocab); ++t)
+      if (allows(t)) specdec::bitmask_set(row.data(), t, true);
+  }
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -86,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const specdec::matrix_view<const std::int32_t> mask(bm.data(), rows, mask_words);
 
-  switch (in.byte() % 5) {
+  switch (in.byte() % 6) {
     case 0: {  // apply_token_bitmask
       std::vector<float> x = logits;
       const index_t vocab_size = in.byte() < 200 ? -1 : in.range(-1, v + 1);
@@ -176,6 +215,54 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       } catch (const specdec::invalid_argument&) {
       }
+      break;
+    }
+    case 5: {  // the constrained walk and matcher pruning against the mask path, penalties in either convention
+      hash_matcher lazy{v, in.u32(), static_cast<int>(in.range(2, 4)), static_cast<int>(in.range(1, 8)), {tree.token[0]}};
+      hash_matcher eager = lazy, pruner = lazy;
+      std::vector<std::int32_t> context;
+      for (index_t k = in.range(0, 6); k > 0; --k) context.push_back(static_cast<std::int32_t>(in.range(0, v - 1)));
+      const bool llama = in.flag(), penalised = in.flag();
+      sampling::penalty_params p;
+      p.repetition = in.byte() < 220 ? 0.5f + static_cast<float>(in.byte()) / 64.0f : in.value();
+      p.frequency = in.byte() < 220 ? static_cast<float>(static_cast<int>(in.byte()) - 128) / 64.0f : in.value();
+      p.presence = in.byte() < 220 ? static_cast<float>(static_cast<int>(in.byte()) - 128) / 64.0f : in.value();
+      p.convention = llama ? sampling::penalty_convention::llama_cpp : sampling::penalty_convention::vllm;
+      std::optional<sampling::penalty_history> h;
+      try {
+        h = llama ? sampling::penalty_history::last_n(context, static_cast<std::int32_t>(in.range(-1, 8)))
+                  : sampling::penalty_history(context, context);
+      } catch (const specdec::invalid_argument&) {
+        break;
+      }
+      const sampling::walk_penalties walk{penalised ? &*h : nullptr, p};
+      sampling::speculative_request q;
+      q.tree = specdec::tree_view(tree);
+      specdec::eigen eb;
+      std::optional<sampling::speculative_result> got, want;
+      try {
+        got = sampling::verify_greedy_constrained(eb, specdec::matrix_view<const float>(logits.data(), rows, v), q, lazy, walk);
+      } catch (const specdec::invalid_argument&) {
+      }
+      try {
+        std::vector<std::int32_t> masks(static_cast<std::size_t>(rows * words));
+        (void)specdec::fill_tree_bitmasks(specdec::tree_view(tree), v, eager, specdec::matrix_view<std::int32_t>(masks.data(), rows, words));
+        std::vector<float> x = logits;
+        if (penalised) sampling::apply_tree_penalties(specdec::matrix_view<float>(x.data(), rows, v), tree, 0, *h, p);
+        const std::vector<sampling::speculative_request> one = {q};
+        want = sampling::verify_greedy(eb, specdec::matrix_view<const float>(x.data(), rows, v), one,
+                                       specdec::matrix_view<const std::int32_t>(masks.data(), rows, words))[0];
+      } catch (const specdec::invalid_argument&) {
+      }
+      if (got && want) {
+        fuzz::require(got->tokens == want->tokens && got->accepted_nodes == want->accepted_nodes,
+                      "the constrained walk differs from the mask path");
+        fuzz::require(lazy.held.size() == 1 + got->tokens.size(), "the matcher holds every emitted token", lazy.held.size());
+      }
+      const specdec::pruned_tree by_matcher = specdec::prune_tree(tree, v, pruner);
+      fuzz::require(pruner.held.size() == 1, "prune_tree returns the matcher to node 0", pruner.held.size());
+      for (std::size_t i = 1; i < by_matcher.kept.size(); ++i)
+        fuzz::require(by_matcher.tree.parent[i] >= 0 && by_matcher.tree.parent[i] < static_cast<std::int32_t>(i), "a kept node's parent is kept first");
       break;
     }
     default: {  // penalties
