@@ -49,7 +49,9 @@ class penalised_argmax {
     for (const logit_bias& b : bias_) add(b.token, 0, false);
     for (const logit_bias& b : bias_) biased_[static_cast<std::size_t>(slot_[static_cast<std::size_t>(b.token)])] = 1;
     fixed_ = tokens_.size();
-    only_lower_ = penalties_only_lower(params_);
+    const bool only_lower = penalties_only_lower(params_);
+    for (std::size_t i = 0; i < fixed_; ++i) evaluate_[i] = !only_lower || biased_[i] != 0 ? 1 : 0;
+    path_evaluate_ = only_lower ? 0 : 1;
   }
   /// The argmax of `row` (V floats) under `mask` (null: all allowed) for a node whose draft path is
   /// `path` (oldest first); codes and `bad` as masked_argmax.
@@ -61,13 +63,13 @@ class penalised_argmax {
       constexpr float inf = std::numeric_limits<float>::infinity();
       float best_value = best >= 0 ? row[best] : -inf;
       const float floor = best_value;  // with penalties that only lower, a raw logit below it cannot win
-      bool any = false;
+      // The filter first (one gather and one compare per token, a branch almost always taken the same
+      // way), the mask and the penalties for the few that pass. NaN and +inf pass, to be reported.
       for (std::size_t i = 0; i < tokens_.size(); ++i) {  // any order: ties compare indices
         const std::int32_t t = tokens_[i];
-        if (mask != nullptr && !bitmask_allows(mask, t)) continue;
-        any = true;
         const float raw = row[t];
-        if (only_lower_ && biased_[i] == 0 && raw < floor) continue;  // NaN and +inf go on, to be reported
+        if (evaluate_[i] == 0 && raw < floor) continue;
+        if (mask != nullptr && !bitmask_allows(mask, t)) continue;
         const float v = value(i, raw, path);
         if (v != v || v == inf) {
           bad = t;
@@ -79,7 +81,12 @@ class penalised_argmax {
           best = t;
         }
       }
-      if (bad < 0 && best == -2 && any) best = -1;  // only penalised tokens allowed, all at -inf
+      if (bad < 0 && best == -2)  // no untouched token allowed: -1 if some penalised one is (all at -inf)
+        for (const std::int32_t t : tokens_)
+          if (mask == nullptr || bitmask_allows(mask, t)) {
+            best = -1;
+            break;
+          }
     }
     while (tokens_.size() > fixed_) {  // the path's own tokens leave again
       const std::int32_t t = tokens_.back();
@@ -89,6 +96,7 @@ class penalised_argmax {
       base_count_.pop_back();
       in_prompt_.pop_back();
       biased_.pop_back();
+      evaluate_.pop_back();
     }
     return best;
   }
@@ -101,6 +109,7 @@ class penalised_argmax {
     base_count_.push_back(count);
     in_prompt_.push_back(in_prompt ? 1 : 0);
     biased_.push_back(0);
+    evaluate_.push_back(path_evaluate_);
     bitmask_set(exclude_.data(), t, true);
   }
   /// Slot i's token after the bias and the penalties of a node with draft path `path`, as penalise_row
@@ -123,9 +132,10 @@ class penalised_argmax {
   penalty_params params_;
   std::span<const logit_bias> bias_;
   float inv_r_;
-  bool only_lower_ = false;
   std::vector<std::int32_t> exclude_, slot_, tokens_, base_count_;
   std::vector<std::uint8_t> in_prompt_, biased_;
+  std::vector<std::uint8_t> evaluate_;  // 1: evaluated whatever its raw logit (penalties that may raise it, or a bias)
+  std::uint8_t path_evaluate_ = 1;      // evaluate_ of the tokens added later (a path's)
   std::size_t fixed_ = 0;
 };
 
