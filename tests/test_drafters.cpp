@@ -278,6 +278,29 @@ TEST_CASE("ngram_drafter learns acceptance per bucket of match length") {
   CHECK(pooled.policy().contexts() == 1);
 }
 
+TEST_CASE("drafter feedback prices the rows the target decoded: a pruned draft's, not the proposal's") {
+  std::vector<std::int32_t> history;
+  for (std::int32_t t = 0; t < 40; ++t) history.push_back(100 + t % 20);
+  specdec::ngram_drafter lookup({.options = {.max_ngram = 16, .min_ngram = 2}, .longest = 8, .adaptive = false});
+  lookup.begin({history});
+  const specdec::draft_tree tree = lookup.finish().tree;
+  REQUIRE(tree.size() == 9);
+  // A grammar pruned the draft to its root and two nodes before the target forward.
+  lookup.feedback({.accepted_nodes = {}, .target_seconds = 2e-3, .target_rows = 3});
+  CHECK(lookup.policy().target_cost()(3) == doctest::Approx(2e-3));
+  CHECK(lookup.policy().target_cost()(1) == doctest::Approx(2e-3));  // below every measured count: that one's
+  lookup.begin({history});
+  (void)lookup.finish();
+  lookup.feedback({.accepted_nodes = {}, .target_seconds = 5e-3});  // 0: the draft's own 9 rows
+  CHECK(lookup.policy().target_cost()(9) == doctest::Approx(5e-3));
+  lookup.begin({history});
+  (void)lookup.finish();
+  CHECK_THROWS_WITH_AS(lookup.feedback({.accepted_nodes = {}, .target_seconds = 1e-3, .target_rows = 10}),
+                       "specdec::drafter::feedback: target_rows = 10; expected 0 (the draft's 9 nodes) or the rows decoded, "
+                       "at most that",
+                       specdec::invalid_argument);
+}
+
 TEST_CASE("suffix_drafter drafts suffix_cache::speculate's first nodes, as many as the policy chooses") {
   specdec::suffix_cache<> cache;
   const std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2, 3};

@@ -266,7 +266,8 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
       ++out.forwards;
       result = verify(tree, logits, temperature, seed, step, state.get());
       std::visit([&]<class D>(D& d) {
-        if constexpr (!std::is_same_v<D, std::monostate>) d.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = seconds});
+        if constexpr (!std::is_same_v<D, std::monostate>)  // the rows decoded: the pruned tree's
+          d.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = seconds, .target_rows = tree.size()});
       }, drafter);
       if (trace != nullptr)
         std::fprintf(stderr, "TRACE method=%s prompt=%d match=%lld length=%lld rows=%lld accepted=%zu ms=%.2f pruned=%lld\n", trace,

@@ -134,11 +134,14 @@ struct drafted {
 /// What verification told, host: `accepted_nodes` the accepted path (node indices, root excluded, as
 /// `speculative_result::accepted_nodes`); the measured wall times of the target forward that verified
 /// the tree and of this draft's draft-model forwards (0: not measured; rows the engine runs to catch up
-/// the committed context are not a draft's price and are best left out).
+/// the committed context are not a draft's price and are best left out); `target_rows` the rows that
+/// target forward decoded when the engine decoded fewer than the draft's nodes (a grammar pruned it:
+/// prune_tree), so that the time prices the rows it paid for (0: the draft's own node count).
 struct draft_feedback {
   std::span<const std::int32_t> accepted_nodes = {};
   double target_seconds = 0;
   double draft_seconds = 0;
+  index_t target_rows = 0;
 };
 
 /// The drafting protocol. `D::memory_space` is where advance() reads logits (`[logits_rows x V]`,

@@ -69,8 +69,10 @@ inline void record_feedback(policy::draft_length_policy& policy, const draft_tre
   SPECDEC_EXPECTS(std::isfinite(f.target_seconds) && f.target_seconds >= 0 && std::isfinite(f.draft_seconds) && f.draft_seconds >= 0,
                   where, "target_seconds = ", f.target_seconds, ", draft_seconds = ", f.draft_seconds,
                   "; expected finite times >= 0 (0: not measured)");
+  SPECDEC_EXPECTS(f.target_rows >= 0 && f.target_rows <= tree.size(), where, "target_rows = ", f.target_rows,
+                  "; expected 0 (the draft's ", tree.size(), " nodes) or the rows decoded, at most that");
   policy.verified(accepted, depth, context);
-  if (f.target_seconds > 0) policy.target_forward_timed(tree.size(), f.target_seconds);
+  if (f.target_seconds > 0) policy.target_forward_timed(f.target_rows > 0 ? f.target_rows : tree.size(), f.target_seconds);
   if (f.draft_seconds > 0 && depth > 0) policy.draft_token_timed(f.draft_seconds / static_cast<double>(tree.size() - 1));
 }
 
