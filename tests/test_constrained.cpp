@@ -258,7 +258,11 @@ TEST_CASE("penalised_argmax equals penalise_row then masked_argmax: ties across 
     // Twice: the path's tokens leave the reader as they came (a second row reads the same).
     index_t again_bad = -1;
     CHECK(argmax(x.data(), masked ? mask.data() : nullptr, path, again_bad) == got);
-    std::vector<std::int32_t> candidates = specdec::sampling::detail::penalised_tokens(touched, path, bias);
+    // The tokens a penalty or the bias can change at this node.
+    std::vector<std::int32_t> candidates = path;
+    for (const auto& e : touched) candidates.push_back(e.token);
+    for (const auto& b : bias) candidates.push_back(b.token);
+    std::sort(candidates.begin(), candidates.end());
     INFO("trial ", trial, " V ", v);
     CHECK(got == want);
     CHECK((got_bad >= 0) == (want_bad >= 0));

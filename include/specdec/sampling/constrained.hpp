@@ -123,7 +123,7 @@ class penalised_argmax {
       const auto count = base_count_[i] + static_cast<std::int32_t>(std::count(path.begin(), path.end(), t));
       return vllm_penalised(v, in_prompt_[i] != 0, count, params_, inv_r_);
     }
-    if (history_->window() == 0 || (params_.repetition == 1.0f && params_.frequency == 0.0f && params_.presence == 0.0f)) return v;
+    if (llama_cpp_disabled(*history_, params_)) return v;
     const std::int32_t count = base_count_[i] + (path.empty() ? 0 : llama_cpp_window_change(*history_, path, t));
     return count > 0 ? llama_cpp_penalised(v, count, params_) : v;
   }

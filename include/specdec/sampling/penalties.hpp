@@ -197,16 +197,29 @@ inline bool penalties_only_lower(const penalty_params& p) noexcept {
   return p.repetition >= 1.0f && p.frequency >= 0.0f && p.presence >= 0.0f;
 }
 
-/// The change of a token's count in llama.cpp's window along a path: its occurrences among the path's
-/// last n tokens (entering) minus those among the oldest tokens of the window they push out.
-inline std::int32_t llama_cpp_window_change(const penalty_history& history, std::span<const std::int32_t> path, std::int32_t t) {
+/// llama.cpp's `is_disabled`: no window, or neutral parameters; then its sampler changes nothing.
+inline bool llama_cpp_disabled(const penalty_history& history, const penalty_params& p) noexcept {
+  return history.window() == 0 || (p.repetition == 1.0f && p.frequency == 0.0f && p.presence == 0.0f);
+}
+
+/// How a path moves llama.cpp's window (n = history.window() > 0 tokens): the path's last n tokens enter
+/// and as many of the window's oldest leave.
+struct window_moves {
+  std::span<const std::int32_t> entering, leaving;
+};
+inline window_moves llama_cpp_window_moves(const penalty_history& history, std::span<const std::int32_t> path) {
   const auto n = static_cast<std::size_t>(history.window());
-  std::span<const std::int32_t> entering = path;
-  if (entering.size() > n) entering = entering.last(n);
+  const std::span<const std::int32_t> entering = path.size() > n ? path.last(n) : path;
   const std::span<const std::int32_t> recent = history.recent();
   const std::size_t overflow = recent.size() + entering.size();
-  const std::span<const std::int32_t> leaving = recent.first(overflow > n ? overflow - n : 0);
-  return static_cast<std::int32_t>(std::count(entering.begin(), entering.end(), t) - std::count(leaving.begin(), leaving.end(), t));
+  return {entering, recent.first(overflow > n ? overflow - n : 0)};
+}
+
+/// The change of a token's count in llama.cpp's window along a path (llama_cpp_window_moves).
+inline std::int32_t llama_cpp_window_change(const penalty_history& history, std::span<const std::int32_t> path, std::int32_t t) {
+  const window_moves m = llama_cpp_window_moves(history, path);
+  return static_cast<std::int32_t>(std::count(m.entering.begin(), m.entering.end(), t) -
+                                   std::count(m.leaving.begin(), m.leaving.end(), t));
 }
 
 /// vLLM's convention on the entries `x(t)` (a float& per token) of the history's `touched` tokens plus
@@ -245,17 +258,12 @@ void penalise_entries_vllm(Entry&& x, std::span<const penalty_history::entry> to
 template <class Entry>
 void penalise_entries_llama_cpp(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
                                 std::span<const std::int32_t> path, const penalty_params& p) {
-  const std::int32_t n = history.window();
-  if (n == 0 || (p.repetition == 1.0f && p.frequency == 0.0f && p.presence == 0.0f)) return;  // llama.cpp's is_disabled
+  if (llama_cpp_disabled(history, p)) return;
   // The change of each count along the path: entering tokens +1, leaving ones -1.
   std::vector<std::pair<std::int32_t, std::int32_t>> delta;
-  std::span<const std::int32_t> entering = path;
-  if (entering.size() > static_cast<std::size_t>(n)) entering = entering.last(static_cast<std::size_t>(n));
-  const std::span<const std::int32_t> recent = history.recent();
-  const std::size_t overflow = recent.size() + entering.size();
-  const std::span<const std::int32_t> leaving = recent.first(overflow > static_cast<std::size_t>(n) ? overflow - static_cast<std::size_t>(n) : 0);
-  for (const std::int32_t t : entering) delta.emplace_back(t, 1);
-  for (const std::int32_t t : leaving) delta.emplace_back(t, -1);
+  const window_moves moves = llama_cpp_window_moves(history, path);
+  for (const std::int32_t t : moves.entering) delta.emplace_back(t, 1);
+  for (const std::int32_t t : moves.leaving) delta.emplace_back(t, -1);
   std::sort(delta.begin(), delta.end());
   const auto change = [&](std::int32_t t) {
     std::int32_t c = 0;
@@ -302,19 +310,6 @@ inline void penalise_row(float* x, index_t vocab, std::span<const penalty_histor
   penalise_entries([x](std::int32_t t) -> float& { return x[t]; }, touched, history, path, p, {});
 }
 
-/// The tokens whose penalised value can differ from the raw one at a node (bias, committed history,
-/// path), sorted and distinct.
-inline std::vector<std::int32_t> penalised_tokens(std::span<const penalty_history::entry> touched, std::span<const std::int32_t> path,
-                                                  std::span<const logit_bias> bias) {
-  std::vector<std::int32_t> out;
-  out.reserve(touched.size() + path.size() + bias.size());
-  for (const auto& e : touched) out.push_back(e.token);
-  out.insert(out.end(), path.begin(), path.end());
-  for (const logit_bias& b : bias) out.push_back(b.token);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
 
 inline void check_penalties(const char* where, const penalty_params& p, std::span<const logit_bias> bias, index_t vocab,
                             const penalty_history& history) {

@@ -91,6 +91,69 @@ struct any_token_matcher {
 };
 static_assert(grammar_matcher<any_token_matcher>);
 
+/// A draft tree with the nodes a grammar forbids removed, and where each kept node was.
+struct pruned_tree {
+  draft_tree tree;
+  std::vector<std::int32_t> kept;  ///< kept[i]: node i's index in the original tree (kept[0] = 0)
+};
+
+namespace detail {
+
+/// Drives one matcher over a tree in bitmask_fill_order, from (and back to) node 0's state. A node past
+/// the root is valid when its parent is, `admits(node, parent)` holds (with the matcher at the parent's
+/// state) and the matcher accepts its token; `on_valid(node)` runs with the matcher at a valid node's
+/// state, `on_dropped(node)` for every other node (those under a dropped one included).
+/// \return one flag per node: 1 valid, 0 dropped.
+template <class M, class Admits, class OnValid, class OnDropped>
+std::vector<std::uint8_t> matcher_walk(tree_view tree, M& matcher, Admits&& admits, OnValid&& on_valid, OnDropped&& on_dropped) {
+  std::vector<std::uint8_t> valid(static_cast<std::size_t>(tree.size()), 0);
+  std::int32_t depth_now = 0;    // tokens the matcher holds past node 0
+  std::int32_t skip_below = -1;  // while >= 0: skipping the subtree of a dropped node at this depth
+  for (const bitmask_fill_step& s : bitmask_fill_order(tree)) {
+    const auto i = static_cast<std::size_t>(s.node);
+    const std::int32_t d = tree.depth[i];
+    if (skip_below >= 0 && d > skip_below) {  // under a dropped node
+      on_dropped(i);
+      continue;
+    }
+    skip_below = -1;
+    if (i > 0) {
+      const auto p = static_cast<std::size_t>(tree.parent[i]);
+      if (depth_now > d - 1) matcher.rollback(depth_now - (d - 1));
+      depth_now = d - 1;
+      if (valid[p] == 0 || !admits(i, p) || !matcher.accept_token(tree.token[i])) {
+        on_dropped(i);
+        skip_below = d;
+        continue;
+      }
+      depth_now = d;
+    }
+    valid[i] = 1;
+    on_valid(i);
+  }
+  if (depth_now > 0) matcher.rollback(depth_now);
+  return valid;
+}
+
+/// The nodes flagged in `keep` (a parent always with its children), as a tree in their original order.
+inline pruned_tree kept_nodes(const draft_tree& tree, const std::vector<std::uint8_t>& keep) {
+  const auto n = static_cast<std::size_t>(tree.size());
+  std::vector<std::int32_t> new_index(n, -1);
+  pruned_tree out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (keep[i] == 0) continue;
+    new_index[i] = static_cast<std::int32_t>(out.kept.size());
+    out.kept.push_back(static_cast<std::int32_t>(i));
+    out.tree.token.push_back(tree.token[i]);
+    out.tree.parent.push_back(i == 0 ? -1 : new_index[static_cast<std::size_t>(tree.parent[i])]);
+    out.tree.depth.push_back(tree.depth[i]);
+    out.tree.score.push_back(tree.score[i]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
 /// Fills every node's bitmask row of a draft tree with one matcher, in bitmask_fill_order, starting from
 /// (and returning to) node 0's state: the matcher must hold the committed tokens up to node 0's. A
 /// valid node that is not terminated gets the matcher's row; a node its parent's row forbids, one
@@ -109,46 +172,17 @@ std::vector<std::uint8_t> fill_tree_bitmasks(tree_view tree, index_t vocab, M& m
   detail::check_bitmask(where, "bitmask", matrix_view<const std::int32_t>(bitmask), vocab);
   SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
-  const auto n = static_cast<std::size_t>(tree.size());
   const index_t words = bitmask_words(vocab);
-  std::vector<std::uint8_t> valid(n, 0);
   const auto row_of = [&](std::size_t i) { return std::span<std::int32_t>(bitmask.row(first_row + static_cast<index_t>(i)), static_cast<std::size_t>(words)); };
   const auto zero = [&](std::size_t i) { std::fill(row_of(i).begin(), row_of(i).end(), 0); };
-  std::int32_t depth_now = 0;  // tokens the matcher holds past node 0
-  std::int32_t skip_below = -1;  // while >= 0: skipping the subtree of an invalid node at this depth
-  for (const bitmask_fill_step& s : bitmask_fill_order(tree)) {
-    const auto i = static_cast<std::size_t>(s.node);
-    const std::int32_t d = tree.depth[i];
-    if (skip_below >= 0 && d > skip_below) {  // under an invalid node
-      zero(i);
-      continue;
-    }
-    skip_below = -1;
-    if (i > 0) {
-      const auto p = static_cast<std::size_t>(tree.parent[i]);
-      if (depth_now > d - 1) matcher.rollback(depth_now - (d - 1));
-      depth_now = d - 1;
-      const bool allowed = valid[p] != 0 && bitmask_allows(row_of(p).data(), tree.token[i]);
-      if (!allowed || !matcher.accept_token(tree.token[i])) {
-        zero(i);
-        skip_below = d;
-        continue;
-      }
-      depth_now = d;
-    }
-    valid[i] = 1;
-    if (matcher.is_terminated()) zero(i);
-    else matcher.fill_next_token_bitmask(row_of(i));
-  }
-  if (depth_now > 0) matcher.rollback(depth_now);
-  return valid;
+  return detail::matcher_walk(
+      tree, matcher, [&](std::size_t i, std::size_t p) { return bitmask_allows(row_of(p).data(), tree.token[i]); },
+      [&](std::size_t i) {
+        if (matcher.is_terminated()) zero(i);
+        else matcher.fill_next_token_bitmask(row_of(i));
+      },
+      zero);
 }
-
-/// A draft tree with the nodes a grammar forbids removed, and where each kept node was.
-struct pruned_tree {
-  draft_tree tree;
-  std::vector<std::int32_t> kept;  ///< kept[i]: node i's index in the original tree (kept[0] = 0)
-};
 
 /// Drops every node whose token its parent's bitmask row forbids, with its subtree, before the target
 /// forward: the kept nodes keep their relative order (so a breadth-first tree stays breadth-first) and
@@ -162,22 +196,12 @@ inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view
   detail::check_bitmask(where, "bitmask", bitmask, vocab);
   SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
-  const auto n = static_cast<std::size_t>(tree.size());
-  std::vector<std::int32_t> new_index(n, -1);
-  pruned_tree out;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i > 0) {
-      const auto p = static_cast<std::size_t>(tree.parent[i]);
-      if (new_index[p] < 0 || !bitmask_allows(bitmask.row(first_row + static_cast<index_t>(p)), tree.token[i])) continue;
-    }
-    new_index[i] = static_cast<std::int32_t>(out.kept.size());
-    out.kept.push_back(static_cast<std::int32_t>(i));
-    out.tree.token.push_back(tree.token[i]);
-    out.tree.parent.push_back(i == 0 ? -1 : new_index[static_cast<std::size_t>(tree.parent[i])]);
-    out.tree.depth.push_back(tree.depth[i]);
-    out.tree.score.push_back(tree.score[i]);
+  std::vector<std::uint8_t> keep(static_cast<std::size_t>(tree.size()), 0);
+  for (std::size_t i = 0; i < keep.size(); ++i) {
+    const auto p = static_cast<std::size_t>(i == 0 ? 0 : tree.parent[i]);
+    keep[i] = i == 0 || (keep[p] != 0 && bitmask_allows(bitmask.row(first_row + static_cast<index_t>(p)), tree.token[i])) ? 1 : 0;
   }
-  return out;
+  return detail::kept_nodes(tree, keep);
 }
 
 /// prune_tree without masks: one accept_token per node, in bitmask_fill_order, with the matcher (holding
@@ -189,41 +213,11 @@ inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view
 template <grammar_matcher M>
 pruned_tree prune_tree(const draft_tree& tree, index_t vocab, M& matcher) {
   validate(tree, vocab);
-  const auto n = static_cast<std::size_t>(tree.size());
-  std::vector<std::uint8_t> valid(n, 0);
-  std::int32_t depth_now = 0;    // tokens the matcher holds past node 0
-  std::int32_t skip_below = -1;  // while >= 0: skipping the subtree of a dropped node at this depth
-  for (const bitmask_fill_step& s : bitmask_fill_order(tree)) {
-    const auto i = static_cast<std::size_t>(s.node);
-    const std::int32_t d = tree.depth[i];
-    if (skip_below >= 0 && d > skip_below) continue;
-    skip_below = -1;
-    if (i > 0) {
-      if (depth_now > d - 1) matcher.rollback(depth_now - (d - 1));
-      depth_now = d - 1;
-      const auto p = static_cast<std::size_t>(tree.parent[i]);
-      // A terminated parent takes no token (matchers may accept one there all the same).
-      if (valid[p] == 0 || matcher.is_terminated() || !matcher.accept_token(tree.token[i])) {
-        skip_below = d;
-        continue;
-      }
-      depth_now = d;
-    }
-    valid[i] = 1;
-  }
-  if (depth_now > 0) matcher.rollback(depth_now);
-  std::vector<std::int32_t> new_index(n, -1);
-  pruned_tree out;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (valid[i] == 0) continue;
-    new_index[i] = static_cast<std::int32_t>(out.kept.size());
-    out.kept.push_back(static_cast<std::int32_t>(i));
-    out.tree.token.push_back(tree.token[i]);
-    out.tree.parent.push_back(i == 0 ? -1 : new_index[static_cast<std::size_t>(tree.parent[i])]);
-    out.tree.depth.push_back(tree.depth[i]);
-    out.tree.score.push_back(tree.score[i]);
-  }
-  return out;
+  // A terminated parent takes no token (matchers may accept one there all the same).
+  const auto valid = detail::matcher_walk(
+      tree_view(tree), matcher, [&](std::size_t, std::size_t) { return !matcher.is_terminated(); }, [](std::size_t) {},
+      [](std::size_t) {});
+  return detail::kept_nodes(tree, valid);
 }
 
 }  // namespace specdec
