@@ -9,12 +9,16 @@
 #include <cmath>
 #include <limits>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
 
@@ -431,6 +435,190 @@ TEST_CASE_TEMPLATE("batched greedy verification equals verify_greedy per request
       check_same(on.fetch(b), want);
     }
   }
+}
+
+/// Logits and bitmasks for the masked greedy walk over a case's trees: the case's probabilities as
+/// logits (some entries -inf), and per row a mask that usually allows the row's favourite token (so
+/// drafts are accepted), forbids a random 30 % of the rest, sometimes forbids the favourite (the
+/// largest allowed logit is then another token), ties the maximum on some rows, and zeroes a few non-root rows whole (a terminated
+/// grammar). Bits past V in the last word are set: they must be ignored.
+struct masked_rows {
+  std::vector<float> logits;
+  std::vector<std::int32_t> masks;
+  index_t words = 0;
+};
+
+masked_rows masked_rows_of(const batch_case& c, std::uint64_t seed) {
+  const specdec::philox_stream rng{seed, 19};
+  std::uint64_t at = 0;
+  const auto uni = [&] { return rng.uniform_double(at++); };
+  masked_rows m;
+  m.words = specdec::bitmask_words(c.vocab);
+  m.logits.resize(c.target.size());
+  for (std::size_t k = 0; k < c.target.size(); ++k)
+    m.logits[k] = uni() < 0.02 ? -std::numeric_limits<float>::infinity() : std::log(c.target[k]);
+  m.masks.assign(static_cast<std::size_t>(c.target_count * m.words), -1);
+  std::vector<bool> root(static_cast<std::size_t>(c.target_count), false);
+  for (const index_t r : c.target_rows) root[static_cast<std::size_t>(r)] = true;
+  for (index_t row = 0; row < c.target_count; ++row) {
+    std::int32_t* mask = m.masks.data() + row * m.words;
+    const float* x = m.logits.data() + row * c.vocab;
+    std::int32_t best = 0;
+    for (index_t j = 1; j < c.vocab; ++j) best = x[j] > x[best] ? static_cast<std::int32_t>(j) : best;
+    if (uni() < 0.4) {  // a tie for the maximum, before or after it: the lower index must win
+      float* y = m.logits.data() + row * c.vocab;
+      const auto twin = static_cast<index_t>(uni() * static_cast<double>(c.vocab));
+      y[twin] = y[best];
+      best = twin < best ? static_cast<std::int32_t>(twin) : best;
+    }
+    const double shape = uni();
+    if (shape < 0.08 && !root[static_cast<std::size_t>(row)]) {
+      std::fill(mask, mask + m.words, 0);
+      continue;
+    }
+    for (index_t j = 0; j < c.vocab; ++j)
+      if (uni() < 0.3) specdec::bitmask_set(mask, static_cast<std::int32_t>(j), false);
+    specdec::bitmask_set(mask, best, shape > 0.25);
+  }
+  return m;
+}
+
+TEST_CASE_TEMPLATE("batched greedy from logits under bitmasks equals the request-based masked verify_greedy", B,
+                   SPECDEC_TEAM_BACKENDS) {
+  specdec::eigen host;
+  std::uint64_t seed = 1300;
+  int terminated = 0, accepted = 0;
+  for (const case_shape shape : {case_shape{}, case_shape{.variable_counts = true, .shuffled_rows = true, .caps = true, .bonus = true},
+                                 case_shape{.chain = true, .accept_bias = 0.9f},
+                                 case_shape{.batch = 3, .nodes = 7, .vocab = 5003, .accept_bias = 0.8f},
+                                 case_shape{.batch = 4, .nodes = 1}}) {
+    for (int repeat = 0; repeat < 3; ++repeat, ++seed) {
+      CAPTURE(seed);
+      const batch_case c = make_case(seed, shape);
+      const masked_rows m = masked_rows_of(c, seed);
+      request_form f = requests_of(c);
+      const specdec::matrix_view<const float> host_logits(m.logits.data(), c.target_count, c.vocab);
+      const specdec::matrix_view<const std::int32_t> host_masks(m.masks.data(), c.target_count, m.words);
+      const auto results = sampling::verify_greedy(host, host_logits, f.requests, host_masks);
+      const auto want = expected_of(results, c, true);
+      for (std::size_t r = 0; r < results.size(); ++r) {
+        terminated += results[r].tokens.size() == results[r].accepted_nodes.size() ? 1 : 0;
+        accepted += results[r].accepted_nodes.empty() ? 0 : 1;
+      }
+      B b;
+      batch_on<B> on(b, c, true);
+      auto logits = b.upload(std::span<const float>(m.logits));
+      auto masks = b.upload(std::span<const std::int32_t>(m.masks));
+      sampling::verify_greedy(b, logits.matrix(c.target_count, c.vocab), masks.matrix(c.target_count, m.words), on.view(c),
+                              on.outputs(c));
+      check_same(on.fetch(b), want);
+
+      // Unconstrained, visited rows only: the argmax form's outputs.
+      batch_on<B> plain(b, c, true);
+      auto argmax = b.template allocate<std::int32_t>(c.target_count);
+      sampling::verify_greedy(b, logits.matrix(c.target_count, c.vocab), on.view(c), on.outputs(c), argmax.view());
+      sampling::verify_greedy(b, logits.matrix(c.target_count, c.vocab), plain.view(c), plain.outputs(c));
+      check_same(plain.fetch(b), on.fetch(b));
+    }
+  }
+  CHECK(terminated > 0);  // walks that reached a terminated grammar
+  CHECK(accepted > 0);
+}
+
+TEST_CASE_TEMPLATE("batched greedy under bitmasks names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  // One request, a chain of 3 nodes over V = 40; node 1 (token 7) is row 0's largest allowed logit.
+  batch_case c = make_case(5, {.batch = 1, .nodes = 3, .vocab = 40, .chain = true});
+  std::vector<float> logits(3 * 40, 0.0f);
+  logits[7] = 2.0f;        // row 0: token 7
+  logits[40 + 9] = 2.0f;   // row 1: token 9
+  logits[80 + 3] = 2.0f;   // row 2: token 3
+  c.tokens = {0, 7, 9};
+  std::vector<std::int32_t> masks(3 * 2, -1);
+  const auto run = [&](const std::vector<float>& x, const std::vector<std::int32_t>& m, index_t words = 2) {
+    std::string error = error_of([&] {
+      B b;
+      batch_on<B> on(b, c, false);
+      auto xs = b.upload(std::span<const float>(x));
+      auto ms = b.upload(std::span<const std::int32_t>(m));
+      sampling::verify_greedy(b, xs.matrix(3, 40), ms.matrix(static_cast<index_t>(m.size()) / words, words), on.view(c),
+                              on.outputs(c));
+      const auto got = on.fetch(b);
+      CHECK(got.tokens == std::vector<std::int32_t>{7, 9, 3});
+    });
+    return error;
+  };
+  const std::string at = "specdec::sampling::verify_greedy: ";
+  CHECK(run(logits, masks) == "");
+  {
+    std::vector<float> x = logits;
+    x[40 + 20] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(run(x, masks) == at + "target_logits row 1 contains NaN; expected finite values (-inf is allowed and masks a token)");
+    specdec::bitmask_set(masks.data() + 2, 20, false);  // a NaN the mask forbids is never read
+    CHECK(run(x, masks) == "");
+    masks[2] = masks[3] = -1;
+  }
+  {
+    std::vector<std::int32_t> m = masks;
+    m[0] = m[1] = 0;
+    CHECK(run(logits, m) == at + "request 0 node 0: bitmask row 0 allows no token; expected at least one (node 0's row "
+                                 "constrains the first token emitted)");
+  }
+  {
+    std::vector<float> x = logits;
+    for (index_t j = 0; j < 40; ++j) x[static_cast<std::size_t>(80 + j)] = j % 2 == 0 ? -std::numeric_limits<float>::infinity() : 1.0f;
+    std::vector<std::int32_t> m = masks;
+    m[4] = m[5] = 0x55555555;  // row 2 allows the even tokens only, all -inf
+    CHECK(run(x, m) == at + "request 0 node 2: bitmask row 2 allows tokens but every one has logit -inf; expected at least one finite");
+  }
+  CHECK(run(logits, std::vector<std::int32_t>(3, -1), 1) ==
+        at + "bitmask has 1 words per row; expected at least ceil(V / 32) = 2 for V = 40");
+  CHECK(run(logits, std::vector<std::int32_t>(4, -1)) == at + "bitmask has 2 rows; expected one per target row (3)");
+}
+
+TEST_CASE_TEMPLATE("apply_token_bitmask on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {
+  for (const index_t vocab : {index_t{1}, index_t{31}, index_t{64}, index_t{5003}}) {
+    CAPTURE(vocab);
+    const index_t rows = 6, words = specdec::bitmask_words(vocab) + 1;  // a wider bitmask, as xgrammar allows
+    const auto logits = conformance::random_logits(40 + static_cast<std::uint64_t>(vocab), rows, vocab).data;
+    std::vector<std::int32_t> masks(static_cast<std::size_t>(rows * words));
+    const specdec::philox_stream rng{static_cast<std::uint64_t>(vocab), 3};
+    for (std::size_t k = 0; k < masks.size(); ++k) {
+      const double u = rng.uniform_double(k);
+      masks[k] = u < 0.2 ? -1 : u < 0.3 ? 0 : static_cast<std::int32_t>(rng.uniform_double(k + 1000) * 4294967296.0);
+    }
+    const std::vector<index_t> indices = {4, 1, 5};
+    for (const index_t vocab_size : {index_t{-1}, vocab / 2}) {
+      for (const bool indexed : {false, true}) {
+        std::vector<float> want = logits;
+        specdec::apply_token_bitmask(specdec::matrix_view<float>(want.data(), rows, vocab),
+                                     specdec::matrix_view<const std::int32_t>(masks.data(), rows, words), vocab_size,
+                                     indexed ? std::span<const index_t>(indices) : std::span<const index_t>());
+        B b;
+        auto x = b.upload(std::span<const float>(logits));
+        auto m = b.upload(std::span<const std::int32_t>(masks));
+        auto ids = b.upload(std::span<const index_t>(indices));
+        specdec::apply_token_bitmask(b, x.matrix(rows, vocab), m.matrix(rows, words), vocab_size,
+                                     indexed ? ids.view() : decltype(ids.view()){});
+        const std::vector<float> got = b.download(x.view());
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+  B b;
+  std::vector<float> logits(2 * 40, 0.5f);
+  std::vector<std::int32_t> masks(2 * 2, 0);
+  std::vector<index_t> bad = {1, 2};
+  auto x = b.upload(std::span<const float>(logits));
+  auto m = b.upload(std::span<const std::int32_t>(masks));
+  auto ids = b.upload(std::span<const index_t>(bad));
+  const std::string at = "specdec::apply_token_bitmask: ";
+  CHECK(error_of([&] { specdec::apply_token_bitmask(b, x.matrix(2, 40), m.matrix(2, 2), -1, ids.view()); }) ==
+        at + "indices[1] = 2; expected a row in [0, 2) (rows of both logits and bitmask)");
+  CHECK(error_of([&] { specdec::apply_token_bitmask(b, x.matrix(2, 40), m.matrix(2, 2), 65); }) ==
+        at + "vocab_size = 65; expected at most V = 40 (the logits' width)");
+  auto one = b.upload(std::span<const std::int32_t>(masks.data(), 2));
+  CHECK(error_of([&] { specdec::apply_token_bitmask(b, x.matrix(2, 40), one.matrix(1, 2)); }) ==
+        at + "bitmask has 1 rows and logits 2; expected equal counts (or indices)");
 }
 
 /// One request, two nodes, V = 4: node 1 (token 1, drawn from draft row 0) is rejected with u = 0.5

@@ -9,7 +9,8 @@
 // tokens (and zeros); an emitted token's logprob is at most 0 and never NaN, its rank in [1, V]; the
 // constrained walk (verify_greedy_constrained, penalties in either convention) gives what masks on every
 // node, penalties on every row and the masked verify_greedy give, and leaves the matcher holding what it
-// emitted; prune_tree with a matcher returns it to node 0.
+// emitted; prune_tree with a matcher returns it to node 0; the batched masked greedy walk (tree_batch)
+// emits what the request form emits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/mask/token_bitmask.hpp>
+#include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/grammar.hpp>
@@ -190,6 +192,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       fuzz::require(a.has_value() == b.has_value(), "one backend threw, the other did not");
       if (!a) break;
       fuzz::require((*a)[0].tokens == (*b)[0].tokens && (*a)[0].accepted_nodes == (*b)[0].accepted_nodes, "backends disagree");
+      if (greedy_form) {  // the batched masked walk (one team per request) decides the same
+        const auto n = static_cast<index_t>(tree.size());
+        std::vector<std::int32_t> tokens(tree.token.begin(), tree.token.end()), parents(tree.parent.begin(), tree.parent.end());
+        std::vector<std::int32_t> out_tokens(static_cast<std::size_t>(n + 1)), out_nodes(static_cast<std::size_t>(n));
+        sampling::tree_batch<> batch;
+        batch.tokens = specdec::matrix_view<const std::int32_t>(tokens.data(), 1, n);
+        batch.parents = specdec::matrix_view<const std::int32_t>(parents.data(), 1, n);
+        sampling::verify_outputs<> out;
+        out.tokens = specdec::matrix_view<std::int32_t>(out_tokens.data(), 1, n + 1);
+        out.accepted_nodes = specdec::matrix_view<std::int32_t>(out_nodes.data(), 1, n);
+        try {
+          sampling::verify_greedy(e, specdec::matrix_view<const float>(logits.data(), rows, v), mask, batch, out);
+        } catch (const specdec::invalid_argument&) {
+          fuzz::require(false, "the batched masked greedy walk threw where the request form did not");
+        }
+        const auto& want = (*a)[0];
+        for (std::size_t k = 0; k < out_tokens.size(); ++k)
+          fuzz::require(out_tokens[k] == (k < want.tokens.size() ? want.tokens[k] : -1), "the batched walk emitted otherwise", k);
+        for (std::size_t k = 0; k < out_nodes.size(); ++k)
+          fuzz::require(out_nodes[k] == (k < want.accepted_nodes.size() ? want.accepted_nodes[k] : -1), "the batched walk accepted otherwise", k);
+      }
       std::int32_t at = 0;
       for (std::size_t k = 0; k < (*a)[0].tokens.size(); ++k) {
         fuzz::require(specdec::bitmask_allows(bm.data() + at * mask_words, (*a)[0].tokens[k]), "emitted a forbidden token", k);

@@ -10,7 +10,9 @@
 /// row per target row: the row of node i's target row constrains the token after node i (its children
 /// and the final token), as vLLM's row i constrains target position i and SGLang's row per node.
 /// Verification under masks: specdec/sampling/bitmask.hpp (greedy) and `speculative_rows::target_bitmask`
-/// (stochastic); filling a tree's masks with a grammar matcher and pruning: specdec/tree/grammar.hpp.
+/// (stochastic), and for a batch in the backend's memory the masked `verify_greedy` of
+/// specdec/sampling/batch.hpp and the backend form of apply_token_bitmask below; filling a tree's masks
+/// with a grammar matcher and pruning: specdec/tree/grammar.hpp.
 #pragma once
 
 #include <bit>
@@ -18,9 +20,13 @@
 #include <limits>
 #include <span>
 
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/row_simd.hpp>
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 
 namespace specdec {
 
@@ -43,8 +49,9 @@ constexpr void bitmask_set(std::int32_t* row, std::int32_t t, bool allowed) noex
 namespace detail {
 
 /// A bitmask argument: `[rows x words]` int32, unit column stride, at least ceil(vocab / 32) words per
-/// row (vocab 0: any width).
-inline void check_bitmask(const char* where, const char* name, matrix_view<const std::int32_t> bitmask, index_t vocab) {
+/// row (vocab 0: any width), in any memory space (only its shape is read).
+template <class Word, class Space>
+void check_bitmask(const char* where, const char* name, matrix_view<Word, Space> bitmask, index_t vocab) {
   SPECDEC_EXPECTS(bitmask.size() == 0 || bitmask.data() != nullptr, where, name, " has no data");
   SPECDEC_EXPECTS(bitmask.rows() <= 1 || bitmask.cols() == 0 || bitmask.stride(1) == 1, where, name, " has column stride ",
                   bitmask.stride(1), "; expected 1 (int32 words of a row are contiguous)");
@@ -241,6 +248,86 @@ inline void apply_token_bitmask(matrix_view<float> logits, matrix_view<const std
     SPECDEC_EXPECTS(indices[i] >= 0 && indices[i] < rows, where, "indices[", i, "] = ", indices[i], "; expected a row in [0, ",
                     rows, ") (rows of both logits and bitmask)");
   for (const index_t r : indices) mask_row(r);
+}
+
+namespace detail {
+
+/// apply_token_bitmask on a backend: one team per masked row, its threads sharing the row's words.
+template <class Space>
+struct apply_bitmask_job {
+  matrix_view<float, Space> logits;
+  matrix_view<const std::int32_t, Space> bitmask;
+  vector_view<const index_t, Space> indices;  // empty: team t masks row t
+  index_t vocab_size;
+  const char* where;
+  const char* names[team_job_names];
+
+  std::size_t scratch_bytes() const { return 0; }
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t t, std::byte*) const {
+    index_t r = t;
+    if (!indices.empty()) {
+      r = indices(t);
+      const index_t rows = bitmask.rows() < logits.rows() ? bitmask.rows() : logits.rows();
+      if (r < 0 || r >= rows) return make_team_fault(team_error::bitmask_index, 0, t, 0, static_cast<double>(r), rows);
+    }
+    float* x = logits.row(r);
+    const std::int32_t* m = bitmask.row(r);
+    const index_t words = (vocab_size + 31) / 32;
+    // Whole words, branch-free inside (a branch per bit mispredicts on a mixed row); all-allowed words
+    // are skipped unwritten.
+    for (index_t w = team.rank(); w < words; w += team.size()) {
+      const auto bits = static_cast<std::uint32_t>(m[w]);
+      if (bits == 0xffffffffu) continue;
+      const index_t left = vocab_size - 32 * w;
+      float* xw = x + 32 * w;
+      if (left >= 32) {
+        for (std::uint32_t b = 0; b < 32; ++b) xw[b] = ((bits >> b) & 1u) != 0 ? xw[b] : negative_infinity<float>();
+      } else {
+        for (index_t b = 0; b < left; ++b)
+          if (((bits >> b) & 1u) == 0) xw[b] = negative_infinity<float>();
+      }
+    }
+    return {};
+  }
+};
+
+}  // namespace detail
+
+/// apply_token_bitmask on rows in a backend's memory (the logits of a batch on the GPU, say): the host
+/// form's result, bit for bit, as one team job (one CUDA launch, nothing synchronised with deferred
+/// faults): xgrammar's CUDA `apply_token_bitmask_inplace`, for engines that mask in place before
+/// `row_softmax` and the batched stochastic verifier (sampling/batch.hpp).
+/// \param logits backend `[rows x V]` float, modified in place. \param bitmask backend `[rows' x words]`
+///   int32; rows' == rows unless `indices` is given. \param vocab_size as the host form.
+/// \param indices backend `[n]`: rows to mask (each in [0, min(rows, rows'))); empty: every row.
+/// 	hrows invalid_argument as the host form; an index out of range comes from the team that reads it
+///   (on CUDA with deferred faults, from `check_faults()`).
+template <team_backend B>
+void apply_token_bitmask(B& b, matrix_view<float, typename B::memory_space> logits,
+                         matrix_view<const std::int32_t, typename B::memory_space> bitmask, index_t vocab_size = -1,
+                         vector_view<const index_t, typename B::memory_space> indices = {}) {
+  constexpr const char* where = "specdec::apply_token_bitmask";
+  detail::check_bitmask(where, "bitmask", bitmask, 0);
+  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
+  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
+                  "; expected 1");
+  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
+  if (vocab_size < 0) vocab_size = limit;
+  SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
+                  " (the logits' width)");
+  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
+                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  detail::check_view(where, "indices", indices, detail::nonzero_stride);
+  if (indices.empty())
+    SPECDEC_EXPECTS(bitmask.rows() == logits.rows(), where, "bitmask has ", bitmask.rows(), " rows and logits ",
+                    logits.rows(), "; expected equal counts (or indices)");
+  const index_t teams = indices.empty() ? logits.rows() : indices.rows();
+  if (teams == 0 || vocab_size == 0) return;
+  detail::apply_bitmask_job<typename B::memory_space> job{logits, bitmask, indices, vocab_size, where, {}};
+  for (const char*& name : job.names) name = "";
+  job.names[0] = "indices";
+  b.run_teams(teams, job);
 }
 
 }  // namespace specdec

@@ -21,6 +21,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/detail/speculative_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/request.hpp>
@@ -175,6 +176,62 @@ void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> targ
   b.row_argmax(target_logits, target_argmax);
   verify_greedy(b, vector_view<const std::int32_t, typename B::memory_space>(target_argmax), batch, target_logits.cols(),
                 outputs);
+}
+
+/// verify_greedy of a batch from the target logits under token bitmasks (structured output), reading
+/// only the rows the walks visit and writing nothing but the outputs: per request, the first child in
+/// node-index order whose token is its parent row's largest *allowed* logit (lowest index on ties) is
+/// accepted, repeatedly; the final token is the last visited row's largest allowed logit, or the bonus
+/// token after a leaf or the cap (not checked against the mask: the caller sampled it). A visited node
+/// whose bitmask row allows nothing (a terminated grammar: fill_tree_bitmasks zeroes the rows of nodes
+/// that accepted a stop token) ends the walk there without a final token: `outputs.tokens` holds the
+/// accepted tokens, then -1. Exactly the request-based masked verify_greedy (bitmask.hpp) over the
+/// same trees, bit for bit, on every backend; one launch on CUDA, nothing synchronised with deferred
+/// faults. Consumes no randomness.
+///
+/// Each visited row is read once, by a pass split between the team's threads: a step reads its few
+/// visited rows, not the batch's `[rows x V]` (row_argmax over every row and the argmax form read all of
+/// them, which for a 64-node tree and five visited rows is 13x the traffic).
+/// \param target_logits backend `[rows x V]`, finite or -inf where read (-inf: a masked entry).
+/// \param bitmask backend `[rows x words]` int32, words >= ceil(V / 32), xgrammar's layout
+///   (mask/token_bitmask.hpp), row i constraining target row i; empty: every token allowed (the
+///   unconstrained walk, with row_argmax's conventions: an all -inf row gives token 0).
+/// \param outputs as the argmax form.
+/// 	hrows invalid_argument on shapes (before any work) and, from the team that finds it, as the argmax
+///   form, on NaN / +inf among a visited row's allowed entries, where node 0's bitmask row allows no
+///   token, and where a visited row allows tokens but none above -inf (each naming the request and
+///   node). On CUDA with deferred faults the latter come from `check_faults()`.
+template <team_backend B>
+void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                   matrix_view<const std::int32_t, typename B::memory_space> bitmask,
+                   const tree_batch<typename B::memory_space>& batch, const verify_outputs<typename B::memory_space>& outputs) {
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  detail::check_input_rows(where, "target_logits", target_logits);
+  const index_t vocab = target_logits.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  if (!bitmask.empty()) {
+    specdec::detail::check_bitmask(where, "bitmask", bitmask, vocab);
+    SPECDEC_EXPECTS(bitmask.rows() == target_logits.rows(), where, "bitmask has ", bitmask.rows(),
+                    " rows; expected one per target row (", target_logits.rows(), ")");
+  }
+  detail::check_batch_shapes(where, batch);
+  using specdec::detail::extent_of;
+  detail::check_output_views(where, outputs, batch.size(), vocab, 1,
+                             {extent_of(where, "target_logits", target_logits), extent_of(where, "bitmask", bitmask),
+                              extent_of(where, "batch.tokens", batch.tokens), extent_of(where, "batch.parents", batch.parents)});
+  detail::visited_greedy_batch_job<typename B::memory_space> job{detail::trees_of(batch), detail::outputs_of(outputs),
+                                                                 target_logits, bitmask, where, {}};
+  detail::name_arguments(job, where, "target_logits");
+  job.names[detail::arg_bitmask] = "bitmask";
+  b.run_teams(batch.size(), job);
+}
+
+/// verify_greedy of a batch from the target logits, unconstrained, reading only the rows the walks
+/// visit: the bitmask form above with every token allowed. The same tokens as the argmax forms.
+template <team_backend B>
+void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
+                   const tree_batch<typename B::memory_space>& batch, const verify_outputs<typename B::memory_space>& outputs) {
+  verify_greedy(b, target_logits, matrix_view<const std::int32_t, typename B::memory_space>{}, batch, outputs);
 }
 
 /// Stochastic verification of a batch of trees (chains included): the walk of speculative.hpp per

@@ -183,6 +183,15 @@ template <class T = float>
       throw_invalid_argument(where, "request ", f.row, ": draft token ", f.column, "; expected a target id in [0, ", f.limit, ")");
     case team_error::token_entry:
       throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a token id in [0, ", f.limit, ")");
+    case team_error::bitmask_index:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a row in [0, ", f.limit,
+                             ") (rows of both logits and bitmask)");
+    case team_error::mask_allows_none:
+      throw_invalid_argument(where, "request ", f.row, " node 0: ", name, " row ", i(f.value),
+                             " allows no token; expected at least one (node 0's row constrains the first token emitted)");
+    case team_error::mask_all_neg_inf:
+      throw_invalid_argument(where, "request ", f.row, " node ", f.column, ": ", name, " row ", i(f.value),
+                             " allows tokens but every one has logit -inf; expected at least one finite");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

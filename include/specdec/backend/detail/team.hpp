@@ -60,6 +60,9 @@ enum class team_error : std::int32_t {
   unselected_parent = 82,     ///< row = request, column = a selected candidate, value = its unselected parent
   mapped_token = 83,          ///< row = request, column = draft token, value = its target id, limit = V (arg: d2t or none)
   token_entry = 84,           ///< row = entry, value = the token, limit = V
+  bitmask_index = 85,         ///< row = entry, value = the row index, limit = rows of logits and bitmask
+  mask_allows_none = 86,      ///< row = request, value = the bitmask row (node 0's: nothing could be emitted)
+  mask_all_neg_inf = 87,      ///< row = request, column = node, value = the bitmask row (allowed entries all -inf)
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.

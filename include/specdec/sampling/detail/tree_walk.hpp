@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/math.hpp>
+#include <specdec/backend/detail/row_simd.hpp>
 #include <specdec/backend/detail/sample_kernels.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
@@ -41,6 +43,7 @@ enum batch_arg : int {
   arg_uniforms,
   arg_bonus,
   arg_final,
+  arg_bitmask,
 };
 static_assert(arg_final < specdec::detail::team_job_names);
 
@@ -212,6 +215,137 @@ struct greedy_batch_job {
       if (!out.final_distributions.empty()) {  // greedy draws from no distribution: zeros
         float* dst = out.final_distributions.row(r);
         for (index_t j = team.rank(); j < vocab; j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
+      }
+      path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
+      return {};
+    }
+  }
+};
+
+/// A lane's share of a row's masked argmax (visited_greedy_batch_job): its largest allowed entry above
+/// -inf and where (lowest index on ties; -1: none), whether it saw an allowed entry, its first allowed
+/// NaN / +inf.
+struct argmax_lane {
+  float value;
+  std::int32_t at;
+  std::int32_t allowed;
+  std::int32_t bad;
+};
+
+/// Greedy verification of one request per team from the target logits, reading only the rows the walk
+/// visits: each visited row's largest entry allowed by its bitmask row (every entry when there is no
+/// bitmask), lowest index on ties, found by a row pass split between the team's threads and combined
+/// in index order. The walk is greedy_batch_job's; a visited node whose bitmask row allows nothing (a
+/// terminated grammar) ends it without a final token, as the request-based masked verify_greedy does.
+template <class Space>
+struct visited_greedy_batch_job {
+  batch_trees<Space> trees;
+  batch_outputs<Space> out;
+  matrix_view<const float, Space> logits;
+  matrix_view<const std::int32_t, Space> bitmask;  // empty: every token allowed
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  static constexpr index_t lanes_per_chunk = 8;
+  SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return logits.cols(); }
+  SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
+    return (logits.cols() + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+  }
+  SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * lanes_per_chunk; }
+  SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
+  std::size_t scratch_bytes() const {
+    return round16(tree_scratch::bytes(trees.tokens.cols())) + static_cast<std::size_t>(row_pass_items()) * sizeof(argmax_lane);
+  }
+
+  /// The combination of two lanes' results, either order: the larger value, the lower index on ties.
+  SPECDEC_HOST_DEVICE static void merge(argmax_lane& a, const argmax_lane& b) {
+    if (b.at >= 0 && (a.at < 0 || b.value > a.value || (b.value == a.value && b.at < a.at))) {
+      a.value = b.value;
+      a.at = b.at;
+    }
+    a.allowed |= b.allowed;
+    if (b.bad >= 0 && (a.bad < 0 || b.bad < a.bad)) a.bad = b.bad;
+  }
+
+  /// Row `row`'s argmax under its mask, every thread of the team receiving the same result.
+  template <class Team>
+  SPECDEC_HOST_DEVICE argmax_lane row_argmax(Team& team, argmax_lane* lanes, index_t row) const {
+    const index_t n = vocab();
+    const index_t items = row_pass_items();
+    const float* x = logits.row(row);
+    const std::int32_t* m = bitmask.empty() ? nullptr : bitmask.row(row);
+    team.sync();  // earlier readers of the scratch are done
+    for (index_t item = team.rank(); item < items; item += team.size()) {
+      const index_t begin = (item / lanes_per_chunk) * specdec::detail::sample_chunk;
+      const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+      argmax_lane a{0.0f, -1, 0, -1};
+      for (index_t j = begin + item % lanes_per_chunk; j < end; j += lanes_per_chunk) {
+        if (m != nullptr && ((static_cast<std::uint32_t>(m[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
+        const float v = x[j];
+        a.allowed = 1;
+        if (!(v < -specdec::detail::negative_infinity<float>())) {  // NaN or +inf
+          if (a.bad < 0) a.bad = static_cast<std::int32_t>(j);
+        } else if (v > specdec::detail::negative_infinity<float>() && (a.at < 0 || v > a.value)) {
+          a.value = v;
+          a.at = static_cast<std::int32_t>(j);
+        }
+      }
+      lanes[item] = a;
+    }
+    team.sync();
+    for (index_t c = team.rank(); c < chunks(); c += team.size()) {
+      argmax_lane a = lanes[c * lanes_per_chunk];
+      for (index_t k = 1; k < lanes_per_chunk; ++k) merge(a, lanes[c * lanes_per_chunk + k]);
+      lanes[c * lanes_per_chunk] = a;
+    }
+    team.sync();
+    argmax_lane best = lanes[0];
+    for (index_t c = 1; c < chunks(); ++c) merge(best, lanes[c * lanes_per_chunk]);
+    return best;
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const tree_scratch ts = tree_scratch::carve(scratch, trees.tokens.cols());
+    auto* lanes = reinterpret_cast<argmax_lane*>(scratch + round16(tree_scratch::bytes(trees.tokens.cols())));
+    checked_request q;
+    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), logits.rows(), ts, q); f.code != 0) return f;
+    const std::int32_t* token = trees.tokens.row(r);
+    path_writer<Space> path{&out, r};
+    index_t node = 0;
+    for (;;) {
+      const index_t row = q.first_row + node;
+      const argmax_lane a = row_argmax(team, lanes, row);
+      if (a.bad >= 0) {
+        const float v = logits(row, a.bad);
+        const auto f = v != v ? specdec::detail::fault::nan : specdec::detail::fault::positive_infinity;
+        return team_fault{static_cast<std::int32_t>(f), arg_target, row, a.bad, 0, static_cast<double>(v)};
+      }
+      if (a.allowed == 0) {  // only a bitmask allows nothing
+        if (node == 0) return make_team_fault(team_error::mask_allows_none, arg_bitmask, r, 0, double(row));
+        path.finish(team, -1, 0, path.count);  // the grammar terminated here: nothing may follow
+        return {};
+      }
+      if (a.at < 0 && !bitmask.empty())
+        return make_team_fault(team_error::mask_all_neg_inf, arg_bitmask, r, node, double(row));
+      const std::int32_t best = a.at < 0 ? 0 : a.at;  // an unmasked all -inf row: index 0, as row_argmax
+      const bool capped = q.cap >= 0 && path.count >= q.cap;
+      std::int32_t accepted = -1;
+      if (!capped)
+        for (std::int32_t c = ts.first_child[node]; c >= 0; c = ts.next_sibling[c])
+          if (token[c] == best) {
+            accepted = c;
+            break;
+          }
+      if (accepted >= 0) {
+        path.accept(team, accepted, best);
+        node = accepted;
+        continue;
+      }
+      const bool bonus = ts.first_child[node] < 0 || capped;
+      if (!out.final_distributions.empty()) {  // greedy draws from no distribution: zeros
+        float* dst = out.final_distributions.row(r);
+        for (index_t j = team.rank(); j < vocab(); j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
       }
       path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
       return {};
