@@ -18,6 +18,7 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
@@ -619,6 +620,156 @@ TEST_CASE_TEMPLATE("apply_token_bitmask on a backend equals the host form", B, S
   auto one = b.upload(std::span<const std::int32_t>(masks.data(), 2));
   CHECK(error_of([&] { specdec::apply_token_bitmask(b, x.matrix(2, 40), one.matrix(1, 2)); }) ==
         at + "bitmask has 1 rows and logits 2; expected equal counts (or indices)");
+}
+
+/// Uploads a host vector (empty stays empty) and views it in the backend's memory.
+template <class B, class T>
+struct uploaded {
+  typename B::template buffer<T> buffer;
+  specdec::vector_view<const T, typename B::memory_space> view;
+  uploaded(B& b, const std::vector<T>& v)
+      : buffer(b.upload(std::span<const T>(v))),
+        view(buffer.view().data(), static_cast<index_t>(v.size())) {}
+};
+
+TEST_CASE_TEMPLATE("batched tree penalties equal apply_tree_penalties per request", B, SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 2100;
+  for (const case_shape shape : {case_shape{.batch = 4, .nodes = 8, .vocab = 3000, .accept_bias = 0.3f},
+                                 case_shape{.batch = 3, .nodes = 6, .vocab = 700, .variable_counts = true, .shuffled_rows = true},
+                                 case_shape{.batch = 2, .nodes = 5, .vocab = 40, .chain = true, .accept_bias = 0.0f}}) {
+    for (int variant = 0; variant < 4; ++variant, ++seed) {
+      CAPTURE(seed);
+      CAPTURE(variant);
+      batch_case c = make_case(seed, shape);
+      const specdec::philox_stream rng{seed, 23};
+      std::uint64_t at = 0;
+      const auto pick_any = [&](index_t n) { return static_cast<std::int32_t>(rng.uniform_double(at++) * static_cast<double>(n)); };
+      // Chains repeat a draft token the history never saw (V - 1): it is penalised once, by its count.
+      const auto fresh = static_cast<std::int32_t>(c.vocab - 1);
+      if (shape.chain) std::copy_n(std::vector<std::int32_t>{fresh, 5, fresh, fresh}.begin(), 4, c.tokens.begin() + 1);
+      const auto pick = [&](index_t n) {
+        const std::int32_t t = pick_any(n);
+        return shape.chain && t == fresh ? fresh - 1 : t;
+      };
+      // Logits with zeros of both signs, negatives and -inf: every branch of the rules.
+      std::vector<float> logits = conformance::random_logits(seed + 5, c.target_count, c.vocab, 3.0f).data;
+      for (auto& x : logits) {
+        const double u = rng.uniform_double(at++);
+        x = u < 0.05 ? 0.0f : u < 0.1 ? -0.0f : u < 0.12 ? -std::numeric_limits<float>::infinity() : x;
+      }
+      const specdec::sampling::repetition_rule rule =
+          variant % 2 == 0 ? sampling::repetition_rule::divide : sampling::repetition_rule::multiply_reciprocal;
+      std::vector<sampling::penalty_history> histories;
+      std::vector<sampling::penalty_params> params;
+      std::vector<std::vector<sampling::logit_bias>> biases;
+      sampling::penalty_batch_host packed;
+      for (index_t r = 0; r < c.batch; ++r) {
+        // Prompt and output tokens, some of them the trees' own (their counts then grow along paths).
+        std::vector<std::int32_t> prompt, output;
+        for (int k = pick(12); k > 0; --k) prompt.push_back(pick(c.vocab));
+        for (int k = pick(12); k > 0; --k)
+          output.push_back(k % 3 == 0 ? c.tokens[static_cast<std::size_t>(r * c.nodes + pick(c.nodes))] : pick(c.vocab));
+        histories.emplace_back(prompt, output);
+        const float frequency = variant == 2 ? -0.0f : variant == 3 ? -0.3f : 0.5f * static_cast<float>(r);
+        params.push_back({r % 2 == 0 ? 1.3f : 0.8f, frequency, variant == 1 ? -0.2f : 0.25f, rule});
+        std::vector<sampling::logit_bias> bias;
+        for (int k = pick(4); k > 0; --k) bias.push_back({pick(c.vocab), static_cast<float>(pick(100)) / 16.0f - 3.0f});
+        if (!bias.empty()) bias.push_back(bias.front());  // a token biased twice
+        biases.push_back(bias);
+        packed.add(histories.back(), params.back(), biases.back());
+      }
+      std::vector<float> want = logits;
+      const request_form f = requests_of(c);
+      for (index_t r = 0; r < c.batch; ++r) {
+        const auto rs = static_cast<std::size_t>(r);
+        sampling::apply_tree_penalties(specdec::matrix_view<float>(want.data(), c.target_count, c.vocab), f.requests[rs].tree,
+                                       c.target_rows[rs], histories[rs], params[rs], biases[rs]);
+      }
+      B b;
+      batch_on<B> on(b, c, false);
+      auto x = b.upload(std::span<const float>(logits));
+      const uploaded<B, std::int64_t> offsets(b, packed.offsets), bias_offsets(b, packed.bias_offsets);
+      const uploaded<B, std::int32_t> tokens(b, packed.tokens), counts(b, packed.output_counts), prompt(b, packed.in_prompt),
+          bias_tokens(b, packed.bias_tokens);
+      const uploaded<B, float> rep(b, packed.repetition), freq(b, packed.frequency), pres(b, packed.presence),
+          bias_values(b, packed.bias_values);
+      const sampling::penalty_batch<typename B::memory_space> pen{offsets.view, tokens.view, counts.view, prompt.view,
+                                                                  rep.view, freq.view, pres.view, bias_offsets.view,
+                                                                  bias_tokens.view, bias_values.view, packed.rule()};
+      sampling::apply_tree_penalties(b, x.matrix(c.target_count, c.vocab), on.view(c), pen);
+      const std::vector<float> got = b.download(x.view());
+      REQUIRE(got.size() == want.size());
+      std::size_t differ = 0;
+      for (std::size_t k = 0; k < got.size(); ++k)
+        if (std::memcmp(&got[k], &want[k], sizeof(float)) != 0) {
+          if (differ++ == 0) MESSAGE("row ", k / static_cast<std::size_t>(c.vocab), " column ", k % static_cast<std::size_t>(c.vocab), ": got ", got[k], ", want ", want[k], ", raw ", logits[k]);
+        }
+      CHECK(differ == 0);
+      CHECK(want != logits);  // the case penalised something
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("batched tree penalties name what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  const batch_case c = make_case(31, {.batch = 2, .nodes = 4, .vocab = 50});
+  sampling::penalty_batch_host packed;
+  const std::vector<std::int32_t> prompt = {3, 9}, output = {9, 9, 12};
+  packed.add(sampling::penalty_history(prompt, output), {1.2f, 0.1f, 0.1f});
+  packed.add(sampling::penalty_history(prompt, {}), {1.1f, 0.0f, 0.0f}, std::vector<sampling::logit_bias>{{4, 1.0f}});
+  const std::string at = "specdec::sampling::apply_tree_penalties: ";
+  const auto run = [&](sampling::penalty_batch_host p) {
+    return error_of([&] {
+      B b;
+      batch_on<B> on(b, c, false);
+      const uploaded<B, std::int64_t> offsets(b, p.offsets), bias_offsets(b, p.bias_offsets);
+      const uploaded<B, std::int32_t> tokens(b, p.tokens), counts(b, p.output_counts), in_prompt(b, p.in_prompt),
+          bias_tokens(b, p.bias_tokens);
+      const uploaded<B, float> rep(b, p.repetition), freq(b, p.frequency), pres(b, p.presence), bias_values(b, p.bias_values);
+      sampling::apply_tree_penalties(b, on.target.matrix(c.target_count, c.vocab), on.view(c),
+                                     {offsets.view, tokens.view, counts.view, in_prompt.view, rep.view, freq.view, pres.view,
+                                      bias_offsets.view, bias_tokens.view, bias_values.view, p.rule()});
+    });
+  };
+  CHECK(run(packed) == "");
+  {
+    auto p = packed;
+    p.repetition[1] = 0.0f;
+    CHECK(run(p) == at + "penalties.repetition[1] = 0; expected a finite value > 0 (1: none)");
+  }
+  {
+    auto p = packed;
+    p.frequency[0] = std::numeric_limits<float>::infinity();
+    CHECK(run(p) == at + "penalties.frequency[0] = inf; expected a finite value");
+  }
+  {
+    auto p = packed;
+    std::swap(p.tokens[0], p.tokens[1]);
+    CHECK(run(p) == at + "penalties.tokens[1] = 3 (request 0); expected token ids in [0, V = 50), sorted and distinct per request");
+  }
+  {
+    auto p = packed;
+    p.output_counts[2] = -1;
+    CHECK(run(p) == at + "penalties.output_counts[2] = -1 (request 0); expected a count >= 0");
+  }
+  {
+    auto p = packed;
+    p.offsets[1] = 6;
+    CHECK(run(p) == at + "penalties.offsets gives request 0 entries [0, 6); expected a non-decreasing range within [0, 5]");
+  }
+  {
+    auto p = packed;
+    p.bias_tokens[0] = 50;
+    CHECK(run(p) == at + "penalties.bias_tokens[0] = 50; expected a token id in [0, 50)");
+  }
+  {
+    auto p = packed;
+    p.presence.pop_back();
+    CHECK(run(p) == at + "penalties.presence has 1 entries; expected 2");
+  }
+  sampling::penalty_batch_host llama;
+  CHECK(error_of([&] { llama.add(sampling::penalty_history::last_n(prompt, 4), {1.1f, 0.0f, 0.0f, {}, sampling::penalty_convention::llama_cpp}); }) ==
+        "specdec::sampling::penalty_batch_host::add: request 0 uses llama.cpp's convention; the batched form takes vLLM's "
+        "(llama.cpp's penalties run on the host: apply_tree_penalties)");
 }
 
 /// One request, two nodes, V = 4: node 1 (token 1, drawn from draft row 0) is rejected with u = 0.5

@@ -10,10 +10,11 @@
 // constrained walk (verify_greedy_constrained, penalties in either convention) gives what masks on every
 // node, penalties on every row and the masked verify_greedy give, and leaves the matcher holding what it
 // emitted; prune_tree with a matcher returns it to node 0; the batched masked greedy walk (tree_batch)
-// emits what the request form emits.
+// emits what the request form emits, and the batched penalties write the request form's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
@@ -23,6 +24,7 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/grammar.hpp>
@@ -300,12 +302,38 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       p.presence = in.byte() < 200 ? static_cast<float>(static_cast<int>(in.byte()) - 128) / 64.0f : in.value();
       p.rule = in.flag() ? sampling::repetition_rule::divide : sampling::repetition_rule::multiply_reciprocal;
       std::vector<float> x = logits;
+      std::optional<sampling::penalty_history> h;
       try {
-        const sampling::penalty_history h(prompt, output);
-        sampling::apply_tree_penalties(specdec::matrix_view<float>(x.data(), rows, v), tree, 0, h, p, bias);
+        h.emplace(prompt, output);
       } catch (const specdec::invalid_argument&) {
         break;
       }
+      bool host_threw = false;
+      try {
+        sampling::apply_tree_penalties(specdec::matrix_view<float>(x.data(), rows, v), tree, 0, *h, p, bias);
+      } catch (const specdec::invalid_argument&) {
+        host_threw = true;
+      }
+      {  // the batched form (one team per request) throws alike or writes the same bits
+        sampling::penalty_batch_host packed;
+        packed.add(*h, p, bias);
+        std::vector<std::int32_t> tokens(tree.token.begin(), tree.token.end()), parents(tree.parent.begin(), tree.parent.end());
+        sampling::tree_batch<> batch;
+        batch.tokens = specdec::matrix_view<const std::int32_t>(tokens.data(), 1, rows);
+        batch.parents = specdec::matrix_view<const std::int32_t>(parents.data(), 1, rows);
+        std::vector<float> y = logits;
+        specdec::eigen eb;
+        bool batch_threw = false;
+        try {
+          sampling::apply_tree_penalties(eb, specdec::matrix_view<float>(y.data(), rows, v), batch, packed.view());
+        } catch (const specdec::invalid_argument&) {
+          batch_threw = true;
+        }
+        fuzz::require(batch_threw == host_threw, "the batched penalties threw where the request form did not, or the reverse");
+        if (!host_threw)
+          fuzz::require(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0, "the batched penalties wrote other bits");
+      }
+      if (host_threw) break;
       for (index_t r = 0; r < rows; ++r)
         for (index_t j = 0; j < v; ++j) {
           const auto t = static_cast<std::int32_t>(j);

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/tree/tree.hpp>
@@ -162,20 +163,26 @@ class penalty_history {
 
 namespace detail {
 
-/// `a * b` rounded to float, never fused into a following add (see the file comment).
-inline float rounded_product(float a, float b) noexcept {
+/// `a * b` rounded to float, never fused into a following add (see the file comment; nvcc contracts
+/// too, hence `__fmul_rn` in device code).
+SPECDEC_HOST_DEVICE inline float rounded_product(float a, float b) noexcept {
+#if SPECDEC_DEVICE_CODE
+  return __fmul_rn(a, b);
+#else
   float product = a * b;
 #if defined(__GNUC__) || defined(__clang__)
   __asm__("" : "+m"(product));
 #endif
   return product;
+#endif
 }
 
 /// vLLM's repetition, frequency and presence on one logit `v` of a token seen `count` times in the
 /// history (plus path) and, for repetition, `in_prompt`. `inv_r` = 1 / p.repetition rounded to float.
 /// Branch-free: both sides computed, then selected (a branch on the sign of a logit, or on whether a
 /// token was seen, mispredicts about every other token).
-inline float vllm_penalised(float v, bool in_prompt, std::int32_t count, const penalty_params& p, float inv_r) noexcept {
+SPECDEC_HOST_DEVICE inline float vllm_penalised(float v, bool in_prompt, std::int32_t count, const penalty_params& p,
+                                               float inv_r) noexcept {
   const float quotient = v / p.repetition, product = v * p.repetition, reciprocal = v * inv_r;
   const float repeated = v > 0.0f ? (p.rule == repetition_rule::divide ? quotient : reciprocal) : product;
   v = in_prompt || count > 0 ? repeated : v;

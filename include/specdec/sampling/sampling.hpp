@@ -5,6 +5,7 @@
 #pragma once
 
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>

@@ -192,6 +192,18 @@ template <class T = float>
     case team_error::mask_all_neg_inf:
       throw_invalid_argument(where, "request ", f.row, " node ", f.column, ": ", name, " row ", i(f.value),
                              " allows tokens but every one has logit -inf; expected at least one finite");
+    case team_error::repetition_value:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a finite value > 0 (1: none)");
+    case team_error::finite_value:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a finite value");
+    case team_error::entry_range:
+      throw_invalid_argument(where, name, " gives request ", f.row, " entries [", f.column, ", ", i(f.value),
+                             "); expected a non-decreasing range within [0, ", f.limit, "]");
+    case team_error::history_token:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), " (request ", f.column,
+                             "); expected token ids in [0, V = ", f.limit, "), sorted and distinct per request");
+    case team_error::history_count:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), " (request ", f.column, "); expected a count >= 0");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

@@ -63,6 +63,11 @@ enum class team_error : std::int32_t {
   bitmask_index = 85,         ///< row = entry, value = the row index, limit = rows of logits and bitmask
   mask_allows_none = 86,      ///< row = request, value = the bitmask row (node 0's: nothing could be emitted)
   mask_all_neg_inf = 87,      ///< row = request, column = node, value = the bitmask row (allowed entries all -inf)
+  repetition_value = 88,      ///< row = request, value = the repetition penalty
+  finite_value = 89,          ///< row = entry, value = the entry (a penalty or bias that must be finite)
+  entry_range = 90,           ///< row = request, column = first entry, value = end, limit = entries
+  history_token = 91,         ///< row = entry, column = request, value = the token, limit = V
+  history_count = 92,         ///< row = entry, column = request, value = the count
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
