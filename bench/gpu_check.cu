@@ -646,8 +646,9 @@ struct tree_run {
 };
 
 /// Batched greedy and stochastic verification on the GPU equal thrust_backend<cpp>'s; timed (median of
-/// 50, deferred faults) with its launches per call, into the CSV as ops verify_greedy_tree /
-/// verify_tree / verify_tree_drafts with rows = batch and V.
+/// 50, deferred faults) with its launches per call, into the CSV as ops verify_greedy_tree (row_argmax +
+/// walk) / verify_greedy_visited (the walk reading its visited rows) / verify_tree / verify_tree_drafts
+/// with rows = batch and V.
 void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream, bool quick, FILE* csv) {
   const std::vector<index_t> batches = quick ? std::vector<index_t>{2} : std::vector<index_t>{1, 16, 64};
   const std::vector<index_t> vocabs = quick ? std::vector<index_t>{4097} : std::vector<index_t>{32000, 128256};
@@ -666,6 +667,7 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
           specdec::sampling::verify_greedy(d, dev.rows().target, dev.batch(), dev.outputs(),
                                            dvec<std::int32_t>(dev.argmax.p, batch * nodes));
         };
+        const auto run_visited = [&] { specdec::sampling::verify_greedy(d, dev.rows().target, dev.batch(), dev.outputs()); };
         bool ok = true;
         try {
           specdec::sampling::verify_speculative(h, host.rows(), host.batch(), {}, host.outputs());
@@ -696,12 +698,24 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
           report(ok && dev.out_tokens.get(n) == host.out_tokens.get(n) &&
                      dev.out_accepted.get(static_cast<std::size_t>(batch)) == host.out_accepted.get(static_cast<std::size_t>(batch)),
                  "verify_greedy (batch, from logits) equals thrust_backend<cpp>" + shape);
+          // The form that reads only the visited rows (no argmax of every row) decides the same.
+          ok = true;
+          try {
+            run_visited();
+          } catch (const std::exception& e) {
+            std::printf("batched greedy verification (visited rows) threw: %s\n", e.what());
+            ok = false;
+          }
+          report(ok && dev.out_tokens.get(n) == host.out_tokens.get(n) &&
+                     dev.out_accepted.get(static_cast<std::size_t>(batch)) == host.out_accepted.get(static_cast<std::size_t>(batch)),
+                 "verify_greedy (batch, visited rows only) equals thrust_backend<cpp>" + shape);
         }
         if (quick || csv == nullptr) continue;
         d.defer_faults(true);
         const std::string what = std::to_string(nodes) + " nodes per request";
         time_call(d, stream, csv, drafts ? "verify_tree_drafts" : "verify_tree", batch, vocab, 50, what, run_stochastic);
         if (!drafts) time_call(d, stream, csv, "verify_greedy_tree", batch, vocab, 50, what, run_greedy);
+        if (!drafts) time_call(d, stream, csv, "verify_greedy_visited", batch, vocab, 50, what, run_visited);
         cuda_ok(cudaStreamSynchronize(stream), "batch timing");
         try {
           d.check_faults();
