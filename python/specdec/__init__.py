@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: Apache-2.0
+"""specdec from Python: speculative-decoding primitives over specdec's C++ headers.
+
+Functions take numpy arrays or torch tensors (CPU) without copying them (DLPack / the buffer protocol)
+and return arrays of the same kind. Where a peer's function of the same name exists, the name, the
+argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
+
+- FlashInfer (``flashinfer.sampling``): ``top_k_renorm_probs``, ``top_p_renorm_probs``,
+  ``sampling_from_probs``, ``chain_speculative_sampling``;
+- SGLang (``sgl_kernel``): ``verify_tree_greedy``.
+
+Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
+``(seed, row)``, read from ``offset``), a ``torch.Generator`` (one integer drawn from it seeds the call),
+or explicit ``uniforms``; with none of them a seed is drawn from numpy's global generator. Bad input
+raises ``TypeError`` (a dtype) or ``ValueError`` (a shape, stride, device or value), naming the
+argument; errors from the C++ side carry its message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _specdec
+
+__version__ = _specdec.__version__
+
+__all__ = [
+    "top_k_renorm_probs",
+    "top_p_renorm_probs",
+    "sampling_from_probs",
+    "chain_speculative_sampling",
+    "verify_tree_greedy",
+    "philox_uniforms",
+]
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _empty(like, shape, dtype: str):
+    """A new array of `dtype` ("float32", "int32", ...) and `shape`, of the same kind as `like`."""
+    if _is_torch(like):
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    return np.empty(shape, dtype=dtype)
+
+
+def _full(like, shape, dtype: str, value):
+    out = _empty(like, shape, dtype)
+    out[...] = value
+    return out
+
+
+def _small(x, dtype: str) -> np.ndarray:
+    """A scalar or a short per-row parameter as a contiguous numpy array (copied: a few numbers)."""
+    if _is_torch(x):
+        x = x.detach().cpu().numpy()
+    return np.ascontiguousarray(np.atleast_1d(np.asarray(x)), dtype=dtype)
+
+
+def _seed_offset(seed, offset, generator) -> tuple[int, int]:
+    if seed is not None:
+        return int(seed), int(offset or 0)
+    if generator is not None:
+        import torch
+
+        return int(torch.randint(0, 2**62, (1,), generator=generator).item()), int(offset or 0)
+    return int(np.random.randint(0, 2**62, dtype=np.int64)), int(offset or 0)
+
+
+def philox_uniforms(seed: int, offset: int, rows: int, count: int, dtype: str = "float64") -> np.ndarray:
+    """``[rows x count]`` uniforms in [0, 1): row r is Philox-4x32-10 stream ``(seed, r)`` from position
+    ``offset`` (specdec's ``philox_stream``: ``uniform_double`` for float64, ``uniform`` for float32), the
+    streams the sampling functions read when given a seed."""
+    out = np.empty((rows, count), dtype=dtype)
+    _specdec.philox_uniforms(int(seed), int(offset), out)
+    return out
+
+
+# ---- FlashInfer --------------------------------------------------------------------------------------
+
+
+def top_k_renorm_probs(probs, top_k, out=None):
+    """FlashInfer's ``top_k_renorm_probs``: keep the ``top_k`` largest probabilities of each row (ties
+    with the k-th kept), zero the rest, renormalise.
+
+    probs: float32 ``[batch, V]``, rows summing to 1 (within 1e-3). top_k: an int, or one per row.
+    out: optional float32 ``[batch, V]`` (may be ``probs`` itself); returned.
+    """
+    if out is None:
+        out = _empty(probs, tuple(probs.shape), "float32")
+    _specdec.renorm(probs, out, _small(top_k, "int64"), True)
+    return out
+
+
+def top_p_renorm_probs(probs, top_p, out=None):
+    """FlashInfer's ``top_p_renorm_probs``: keep a token iff the mass of the strictly larger
+    probabilities is below ``top_p`` (the smallest set of largest tokens reaching it, ties kept), zero the
+    rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes as ``top_k_renorm_probs``."""
+    if out is None:
+        out = _empty(probs, tuple(probs.shape), "float32")
+    _specdec.renorm(probs, out, _small(top_p, "float32"), False)
+    return out
+
+
+def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                        offset=None, uniforms=None):
+    """FlashInfer's ``sampling_from_probs``: one token per row, int32 ``[batch]``.
+
+    The draw is specdec's canonical inverse CDF (the first token whose running sum in index order
+    exceeds ``u * sum``), so every backend returns the same token; FlashInfer's own kernel draws
+    differently, so the tokens follow the same distribution, not the same sequence. ``indices`` (int
+    ``[batch']``) selects the rows to sample, as in FlashInfer. ``uniforms`` (float32 ``[batch']`` in
+    [0, 1)) replaces the random draw; otherwise row i reads Philox stream ``(seed, i)`` at ``offset``.
+    ``deterministic`` and ``check_nan`` are accepted for compatibility (the draw is always
+    deterministic and NaN is always an error).
+    """
+    del deterministic, check_nan
+    if indices is not None:
+        rows = _small(indices, "int64")
+        probs = probs[rows] if not _is_torch(probs) else probs[_as_torch_index(rows, probs)]
+    n = int(probs.shape[0])
+    if uniforms is None:
+        s, o = _seed_offset(seed, offset, generator)
+        uniforms = philox_uniforms(s, o, n, 1, "float32").reshape(n)
+    out = _empty(probs, (n,), "int32")
+    _specdec.sample_rows(probs, uniforms if not _is_torch(uniforms) else uniforms.contiguous(), out)
+    return out
+
+
+def _as_torch_index(rows, like):
+    import torch
+
+    return torch.from_numpy(rows).to(like.device)
+
+
+def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
+                               maybe_output_emitted_draft_token_num=None, deterministic=True, generator=None,
+                               seed=None, offset=None, uniforms=None):
+    """FlashInfer's ``chain_speculative_sampling``: verifies a batch of draft chains.
+
+    draft_probs: float32 ``[batch, k, V]``; draft_token_ids: int32 ``[batch, k]``; target_probs: float32
+    ``[batch, k + 1, V]``. Returns ``(output_token_ids, accepted_token_num, emitted_draft_token_num)``:
+    int32 ``[batch, k + 1]`` (the accepted drafts, then the final token, -1 padded), and int32 ``[batch]``
+    counters which, when given as ``maybe_output_*``, are added to (FlashInfer's ``+=``) and returned.
+
+    FlashInfer's conventions: accept draft x iff ``u * p_draft(x) < p_target(x)``, uniforms in (0, 1];
+    after a rejection at position i, positions i..k-1 are re-tested with fresh uniforms and the passes
+    counted in ``accepted_token_num``; the final token is drawn from ``relu(target - draft)`` (or the
+    bonus row) by inverse CDF. ``uniforms`` (float64 ``[batch, >= 2k + 1]``, in (0, 1], consumption
+    order) replaces the random draw; otherwise row r reads Philox stream ``(seed, r)`` at ``offset``.
+    """
+    del deterministic
+    batch, k = int(draft_token_ids.shape[0]), int(draft_token_ids.shape[1])
+    out = _empty(target_probs, (batch, k + 1), "int32")
+    accepted = _empty(target_probs, (batch,), "int32")
+    emitted = _empty(target_probs, (batch,), "int32")
+    if uniforms is None:
+        s, o = _seed_offset(seed, offset, generator)
+        u = np.empty((0, 0), dtype=np.float64)
+    else:
+        s, o = 0, 0
+        u = uniforms
+    _specdec.chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, u, s, o, out, accepted, emitted)
+    if maybe_output_accepted_token_num is not None:
+        maybe_output_accepted_token_num += accepted
+        accepted = maybe_output_accepted_token_num
+    if maybe_output_emitted_draft_token_num is not None:
+        maybe_output_emitted_draft_token_num += emitted
+        emitted = maybe_output_emitted_draft_token_num
+    return out, accepted, emitted
+
+
+# ---- SGLang ------------------------------------------------------------------------------------------
+
+
+def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                       retrive_next_sibling, target_predict, cuda_stream=0):
+    """SGLang's ``sgl_kernel.verify_tree_greedy``, writing its three outputs in place.
+
+    predicts: int32 ``[batch * N]`` (the accepted token at each accepted node, the bonus at the last,
+    -1 elsewhere); accept_index: int32 ``[batch, num_spec_step]`` (retrive_index of accepted nodes, root
+    first, -1 padded); accept_token_num: int32 ``[batch]``. candidates, retrive_index,
+    retrive_next_token, retrive_next_sibling: int64 ``[batch, N]`` (``build_tree_kernel_efficient``'s);
+    target_predict: int64 ``[batch, N]`` (or ``[batch * N]``), the target's argmax per node.
+    ``cuda_stream`` is accepted for compatibility.
+    """
+    del cuda_stream
+    _specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                retrive_next_token, retrive_next_sibling, target_predict)

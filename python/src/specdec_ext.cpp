@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+// specdec's Python binding: each function here checks the arrays it is handed (dtype, shape, device,
+// strides: a TypeError or ValueError naming the argument), views them without copying, releases the GIL
+// and calls the C++ headers, which hold every algorithm. Outputs are arrays the caller allocated
+// (specdec/__init__.py allocates them where the peers' functions return new tensors).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/interop/sglang.hpp>
+#include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/distribution.hpp>
+#include <specdec/version.hpp>
+
+namespace nb = nanobind;
+using specdec::index_t;
+
+namespace {
+
+using array = nb::ndarray<>;
+
+template <class T>
+const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>) return "float32";
+  if constexpr (std::is_same_v<T, double>) return "float64";
+  if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+  if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
+  if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
+  if constexpr (std::is_const_v<T>) return dtype_name<std::remove_const_t<T>>();
+  return "?";
+}
+
+std::string shape_of(const array& a) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+/// Checks `a` (argument `name`): dtype T (TypeError), `ndim` dimensions, C-contiguous (ValueError).
+template <class T>
+T* checked(const array& a, const char* name, std::size_t ndim) {
+  if (a.device_type() != nb::device::cpu::value)
+    throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one on another device (this build of "
+                           "specdec is CPU-only)").c_str());
+  if (a.dtype() != nb::dtype<std::remove_const_t<T>>())
+    throw nb::type_error((std::string(name) + ": expected dtype " + dtype_name<T>() + "; got another dtype").c_str());
+  if (a.ndim() != ndim)
+    throw nb::value_error((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions; got shape " + shape_of(a)).c_str());
+  std::int64_t expected = 1;
+  for (std::size_t i = ndim; i-- > 0;) {
+    if (a.shape(i) > 1 && a.stride(i) != expected)
+      throw nb::value_error((std::string(name) + ": expected a C-contiguous array; dimension " + std::to_string(i) + " has stride " +
+                             std::to_string(a.stride(i)) + " elements where " + std::to_string(expected) + " was expected")
+                                .c_str());
+    expected *= static_cast<std::int64_t>(a.shape(i));
+  }
+  return static_cast<T*>(a.data());
+}
+
+void expect_shape(const array& a, const char* name, std::initializer_list<std::int64_t> want) {
+  std::size_t i = 0;
+  bool ok = a.ndim() == want.size();
+  for (const std::int64_t w : want) ok = ok && (w < 0 || static_cast<std::int64_t>(a.shape(i++)) == w);
+  if (ok) return;
+  std::string s = "(";
+  i = 0;
+  for (const std::int64_t w : want) s += (i++ ? ", " : "") + (w < 0 ? std::string("*") : std::to_string(w));
+  throw nb::value_error((std::string(name) + ": expected shape " + s + (want.size() == 1 ? ",)" : ")") + "; got " + shape_of(a)).c_str());
+}
+
+template <class T>
+specdec::matrix_view<T> matrix_of(const array& a, const char* name) {
+  T* p = checked<T>(a, name, 2);
+  return {p, static_cast<index_t>(a.shape(0)), static_cast<index_t>(a.shape(1))};
+}
+
+template <class T>
+std::span<T> span_of(const array& a, const char* name) {
+  T* p = checked<T>(a, name, 1);
+  return {p, static_cast<std::size_t>(a.shape(0))};
+}
+
+/// The C++ work of a call, with the GIL released (the arrays stay alive: the caller holds them).
+template <class F>
+void without_gil(F&& f) {
+  nb::gil_scoped_release released;
+  f();
+}
+
+// ---- FlashInfer's sampling functions --------------------------------------------------------------
+
+/// top_k_renorm_probs / top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one
+/// parameter per row (`k` or `p` length rows) or one for all.
+void renorm(const array& probs, const array& out, const array& param, bool top_k) {
+  const auto in = matrix_of<float>(probs, "probs");
+  const auto o = matrix_of<float>(out, "out");
+  expect_shape(out, "out", {in.rows(), in.cols()});
+  const char* pname = top_k ? "top_k" : "top_p";
+  std::vector<double> values;
+  if (top_k) {
+    const auto ks = span_of<std::int64_t>(param, pname);
+    values.assign(ks.begin(), ks.end());
+  } else {
+    const auto ps = span_of<float>(param, pname);
+    values.assign(ps.begin(), ps.end());
+  }
+  if (values.size() != 1 && static_cast<index_t>(values.size()) != in.rows())
+    throw nb::value_error((std::string(pname) + ": expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
+                           std::to_string(values.size()))
+                              .c_str());
+  without_gil([&] {
+    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
+    for (index_t r = 0; r < in.rows(); ++r) {
+      const double v = values[values.size() == 1 ? 0 : static_cast<std::size_t>(r)];
+      const specdec::matrix_view<float> row(o.row(r), 1, o.cols());
+      if (top_k) specdec::sampling::top_k_renorm(row, static_cast<index_t>(v));
+      else specdec::sampling::top_p_renorm(row, static_cast<float>(v));
+    }
+  });
+}
+
+/// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
+void sample_rows(const array& probs, const array& uniforms, const array& out) {
+  const auto p = matrix_of<const float>(probs, "probs");
+  const auto u = span_of<const float>(uniforms, "uniforms");
+  const auto t = span_of<std::int32_t>(out, "out");
+  expect_shape(uniforms, "uniforms", {p.rows()});
+  expect_shape(out, "out", {p.rows()});
+  without_gil([&] {
+    specdec::eigen b;
+    b.row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+  });
+}
+
+/// chain_speculative_sampling: FlashInfer's chain verifier as the batched verify_speculative over
+/// chains, its conventions set (strict product test, uniforms in (0, 1], re-tests counted, V - 1 for an
+/// empty residual). Uniforms: `uniforms` `[bs x (2k + 1)]` in consumption order, or (empty) Philox
+/// streams `(seed, r)` from `offset`.
+void chain_speculative_sampling(const array& draft_probs, const array& draft_token_ids, const array& target_probs,
+                                const array& uniforms, std::uint64_t seed, std::uint64_t offset, const array& output_token_ids,
+                                const array& accepted_token_num, const array& emitted_draft_token_num) {
+  checked<const float>(draft_probs, "draft_probs", 3);
+  checked<const float>(target_probs, "target_probs", 3);
+  const auto ids = matrix_of<const std::int32_t>(draft_token_ids, "draft_token_ids");
+  const index_t bs = ids.rows(), k = ids.cols();
+  const auto v = static_cast<index_t>(target_probs.shape(2));
+  expect_shape(draft_probs, "draft_probs", {bs, k, v});
+  expect_shape(target_probs, "target_probs", {bs, k + 1, v});
+  const auto out = matrix_of<std::int32_t>(output_token_ids, "output_token_ids");
+  expect_shape(output_token_ids, "output_token_ids", {bs, k + 1});
+  const auto accepted = span_of<std::int32_t>(accepted_token_num, "accepted_token_num");
+  const auto emitted = span_of<std::int32_t>(emitted_draft_token_num, "emitted_draft_token_num");
+  expect_shape(accepted_token_num, "accepted_token_num", {bs});
+  expect_shape(emitted_draft_token_num, "emitted_draft_token_num", {bs});
+  specdec::matrix_view<const double> u;
+  if (uniforms.ndim() != 0 && uniforms.size() != 0) {
+    u = matrix_of<const double>(uniforms, "uniforms");
+    expect_shape(uniforms, "uniforms", {bs, -1});
+  }
+  without_gil([&] {
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(bs * (k + 1))), parents(tokens.size());
+    std::vector<index_t> draft_rows(tokens.size(), -1);
+    for (index_t r = 0; r < bs; ++r)
+      for (index_t i = 0; i <= k; ++i) {
+        const auto at = static_cast<std::size_t>(r * (k + 1) + i);
+        tokens[at] = i == 0 ? 0 : ids(r, i - 1);
+        parents[at] = static_cast<std::int32_t>(i - 1);
+        if (i > 0) draft_rows[at] = r * k + i - 1;
+      }
+    std::vector<specdec::philox_stream> streams;
+    std::vector<std::uint64_t> offsets;
+    specdec::sampling::tree_batch<> batch;
+    batch.tokens = specdec::matrix_view<const std::int32_t>(tokens.data(), bs, k + 1);
+    batch.parents = specdec::matrix_view<const std::int32_t>(parents.data(), bs, k + 1);
+    batch.draft_rows = specdec::matrix_view<const index_t>(draft_rows.data(), bs, k + 1);
+    if (u.rows() > 0) {
+      batch.uniforms = u;
+    } else {
+      for (index_t r = 0; r < bs; ++r) streams.push_back({seed, static_cast<std::uint64_t>(r)});
+      offsets.assign(static_cast<std::size_t>(bs), offset);
+      batch.uniform_streams = specdec::vector_view<const specdec::philox_stream>(streams.data(), bs);
+      batch.uniform_offsets = specdec::vector_view<const std::uint64_t>(offsets.data(), bs);
+    }
+    specdec::sampling::speculative_rows<> rows;
+    rows.target = specdec::matrix_view<const float>(static_cast<const float*>(target_probs.data()), bs * (k + 1), v);
+    rows.draft = specdec::matrix_view<const float>(static_cast<const float*>(draft_probs.data()), bs * k, v);
+    specdec::sampling::speculative_options options;
+    options.test = specdec::sampling::acceptance_test::strict_product;
+    options.range = specdec::sampling::uniform_range::open_closed;
+    options.flashinfer_retest = true;
+    options.fallback = specdec::empty_residual::last_token;
+    specdec::sampling::verify_outputs<> o;
+    o.tokens = out;
+    o.accepted = specdec::vector_view<std::int32_t>(emitted.data(), bs);
+    o.retest_accepted = specdec::vector_view<std::int32_t>(accepted.data(), bs);
+    specdec::eigen b;
+    specdec::sampling::verify_speculative(b, rows, batch, options, o);
+  });
+}
+
+// ---- SGLang's speculative kernels ------------------------------------------------------------------
+
+/// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
+void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
+                        const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
+                        const array& target_predict) {
+  const auto c = matrix_of<const std::int64_t>(candidates, "candidates");
+  const auto pred = span_of<std::int32_t>(predicts, "predicts");
+  const auto acc = matrix_of<std::int32_t>(accept_index, "accept_index");
+  const auto num = span_of<std::int32_t>(accept_token_num, "accept_token_num");
+  const index_t bs = c.rows(), n = c.cols();
+  expect_shape(predicts, "predicts", {bs * n});
+  expect_shape(accept_index, "accept_index", {bs, -1});
+  expect_shape(accept_token_num, "accept_token_num", {bs});
+  const auto ri = matrix_of<const std::int64_t>(retrive_index, "retrive_index");
+  const auto nt = matrix_of<const std::int64_t>(retrive_next_token, "retrive_next_token");
+  const auto ns = matrix_of<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
+  const array& tp = target_predict;
+  const std::int64_t* t = checked<const std::int64_t>(tp, "target_predict", tp.ndim() == 2 ? 2 : 1);
+  if (static_cast<index_t>(tp.size()) != bs * n)
+    throw nb::value_error(("target_predict: expected " + std::to_string(bs * n) + " entries (bs x N); got shape " + shape_of(tp)).c_str());
+  without_gil([&] {
+    const auto got = specdec::sglang::verify_tree_greedy(c, ri, nt, ns, std::span<const std::int64_t>(t, static_cast<std::size_t>(bs * n)),
+                                                         acc.cols());
+    std::copy(got.predicts.begin(), got.predicts.end(), pred.begin());
+    std::copy(got.accept_index.begin(), got.accept_index.end(), acc.data());
+    std::copy(got.accept_token_num.begin(), got.accept_token_num.end(), num.begin());
+  });
+}
+
+/// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:
+/// uniform_double, float32: uniform).
+void philox_uniforms(std::uint64_t seed, std::uint64_t offset, const array& out) {
+  const bool wide = out.dtype() == nb::dtype<double>();
+  if (!wide && out.dtype() != nb::dtype<float>()) throw nb::type_error("out: expected dtype float64 or float32; got another dtype");
+  const index_t rows = static_cast<index_t>(out.ndim() == 2 ? out.shape(0) : 0), count = static_cast<index_t>(out.ndim() == 2 ? out.shape(1) : 0);
+  if (wide) checked<double>(out, "out", 2);
+  else checked<float>(out, "out", 2);
+  without_gil([&] {
+    for (index_t r = 0; r < rows; ++r) {
+      const specdec::philox_stream s{seed, static_cast<std::uint64_t>(r)};
+      for (index_t i = 0; i < count; ++i) {
+        const auto at = offset + static_cast<std::uint64_t>(i);
+        if (wide) static_cast<double*>(out.data())[r * count + i] = s.uniform_double(at);
+        else static_cast<float*>(out.data())[r * count + i] = s.uniform(at);
+      }
+    }
+  });
+}
+
+/// The address of an array's first element as the binding sees it (tests check it is the caller's).
+std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>(a.data()); }
+
+}  // namespace
+
+NB_MODULE(_specdec, m) {
+  m.doc() = "specdec's C++ primitives (the package's public functions are in specdec/__init__.py)";
+  m.attr("__version__") = nb::str((std::to_string(SPECDEC_VERSION_MAJOR) + "." + std::to_string(SPECDEC_VERSION_MINOR) + "." +
+                                   std::to_string(SPECDEC_VERSION_PATCH))
+                                      .c_str());
+  m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out"));
+  m.def("_address", &address, nb::arg("array"));
+  m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
+  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"));
+  m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
+        nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),
+        nb::arg("accepted_token_num"), nb::arg("emitted_draft_token_num"));
+  m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
+        nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
+        nb::arg("target_predict"));
+}
