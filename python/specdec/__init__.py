@@ -7,7 +7,8 @@ argument order and the outputs are the peer's, so an engine swaps specdec in wit
 
 - FlashInfer (``flashinfer.sampling``): ``top_k_renorm_probs``, ``top_p_renorm_probs``,
   ``sampling_from_probs``, ``chain_speculative_sampling``;
-- SGLang (``sgl_kernel``): ``verify_tree_greedy``.
+- SGLang (``sgl_kernel``): ``verify_tree_greedy``, ``tree_speculative_sampling_target_only``,
+  ``build_tree_kernel_efficient``.
 
 Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
 ``(seed, row)``, read from ``offset``), a ``torch.Generator`` (one integer drawn from it seeds the call),
@@ -30,6 +31,8 @@ __all__ = [
     "sampling_from_probs",
     "chain_speculative_sampling",
     "verify_tree_greedy",
+    "tree_speculative_sampling_target_only",
+    "build_tree_kernel_efficient",
     "philox_uniforms",
 ]
 
@@ -190,3 +193,40 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
     del cuda_stream
     _specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                 retrive_next_token, retrive_next_sibling, target_predict)
+
+
+def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                          retrive_next_token, retrive_next_sibling, uniform_samples,
+                                          uniform_samples_for_final_sampling, target_probs, draft_probs=None,
+                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True):
+    """SGLang's ``sgl_kernel.tree_speculative_sampling_target_only``: sampled verification of link-encoded
+    trees against the target alone (SGLang's coin rule; ``threshold_single = threshold_acc = 1`` is
+    lossless sampling), outputs written in place as ``verify_tree_greedy``'s.
+
+    uniform_samples: float32 ``[batch, N]`` (the coin at node i is entry i);
+    uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N, V]``.
+    ``draft_probs`` is not read (target-only, as SGLang's kernel); ``threshold_acc`` is clamped to >= 1e-9
+    as SGLang's launcher does. Parents must precede their children in node order (build_tree's order).
+    """
+    del draft_probs, deterministic
+    _specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                                   retrive_next_token, retrive_next_sibling, uniform_samples,
+                                                   uniform_samples_for_final_sampling, target_probs,
+                                                   float(threshold_single), float(threshold_acc))
+
+
+def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
+                                retrive_next_token, retrive_next_sibling, topk, depth, draft_token_num, tree_mask_mode):
+    """SGLang's ``sgl_kernel.build_tree_kernel_efficient``: the tree buffers of a batch of EAGLE trees,
+    written in place.
+
+    parent_list: int64 ``[batch, 1 + topk * (depth - 1)]``; selected_index: int64 ``[batch, N - 1]``
+    (``organize_draft_results``'s); verified_seq_len: int64 ``[batch]``; positions: int64 ``[batch * N]``;
+    retrive_index / retrive_next_token / retrive_next_sibling: int64 ``[batch, N]``; tree_mask: for mode 0
+    (FULL_MASK) bools of ``sum_b N (seq_len_b + N)``, mode 1 (QLEN_ONLY) ``batch * N * N`` bools, mode 2
+    (QLEN_ONLY_BITPACKING) ``batch * N`` items of 1, 2 or 4 bytes (N <= 8, 16, 32). ``depth`` is SGLang's
+    ``spec_steps``.
+    """
+    _specdec.build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
+                                         retrive_next_token, retrive_next_sibling, int(topk), int(depth),
+                                         int(draft_token_num), int(tree_mask_mode))

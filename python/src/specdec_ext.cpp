@@ -7,6 +7,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/version.hpp>
@@ -206,6 +208,16 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
 
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
 
+/// SGLang's outputs into its caller's arrays: predicts only where the walk emitted (the kernels leave
+/// the other entries as they were), accept_index and accept_token_num whole.
+void write_sglang_outputs(const specdec::sglang::greedy_verification& got, std::span<std::int32_t> predicts,
+                          specdec::matrix_view<std::int32_t> accept_index, std::span<std::int32_t> accept_token_num) {
+  for (std::size_t i = 0; i < got.predicts.size(); ++i)
+    if (got.predicts[i] != -1) predicts[i] = got.predicts[i];
+  std::copy(got.accept_index.begin(), got.accept_index.end(), accept_index.data());
+  std::copy(got.accept_token_num.begin(), got.accept_token_num.end(), accept_token_num.begin());
+}
+
 /// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
 void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
                         const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
@@ -228,9 +240,92 @@ void verify_tree_greedy(const array& predicts, const array& accept_index, const 
   without_gil([&] {
     const auto got = specdec::sglang::verify_tree_greedy(c, ri, nt, ns, std::span<const std::int64_t>(t, static_cast<std::size_t>(bs * n)),
                                                          acc.cols());
-    std::copy(got.predicts.begin(), got.predicts.end(), pred.begin());
-    std::copy(got.accept_index.begin(), got.accept_index.end(), acc.data());
-    std::copy(got.accept_token_num.begin(), got.accept_token_num.end(), num.begin());
+    write_sglang_outputs(got, pred, acc, num);
+  });
+}
+
+/// tree_speculative_sampling_target_only: SGLang's sampled tree verification (coin rule), outputs as
+/// verify_tree_greedy's.
+void tree_speculative_sampling_target_only(const array& predicts, const array& accept_index, const array& accept_token_num,
+                                           const array& candidates, const array& retrive_index, const array& retrive_next_token,
+                                           const array& retrive_next_sibling, const array& uniform_samples,
+                                           const array& uniform_samples_for_final_sampling, const array& target_probs,
+                                           float threshold_single, float threshold_acc) {
+  const auto c = matrix_of<const std::int64_t>(candidates, "candidates");
+  const index_t bs = c.rows(), n = c.cols();
+  const auto pred = span_of<std::int32_t>(predicts, "predicts");
+  const auto acc = matrix_of<std::int32_t>(accept_index, "accept_index");
+  const auto num = span_of<std::int32_t>(accept_token_num, "accept_token_num");
+  expect_shape(predicts, "predicts", {bs * n});
+  expect_shape(accept_index, "accept_index", {bs, -1});
+  expect_shape(accept_token_num, "accept_token_num", {bs});
+  const auto ri = matrix_of<const std::int64_t>(retrive_index, "retrive_index");
+  const auto nt = matrix_of<const std::int64_t>(retrive_next_token, "retrive_next_token");
+  const auto ns = matrix_of<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
+  const auto u = matrix_of<const float>(uniform_samples, "uniform_samples");
+  const auto uf = span_of<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling");
+  const float* p = checked<const float>(target_probs, "target_probs", 3);
+  expect_shape(target_probs, "target_probs", {bs, n, -1});
+  const auto v = static_cast<index_t>(target_probs.shape(2));
+  without_gil([&] {
+    specdec::eigen b;
+    const auto got = specdec::sglang::tree_speculative_sampling_target_only(
+        b, c, ri, nt, ns, u, uf, specdec::matrix_view<const float>(p, bs * n, v), acc.cols(), threshold_single, threshold_acc);
+    write_sglang_outputs(got, pred, acc, num);
+  });
+}
+
+/// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays.
+void build_tree_kernel_efficient(const array& parent_list, const array& selected_index, const array& verified_seq_len,
+                                 const array& tree_mask, const array& positions, const array& retrive_index,
+                                 const array& retrive_next_token, const array& retrive_next_sibling, index_t topk, index_t depth,
+                                 index_t draft_token_num, int tree_mask_mode) {
+  const auto parents = matrix_of<const std::int64_t>(parent_list, "parent_list");
+  const auto selected = matrix_of<const std::int64_t>(selected_index, "selected_index");
+  const auto seq = span_of<const std::int64_t>(verified_seq_len, "verified_seq_len");
+  const auto bs = static_cast<index_t>(seq.size()), n = draft_token_num;
+  expect_shape(parent_list, "parent_list", {bs, -1});
+  expect_shape(selected_index, "selected_index", {bs, n - 1});
+  const auto pos = span_of<std::int64_t>(positions, "positions");
+  expect_shape(positions, "positions", {bs * n});
+  const auto ri = matrix_of<std::int64_t>(retrive_index, "retrive_index");
+  const auto nt = matrix_of<std::int64_t>(retrive_next_token, "retrive_next_token");
+  const auto ns = matrix_of<std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
+  expect_shape(retrive_index, "retrive_index", {bs, n});
+  expect_shape(retrive_next_token, "retrive_next_token", {bs, n});
+  expect_shape(retrive_next_sibling, "retrive_next_sibling", {bs, n});
+  if (tree_mask_mode < 0 || tree_mask_mode > 2)
+    throw nb::value_error(("tree_mask_mode: expected 0 (FULL_MASK), 1 (QLEN_ONLY) or 2 (QLEN_ONLY_BITPACKING); got " +
+                           std::to_string(tree_mask_mode)).c_str());
+  const auto mode = static_cast<specdec::sglang::tree_mask_mode>(tree_mask_mode);
+  // The mask: bools (one byte each) or, bit-packed, one 1 / 2 / 4-byte item per row.
+  if (tree_mask.device_type() != nb::device::cpu::value) throw nb::value_error("tree_mask: expected an array in CPU memory");
+  const std::size_t item = tree_mask.itemsize();
+  if (mode != specdec::sglang::tree_mask_mode::qlen_only_bitpacking ? item != 1 : (item != 1 && item != 2 && item != 4))
+    throw nb::type_error("tree_mask: expected bool (or uint8) entries, or 1 / 2 / 4-byte items when bit-packed");
+  std::int64_t expected = 1;
+  for (std::size_t i = tree_mask.ndim(); i-- > 0;) {
+    if (tree_mask.shape(i) > 1 && tree_mask.stride(i) != expected) throw nb::value_error("tree_mask: expected a C-contiguous array");
+    expected *= static_cast<std::int64_t>(tree_mask.shape(i));
+  }
+  without_gil([&] {
+    std::vector<std::int64_t> no_tokens(static_cast<std::size_t>(bs * (n - 1)), 0), no_ids(static_cast<std::size_t>(bs), 0);
+    const auto got = specdec::sglang::build_tree(parents, selected, specdec::matrix_view<const std::int64_t>(no_tokens.data(), bs, n - 1),
+                                                 no_ids, std::span<const std::int64_t>(seq.data(), seq.size()), topk, depth, n, mode);
+    const bool packed = mode == specdec::sglang::tree_mask_mode::qlen_only_bitpacking;
+    const std::size_t entries = packed ? got.tree_mask_bits.size() : got.tree_mask.size();
+    if (tree_mask.size() != entries)
+      throw nb::value_error(("tree_mask: expected " + std::to_string(entries) + " entries for these requests; got " +
+                             std::to_string(tree_mask.size())).c_str());
+    auto* bytes = static_cast<std::uint8_t*>(tree_mask.data());
+    for (std::size_t i = 0; i < entries; ++i) {
+      const std::uint32_t v = packed ? got.tree_mask_bits[i] : got.tree_mask[i];
+      std::memcpy(bytes + i * item, &v, item);  // little-endian: the item's low bytes
+    }
+    std::copy(got.positions.begin(), got.positions.end(), pos.begin());
+    std::copy(got.retrive_index.begin(), got.retrive_index.end(), ri.data());
+    std::copy(got.retrive_next_token.begin(), got.retrive_next_token.end(), nt.data());
+    std::copy(got.retrive_next_sibling.begin(), got.retrive_next_sibling.end(), ns.data());
   });
 }
 
@@ -271,6 +366,15 @@ NB_MODULE(_specdec, m) {
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
         nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),
         nb::arg("accepted_token_num"), nb::arg("emitted_draft_token_num"));
+  m.def("tree_speculative_sampling_target_only", &tree_speculative_sampling_target_only, nb::arg("predicts"),
+        nb::arg("accept_index"), nb::arg("accept_token_num"), nb::arg("candidates"), nb::arg("retrive_index"),
+        nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("uniform_samples"),
+        nb::arg("uniform_samples_for_final_sampling"), nb::arg("target_probs"), nb::arg("threshold_single"),
+        nb::arg("threshold_acc"));
+  m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list"), nb::arg("selected_index"),
+        nb::arg("verified_seq_len"), nb::arg("tree_mask"), nb::arg("positions"), nb::arg("retrive_index"),
+        nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("topk"), nb::arg("depth"),
+        nb::arg("draft_token_num"), nb::arg("tree_mask_mode"));
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
         nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
         nb::arg("target_predict"));

@@ -11,14 +11,81 @@ def test_verify_tree_greedy_equals_sglangs_test(golden):
     candidates = np.array(i["candidates"], dtype=np.int64)
     bs, n = candidates.shape
     steps = len(o["accept_index"][0])
-    predicts = np.full(bs * n, -7, dtype=np.int32)
-    accept_index = np.full((bs, steps), -7, dtype=np.int32)
-    accept_token_num = np.full(bs, -7, dtype=np.int32)
-    specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates,
-                               np.array(i["retrive_index"], dtype=np.int64),
-                               np.array(i["retrive_next_token"], dtype=np.int64),
-                               np.array(i["retrive_next_sibling"], dtype=np.int64),
-                               np.array(i["target_predict"], dtype=np.int64))
-    np.testing.assert_array_equal(predicts, o["predicts"])
-    np.testing.assert_array_equal(accept_index, o["accept_index"])
-    np.testing.assert_array_equal(accept_token_num, o["accept_token_num"])
+    for init in (-1, -7):  # SGLang's test starts from -1; other entries are left as the caller set them
+        predicts = np.full(bs * n, init, dtype=np.int32)
+        accept_index = np.full((bs, steps), -7, dtype=np.int32)
+        accept_token_num = np.full(bs, -7, dtype=np.int32)
+        specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates,
+                                   np.array(i["retrive_index"], dtype=np.int64),
+                                   np.array(i["retrive_next_token"], dtype=np.int64),
+                                   np.array(i["retrive_next_sibling"], dtype=np.int64),
+                                   np.array(i["target_predict"], dtype=np.int64))
+        want = np.array(o["predicts"])
+        np.testing.assert_array_equal(predicts, np.where(want == -1, init, want))
+        np.testing.assert_array_equal(accept_index, o["accept_index"])
+        np.testing.assert_array_equal(accept_token_num, o["accept_token_num"])
+
+
+def test_tree_speculative_sampling_target_only_equals_sglangs_test(golden):
+    c = golden("samplers/sglang_tree_target_only_test.json")
+    i = c["inputs"]
+    candidates = np.array(i["candidates"], dtype=np.int64)
+    bs, n = candidates.shape
+    steps = i["num_spec_steps"]
+    for case in c["cases"]:
+        predicts = np.full(i["predicts_len"], i["predicts_init"], dtype=np.int32)
+        accept_index = np.full((bs, steps), -7, dtype=np.int32)
+        accept_token_num = np.full(bs, -7, dtype=np.int32)
+        target = np.array(i["target_probs"], dtype=np.float32)
+        specdec.tree_speculative_sampling_target_only(
+            predicts, accept_index, accept_token_num, candidates, np.array(i["retrieve_index"], dtype=np.int64),
+            np.array(i["retrieve_next_token"], dtype=np.int64), np.array(i["retrieve_next_sibling"], dtype=np.int64),
+            np.array(i["uniform_samples"], dtype=np.float32),
+            np.array(i["uniform_samples_for_final_sampling"], dtype=np.float32), target, np.zeros_like(target),
+            threshold_single=case["threshold_single"], threshold_acc=case["threshold_acc"])
+        np.testing.assert_array_equal(predicts, case["expected_predicts"])
+        np.testing.assert_array_equal(accept_index, case["expected_accept_index"])
+        np.testing.assert_array_equal(accept_token_num, case["expected_accept_token_num"])
+
+
+def test_build_tree_kernel_efficient_equals_sglangs_test(golden):
+    c = golden("trees/sglang_build_tree_upstream_test.json")
+    p, i, o = c["params"], c["inputs"], c["outputs"]
+    bs, n, k, steps = p["bs"], p["num_draft_tokens"], p["topk"], p["spec_steps"]
+    org = o["organize_draft_results"]
+    seq = np.array(i["seq_lens"], dtype=np.int64)
+    sizes = {0: int(sum(n * (s + n) for s in i["seq_lens"])), 1: bs * n * n, 2: bs * n}
+    for mode, name in [(0, "FULL_MASK"), (1, "QLEN_ONLY"), (2, "QLEN_ONLY_BITPACKING")]:
+        mask = np.zeros(sizes[mode], dtype=np.bool_ if mode < 2 else np.uint8)
+        positions = np.zeros(bs * n, dtype=np.int64)
+        links = [np.zeros((bs, n), dtype=np.int64) for _ in range(3)]
+        specdec.build_tree_kernel_efficient(np.array(org["parent_list"], dtype=np.int64),
+                                            np.array(org["top_scores_index"], dtype=np.int64), seq, mask, positions,
+                                            *links, k, steps, n, mode)
+        np.testing.assert_array_equal(mask.astype(np.int64), o["tree_mask"][name])
+        np.testing.assert_array_equal(positions, o["positions"])
+        np.testing.assert_array_equal(links[0], o["retrive_index"])
+        np.testing.assert_array_equal(links[1], o["retrive_next_token"])
+        np.testing.assert_array_equal(links[2], o["retrive_next_sibling"])
+
+
+def test_sampled_tree_verification_is_lossless():
+    # A root with two children (tokens 1, 2) over V = 3; target p = (0.2, 0.5, 0.3) at the root. With
+    # threshold 1 / 1 the first emitted token follows p whatever the drafts.
+    p = np.array([0.2, 0.5, 0.3], dtype=np.float32)
+    n_req = 20000
+    rng = np.random.default_rng(5)
+    candidates = np.tile(np.array([[0, 1, 2]], dtype=np.int64), (n_req, 1))
+    ri = np.arange(n_req * 3, dtype=np.int64).reshape(n_req, 3)
+    nt = np.tile(np.array([[1, -1, -1]], dtype=np.int64), (n_req, 1))
+    ns = np.tile(np.array([[-1, 2, -1]], dtype=np.int64), (n_req, 1))
+    target = np.tile(np.array([p, [1 / 3] * 3, [1 / 3] * 3], dtype=np.float32), (n_req, 1, 1))
+    predicts = np.full(n_req * 3, -1, dtype=np.int32)
+    accept_index = np.full((n_req, 2), -1, dtype=np.int32)
+    accept_token_num = np.zeros(n_req, dtype=np.int32)
+    specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, ri, nt, ns,
+                                                  rng.random((n_req, 3), dtype=np.float32) * 0.999 + 0.0005,
+                                                  rng.random(n_req, dtype=np.float32) * 0.999 + 0.0005, target, None)
+    first = predicts.reshape(n_req, 3)[:, 0]
+    freq = np.bincount(first, minlength=3) / n_req
+    assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n_req))

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,6 +28,7 @@
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/trtllm.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/eagle2.hpp>
@@ -732,7 +734,34 @@ class runner {
       const auto results = specdec::sampling::verify_coin_tree(b_, probs, requests, th);
       expect_sglang_layout("cases[" + std::to_string(k) + "]", in, results, e.at("expected_predicts"),
                            e.at("expected_accept_index"), e.at("expected_accept_token_num"));
+      // The same through SGLang's own layout (interop/sglang_sampling.hpp), as the Python binding calls it.
+      const auto bs = static_cast<index_t>(trees.size());
+      const auto mat = [&](const char* key) {
+        return specdec::matrix_view<const std::int64_t>(keep64(flat_as<std::int64_t>(in.at(key))).data(), bs, n);
+      };
+      std::vector<float> coins, finals;
+      for (std::size_t b = 0; b < trees.size(); ++b) {
+        for (double u : flat(in.at("uniform_samples")[b])) coins.push_back(static_cast<float>(u));
+        finals.push_back(in.at("uniform_samples_for_final_sampling")[b].get<float>());
+      }
+      const auto layout = specdec::sglang::tree_speculative_sampling_target_only(
+          b_, mat("candidates"), mat("retrieve_index"), mat("retrieve_next_token"), mat("retrieve_next_sibling"),
+          specdec::matrix_view<const float>(coins.data(), bs, n), finals, probs, in.at("num_spec_steps").get<index_t>(),
+          e.at("threshold_single").get<float>(), e.at("threshold_acc").get<float>());
+      const std::string f = "cases[" + std::to_string(k) + "] (SGLang layout)";
+      std::vector<std::int32_t> predicts(layout.predicts.size(), in.at("predicts_init").get<std::int32_t>());
+      for (std::size_t i = 0; i < predicts.size(); ++i)
+        if (layout.predicts[i] != -1) predicts[i] = layout.predicts[i];
+      expect_equal(f + ".predicts", e.at("expected_predicts"), predicts);
+      expect_equal(f + ".accept_index", e.at("expected_accept_index"), layout.accept_index);
+      expect_equal(f + ".accept_token_num", e.at("expected_accept_token_num"), layout.accept_token_num);
     }
+  }
+
+  /// Keeps a host vector alive for the rest of the case (views into it stay valid).
+  const std::vector<std::int64_t>& keep64(std::vector<std::int64_t> v) {
+    kept64_.push_back(std::move(v));
+    return kept64_.back();
   }
 
   /// Candidate paths (`[paths x (depth + 1)]`, column 0 the root, -1 padding) merged into a tree; with
@@ -1021,6 +1050,7 @@ class runner {
 
   B& b_;
   std::vector<typename B::template buffer<float>> keep_;
+  std::deque<std::vector<std::int64_t>> kept64_;
 };
 
 template <class B>
