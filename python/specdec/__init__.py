@@ -2,7 +2,8 @@
 """specdec from Python: speculative-decoding primitives over specdec's C++ headers.
 
 Functions take numpy arrays or torch tensors (CPU) without copying them (DLPack / the buffer protocol)
-and return arrays of the same kind. Where a peer's function of the same name exists, the name, the
+and return arrays of the same kind. specdec's row primitives (``argmax``, ``topk``, ``softmax``,
+``log_softmax``, ``logsumexp``) come with it. Where a peer's function of the same name exists, the name, the
 argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
 
 - FlashInfer (``flashinfer.sampling``): ``top_k_renorm_probs``, ``top_p_renorm_probs``,
@@ -26,6 +27,11 @@ from . import _specdec
 __version__ = _specdec.__version__
 
 __all__ = [
+    "argmax",
+    "topk",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "sampling_from_probs",
@@ -79,6 +85,58 @@ def philox_uniforms(seed: int, offset: int, rows: int, count: int, dtype: str = 
     streams the sampling functions read when given a seed."""
     out = np.empty((rows, count), dtype=dtype)
     _specdec.philox_uniforms(int(seed), int(offset), out)
+    return out
+
+
+# ---- specdec's row primitives ------------------------------------------------------------------------
+
+
+def argmax(logits, out=None, values=None):
+    """Row argmax of float32 ``[rows, V]``: int32 ``[rows]``, the lowest index of each row's maximum (an
+    all -inf row gives 0). ``values`` (float32 ``[rows]``, optional) receives the maxima. NaN or +inf
+    is a ValueError."""
+    rows = int(logits.shape[0])
+    if out is None:
+        out = _empty(logits, (rows,), "int32")
+    _specdec.row_argmax(logits, out, values if values is not None else np.empty(0, dtype=np.float32))
+    return out
+
+
+def topk(logits, k, values=None, indices=None):
+    """The k largest entries of each row of float32 ``[rows, V]``, descending, ties to the lower index:
+    ``(values float32 [rows, k], indices int32 [rows, k])``, as ``torch.topk(logits, k)`` (which breaks
+    ties differently and returns int64)."""
+    rows = int(logits.shape[0])
+    if values is None:
+        values = _empty(logits, (rows, int(k)), "float32")
+    if indices is None:
+        indices = _empty(logits, (rows, int(k)), "int32")
+    _specdec.row_topk(logits, int(k), values, indices)
+    return values, indices
+
+
+def softmax(logits, temperature=1.0, out=None):
+    """``softmax(logits / temperature)`` per row of float32 ``[rows, V]`` (temperature 0: one-hot at the
+    argmax); ``out`` may be ``logits`` itself."""
+    if out is None:
+        out = _empty(logits, tuple(logits.shape), "float32")
+    _specdec.row_softmax(logits, float(temperature), out, False)
+    return out
+
+
+def log_softmax(logits, temperature=1.0, out=None):
+    """``log_softmax(logits / temperature)`` per row (temperature 0: 0 at the argmax, -inf elsewhere)."""
+    if out is None:
+        out = _empty(logits, tuple(logits.shape), "float32")
+    _specdec.row_softmax(logits, float(temperature), out, True)
+    return out
+
+
+def logsumexp(logits, temperature=1.0, out=None):
+    """``log sum exp(logits / temperature)`` per row: float32 ``[rows]``."""
+    if out is None:
+        out = _empty(logits, (int(logits.shape[0]),), "float32")
+    _specdec.row_logsumexp(logits, float(temperature), out)
     return out
 
 

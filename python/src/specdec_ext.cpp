@@ -16,7 +16,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
-#include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/version.hpp>
 
@@ -95,6 +95,57 @@ void without_gil(F&& f) {
   f();
 }
 
+/// The calling thread's backend: its scratch arena persists between calls (a backend object is not
+/// shared between threads; each Python thread gets its own).
+specdec::eigen& host_backend() {
+  thread_local specdec::eigen b;
+  return b;
+}
+
+// ---- specdec's row primitives (the backend concept's, on specdec::eigen) ---------------------------
+
+void row_argmax(const array& logits, const array& index, const array& value) {
+  const auto x = matrix_of<const float>(logits, "logits");
+  const auto i = span_of<std::int32_t>(index, "index");
+  expect_shape(index, "index", {x.rows()});
+  specdec::vector_view<float> v;
+  if (value.ndim() == 1 && value.size() > 0) {
+    const auto s = span_of<float>(value, "value");
+    expect_shape(value, "value", {x.rows()});
+    v = specdec::vector_view<float>(s.data(), x.rows());
+  }
+  without_gil([&] {
+    if (v.rows() > 0) host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()), v);
+    else host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()));
+  });
+}
+
+void row_topk(const array& logits, index_t k, const array& values, const array& indices) {
+  const auto x = matrix_of<const float>(logits, "logits");
+  const auto v = matrix_of<float>(values, "values");
+  const auto i = matrix_of<std::int32_t>(indices, "indices");
+  expect_shape(values, "values", {x.rows(), k});
+  expect_shape(indices, "indices", {x.rows(), k});
+  without_gil([&] { host_backend().row_topk(x, k, v, i); });
+}
+
+void row_softmax(const array& logits, float temperature, const array& out, bool log) {
+  const auto x = matrix_of<const float>(logits, "logits");
+  const auto o = matrix_of<float>(out, "out");
+  expect_shape(out, "out", {x.rows(), x.cols()});
+  without_gil([&] {
+    if (log) host_backend().row_log_softmax(x, temperature, o);
+    else host_backend().row_softmax(x, temperature, o);
+  });
+}
+
+void row_logsumexp(const array& logits, float temperature, const array& out) {
+  const auto x = matrix_of<const float>(logits, "logits");
+  const auto o = span_of<float>(out, "out");
+  expect_shape(out, "out", {x.rows()});
+  without_gil([&] { host_backend().row_logsumexp(x, temperature, specdec::vector_view<float>(o.data(), x.rows())); });
+}
+
 // ---- FlashInfer's sampling functions --------------------------------------------------------------
 
 /// top_k_renorm_probs / top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one
@@ -135,13 +186,12 @@ void sample_rows(const array& probs, const array& uniforms, const array& out) {
   expect_shape(uniforms, "uniforms", {p.rows()});
   expect_shape(out, "out", {p.rows()});
   without_gil([&] {
-    specdec::eigen b;
-    b.row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+    host_backend().row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
   });
 }
 
-/// chain_speculative_sampling: FlashInfer's chain verifier as the batched verify_speculative over
-/// chains, its conventions set (strict product test, uniforms in (0, 1], re-tests counted, V - 1 for an
+/// chain_speculative_sampling: FlashInfer's chain verifier as verify_speculative over chains, its
+/// conventions set (strict product test, uniforms in (0, 1], re-tests counted, V - 1 for an
 /// empty residual). Uniforms: `uniforms` `[bs x (2k + 1)]` in consumption order, or (empty) Philox
 /// streams `(seed, r)` from `offset`.
 void chain_speculative_sampling(const array& draft_probs, const array& draft_token_ids, const array& target_probs,
@@ -166,28 +216,24 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
     expect_shape(uniforms, "uniforms", {bs, -1});
   }
   without_gil([&] {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(bs * (k + 1))), parents(tokens.size());
-    std::vector<index_t> draft_rows(tokens.size(), -1);
-    for (index_t r = 0; r < bs; ++r)
-      for (index_t i = 0; i <= k; ++i) {
-        const auto at = static_cast<std::size_t>(r * (k + 1) + i);
-        tokens[at] = i == 0 ? 0 : ids(r, i - 1);
-        parents[at] = static_cast<std::int32_t>(i - 1);
-        if (i > 0) draft_rows[at] = r * k + i - 1;
-      }
-    std::vector<specdec::philox_stream> streams;
-    std::vector<std::uint64_t> offsets;
-    specdec::sampling::tree_batch<> batch;
-    batch.tokens = specdec::matrix_view<const std::int32_t>(tokens.data(), bs, k + 1);
-    batch.parents = specdec::matrix_view<const std::int32_t>(parents.data(), bs, k + 1);
-    batch.draft_rows = specdec::matrix_view<const index_t>(draft_rows.data(), bs, k + 1);
-    if (u.rows() > 0) {
-      batch.uniforms = u;
-    } else {
-      for (index_t r = 0; r < bs; ++r) streams.push_back({seed, static_cast<std::uint64_t>(r)});
-      offsets.assign(static_cast<std::size_t>(bs), offset);
-      batch.uniform_streams = specdec::vector_view<const specdec::philox_stream>(streams.data(), bs);
-      batch.uniform_offsets = specdec::vector_view<const std::uint64_t>(offsets.data(), bs);
+    // The request-based verifier: on the host its row passes are the SIMD kernels (the batched form's
+    // team job is written for GPU blocks); its decisions are the same, bit for bit (tests/test_batch_verify.cpp).
+    std::vector<specdec::draft_tree> trees;
+    std::vector<std::vector<index_t>> draft_rows(static_cast<std::size_t>(bs));
+    std::vector<specdec::sampling::speculative_request> requests(static_cast<std::size_t>(bs));
+    trees.reserve(static_cast<std::size_t>(bs));
+    for (index_t r = 0; r < bs; ++r) {
+      trees.push_back(specdec::sampling::make_chain(0, std::span<const std::int32_t>(ids.row(r), static_cast<std::size_t>(k))));
+      auto& rows = draft_rows[static_cast<std::size_t>(r)];
+      rows.push_back(-1);
+      for (index_t i = 0; i < k; ++i) rows.push_back(r * k + i);
+      auto& q = requests[static_cast<std::size_t>(r)];
+      q.tree = trees.back();
+      q.target_row = r * (k + 1);
+      q.draft_rows = rows;
+      q.uniforms = u.rows() > 0 ? specdec::sampling::uniform_stream::values(
+                                      std::span<const double>(u.row(r), static_cast<std::size_t>(u.cols())))
+                                : specdec::sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(r)}, offset);
     }
     specdec::sampling::speculative_rows<> rows;
     rows.target = specdec::matrix_view<const float>(static_cast<const float*>(target_probs.data()), bs * (k + 1), v);
@@ -201,8 +247,7 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
     o.tokens = out;
     o.accepted = specdec::vector_view<std::int32_t>(emitted.data(), bs);
     o.retest_accepted = specdec::vector_view<std::int32_t>(accepted.data(), bs);
-    specdec::eigen b;
-    specdec::sampling::verify_speculative(b, rows, batch, options, o);
+    specdec::sampling::verify_speculative(host_backend(), rows, requests, options, o);
   });
 }
 
@@ -268,9 +313,8 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
   expect_shape(target_probs, "target_probs", {bs, n, -1});
   const auto v = static_cast<index_t>(target_probs.shape(2));
   without_gil([&] {
-    specdec::eigen b;
     const auto got = specdec::sglang::tree_speculative_sampling_target_only(
-        b, c, ri, nt, ns, u, uf, specdec::matrix_view<const float>(p, bs * n, v), acc.cols(), threshold_single, threshold_acc);
+        host_backend(), c, ri, nt, ns, u, uf, specdec::matrix_view<const float>(p, bs * n, v), acc.cols(), threshold_single, threshold_acc);
     write_sglang_outputs(got, pred, acc, num);
   });
 }
@@ -361,6 +405,10 @@ NB_MODULE(_specdec, m) {
                                       .c_str());
   m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out"));
   m.def("_address", &address, nb::arg("array"));
+  m.def("row_argmax", &row_argmax, nb::arg("logits"), nb::arg("index"), nb::arg("value"));
+  m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"));
+  m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"));
+  m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"));
   m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
   m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"));
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),

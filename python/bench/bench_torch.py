@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: Apache-2.0
+"""specdec's Python functions against what a Python user has today on a CPU: PyTorch's argmax, topk,
+softmax, multinomial and a PyTorch transcription of FlashInfer's chain verifier, at V 32000 / 128256 /
+262144 and rows 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax).
+
+    python python/bench/bench_torch.py [--threads N] [--csv FILE]
+
+Medians of repeated calls on fresh rows from a pool larger than the last-level cache (the inputs are
+read from memory, as a decoding step reads new logits). torch runs with `--threads` threads (default 1:
+specdec's functions use one core).
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import specdec
+
+
+def median_us(fn, pool, reps):
+    times = []
+    for i in range(reps):
+        x = pool[i % len(pool)]
+        t0 = time.perf_counter_ns()
+        fn(x)
+        times.append((time.perf_counter_ns() - t0) / 1000.0)
+    return statistics.median(times)
+
+
+def torch_chain(draft, ids, target, u):
+    """FlashInfer's chain rule in PyTorch (strict u * q < p; final token from relu(p - q) or the bonus row)."""
+    bs, k = ids.shape
+    p_at = target[:, :k].gather(2, ids.long().unsqueeze(2)).squeeze(2)
+    q_at = draft.gather(2, ids.long().unsqueeze(2)).squeeze(2)
+    ok = u[:, :k] * q_at < p_at
+    accepted = torch.cumprod(ok.int(), dim=1).sum(dim=1)
+    out = torch.full((bs, k + 1), -1, dtype=torch.int32)
+    for r in range(bs):
+        a = int(accepted[r])
+        out[r, :a] = ids[r, :a]
+        dist = target[r, a] if a == k else torch.relu(target[r, a] - draft[r, a])
+        out[r, a] = int(torch.multinomial(dist, 1))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--csv", default=None)
+    ap.add_argument("--quick", action="store_true", help="one shape per function (a smoke run)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rows_list = [1, 8, 64] if not args.quick else [8]
+    vocabs = [32000, 128256, 262144] if not args.quick else [32000]
+    lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec"]
+    print(f"torch {torch.__version__}, {args.threads} thread(s); specdec {specdec.__version__}")
+    print(f"{'function':<22}{'V':>8}{'rows':>6}{'specdec us':>12}{'torch us':>12}{'torch/specdec':>15}")
+    for v in vocabs:
+        for rows in rows_list:
+            pool_n = max(2, int(256e6 // (rows * v * 4)))  # ~256 MB of rows
+            pool_n = min(pool_n, 64)
+            gen = torch.Generator().manual_seed(0)
+            logits = [torch.randn(rows, v, generator=gen) * 3 for _ in range(pool_n)]
+            probs = [torch.softmax(x, dim=1) for x in logits]
+            reps = 200 if rows * v <= 8 * 128256 else 60
+            cases = [
+                ("argmax", logits, lambda x: specdec.argmax(x), lambda x: torch.argmax(x, dim=1)),
+                ("topk k=8", logits, lambda x: specdec.topk(x, 8), lambda x: torch.topk(x, 8, dim=1)),
+                ("softmax", logits, lambda x: specdec.softmax(x), lambda x: torch.softmax(x, dim=1)),
+                ("sample", probs, lambda x: specdec.sampling_from_probs(x, seed=1),
+                 lambda x: torch.multinomial(x, 1, generator=gen)),
+            ]
+            for name, pool, ours, theirs in cases:
+                a = median_us(ours, pool, reps)
+                b = median_us(theirs, pool, reps)
+                lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f}")
+                print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
+            # Chains of k = 4 drafts per row (rows = requests).
+            k = 4
+            draft = [torch.softmax(torch.randn(rows, k, v, generator=gen), dim=2) for _ in range(2)]
+            target = [torch.softmax(torch.randn(rows, k + 1, v, generator=gen), dim=2) for _ in range(2)]
+            ids = torch.randint(0, v, (rows, k), generator=gen, dtype=torch.int32)
+            u = torch.rand(rows, 2 * k + 1, generator=gen, dtype=torch.float64).clamp_min(1e-9)
+            pairs = list(zip(draft, target))
+            a = median_us(lambda dt: specdec.chain_speculative_sampling(dt[0], ids, dt[1], uniforms=u), pairs, 30)
+            b = median_us(lambda dt: torch_chain(dt[0], ids, dt[1], u), pairs, 30)
+            lines.append(f"chain k=4,{v},{rows},{a:.1f},{b:.1f},{b / a:.2f}")
+            print(f"{'chain k=4':<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
+    tiny = np.zeros((1, 1), dtype=np.float32)
+    out = np.empty(1, dtype=np.int32)
+    overhead = median_us(lambda x: specdec.argmax(x, out=out), [tiny], 20000)
+    print(f"binding cost per call (argmax of 1 x 1, output given): {overhead:.2f} us")
+    lines.append(f"call overhead,1,1,{overhead:.2f},,")
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
