@@ -5,13 +5,16 @@
 // form; plus the verifiers' errors on bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/static_tree.hpp>
 
@@ -825,4 +828,30 @@ TEST_CASE_TEMPLATE("row_log_softmax writes the same values with streaming stores
                       specdec::matrix_view<float>(one.data(), 1, v));
     CHECK(std::equal(one.begin(), one.end(), big.begin() + 1 + r * v));
   }
+}
+
+TEST_CASE("top_k_mask_logits keeps the k largest of each row, ties with the k-th, and masks the rest") {
+  const index_t rows = 4, v = 300;
+  auto logits = conformance::random_logits(71, rows, v).data;
+  logits[5] = logits[9] = 50.0f;                               // row 0: a tie at the top
+  logits[static_cast<std::size_t>(v + 7)] = -std::numeric_limits<float>::infinity();  // row 1: a masked entry
+  for (const index_t k : {index_t{1}, index_t{2}, index_t{17}, v}) {
+    std::vector<float> got = logits;
+    specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(got.data(), rows, v), k);
+    for (index_t r = 0; r < rows; ++r) {
+      std::vector<float> sorted(logits.begin() + r * v, logits.begin() + (r + 1) * v);
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      const float kth = sorted[static_cast<std::size_t>(k - 1)];
+      for (index_t j = 0; j < v; ++j) {
+        const float x = logits[static_cast<std::size_t>(r * v + j)];
+        CHECK(got[static_cast<std::size_t>(r * v + j)] == (x >= kth ? x : -std::numeric_limits<float>::infinity()));
+      }
+    }
+  }
+  std::vector<float> bad = logits;
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(conformance::error_of([&] { specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(bad.data(), rows, v), 3); }) ==
+        "specdec::sampling::top_k_mask_logits: logits[0, 3] = nan; expected finite values or -inf");
+  CHECK(conformance::error_of([&] { specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(bad.data(), rows, v), 301); }) ==
+        "specdec::sampling::top_k_mask_logits: k = 301; expected 1 <= k <= V = 300");
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <span>
@@ -332,4 +333,32 @@ TEST_CASE_TEMPLATE("EAGLE-2 builder rejects what it cannot build", B, SPECDEC_TR
   specdec::eagle2_tree_builder<B> mapped(h.b, {2, 0, 3, specdec::tree_score::log_probability, {0, 0, 0, 100}});
   CHECK(error_of([&] { mapped.begin(ok_buf.matrix(1, 4), std::vector<std::int32_t>{0}, 50); }).find("d2t maps draft token 3") !=
         std::string::npos);
+}
+
+TEST_CASE("segment_packbits packs each segment on its own bytes, in either bit order") {
+  // A plain reference: segment s's bits, element i at bit i % 8 (little) or 7 - i % 8 (big) of byte i / 8.
+  std::vector<std::uint8_t> x;
+  for (int i = 0; i < 45; ++i) x.push_back(static_cast<std::uint8_t>((i * 7 + i / 3) % 3 == 0 ? 1 : (i % 5 == 0 ? 2 : 0)));
+  const std::vector<std::int32_t> indptr = {2, 2, 11, 19, 40, 45};  // an empty segment, 9, 8, 21 and 5 elements
+  const auto offsets = specdec::segment_packbits_offsets(indptr);
+  CHECK(offsets == std::vector<std::int32_t>{0, 0, 2, 3, 6, 7});
+  for (const auto order : {specdec::bit_order::little, specdec::bit_order::big}) {
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(offsets.back()), 0xAB);
+    specdec::segment_packbits(x, indptr, order, out);
+    std::vector<std::uint8_t> want(out.size(), 0);
+    for (std::size_t s = 0; s + 1 < indptr.size(); ++s)
+      for (std::int32_t i = 0; i < indptr[s + 1] - indptr[s]; ++i)
+        if (x[static_cast<std::size_t>(indptr[s] + i)] != 0)
+          want[static_cast<std::size_t>(offsets[s] + i / 8)] |= static_cast<std::uint8_t>(
+              1u << (order == specdec::bit_order::little ? i % 8 : 7 - i % 8));
+    CHECK(out == want);
+  }
+  std::vector<std::uint8_t> out(7);
+  CHECK(conformance::error_of([&] { specdec::segment_packbits(x, std::vector<std::int32_t>{0, 5, 3}, specdec::bit_order::big, out); }) ==
+        "specdec::segment_packbits: indptr[2] = 3 < indptr[1] = 5; expected non-decreasing offsets");
+  CHECK(conformance::error_of([&] { specdec::segment_packbits(x, std::vector<std::int32_t>{0, 46}, specdec::bit_order::big, out); }) ==
+        "specdec::segment_packbits: indptr ends at 46 but x has 45 elements");
+  CHECK(conformance::error_of([&] { specdec::segment_packbits(x, indptr, specdec::bit_order::big, out); }) == "");
+  CHECK(conformance::error_of([&] { specdec::segment_packbits(x, std::vector<std::int32_t>{0, 9}, specdec::bit_order::big, out); }) ==
+        "specdec::segment_packbits: out has 7 bytes; expected 2");
 }

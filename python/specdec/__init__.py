@@ -6,8 +6,9 @@ and return arrays of the same kind. specdec's row primitives (``argmax``, ``topk
 ``log_softmax``, ``logsumexp``) come with it. Where a peer's function of the same name exists, the name, the
 argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
 
-- FlashInfer (``flashinfer.sampling``): ``top_k_renorm_probs``, ``top_p_renorm_probs``,
-  ``sampling_from_probs``, ``chain_speculative_sampling``;
+- FlashInfer (``flashinfer.sampling``, ``flashinfer.quantization``): ``top_k_renorm_probs``,
+  ``top_p_renorm_probs``, ``top_k_mask_logits``, ``sampling_from_probs``, ``chain_speculative_sampling``,
+  ``segment_packbits``;
 - SGLang (``sgl_kernel``): ``verify_tree_greedy``, ``tree_speculative_sampling_target_only``,
   ``build_tree_kernel_efficient``.
 
@@ -35,6 +36,8 @@ __all__ = [
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "sampling_from_probs",
+    "top_k_mask_logits",
+    "segment_packbits",
     "chain_speculative_sampling",
     "verify_tree_greedy",
     "tree_speculative_sampling_target_only",
@@ -164,6 +167,35 @@ def top_p_renorm_probs(probs, top_p, out=None):
         out = _empty(probs, tuple(probs.shape), "float32")
     _specdec.renorm(probs, out, _small(top_p, "float32"), False)
     return out
+
+
+def top_k_mask_logits(logits, top_k, out=None):
+    """FlashInfer's ``top_k_mask_logits``: in each row of float32 ``[batch, V]``, every logit below the
+    row's ``top_k``-th largest becomes -inf (ties with the k-th kept); top_k an int or one per row.
+    ``out`` may be ``logits`` itself; returned."""
+    if out is None:
+        out = _empty(logits, tuple(logits.shape), "float32")
+    _specdec.top_k_mask_logits(logits, out, _small(top_k, "int64"))
+    return out
+
+
+def segment_packbits(x, indptr, bitorder="big"):
+    """FlashInfer's ``segment_packbits``: each segment ``x[indptr[i]:indptr[i + 1]]`` of a bool (or uint8)
+    array packed into its own bytes, zero-padded. Returns ``(y uint8, new_indptr int32)``, ``new_indptr``
+    the byte offsets of the segments in ``y``. ``bitorder`` "big" (numpy.packbits' default) or "little"
+    (SGLang's masks)."""
+    if bitorder not in ("big", "little"):
+        raise ValueError(f"bitorder: expected 'big' or 'little'; got {bitorder!r}")
+    ip = _small(indptr, "int32")
+    new_indptr = np.empty(len(ip), dtype=np.int32)
+    _specdec.segment_packbits_offsets(ip, new_indptr)
+    y = np.empty(int(new_indptr[-1]), dtype=np.uint8)
+    _specdec.segment_packbits(x if not _is_torch(x) else x.contiguous(), ip, bitorder == "little", y)
+    if _is_torch(x):
+        import torch
+
+        return torch.from_numpy(y), torch.from_numpy(new_indptr)
+    return y, new_indptr
 
 
 def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,

@@ -16,6 +16,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/mask/tree_mask.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/version.hpp>
@@ -176,6 +177,44 @@ void renorm(const array& probs, const array& out, const array& param, bool top_k
       else specdec::sampling::top_p_renorm(row, static_cast<float>(v));
     }
   });
+}
+
+/// top_k_mask_logits: `out` holds a copy of logits (or is logits), masked in place, one k per row or one.
+void top_k_mask_logits(const array& logits, const array& out, const array& top_k) {
+  const auto in = matrix_of<const float>(logits, "logits");
+  const auto o = matrix_of<float>(out, "out");
+  expect_shape(out, "out", {in.rows(), in.cols()});
+  const auto ks = span_of<const std::int64_t>(top_k, "top_k");
+  if (ks.size() != 1 && static_cast<index_t>(ks.size()) != in.rows())
+    throw nb::value_error(("top_k: expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
+                           std::to_string(ks.size())).c_str());
+  without_gil([&] {
+    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
+    for (index_t r = 0; r < in.rows(); ++r)
+      specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(o.row(r), 1, o.cols()),
+                                           static_cast<index_t>(ks[ks.size() == 1 ? 0 : static_cast<std::size_t>(r)]));
+  });
+}
+
+/// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`.
+void segment_packbits_offsets(const array& indptr, const array& new_indptr) {
+  const auto in = span_of<const std::int32_t>(indptr, "indptr");
+  const auto o = span_of<std::int32_t>(new_indptr, "new_indptr");
+  expect_shape(new_indptr, "new_indptr", {static_cast<index_t>(in.size())});
+  const auto got = specdec::segment_packbits_offsets(in);
+  std::copy(got.begin(), got.end(), o.begin());
+}
+
+void segment_packbits(const array& x, const array& indptr, bool little, const array& out) {
+  if (x.dtype() != nb::dtype<bool>() && x.dtype() != nb::dtype<std::uint8_t>())
+    throw nb::type_error("x: expected dtype bool or uint8; got another dtype");
+  checked<std::uint8_t>(out, "out", 1);
+  if (x.device_type() != nb::device::cpu::value || x.ndim() != 1 || (x.shape(0) > 1 && x.stride(0) != 1))
+    throw nb::value_error(("x: expected a contiguous 1-dimensional CPU array; got shape " + shape_of(x)).c_str());
+  const auto in = span_of<const std::int32_t>(indptr, "indptr");
+  const std::span<const std::uint8_t> bits(static_cast<const std::uint8_t*>(x.data()), x.shape(0));
+  const std::span<std::uint8_t> bytes(static_cast<std::uint8_t*>(out.data()), out.shape(0));
+  without_gil([&] { specdec::segment_packbits(bits, in, little ? specdec::bit_order::little : specdec::bit_order::big, bytes); });
 }
 
 /// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
@@ -410,6 +449,9 @@ NB_MODULE(_specdec, m) {
   m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"));
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"));
   m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
+  m.def("top_k_mask_logits", &top_k_mask_logits, nb::arg("logits"), nb::arg("out"), nb::arg("top_k"));
+  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
+  m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
   m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"));
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
         nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),

@@ -131,3 +131,31 @@ def test_philox_uniforms_are_the_streams_the_sampling_functions_read():
     seeded = specdec.sampling_from_probs(probs, seed=123, offset=17)
     explicit = specdec.sampling_from_probs(probs, uniforms=specdec.philox_uniforms(123, 17, 7, 1, "float32").ravel())
     np.testing.assert_array_equal(seeded, explicit)
+
+
+def test_top_k_mask_logits_equals_a_numpy_reference():
+    x = (np.random.default_rng(6).standard_normal((5, 400)) * 3).astype(np.float32)
+    x[0, 3] = x[0, 7] = x[0].max() + 1  # a tie at the top
+    x[2, 10] = -np.inf
+    ks = np.array([1, 2, 30, 400, 7])
+    got = specdec.top_k_mask_logits(x, ks)
+    for r in range(5):
+        kth = np.sort(x[r])[::-1][ks[r] - 1]
+        np.testing.assert_array_equal(got[r], np.where(x[r] >= kth, x[r], -np.inf))
+    y = x.copy()
+    assert specdec.top_k_mask_logits(y, 30, out=y) is y
+    np.testing.assert_array_equal(y[2], got[2])
+
+
+def test_segment_packbits_equals_numpy_packbits_per_segment():
+    x = np.random.default_rng(8).random(61) < 0.4
+    indptr = np.array([0, 0, 13, 21, 50, 61], dtype=np.int32)
+    for order in ("big", "little"):
+        y, new_indptr = specdec.segment_packbits(x, indptr, bitorder=order)
+        want = [np.packbits(x[indptr[i]:indptr[i + 1]], bitorder=order) for i in range(len(indptr) - 1)]
+        np.testing.assert_array_equal(new_indptr, np.concatenate([[0], np.cumsum([len(w) for w in want])]))
+        np.testing.assert_array_equal(y, np.concatenate(want))
+    with pytest.raises(ValueError, match="bitorder"):
+        specdec.segment_packbits(x, indptr, bitorder="middle")
+    with pytest.raises(ValueError, match="indptr ends at 62 but x has 61 elements"):
+        specdec.segment_packbits(x, np.array([0, 62], dtype=np.int32))

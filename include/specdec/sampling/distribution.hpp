@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -177,6 +178,30 @@ inline void top_k_renorm(matrix_view<float> probs, index_t k) {
     for (index_t j = 0; j < vocab; ++j) total += probs(r, j) >= kth ? static_cast<double>(probs(r, j)) : 0.0;
     for (index_t j = 0; j < vocab; ++j)
       probs(r, j) = probs(r, j) >= kth ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
+  }
+}
+
+/// FlashInfer's `top_k_mask_logits`: in each row, every logit below the row's k-th largest becomes -inf
+/// (ties with the k-th kept, as top_k_renorm); nothing is renormalised. \param logits host `[rows x V]`,
+/// in place. \throws invalid_argument on k outside [1, V] or a NaN / +inf logit (naming row and column).
+inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
+  constexpr const char* where = "specdec::sampling::top_k_mask_logits";
+  const index_t vocab = logits.cols();
+  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  specdec::detail::check_view(where, "logits", logits, specdec::detail::indexed_output);
+  std::vector<float> row(static_cast<std::size_t>(vocab));
+  for (index_t r = 0; r < logits.rows(); ++r) {
+    for (index_t j = 0; j < vocab; ++j) {
+      const float v = logits(r, j);
+      SPECDEC_EXPECTS(v < std::numeric_limits<float>::infinity(), where, "logits[", r, ", ", j, "] = ", v,
+                      "; expected finite values or -inf");
+      row[static_cast<std::size_t>(j)] = v;
+    }
+    std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<>());
+    const float kth = row[static_cast<std::size_t>(k - 1)];
+    for (index_t j = 0; j < vocab; ++j)
+      if (logits(r, j) < kth) logits(r, j) = -std::numeric_limits<float>::infinity();
   }
 }
 
