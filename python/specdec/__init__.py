@@ -9,6 +9,7 @@ argument order and the outputs are the peer's, so an engine swaps specdec in wit
 - FlashInfer (``flashinfer.sampling``, ``flashinfer.quantization``): ``top_k_renorm_probs``,
   ``top_p_renorm_probs``, ``top_k_mask_logits``, ``sampling_from_probs``, ``chain_speculative_sampling``,
   ``segment_packbits``;
+- vLLM v1: ``rejection_sample`` (its rejection sampler's layout);
 - SGLang (``sgl_kernel``): ``verify_tree_greedy``, ``tree_speculative_sampling_target_only``,
   ``build_tree_kernel_efficient``.
 
@@ -39,6 +40,7 @@ __all__ = [
     "top_k_mask_logits",
     "segment_packbits",
     "chain_speculative_sampling",
+    "rejection_sample",
     "verify_tree_greedy",
     "tree_speculative_sampling_target_only",
     "build_tree_kernel_efficient",
@@ -264,6 +266,50 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
         maybe_output_emitted_draft_token_num += emitted
         emitted = maybe_output_emitted_draft_token_num
     return out, accepted, emitted
+
+
+# ---- vLLM --------------------------------------------------------------------------------------------
+
+
+def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_probs,
+                     bonus_token_ids, is_greedy=None, uniform_probs=None, exponentials=None, seed=None, offset=None,
+                     generator=None):
+    """vLLM v1's ``rejection_sample`` (``vllm/v1/sample/rejection_sampler.py``), vLLM's layout: returns
+    int32 ``[batch, max_spec_len + 1]``, the emitted tokens of each request then -1 (vLLM's
+    PLACEHOLDER_TOKEN_ID).
+
+    draft_token_ids: int32 ``[num_tokens]``, every request's drafts back to back; ``num_draft_tokens`` is
+    accepted for vLLM's argument order (the counts come from ``cu_num_draft_tokens``, int ``[batch]``,
+    cumulative ends); draft_probs: float32 ``[num_tokens, V]`` or None (n-gram drafts: q = 1);
+    target_probs: float32 ``[num_tokens, V]`` (no row for the bonus position); bonus_token_ids: int
+    ``[batch]`` or ``[batch, 1]``. vLLM's ``sampling_metadata`` becomes ``is_greedy`` (bool ``[batch]``;
+    None: every request random), ``uniform_probs`` (float64 ``[num_tokens]``, one per draft position)
+    and ``exponentials`` (float32 ``[batch, V]``, vLLM's Exp(1) ``q`` of the recovered-token race); when
+    they are not given, request r reads Philox stream ``(seed, r)`` from ``offset`` for its uniforms and
+    ``(seed + 1, r)`` for its exponentials (``-log(1 - u)``).
+    """
+    del num_draft_tokens
+    cu = _small(cu_num_draft_tokens, "int64")
+    batch = len(cu)
+    bonus = _small(bonus_token_ids, "int32").reshape(-1)
+    greedy = np.empty(0, dtype=np.uint8) if is_greedy is None else _small(is_greedy, "uint8")
+    v = int(target_probs.shape[1])
+    if uniform_probs is None or exponentials is None:
+        s, o = _seed_offset(seed, offset, generator)
+        if uniform_probs is None:
+            per_request = philox_uniforms(s, o, batch, max(int(max_spec_len), 1))
+            starts = np.concatenate([[0], cu[:-1]]) if batch else cu
+            uniform_probs = np.concatenate([per_request[r, :cu[r] - starts[r]] for r in range(batch)]) if batch else \
+                np.empty(0)
+        if exponentials is None:
+            exponentials = (-np.log1p(-philox_uniforms(s + 1, o, batch, v))).astype(np.float32)
+    out = _empty(target_probs, (batch, int(max_spec_len) + 1), "int32")
+    no_rows = np.empty((0, 0), dtype=np.float32)
+    _specdec.rejection_sample(draft_token_ids, cu, int(max_spec_len), no_rows if draft_probs is None else draft_probs,
+                              target_probs, bonus, greedy, np.ascontiguousarray(uniform_probs, dtype=np.float64)
+                              if not _is_torch(uniform_probs) else uniform_probs.double().contiguous(),
+                              exponentials, out)
+    return out
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------

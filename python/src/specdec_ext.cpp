@@ -16,6 +16,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/distribution.hpp>
@@ -56,7 +57,7 @@ T* checked(const array& a, const char* name, std::size_t ndim) {
   if (a.ndim() != ndim)
     throw nb::value_error((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions; got shape " + shape_of(a)).c_str());
   std::int64_t expected = 1;
-  for (std::size_t i = ndim; i-- > 0;) {
+  for (std::size_t i = ndim; a.size() > 0 && i-- > 0;) {  // an empty array has no layout to check
     if (a.shape(i) > 1 && a.stride(i) != expected)
       throw nb::value_error((std::string(name) + ": expected a C-contiguous array; dimension " + std::to_string(i) + " has stride " +
                              std::to_string(a.stride(i)) + " elements where " + std::to_string(expected) + " was expected")
@@ -290,6 +291,26 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
   });
 }
 
+// ---- vLLM's rejection sampler -----------------------------------------------------------------------
+
+/// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row).
+void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
+                      const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
+                      const array& exponentials, const array& output) {
+  const auto ids = span_of<const std::int32_t>(draft_token_ids, "draft_token_ids");
+  const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
+  const auto target = matrix_of<const float>(target_probs, "target_probs");
+  const auto draft = matrix_of<const float>(draft_probs, "draft_probs");
+  const auto bonus = span_of<const std::int32_t>(bonus_token_ids, "bonus_token_ids");
+  const auto greedy = span_of<const std::uint8_t>(is_greedy, "is_greedy");
+  const auto u = span_of<const double>(uniform_probs, "uniform_probs");
+  const auto noise = matrix_of<const float>(exponentials, "exponentials");
+  const auto out = matrix_of<std::int32_t>(output, "output");
+  without_gil([&] {
+    specdec::vllm::rejection_sample(host_backend(), ids, cu, max_spec_len, draft, target, bonus, greedy, u, noise, out);
+  });
+}
+
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
 
 /// SGLang's outputs into its caller's arrays: predicts only where the walk emitted (the kernels leave
@@ -465,6 +486,9 @@ NB_MODULE(_specdec, m) {
         nb::arg("verified_seq_len"), nb::arg("tree_mask"), nb::arg("positions"), nb::arg("retrive_index"),
         nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("topk"), nb::arg("depth"),
         nb::arg("draft_token_num"), nb::arg("tree_mask_mode"));
+  m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
+        nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
+        nb::arg("exponentials"), nb::arg("output"));
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
         nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
         nb::arg("target_predict"));

@@ -29,6 +29,7 @@
 #include <specdec/interop/medusa.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/interop/trtllm.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/eagle2.hpp>
@@ -555,6 +556,32 @@ class runner {
       expect_equal(name + ".num_accepted_draft_tokens", q.at("expected_num_accepted_draft_tokens"),
                    std::vector<index_t>{static_cast<index_t>(results[r].accepted_nodes.size())});
     }
+    // The same requests in vLLM's own layout (interop/vllm.hpp): drafts back to back, a target row per
+    // draft position and none for the bonus, as the Python binding passes them.
+    std::vector<std::int32_t> ids, bonus;
+    std::vector<std::int64_t> cu;
+    std::vector<double> us;
+    row_stack flat_target, flat_draft, flat_noise;
+    for (const json& q : requests_json) {
+      const auto d = flat_as<std::int32_t>(q.at("draft_token_ids"));
+      for (std::size_t i = 0; i < d.size(); ++i) {
+        ids.push_back(d[i]);
+        flat_target.add(flat_as<float>(q.at("target_probs")[i]));
+        if (!no_draft_probs) flat_draft.add(flat_as<float>(q.at("draft_probs")[i]));
+      }
+      for (double u : flat(q.at("uniforms"))) us.push_back(u);
+      cu.push_back(static_cast<std::int64_t>(ids.size()));
+      bonus.push_back(q.at("bonus_token_id").get<std::int32_t>());
+      flat_noise.add(flat_as<float>(q.at("exponentials")));
+    }
+    std::vector<std::int32_t> out(static_cast<std::size_t>(static_cast<index_t>(cu.size()) * width), -7);
+    specdec::vllm::rejection_sample(b_, ids, cu, width - 1, upload(flat_draft), upload(flat_target), bonus, {}, us,
+                                    upload(flat_noise),
+                                    specdec::matrix_view<std::int32_t>(out.data(), static_cast<index_t>(cu.size()), width));
+    std::vector<std::int32_t> want;
+    for (const json& q : requests_json)
+      for (const auto t : flat_as<std::int32_t>(q.at("expected_output_token_ids"))) want.push_back(t);
+    expect_equal("vLLM layout: output_token_ids", want, out);
   }
 
   /// FlashInfer's chain kernel: strict product test, uniforms in (0, 1] in consumption order, re-tests,

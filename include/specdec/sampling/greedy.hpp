@@ -35,11 +35,19 @@ speculative_result greedy_walk_one(const char* where, index_t vocab_size, const 
   speculative_result out;
   index_t node = 0;
   for (;;) {
+    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
+    // Where the walk must end on the caller's bonus token, the row's argmax cannot change a thing: it is
+    // not read (vLLM's layout has no row for the last node). Under a grammar it is: a terminated state
+    // ends the walk without the bonus.
+    if (end_without_token == 0 && q.bonus_token && (children[static_cast<std::size_t>(node)].empty() || capped)) {
+      out.bonus = true;
+      out.tokens.push_back(checked_bonus_token(where, q, request, vocab_size));
+      break;
+    }
     const std::int32_t best = argmax_of(q.target_row + node);
     if (end_without_token < 0 && best == end_without_token) break;
     SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
                     "; expected a token in [0, ", vocab_size, ")");
-    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
     std::int32_t accepted = -1;
     if (!capped)
       for (const std::int32_t c : children[static_cast<std::size_t>(node)])

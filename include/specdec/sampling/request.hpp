@@ -52,7 +52,9 @@ struct speculative_request {
   std::span<const std::int32_t> first_child = {};
   std::span<const std::int32_t> next_sibling = {};
   /// A bonus token sampled by the caller (vLLM samples it outside the rejection sampler): emitted when
-  /// the walk ends without a rejection, instead of a draw from the last node's row.
+  /// the walk ends without a rejection, instead of a draw from the last node's row. verify_speculative
+  /// (without grammar masks) then needs no row for the last node, a leaf: vLLM's `[num_draft_tokens x V]`
+  /// target has none.
   std::optional<std::int32_t> bonus_token = std::nullopt;
   /// A greedy (temperature 0) request inside a sampled batch, as vLLM's per-request `is_greedy`: verified
   /// exactly as verify_greedy verifies it (a child is accepted iff its token is the argmax of its
@@ -124,15 +126,19 @@ inline void check_tree(const char* where, tree_view tree, index_t vocab, std::si
 }
 
 /// Checks a request's tree (check_tree) and that its target rows exist: one per node, or one per node
-/// but the last when `last_node_has_row` is false (vLLM's typical acceptance). Returns the tree.
+/// but the last when `last_node_has_row` is false (vLLM's typical acceptance) or when
+/// `bonus_leaf_without_row` is set and the request has a bonus token (the last node is a leaf, and a walk
+/// that reaches a leaf emits the bonus without reading its row: vLLM's rejection sampler has no row
+/// there). Returns the tree.
 inline tree_view checked_tree(const char* where, const speculative_request& q, std::size_t request, index_t vocab,
-                              index_t target_rows, bool last_node_has_row = true) {
+                              index_t target_rows, bool last_node_has_row = true, bool bonus_leaf_without_row = false) {
   check_tree(where, q.tree, vocab, request);
   SPECDEC_EXPECTS(q.max_accepted >= -1, where, "request ", request, " has max_accepted = ", q.max_accepted,
                   "; expected -1 (no cap) or a cap >= 0");
-  const index_t rows = q.tree.size() - (last_node_has_row ? 0 : 1);
+  const bool last_has_row = last_node_has_row && !(bonus_leaf_without_row && q.bonus_token.has_value());
+  const index_t rows = q.tree.size() - (last_has_row ? 0 : 1);
   if (!specdec::detail::range_fits(q.target_row, rows, target_rows)) {
-    const char* leaf = last_node_has_row ? "" : " (one per node but the last, a leaf without a row)";
+    const char* leaf = last_has_row ? "" : " (one per node but the last, a leaf without a row)";
     if (q.target_row >= 0 && q.target_row <= std::numeric_limits<index_t>::max() - rows)
       specdec::detail::throw_invalid_argument(where, "request ", request, " needs target rows [", q.target_row, ", ",
                                               q.target_row + rows, ") but the target has ", target_rows, " rows", leaf);
@@ -185,13 +191,15 @@ inline std::vector<std::vector<std::int32_t>> children_of(const char* where, con
 template <class Walk>
 std::vector<speculative_result> for_each_request(const char* where, std::span<const speculative_request> requests,
                                                  index_t vocab, index_t target_rows, Walk&& walk,
-                                                 bool last_node_has_row = true, std::size_t first_request = 0) {
+                                                 bool last_node_has_row = true, std::size_t first_request = 0,
+                                                 bool bonus_leaf_without_row = false) {
   specdec::detail::check_vocabulary(where, "V", vocab);
   std::vector<speculative_result> results;
   results.reserve(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const std::size_t index = first_request + r;
-    const tree_view tree = checked_tree(where, requests[r], index, vocab, target_rows, last_node_has_row);
+    const tree_view tree =
+        checked_tree(where, requests[r], index, vocab, target_rows, last_node_has_row, bonus_leaf_without_row);
     results.push_back(walk(requests[r], index, tree));
   }
   return results;

@@ -335,7 +335,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     out.uniforms_consumed = static_cast<index_t>(position);
     target.recycle();  // requests rarely share rows; one that does reads them again
     return out;
-  });
+  }, /*last_node_has_row=*/true, /*first_request=*/0, /*bonus_leaf_without_row=*/!masked);
 }
 
 /// The output forms of verify_speculative and verify_speculative_logits: `reader_args` are the
