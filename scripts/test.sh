@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the suite in Release with warnings as errors (g++, native instruction set), the
-# instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
+# Python package's tests (scripts/test_python.sh), the instruction-set targets compiled for the other of AVX2 / AVX-512, the suite with clang++ under
 # AddressSanitizer + UndefinedBehaviorSanitizer, every fuzz harness for 15 s (scripts/fuzz.sh),
 # each benchmark briefly (so none can rot), the demo on its short prompt set, which fails when
 # any speculative greedy output differs from vanilla greedy, and specdec inside the pinned llama.cpp
@@ -23,6 +23,9 @@ cmake --build build/release -j"$jobs"
 
 phase "SuffixDecoding against Arctic Inference 0.3.0's own code (3000 fresh scenarios)"
 scripts/check_suffix_oracle.sh build/release --scenarios 3000 --seed 1
+
+phase "Python package: pip install ./python in its own environment, then pytest (numpy only, never torch)"
+scripts/test_python.sh
 
 phase "Instruction sets: the -march targets for the other of x86-64-v3 (AVX2) / x86-64-v4 (AVX-512), compile only"
 # The build above used this machine's; CI machines differ, so the other one is compiled here (with
