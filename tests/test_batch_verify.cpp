@@ -585,7 +585,7 @@ TEST_CASE_TEMPLATE("apply_token_bitmask on a backend equals the host form", B, S
     const specdec::philox_stream rng{static_cast<std::uint64_t>(vocab), 3};
     for (std::size_t k = 0; k < masks.size(); ++k) {
       const double u = rng.uniform_double(k);
-      masks[k] = u < 0.2 ? -1 : u < 0.3 ? 0 : static_cast<std::int32_t>(rng.uniform_double(k + 1000) * 4294967296.0);
+      masks[k] = u < 0.2 ? -1 : u < 0.3 ? 0 : static_cast<std::int32_t>(rng.word(k + 1000));  // any 32 bits
     }
     const std::vector<index_t> indices = {4, 1, 5};
     for (const index_t vocab_size : {index_t{-1}, vocab / 2}) {
