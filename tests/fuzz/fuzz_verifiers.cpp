@@ -364,6 +364,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (want && bonus_in_range && u_cols > 0) {
         bool full = true;  // the batch pads short uniform rows with NaN: a request that needs them fails there
         for (const auto& u : uniform_values) full = full && (philox || u.size() == u_cols);
+        // The batch wants a row for every node; the request form takes a bonus request without its
+        // last node's row (vLLM's layout).
+        for (std::size_t r = 0; r < batch; ++r) full = full && same[r].target_row + trees[r].size() <= target_rows;
         if (full) fuzz::require(wrote, "the batched form threw where the request form returned");
       }
       if (!wrote) break;
