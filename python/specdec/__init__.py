@@ -7,7 +7,8 @@ and return arrays of the same kind. specdec's row primitives (``argmax``, ``topk
 argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
 
 - FlashInfer (``flashinfer.sampling``, ``flashinfer.quantization``): ``top_k_renorm_probs``,
-  ``top_p_renorm_probs``, ``top_k_mask_logits``, ``sampling_from_probs``, ``chain_speculative_sampling``,
+  ``top_p_renorm_probs``, ``top_k_mask_logits``, ``sampling_from_probs``,
+  ``top_k_top_p_sampling_from_logits``, ``chain_speculative_sampling``,
   ``segment_packbits``;
 - vLLM v1: ``rejection_sample`` (its rejection sampler's layout);
 - SGLang (``sgl_kernel``): ``verify_tree_greedy``, ``tree_speculative_sampling_target_only``,
@@ -37,6 +38,7 @@ __all__ = [
     "top_k_renorm_probs",
     "top_p_renorm_probs",
     "sampling_from_probs",
+    "top_k_top_p_sampling_from_logits",
     "top_k_mask_logits",
     "segment_packbits",
     "chain_speculative_sampling",
@@ -223,6 +225,27 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
     out = _empty(probs, (n,), "int32")
     _specdec.sample_rows(probs, uniforms if not _is_torch(uniforms) else uniforms.contiguous(), out)
     return out
+
+
+def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
+                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None,
+                                     uniforms=None):
+    """FlashInfer's ``top_k_top_p_sampling_from_logits`` with ``filter_apply_order="top_k_first"``: per
+    row, ``softmax(logits)``, then the top-k renormalisation (``top_k_renorm_probs``), then the top-p one
+    (``top_p_renorm_probs``), then one draw (``sampling_from_probs``, same randomness arguments). int32
+    ``[batch]``. top_k / top_p: a number or one per row. FlashInfer's ``"joint"`` order (one filter over
+    both) is not provided: a ValueError.
+    """
+    del deterministic, check_nan
+    if filter_apply_order != "top_k_first":
+        raise ValueError(f"filter_apply_order: expected 'top_k_first'; got {filter_apply_order!r} (not provided)")
+    if indices is not None:
+        rows = _small(indices, "int64")
+        logits = logits[rows] if not _is_torch(logits) else logits[_as_torch_index(rows, logits)]
+    probs = softmax(logits)
+    top_k_renorm_probs(probs, top_k, out=probs)
+    top_p_renorm_probs(probs, top_p, out=probs)
+    return sampling_from_probs(probs, generator=generator, seed=seed, offset=offset, uniforms=uniforms)
 
 
 def _as_torch_index(rows, like):

@@ -159,3 +159,23 @@ def test_segment_packbits_equals_numpy_packbits_per_segment():
         specdec.segment_packbits(x, indptr, bitorder="middle")
     with pytest.raises(ValueError, match="indptr ends at 62 but x has 61 elements"):
         specdec.segment_packbits(x, np.array([0, 62], dtype=np.int32))
+
+
+def test_top_k_top_p_sampling_from_logits_draws_from_the_filtered_distribution():
+    x = (np.random.default_rng(12).standard_normal((6, 500)) * 2).astype(np.float32)
+    u = np.array([0.0, 0.2, 0.45, 0.7, 0.9, 0.999], dtype=np.float32)
+    got = specdec.top_k_top_p_sampling_from_logits(x, 40, 0.8, uniforms=u)
+    for r in range(6):
+        z = np.exp(x[r].astype(np.float64) - x[r].max())
+        p = (z / z.sum()).astype(np.float32)
+        kth = np.sort(p)[::-1][39]
+        p = np.where(p >= kth, p, 0)
+        p = (p / p.astype(np.float64).sum()).astype(np.float32)
+        larger = np.array([p[p > v].astype(np.float64).sum() for v in p])
+        p = np.where(larger < 0.8, p, 0)
+        cdf = np.cumsum(p.astype(np.float64))
+        want = int(np.searchsorted(cdf, u[r] * cdf[-1], side="right"))
+        assert got[r] == want
+        assert p[got[r]] > 0
+    with pytest.raises(ValueError, match="filter_apply_order"):
+        specdec.top_k_top_p_sampling_from_logits(x, 40, 0.8, filter_apply_order="joint", seed=1)
