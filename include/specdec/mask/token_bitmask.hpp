@@ -198,6 +198,28 @@ inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::in
 
 }  // namespace detail::inline SPECDEC_ISA
 
+namespace detail {
+
+/// apply_token_bitmask's argument checks (both forms): returns the columns masked, `vocab_size` or, for
+/// -1, min(V, 32 x words).
+template <class Space>
+index_t checked_mask_width(const char* where, matrix_view<float, Space> logits, matrix_view<const std::int32_t, Space> bitmask,
+                           index_t vocab_size) {
+  check_bitmask(where, "bitmask", bitmask, 0);
+  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
+  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
+                  "; expected 1");
+  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
+  if (vocab_size < 0) vocab_size = limit;
+  SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
+                  " (the logits' width)");
+  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
+                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  return vocab_size;
+}
+
+}  // namespace detail
+
 /// xgrammar's `apply_token_bitmask_inplace` on host rows: for every row r (or every r in `indices`, which
 /// names the same row of both matrices), each column j < `vocab_size` whose bit is clear becomes -inf;
 /// allowed entries and columns at or past `vocab_size` are left as they are, nothing is renormalised.
@@ -210,16 +232,7 @@ inline std::int32_t masked_argmax(const float* row, index_t vocab, const std::in
 inline void apply_token_bitmask(matrix_view<float> logits, matrix_view<const std::int32_t> bitmask, index_t vocab_size = -1,
                                 std::span<const index_t> indices = {}) {
   constexpr const char* where = "specdec::apply_token_bitmask";
-  detail::check_bitmask(where, "bitmask", bitmask, 0);
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
-                  "; expected 1");
-  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
-  if (vocab_size < 0) vocab_size = limit;
-  SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
-                  " (the logits' width)");
-  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
-                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size);
   // Whole words branch-free (a branch per bit mispredicts on a mixed row), then the partial word.
   const auto mask_row = [&](index_t r) {
     float* x = logits.row(r);
@@ -308,16 +321,7 @@ void apply_token_bitmask(B& b, matrix_view<float, typename B::memory_space> logi
                          matrix_view<const std::int32_t, typename B::memory_space> bitmask, index_t vocab_size = -1,
                          vector_view<const index_t, typename B::memory_space> indices = {}) {
   constexpr const char* where = "specdec::apply_token_bitmask";
-  detail::check_bitmask(where, "bitmask", bitmask, 0);
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
-                  "; expected 1");
-  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
-  if (vocab_size < 0) vocab_size = limit;
-  SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
-                  " (the logits' width)");
-  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
-                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size);
   detail::check_view(where, "indices", indices, detail::nonzero_stride);
   if (indices.empty())
     SPECDEC_EXPECTS(bitmask.rows() == logits.rows(), where, "bitmask has ", bitmask.rows(), " rows and logits ",

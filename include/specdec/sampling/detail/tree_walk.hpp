@@ -173,6 +173,29 @@ struct path_writer {
   }
 };
 
+/// One step of the greedy walk at `node`, whose row chose `best`: the first child (node-index order)
+/// with that token is accepted and returned; otherwise the walk ends there (the bonus token after a leaf
+/// or the cap, else `best`; a zero final distribution: greedy draws from none) and -1 is returned.
+template <class Team, class Space>
+SPECDEC_HOST_DEVICE index_t greedy_step(Team& team, const batch_outputs<Space>& out, const tree_scratch& ts,
+                                        const checked_request& q, const std::int32_t* token, path_writer<Space>& path,
+                                        index_t r, index_t vocab, index_t node, std::int32_t best) {
+  const bool capped = q.cap >= 0 && path.count >= q.cap;
+  if (!capped)
+    for (std::int32_t c = ts.first_child[node]; c >= 0; c = ts.next_sibling[c])
+      if (token[c] == best) {
+        path.accept(team, c, best);
+        return c;
+      }
+  const bool bonus = ts.first_child[node] < 0 || capped;
+  if (!out.final_distributions.empty()) {
+    float* dst = out.final_distributions.row(r);
+    for (index_t j = team.rank(); j < vocab; j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
+  }
+  path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
+  return -1;
+}
+
 /// Greedy verification of one request per team from the target argmax of every row
 /// (verify_greedy's walk: the first child, in node-index order, whose token is its parent's argmax).
 template <class Space>
@@ -198,26 +221,8 @@ struct greedy_batch_job {
       const index_t row = q.first_row + node;
       const std::int32_t best = argmax(row);
       if (best < 0 || best >= vocab) return make_team_fault(team_error::argmax_range, arg_target, row, 0, best, vocab);
-      const bool capped = q.cap >= 0 && path.count >= q.cap;
-      std::int32_t accepted = -1;
-      if (!capped)
-        for (std::int32_t c = ts.first_child[node]; c >= 0; c = ts.next_sibling[c])
-          if (token[c] == best) {
-            accepted = c;
-            break;
-          }
-      if (accepted >= 0) {
-        path.accept(team, accepted, best);
-        node = accepted;
-        continue;
-      }
-      const bool bonus = ts.first_child[node] < 0 || capped;
-      if (!out.final_distributions.empty()) {  // greedy draws from no distribution: zeros
-        float* dst = out.final_distributions.row(r);
-        for (index_t j = team.rank(); j < vocab; j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
-      }
-      path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
-      return {};
+      node = greedy_step(team, out, ts, q, token, path, r, vocab, node, best);
+      if (node < 0) return {};
     }
   }
 };
@@ -329,26 +334,8 @@ struct visited_greedy_batch_job {
       if (a.at < 0 && !bitmask.empty())
         return make_team_fault(team_error::mask_all_neg_inf, arg_bitmask, r, node, double(row));
       const std::int32_t best = a.at < 0 ? 0 : a.at;  // an unmasked all -inf row: index 0, as row_argmax
-      const bool capped = q.cap >= 0 && path.count >= q.cap;
-      std::int32_t accepted = -1;
-      if (!capped)
-        for (std::int32_t c = ts.first_child[node]; c >= 0; c = ts.next_sibling[c])
-          if (token[c] == best) {
-            accepted = c;
-            break;
-          }
-      if (accepted >= 0) {
-        path.accept(team, accepted, best);
-        node = accepted;
-        continue;
-      }
-      const bool bonus = ts.first_child[node] < 0 || capped;
-      if (!out.final_distributions.empty()) {  // greedy draws from no distribution: zeros
-        float* dst = out.final_distributions.row(r);
-        for (index_t j = team.rank(); j < vocab(); j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
-      }
-      path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
-      return {};
+      node = greedy_step(team, out, ts, q, token, path, r, vocab(), node, best);
+      if (node < 0) return {};
     }
   }
 };
