@@ -389,3 +389,11 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     _specdec.build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
                                          retrive_next_token, retrive_next_sibling, int(topk), int(depth),
                                          int(draft_token_num), int(tree_mask_mode))
+
+
+# specdec's own drafting side (trees, masks, n-gram and suffix drafts, EAGLE-2, the draft-length policy,
+# verification of specdec's trees): specdec/drafting.py.
+from .drafting import *  # noqa: E402,F401,F403
+from .drafting import __all__ as _drafting_all  # noqa: E402
+
+__all__ += _drafting_all

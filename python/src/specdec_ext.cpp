@@ -3,8 +3,7 @@
 // strides: a TypeError or ValueError naming the argument), views them without copying, releases the GIL
 // and calls the C++ headers, which hold every algorithm. Outputs are arrays the caller allocated
 // (specdec/__init__.py allocates them where the peers' functions return new tensors).
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
+#include "common.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -22,87 +21,11 @@
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/version.hpp>
 
-namespace nb = nanobind;
-using specdec::index_t;
+using namespace specdec_python;
+
+void bind_drafting(nb::module_& m);
 
 namespace {
-
-using array = nb::ndarray<>;
-
-template <class T>
-const char* dtype_name() {
-  if constexpr (std::is_same_v<T, float>) return "float32";
-  if constexpr (std::is_same_v<T, double>) return "float64";
-  if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
-  if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
-  if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
-  if constexpr (std::is_const_v<T>) return dtype_name<std::remove_const_t<T>>();
-  return "?";
-}
-
-std::string shape_of(const array& a) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + (a.ndim() == 1 ? ",)" : ")");
-}
-
-/// Checks `a` (argument `name`): dtype T (TypeError), `ndim` dimensions, C-contiguous (ValueError).
-template <class T>
-T* checked(const array& a, const char* name, std::size_t ndim) {
-  if (a.device_type() != nb::device::cpu::value)
-    throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one on another device (this build of "
-                           "specdec is CPU-only)").c_str());
-  if (a.dtype() != nb::dtype<std::remove_const_t<T>>())
-    throw nb::type_error((std::string(name) + ": expected dtype " + dtype_name<T>() + "; got another dtype").c_str());
-  if (a.ndim() != ndim)
-    throw nb::value_error((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions; got shape " + shape_of(a)).c_str());
-  std::int64_t expected = 1;
-  for (std::size_t i = ndim; a.size() > 0 && i-- > 0;) {  // an empty array has no layout to check
-    if (a.shape(i) > 1 && a.stride(i) != expected)
-      throw nb::value_error((std::string(name) + ": expected a C-contiguous array; dimension " + std::to_string(i) + " has stride " +
-                             std::to_string(a.stride(i)) + " elements where " + std::to_string(expected) + " was expected")
-                                .c_str());
-    expected *= static_cast<std::int64_t>(a.shape(i));
-  }
-  return static_cast<T*>(a.data());
-}
-
-void expect_shape(const array& a, const char* name, std::initializer_list<std::int64_t> want) {
-  std::size_t i = 0;
-  bool ok = a.ndim() == want.size();
-  for (const std::int64_t w : want) ok = ok && (w < 0 || static_cast<std::int64_t>(a.shape(i++)) == w);
-  if (ok) return;
-  std::string s = "(";
-  i = 0;
-  for (const std::int64_t w : want) s += (i++ ? ", " : "") + (w < 0 ? std::string("*") : std::to_string(w));
-  throw nb::value_error((std::string(name) + ": expected shape " + s + (want.size() == 1 ? ",)" : ")") + "; got " + shape_of(a)).c_str());
-}
-
-template <class T>
-specdec::matrix_view<T> matrix_of(const array& a, const char* name) {
-  T* p = checked<T>(a, name, 2);
-  return {p, static_cast<index_t>(a.shape(0)), static_cast<index_t>(a.shape(1))};
-}
-
-template <class T>
-std::span<T> span_of(const array& a, const char* name) {
-  T* p = checked<T>(a, name, 1);
-  return {p, static_cast<std::size_t>(a.shape(0))};
-}
-
-/// The C++ work of a call, with the GIL released (the arrays stay alive: the caller holds them).
-template <class F>
-void without_gil(F&& f) {
-  nb::gil_scoped_release released;
-  f();
-}
-
-/// The calling thread's backend: its scratch arena persists between calls (a backend object is not
-/// shared between threads; each Python thread gets its own).
-specdec::eigen& host_backend() {
-  thread_local specdec::eigen b;
-  return b;
-}
 
 // ---- specdec's row primitives (the backend concept's, on specdec::eigen) ---------------------------
 
@@ -489,6 +412,7 @@ NB_MODULE(_specdec, m) {
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
         nb::arg("exponentials"), nb::arg("output"));
+  bind_drafting(m);
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
         nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
         nb::arg("target_predict"));

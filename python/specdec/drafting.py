@@ -1,0 +1,420 @@
+# SPDX-License-Identifier: Apache-2.0
+"""specdec's own drafting side: draft trees and their engine buffers, prompt-lookup and suffix drafts,
+the EAGLE-2 builder, the draft-length policy, and verification of specdec's trees.
+
+Every algorithm is the C++ headers' (specdec/tree, specdec/mask, specdec/policy, specdec/sampling);
+this module converts arguments and names results. Trees are :class:`DraftTree` (node 0 the root,
+parents before children, breadth-first); tokens are int32 (lists, numpy arrays or CPU torch tensors
+are accepted; an int32 numpy array is read without a copy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from . import _specdec
+
+__all__ = [
+    "DraftTree",
+    "tree_mask_flashinfer",
+    "propose_ngram",
+    "ngram_match_length",
+    "SuffixTree",
+    "SuffixDecodingDraft",
+    "SuffixDecodingCache",
+    "Eagle2TreeBuilder",
+    "DraftLengthPolicy",
+    "VerifyResult",
+    "verify_greedy",
+    "verify_speculative",
+]
+
+_INT32_MAX = 2**31 - 1
+
+
+def _tokens(x, name: str) -> np.ndarray:
+    """Token ids as a contiguous int32 numpy array (no copy when they already are one)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and x.flags.c_contiguous:
+        return x
+    a = np.asarray(x)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name}: expected a 1-dimensional sequence of integer token ids; got {a.dtype} of shape {a.shape}")
+    if a.min() < -(2**31) or a.max() > _INT32_MAX:
+        raise ValueError(f"{name}: expected token ids that fit int32; got values in [{a.min()}, {a.max()}]")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+# ---- draft trees --------------------------------------------------------------------------------------
+
+
+@dataclass
+class DraftTree:
+    """A draft tree in specdec's form (``specdec::draft_tree``): ``token[i]``, ``parent[i]`` (-1 for the
+    root, node 0; parents come before children), ``depth[i]`` (int32) and ``score[i]`` (float32: the
+    drafter's score, e.g. a cumulative log-probability or a suffix draft's probability). Node i's target
+    row is the distribution of the token after node i.
+    """
+
+    token: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    score: np.ndarray
+
+    @staticmethod
+    def from_parents(tokens, parents, vocab_size: int = 0) -> "DraftTree":
+        """A tree from tokens and parents (depths computed, scores zero), validated: ``ValueError`` on a
+        malformed tree, or a token outside [0, vocab_size) when vocab_size > 0."""
+        return DraftTree(*_specdec.make_tree(_tokens(tokens, "tokens"), _tokens(parents, "parents"), vocab_size))
+
+    @staticmethod
+    def chain(root: int, tokens) -> "DraftTree":
+        """The root followed by ``tokens`` as a chain (prompt lookup's and vLLM's drafts)."""
+        t = _tokens(tokens, "tokens")
+        return DraftTree.from_parents(np.concatenate([[root], t]).astype(np.int32), np.arange(-1, len(t), dtype=np.int32))
+
+    @property
+    def size(self) -> int:
+        return int(self.token.shape[0])
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if self.size else 0
+
+    def _arrays(self):
+        return (_tokens(self.token, "tree.token"), _tokens(self.parent, "tree.parent"), _tokens(self.depth, "tree.depth"))
+
+    def validate(self, vocab_size: int = 0) -> None:
+        """``ValueError`` naming the first malformed node (specdec::validate)."""
+        _specdec.validate_tree(*self._arrays(), vocab_size)
+
+    def mask(self, prefix_length: int = 0, dtype=np.bool_, additive: bool = False, out=None):
+        """The tree-attention mask ``[n x (prefix_length + n)]``: node i attends the whole prefix, itself
+        and its ancestors. ``dtype`` bool, uint8, float32 or float64 (1 / 0), or with ``additive`` a float
+        mask of 0 / -inf. Written into ``out`` when given (numpy or torch, C-contiguous)."""
+        n = self.size
+        if out is None:
+            out = np.empty((n, prefix_length + n), dtype=np.float32 if additive and dtype is np.bool_ else dtype)
+        _specdec.tree_mask_dense(*self._arrays(), prefix_length, out, additive)
+        return out
+
+    def mask_packed_int32(self) -> np.ndarray:
+        """TensorRT-LLM's packed mask ``[n x ceil(n / 32)]`` int32: bit b of word w of row i set iff node i
+        attends node 32 w + b."""
+        n = self.size
+        out = np.empty((n, (n + 31) // 32), dtype=np.int32)
+        _specdec.tree_mask_packed_int32(*self._arrays(), out)
+        return out
+
+    def mask_bitpacked_rows(self) -> np.ndarray:
+        """SGLang's QLEN_ONLY_BITPACKING rows: one item per node (uint8 / uint16 / uint32 for n <= 8 / 16 /
+        32), bit j = tree column j."""
+        n = self.size
+        dtype = np.uint8 if n <= 8 else np.uint16 if n <= 16 else np.uint32
+        out = np.empty(n, dtype=dtype)
+        _specdec.tree_mask_bitpacked_rows(*self._arrays(), out)
+        return out
+
+    def positions(self, prefix_length: int) -> np.ndarray:
+        """Per-node positions ``prefix_length + depth`` (int64), the root at ``prefix_length``."""
+        return _specdec.tree_positions(*self._arrays(), prefix_length)
+
+    def retrieve_paths(self, order: str = "node_index") -> np.ndarray:
+        """Root-to-leaf paths ``[leaves x (max_depth + 1)]`` int32, padded with -1; ``order``
+        ``"node_index"`` (EAGLE-2), ``"lexicographic"`` (EAGLE-1, TensorRT-LLM) or ``"reverse_node_index"``
+        (Medusa)."""
+        orders = {"node_index": 0, "lexicographic": 1, "reverse_node_index": 2}
+        if order not in orders:
+            raise ValueError(f"order: expected one of {sorted(orders)}; got {order!r}")
+        return _specdec.retrieve_paths(*self._arrays(), orders[order])
+
+    def child_links(self):
+        """``(first_child, next_sibling)`` int32 ``[n]``, -1 for none (SGLang's retrive_next_token /
+        retrive_next_sibling)."""
+        return _specdec.child_links(*self._arrays())
+
+
+def tree_mask_flashinfer(trees: Sequence[DraftTree], prefix_lengths):
+    """FlashInfer's packed custom mask of a ragged batch: ``(packed, indptr)``, request r's
+    ``[n_r x (prefix_r + n_r)]`` mask flattened and packed little-endian from byte ``indptr[r]`` (the
+    ``custom_mask`` / ``mask_indptr`` pair of FlashInfer's prefill wrapper after ``segment_packbits``)."""
+    prefixes = np.ascontiguousarray(np.atleast_1d(np.asarray(prefix_lengths)), dtype=np.int64)
+    return _specdec.tree_mask_flashinfer([t._arrays() for t in trees], prefixes)
+
+
+# ---- prompt lookup ---------------------------------------------------------------------------------------
+
+
+def propose_ngram(history, length: int, *, max_ngram: int = 3, min_ngram: int = 2, branches: int = 1,
+                  max_history: int = 0) -> DraftTree:
+    """Prompt lookup (llama.cpp's ngram-simple, vLLM's n-gram proposer, transformers'
+    ``prompt_lookup_num_tokens``): the longest suffix of ``history`` (``max_ngram`` down to ``min_ngram``
+    tokens) that occurred before proposes the ``length`` tokens that followed it; with ``branches`` > 1
+    the most recent distinct continuations merge into one tree. Rooted at ``history[-1]``; the root alone
+    when nothing matches. Only the last ``max_history`` tokens are searched (0: all)."""
+    return DraftTree(*_specdec.propose_ngram(_tokens(history, "history"), length, max_ngram, min_ngram, branches, max_history))
+
+
+def ngram_match_length(history, *, max_ngram: int = 3, min_ngram: int = 2, max_history: int = 0) -> int:
+    """The suffix length prompt lookup would match (0: none), a draft's quality known before verifying it."""
+    return _specdec.ngram_match_length(_tokens(history, "history"), max_ngram, min_ngram, max_history)
+
+
+# ---- SuffixDecoding --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SuffixDecodingDraft:
+    """A suffix draft as Arctic Inference's ``SuffixDecodingDraft``: ``token_ids[i]``'s parent is
+    ``token_ids[parents[i]]`` (-1: a child of the context's last token), ``probs`` the empirical
+    probabilities, ``score`` their sum, ``match_len`` the matched context length."""
+
+    token_ids: List[int] = field(default_factory=list)
+    parents: List[int] = field(default_factory=list)
+    probs: List[float] = field(default_factory=list)
+    score: float = 0.0
+    match_len: int = 0
+
+    def tree(self, root: int) -> DraftTree:
+        """The draft as a :class:`DraftTree` rooted at ``root`` (the last committed token), breadth-first,
+        each level in the draft's order, scores the probabilities (specdec::suffix_draft_tree)."""
+        return DraftTree(*_specdec.suffix_draft_tree(
+            root, _tokens(self.token_ids, "token_ids"), _tokens(self.parents, "parents"),
+            np.asarray(self.probs, dtype=np.float32)))
+
+
+class SuffixTree:
+    """Arctic Inference's ``SuffixTree``: every suffix of every stored sequence (int ids >= 0), cut to
+    ``max_depth`` tokens, with occurrence counts. Drafts are Arctic Inference 0.3.0's bit for bit."""
+
+    def __init__(self, max_depth: int):
+        self._tree = _specdec.SuffixTree(max_depth)
+
+    @property
+    def max_depth(self) -> int:
+        return self._tree.max_depth
+
+    def num_seqs(self) -> int:
+        return self._tree.num_sequences
+
+    def extend(self, seq_id: int, tokens) -> None:
+        self._tree.extend(seq_id, _tokens(tokens, "tokens"))
+
+    def append(self, seq_id: int, token: int) -> None:
+        self._tree.extend(seq_id, np.asarray([token], dtype=np.int32))
+
+    def remove(self, seq_id: int) -> None:
+        self._tree.remove(seq_id)
+
+    def speculate(self, context, max_spec_tokens: int, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
+                  min_token_prob: float = 0.1, use_tree_spec: bool = False) -> SuffixDecodingDraft:
+        return SuffixDecodingDraft(*self._tree.speculate(_tokens(context, "context"), max_spec_tokens, max_spec_factor,
+                                                         max_spec_offset, min_token_prob, use_tree_spec))
+
+    def check_integrity(self) -> str:
+        """An empty string when every invariant holds, else the first violation."""
+        return self._tree.check_integrity()
+
+
+class SuffixDecodingCache:
+    """SuffixDecoding's two trees with Arctic Inference's ``SuffixDecodingCache`` interface (what vLLM's
+    ``suffix`` method calls): one tree per active request (its prompt and response) and a global tree of
+    responses, evicted oldest first beyond ``max_cached_requests`` (-1: no bound; 0: no global tree).
+    ``max_cached_tokens`` (specdec's addition, -1: off) bounds the global tree's tokens too. Request ids
+    are any hashable values. Drafts are Arctic Inference 0.3.0's bit for bit. Not thread-safe.
+    """
+
+    def __init__(self, max_tree_depth: int = 64, max_cached_requests: int = -1, max_cached_tokens: int = -1):
+        if max_cached_requests > 0x7FFFFFFF:
+            raise ValueError("max_cached_requests must be at most 2^31")
+        self._cache = _specdec.SuffixCache(max_tree_depth, max_cached_requests, max_cached_tokens)
+        self._max_tree_depth = max_tree_depth
+        self._max_cached_requests = max_cached_requests
+        self._id = {}  # request id -> the C++ cache's int64 id
+        self._request = {}  # and back
+        self._next = 0
+
+    @property
+    def max_tree_depth(self) -> int:
+        return self._max_tree_depth
+
+    @property
+    def max_cached_requests(self) -> int:
+        return self._max_cached_requests
+
+    @property
+    def active_requests(self) -> List[Hashable]:
+        return [r for r, i in self._id.items() if self._cache.active(i)]
+
+    @property
+    def cached_requests(self) -> List[Hashable]:
+        return [r for r, i in self._id.items() if self._cache.cached(i)]
+
+    def _known(self, req_id: Hashable) -> int:
+        i = self._id.get(req_id)
+        return -1 if i is None else i
+
+    def _forget_stale(self) -> None:
+        # Evictions inside the C++ cache leave ids behind; a scan whenever they outnumber the live ones
+        # keeps the maps bounded at O(1) amortised per call.
+        if len(self._id) > 2 * (self._cache.num_active + self._cache.num_cached) + 64:
+            for r in [r for r, i in self._id.items() if not (self._cache.active(i) or self._cache.cached(i))]:
+                del self._request[self._id.pop(r)]
+
+    def start_request(self, req_id: Hashable, prompt_token_ids) -> None:
+        """Stores the prompt of a new request and, unless max_cached_requests is 0, gives its response a
+        slot in the global tree (evicting a cached response of the same id, then the oldest beyond the
+        bounds). ``ValueError`` when ``req_id`` is already active."""
+        prompt = _tokens(prompt_token_ids, "prompt_token_ids")
+        if req_id not in self._id:
+            self._id[req_id] = self._next
+            self._request[self._next] = req_id
+            self._next += 1
+        self._cache.start_request(self._id[req_id], prompt)
+        self._forget_stale()
+
+    def stop_request(self, req_id: Hashable) -> None:
+        """Drops the request's own tree; its response stays cached until evicted. ``ValueError`` when the
+        request is not active."""
+        self._cache.stop_request(self._known(req_id))
+
+    def add_active_response(self, req_id: Hashable, token_ids) -> None:
+        """Appends newly accepted tokens to the request's tree and its cached response."""
+        self._cache.add_active_response(self._known(req_id), _tokens(token_ids, "token_ids"))
+
+    def evict_cached_response(self, req_id: Hashable) -> None:
+        """Removes the request's response from the global tree. ``ValueError`` when it is not cached."""
+        self._cache.evict_cached_response(self._known(req_id))
+
+    def speculate(self, req_id: Hashable, context, max_spec_tokens: Optional[int] = None, max_spec_factor: float = 1.0,
+                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
+                  use_tree_spec: bool = False) -> SuffixDecodingDraft:
+        """The draft after ``context`` (the request's committed tokens; the last max_tree_depth are used)
+        from the request's tree and the global tree, the request's own unless the global one scores
+        higher. ``max_spec_tokens`` None: max_tree_depth. ``ValueError`` when the request is not active."""
+        if max_spec_tokens is None:
+            max_spec_tokens = self._max_tree_depth
+        return SuffixDecodingDraft(*self._cache.speculate(self._known(req_id), _tokens(context, "context"), max_spec_tokens,
+                                                          max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec))
+
+    def memory_bytes(self) -> int:
+        return self._cache.memory_bytes()
+
+
+# ---- EAGLE-2 ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DynamicTree:
+    """A finished EAGLE-2 selection: the tree (scores cumulative), ``selected`` (the candidates' flat
+    indices, EAGLE's / SGLang's ``top_scores_index``) and ``parent_list`` (SGLang's, ``[1 + depth k]``)."""
+
+    tree: DraftTree
+    selected: np.ndarray
+    parent_list: np.ndarray
+
+
+class Eagle2TreeBuilder:
+    """EAGLE-2's dynamic top-k tree, step by step, for ``batch`` requests (specdec::eagle2_tree_builder).
+
+    ``begin(root_logits, root_tokens)`` takes the drafter's logits after each request's committed token
+    (``[batch x V']`` float32) and returns the frontier (a ``DraftStep``: ``input_ids``, ``frontier``,
+    ``parent_slot`` ``[batch x top_k]``, ``draft_mask`` ``[batch x top_k x top_k (step + 1)]``,
+    ``attention_mask(prefix_length, request)``, ``positions(root_position, request)``); the engine runs
+    its drafter on ``input_ids`` and calls ``expand(frontier_logits)`` (``[batch top_k x V']``) ``depth``
+    times; ``finish()`` reranks every candidate and returns one :class:`DynamicTree` per request with
+    ``total_tokens`` nodes. ``score`` ``"log_probability"`` (EAGLE-2/3) or ``"probability"`` (SGLang);
+    ``d2t`` EAGLE-3's reduced-vocabulary offsets (target id = t + d2t[t]).
+    """
+
+    def __init__(self, top_k: int = 10, depth: int = 5, total_tokens: int = 60, *, batch: int = 1,
+                 score: str = "log_probability", d2t=None):
+        if score not in ("log_probability", "probability"):
+            raise ValueError(f"score: expected 'log_probability' or 'probability'; got {score!r}")
+        d2t_list = [] if d2t is None else [int(v) for v in np.asarray(d2t).ravel()]
+        self._builder = _specdec.Eagle2Builder(top_k, depth, total_tokens, score == "probability", d2t_list, batch)
+
+    def begin(self, root_logits, root_tokens, target_vocab: int = 0):
+        return self._builder.begin(root_logits, _tokens(np.atleast_1d(np.asarray(root_tokens)), "root_tokens"), target_vocab)
+
+    def expand(self, frontier_logits):
+        return self._builder.expand(frontier_logits)
+
+    def expand_dual(self, left_logits, right_logits):
+        """Jakiro's penultimate dual-head step (consumes the last two expansions)."""
+        return self._builder.expand_dual(left_logits, right_logits)
+
+    def finish(self) -> List[DynamicTree]:
+        return [DynamicTree(DraftTree(t, p, d, s), sel, pl) for t, p, d, s, sel, pl in self._builder.finish()]
+
+    @property
+    def steps_done(self) -> int:
+        return self._builder.steps_done
+
+
+DraftLengthPolicy = _specdec.DraftLengthPolicy
+DraftLengthPolicy.__doc__ = """How many tokens to draft, decided against the clock (specdec::policy::draft_length_policy).
+
+``DraftLengthPolicy(longest, contexts=1)``; per step ``choose(context=0, available=None)`` gives the draft
+length (0: verify the root alone); report ``verified(accepted, drafted, context=0)`` after each
+verification, ``target_forward_timed(rows, seconds)`` for each target forward and, for drafters that
+run a model, ``draft_token_timed(seconds)``. ``expected_tokens(length, context=0)`` and
+``acceptance_rate(depth, context=0)`` read what it has measured. Out-of-range values raise ValueError."""
+
+
+# ---- verification of specdec's trees ---------------------------------------------------------------------
+
+
+@dataclass
+class VerifyResult:
+    """One request's verification: ``accepted_nodes`` (node indices of the accepted path, root excluded),
+    ``tokens`` (the accepted tokens, then the final one), ``bonus`` (the walk ended without a rejection).
+    An engine keeps the KV rows of node 0 and ``accepted_nodes``."""
+
+    accepted_nodes: List[int]
+    tokens: List[int]
+    bonus: bool
+
+
+def _trees(trees) -> list:
+    if isinstance(trees, DraftTree):
+        trees = [trees]
+    return [t._arrays() for t in trees]
+
+
+def _rows(target_rows) -> np.ndarray:
+    return np.zeros(0, dtype=np.int64) if target_rows is None else np.ascontiguousarray(target_rows, dtype=np.int64)
+
+
+def verify_greedy(logits, trees, target_rows=None) -> List[VerifyResult]:
+    """Greedy verification of specdec's trees (SGLang's ``verify_tree_greedy`` and EAGLE's rule): the
+    longest path whose every token is the target's argmax at its parent, then the argmax after it.
+    ``logits`` ``[rows x V]`` float32 (numpy or torch, CPU): node i of tree r reads row
+    ``target_rows[r] + i`` (default: the trees' rows one after another). Rows the walk never visits are
+    never read."""
+    return [VerifyResult(*r) for r in _specdec.verify_greedy(logits, _trees(trees), _rows(target_rows))]
+
+
+def verify_speculative(target, trees, *, logits: bool = False, temperature: float = 1.0, target_rows=None,
+                       draft_probs=None, draft_rows=None, seed: Optional[int] = None, offset: int = 0,
+                       generator=None) -> List[VerifyResult]:
+    """Lossless stochastic verification of specdec's trees (SpecInfer's multi-draft rule; a chain is
+    Leviathan et al.'s): each child is tested against the residual left by its rejected siblings.
+    ``target`` ``[rows x V]`` float32: probabilities, or with ``logits`` raw logits softened at
+    ``temperature``. ``draft_probs`` ``[rows' x V]`` with ``draft_rows`` (per tree, int64 ``[n]``: the row
+    each node was drawn from, -1 for a deterministic node); none: every draft is deterministic (prompt
+    lookup, suffix drafts, top-k trees). Randomness: Philox stream ``(seed, r)`` for tree r from
+    ``offset`` (``generator``: a ``torch.Generator`` draws the seed; neither: numpy's global generator)."""
+    from . import _seed_offset
+
+    s, o = _seed_offset(seed, offset, generator)
+    draft = np.zeros((0, 0), dtype=np.float32) if draft_probs is None else draft_probs
+    rows = [] if draft_rows is None else [np.ascontiguousarray(r, dtype=np.int64) for r in draft_rows]
+    return [VerifyResult(*r) for r in _specdec.verify_speculative(target, logits, temperature, _trees(trees), _rows(target_rows),
+                                                                 draft, rows, s, o)]
