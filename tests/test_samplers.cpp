@@ -14,6 +14,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/static_tree.hpp>
@@ -854,4 +855,87 @@ TEST_CASE("top_k_mask_logits keeps the k largest of each row, ties with the k-th
         "specdec::sampling::top_k_mask_logits: logits[0, 3] = nan; expected finite values or -inf");
   CHECK(conformance::error_of([&] { specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(bad.data(), rows, v), 301); }) ==
         "specdec::sampling::top_k_mask_logits: k = 301; expected 1 <= k <= V = 300");
+}
+
+/// vLLM's top-k / top-p from their definitions, O(V^2): top-k keeps the logits >= the k-th largest; top-p
+/// masks every entry but the largest whose probability mass at or below it (ascending order, ties by
+/// index), rounded to float32, is at most 1 - p.
+std::vector<float> vllm_top_k_top_p_reference(std::vector<float> row, index_t k, float p) {
+  const auto v = static_cast<index_t>(row.size());
+  const float inf = std::numeric_limits<float>::infinity();
+  if (k < v) {
+    std::vector<float> sorted = row;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const float kth = sorted[static_cast<std::size_t>(k - 1)];
+    for (float& x : row) x = x < kth ? -inf : x;
+  }
+  if (p >= 1.0f) return row;
+  const float top = *std::max_element(row.begin(), row.end());
+  double total = 0.0;
+  for (const float x : row) total += static_cast<double>(std::exp(x - top));
+  std::vector<double> prob(row.size());
+  for (std::size_t i = 0; i < row.size(); ++i) prob[i] = static_cast<double>(std::exp(row[i] - top) / static_cast<float>(total));
+  const auto below = [&](std::size_t a, std::size_t b) { return row[a] < row[b] || (row[a] == row[b] && a < b); };
+  std::size_t largest = 0;
+  for (std::size_t i = 1; i < row.size(); ++i) largest = below(largest, i) ? i : largest;
+  std::vector<float> out = row;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    double mass = 0.0;
+    for (std::size_t j = 0; j < row.size(); ++j) mass += (j == i || below(j, i)) ? prob[j] : 0.0;
+    if (i != largest && static_cast<float>(mass) <= 1.0f - p) out[i] = -inf;
+  }
+  return out;
+}
+
+TEST_CASE("vllm::apply_top_k_top_p is vLLM's top-k then top-p, ties with the k-th kept") {
+  specdec::philox_stream rng{2024, 1};
+  std::uint64_t at = 0;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 400; ++trial) {
+    const index_t v = 1 + static_cast<index_t>(rng.uniform(at++) * 64);
+    std::vector<float> row(static_cast<std::size_t>(v));
+    for (float& x : row) {
+      const float u = rng.uniform(at++);
+      x = u < 0.1f ? -inf : std::round(u * 24.0f) / 4.0f - 3.0f;  // coarse values: ties at every threshold
+    }
+    const index_t k = 1 + static_cast<index_t>(rng.uniform(at++) * static_cast<float>(v + 2));
+    const float p = trial % 4 == 0 ? 1.0f : 0.05f + 0.9f * rng.uniform(at++);
+    std::vector<float> got = row;
+    specdec::vllm::apply_top_k_top_p(got, k, p);
+    const std::vector<float> want = vllm_top_k_top_p_reference(row, k, p);
+    INFO("trial ", trial, " V = ", v, " k = ", k, " p = ", p);
+    for (std::size_t i = 0; i < row.size(); ++i) CHECK(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i]));
+  }
+  std::vector<float> row = {1.0f, 3.0f, 2.0f, 3.0f, 0.5f};
+  specdec::vllm::apply_top_k_top_p(row, 2, 1.0f);  // the two 3s
+  CHECK(row == std::vector<float>{-inf, 3.0f, -inf, 3.0f, -inf});
+  std::vector<float> peaked = {0.0f, 10.0f, 0.0f};
+  specdec::vllm::apply_top_k_top_p(peaked, 3, 0.9f);  // the peak holds > 0.9 alone
+  CHECK(peaked == std::vector<float>{-inf, 10.0f, -inf});
+  std::vector<float> bad = {0.0f, std::nanf("")};
+  CHECK(conformance::error_of([&] { specdec::vllm::apply_top_k_top_p(bad, 1, 0.5f); }) ==
+        "specdec::vllm::apply_top_k_top_p: logit 1 is nan; expected a finite logit or -inf");
+  CHECK(conformance::error_of([&] { specdec::vllm::apply_top_k_top_p(row, 0, 0.5f); }) ==
+        "specdec::vllm::apply_top_k_top_p: k = 0; expected >= 1 (k >= V: no top-k)");
+  CHECK(conformance::error_of([&] { specdec::vllm::apply_top_k_top_p(row, 1, 0.0f); }) ==
+        "specdec::vllm::apply_top_k_top_p: p = 0; expected 0 < p <= 1 (1: no top-p)");
+}
+
+TEST_CASE("vllm::apply_sampling_constraints divides each request's rows by its temperature, then filters them") {
+  // Two requests: 2 rows at temperature 0.5 with top-k 2, 1 greedy row (-1: temperature 1) with top-k 1.
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f,  4.0f, 3.0f, 2.0f, 1.0f,  0.5f, 1.5f, 1.0f, 0.0f};
+  const std::vector<std::int64_t> cu = {2, 3};
+  const std::vector<float> temperature = {0.5f, specdec::vllm::greedy_temperature};
+  const std::vector<std::int64_t> top_k = {2, 1};
+  specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), cu, temperature, top_k, {});
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(logits == std::vector<float>{-inf, -inf, 6.0f, 8.0f, 8.0f, 6.0f, -inf, -inf, -inf, 1.5f, -inf, -inf});
+  const std::vector<float> zero = {0.5f, 0.0f};
+  CHECK(conformance::error_of([&] {
+          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), cu, zero, {}, {});
+        }) == "specdec::vllm::apply_sampling_constraints: temperature[1] = 0; expected > 0, or -1 for a greedy request");
+  const std::vector<std::int64_t> short_cu = {2, 2};
+  CHECK(conformance::error_of([&] {
+          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), short_cu, temperature, {}, {});
+        }) == "specdec::vllm::apply_sampling_constraints: logits has 3 rows; expected one per draft token (cu_num_draft_tokens ends at 2)");
 }

@@ -43,6 +43,8 @@ __all__ = [
     "segment_packbits",
     "chain_speculative_sampling",
     "rejection_sample",
+    "apply_sampling_constraints",
+    "apply_top_k_top_p",
     "verify_tree_greedy",
     "tree_speculative_sampling_target_only",
     "build_tree_kernel_efficient",
@@ -333,6 +335,34 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
                               if not _is_torch(uniform_probs) else uniform_probs.double().contiguous(),
                               exponentials, out)
     return out
+
+
+def apply_sampling_constraints(logits, cu_num_draft_tokens, temperature, top_k=None, top_p=None, all_greedy=False):
+    """vLLM v1's ``apply_sampling_constraints`` (``vllm/v1/sample/rejection_sampler.py``): what vLLM's
+    rejection sampler does to the target logits before ``softmax`` and ``rejection_sample``, in place.
+    Request r's rows (``cu_num_draft_tokens``, as ``rejection_sample``'s) are divided by
+    ``temperature[r]`` (-1, vLLM's ``GREEDY_TEMPERATURE``: left at 1), then filtered as vLLM's
+    ``apply_top_k_top_p``: logits below the ``top_k[r]``-th largest to -inf (ties kept; k = V: off), then
+    top-p over what is left (ascending order, ties by index: every entry but the largest whose cumulative
+    probability is at most ``1 - top_p[r]``). ``top_k`` / ``top_p`` None: that filter off for the batch;
+    ``all_greedy``: nothing done (vLLM's shortcut). logits: float32 ``[num_tokens, V]``, C-contiguous.
+    Returns ``logits``. Then: ``target_probs = specdec.softmax(logits)`` and ``rejection_sample``.
+    """
+    if all_greedy:
+        return logits
+    no_k, no_p = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    _specdec.apply_sampling_constraints(logits, _small(cu_num_draft_tokens, "int64"), _small(temperature, "float32"),
+                                        no_k if top_k is None else _small(top_k, "int64"),
+                                        no_p if top_p is None else _small(top_p, "float32"))
+    return logits
+
+
+def apply_top_k_top_p(logits, k=None, p=None):
+    """vLLM v1's ``apply_top_k_top_p`` (``vllm/v1/sample/ops/topk_topp_sampler.py``): every row of float32
+    ``[rows, V]`` logits filtered in place by its ``k[row]`` and ``p[row]`` (None: off), as
+    ``apply_sampling_constraints`` does at temperature 1. Returns ``logits``."""
+    rows = int(logits.shape[0])
+    return apply_sampling_constraints(logits, np.arange(1, rows + 1, dtype=np.int64), np.ones(rows, dtype=np.float32), k, p)
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------

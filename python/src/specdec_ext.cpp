@@ -234,6 +234,17 @@ void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_to
   });
 }
 
+/// apply_sampling_constraints: vLLM's temperature, top-k and top-p over the flattened draft rows, in place.
+void apply_sampling_constraints(const array& logits, const array& cu_num_draft_tokens, const array& temperature, const array& top_k,
+                                const array& top_p) {
+  const auto x = matrix_of<float>(logits, "logits");
+  const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
+  const auto t = span_of<const float>(temperature, "temperature");
+  const auto k = span_of<const std::int64_t>(top_k, "top_k");
+  const auto p = span_of<const float>(top_p, "top_p");
+  without_gil([&] { specdec::vllm::apply_sampling_constraints(x, cu, t, k, p); });
+}
+
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
 
 /// SGLang's outputs into its caller's arrays: predicts only where the walk emitted (the kernels leave
@@ -413,6 +424,8 @@ NB_MODULE(_specdec, m) {
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
         nb::arg("exponentials"), nb::arg("output"));
   bind_drafting(m);
+  m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits"), nb::arg("cu_num_draft_tokens"),
+        nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
         nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
         nb::arg("target_predict"));

@@ -42,3 +42,25 @@ def test_chain_speculative_sampling_with_tensors():
     np.testing.assert_array_equal(out.numpy(), out2)
     np.testing.assert_array_equal(acc.numpy(), acc2)
     np.testing.assert_array_equal(emitted.numpy(), emitted2)
+
+
+def test_apply_top_k_top_p_equals_vllms_pytorch_code():
+    # vLLM's apply_top_k_top_p_pytorch as written (a stable sort: PyTorch's default leaves tie order open).
+    def vllm(logits, k, p):
+        logits_sort, logits_idx = logits.sort(dim=-1, descending=False, stable=True)
+        top_k_mask = logits_sort.gather(1, (logits_sort.size(1) - k.to(torch.long)).clamp(min=0).unsqueeze(dim=1))
+        logits_sort.masked_fill_(logits_sort < top_k_mask, -float("inf"))
+        probs_sum = torch.cumsum(logits_sort.softmax(dim=-1), dim=-1)
+        top_p_mask = probs_sum <= 1 - p.unsqueeze(dim=1)
+        top_p_mask[:, -1] = False
+        logits_sort.masked_fill_(top_p_mask, -float("inf"))
+        return logits.scatter_(dim=-1, index=logits_idx, src=logits_sort)
+
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(16, 32000, generator=g) * 4
+    k = torch.tensor([1, 2, 5, 20, 50, 100, 1000, 32000] * 2)
+    p = torch.tensor([0.1, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0, 0.7] * 2)
+    got = specdec.apply_top_k_top_p(logits.clone(), k, p)
+    want = vllm(logits.clone(), k, p)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

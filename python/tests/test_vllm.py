@@ -55,3 +55,59 @@ def test_random_requests_are_lossless():
     alpha = float(np.minimum(p, q).sum())
     accepted = float((out[:, 1] != -1).mean())  # the bonus follows only an accepted draft
     assert abs(accepted - alpha) < 5 * np.sqrt(alpha * (1 - alpha) / n)
+
+
+def vllm_top_k_top_p(logits, k, p):
+    """vLLM's apply_top_k_top_p (the PyTorch path) transcribed to numpy: ascending sort (ties by index),
+    top-k by the k-th largest value, top-p by the float32 cumulative softmax (accumulated in float64)."""
+    out = logits.copy()
+    for r in range(out.shape[0]):
+        order = np.argsort(out[r], kind="stable")
+        s = out[r, order]
+        if k is not None:
+            s[s < s[max(s.size - int(k[r]), 0)]] = -np.inf
+        if p is not None:
+            e = np.exp(s - s[-1])
+            probs = e / np.float32(e.astype(np.float64).sum())
+            cum = np.cumsum(probs.astype(np.float64)).astype(np.float32)
+            mask = cum <= np.float32(1) - np.float32(p[r])
+            mask[-1] = False
+            s[mask] = -np.inf
+        out[r, order] = s
+    return out
+
+
+def test_apply_sampling_constraints_is_vllms():
+    rng = np.random.default_rng(8)
+    v = 1000
+    cu = np.array([3, 3, 7, 8])
+    temperature = np.array([0.7, 1.3, -1.0, 2.0], dtype=np.float32)  # -1: a greedy request, left at 1
+    top_k = np.array([50, v, 5, 1])
+    top_p = np.array([0.9, 0.5, 1.0, 0.3], dtype=np.float32)
+    logits = (rng.standard_normal((8, v)) * 3).astype(np.float32)
+    logits[2, :10] = logits[2, 10]  # ties at a threshold
+    expanded = np.repeat(np.arange(4), np.diff(np.concatenate([[0], cu])))
+    scaled = logits / np.where(temperature == -1, 1, temperature)[expanded][:, None]
+    for k, p in ((top_k, None), (None, top_p), (top_k, top_p)):
+        got = specdec.apply_sampling_constraints(logits.copy(), cu, temperature, k, p)
+        want = vllm_top_k_top_p(scaled.astype(np.float32), None if k is None else k[expanded],
+                                None if p is None else p[expanded])
+        np.testing.assert_array_equal(got, want)
+    assert specdec.apply_sampling_constraints(logits.copy(), cu, temperature, top_k, all_greedy=True).tolist() == logits.tolist()
+    rows = logits[:2].copy()
+    np.testing.assert_array_equal(specdec.apply_top_k_top_p(rows, [3, 3], [0.8, 0.8]),
+                                  vllm_top_k_top_p(logits[:2], [3, 3], [0.8, 0.8]))
+    # vLLM's sampler end to end: constraints, softmax, rejection sampling; a greedy request reads the
+    # argmax of its (unscaled) row.
+    probs = specdec.softmax(specdec.apply_sampling_constraints(logits.copy(), cu, temperature, top_k, top_p))
+    drafts = np.argmax(logits, axis=1).astype(np.int32)
+    out = specdec.rejection_sample(drafts, None, 4, cu, None, probs, np.arange(4, dtype=np.int32),
+                                   is_greedy=temperature == -1, seed=3)
+    assert out[2].tolist() == drafts[3:7].tolist() + [2]  # greedy: every argmax accepted, then the bonus
+    assert set(out[3, :1].tolist()) == {int(np.argmax(logits[7]))}  # top-k 1: the target is that token
+    try:
+        specdec.apply_sampling_constraints(logits.copy(), cu, np.array([0.5, 0.0, 1, 1], dtype=np.float32))
+    except ValueError as e:
+        assert "temperature[1] = 0" in str(e)
+    else:
+        raise AssertionError("a zero temperature was accepted")

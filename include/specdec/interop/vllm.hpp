@@ -4,19 +4,126 @@
 /// `rejection_sample`): the drafts of every request back to back with cumulative counts, one target row
 /// per draft position (no row for the bonus position: the bonus token is sampled outside), per-request
 /// greedy or random verification, the exponential race for the recovered token, `-1` padding. Over
-/// specdec's `verify_speculative` with vLLM's conventions (sampling/speculative.hpp).
+/// specdec's `verify_speculative` with vLLM's conventions (sampling/speculative.hpp); and what vLLM does
+/// to the target's logits before it (`apply_sampling_constraints`: temperature, then top-k and top-p as
+/// `apply_top_k_top_p`), so that the target distribution is vLLM's.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::vllm {
+
+/// vLLM's temperature of a greedy request in its sampling metadata (`GREEDY_TEMPERATURE`):
+/// apply_sampling_constraints leaves such rows at temperature 1.
+inline constexpr float greedy_temperature = -1.0f;
+
+/// vLLM v1's `apply_top_k_top_p` (vllm/v1/sample/ops/topk_topp_sampler.py, the PyTorch path) on one row
+/// of logits, in place:
+/// - top-k (`k` < V): every logit below the k-th largest becomes -inf (logits equal to it stay);
+///   `k` >= V leaves the row (vLLM's "no top-k" is k = V);
+/// - then top-p (`p` < 1): with the row in ascending order (ties by index) and its softmax, every entry
+///   whose cumulative probability (float32, accumulated in double as PyTorch's CPU cumsum) is at most
+///   `1 - p` becomes -inf, the largest entry never. `p` = 1 leaves the row (vLLM's pass then masks only
+///   entries whose probability is already 0, which changes no probability).
+/// Top-k alone costs O(V); top-p sorts the row, O(V log V), as vLLM's PyTorch path does. The kept set
+/// is vLLM's except where a cumulative sum falls within float rounding of `1 - p` (PyTorch's softmax
+/// and sort order of tied logits are not specified to the bit).
+/// \param row host `[V]` logits. \throws invalid_argument on k < 1, p outside (0, 1], or a NaN or +inf
+///   logit.
+inline void apply_top_k_top_p(std::span<float> row, index_t k, float p) {
+  constexpr const char* where = "specdec::vllm::apply_top_k_top_p";
+  const auto v = static_cast<index_t>(row.size());
+  SPECDEC_EXPECTS(k >= 1, where, "k = ", k, "; expected >= 1 (k >= V: no top-k)");
+  SPECDEC_EXPECTS(p > 0.0f && p <= 1.0f, where, "p = ", p, "; expected 0 < p <= 1 (1: no top-p)");
+  for (index_t i = 0; i < v; ++i) {
+    const float x = row[static_cast<std::size_t>(i)];
+    SPECDEC_EXPECTS(!std::isnan(x) && x != std::numeric_limits<float>::infinity(), where, "logit ", i, " is ", x,
+                    "; expected a finite logit or -inf");
+  }
+  if (v == 0) return;
+  constexpr float minus_inf = -std::numeric_limits<float>::infinity();
+  if (k < v) {
+    std::vector<float> values(row.begin(), row.end());
+    std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<float>());
+    const float kth = values[static_cast<std::size_t>(k - 1)];
+    for (float& x : row)
+      if (x < kth) x = minus_inf;
+  }
+  if (p >= 1.0f) return;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(v));
+  for (index_t i = 0; i < v; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const float xa = row[static_cast<std::size_t>(a)], xb = row[static_cast<std::size_t>(b)];
+    return xa < xb || (xa == xb && a < b);
+  });
+  const float top = row[static_cast<std::size_t>(order.back())];
+  if (top == minus_inf) return;  // an all -inf row: nothing to keep or drop
+  double total = 0.0;
+  for (const std::int32_t i : order) total += static_cast<double>(std::exp(row[static_cast<std::size_t>(i)] - top));
+  const auto sum = static_cast<float>(total);
+  const float bound = 1.0f - p;
+  double cumulative = 0.0;
+  for (std::size_t j = 0; j + 1 < order.size(); ++j) {  // the largest entry is never masked
+    float& x = row[static_cast<std::size_t>(order[j])];
+    cumulative += static_cast<double>(std::exp(x - top) / sum);
+    if (static_cast<float>(cumulative) <= bound) x = minus_inf;
+    else break;  // cumulative sums only grow: every later entry stays
+  }
+}
+
+/// vLLM v1's `apply_sampling_constraints` (vllm/v1/sample/rejection_sampler.py) over its flattened draft
+/// rows, in place: request r's rows `[start_r, cu_num_draft_tokens[r])` are divided by `temperature[r]`
+/// (greedy_temperature, -1, gives 1), then apply_top_k_top_p with `top_k[r]` and `top_p[r]` (an empty
+/// span: that filter is off for every request). vLLM skips the whole call when every request is greedy;
+/// so does the caller.
+/// \param logits host `[num_tokens x V]` target logits, num_tokens = cu_num_draft_tokens.back().
+/// \param temperature, top_k, top_p host `[batch]`.
+/// \throws invalid_argument on counts that decrease or do not end at num_tokens, a temperature that is
+///   neither > 0 nor -1, a length mismatch, and as apply_top_k_top_p.
+inline void apply_sampling_constraints(matrix_view<float> logits, std::span<const std::int64_t> cu_num_draft_tokens,
+                                       std::span<const float> temperature, std::span<const std::int64_t> top_k,
+                                       std::span<const float> top_p) {
+  constexpr const char* where = "specdec::vllm::apply_sampling_constraints";
+  const std::size_t batch = cu_num_draft_tokens.size();
+  SPECDEC_EXPECTS(temperature.size() == batch, where, "temperature has ", temperature.size(), " entries; expected one per request (",
+                  batch, ")");
+  SPECDEC_EXPECTS(top_k.empty() || top_k.size() == batch, where, "top_k has ", top_k.size(), " entries; expected one per request (",
+                  batch, ") or none");
+  SPECDEC_EXPECTS(top_p.empty() || top_p.size() == batch, where, "top_p has ", top_p.size(), " entries; expected one per request (",
+                  batch, ") or none");
+  SPECDEC_EXPECTS(batch == 0 ? logits.rows() == 0 : cu_num_draft_tokens.back() == logits.rows(), where, "logits has ",
+                  logits.rows(), " rows; expected one per draft token (cu_num_draft_tokens ends at ",
+                  batch == 0 ? 0 : cu_num_draft_tokens.back(), ")");
+  detail::check_view(where, "logits", logits, detail::indexed_output);
+  std::int64_t start = 0;
+  for (std::size_t r = 0; r < batch; ++r) {
+    const std::int64_t end = cu_num_draft_tokens[r];
+    SPECDEC_EXPECTS(end >= start, where, "cu_num_draft_tokens[", r, "] = ", end, " after ", start, "; expected non-decreasing ends");
+    const float t = temperature[r];
+    SPECDEC_EXPECTS(t > 0.0f || t == greedy_temperature, where, "temperature[", r, "] = ", t, "; expected > 0, or -1 for a greedy "
+                    "request");
+    const float divisor = t == greedy_temperature ? 1.0f : t;
+    for (std::int64_t i = start; i < end; ++i) {
+      const std::span<float> row(logits.row(i), static_cast<std::size_t>(logits.cols()));
+      for (float& x : row) x /= divisor;
+      apply_top_k_top_p(row, top_k.empty() ? logits.cols() : top_k[r], top_p.empty() ? 1.0f : top_p[r]);
+    }
+    start = end;
+  }
+}
 
 /// vLLM v1's `rejection_sample`. Request r's drafts are `draft_token_ids[start_r, end_r)` with
 /// `end_r = cu_num_draft_tokens[r]` and `start_r` the previous end (0 for r = 0); their target rows are
