@@ -939,3 +939,46 @@ TEST_CASE("vllm::apply_sampling_constraints divides each request's rows by its t
           specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), short_cu, temperature, {}, {});
         }) == "specdec::vllm::apply_sampling_constraints: logits has 3 rows; expected one per draft token (cu_num_draft_tokens ends at 2)");
 }
+
+TEST_CASE("top_k_top_p_joint_renorm keeps the tokens both filters keep on the original row (FlashInfer's joint order)") {
+  specdec::philox_stream rng{77, 3};
+  std::uint64_t at = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const index_t v = 1 + static_cast<index_t>(rng.uniform(at++) * 40);
+    std::vector<float> row(static_cast<std::size_t>(v));
+    double sum = 0.0;
+    for (float& x : row) sum += x = std::round(rng.uniform(at++) * 6.0f);  // coarse: ties everywhere
+    if (sum == 0.0) row[0] = 1.0f, sum = 1.0;
+    for (float& x : row) x = static_cast<float>(x / sum);
+    const index_t k = 1 + static_cast<index_t>(rng.uniform(at++) * static_cast<float>(v));
+    const float p = 0.05f + 0.95f * rng.uniform(at++);
+    // The definition: count and mass of the strictly larger probabilities, on the row as given.
+    std::vector<char> keep(row.size());
+    double total = 0.0;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      index_t count = 0;
+      double mass = 0.0;
+      for (const float y : row)
+        if (y > row[i]) ++count, mass += static_cast<double>(y);
+      keep[i] = count < k && mass < static_cast<double>(p);
+      total += keep[i] ? static_cast<double>(row[i]) : 0.0;
+    }
+    std::vector<float> got = row;
+    specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(got.data(), 1, v), k, p);
+    INFO("trial ", trial, " V = ", v, " k = ", k, " p = ", p);
+    for (std::size_t i = 0; i < row.size(); ++i)
+      CHECK(got[i] == (keep[i] ? static_cast<float>(static_cast<double>(row[i]) / total) : 0.0f));
+  }
+  // Top-k first renormalises the top k before the top-p cut, which then counts more mass above each
+  // token: 0.3 has 0.4 above it in the row (kept jointly at p = 0.5) but 4/7 after the top-2 renormalisation.
+  std::vector<float> joint = {0.4f, 0.3f, 0.2f, 0.1f}, sequential = joint;
+  specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(joint.data(), 1, 4), 2, 0.5f);
+  specdec::sampling::top_k_renorm(specdec::matrix_view<float>(sequential.data(), 1, 4), 2);
+  specdec::sampling::top_p_renorm(specdec::matrix_view<float>(sequential.data(), 1, 4), 0.5f);
+  const double kept = static_cast<double>(0.4f) + static_cast<double>(0.3f);
+  CHECK(joint == std::vector<float>{static_cast<float>(static_cast<double>(0.4f) / kept), static_cast<float>(static_cast<double>(0.3f) / kept),
+                                    0.0f, 0.0f});
+  CHECK(sequential == std::vector<float>{1.0f, 0.0f, 0.0f, 0.0f});
+  CHECK(conformance::error_of([&] { specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(joint.data(), 1, 4), 5, 0.5f); }) ==
+        "specdec::sampling::top_k_top_p_joint_renorm: k = 5; expected 1 <= k <= V = 4");
+}

@@ -232,21 +232,26 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
                                      deterministic=True, generator=None, check_nan=False, seed=None, offset=None,
                                      uniforms=None):
-    """FlashInfer's ``top_k_top_p_sampling_from_logits`` with ``filter_apply_order="top_k_first"``: per
-    row, ``softmax(logits)``, then the top-k renormalisation (``top_k_renorm_probs``), then the top-p one
-    (``top_p_renorm_probs``), then one draw (``sampling_from_probs``, same randomness arguments). int32
-    ``[batch]``. top_k / top_p: a number or one per row. FlashInfer's ``"joint"`` order (one filter over
-    both) is not provided: a ValueError.
+    """FlashInfer's ``top_k_top_p_sampling_from_logits``: per row ``softmax(logits)``, the filters, one
+    draw (``sampling_from_probs``, same randomness arguments); int32 ``[batch]``. top_k / top_p: a number
+    or one per row. ``filter_apply_order="top_k_first"``: the top-k renormalisation
+    (``top_k_renorm_probs``), then the top-p one on its result (``top_p_renorm_probs``); ``"joint"``: both
+    judged on the softmax as given, a token kept iff fewer than k probabilities are strictly larger and
+    their mass is below top_p (``specdec::sampling::top_k_top_p_joint_renorm``; never fewer tokens than
+    top-k first).
     """
     del deterministic, check_nan
-    if filter_apply_order != "top_k_first":
-        raise ValueError(f"filter_apply_order: expected 'top_k_first'; got {filter_apply_order!r} (not provided)")
+    if filter_apply_order not in ("top_k_first", "joint"):
+        raise ValueError(f"filter_apply_order: expected 'top_k_first' or 'joint'; got {filter_apply_order!r}")
     if indices is not None:
         rows = _small(indices, "int64")
         logits = logits[rows] if not _is_torch(logits) else logits[_as_torch_index(rows, logits)]
     probs = softmax(logits)
-    top_k_renorm_probs(probs, top_k, out=probs)
-    top_p_renorm_probs(probs, top_p, out=probs)
+    if filter_apply_order == "joint":
+        _specdec.joint_renorm(probs, probs, _small(top_k, "int64"), _small(top_p, "float32"))
+    else:
+        top_k_renorm_probs(probs, top_k, out=probs)
+        top_p_renorm_probs(probs, top_p, out=probs)
     return sampling_from_probs(probs, generator=generator, seed=seed, offset=offset, uniforms=uniforms)
 
 

@@ -103,6 +103,28 @@ void renorm(const array& probs, const array& out, const array& param, bool top_k
   });
 }
 
+/// FlashInfer's joint top-k / top-p renormalisation: `out` holds a copy of probs, filtered in place, one
+/// k and one p per row or one for all.
+void joint_renorm(const array& probs, const array& out, const array& top_k, const array& top_p) {
+  const auto in = matrix_of<float>(probs, "probs");
+  const auto o = matrix_of<float>(out, "out");
+  expect_shape(out, "out", {in.rows(), in.cols()});
+  const auto ks = span_of<const std::int64_t>(top_k, "top_k");
+  const auto ps = span_of<const float>(top_p, "top_p");
+  for (const auto& [size, name] : {std::pair{ks.size(), "top_k"}, std::pair{ps.size(), "top_p"}})
+    if (size != 1 && static_cast<index_t>(size) != in.rows())
+      throw nb::value_error((std::string(name) + ": expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
+                             std::to_string(size)).c_str());
+  without_gil([&] {
+    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
+    for (index_t r = 0; r < in.rows(); ++r) {
+      const auto at = [&](std::size_t n) { return n == 1 ? std::size_t{0} : static_cast<std::size_t>(r); };
+      specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()),
+                                                  static_cast<index_t>(ks[at(ks.size())]), ps[at(ps.size())]);
+    }
+  });
+}
+
 /// top_k_mask_logits: `out` holds a copy of logits (or is logits), masked in place, one k per row or one.
 void top_k_mask_logits(const array& logits, const array& out, const array& top_k) {
   const auto in = matrix_of<const float>(logits, "logits");
@@ -404,6 +426,7 @@ NB_MODULE(_specdec, m) {
   m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"));
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"));
   m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
+  m.def("joint_renorm", &joint_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("top_k_mask_logits", &top_k_mask_logits, nb::arg("logits"), nb::arg("out"), nb::arg("top_k"));
   m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));

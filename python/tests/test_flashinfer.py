@@ -178,4 +178,38 @@ def test_top_k_top_p_sampling_from_logits_draws_from_the_filtered_distribution()
         assert got[r] == want
         assert p[got[r]] > 0
     with pytest.raises(ValueError, match="filter_apply_order"):
-        specdec.top_k_top_p_sampling_from_logits(x, 40, 0.8, filter_apply_order="joint", seed=1)
+        specdec.top_k_top_p_sampling_from_logits(x, 40, 0.8, filter_apply_order="both", seed=1)
+
+
+def test_joint_filter_order_keeps_what_both_filters_keep_on_the_softmax():
+    # FlashInfer's own test of the joint order (tests/test_sampling.py) masks with the top-p filter on the
+    # normalised row and the top-k pivot on the same row, and takes their minimum; so does this reference.
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((8, 300)) * 3).astype(np.float32)
+    k = np.array([1, 3, 10, 40, 100, 300, 5, 20])
+    p = np.array([0.9, 0.5, 0.3, 0.95, 0.7, 0.2, 0.99, 0.6], dtype=np.float32)
+    for r in range(8):
+        probs = specdec.softmax(x[r:r + 1])[0]
+        larger = np.array([probs[probs > v].astype(np.float64).sum() for v in probs])
+        count = np.array([(probs > v).sum() for v in probs])
+        keep = (larger < p[r]) & (count < k[r])
+        support = set()
+        for seed in range(200):
+            support.add(int(specdec.top_k_top_p_sampling_from_logits(x[r:r + 1], k[r:r + 1], p[r:r + 1],
+                                                                     filter_apply_order="joint", seed=seed)[0]))
+        assert support <= set(np.flatnonzero(keep).tolist())
+        # Every draw at uniform u lands where the renormalised kept mass puts it.
+        kept = np.where(keep, probs, 0).astype(np.float64)
+        kept = (kept / kept.sum()).astype(np.float32)
+        for u in (0.0, 0.3, 0.77, 0.999):
+            want = int(np.searchsorted(np.cumsum(kept.astype(np.float64)), u * kept.astype(np.float64).sum(), side="right"))
+            got = specdec.top_k_top_p_sampling_from_logits(x[r:r + 1], k[r:r + 1], p[r:r + 1], filter_apply_order="joint",
+                                                           uniforms=np.array([u], dtype=np.float32))
+            assert got[0] == want
+    # The joint order never keeps fewer tokens than top-k first (which renormalises before the top-p cut).
+    row = np.array([[0.4, 0.3, 0.2, 0.1]], dtype=np.float32)
+    logits = np.log(row)
+    joint = {int(specdec.top_k_top_p_sampling_from_logits(logits, 2, 0.5, filter_apply_order="joint", seed=s)[0])
+             for s in range(100)}
+    first = {int(specdec.top_k_top_p_sampling_from_logits(logits, 2, 0.5, seed=s)[0]) for s in range(100)}
+    assert joint == {0, 1} and first == {0}

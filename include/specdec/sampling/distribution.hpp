@@ -205,28 +205,30 @@ inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
   }
 }
 
-/// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities is
-/// below top_p (the smallest set of largest tokens reaching top_p, ties included), zero the rest,
-/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1],
-/// entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
-inline void top_p_renorm(matrix_view<float> probs, float top_p) {
-  constexpr const char* where = "specdec::sampling::top_p_renorm";
-  SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
+namespace detail {
+
+/// Keeps a token iff fewer than `k` probabilities of its row are strictly larger and their mass is
+/// below `top_p`; zeroes the rest and renormalises (in double, rounded to float). One sort per row.
+inline void renorm_by_rank(const char* where, matrix_view<float> probs, index_t k, float top_p) {
   const index_t vocab = probs.cols();
   specdec::detail::check_vocabulary(where, "V", vocab);
   specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
   std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
   std::vector<char> keep(static_cast<std::size_t>(vocab));
   for (index_t r = 0; r < probs.rows(); ++r) {
-    detail::check_probabilities(where, probs, r);
+    check_probabilities(where, probs, r);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return probs(r, a) > probs(r, b); });
-    double larger = 0.0;  // mass strictly larger than the current value
-    double run = 0.0;     // mass of the values seen so far
+    double larger = 0.0;    // mass strictly larger than the current value
+    double run = 0.0;       // mass of the values seen so far
+    std::size_t above = 0;  // how many values are strictly larger
     for (std::size_t i = 0; i < order.size(); ++i) {
       const float v = probs(r, order[i]);
-      if (i > 0 && v < probs(r, order[i - 1])) larger = run;
-      keep[static_cast<std::size_t>(order[i])] = larger < static_cast<double>(top_p);
+      if (i > 0 && v < probs(r, order[i - 1])) {
+        larger = run;
+        above = i;
+      }
+      keep[static_cast<std::size_t>(order[i])] = larger < static_cast<double>(top_p) && static_cast<index_t>(above) < k;
       run += static_cast<double>(v);
     }
     double total = 0.0;
@@ -234,6 +236,34 @@ inline void top_p_renorm(matrix_view<float> probs, float top_p) {
     for (index_t j = 0; j < vocab; ++j)
       probs(r, j) = keep[static_cast<std::size_t>(j)] ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
   }
+}
+
+}  // namespace detail
+
+/// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities is
+/// below top_p (the smallest set of largest tokens reaching top_p, ties included), zero the rest,
+/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1],
+/// entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
+inline void top_p_renorm(matrix_view<float> probs, float top_p) {
+  constexpr const char* where = "specdec::sampling::top_p_renorm";
+  SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
+  detail::renorm_by_rank(where, probs, probs.cols(), top_p);
+}
+
+/// FlashInfer's `"joint"` filter order (`top_k_top_p_sampling_from_probs(..., filter_apply_order="joint")`):
+/// top-k and top-p judged together on the row as given, not one after the other: a token is kept iff
+/// fewer than k probabilities are strictly larger (ties with the k-th kept) and their mass is below
+/// top_p; zero the rest, renormalise: the intersection of the two filters on the original row. The
+/// `"top_k_first"` order (top_k_renorm, then top_p_renorm) renormalises the top k before the top-p cut,
+/// which then sees more mass above each token: it never keeps more tokens than this, and keeps fewer
+/// where the top k hold less than 1.
+/// \param probs host `[rows x V]`, in place. \throws invalid_argument on k outside [1, V], top_p outside
+///   (0, 1], entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
+inline void top_k_top_p_joint_renorm(matrix_view<float> probs, index_t k, float top_p) {
+  constexpr const char* where = "specdec::sampling::top_k_top_p_joint_renorm";
+  SPECDEC_EXPECTS(k >= 1 && k <= probs.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", probs.cols());
+  SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
+  detail::renorm_by_rank(where, probs, k, top_p);
 }
 
 }  // namespace specdec::sampling
