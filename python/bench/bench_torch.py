@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="one shape per function (a smoke run)")
+    ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows_list = [1, 8, 64] if not args.quick else [8]
@@ -72,12 +73,17 @@ def main():
                 ("sample", probs, lambda x: specdec.sampling_from_probs(x, seed=1),
                  lambda x: torch.multinomial(x, 1, generator=gen)),
             ]
+            only = None if args.only is None else set(args.only.split(","))
             for name, pool, ours, theirs in cases:
+                if only is not None and name.split()[0] not in only:
+                    continue
                 a = median_us(ours, pool, reps)
                 b = median_us(theirs, pool, reps)
                 lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f}")
                 print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
             # Chains of k = 4 drafts per row (rows = requests).
+            if only is not None and "chain" not in only:
+                continue
             k = 4
             draft = [torch.softmax(torch.randn(rows, k, v, generator=gen), dim=2) for _ in range(2)]
             target = [torch.softmax(torch.randn(rows, k + 1, v, generator=gen), dim=2) for _ in range(2)]

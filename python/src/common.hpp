@@ -21,7 +21,53 @@ using specdec::index_t;
 
 namespace specdec_python {
 
-using array = nb::ndarray<>;
+/// The DLPack C exchange API (DLPack 1.2+, `__dlpack_c_exchange_api__` on the tensor type: PyTorch
+/// >= 2.9), as far as the binding reads it; the layouts are DLPack's ABI (dlpack.h).
+struct dl_tensor {
+  void* data;
+  std::int32_t device_type, device_id;
+  std::int32_t ndim;
+  nb::dlpack::dtype dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;
+  std::uint64_t byte_offset;
+};
+struct dl_exchange_api {
+  std::uint32_t major, minor;
+  const dl_exchange_api* prev_api;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, dl_tensor* out);
+  void* current_work_stream;
+};
+
+/// The exchange API of `object`'s type, or null (numpy arrays, older frameworks: nanobind's importer,
+/// which calls `__dlpack__`, serves them). One lookup per type, cached (the GIL is held).
+inline const dl_exchange_api* exchange_api_of(PyObject* object) noexcept {
+  static PyTypeObject* last_type = nullptr;
+  static const dl_exchange_api* last_api = nullptr;
+  PyTypeObject* type = Py_TYPE(object);
+  if (type == last_type) return last_api;
+  const dl_exchange_api* api = nullptr;
+  if (PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__")) {
+    if (PyCapsule_CheckExact(capsule)) api = static_cast<const dl_exchange_api*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+    Py_DECREF(capsule);
+  }
+  PyErr_Clear();
+  if (api != nullptr && (api->major != 1 || api->dltensor_from_py_object_no_sync == nullptr)) api = nullptr;
+  last_type = type;
+  last_api = api;
+  return api;
+}
+
+/// An array argument: a view of a numpy array, torch tensor or any DLPack producer. Torch tensors are
+/// viewed through the DLPack C exchange API (one C call, ~0.3 us), where `__dlpack__` costs ~3 us per
+/// argument; everything else through nanobind's importer.
+struct array : nb::ndarray<> {
+  array() = default;
+  explicit array(nb::ndarray<>&& a) noexcept : nb::ndarray<>(std::move(a)) {}
+};
 
 template <class T>
 const char* dtype_name() {
@@ -118,3 +164,38 @@ nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& values, std::size_t rows, st
 }
 
 }  // namespace specdec_python
+
+namespace nanobind::detail {
+template <>
+struct type_caster<specdec_python::array> {
+  NB_TYPE_CASTER(specdec_python::array, const_name("ndarray"))
+
+  bool from_python(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
+    if (const specdec_python::dl_exchange_api* api = specdec_python::exchange_api_of(src.ptr())) {
+      specdec_python::dl_tensor t;
+      if (api->dltensor_from_py_object_no_sync(src.ptr(), &t) == 0) {
+        try {
+          size_t shape[8];
+          if (t.ndim < 0 || t.ndim > 8) return false;
+          for (int32_t i = 0; i < t.ndim; ++i) shape[i] = static_cast<size_t>(t.shape[i]);
+          value = specdec_python::array(nanobind::ndarray<>(t.data, static_cast<size_t>(t.ndim), shape, src, t.strides, t.dtype,
+                                                            t.device_type, t.device_id, 0, t.byte_offset));
+          return true;
+        } catch (...) {
+          PyErr_Clear();
+          return false;
+        }
+      }
+      PyErr_Clear();
+    }
+    make_caster<nanobind::ndarray<>> inner;
+    if (!inner.from_python(src, flags, cleanup)) return false;
+    value = specdec_python::array(std::move(inner.value));
+    return true;
+  }
+
+  static handle from_cpp(const specdec_python::array& a, rv_policy policy, cleanup_list* cleanup) noexcept {
+    return make_caster<nanobind::ndarray<>>::from_cpp(a, policy, cleanup);
+  }
+};
+}  // namespace nanobind::detail
