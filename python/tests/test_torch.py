@@ -64,3 +64,17 @@ def test_apply_top_k_top_p_equals_vllms_pytorch_code():
     want = vllm(logits.clone(), k, p)
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_tensors_through_the_dlpack_exchange_api_keep_offsets_strides_and_dtypes():
+    # PyTorch offers the DLPack C exchange API; the binding views tensors through it. A slice starts at
+    # its own address, a transposed view is refused by name, a wrong dtype is a TypeError.
+    x = torch.arange(40, dtype=torch.float32).reshape(4, 10)
+    assert _specdec._address(x[1:]) == x[1:].data_ptr() == x.data_ptr() + 40
+    assert specdec.argmax(x[2:]).tolist() == [9, 9]
+    with pytest.raises(ValueError, match="logits: expected a C-contiguous array"):
+        specdec.argmax(x.t())
+    with pytest.raises(TypeError, match="logits: expected dtype float32"):
+        specdec.argmax(x.double())
+    tokens = torch.tensor([5, 6, 5, 6, 5], dtype=torch.int32)
+    assert specdec.propose_ngram(tokens, 3, min_ngram=1).token.tolist() == [5, 6, 5]
