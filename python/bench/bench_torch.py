@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """specdec's Python functions against what a Python user has today on a CPU: PyTorch's argmax, topk,
 softmax, multinomial and a PyTorch transcription of FlashInfer's chain verifier, at V 32000 / 128256 /
-262144 and rows 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax).
+262144 and rows 1 / 8 / 64; 60-node draft trees verified greedily and stochastically (specdec's
+verify_greedy / verify_speculative against torch.argmax / torch.softmax over every node and the walk in
+Python) at batch 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax).
 
     python python/bench/bench_torch.py [--threads N] [--csv FILE]
 
@@ -45,20 +47,105 @@ def torch_chain(draft, ids, target, u):
     return out
 
 
+def random_tree(rng, n, vocab):
+    """A 60-node-style draft tree in specdec's breadth-first order (parents drawn among earlier nodes)."""
+    parents = [-1] + [int(rng.integers(max(0, i - 12), i)) for i in range(1, n)]
+    depth = [0] * n
+    for i in range(1, n):
+        depth[i] = depth[parents[i]] + 1
+    order = sorted(range(n), key=lambda i: (depth[i], i))
+    where = {old: new for new, old in enumerate(order)}
+    tokens = rng.integers(0, vocab, size=n)
+    return specdec.DraftTree.from_parents([int(tokens[i]) for i in order],
+                                          [-1 if parents[i] < 0 else where[parents[i]] for i in order])
+
+
+def torch_tree_greedy(logits, trees, children):
+    """SGLang's greedy tree rule in PyTorch: the argmax of every node row, then the walk."""
+    best = torch.argmax(logits, dim=1).tolist()
+    out, base = [], 0
+    for tree, kids in zip(trees, children):
+        node, emitted = 0, []
+        while True:
+            want = best[base + node]
+            nxt = next((c for c in kids[node] if tree.token[c] == want), None)
+            emitted.append(want)
+            if nxt is None:
+                break
+            node = nxt
+        out.append(emitted)
+        base += tree.size
+    return out
+
+
+def torch_tree_sampled(logits, trees, children, u):
+    """Lossless multi-draft verification of deterministic drafts in PyTorch (SpecInfer's rule): the
+    softmax of every node row, then per node each child tested against the residual of its rejected
+    siblings, the final token drawn from what is left."""
+    probs = torch.softmax(logits, dim=1)
+    out, base = [], 0
+    for r, (tree, kids) in enumerate(zip(trees, children)):
+        node, emitted, at = 0, [], 0
+        while True:
+            p = probs[base + node].clone()
+            nxt = None
+            for c in kids[node]:
+                t = int(tree.token[c])
+                if p[t] / p.sum() >= u[r, at]:
+                    nxt = c
+                    at += 1
+                    break
+                at += 1
+                p[t] = 0
+            if nxt is None:
+                emitted.append(int(torch.multinomial(p, 1)))
+                break
+            emitted.append(int(tree.token[nxt]))
+            node = nxt
+        out.append(emitted)
+        base += tree.size
+    return out
+
+
+def bench_trees(lines, reps):
+    """60-node trees at batch 1 / 8 / 64 and V 32000 / 128256."""
+    rng = np.random.default_rng(0)
+    for v in (32000, 128256):
+        for batch in (1, 8, 64):
+            trees = [random_tree(rng, 60, v) for _ in range(batch)]
+            children = [[[c for c in range(t.size) if t.parent[c] == i] for i in range(t.size)] for t in trees]
+            pool_n = max(2, min(16, int(256e6 // (batch * 60 * v * 4))))
+            gen = torch.Generator().manual_seed(1)
+            pool = [torch.randn(batch * 60, v, generator=gen) * 3 for _ in range(pool_n)]
+            u = torch.rand(batch, 64, generator=gen, dtype=torch.float64)
+            cases = [("tree greedy", lambda x: specdec.verify_greedy(x, trees), lambda x: torch_tree_greedy(x, trees, children)),
+                     ("tree sampled", lambda x: specdec.verify_speculative(x, trees, logits=True, seed=1),
+                      lambda x: torch_tree_sampled(x, trees, children, u))]
+            for name, ours, theirs in cases:
+                n = max(3, reps // max(1, batch // 4))
+                a = median_us(ours, pool, n)
+                b = median_us(theirs, pool, max(3, n // 4))
+                lines.append(f"{name},{v},{batch},{a:.1f},{b:.1f},{b / a:.2f}")
+                print(f"{name:<22}{v:>8}{batch:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="one shape per function (a smoke run)")
-    ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain)")
+    ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain, tree)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows_list = [1, 8, 64] if not args.quick else [8]
     vocabs = [32000, 128256, 262144] if not args.quick else [32000]
-    lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec"]
+    lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec,cpp_us,python_over_cpp"]
     print(f"torch {torch.__version__}, {args.threads} thread(s); specdec {specdec.__version__}")
-    print(f"{'function':<22}{'V':>8}{'rows':>6}{'specdec us':>12}{'torch us':>12}{'torch/specdec':>15}")
-    for v in vocabs:
+    print(f"{'function':<22}{'V':>8}{'rows':>6}{'specdec us':>12}{'torch us':>12}{'torch/specdec':>15}"
+          f"{'C++ us':>10}{'Python/C++':>12}")
+    only = None if args.only is None else set(args.only.split(","))
+    row_functions = {"argmax", "topk", "softmax", "sample", "chain"}
+    for v in vocabs if only is None or only & row_functions else []:
         for rows in rows_list:
             pool_n = max(2, int(256e6 // (rows * v * 4)))  # ~256 MB of rows
             pool_n = min(pool_n, 64)
@@ -73,14 +160,16 @@ def main():
                 ("sample", probs, lambda x: specdec.sampling_from_probs(x, seed=1),
                  lambda x: torch.multinomial(x, 1, generator=gen)),
             ]
-            only = None if args.only is None else set(args.only.split(","))
             for name, pool, ours, theirs in cases:
                 if only is not None and name.split()[0] not in only:
                     continue
                 a = median_us(ours, pool, reps)
                 b = median_us(theirs, pool, reps)
-                lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f}")
-                print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
+                # The same operation called from C++ on the same rows (the binding's share of a call).
+                op = {"argmax": "argmax", "topk k=8": "topk8", "softmax": "softmax", "sample": "sample"}[name]
+                c = specdec._specdec._time_cpp(op, [x.numpy() for x in pool], reps)
+                lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f},{c:.1f},{a / c:.2f}")
+                print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}{c:>10.1f}{a / c:>12.2f}")
             # Chains of k = 4 drafts per row (rows = requests).
             if only is not None and "chain" not in only:
                 continue
@@ -94,6 +183,8 @@ def main():
             b = median_us(lambda dt: torch_chain(dt[0], ids, dt[1], u), pairs, 30)
             lines.append(f"chain k=4,{v},{rows},{a:.1f},{b:.1f},{b / a:.2f}")
             print(f"{'chain k=4':<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
+    if args.only is None or "tree" in args.only.split(","):
+        bench_trees(lines, 40 if not args.quick else 3)
     tiny = np.zeros((1, 1), dtype=np.float32)
     out = np.empty(1, dtype=np.int32)
     overhead = median_us(lambda x: specdec.argmax(x, out=out), [tiny], 20000)

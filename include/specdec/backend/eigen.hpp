@@ -265,7 +265,6 @@ class eigen : public detail::eigen_dense {
     SPECDEC_EXPECTS(logits.rows() == 1, where, "row_softmax_stats takes one row; got ", logits.rows(), " rows");
     detail::check_row_matrix(where, "logits", logits);
     detail::check_temperature(where, temperature, false);
-    if (logits.cols() > chunk) return long_row_stats<false>(where, logits, 0, T(1) / temperature, nullptr);
     const auto acc = logsumexp_row(logits.row(0), logits.cols(), T(1) / temperature);
     raise_if(where, "logits", logits, 0, acc.fault());
     return {acc.max, acc.sum};
@@ -516,13 +515,6 @@ class eigen : public detail::eigen_dense {
         continue;
       }
       const V inv_t = V(1) / temperature;
-      if constexpr (!Log) {
-        if (n > chunk) {  // one exponential per entry: written unscaled while summed, then scaled
-          const auto stats = long_row_stats<true>(where, logits, r, inv_t, y);
-          detail::scale_row(y, n, V(1) / stats.sum);
-          continue;
-        }
-      }
       const auto acc = logsumexp_row(x, n, inv_t);
       raise_if(where, "logits", logits, r, acc.fault());
       if constexpr (Log) {
@@ -532,25 +524,6 @@ class eigen : public detail::eigen_dense {
         detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y);
       }
     }
-  }
-
-  /// The softmax normaliser of row r of a row longer than one chunk: the maximum (one read), then the
-  /// sum of exp_sum_shifted (with `Write`, the unscaled exponentials stored to `out` on the way). Both
-  /// row_softmax and row_softmax_stats take it, so that their entries agree bit for bit; shorter rows
-  /// keep logsumexp_row's two-step form, which the Thrust backend's chunks share.
-  template <bool Write, class T>
-  detail::softmax_stats<std::remove_const_t<T>> long_row_stats(const char* where, const matrix_view<T>& logits, index_t r,
-                                                               std::remove_const_t<T> inv_t, std::remove_const_t<T>* out) {
-    using V = std::remove_const_t<T>;
-    const V* x = logits.row(r);
-    const index_t n = logits.cols();
-    const auto scan = detail::scan_max(x, n);
-    detail::fault f = detail::fault::none;
-    if (scan.has_nan) f = detail::fault::nan;
-    else if (scan.max == -detail::negative_infinity<V>()) f = detail::fault::positive_infinity;
-    else if (scan.max == detail::negative_infinity<V>()) f = detail::fault::all_masked;
-    raise_if(where, "logits", logits, r, f);
-    return {scan.max, detail::exp_sum_shifted<Write>(x, n, scan.max, inv_t, out)};
   }
 
   template <class T>

@@ -235,66 +235,6 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
   for (const T* end = x + n; x + i < end; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
 }
 
-/// sum_j exp((x[j] - max) * inv_t) over [0, n), each exponential the expression write_exp_shifted and
-/// exp_shifted_at compute (a vector block, or the scalar tail); with `Write`, each is stored unscaled to
-/// out[j] as it is summed (out may alias x). The sum's order is the same with and without the write, so a
-/// softmax row written as `exp_sum_shifted<true>`, then scaled by 1 / sum, holds exactly the entries
-/// exp_shifted_at computes from (max, the sum `exp_sum_shifted<false>` returns): one exponential per
-/// entry, where the online log-sum-exp's sum (sum_exp_shifted) would need a second one for the write.
-template <bool Write, class T>
-SPECDEC_HOST_DEVICE inline T exp_sum_shifted(const T* x, index_t n, T max, T inv_t, T* out) noexcept {
-  index_t i = 0;
-  T sum = T(0);
-#if SPECDEC_HOST_SIMD
-  if constexpr (std::is_same_v<T, float>) {
-    using vec = simd<float>::vec;
-    constexpr int w = simd_bytes / 4;
-    vec a = vec{} + 0.0f, b = a;  // two accumulators: consecutive vectors' adds do not wait on each other
-    for (; i + 2 * w <= n; i += 2 * w) {
-      const vec y0 = simd_exp((simd_load(x + i) - max) * inv_t);
-      const vec y1 = simd_exp((simd_load(x + i + w) - max) * inv_t);
-      if constexpr (Write) {
-        std::memcpy(out + i, &y0, sizeof y0);
-        std::memcpy(out + i + w, &y1, sizeof y1);
-      }
-      a += y0;
-      b += y1;
-    }
-    if (i + w <= n) {
-      const vec y = simd_exp((simd_load(x + i) - max) * inv_t);
-      if constexpr (Write) std::memcpy(out + i, &y, sizeof y);
-      a += y;
-      i += w;
-    }
-    a += b;
-    for (int l = 0; l < w; ++l) sum += a[l];
-  }
-#endif
-  for (const T* end = x + n; x + i < end; ++i) {  // bounded by a pointer: see write_exp_shifted
-    const T y = exp_((x[i] - max) * inv_t);
-    if constexpr (Write) out[i] = y;
-    sum += y;
-  }
-  return sum;
-}
-
-/// out[j] *= scale over [0, n).
-template <class T>
-SPECDEC_HOST_DEVICE inline void scale_row(T* out, index_t n, T scale) noexcept {
-  index_t i = 0;
-#if SPECDEC_HOST_SIMD
-  if constexpr (std::is_same_v<T, float>) {
-    using vec = simd<float>::vec;
-    constexpr int w = simd_bytes / 4;
-    for (; i + w <= n; i += w) {
-      const vec y = simd_load(out + i) * scale;
-      std::memcpy(out + i, &y, sizeof y);
-    }
-  }
-#endif
-  for (T* end = out + n; out + i < end; ++i) out[i] *= scale;
-}
-
 #if SPECDEC_HOST_SIMD && (defined(__x86_64__) || defined(__i386__))
 #define SPECDEC_HOST_STREAM_STORES 1
 /// Stores a vector to 32- (AVX) or 16-byte aligned `p` without reading its cache line first and
