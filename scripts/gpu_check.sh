@@ -5,7 +5,9 @@
 #      thrust_backend<cpp> (shapes and adversarial rows), deferred faults, a CUDA graph, and the timing table;
 #   2. bench/gpu_check_torch.py: PyTorch's own operations at the same shapes (the baseline);
 #   3. the CUDA conformance suite (specdec_tests_cuda), when built (cmake -DSPECDEC_ENABLE_CUDA=ON);
-#   4. compute-sanitizer memcheck and racecheck on gpu_check --quick.
+#   4. compute-sanitizer memcheck and racecheck on gpu_check --quick;
+#   5. the Python package's CUDA side: `pip install ./python` for this GPU (a venv over the system's torch),
+#      then python/tests/test_cuda.py (skipped with SPECDEC_GPU_PYTHON=0).
 # Usage: scripts/gpu_check.sh [OUT_DIR]   (default build/gpu-check; logs and CSVs land there)
 # Binaries: build/gpu/gpu_check is used when it runs here, else built with nvcc (SPECDEC_CUDA_ARCH,
 # default: the GPU's own compute capability).
@@ -65,6 +67,19 @@ phase "compute-sanitizer memcheck + racecheck (gpu_check --quick)"
   echo "racecheck rc=${PIPESTATUS[0]}"
 } 2>&1 | tee "$out/sanitizer.log"
 
+python_rc=0
+if [ "${SPECDEC_GPU_PYTHON:-1}" != 0 ]; then
+  phase "Python package, CUDA side (pip install ./python for this GPU, then test_cuda.py)"
+  {
+    python3 -m venv --system-site-packages build/gpu/python-venv &&
+      timeout 240 build/gpu/python-venv/bin/python -m pip install --quiet ./python \
+        -C cmake.define.SPECDEC_PYTHON_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=native &&
+      (cd build/gpu && timeout 120 python-venv/bin/python -m pytest -q ../../python/tests/test_cuda.py \
+        ../../python/tests/test_torch.py)
+  } 2>&1 | tail -30 | tee "$out/python_cuda.log"
+  python_rc=${PIPESTATUS[0]}
+fi
+
 phase "summary"
 python3 - "$out/gpu_check.csv" "$out/torch.csv" <<'EOF' | tee "$out/summary.txt"
 import csv, sys
@@ -85,5 +100,5 @@ for (impl, op, r, v), s in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][
     print(f"{op:18s} {r:4d} {v:7d} {float(s['median_us']):10.2f} {bw} {s['launches']:>6s} "
           f"{tus:9.2f} {tus / float(s['median_us']):7.2f}x")
 EOF
-phase "done: gpu_check rc=$check_rc, conformance rc=$conformance_rc"
-[ "$check_rc" = 0 ] && [ "$conformance_rc" = 0 ]
+phase "done: gpu_check rc=$check_rc, conformance rc=$conformance_rc, Python CUDA rc=$python_rc"
+[ "$check_rc" = 0 ] && [ "$conformance_rc" = 0 ] && [ "$python_rc" = 0 ]

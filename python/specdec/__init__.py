@@ -28,6 +28,10 @@ import numpy as np
 from . import _specdec
 
 __version__ = _specdec.__version__
+#: Whether this build has the CUDA side (built where nvcc was found): the row primitives (``argmax``,
+#: ``topk``, ``softmax``, ``log_softmax``, ``logsumexp``) and ``sampling_from_probs`` then take torch
+#: tensors in CUDA memory and run on their device, on the current stream.
+cuda = bool(_specdec.cuda)
 
 __all__ = [
     "argmax",
@@ -63,6 +67,15 @@ def _empty(like, shape, dtype: str):
 
         return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     return np.empty(shape, dtype=dtype)
+
+
+def _stream(x) -> int:
+    """The current CUDA stream of a torch tensor in CUDA memory (the call is enqueued on it), else 0."""
+    if _is_torch(x) and x.is_cuda:
+        import torch
+
+        return int(torch.cuda.current_stream(x.device).cuda_stream)
+    return 0
 
 
 def _full(like, shape, dtype: str, value):
@@ -107,7 +120,7 @@ def argmax(logits, out=None, values=None):
     rows = int(logits.shape[0])
     if out is None:
         out = _empty(logits, (rows,), "int32")
-    _specdec.row_argmax(logits, out, values if values is not None else np.empty(0, dtype=np.float32))
+    _specdec.row_argmax(logits, out, values if values is not None else np.empty(0, dtype=np.float32), _stream(logits))
     return out
 
 
@@ -120,7 +133,7 @@ def topk(logits, k, values=None, indices=None):
         values = _empty(logits, (rows, int(k)), "float32")
     if indices is None:
         indices = _empty(logits, (rows, int(k)), "int32")
-    _specdec.row_topk(logits, int(k), values, indices)
+    _specdec.row_topk(logits, int(k), values, indices, _stream(logits))
     return values, indices
 
 
@@ -129,7 +142,7 @@ def softmax(logits, temperature=1.0, out=None):
     argmax); ``out`` may be ``logits`` itself."""
     if out is None:
         out = _empty(logits, tuple(logits.shape), "float32")
-    _specdec.row_softmax(logits, float(temperature), out, False)
+    _specdec.row_softmax(logits, float(temperature), out, False, _stream(logits))
     return out
 
 
@@ -137,7 +150,7 @@ def log_softmax(logits, temperature=1.0, out=None):
     """``log_softmax(logits / temperature)`` per row (temperature 0: 0 at the argmax, -inf elsewhere)."""
     if out is None:
         out = _empty(logits, tuple(logits.shape), "float32")
-    _specdec.row_softmax(logits, float(temperature), out, True)
+    _specdec.row_softmax(logits, float(temperature), out, True, _stream(logits))
     return out
 
 
@@ -145,7 +158,7 @@ def logsumexp(logits, temperature=1.0, out=None):
     """``log sum exp(logits / temperature)`` per row: float32 ``[rows]``."""
     if out is None:
         out = _empty(logits, (int(logits.shape[0]),), "float32")
-    _specdec.row_logsumexp(logits, float(temperature), out)
+    _specdec.row_logsumexp(logits, float(temperature), out, _stream(logits))
     return out
 
 
@@ -224,8 +237,12 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
     if uniforms is None:
         s, o = _seed_offset(seed, offset, generator)
         uniforms = philox_uniforms(s, o, n, 1, "float32").reshape(n)
+        if _is_torch(probs) and probs.is_cuda:
+            import torch
+
+            uniforms = torch.from_numpy(uniforms).to(probs.device)
     out = _empty(probs, (n,), "int32")
-    _specdec.sample_rows(probs, uniforms if not _is_torch(uniforms) else uniforms.contiguous(), out)
+    _specdec.sample_rows(probs, uniforms if not _is_torch(uniforms) else uniforms.contiguous(), out, _stream(probs))
     return out
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "VerifyResult",
     "verify_greedy",
     "verify_speculative",
+    "DecoderLayer",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -418,3 +419,57 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
     rows = [] if draft_rows is None else [np.ascontiguousarray(r, dtype=np.int64) for r in draft_rows]
     return [VerifyResult(*r) for r in _specdec.verify_speculative(target, logits, temperature, _trees(trees), _rows(target_rows),
                                                                  draft, rows, s, o)]
+
+
+# ---- drafter blocks ---------------------------------------------------------------------------------------
+
+
+class DecoderLayer:
+    """The pre-norm Llama decoder layer every drafter is made of (EAGLE's and Jakiro's layer, MoA's
+    self-attention, MTP's block), with its own KV cache (specdec::blocks::decoder_layer_forward on the
+    host backend).
+
+    ``weights``: a dict of float32 arrays named as in a checkpoint after ``prefix``:
+    ``input_layernorm.weight`` (absent with ``input_norm=False``: EAGLE's layer 0),
+    ``post_attention_layernorm.weight``, ``self_attn.{q,k,v,o}_proj.weight``,
+    ``mlp.{gate,up,down}_proj.weight`` (others are ignored; arrays of another dtype are converted once).
+    The layer views them in place and keeps them alive. ``forward(x, positions, mask=None)``: ``x`` float32
+    ``[T x E]`` updated in place (the residual stream) and returned, ``positions`` int64 ``[T]`` (RoPE);
+    keys are the cache followed by the rows, ``mask`` None (causal), ``"none"``, a bool / uint8
+    ``[T x (cache + T)]`` allowed mask (``DraftTree.mask(cache_size)`` for a tree) or a float32
+    additive one. The rows' keys and values are appended to the cache; ``crop(n)`` keeps the first n,
+    ``keep(prefix, offsets)`` keeps the prefix and a tree's accepted rows. Shapes that do not match the
+    configuration raise ValueError naming the tensor.
+    """
+
+    def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
+                 rope_theta: float = 10000.0, input_norm: bool = True, capacity: int = 4096, prefix: str = ""):
+        def f32(a):
+            if type(a).__module__.split(".")[0] == "torch":
+                return a.detach().float().contiguous()
+            return np.ascontiguousarray(a, dtype=np.float32)
+
+        self._weights = {name: f32(a) for name, a in weights.items() if name.startswith(prefix)}
+        self._layer = _specdec.DecoderLayer(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
+                                            input_norm, capacity)
+
+    def forward(self, x, positions, mask=None):
+        self._layer.forward(x, np.ascontiguousarray(positions, dtype=np.int64), mask)
+        return x
+
+    @property
+    def cache_size(self) -> int:
+        return self._layer.cache_size
+
+    def crop(self, n: int) -> None:
+        self._layer.crop(n)
+
+    def keep(self, prefix: int, offsets) -> None:
+        self._layer.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
+
+    def keys(self) -> np.ndarray:
+        """The cached keys ``[cache_size x kv_heads head_dim]`` (after RoPE), a copy."""
+        return self._layer.cached(True)
+
+    def values(self) -> np.ndarray:
+        return self._layer.cached(False)

@@ -16,6 +16,10 @@
 
 #include <specdec/backend/eigen.hpp>
 
+#if !defined(SPECDEC_PYTHON_CUDA)
+#define SPECDEC_PYTHON_CUDA 0
+#endif
+
 namespace nb = nanobind;
 using specdec::index_t;
 
@@ -89,10 +93,11 @@ inline std::string shape_of(const array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-/// Checks `a` (argument `name`): dtype T (TypeError), `ndim` dimensions, C-contiguous (ValueError).
+/// Checks `a` (argument `name`): in CPU memory unless `device_memory` (the caller checked its device),
+/// dtype T (TypeError), `ndim` dimensions, C-contiguous (ValueError).
 template <class T>
-T* checked(const array& a, const char* name, std::size_t ndim) {
-  if (a.device_type() != nb::device::cpu::value)
+T* checked(const array& a, const char* name, std::size_t ndim, bool device_memory = false) {
+  if (!device_memory && a.device_type() != nb::device::cpu::value)
     throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one on another device (this build of "
                            "specdec is CPU-only)").c_str());
   if (a.dtype() != nb::dtype<std::remove_const_t<T>>())

@@ -4,9 +4,17 @@
 // and calls the C++ headers, which hold every algorithm. Outputs are arrays the caller allocated
 // (specdec/__init__.py allocates them where the peers' functions return new tensors).
 #include "common.hpp"
+#include "cuda_ops.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <stdexcept>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,12 +32,54 @@
 using namespace specdec_python;
 
 void bind_drafting(nb::module_& m);
+void bind_blocks(nb::module_& m);
 
 namespace {
 
-// ---- specdec's row primitives (the backend concept's, on specdec::eigen) ---------------------------
+// ---- specdec's row primitives (the backend concept's, on specdec::eigen or, for arrays in CUDA memory,
+// on specdec::thrust_backend<cuda>) -------------------------------------------------------------------
 
-void row_argmax(const array& logits, const array& index, const array& value) {
+/// Where a row primitive runs: on the host unless `a` is in CUDA memory, which a CUDA build of the
+/// package takes (on that device, enqueued on `stream`) and a CPU build refuses by name.
+std::optional<specdec_python::cuda::place> device_of(const array& a, const char* name, std::uintptr_t stream) {
+  if (a.device_type() != nb::device::cuda::value) return std::nullopt;
+#if SPECDEC_PYTHON_CUDA
+  (void)name;
+  return specdec_python::cuda::place{a.device_id(), stream};
+#else
+  (void)stream;
+  throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one in CUDA memory (this build of specdec "
+                         "is CPU-only: build the package where nvcc is found)").c_str());
+#endif
+}
+
+#if SPECDEC_PYTHON_CUDA
+/// A CUDA-resident argument of a call running on `at`: dtype, dimensions, contiguity as checked<T>, and
+/// the same device.
+template <class T>
+T* on_device(const array& a, const char* name, std::size_t ndim, const specdec_python::cuda::place& at) {
+  if (a.device_type() != nb::device::cuda::value || a.device_id() != at.device)
+    throw nb::value_error((std::string(name) + ": expected an array on CUDA device " + std::to_string(at.device) +
+                           ", as the call's first array").c_str());
+  return checked<T>(a, name, ndim, true);
+}
+#endif
+
+void row_argmax(const array& logits, const array& index, const array& value, std::uintptr_t stream) {
+  if (const auto at = device_of(logits, "logits", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    std::int32_t* i = on_device<std::int32_t>(index, "index", 1, *at);
+    expect_shape(index, "index", {static_cast<std::int64_t>(logits.shape(0))});
+    float* v = nullptr;
+    if (value.ndim() == 1 && value.size() > 0) {
+      v = on_device<float>(value, "value", 1, *at);
+      expect_shape(value, "value", {static_cast<std::int64_t>(logits.shape(0))});
+    }
+    without_gil([&] { specdec_python::cuda::row_argmax(*at, x, logits.shape(0), logits.shape(1), i, v); });
+#endif
+    return;
+  }
   const auto x = matrix_of<const float>(logits, "logits");
   const auto i = span_of<std::int32_t>(index, "index");
   expect_shape(index, "index", {x.rows()});
@@ -45,7 +95,19 @@ void row_argmax(const array& logits, const array& index, const array& value) {
   });
 }
 
-void row_topk(const array& logits, index_t k, const array& values, const array& indices) {
+void row_topk(const array& logits, index_t k, const array& values, const array& indices, std::uintptr_t stream) {
+  if (const auto at = device_of(logits, "logits", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    float* v = on_device<float>(values, "values", 2, *at);
+    std::int32_t* i = on_device<std::int32_t>(indices, "indices", 2, *at);
+    const auto rows = static_cast<std::int64_t>(logits.shape(0));
+    expect_shape(values, "values", {rows, k});
+    expect_shape(indices, "indices", {rows, k});
+    without_gil([&] { specdec_python::cuda::row_topk(*at, x, rows, logits.shape(1), k, v, i); });
+#endif
+    return;
+  }
   const auto x = matrix_of<const float>(logits, "logits");
   const auto v = matrix_of<float>(values, "values");
   const auto i = matrix_of<std::int32_t>(indices, "indices");
@@ -54,7 +116,16 @@ void row_topk(const array& logits, index_t k, const array& values, const array& 
   without_gil([&] { host_backend().row_topk(x, k, v, i); });
 }
 
-void row_softmax(const array& logits, float temperature, const array& out, bool log) {
+void row_softmax(const array& logits, float temperature, const array& out, bool log, std::uintptr_t stream) {
+  if (const auto at = device_of(logits, "logits", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    float* o = on_device<float>(out, "out", 2, *at);
+    expect_shape(out, "out", {static_cast<std::int64_t>(logits.shape(0)), static_cast<std::int64_t>(logits.shape(1))});
+    without_gil([&] { specdec_python::cuda::row_softmax(*at, x, logits.shape(0), logits.shape(1), temperature, o, log); });
+#endif
+    return;
+  }
   const auto x = matrix_of<const float>(logits, "logits");
   const auto o = matrix_of<float>(out, "out");
   expect_shape(out, "out", {x.rows(), x.cols()});
@@ -64,7 +135,16 @@ void row_softmax(const array& logits, float temperature, const array& out, bool 
   });
 }
 
-void row_logsumexp(const array& logits, float temperature, const array& out) {
+void row_logsumexp(const array& logits, float temperature, const array& out, std::uintptr_t stream) {
+  if (const auto at = device_of(logits, "logits", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    float* o = on_device<float>(out, "out", 1, *at);
+    expect_shape(out, "out", {static_cast<std::int64_t>(logits.shape(0))});
+    without_gil([&] { specdec_python::cuda::row_logsumexp(*at, x, logits.shape(0), logits.shape(1), temperature, o); });
+#endif
+    return;
+  }
   const auto x = matrix_of<const float>(logits, "logits");
   const auto o = span_of<float>(out, "out");
   expect_shape(out, "out", {x.rows()});
@@ -164,7 +244,19 @@ void segment_packbits(const array& x, const array& indptr, bool little, const ar
 }
 
 /// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
-void sample_rows(const array& probs, const array& uniforms, const array& out) {
+void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream) {
+  if (const auto at = device_of(probs, "probs", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* p = on_device<const float>(probs, "probs", 2, *at);
+    const float* u = on_device<const float>(uniforms, "uniforms", 1, *at);
+    std::int32_t* t = on_device<std::int32_t>(out, "out", 1, *at);
+    const auto rows = static_cast<std::int64_t>(probs.shape(0));
+    expect_shape(uniforms, "uniforms", {rows});
+    expect_shape(out, "out", {rows});
+    without_gil([&] { specdec_python::cuda::row_sample(*at, p, rows, probs.shape(1), u, t); });
+#endif
+    return;
+  }
   const auto p = matrix_of<const float>(probs, "probs");
   const auto u = span_of<const float>(uniforms, "uniforms");
   const auto t = span_of<std::int32_t>(out, "out");
@@ -409,6 +501,38 @@ void philox_uniforms(std::uint64_t seed, std::uint64_t offset, const array& out)
   });
 }
 
+/// The median time in microseconds of `op` ("argmax", "topk8", "softmax" or "sample") called from C++
+/// on the host backend over `pool` (float32 `[rows x V]` arrays, taken in turn), `reps` calls, each
+/// timed alone: the C++ call a Python call is compared with (python/bench/bench_torch.py).
+double time_cpp(const std::string& op, const std::vector<array>& pool, index_t reps) {
+  if (pool.empty() || reps < 1) throw nb::value_error("pool: expected at least one array, and reps >= 1");
+  std::vector<specdec::matrix_view<const float>> rows;
+  for (const array& a : pool) rows.push_back(matrix_of<const float>(a, "pool"));
+  const index_t r = rows[0].rows(), v = rows[0].cols();
+  for (const auto& x : rows)
+    if (x.rows() != r || x.cols() != v) throw nb::value_error("pool: expected arrays of one shape");
+  std::vector<float> out(static_cast<std::size_t>(r * v)), values(static_cast<std::size_t>(r * 8)),
+      uniforms(static_cast<std::size_t>(r), 0.5f);
+  std::vector<std::int32_t> index(static_cast<std::size_t>(r * 8));
+  std::vector<double> times(static_cast<std::size_t>(reps));
+  without_gil([&] {
+    auto& b = host_backend();
+    for (index_t i = 0; i < reps; ++i) {
+      const auto& x = rows[static_cast<std::size_t>(i) % rows.size()];
+      const auto start = std::chrono::steady_clock::now();
+      if (op == "argmax") b.row_argmax(x, specdec::vector_view<std::int32_t>(index.data(), r));
+      else if (op == "topk8") b.row_topk(x, 8, specdec::matrix_view<float>(values.data(), r, 8), specdec::matrix_view<std::int32_t>(index.data(), r, 8));
+      else if (op == "softmax") b.row_softmax(x, 1.0f, specdec::matrix_view<float>(out.data(), r, v));
+      else if (op == "sample")
+        b.row_sample(x, specdec::vector_view<const float>(uniforms.data(), r), specdec::vector_view<std::int32_t>(index.data(), r));
+      else throw std::invalid_argument("op: expected argmax, topk8, softmax or sample; got " + op);
+      times[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+  });
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[static_cast<std::size_t>(reps / 2)];
+}
+
 /// The address of an array's first element as the binding sees it (tests check it is the caller's).
 std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>(a.data()); }
 
@@ -421,16 +545,18 @@ NB_MODULE(_specdec, m) {
                                       .c_str());
   m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out"));
   m.def("_address", &address, nb::arg("array"));
-  m.def("row_argmax", &row_argmax, nb::arg("logits"), nb::arg("index"), nb::arg("value"));
-  m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"));
-  m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"));
-  m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"));
+  m.def("_time_cpp", &time_cpp, nb::arg("op"), nb::arg("pool"), nb::arg("reps"));
+  m.attr("cuda") = nb::bool_(SPECDEC_PYTHON_CUDA != 0);
+  m.def("row_argmax", &row_argmax, nb::arg("logits"), nb::arg("index"), nb::arg("value"), nb::arg("stream") = 0);
+  m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"), nb::arg("stream") = 0);
+  m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"), nb::arg("stream") = 0);
+  m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("stream") = 0);
   m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
   m.def("joint_renorm", &joint_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("top_k_mask_logits", &top_k_mask_logits, nb::arg("logits"), nb::arg("out"), nb::arg("top_k"));
   m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
-  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"));
+  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0);
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
         nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),
         nb::arg("accepted_token_num"), nb::arg("emitted_draft_token_num"));
@@ -447,6 +573,7 @@ NB_MODULE(_specdec, m) {
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
         nb::arg("exponentials"), nb::arg("output"));
   bind_drafting(m);
+  bind_blocks(m);
   m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits"), nb::arg("cu_num_draft_tokens"),
         nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),

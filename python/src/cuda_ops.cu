@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// cuda_ops.hpp on specdec::thrust_backend<thrust_system::cuda>: one backend per device and host thread
+// (its scratch arena persists between calls), bound to the caller's stream for each call.
+#include "cuda_ops.hpp"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+
+#include <specdec/backend/thrust.hpp>
+#include <specdec/core/error.hpp>
+
+namespace specdec_python::cuda {
+namespace {
+
+using backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
+using specdec::device_space;
+using specdec::index_t;
+
+backend& on(place at) {
+  constexpr int max_devices = 64;
+  SPECDEC_EXPECTS(at.device >= 0 && at.device < max_devices, "specdec (Python, CUDA)", "device ", at.device, "; expected 0 .. ",
+                  max_devices - 1);
+  const cudaError_t set = cudaSetDevice(at.device);
+  SPECDEC_EXPECTS(set == cudaSuccess, "specdec (Python, CUDA)", "cudaSetDevice(", at.device, ") failed: ", cudaGetErrorString(set));
+  thread_local std::array<std::unique_ptr<backend>, max_devices> backends;
+  auto& b = backends[static_cast<std::size_t>(at.device)];
+  if (!b) b = std::make_unique<backend>();
+  b->set_stream(reinterpret_cast<cudaStream_t>(at.stream));
+  return *b;
+}
+
+specdec::matrix_view<const float, device_space> rows_of(const float* p, std::int64_t rows, std::int64_t cols) {
+  return {p, static_cast<index_t>(rows), static_cast<index_t>(cols)};
+}
+
+}  // namespace
+
+void row_argmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int32_t* index, float* value) {
+  backend& b = on(at);
+  const specdec::vector_view<std::int32_t, device_space> i(index, static_cast<index_t>(rows));
+  if (value != nullptr) b.row_argmax(rows_of(logits, rows, cols), i, specdec::vector_view<float, device_space>(value, static_cast<index_t>(rows)));
+  else b.row_argmax(rows_of(logits, rows, cols), i);
+}
+
+void row_topk(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int64_t k, float* values,
+              std::int32_t* indices) {
+  on(at).row_topk(rows_of(logits, rows, cols), static_cast<index_t>(k),
+                  specdec::matrix_view<float, device_space>(values, static_cast<index_t>(rows), static_cast<index_t>(k)),
+                  specdec::matrix_view<std::int32_t, device_space>(indices, static_cast<index_t>(rows), static_cast<index_t>(k)));
+}
+
+void row_softmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out, bool log) {
+  backend& b = on(at);
+  const specdec::matrix_view<float, device_space> o(out, static_cast<index_t>(rows), static_cast<index_t>(cols));
+  if (log) b.row_log_softmax(rows_of(logits, rows, cols), temperature, o);
+  else b.row_softmax(rows_of(logits, rows, cols), temperature, o);
+}
+
+void row_logsumexp(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out) {
+  on(at).row_logsumexp(rows_of(logits, rows, cols), temperature,
+                       specdec::vector_view<float, device_space>(out, static_cast<index_t>(rows)));
+}
+
+void row_sample(place at, const float* probs, std::int64_t rows, std::int64_t cols, const float* uniforms, std::int32_t* out) {
+  on(at).row_sample(rows_of(probs, rows, cols), specdec::vector_view<const float, device_space>(uniforms, static_cast<index_t>(rows)),
+                    specdec::vector_view<std::int32_t, device_space>(out, static_cast<index_t>(rows)));
+}
+
+}  // namespace specdec_python::cuda

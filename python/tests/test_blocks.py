@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The drafter blocks from Python: the decoder layer against the recorded Llama layers of the C++ tests
+(HF LlamaDecoderLayer math in float64, as MoA's self-attention uses it), through its cache and under a
+tree mask."""
+import numpy as np
+import pytest
+
+import specdec
+
+
+def layer_of(case, capacity=64):
+    sa = case["dims"]["sa"]
+    weights = {name: np.asarray(p["data"], dtype=np.float64).reshape(p["shape"]) for name, p in case["params"].items()}
+    return specdec.DecoderLayer(weights, prefix="self_attention.", heads=sa["num_attention_heads"],
+                                kv_heads=sa["num_key_value_heads"], head_dim=sa["head_dim"],
+                                rms_eps=case["dims"]["target"]["rms_norm_eps"],
+                                rope_theta=case["dims"]["target"]["rope_theta"], capacity=capacity), sa
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_decoder_layer_equals_the_recorded_llama_layer(golden, index):
+    case = golden(f"blocks/moa_sa_{index}.json")
+    layer, sa = layer_of(case)
+    x_in = case["inputs"]["x"]
+    t, e = x_in["shape"][1], x_in["shape"][2]
+    x = np.asarray(x_in["data"], dtype=np.float32).reshape(t, e)
+    positions = np.asarray(case["inputs"]["position_ids"]["data"], dtype=np.int64)
+    got = layer.forward(x.copy(), positions)
+    want = np.asarray(case["outputs"]["y"]["data"]).reshape(t, e)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    kv, hd = sa["num_key_value_heads"], sa["head_dim"]
+    present_k = np.asarray(case["outputs"]["present_k"]["data"]).reshape(kv, t, hd).transpose(1, 0, 2).reshape(t, kv * hd)
+    present_v = np.asarray(case["outputs"]["present_v"]["data"]).reshape(kv, t, hd).transpose(1, 0, 2).reshape(t, kv * hd)
+    np.testing.assert_allclose(layer.keys(), present_k, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.values(), present_v, rtol=1e-5, atol=1e-5)
+    # One row at a time through the cache: the same rows.
+    step, _ = layer_of(case)
+    rows = [step.forward(x[i:i + 1].copy(), positions[i:i + 1]) for i in range(t)]
+    np.testing.assert_allclose(np.concatenate(rows), want, rtol=1e-5, atol=1e-5)
+    assert step.cache_size == t
+
+
+def test_a_tree_pass_equals_each_of_its_paths(golden):
+    case = golden("blocks/moa_sa_0.json")
+    e = case["dims"]["sa"]["hidden"]
+    rng = np.random.default_rng(3)
+    prefix = rng.uniform(-1, 1, (2, e)).astype(np.float32)
+    nodes = rng.uniform(-1, 1, (5, e)).astype(np.float32)
+    tree = specdec.DraftTree.from_parents([1, 2, 3, 4, 5], [-1, 0, 0, 1, 2])
+    layer, _ = layer_of(case)
+    layer.forward(prefix.copy(), np.arange(2))
+    got = layer.forward(nodes.copy(), tree.positions(2), mask=tree.mask(2))
+    assert layer.cache_size == 7
+    for path in ([0, 1, 3], [0, 2, 4]):
+        chain, _ = layer_of(case)
+        chain.forward(prefix.copy(), np.arange(2))
+        want = chain.forward(nodes[path].copy(), np.arange(2, 2 + len(path)))
+        np.testing.assert_allclose(got[path], want, rtol=1e-5, atol=1e-5)
+    # Keep the accepted path 0 -> 2 -> 4: the cache then holds the prefix and those rows, in order.
+    keys = layer.keys()
+    layer.keep(2, [0, 2, 4])
+    np.testing.assert_array_equal(layer.keys(), keys[[0, 1, 2, 4, 6]])
+    additive = np.where(tree.mask(2), 0, -np.inf).astype(np.float32)
+    again, _ = layer_of(case)
+    again.forward(prefix.copy(), np.arange(2))
+    np.testing.assert_allclose(again.forward(nodes.copy(), tree.positions(2), mask=additive), got, rtol=1e-6, atol=1e-6)
+
+
+def test_decoder_layer_names_what_does_not_fit(golden):
+    case = golden("blocks/moa_sa_0.json")
+    weights = {name: np.asarray(p["data"], dtype=np.float32).reshape(p["shape"]) for name, p in case["params"].items()}
+    with pytest.raises(ValueError, match="self_attention.self_attn.q_proj.weight has shape"):
+        specdec.DecoderLayer(weights, prefix="self_attention.", heads=8, kv_heads=2, head_dim=4)
+    del weights["self_attention.mlp.up_proj.weight"]
+    with pytest.raises(ValueError, match='named "self_attention.mlp.up_proj.weight"'):
+        specdec.DecoderLayer(weights, prefix="self_attention.", heads=4, kv_heads=2, head_dim=4)
