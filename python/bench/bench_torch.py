@@ -31,6 +31,19 @@ def median_us(fn, pool, reps):
     return statistics.median(times)
 
 
+def paired_us(fn, op, pool, reps):
+    """Medians of the Python call `fn` and of the C++ call `op` (specdec._specdec._time_cpp, timed in
+    C++), alternating over the pool."""
+    python, cpp = [], []
+    for i in range(reps):
+        x = pool[i % len(pool)]
+        t0 = time.perf_counter_ns()
+        fn(x)
+        python.append((time.perf_counter_ns() - t0) / 1000.0)
+        cpp.append(specdec._specdec._time_cpp(op, [pool[(i + len(pool) // 2) % len(pool)]], 1))
+    return statistics.median(python), statistics.median(cpp)
+
+
 def torch_chain(draft, ids, target, u):
     """FlashInfer's chain rule in PyTorch (strict u * q < p; final token from relu(p - q) or the bonus row)."""
     bs, k = ids.shape
@@ -163,11 +176,12 @@ def main():
             for name, pool, ours, theirs in cases:
                 if only is not None and name.split()[0] not in only:
                     continue
-                a = median_us(ours, pool, reps)
                 b = median_us(theirs, pool, reps)
-                # The same operation called from C++ on the same rows (the binding's share of a call).
+                # The same operation called from C++ (the binding's share of a call), paired with the
+                # Python call: each rep times one Python call on a row and one C++ call on another row of
+                # the pool, so that both read rows as cold and run between the same interpreter work.
                 op = {"argmax": "argmax", "topk k=8": "topk8", "softmax": "softmax", "sample": "sample"}[name]
-                c = specdec._specdec._time_cpp(op, [x.numpy() for x in pool], reps)
+                a, c = paired_us(ours, op, pool, reps)
                 lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f},{c:.1f},{a / c:.2f}")
                 print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}{c:>10.1f}{a / c:>12.2f}")
             # Chains of k = 4 drafts per row (rows = requests).
