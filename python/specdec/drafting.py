@@ -31,6 +31,7 @@ __all__ = [
     "verify_greedy",
     "verify_speculative",
     "DecoderLayer",
+    "eagle_fuse",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -473,3 +474,17 @@ class DecoderLayer:
 
     def values(self) -> np.ndarray:
         return self._layer.cached(False)
+
+
+def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
+    """EAGLE's (and Jakiro's) fusion of the next token with the target's feature
+    (specdec::blocks::eagle::fuse): ``out = [embed[tokens] ; feature] @ fc_weight.T + fc_bias``, embedding
+    first. ``tokens`` int ``[T]`` in [0, V); ``feature`` float32 ``[T x E]`` (the target's last hidden state
+    after its final norm); ``embed`` ``[V x E]`` (the target's embeddings); ``fc_weight`` ``[E x 2E]``,
+    ``fc_bias`` ``[E]``; returns float32 ``[T x E]``. EAGLE's draft layer is this, then
+    ``DecoderLayer(..., input_norm=False)`` on the result; the target's LM head gives the draft logits."""
+    t = _tokens(tokens, "tokens")
+    if out is None:
+        out = np.empty((t.shape[0], int(embed.shape[1])), dtype=np.float32)
+    _specdec.eagle_fuse(t, feature, embed, fc_weight, fc_bias, out)
+    return out

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/layers.hpp>
 
 using namespace specdec_python;
@@ -108,9 +109,27 @@ class decoder_layer {
   std::vector<array> held_;
 };
 
+/// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse).
+void eagle_fuse(const array& tokens, const array& feature, const array& embed, const array& fc_weight, const array& fc_bias,
+                const array& out) {
+  const auto t = span_of<const std::int32_t>(tokens, "tokens");
+  blocks::eagle::weights<> w;
+  w.embed = matrix_of<const float>(embed, "embed");
+  const auto b = span_of<const float>(fc_bias, "fc_bias");
+  w.fc = {matrix_of<const float>(fc_weight, "fc_weight"), specdec::vector_view<const float>(b.data(), static_cast<index_t>(b.size()))};
+  const auto f = matrix_of<const float>(feature, "feature");
+  const auto o = matrix_of<float>(out, "out");
+  expect_shape(out, "out", {static_cast<std::int64_t>(t.size()), w.embed.cols()});
+  without_gil([&] {
+    blocks::eagle::fuse(host_backend(), w, specdec::vector_view<const std::int32_t>(t.data(), static_cast<index_t>(t.size())), f, o);
+  });
+}
+
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
+  m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens"), nb::arg("feature"), nb::arg("embed"), nb::arg("fc_weight"), nb::arg("fc_bias"),
+        nb::arg("out"));
   nb::class_<decoder_layer>(m, "DecoderLayer")
       .def(nb::init<const nb::dict&, const std::string&, index_t, index_t, index_t, float, double, bool, index_t>(), nb::arg("weights"),
            nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),

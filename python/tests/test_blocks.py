@@ -74,3 +74,20 @@ def test_decoder_layer_names_what_does_not_fit(golden):
     del weights["self_attention.mlp.up_proj.weight"]
     with pytest.raises(ValueError, match='named "self_attention.mlp.up_proj.weight"'):
         specdec.DecoderLayer(weights, prefix="self_attention.", heads=4, kv_heads=2, head_dim=4)
+
+
+def test_eagle_fuse_is_the_embedding_and_feature_through_fc():
+    rng = np.random.default_rng(4)
+    v, e, t = 50, 16, 5
+    embed = rng.standard_normal((v, e)).astype(np.float32)
+    feature = rng.standard_normal((t, e)).astype(np.float32)
+    weight = (rng.standard_normal((e, 2 * e)) * 0.2).astype(np.float32)
+    bias = rng.standard_normal(e).astype(np.float32)
+    tokens = np.array([3, 0, 49, 3, 17])
+    got = specdec.eagle_fuse(tokens, feature, embed, weight, bias)
+    want = np.concatenate([embed[tokens], feature], axis=1).astype(np.float64) @ weight.T.astype(np.float64) + bias
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="row_ids entry 0 = 50 is out of range"):
+        specdec.eagle_fuse([50], feature[:1], embed, weight, bias)
+    with pytest.raises(ValueError, match="fc.weight has shape"):
+        specdec.eagle_fuse(tokens, feature, embed, weight[:, :e].copy(), bias)
