@@ -32,6 +32,7 @@ __all__ = [
     "verify_speculative",
     "DecoderLayer",
     "eagle_fuse",
+    "Eagle3Block",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -488,3 +489,52 @@ def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
         out = np.empty((t.shape[0], int(embed.shape[1])), dtype=np.float32)
     _specdec.eagle_fuse(t, feature, embed, fc_weight, fc_bias, out)
     return out
+
+
+class Eagle3Block:
+    """EAGLE-3's draft block (specdec::blocks::eagle3; SafeAILab's ``Model`` + ``LlamaDecoderLayeremb``,
+    the tensors vLLM's and SGLang's ``llama_eagle3.py`` load), with its KV cache.
+
+    ``weights`` by SafeAILab's names: ``embed_tokens.weight`` ``[V x E]`` (the target's), ``fc.weight``
+    ``[E x 3 E_t]``, ``midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight``,
+    ``midlayer.self_attn.{q,k,v}_proj.weight`` (from 2E), ``midlayer.self_attn.o_proj.weight``,
+    ``midlayer.mlp.{gate,up,down}_proj.weight``, ``norm.weight``, ``lm_head.weight`` ``[V_d x E]`` (viewed in
+    place, kept alive). ``fuse(taps)``: ``taps`` ``[T x 3 E_t]`` (the target's states entering its three
+    tapped layers, ``blocks::eagle3::tap_layers``) to ``[T x E]``; ``forward(tokens, hidden, positions,
+    mask=None)``: the draft layer for target ids ``tokens`` ``[T]`` with incoming state ``hidden`` ``[T x E]``
+    (fused features first, the previous step's output after), self-attention over the cache and these rows
+    (mask as DecoderLayer's), returning ``h2`` ``[T x E]``; ``logits(h2)``: ``[T x V_d]`` draft logits (draft id
+    i is target id ``i + d2t[i]``: ``Eagle2TreeBuilder(d2t=...)`` maps them).
+    """
+
+    def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
+                 rope_theta: float = 10000.0, capacity: int = 4096):
+        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
+                         if name != "d2t"}
+        self._block = _specdec.Eagle3Block(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+
+    def fuse(self, taps):
+        out = np.empty((int(taps.shape[0]), self._block.hidden), dtype=np.float32)
+        self._block.fuse(taps, out)
+        return out
+
+    def forward(self, tokens, hidden, positions, mask=None, out=None):
+        if out is None:
+            out = np.empty((int(hidden.shape[0]), self._block.hidden), dtype=np.float32)
+        self._block.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out)
+        return out
+
+    def logits(self, h2):
+        out = np.empty((int(h2.shape[0]), self._block.draft_vocab), dtype=np.float32)
+        self._block.logits(h2, out)
+        return out
+
+    @property
+    def cache_size(self) -> int:
+        return self._block.cache_size
+
+    def crop(self, n: int) -> None:
+        self._block.crop(n)
+
+    def keep(self, prefix: int, offsets) -> None:
+        self._block.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))

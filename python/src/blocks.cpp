@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
 
 using namespace specdec_python;
@@ -24,24 +25,60 @@ namespace {
 
 namespace blocks = specdec::blocks;
 
+/// The caller's weight arrays by checkpoint name, viewed in place and kept alive.
+class weight_table {
+ public:
+  explicit weight_table(const nb::dict& weights) : weights_(weights) {}
+  specdec::matrix_view<const float> matrix(const std::string& name) { return matrix_of<const float>(fetch(name), name.c_str()); }
+  specdec::vector_view<const float> vector(const std::string& name) {
+    const auto s = span_of<const float>(fetch(name), name.c_str());
+    return {s.data(), static_cast<index_t>(s.size())};
+  }
+  blocks::linear<> linear(const std::string& name) { return {matrix(name + ".weight"), {}}; }
+
+ private:
+  const array& fetch(const std::string& name) {
+    if (!weights_.contains(name.c_str()))
+      throw nb::value_error(("weights: expected a float32 array named \"" + name + "\"").c_str());
+    held_.push_back(nb::cast<array>(weights_[name.c_str()]));  // viewed by the block: kept alive with it
+    return held_.back();
+  }
+  nb::dict weights_;
+  std::vector<array> held_;
+};
+
+/// An attention mask argument: None (causal), "none", a bool / uint8 allowed mask or a float32 additive one.
+/// The view reads `mask`'s memory, which the caller holds for the call.
+blocks::attention_mask<> mask_of(const nb::object& mask) {
+  if (mask.is_none()) return {};
+  if (nb::isinstance<nb::str>(mask)) {
+    if (nb::cast<std::string>(mask) != "none") throw nb::value_error("mask: expected None (causal), \"none\" or an array");
+    return blocks::attention_mask<>::none();
+  }
+  const array a = nb::cast<array>(mask);
+  if (a.dtype() == nb::dtype<float>()) return blocks::attention_mask<>::from(matrix_of<const float>(a, "mask"));
+  if (a.dtype() != nb::dtype<bool>() && a.dtype() != nb::dtype<std::uint8_t>())
+    throw nb::type_error("mask: expected dtype bool, uint8 or float32; got another dtype");
+  if (a.device_type() != nb::device::cpu::value || a.ndim() != 2) throw nb::value_error("mask: expected a 2-dimensional CPU array");
+  if (a.shape(1) > 1 && a.stride(1) != 1) throw nb::value_error("mask: expected a C-contiguous array");
+  if (a.shape(0) > 1 && a.stride(0) != static_cast<std::int64_t>(a.shape(1))) throw nb::value_error("mask: expected a C-contiguous array");
+  // bool is one byte, 0 or 1: read as uint8.
+  return blocks::attention_mask<>::from(specdec::matrix_view<const std::uint8_t>(static_cast<const std::uint8_t*>(a.data()),
+                                                                                static_cast<index_t>(a.shape(0)),
+                                                                                static_cast<index_t>(a.shape(1))));
+}
+
 /// A decoder layer with its own backend (its scratch), weights and KV cache.
 class decoder_layer {
  public:
   decoder_layer(const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
-                float rms_eps, double rope_theta, bool input_norm, index_t capacity) {
-    const auto vector = [&](const std::string& name) -> specdec::vector_view<const float> {
-      const array& a = fetch(weights, prefix + name);
-      const auto s = span_of<const float>(a, (prefix + name).c_str());
-      return {s.data(), static_cast<index_t>(s.size())};
-    };
-    const auto matrix = [&](const std::string& name) {
-      return blocks::linear<>{matrix_of<const float>(fetch(weights, prefix + name), (prefix + name).c_str()), {}};
-    };
-    weights_.post_norm = vector("post_attention_layernorm.weight");
-    if (input_norm) weights_.input_norm = vector("input_layernorm.weight");
-    weights_.attention = {matrix("self_attn.q_proj.weight"), matrix("self_attn.k_proj.weight"), matrix("self_attn.v_proj.weight"),
-                          matrix("self_attn.o_proj.weight")};
-    weights_.mlp = {matrix("mlp.gate_proj.weight"), matrix("mlp.up_proj.weight"), matrix("mlp.down_proj.weight")};
+                float rms_eps, double rope_theta, bool input_norm, index_t capacity)
+      : table_(weights) {
+    weights_.post_norm = table_.vector(prefix + "post_attention_layernorm.weight");
+    if (input_norm) weights_.input_norm = table_.vector(prefix + "input_layernorm.weight");
+    weights_.attention = {table_.linear(prefix + "self_attn.q_proj"), table_.linear(prefix + "self_attn.k_proj"),
+                          table_.linear(prefix + "self_attn.v_proj"), table_.linear(prefix + "self_attn.o_proj")};
+    weights_.mlp = {table_.linear(prefix + "mlp.gate_proj"), table_.linear(prefix + "mlp.up_proj"), table_.linear(prefix + "mlp.down_proj")};
     config_.attention = {weights_.attention.o.out(), heads, kv_heads, head_dim, rope_theta, true, 0};
     config_.intermediate = weights_.mlp.gate.out();
     config_.rms_eps = rms_eps;
@@ -55,21 +92,7 @@ class decoder_layer {
   void forward(const array& x, const array& positions, const nb::object& mask) {
     const auto rows = matrix_of<float>(x, "x");
     const auto pos = span_of<const std::int64_t>(positions, "positions");
-    blocks::attention_mask<> m;
-    if (nb::isinstance<nb::str>(mask)) {
-      if (nb::cast<std::string>(mask) != "none") throw nb::value_error("mask: expected None (causal), \"none\" or an array");
-      m = blocks::attention_mask<>::none();
-    } else if (!mask.is_none()) {
-      const array a = nb::cast<array>(mask);
-      if (a.dtype() == nb::dtype<float>()) m = blocks::attention_mask<>::from(matrix_of<const float>(a, "mask"));
-      else if (a.dtype() == nb::dtype<bool>() || a.dtype() == nb::dtype<std::uint8_t>()) {
-        const std::uint8_t* p = checked<const std::uint8_t>(a.dtype() == nb::dtype<bool>() ? retyped(a) : a, "mask", 2);
-        m = blocks::attention_mask<>::from(specdec::matrix_view<const std::uint8_t>(p, static_cast<index_t>(a.shape(0)),
-                                                                                    static_cast<index_t>(a.shape(1))));
-      } else {
-        throw nb::type_error("mask: expected dtype bool, uint8 or float32; got another dtype");
-      }
-    }
+    const blocks::attention_mask<> m = mask_of(mask);
     without_gil([&] {
       blocks::decoder_layer_forward(backend_, config_, weights_, rows,
                                     specdec::vector_view<const std::int64_t>(pos.data(), static_cast<index_t>(pos.size())), &*cache_, m);
@@ -89,24 +112,72 @@ class decoder_layer {
   }
 
  private:
-  const array& fetch(const nb::dict& weights, const std::string& name) {
-    if (!weights.contains(name.c_str()))
-      throw nb::value_error(("weights: expected a float32 array named \"" + name + "\"").c_str());
-    held_.push_back(nb::cast<array>(weights[name.c_str()]));  // the layer views it: keep it alive
-    return held_.back();
-  }
-  /// A bool array seen as uint8 (one byte each, 0 / 1).
-  static array retyped(const array& a) {
-    const std::size_t shape[2] = {a.shape(0), a.shape(1)};
-    const std::int64_t strides[2] = {a.stride(0), a.stride(1)};
-    return array(nb::ndarray<>(a.data(), 2, shape, nb::handle(), strides, nb::dtype<std::uint8_t>(), a.device_type(), a.device_id()));
-  }
-
+  weight_table table_;
   specdec::eigen backend_;
   blocks::layer_config config_;
   blocks::layer_weights<> weights_;
   std::optional<blocks::kv_cache<specdec::eigen>> cache_;
-  std::vector<array> held_;
+};
+
+/// EAGLE-3's draft block (blocks::eagle3) with its own backend, weights and KV cache.
+class eagle3_block {
+ public:
+  eagle3_block(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
+               index_t capacity)
+      : table_(weights) {
+    const std::string p = "midlayer.";
+    weights_ = {table_.matrix("embed_tokens.weight"), table_.linear("fc"), table_.vector(p + "hidden_norm.weight"), {},
+                table_.vector("norm.weight"), table_.linear("lm_head")};
+    weights_.layer.input_norm = table_.vector(p + "input_layernorm.weight");
+    weights_.layer.post_norm = table_.vector(p + "post_attention_layernorm.weight");
+    weights_.layer.attention = {table_.linear(p + "self_attn.q_proj"), table_.linear(p + "self_attn.k_proj"),
+                                table_.linear(p + "self_attn.v_proj"), table_.linear(p + "self_attn.o_proj")};
+    weights_.layer.mlp = {table_.linear(p + "mlp.gate_proj"), table_.linear(p + "mlp.up_proj"), table_.linear(p + "mlp.down_proj")};
+    const index_t e = weights_.embed.cols();
+    config_.layer = {{e, heads, kv_heads, head_dim, rope_theta, true, 0}, weights_.layer.mlp.gate.out(), rms_eps, true};
+    config_.target_hidden = weights_.fc.in() / 3;
+    config_.vocab = weights_.embed.rows();
+    config_.draft_vocab = weights_.lm_head.out();
+    SPECDEC_EXPECTS(weights_.fc.in() % 3 == 0, "specdec::blocks", "fc.weight has ", weights_.fc.in(),
+                    " columns; expected 3 E_t (three tapped target states)");
+    weights_.validate(config_);
+    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+  }
+
+  index_t hidden() const { return config_.layer.attention.hidden; }
+  index_t draft_vocab() const { return config_.draft_vocab; }
+
+  void fuse(const array& taps, const array& out) {
+    const auto t = matrix_of<const float>(taps, "taps");
+    const auto o = matrix_of<float>(out, "out");
+    without_gil([&] { blocks::eagle3::fuse(backend_, weights_, t, o); });
+  }
+  void forward(const array& tokens, const array& hidden, const array& positions, const nb::object& mask, const array& out) {
+    const auto t = span_of<const std::int32_t>(tokens, "tokens");
+    const auto h = matrix_of<const float>(hidden, "hidden");
+    const auto pos = span_of<const std::int64_t>(positions, "positions");
+    const auto o = matrix_of<float>(out, "out");
+    const blocks::attention_mask<> m = mask_of(mask);
+    without_gil([&] {
+      blocks::eagle3::forward(backend_, config_, weights_, specdec::vector_view<const std::int32_t>(t.data(), static_cast<index_t>(t.size())), h,
+                              specdec::vector_view<const std::int64_t>(pos.data(), static_cast<index_t>(pos.size())), &*cache_, m, o);
+    });
+  }
+  void logits(const array& h2, const array& out) {
+    const auto h = matrix_of<const float>(h2, "h2");
+    const auto o = matrix_of<float>(out, "out");
+    without_gil([&] { blocks::eagle3::logits(backend_, config_, weights_, h, o); });
+  }
+  index_t cache_size() const { return cache_->size(); }
+  void crop(index_t n) { cache_->crop(n); }
+  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
+
+ private:
+  weight_table table_;
+  specdec::eigen backend_;
+  blocks::eagle3::config config_;
+  blocks::eagle3::weights<> weights_;
+  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
 /// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse).
@@ -139,4 +210,16 @@ void bind_blocks(nb::module_& m) {
       .def("crop", &decoder_layer::crop, nb::arg("n"))
       .def("keep", &decoder_layer::keep, nb::arg("prefix"), nb::arg("offsets"))
       .def("cached", &decoder_layer::cached, nb::arg("keys"));
+  nb::class_<eagle3_block>(m, "Eagle3Block")
+      .def(nb::init<const nb::dict&, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"), nb::arg("heads"),
+           nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))
+      .def_prop_ro("hidden", &eagle3_block::hidden)
+      .def_prop_ro("draft_vocab", &eagle3_block::draft_vocab)
+      .def_prop_ro("cache_size", &eagle3_block::cache_size)
+      .def("fuse", &eagle3_block::fuse, nb::arg("taps"), nb::arg("out"))
+      .def("forward", &eagle3_block::forward, nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(),
+           nb::arg("out"))
+      .def("logits", &eagle3_block::logits, nb::arg("h2"), nb::arg("out"))
+      .def("crop", &eagle3_block::crop, nb::arg("n"))
+      .def("keep", &eagle3_block::keep, nb::arg("prefix"), nb::arg("offsets"));
 }

@@ -91,3 +91,33 @@ def test_eagle_fuse_is_the_embedding_and_feature_through_fc():
         specdec.eagle_fuse([50], feature[:1], embed, weight, bias)
     with pytest.raises(ValueError, match="fc.weight has shape"):
         specdec.eagle_fuse(tokens, feature, embed, weight[:, :e].copy(), bias)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_eagle3_block_replays_eagle3s_recorded_draft(golden, index):
+    # SafeAILab's Model run through topK_genrate (float64): the prefill over the taps, then tree steps
+    # whose hidden rows come from the previous step's h2; fused, h2, logits and the mapped argmax.
+    case = golden(f"blocks/eagle3_layer_{index}.json")
+    d = case["dims"]
+    weights = {name: np.asarray(p["data"]).reshape(p["shape"]) for name, p in case["params"].items()}
+    d2t = weights["d2t"].astype(np.int64)
+    block = specdec.Eagle3Block(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                head_dim=d["head_dim"], rms_eps=d["rms_norm_eps"], rope_theta=d["rope_theta"], capacity=256)
+    taps = np.asarray(case["inputs"]["taps"]["data"], dtype=np.float32).reshape(case["inputs"]["taps"]["shape"])
+    previous = None
+    for s, step in enumerate(case["outputs"]["steps"]):
+        rows = step["input_ids"]["shape"][0]
+        if s == 0:
+            hidden = block.fuse(taps)
+            np.testing.assert_allclose(hidden.ravel(), step["fused"]["data"], rtol=1e-5, atol=1e-5)
+        else:
+            hidden = previous[np.asarray(step["hidden_from_rows"]["data"], dtype=np.int64)]
+        allowed = np.asarray(step["allowed"]["data"], dtype=np.uint8).reshape(rows, -1).astype(bool)
+        h2 = block.forward(step["input_ids"]["data"], hidden, step["position_ids"]["data"], mask=allowed)
+        np.testing.assert_allclose(h2.ravel(), step["h2"]["data"], rtol=1e-5, atol=1e-5)
+        logits = block.logits(h2[rows - 1:] if s == 0 else h2)
+        np.testing.assert_allclose(logits.ravel(), step["logits"]["data"], rtol=1e-5, atol=1e-5)
+        mapped = np.argmax(logits, axis=1) + d2t[np.argmax(logits, axis=1)]
+        assert mapped.tolist() == step["argmax_target_ids"]["data"]
+        previous = h2
+    assert block.cache_size == sum(step["input_ids"]["shape"][0] for step in case["outputs"]["steps"])
