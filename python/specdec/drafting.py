@@ -33,6 +33,7 @@ __all__ = [
     "DecoderLayer",
     "eagle_fuse",
     "Eagle3Block",
+    "MtpModule",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -538,3 +539,45 @@ class Eagle3Block:
 
     def keep(self, prefix: int, offsets) -> None:
         self._block.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
+
+
+class MtpModule:
+    """One multi-token-prediction module (specdec::blocks::mtp: DeepSeek-V3's layout as vLLM's
+    ``deepseek_mtp.py`` and SGLang's ``deepseek_nextn.py`` run it, with a Llama decoder layer), with its KV
+    cache.
+
+    ``weights`` by name: ``embed_tokens.weight`` ``[V x E]`` (the target's), and under ``prefix`` (e.g.
+    ``"model.layers.61."``): ``enorm.weight``, ``hnorm.weight``, ``eh_proj.weight`` ``[E x 2E]``,
+    ``mtp_block.*`` (the decoder layer, DecoderLayer's names), ``shared_head.norm.weight``,
+    ``shared_head.head.weight`` ``[V x E]``. ``forward(tokens, hidden, positions, mask=None)``:
+    ``o = layer(eh_proj([enorm(embed(tokens)) ; hnorm(hidden)]))`` ``[T x E]`` (``hidden``: the target's last
+    hidden state after its final norm, then the previous step's ``o``), over the module's cache;
+    ``projected=`` (an array ``[T x E]``) also receives the layer's input. ``logits(o)``: ``[T x V]``.
+    ``zero_embedding_at_position_0``: vLLM's rule (rows at position 0 embed as zeros); SGLang's is False.
+    """
+
+    def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, prefix: str = "", rms_eps: float = 1e-6,
+                 rope_theta: float = 10000.0, zero_embedding_at_position_0: bool = True, capacity: int = 4096):
+        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
+                         if name.startswith(prefix) or name == "embed_tokens.weight"}
+        self._module = _specdec.MtpModule(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
+                                          zero_embedding_at_position_0, capacity)
+
+    def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
+        if out is None:
+            out = np.empty((int(hidden.shape[0]), self._module.hidden), dtype=np.float32)
+        self._module.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out,
+                             projected if projected is not None else np.empty(0, dtype=np.float32))
+        return out
+
+    def logits(self, o):
+        out = np.empty((int(o.shape[0]), self._module.vocab), dtype=np.float32)
+        self._module.logits(o, out)
+        return out
+
+    @property
+    def cache_size(self) -> int:
+        return self._module.cache_size
+
+    def crop(self, n: int) -> None:
+        self._module.crop(n)

@@ -18,6 +18,7 @@
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/mtp.hpp>
 
 using namespace specdec_python;
 
@@ -196,9 +197,83 @@ void eagle_fuse(const array& tokens, const array& feature, const array& embed, c
   });
 }
 
+/// One MTP module (blocks::mtp, DeepSeek-V3's layout with layers.hpp's decoder layer) with its backend,
+/// weights and KV cache.
+class mtp_module {
+ public:
+  mtp_module(const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps,
+             double rope_theta, bool zero_embedding_at_position_0, index_t capacity)
+      : table_(weights) {
+    const std::string& p = prefix;
+    const std::string l = p + "mtp_block.";
+    weights_.embed = table_.matrix("embed_tokens.weight");
+    weights_.enorm = table_.vector(p + "enorm.weight");
+    weights_.hnorm = table_.vector(p + "hnorm.weight");
+    weights_.eh_proj = table_.linear(p + "eh_proj");
+    weights_.layer.input_norm = table_.vector(l + "input_layernorm.weight");
+    weights_.layer.post_norm = table_.vector(l + "post_attention_layernorm.weight");
+    weights_.layer.attention = {table_.linear(l + "self_attn.q_proj"), table_.linear(l + "self_attn.k_proj"),
+                                table_.linear(l + "self_attn.v_proj"), table_.linear(l + "self_attn.o_proj")};
+    weights_.layer.mlp = {table_.linear(l + "mlp.gate_proj"), table_.linear(l + "mlp.up_proj"), table_.linear(l + "mlp.down_proj")};
+    weights_.head_norm = table_.vector(p + "shared_head.norm.weight");
+    weights_.head = table_.linear(p + "shared_head.head");
+    const index_t e = weights_.embed.cols();
+    config_.layer = {{e, heads, kv_heads, head_dim, rope_theta, true, 0}, weights_.layer.mlp.gate.out(), rms_eps, true};
+    config_.vocab = weights_.embed.rows();
+    config_.zero_embedding_at_position_0 = zero_embedding_at_position_0;
+    weights_.validate(config_);
+    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+  }
+
+  index_t hidden() const { return config_.layer.attention.hidden; }
+  index_t vocab() const { return config_.vocab; }
+
+  void forward(const array& tokens, const array& hidden, const array& positions, const nb::object& mask, const array& out,
+               const array& projected) {
+    const auto t = span_of<const std::int32_t>(tokens, "tokens");
+    const auto h = matrix_of<const float>(hidden, "hidden");
+    const auto pos = span_of<const std::int64_t>(positions, "positions");
+    const auto o = matrix_of<float>(out, "out");
+    const blocks::attention_mask<> m = mask_of(mask);
+    const specdec::vector_view<const std::int32_t> tv(t.data(), static_cast<index_t>(t.size()));
+    const specdec::vector_view<const std::int64_t> pv(pos.data(), static_cast<index_t>(pos.size()));
+    std::optional<specdec::matrix_view<float>> x;
+    if (projected.ndim() == 2) x = matrix_of<float>(projected, "projected");
+    without_gil([&] {
+      if (x) blocks::mtp::project(backend_, config_, weights_, tv, h, pv, *x);
+      blocks::mtp::forward(backend_, config_, weights_, tv, h, pv, &*cache_, m, o);
+    });
+  }
+  void logits(const array& o, const array& out) {
+    const auto h = matrix_of<const float>(o, "o");
+    const auto r = matrix_of<float>(out, "out");
+    without_gil([&] { blocks::mtp::logits(backend_, config_, weights_, h, r); });
+  }
+  index_t cache_size() const { return cache_->size(); }
+  void crop(index_t n) { cache_->crop(n); }
+
+ private:
+  weight_table table_;
+  specdec::eigen backend_;
+  blocks::mtp::config config_;
+  blocks::mtp::weights<> weights_;
+  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
+};
+
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
+  nb::class_<mtp_module>(m, "MtpModule")
+      .def(nb::init<const nb::dict&, const std::string&, index_t, index_t, index_t, float, double, bool, index_t>(), nb::arg("weights"),
+           nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
+           nb::arg("zero_embedding_at_position_0"), nb::arg("capacity"))
+      .def_prop_ro("hidden", &mtp_module::hidden)
+      .def_prop_ro("vocab", &mtp_module::vocab)
+      .def_prop_ro("cache_size", &mtp_module::cache_size)
+      .def("forward", &mtp_module::forward, nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(),
+           nb::arg("out"), nb::arg("projected"))
+      .def("logits", &mtp_module::logits, nb::arg("o"), nb::arg("out"))
+      .def("crop", &mtp_module::crop, nb::arg("n"));
   m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens"), nb::arg("feature"), nb::arg("embed"), nb::arg("fc_weight"), nb::arg("fc_bias"),
         nb::arg("out"));
   nb::class_<decoder_layer>(m, "DecoderLayer")

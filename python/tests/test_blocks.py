@@ -121,3 +121,30 @@ def test_eagle3_block_replays_eagle3s_recorded_draft(golden, index):
         assert mapped.tolist() == step["argmax_target_ids"]["data"]
         previous = h2
     assert block.cache_size == sum(step["input_ids"]["shape"][0] for step in case["outputs"]["steps"])
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_mtp_module_replays_the_recorded_chains(golden, index):
+    # vLLM's DeepSeekMultiTokenPredictorLayer with a Llama layer (float64): each step's projection, output,
+    # logits and argmax; the next step feeds back the last row's o.
+    case = golden(f"blocks/mtp_module_{index}.json")
+    d = case["dims"]
+    weights = {name: np.asarray(p["data"]).reshape(p["shape"]) for name, p in case["params"].items()}
+    modules = [specdec.MtpModule(weights, prefix=f"layers.{m}.", heads=d["num_attention_heads"],
+                                 kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"], rms_eps=d["rms_norm_eps"],
+                                 rope_theta=d["rope_theta"], zero_embedding_at_position_0=d["zero_embedding_at_position_0"],
+                                 capacity=64) for m in range(d["modules"])]
+    steps = case["outputs"]["steps"]
+    hidden = np.asarray(steps[0]["hidden_in"]["data"], dtype=np.float32).reshape(steps[0]["hidden_in"]["shape"])
+    for s, step in enumerate(steps):
+        module = modules[s % d["modules"]]
+        assert step["module"] == s % d["modules"]
+        rows = step["input_ids"]["shape"][0]
+        projected = np.empty((rows, d["E"]), dtype=np.float32)
+        o = module.forward(step["input_ids"]["data"], hidden, step["position_ids"]["data"], projected=projected)
+        np.testing.assert_allclose(projected.ravel(), step["x"]["data"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(o.ravel(), step["o"]["data"], rtol=1e-5, atol=1e-5)
+        logits = module.logits(o)
+        np.testing.assert_allclose(logits.ravel(), step["logits"]["data"], rtol=1e-5, atol=1e-5)
+        assert np.argmax(logits, axis=1).tolist() == step["argmax"]["data"]
+        hidden = np.repeat(o[-1:], rows if s + 1 == len(steps) else steps[s + 1]["input_ids"]["shape"][0], axis=0)
