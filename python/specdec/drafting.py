@@ -34,6 +34,7 @@ __all__ = [
     "eagle_fuse",
     "Eagle3Block",
     "MtpModule",
+    "JakiroLayer",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -581,3 +582,39 @@ class MtpModule:
 
     def crop(self, n: int) -> None:
         self._module.crop(n)
+
+
+class JakiroLayer:
+    """Jakiro's draft layer (specdec::blocks::moe::draft_layer_forward; haiduo/Jakiro ``cnets.py``):
+    EAGLE's fusion of the next token with the target's feature, the decoder layer's attention (layer 0: no
+    input norm), then two SwiGLU experts behind Jakiro's router instead of the MLP, with its KV cache.
+
+    ``weights`` by Jakiro's names: ``embed_tokens.weight``, ``fc.weight`` / ``fc.bias``,
+    ``layers.0.self_attn.*``, ``layers.0.post_attention_layernorm.weight``, ``layers.0.mlp_moe.gate.weight``
+    ``[4 x E]``, ``layers.0.mlp_moe.experts.{0,1}.{gate,up,down}_proj.weight``. ``forward(tokens, feature,
+    positions, mask=None, contrastive=False)``: the "left" output ``[T x E]`` (h + the router-weighted
+    experts), or with ``contrastive`` (the penultimate forward of a tree, ``Eagle2TreeBuilder.expand_dual``)
+    ``(left, right)``, right = h + the contrastive mix.
+    """
+
+    def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
+                 rope_theta: float = 10000.0, capacity: int = 4096):
+        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        self._layer = _specdec.JakiroLayer(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+
+    def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
+        t = _tokens(tokens, "tokens")
+        left = np.empty((t.shape[0], self._layer.hidden), dtype=np.float32)
+        right = np.empty_like(left) if contrastive else np.empty(0, dtype=np.float32)
+        self._layer.forward(t, feature, np.ascontiguousarray(positions, dtype=np.int64), mask, left, right)
+        return (left, right) if contrastive else left
+
+    @property
+    def cache_size(self) -> int:
+        return self._layer.cache_size
+
+    def crop(self, n: int) -> None:
+        self._layer.crop(n)
+
+    def keep(self, prefix: int, offsets) -> None:
+        self._layer.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))

@@ -18,6 +18,7 @@
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moe.hpp>
 #include <specdec/blocks/mtp.hpp>
 
 using namespace specdec_python;
@@ -260,9 +261,76 @@ class mtp_module {
   std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
+/// Jakiro's draft layer (blocks::moe::draft_layer_forward: EAGLE's fusion, attention without the input
+/// norm, two SwiGLU experts behind Jakiro's router) with its backend, weights and KV cache.
+class jakiro_layer {
+ public:
+  jakiro_layer(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
+               index_t capacity)
+      : table_(weights) {
+    const std::string l = "layers.0.";
+    eagle_.embed = table_.matrix("embed_tokens.weight");
+    eagle_.fc = {table_.matrix("fc.weight"), table_.vector("fc.bias")};
+    eagle_.layer.post_norm = table_.vector(l + "post_attention_layernorm.weight");
+    eagle_.layer.attention = {table_.linear(l + "self_attn.q_proj"), table_.linear(l + "self_attn.k_proj"),
+                              table_.linear(l + "self_attn.v_proj"), table_.linear(l + "self_attn.o_proj")};
+    const index_t e = eagle_.embed.cols();
+    config_ = {{e, heads, kv_heads, head_dim, rope_theta, true, 0}, 0, rms_eps, false};
+    eagle_.validate(config_, eagle_.embed.rows(), false);
+    moe_.gate = table_.linear(l + "mlp_moe.gate");
+    for (int i = 0; i < 2; ++i) {
+      const std::string x = l + "mlp_moe.experts." + std::to_string(i) + ".";
+      moe_.experts.push_back({table_.linear(x + "gate_proj"), table_.linear(x + "up_proj"), table_.linear(x + "down_proj")});
+    }
+    moe_config_ = {e, 2, moe_.experts[0].gate.out()};
+    moe_.validate(moe_config_, l + "mlp_moe.");
+    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+  }
+
+  index_t hidden() const { return config_.attention.hidden; }
+
+  void forward(const array& tokens, const array& feature, const array& positions, const nb::object& mask, const array& left,
+               const array& right) {
+    const auto t = span_of<const std::int32_t>(tokens, "tokens");
+    const auto f = matrix_of<const float>(feature, "feature");
+    const auto pos = span_of<const std::int64_t>(positions, "positions");
+    const auto l = matrix_of<float>(left, "left");
+    specdec::matrix_view<float> r;
+    if (right.ndim() == 2) r = matrix_of<float>(right, "right");
+    const blocks::attention_mask<> m = mask_of(mask);
+    without_gil([&] {
+      blocks::moe::draft_layer_forward(backend_, config_, eagle_, moe_config_, moe_,
+                                       specdec::vector_view<const std::int32_t>(t.data(), static_cast<index_t>(t.size())), f,
+                                       specdec::vector_view<const std::int64_t>(pos.data(), static_cast<index_t>(pos.size())), &*cache_,
+                                       m, l, r);
+    });
+  }
+  index_t cache_size() const { return cache_->size(); }
+  void crop(index_t n) { cache_->crop(n); }
+  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
+
+ private:
+  weight_table table_;
+  specdec::eigen backend_;
+  blocks::layer_config config_;
+  blocks::eagle::weights<> eagle_;
+  blocks::moe::config moe_config_;
+  blocks::moe::weights<> moe_;
+  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
+};
+
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
+  nb::class_<jakiro_layer>(m, "JakiroLayer")
+      .def(nb::init<const nb::dict&, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"), nb::arg("heads"),
+           nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))
+      .def_prop_ro("hidden", &jakiro_layer::hidden)
+      .def_prop_ro("cache_size", &jakiro_layer::cache_size)
+      .def("forward", &jakiro_layer::forward, nb::arg("tokens"), nb::arg("feature"), nb::arg("positions"), nb::arg("mask").none(),
+           nb::arg("left"), nb::arg("right"))
+      .def("crop", &jakiro_layer::crop, nb::arg("n"))
+      .def("keep", &jakiro_layer::keep, nb::arg("prefix"), nb::arg("offsets"));
   nb::class_<mtp_module>(m, "MtpModule")
       .def(nb::init<const nb::dict&, const std::string&, index_t, index_t, index_t, float, double, bool, index_t>(), nb::arg("weights"),
            nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),

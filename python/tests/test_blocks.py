@@ -148,3 +148,22 @@ def test_mtp_module_replays_the_recorded_chains(golden, index):
         np.testing.assert_allclose(logits.ravel(), step["logits"]["data"], rtol=1e-5, atol=1e-5)
         assert np.argmax(logits, axis=1).tolist() == step["argmax"]["data"]
         hidden = np.repeat(o[-1:], rows if s + 1 == len(steps) else steps[s + 1]["input_ids"]["shape"][0], axis=0)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_jakiro_layer_equals_jakiros_reference_module(golden, index):
+    # jakiro/model/cnets.py's Model.forward (one layer, float64), plain and penultimate (contrastive).
+    case = golden(f"blocks/jakiro_layer_{index}.json")
+    d, inputs = case["dims"], case["inputs"]
+    weights = {name: np.asarray(p["data"]).reshape(p["shape"]) for name, p in case["params"].items()}
+    layer = specdec.JakiroLayer(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                head_dim=d["head_dim"], rms_eps=d["rms_norm_eps"], rope_theta=d["rope_theta"], capacity=16)
+    tokens = np.asarray(inputs["input_ids"]["data"]).ravel()
+    feature = np.asarray(inputs["target_hidden"]["data"], dtype=np.float32).reshape(len(tokens), d["E"])
+    fused = specdec.eagle_fuse(tokens, feature, weights["embed_tokens.weight"].astype(np.float32),
+                               weights["fc.weight"].astype(np.float32), weights["fc.bias"].astype(np.float32))
+    np.testing.assert_allclose(fused.ravel(), case["outputs"]["fused"]["data"], rtol=1e-5, atol=1e-5)
+    got = layer.forward(tokens, feature, np.arange(len(tokens)), contrastive=inputs["penult_forward"])
+    got = np.concatenate(got) if inputs["penult_forward"] else got
+    np.testing.assert_allclose(got.ravel(), case["outputs"]["out"]["data"], rtol=1e-5, atol=1e-5)
+    assert layer.cache_size == len(tokens)
