@@ -35,6 +35,7 @@ __all__ = [
     "Eagle3Block",
     "MtpModule",
     "JakiroLayer",
+    "AmphistaHeads",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -618,3 +619,43 @@ class JakiroLayer:
 
     def keep(self, prefix: int, offsets) -> None:
         self._layer.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
+
+
+class AmphistaHeads:
+    """Amphista's K drafting heads (specdec::blocks::amphista; Li et al., NAACL 2025, eq. 1-6): two staged
+    adaptation layers (each a fusion of ``[feature ; embedding]`` and a causal decoder layer with its KV
+    cache), the heads' inputs from the stages' last rows (``stage1_heads`` of them from stage 1; the paper
+    says floor(K/2)), the auto-embedding block (a learned position embedding over the K slots and one
+    bi-directional layer without RoPE), then each head's logits.
+
+    ``weights`` by specdec's names (the paper ships no code): ``stage{1,2}.fuse.{weight,bias}``,
+    ``stage{1,2}.layer.*`` (DecoderLayer's names), ``auto.pos_emb`` ``[K x E]``, ``auto.layer.*`` (its
+    attention as ``auto.layer.{q,k,v,o}_proj.weight``), ``auto.heads.{k}.weight`` ``[V x E]``.
+    ``forward(feature, embedding, positions)``: ``feature`` (the target's hidden states) and ``embedding``
+    (the next tokens' embeddings) ``[T x E]``, returns the heads' logits ``[K x V]`` for the last row;
+    ``intermediates=True`` returns a dict with ``s1``, ``s2`` (the stages' outputs), ``z``, ``u``, ``o`` and
+    ``logits``.
+    """
+
+    def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, stage1_heads=None, rms_eps: float = 1e-5,
+                 rope_theta: float = 10000.0, capacity: int = 4096):
+        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        k = sum(1 for name in self._weights if name.startswith("auto.heads.") and name.endswith(".weight"))
+        self._heads = _specdec.AmphistaHeads(self._weights, heads, kv_heads, head_dim, k, k // 2 if stage1_heads is None else stage1_heads,
+                                             rms_eps, rope_theta, capacity)
+
+    def forward(self, feature, embedding, positions, intermediates: bool = False):
+        t, e, k = int(feature.shape[0]), self._heads.hidden, self._heads.heads
+        out = {"s1": np.empty((t, e), np.float32), "s2": np.empty((t, e), np.float32), "z": np.empty((k, e), np.float32),
+               "u": np.empty((k, e), np.float32), "o": np.empty((k, e), np.float32),
+               "logits": np.empty((k, self._heads.vocab), np.float32)}
+        self._heads.forward(feature, embedding, np.ascontiguousarray(positions, dtype=np.int64), out["s1"], out["s2"], out["z"],
+                            out["u"], out["o"], out["logits"])
+        return out if intermediates else out["logits"]
+
+    @property
+    def cache_size(self) -> int:
+        return self._heads.cache_size
+
+    def crop(self, n: int) -> None:
+        self._heads.crop(n)

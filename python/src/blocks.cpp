@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
@@ -319,9 +320,97 @@ class jakiro_layer {
   std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
+/// Amphista's drafting heads (blocks::amphista: two staged adaptation layers with their KV caches, the
+/// head inputs, the auto-embedding block), by the names of specdec's recorded cases.
+class amphista_heads {
+ public:
+  amphista_heads(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, index_t k_heads, index_t stage1_heads,
+                 float rms_eps, double rope_theta, index_t capacity)
+      : table_(weights) {
+    for (auto* stage : {&weights_.stage1, &weights_.stage2}) {
+      const std::string p = stage == &weights_.stage1 ? "stage1." : "stage2.";
+      stage->fuse = {table_.matrix(p + "fuse.weight"), table_.vector(p + "fuse.bias")};
+      stage->layer = layer(p + "layer.", p + "layer.self_attn.");
+    }
+    weights_.position_embedding = table_.matrix("auto.pos_emb");
+    weights_.auto_embedding = layer("auto.layer.", "auto.layer.");
+    for (index_t h = 0; h < k_heads; ++h) weights_.heads.push_back(table_.matrix("auto.heads." + std::to_string(h) + ".weight"));
+    const index_t e = weights_.position_embedding.cols();
+    const index_t intermediate = weights_.stage1.layer.mlp.gate.out();
+    config_.stage = {{e, heads, kv_heads, head_dim, rope_theta, true, 0}, intermediate, rms_eps, true};
+    config_.auto_embedding = {{e, heads, kv_heads, head_dim, rope_theta, false, 0}, weights_.auto_embedding.mlp.gate.out(), rms_eps, true};
+    config_.heads = k_heads;
+    config_.stage1_heads = stage1_heads;
+    config_.vocab = k_heads > 0 ? weights_.heads[0].rows() : 0;
+    weights_.stage1.layer.validate(config_.stage, "stage1.layer.");
+    weights_.stage2.layer.validate(config_.stage, "stage2.layer.");
+    weights_.auto_embedding.validate(config_.auto_embedding, "auto.layer.");
+    for (auto* cache : {&stage1_cache_, &stage2_cache_}) cache->emplace(backend_, capacity, kv_heads * head_dim);
+  }
+
+  index_t hidden() const { return config_.stage.attention.hidden; }
+  index_t heads() const { return config_.heads; }
+  index_t vocab() const { return config_.vocab; }
+
+  /// The stages over `feature` / `embedding` `[T x E]` at `positions`, then the K heads' logits from the last
+  /// row; every intermediate into the given outputs (`s1`, `s2` `[T x E]`, `z`, `u`, `o` `[K x E]`, `logits`
+  /// `[K x V]`).
+  void forward(const array& feature, const array& embedding, const array& positions, const array& s1, const array& s2, const array& z,
+               const array& u, const array& o, const array& logits) {
+    const auto f = matrix_of<const float>(feature, "feature");
+    const auto em = matrix_of<const float>(embedding, "embedding");
+    const auto pos = span_of<const std::int64_t>(positions, "positions");
+    const auto v1 = matrix_of<float>(s1, "s1"), v2 = matrix_of<float>(s2, "s2"), vz = matrix_of<float>(z, "z");
+    const auto vu = matrix_of<float>(u, "u"), vo = matrix_of<float>(o, "o"), vl = matrix_of<float>(logits, "logits");
+    const index_t t = f.rows(), e = f.cols();
+    if (t < 1) throw nb::value_error("feature: expected at least one row");
+    const specdec::vector_view<const std::int64_t> pv(pos.data(), static_cast<index_t>(pos.size()));
+    without_gil([&] {
+      blocks::amphista::stage_forward(backend_, config_.stage, weights_.stage1, f, em, pv, &*stage1_cache_, v1);
+      blocks::amphista::stage_forward(backend_, config_.stage, weights_.stage2, specdec::matrix_view<const float>(v1.data(), t, e), em, pv,
+                                      &*stage2_cache_, v2);
+      blocks::amphista::head_inputs(backend_, config_, weights_, specdec::matrix_view<const float>(v1.row(t - 1), 1, e),
+                                    specdec::matrix_view<const float>(v2.row(t - 1), 1, e), vz);
+      blocks::amphista::auto_embedding(backend_, config_, weights_, specdec::matrix_view<const float>(vz.data(), vz.rows(), e), vl, vu, vo);
+    });
+  }
+  index_t cache_size() const { return stage1_cache_->size(); }
+  void crop(index_t n) {
+    stage1_cache_->crop(n);
+    stage2_cache_->crop(n);
+  }
+
+ private:
+  blocks::layer_weights<> layer(const std::string& prefix, const std::string& attention) {
+    blocks::layer_weights<> w;
+    w.input_norm = table_.vector(prefix + "input_layernorm.weight");
+    w.post_norm = table_.vector(prefix + "post_attention_layernorm.weight");
+    w.attention = {table_.linear(attention + "q_proj"), table_.linear(attention + "k_proj"), table_.linear(attention + "v_proj"),
+                   table_.linear(attention + "o_proj")};
+    w.mlp = {table_.linear(prefix + "mlp.gate_proj"), table_.linear(prefix + "mlp.up_proj"), table_.linear(prefix + "mlp.down_proj")};
+    return w;
+  }
+  weight_table table_;
+  specdec::eigen backend_;
+  blocks::amphista::config config_;
+  blocks::amphista::weights<> weights_;
+  std::optional<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
+};
+
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
+  nb::class_<amphista_heads>(m, "AmphistaHeads")
+      .def(nb::init<const nb::dict&, index_t, index_t, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"),
+           nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("k_heads"), nb::arg("stage1_heads"), nb::arg("rms_eps"),
+           nb::arg("rope_theta"), nb::arg("capacity"))
+      .def_prop_ro("hidden", &amphista_heads::hidden)
+      .def_prop_ro("heads", &amphista_heads::heads)
+      .def_prop_ro("vocab", &amphista_heads::vocab)
+      .def_prop_ro("cache_size", &amphista_heads::cache_size)
+      .def("forward", &amphista_heads::forward, nb::arg("feature"), nb::arg("embedding"), nb::arg("positions"), nb::arg("s1"),
+           nb::arg("s2"), nb::arg("z"), nb::arg("u"), nb::arg("o"), nb::arg("logits"))
+      .def("crop", &amphista_heads::crop, nb::arg("n"));
   nb::class_<jakiro_layer>(m, "JakiroLayer")
       .def(nb::init<const nb::dict&, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"), nb::arg("heads"),
            nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))

@@ -167,3 +167,22 @@ def test_jakiro_layer_equals_jakiros_reference_module(golden, index):
     got = np.concatenate(got) if inputs["penult_forward"] else got
     np.testing.assert_allclose(got.ravel(), case["outputs"]["out"]["data"], rtol=1e-5, atol=1e-5)
     assert layer.cache_size == len(tokens)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_amphista_heads_equal_the_recorded_pipeline(golden, index):
+    # The reconstruction behind the goldens feeds ceil(K/2) heads from stage 1.
+    case = golden(f"blocks/amphista_staged_{index}.json")
+    d, inputs, want = case["dims"], case["inputs"], case["outputs"]
+    weights = {name: np.asarray(p["data"]).reshape(p["shape"]) for name, p in case["params"].items()}
+    k = d["K_heads"]
+    heads = specdec.AmphistaHeads(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                  head_dim=d["head_dim"], stage1_heads=(k + 1) // 2, rms_eps=d["rms_norm_eps"],
+                                  rope_theta=d["rope_theta"], capacity=16)
+    e = d["E"]
+    feature = np.asarray(inputs["h"]["data"], dtype=np.float32).reshape(-1, e)
+    embedding = np.asarray(inputs["e"]["data"], dtype=np.float32).reshape(-1, e)
+    got = heads.forward(feature, embedding, np.asarray(inputs["position_ids"]["data"]).ravel(), intermediates=True)
+    for mine, theirs in (("s1", "stage1_out"), ("s2", "stage2_out"), ("z", "z"), ("u", "u"), ("o", "o"), ("logits", "logits")):
+        np.testing.assert_allclose(got[mine].ravel(), want[theirs]["data"], rtol=1e-5, atol=1e-5, err_msg=mine)
+    assert heads.cache_size == feature.shape[0]
