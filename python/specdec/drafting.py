@@ -36,6 +36,7 @@ __all__ = [
     "MtpModule",
     "JakiroLayer",
     "AmphistaHeads",
+    "MoaDrafter",
 ]
 
 _INT32_MAX = 2**31 - 1
@@ -659,3 +660,46 @@ class AmphistaHeads:
 
     def crop(self, n: int) -> None:
         self._heads.crop(n)
+
+
+class MoaDrafter:
+    """Mixture of Attentions' inference drafter (specdec::blocks::moa::drafter; Zimmer et al., HEBO's
+    ``mixture-of-attentions`` branch), by the HEBO checkpoint's names (``layer_self_attention.*``,
+    ``Ekv2E.{weight,bias}``, ``self_attention.*``, ``cross_attention.*``).
+
+    ``lsa``, ``sa``, ``ca``: each part's ``dict(heads=, kv_heads=, head_dim=, rope_theta=10000.0)`` (widths
+    and MLP sizes come from the weights); ``target_layers`` and ``target_head_dim`` describe the target's
+    KV cache. ``add_verified(keys, values, first, count)``: the target's cache rows of newly verified
+    tokens ``[first, first + count)``, one ``[tokens x kv_heads head_dim]`` array per target layer (post-RoPE),
+    queued as the cross-attention's key/value stream; ``forward(x, positions, last=1, mask=None)``:
+    self-attention over the new tokens' embeddings ``x`` ``[n x E]`` (updated in place) at ``positions``
+    (causal, or a tree's mask), then cross-attention for the last ``last`` rows into the returned
+    features ``[last x E]`` (the target's LM head gives the draft logits); ``crop(n)`` keeps n
+    self-attention rows.
+    """
+
+    def __init__(self, weights, *, lsa, sa, ca, target_layers: int, target_head_dim: int, rms_eps: float = 1e-5,
+                 capacity: int = 4096):
+        def shape(part):
+            return (int(part["heads"]), int(part["kv_heads"]), int(part["head_dim"]), float(part.get("rope_theta", 10000.0)))
+
+        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        self._drafter = _specdec.MoaDrafter(self._weights, shape(lsa), shape(sa), shape(ca), target_layers, target_head_dim,
+                                            rms_eps, capacity)
+
+    def add_verified(self, keys, values, first: int, count: int) -> None:
+        f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in keys]
+        g32 = [np.ascontiguousarray(a, dtype=np.float32) for a in values]
+        self._drafter.add_verified(f32, g32, first, count)
+
+    def forward(self, x, positions, last: int = 1, mask=None):
+        features = np.empty((last, self._drafter.hidden), dtype=np.float32)
+        self._drafter.forward(x, np.ascontiguousarray(positions, dtype=np.int64), features, mask)
+        return features
+
+    @property
+    def verified(self) -> int:
+        return self._drafter.verified
+
+    def crop(self, n: int) -> None:
+        self._drafter.crop(n)

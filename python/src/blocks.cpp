@@ -5,6 +5,7 @@
 #include "common.hpp"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -13,12 +14,14 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <specdec/blocks/amphista.hpp>
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moa.hpp>
 #include <specdec/blocks/moe.hpp>
 #include <specdec/blocks/mtp.hpp>
 
@@ -397,9 +400,77 @@ class amphista_heads {
   std::optional<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
 };
 
+/// A part's shape: heads, kv_heads, head_dim (and its rope_theta, when it has its own).
+using part_shape = std::tuple<index_t, index_t, index_t, double>;
+
+/// MoA's inference drafter (blocks::moa::drafter: the key/value stream of the verified target tokens
+/// through Layer Self-Attention and Ekv2E, self-attention over the new tokens, cross-attention into the
+/// stream), by the HEBO checkpoint's names.
+class moa_drafter {
+ public:
+  moa_drafter(const nb::dict& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca, index_t target_layers,
+              index_t target_head_dim, float rms_eps, index_t capacity)
+      : table_(weights) {
+    weights_.layer_self_attention = layer("layer_self_attention.");
+    weights_.ekv2e = {table_.matrix("Ekv2E.weight"), table_.vector("Ekv2E.bias")};
+    weights_.self_attention = layer("self_attention.");
+    weights_.cross_attention = layer("cross_attention.");
+    const auto config_of = [&](const part_shape& shape, const blocks::layer_weights<>& w) {
+      const auto [heads, kv_heads, head_dim, theta] = shape;
+      return blocks::layer_config{{w.attention.o.out(), heads, kv_heads, head_dim, theta, true, 0}, w.mlp.gate.out(), rms_eps, true};
+    };
+    config_ = {config_of(lsa, weights_.layer_self_attention), config_of(sa, weights_.self_attention),
+               config_of(ca, weights_.cross_attention), target_layers, target_head_dim};
+    drafter_.emplace(backend_, config_, weights_, capacity);
+  }
+
+  index_t hidden() const { return config_.hidden(); }
+  index_t verified() const { return drafter_->verified(); }
+
+  void add_verified(const std::vector<array>& keys, const std::vector<array>& values, index_t first, index_t count) {
+    std::vector<specdec::matrix_view<const float>> k, v;
+    for (const array& a : keys) k.push_back(matrix_of<const float>(a, "keys"));
+    for (const array& a : values) v.push_back(matrix_of<const float>(a, "values"));
+    without_gil([&] { drafter_->add_verified(k, v, first, count); });
+  }
+  void forward(const array& x, const array& positions, const array& features, const nb::object& mask) {
+    const auto rows = matrix_of<float>(x, "x");
+    const auto pos = span_of<const std::int64_t>(positions, "positions");
+    const auto f = matrix_of<float>(features, "features");
+    const blocks::attention_mask<> m = mask_of(mask);
+    without_gil([&] { drafter_->forward(rows, specdec::vector_view<const std::int64_t>(pos.data(), static_cast<index_t>(pos.size())), f, m); });
+  }
+  void crop(index_t n) { drafter_->crop(n); }
+
+ private:
+  blocks::layer_weights<> layer(const std::string& p) {
+    blocks::layer_weights<> w;
+    w.input_norm = table_.vector(p + "input_layernorm.weight");
+    w.post_norm = table_.vector(p + "post_attention_layernorm.weight");
+    w.attention = {table_.linear(p + "self_attn.q_proj"), table_.linear(p + "self_attn.k_proj"), table_.linear(p + "self_attn.v_proj"),
+                   table_.linear(p + "self_attn.o_proj")};
+    w.mlp = {table_.linear(p + "mlp.gate_proj"), table_.linear(p + "mlp.up_proj"), table_.linear(p + "mlp.down_proj")};
+    return w;
+  }
+  weight_table table_;
+  specdec::eigen backend_;
+  blocks::moa::config config_;
+  blocks::moa::weights<> weights_;
+  std::optional<blocks::moa::drafter<specdec::eigen>> drafter_;
+};
+
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
+  nb::class_<moa_drafter>(m, "MoaDrafter")
+      .def(nb::init<const nb::dict&, const part_shape&, const part_shape&, const part_shape&, index_t, index_t, float, index_t>(),
+           nb::arg("weights"), nb::arg("lsa"), nb::arg("sa"), nb::arg("ca"), nb::arg("target_layers"), nb::arg("target_head_dim"),
+           nb::arg("rms_eps"), nb::arg("capacity"))
+      .def_prop_ro("hidden", &moa_drafter::hidden)
+      .def_prop_ro("verified", &moa_drafter::verified)
+      .def("add_verified", &moa_drafter::add_verified, nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"))
+      .def("forward", &moa_drafter::forward, nb::arg("x"), nb::arg("positions"), nb::arg("features"), nb::arg("mask").none())
+      .def("crop", &moa_drafter::crop, nb::arg("n"));
   nb::class_<amphista_heads>(m, "AmphistaHeads")
       .def(nb::init<const nb::dict&, index_t, index_t, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"),
            nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("k_heads"), nb::arg("stage1_heads"), nb::arg("rms_eps"),

@@ -186,3 +186,44 @@ def test_amphista_heads_equal_the_recorded_pipeline(golden, index):
     for mine, theirs in (("s1", "stage1_out"), ("s2", "stage2_out"), ("z", "z"), ("u", "u"), ("o", "o"), ("logits", "logits")):
         np.testing.assert_allclose(got[mine].ravel(), want[theirs]["data"], rtol=1e-5, atol=1e-5, err_msg=mine)
     assert heads.cache_size == feature.shape[0]
+
+
+def token_major(t):
+    """A recorded [1, heads, tokens, head_dim] cache as [tokens x heads head_dim] rows."""
+    _, h, n, d = t["shape"]
+    return np.asarray(t["data"], dtype=np.float32).reshape(h, n, d).transpose(1, 0, 2).reshape(n, h * d)
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_moa_drafter_replays_the_recorded_inference_chain(golden, index):
+    # HEBO's MoA drafter: the prompt's target cache verified, then the prompt and the bonus token through
+    # self-attention and cross-attention, greedy steps from the last feature (the target's LM head).
+    case = golden(f"blocks/moa_pipeline_inf_{index}.json")
+    dims, inputs, want = case["dims"], case["inputs"], case["outputs"]
+    target = dims["target"]
+    weights = {name: np.asarray(p["data"]).reshape(p["shape"]) for name, p in case["params"].items()}
+
+    def part(d):
+        return dict(heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"],
+                    rope_theta=d.get("rope_theta", target["rope_theta"]))
+
+    drafter = specdec.MoaDrafter(weights, lsa=part(dims["lsa"]), sa=part(dims["sa"]), ca=part(dims["ca"]),
+                                 target_layers=target["num_layers"], target_head_dim=target["head_dim"],
+                                 rms_eps=target["rms_norm_eps"], capacity=64)
+    keys = [token_major(k) for k in inputs["k"]]
+    values = [token_major(v) for v in inputs["v"]]
+    n = keys[0].shape[0]
+    drafter.add_verified(keys, values, 0, n)
+    assert drafter.verified == n
+    embed = weights["model.embed_tokens.weight"].astype(np.float32)
+    lm_head = weights["lm_head.weight"]
+    feed = list(np.asarray(inputs["tokens"]["data"]).ravel())
+    drafted = []
+    for s in range(inputs["steps"]):
+        x = embed[np.asarray(feed)].copy()
+        feature = drafter.forward(x, np.arange(n + 1 + s - len(feed), n + 1 + s))
+        logits = feature.astype(np.float64) @ lm_head.T
+        np.testing.assert_allclose(logits.ravel(), want["step_logits"][s]["data"], rtol=1e-4, atol=1e-4)
+        drafted.append(int(np.argmax(logits)))
+        feed = [drafted[-1]]
+    assert drafted == want["draft_tokens"]
