@@ -41,6 +41,17 @@ class weight_table {
     return {s.data(), static_cast<index_t>(s.size())};
   }
   blocks::linear<> linear(const std::string& name) { return {matrix(name + ".weight"), {}}; }
+  /// A decoder layer's tensors under `prefix` (its attention's under `attention`, default
+  /// prefix + "self_attn."); without `input_norm`, no input_layernorm (EAGLE's layer 0).
+  blocks::layer_weights<> layer(const std::string& prefix, std::string attention = "", bool input_norm = true) {
+    if (attention.empty()) attention = prefix + "self_attn.";
+    blocks::layer_weights<> w;
+    if (input_norm) w.input_norm = vector(prefix + "input_layernorm.weight");
+    w.post_norm = vector(prefix + "post_attention_layernorm.weight");
+    w.attention = {linear(attention + "q_proj"), linear(attention + "k_proj"), linear(attention + "v_proj"), linear(attention + "o_proj")};
+    w.mlp = {linear(prefix + "mlp.gate_proj"), linear(prefix + "mlp.up_proj"), linear(prefix + "mlp.down_proj")};
+    return w;
+  }
 
  private:
   const array& fetch(const std::string& name) {
@@ -80,11 +91,7 @@ class decoder_layer {
   decoder_layer(const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
                 float rms_eps, double rope_theta, bool input_norm, index_t capacity)
       : table_(weights) {
-    weights_.post_norm = table_.vector(prefix + "post_attention_layernorm.weight");
-    if (input_norm) weights_.input_norm = table_.vector(prefix + "input_layernorm.weight");
-    weights_.attention = {table_.linear(prefix + "self_attn.q_proj"), table_.linear(prefix + "self_attn.k_proj"),
-                          table_.linear(prefix + "self_attn.v_proj"), table_.linear(prefix + "self_attn.o_proj")};
-    weights_.mlp = {table_.linear(prefix + "mlp.gate_proj"), table_.linear(prefix + "mlp.up_proj"), table_.linear(prefix + "mlp.down_proj")};
+    weights_ = table_.layer(prefix, "", input_norm);
     config_.attention = {weights_.attention.o.out(), heads, kv_heads, head_dim, rope_theta, true, 0};
     config_.intermediate = weights_.mlp.gate.out();
     config_.rms_eps = rms_eps;
@@ -134,11 +141,7 @@ class eagle3_block {
     const std::string p = "midlayer.";
     weights_ = {table_.matrix("embed_tokens.weight"), table_.linear("fc"), table_.vector(p + "hidden_norm.weight"), {},
                 table_.vector("norm.weight"), table_.linear("lm_head")};
-    weights_.layer.input_norm = table_.vector(p + "input_layernorm.weight");
-    weights_.layer.post_norm = table_.vector(p + "post_attention_layernorm.weight");
-    weights_.layer.attention = {table_.linear(p + "self_attn.q_proj"), table_.linear(p + "self_attn.k_proj"),
-                                table_.linear(p + "self_attn.v_proj"), table_.linear(p + "self_attn.o_proj")};
-    weights_.layer.mlp = {table_.linear(p + "mlp.gate_proj"), table_.linear(p + "mlp.up_proj"), table_.linear(p + "mlp.down_proj")};
+    weights_.layer = table_.layer(p);
     const index_t e = weights_.embed.cols();
     config_.layer = {{e, heads, kv_heads, head_dim, rope_theta, true, 0}, weights_.layer.mlp.gate.out(), rms_eps, true};
     config_.target_hidden = weights_.fc.in() / 3;
@@ -215,11 +218,7 @@ class mtp_module {
     weights_.enorm = table_.vector(p + "enorm.weight");
     weights_.hnorm = table_.vector(p + "hnorm.weight");
     weights_.eh_proj = table_.linear(p + "eh_proj");
-    weights_.layer.input_norm = table_.vector(l + "input_layernorm.weight");
-    weights_.layer.post_norm = table_.vector(l + "post_attention_layernorm.weight");
-    weights_.layer.attention = {table_.linear(l + "self_attn.q_proj"), table_.linear(l + "self_attn.k_proj"),
-                                table_.linear(l + "self_attn.v_proj"), table_.linear(l + "self_attn.o_proj")};
-    weights_.layer.mlp = {table_.linear(l + "mlp.gate_proj"), table_.linear(l + "mlp.up_proj"), table_.linear(l + "mlp.down_proj")};
+    weights_.layer = table_.layer(l);
     weights_.head_norm = table_.vector(p + "shared_head.norm.weight");
     weights_.head = table_.linear(p + "shared_head.head");
     const index_t e = weights_.embed.cols();
@@ -333,10 +332,10 @@ class amphista_heads {
     for (auto* stage : {&weights_.stage1, &weights_.stage2}) {
       const std::string p = stage == &weights_.stage1 ? "stage1." : "stage2.";
       stage->fuse = {table_.matrix(p + "fuse.weight"), table_.vector(p + "fuse.bias")};
-      stage->layer = layer(p + "layer.", p + "layer.self_attn.");
+      stage->layer = table_.layer(p + "layer.");
     }
     weights_.position_embedding = table_.matrix("auto.pos_emb");
-    weights_.auto_embedding = layer("auto.layer.", "auto.layer.");
+    weights_.auto_embedding = table_.layer("auto.layer.", "auto.layer.");
     for (index_t h = 0; h < k_heads; ++h) weights_.heads.push_back(table_.matrix("auto.heads." + std::to_string(h) + ".weight"));
     const index_t e = weights_.position_embedding.cols();
     const index_t intermediate = weights_.stage1.layer.mlp.gate.out();
@@ -384,15 +383,6 @@ class amphista_heads {
   }
 
  private:
-  blocks::layer_weights<> layer(const std::string& prefix, const std::string& attention) {
-    blocks::layer_weights<> w;
-    w.input_norm = table_.vector(prefix + "input_layernorm.weight");
-    w.post_norm = table_.vector(prefix + "post_attention_layernorm.weight");
-    w.attention = {table_.linear(attention + "q_proj"), table_.linear(attention + "k_proj"), table_.linear(attention + "v_proj"),
-                   table_.linear(attention + "o_proj")};
-    w.mlp = {table_.linear(prefix + "mlp.gate_proj"), table_.linear(prefix + "mlp.up_proj"), table_.linear(prefix + "mlp.down_proj")};
-    return w;
-  }
   weight_table table_;
   specdec::eigen backend_;
   blocks::amphista::config config_;
@@ -411,10 +401,10 @@ class moa_drafter {
   moa_drafter(const nb::dict& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca, index_t target_layers,
               index_t target_head_dim, float rms_eps, index_t capacity)
       : table_(weights) {
-    weights_.layer_self_attention = layer("layer_self_attention.");
+    weights_.layer_self_attention = table_.layer("layer_self_attention.");
     weights_.ekv2e = {table_.matrix("Ekv2E.weight"), table_.vector("Ekv2E.bias")};
-    weights_.self_attention = layer("self_attention.");
-    weights_.cross_attention = layer("cross_attention.");
+    weights_.self_attention = table_.layer("self_attention.");
+    weights_.cross_attention = table_.layer("cross_attention.");
     const auto config_of = [&](const part_shape& shape, const blocks::layer_weights<>& w) {
       const auto [heads, kv_heads, head_dim, theta] = shape;
       return blocks::layer_config{{w.attention.o.out(), heads, kv_heads, head_dim, theta, true, 0}, w.mlp.gate.out(), rms_eps, true};
@@ -443,15 +433,6 @@ class moa_drafter {
   void crop(index_t n) { drafter_->crop(n); }
 
  private:
-  blocks::layer_weights<> layer(const std::string& p) {
-    blocks::layer_weights<> w;
-    w.input_norm = table_.vector(p + "input_layernorm.weight");
-    w.post_norm = table_.vector(p + "post_attention_layernorm.weight");
-    w.attention = {table_.linear(p + "self_attn.q_proj"), table_.linear(p + "self_attn.k_proj"), table_.linear(p + "self_attn.v_proj"),
-                   table_.linear(p + "self_attn.o_proj")};
-    w.mlp = {table_.linear(p + "mlp.gate_proj"), table_.linear(p + "mlp.up_proj"), table_.linear(p + "mlp.down_proj")};
-    return w;
-  }
   weight_table table_;
   specdec::eigen backend_;
   blocks::moa::config config_;
