@@ -430,7 +430,26 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
 # ---- drafter blocks ---------------------------------------------------------------------------------------
 
 
-class DecoderLayer:
+class _Cached:
+    """A block's KV cache(s), held by the native object: rows cached so far, and cropping to the first n
+    (the tokens verified so far)."""
+
+    @property
+    def cache_size(self) -> int:
+        return self._native.cache_size
+
+    def crop(self, n: int) -> None:
+        self._native.crop(n)
+
+
+class _TreeCached(_Cached):
+    def keep(self, prefix: int, offsets) -> None:
+        """Keeps the cache's first ``prefix`` rows, then rows ``prefix + offsets[i]`` in order (a tree's
+        accepted path, ascending), dropping the rest."""
+        self._native.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
+
+
+class DecoderLayer(_TreeCached):
     """The pre-norm Llama decoder layer every drafter is made of (EAGLE's and Jakiro's layer, MoA's
     self-attention, MTP's block), with its own KV cache (specdec::blocks::decoder_layer_forward on the
     host backend).
@@ -456,29 +475,19 @@ class DecoderLayer:
             return np.ascontiguousarray(a, dtype=np.float32)
 
         self._weights = {name: f32(a) for name, a in weights.items() if name.startswith(prefix)}
-        self._layer = _specdec.DecoderLayer(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
+        self._native = _specdec.DecoderLayer(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
                                             input_norm, capacity)
 
     def forward(self, x, positions, mask=None):
-        self._layer.forward(x, np.ascontiguousarray(positions, dtype=np.int64), mask)
+        self._native.forward(x, np.ascontiguousarray(positions, dtype=np.int64), mask)
         return x
-
-    @property
-    def cache_size(self) -> int:
-        return self._layer.cache_size
-
-    def crop(self, n: int) -> None:
-        self._layer.crop(n)
-
-    def keep(self, prefix: int, offsets) -> None:
-        self._layer.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
 
     def keys(self) -> np.ndarray:
         """The cached keys ``[cache_size x kv_heads head_dim]`` (after RoPE), a copy."""
-        return self._layer.cached(True)
+        return self._native.cached(True)
 
     def values(self) -> np.ndarray:
-        return self._layer.cached(False)
+        return self._native.cached(False)
 
 
 def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
@@ -495,7 +504,7 @@ def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
     return out
 
 
-class Eagle3Block:
+class Eagle3Block(_TreeCached):
     """EAGLE-3's draft block (specdec::blocks::eagle3; SafeAILab's ``Model`` + ``LlamaDecoderLayeremb``,
     the tensors vLLM's and SGLang's ``llama_eagle3.py`` load), with its KV cache.
 
@@ -515,36 +524,26 @@ class Eagle3Block:
                  rope_theta: float = 10000.0, capacity: int = 4096):
         self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
                          if name != "d2t"}
-        self._block = _specdec.Eagle3Block(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._native = _specdec.Eagle3Block(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
 
     def fuse(self, taps):
-        out = np.empty((int(taps.shape[0]), self._block.hidden), dtype=np.float32)
-        self._block.fuse(taps, out)
+        out = np.empty((int(taps.shape[0]), self._native.hidden), dtype=np.float32)
+        self._native.fuse(taps, out)
         return out
 
     def forward(self, tokens, hidden, positions, mask=None, out=None):
         if out is None:
-            out = np.empty((int(hidden.shape[0]), self._block.hidden), dtype=np.float32)
-        self._block.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out)
+            out = np.empty((int(hidden.shape[0]), self._native.hidden), dtype=np.float32)
+        self._native.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out)
         return out
 
     def logits(self, h2):
-        out = np.empty((int(h2.shape[0]), self._block.draft_vocab), dtype=np.float32)
-        self._block.logits(h2, out)
+        out = np.empty((int(h2.shape[0]), self._native.draft_vocab), dtype=np.float32)
+        self._native.logits(h2, out)
         return out
 
-    @property
-    def cache_size(self) -> int:
-        return self._block.cache_size
 
-    def crop(self, n: int) -> None:
-        self._block.crop(n)
-
-    def keep(self, prefix: int, offsets) -> None:
-        self._block.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
-
-
-class MtpModule:
+class MtpModule(_Cached):
     """One multi-token-prediction module (specdec::blocks::mtp: DeepSeek-V3's layout as vLLM's
     ``deepseek_mtp.py`` and SGLang's ``deepseek_nextn.py`` run it, with a Llama decoder layer), with its KV
     cache.
@@ -563,30 +562,23 @@ class MtpModule:
                  rope_theta: float = 10000.0, zero_embedding_at_position_0: bool = True, capacity: int = 4096):
         self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
                          if name.startswith(prefix) or name == "embed_tokens.weight"}
-        self._module = _specdec.MtpModule(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
+        self._native = _specdec.MtpModule(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
                                           zero_embedding_at_position_0, capacity)
 
     def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
         if out is None:
-            out = np.empty((int(hidden.shape[0]), self._module.hidden), dtype=np.float32)
-        self._module.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out,
+            out = np.empty((int(hidden.shape[0]), self._native.hidden), dtype=np.float32)
+        self._native.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out,
                              projected if projected is not None else np.empty(0, dtype=np.float32))
         return out
 
     def logits(self, o):
-        out = np.empty((int(o.shape[0]), self._module.vocab), dtype=np.float32)
-        self._module.logits(o, out)
+        out = np.empty((int(o.shape[0]), self._native.vocab), dtype=np.float32)
+        self._native.logits(o, out)
         return out
 
-    @property
-    def cache_size(self) -> int:
-        return self._module.cache_size
 
-    def crop(self, n: int) -> None:
-        self._module.crop(n)
-
-
-class JakiroLayer:
+class JakiroLayer(_TreeCached):
     """Jakiro's draft layer (specdec::blocks::moe::draft_layer_forward; haiduo/Jakiro ``cnets.py``):
     EAGLE's fusion of the next token with the target's feature, the decoder layer's attention (layer 0: no
     input norm), then two SwiGLU experts behind Jakiro's router instead of the MLP, with its KV cache.
@@ -602,27 +594,17 @@ class JakiroLayer:
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
         self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
-        self._layer = _specdec.JakiroLayer(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._native = _specdec.JakiroLayer(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
 
     def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
         t = _tokens(tokens, "tokens")
-        left = np.empty((t.shape[0], self._layer.hidden), dtype=np.float32)
+        left = np.empty((t.shape[0], self._native.hidden), dtype=np.float32)
         right = np.empty_like(left) if contrastive else np.empty(0, dtype=np.float32)
-        self._layer.forward(t, feature, np.ascontiguousarray(positions, dtype=np.int64), mask, left, right)
+        self._native.forward(t, feature, np.ascontiguousarray(positions, dtype=np.int64), mask, left, right)
         return (left, right) if contrastive else left
 
-    @property
-    def cache_size(self) -> int:
-        return self._layer.cache_size
 
-    def crop(self, n: int) -> None:
-        self._layer.crop(n)
-
-    def keep(self, prefix: int, offsets) -> None:
-        self._layer.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
-
-
-class AmphistaHeads:
+class AmphistaHeads(_Cached):
     """Amphista's K drafting heads (specdec::blocks::amphista; Li et al., NAACL 2025, eq. 1-6): two staged
     adaptation layers (each a fusion of ``[feature ; embedding]`` and a causal decoder layer with its KV
     cache), the heads' inputs from the stages' last rows (``stage1_heads`` of them from stage 1; the paper
@@ -642,27 +624,20 @@ class AmphistaHeads:
                  rope_theta: float = 10000.0, capacity: int = 4096):
         self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
         k = sum(1 for name in self._weights if name.startswith("auto.heads.") and name.endswith(".weight"))
-        self._heads = _specdec.AmphistaHeads(self._weights, heads, kv_heads, head_dim, k, k // 2 if stage1_heads is None else stage1_heads,
+        self._native = _specdec.AmphistaHeads(self._weights, heads, kv_heads, head_dim, k, k // 2 if stage1_heads is None else stage1_heads,
                                              rms_eps, rope_theta, capacity)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
-        t, e, k = int(feature.shape[0]), self._heads.hidden, self._heads.heads
+        t, e, k = int(feature.shape[0]), self._native.hidden, self._native.heads
         out = {"s1": np.empty((t, e), np.float32), "s2": np.empty((t, e), np.float32), "z": np.empty((k, e), np.float32),
                "u": np.empty((k, e), np.float32), "o": np.empty((k, e), np.float32),
-               "logits": np.empty((k, self._heads.vocab), np.float32)}
-        self._heads.forward(feature, embedding, np.ascontiguousarray(positions, dtype=np.int64), out["s1"], out["s2"], out["z"],
+               "logits": np.empty((k, self._native.vocab), np.float32)}
+        self._native.forward(feature, embedding, np.ascontiguousarray(positions, dtype=np.int64), out["s1"], out["s2"], out["z"],
                             out["u"], out["o"], out["logits"])
         return out if intermediates else out["logits"]
 
-    @property
-    def cache_size(self) -> int:
-        return self._heads.cache_size
 
-    def crop(self, n: int) -> None:
-        self._heads.crop(n)
-
-
-class MoaDrafter:
+class MoaDrafter(_Cached):
     """Mixture of Attentions' inference drafter (specdec::blocks::moa::drafter; Zimmer et al., HEBO's
     ``mixture-of-attentions`` branch), by the HEBO checkpoint's names (``layer_self_attention.*``,
     ``Ekv2E.{weight,bias}``, ``self_attention.*``, ``cross_attention.*``).
@@ -684,22 +659,19 @@ class MoaDrafter:
             return (int(part["heads"]), int(part["kv_heads"]), int(part["head_dim"]), float(part.get("rope_theta", 10000.0)))
 
         self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
-        self._drafter = _specdec.MoaDrafter(self._weights, shape(lsa), shape(sa), shape(ca), target_layers, target_head_dim,
+        self._native = _specdec.MoaDrafter(self._weights, shape(lsa), shape(sa), shape(ca), target_layers, target_head_dim,
                                             rms_eps, capacity)
 
     def add_verified(self, keys, values, first: int, count: int) -> None:
         f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in keys]
         g32 = [np.ascontiguousarray(a, dtype=np.float32) for a in values]
-        self._drafter.add_verified(f32, g32, first, count)
+        self._native.add_verified(f32, g32, first, count)
 
     def forward(self, x, positions, last: int = 1, mask=None):
-        features = np.empty((last, self._drafter.hidden), dtype=np.float32)
-        self._drafter.forward(x, np.ascontiguousarray(positions, dtype=np.int64), features, mask)
+        features = np.empty((last, self._native.hidden), dtype=np.float32)
+        self._native.forward(x, np.ascontiguousarray(positions, dtype=np.int64), features, mask)
         return features
 
     @property
     def verified(self) -> int:
-        return self._drafter.verified
-
-    def crop(self, n: int) -> None:
-        self._drafter.crop(n)
+        return self._native.verified

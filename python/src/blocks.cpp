@@ -416,6 +416,7 @@ class moa_drafter {
 
   index_t hidden() const { return config_.hidden(); }
   index_t verified() const { return drafter_->verified(); }
+  index_t cache_size() { return drafter_->self_attention_cache().size(); }
 
   void add_verified(const std::vector<array>& keys, const std::vector<array>& values, index_t first, index_t count) {
     std::vector<specdec::matrix_view<const float>> k, v;
@@ -449,6 +450,7 @@ void bind_blocks(nb::module_& m) {
            nb::arg("rms_eps"), nb::arg("capacity"))
       .def_prop_ro("hidden", &moa_drafter::hidden)
       .def_prop_ro("verified", &moa_drafter::verified)
+      .def_prop_ro("cache_size", &moa_drafter::cache_size)
       .def("add_verified", &moa_drafter::add_verified, nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"))
       .def("forward", &moa_drafter::forward, nb::arg("x"), nb::arg("positions"), nb::arg("features"), nb::arg("mask").none())
       .def("crop", &moa_drafter::crop, nb::arg("n"));

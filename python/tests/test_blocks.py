@@ -227,3 +227,6 @@ def test_moa_drafter_replays_the_recorded_inference_chain(golden, index):
         drafted.append(int(np.argmax(logits)))
         feed = [drafted[-1]]
     assert drafted == want["draft_tokens"]
+    assert drafter.cache_size == n + inputs["steps"]  # the prompt and bonus row, then one row per later step
+    drafter.crop(n)
+    assert drafter.cache_size == n
