@@ -85,19 +85,50 @@ blocks::attention_mask<> mask_of(const nb::object& mask) {
                                                                                 static_cast<index_t>(a.shape(1))));
 }
 
+/// What every block binding holds: the caller's weights (viewed in place, kept alive) and a host
+/// backend of its own (its scratch persists between calls).
+class block_binding {
+ protected:
+  explicit block_binding(const nb::dict& weights) : table_(weights) {}
+  weight_table table_;
+  specdec::eigen backend_;
+};
+
+/// A block binding with one KV cache (its attention's keys and values, after RoPE).
+class cached_block : public block_binding {
+ public:
+  index_t cache_size() const { return cache_->size(); }
+  void crop(index_t n) { cache_->crop(n); }
+  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
+
+ protected:
+  explicit cached_block(const nb::dict& weights) : block_binding(weights) {}
+  void make_cache(index_t capacity, index_t width) { cache_.emplace(backend_, capacity, width); }
+  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
+};
+
+/// The cache methods of a binding's class: cache_size, crop and (where the block takes tree drafts) keep.
+template <bool Keep, class T>
+void bind_cache(nb::class_<T>& c) {
+  c.def_prop_ro("cache_size", [](T& t) { return t.cache_size(); });
+  c.def("crop", [](T& t, index_t n) { t.crop(n); }, nb::arg("n"));
+  if constexpr (Keep)
+    c.def("keep", [](T& t, index_t prefix, const array& offsets) { t.keep(prefix, offsets); }, nb::arg("prefix"), nb::arg("offsets"));
+}
+
 /// A decoder layer with its own backend (its scratch), weights and KV cache.
-class decoder_layer {
+class decoder_layer : public cached_block {
  public:
   decoder_layer(const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
                 float rms_eps, double rope_theta, bool input_norm, index_t capacity)
-      : table_(weights) {
+      : cached_block(weights) {
     weights_ = table_.layer(prefix, "", input_norm);
     config_.attention = {weights_.attention.o.out(), heads, kv_heads, head_dim, rope_theta, true, 0};
     config_.intermediate = weights_.mlp.gate.out();
     config_.rms_eps = rms_eps;
     config_.input_norm = input_norm;
     weights_.validate(config_, prefix);
-    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+    make_cache(capacity, kv_heads * head_dim);
   }
 
   /// x += Attn(...), x += MLP(...) in place on `x` `[T x E]` at `positions` `[T]`; `mask`: None (causal),
@@ -112,9 +143,6 @@ class decoder_layer {
     });
   }
 
-  index_t cache_size() const { return cache_->size(); }
-  void crop(index_t n) { cache_->crop(n); }
-  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
   /// The cached keys or values `[size x kv_heads head_dim]` (post-RoPE keys), copied.
   nb::ndarray<nb::numpy, float> cached(bool keys) {
     const auto m = keys ? cache_->keys() : cache_->values();
@@ -125,19 +153,16 @@ class decoder_layer {
   }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::layer_config config_;
   blocks::layer_weights<> weights_;
-  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
 /// EAGLE-3's draft block (blocks::eagle3) with its own backend, weights and KV cache.
-class eagle3_block {
+class eagle3_block : public cached_block {
  public:
   eagle3_block(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
                index_t capacity)
-      : table_(weights) {
+      : cached_block(weights) {
     const std::string p = "midlayer.";
     weights_ = {table_.matrix("embed_tokens.weight"), table_.linear("fc"), table_.vector(p + "hidden_norm.weight"), {},
                 table_.vector("norm.weight"), table_.linear("lm_head")};
@@ -150,7 +175,7 @@ class eagle3_block {
     SPECDEC_EXPECTS(weights_.fc.in() % 3 == 0, "specdec::blocks", "fc.weight has ", weights_.fc.in(),
                     " columns; expected 3 E_t (three tapped target states)");
     weights_.validate(config_);
-    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+    make_cache(capacity, kv_heads * head_dim);
   }
 
   index_t hidden() const { return config_.layer.attention.hidden; }
@@ -177,16 +202,10 @@ class eagle3_block {
     const auto o = matrix_of<float>(out, "out");
     without_gil([&] { blocks::eagle3::logits(backend_, config_, weights_, h, o); });
   }
-  index_t cache_size() const { return cache_->size(); }
-  void crop(index_t n) { cache_->crop(n); }
-  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::eagle3::config config_;
   blocks::eagle3::weights<> weights_;
-  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
 /// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse).
@@ -207,11 +226,11 @@ void eagle_fuse(const array& tokens, const array& feature, const array& embed, c
 
 /// One MTP module (blocks::mtp, DeepSeek-V3's layout with layers.hpp's decoder layer) with its backend,
 /// weights and KV cache.
-class mtp_module {
+class mtp_module : public cached_block {
  public:
   mtp_module(const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps,
              double rope_theta, bool zero_embedding_at_position_0, index_t capacity)
-      : table_(weights) {
+      : cached_block(weights) {
     const std::string& p = prefix;
     const std::string l = p + "mtp_block.";
     weights_.embed = table_.matrix("embed_tokens.weight");
@@ -226,7 +245,7 @@ class mtp_module {
     config_.vocab = weights_.embed.rows();
     config_.zero_embedding_at_position_0 = zero_embedding_at_position_0;
     weights_.validate(config_);
-    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+    make_cache(capacity, kv_heads * head_dim);
   }
 
   index_t hidden() const { return config_.layer.attention.hidden; }
@@ -253,24 +272,19 @@ class mtp_module {
     const auto r = matrix_of<float>(out, "out");
     without_gil([&] { blocks::mtp::logits(backend_, config_, weights_, h, r); });
   }
-  index_t cache_size() const { return cache_->size(); }
-  void crop(index_t n) { cache_->crop(n); }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::mtp::config config_;
   blocks::mtp::weights<> weights_;
-  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
 /// Jakiro's draft layer (blocks::moe::draft_layer_forward: EAGLE's fusion, attention without the input
 /// norm, two SwiGLU experts behind Jakiro's router) with its backend, weights and KV cache.
-class jakiro_layer {
+class jakiro_layer : public cached_block {
  public:
   jakiro_layer(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
                index_t capacity)
-      : table_(weights) {
+      : cached_block(weights) {
     const std::string l = "layers.0.";
     eagle_.embed = table_.matrix("embed_tokens.weight");
     eagle_.fc = {table_.matrix("fc.weight"), table_.vector("fc.bias")};
@@ -287,7 +301,7 @@ class jakiro_layer {
     }
     moe_config_ = {e, 2, moe_.experts[0].gate.out()};
     moe_.validate(moe_config_, l + "mlp_moe.");
-    cache_.emplace(backend_, capacity, kv_heads * head_dim);
+    make_cache(capacity, kv_heads * head_dim);
   }
 
   index_t hidden() const { return config_.attention.hidden; }
@@ -308,27 +322,21 @@ class jakiro_layer {
                                        m, l, r);
     });
   }
-  index_t cache_size() const { return cache_->size(); }
-  void crop(index_t n) { cache_->crop(n); }
-  void keep(index_t prefix, const array& offsets) { cache_->keep(prefix, span_of<const std::int32_t>(offsets, "offsets")); }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::layer_config config_;
   blocks::eagle::weights<> eagle_;
   blocks::moe::config moe_config_;
   blocks::moe::weights<> moe_;
-  std::optional<blocks::kv_cache<specdec::eigen>> cache_;
 };
 
 /// Amphista's drafting heads (blocks::amphista: two staged adaptation layers with their KV caches, the
 /// head inputs, the auto-embedding block), by the names of specdec's recorded cases.
-class amphista_heads {
+class amphista_heads : public block_binding {
  public:
   amphista_heads(const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, index_t k_heads, index_t stage1_heads,
                  float rms_eps, double rope_theta, index_t capacity)
-      : table_(weights) {
+      : block_binding(weights) {
     for (auto* stage : {&weights_.stage1, &weights_.stage2}) {
       const std::string p = stage == &weights_.stage1 ? "stage1." : "stage2.";
       stage->fuse = {table_.matrix(p + "fuse.weight"), table_.vector(p + "fuse.bias")};
@@ -383,8 +391,6 @@ class amphista_heads {
   }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::amphista::config config_;
   blocks::amphista::weights<> weights_;
   std::optional<blocks::kv_cache<specdec::eigen>> stage1_cache_, stage2_cache_;
@@ -396,11 +402,11 @@ using part_shape = std::tuple<index_t, index_t, index_t, double>;
 /// MoA's inference drafter (blocks::moa::drafter: the key/value stream of the verified target tokens
 /// through Layer Self-Attention and Ekv2E, self-attention over the new tokens, cross-attention into the
 /// stream), by the HEBO checkpoint's names.
-class moa_drafter {
+class moa_drafter : public block_binding {
  public:
   moa_drafter(const nb::dict& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca, index_t target_layers,
               index_t target_head_dim, float rms_eps, index_t capacity)
-      : table_(weights) {
+      : block_binding(weights) {
     weights_.layer_self_attention = table_.layer("layer_self_attention.");
     weights_.ekv2e = {table_.matrix("Ekv2E.weight"), table_.vector("Ekv2E.bias")};
     weights_.self_attention = table_.layer("self_attention.");
@@ -434,8 +440,6 @@ class moa_drafter {
   void crop(index_t n) { drafter_->crop(n); }
 
  private:
-  weight_table table_;
-  specdec::eigen backend_;
   blocks::moa::config config_;
   blocks::moa::weights<> weights_;
   std::optional<blocks::moa::drafter<specdec::eigen>> drafter_;
@@ -444,68 +448,65 @@ class moa_drafter {
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
-  nb::class_<moa_drafter>(m, "MoaDrafter")
+  nb::class_<moa_drafter> moa_drafter_class(m, "MoaDrafter");
+  moa_drafter_class
       .def(nb::init<const nb::dict&, const part_shape&, const part_shape&, const part_shape&, index_t, index_t, float, index_t>(),
            nb::arg("weights"), nb::arg("lsa"), nb::arg("sa"), nb::arg("ca"), nb::arg("target_layers"), nb::arg("target_head_dim"),
            nb::arg("rms_eps"), nb::arg("capacity"))
       .def_prop_ro("hidden", &moa_drafter::hidden)
       .def_prop_ro("verified", &moa_drafter::verified)
-      .def_prop_ro("cache_size", &moa_drafter::cache_size)
       .def("add_verified", &moa_drafter::add_verified, nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"))
-      .def("forward", &moa_drafter::forward, nb::arg("x"), nb::arg("positions"), nb::arg("features"), nb::arg("mask").none())
-      .def("crop", &moa_drafter::crop, nb::arg("n"));
-  nb::class_<amphista_heads>(m, "AmphistaHeads")
+      .def("forward", &moa_drafter::forward, nb::arg("x"), nb::arg("positions"), nb::arg("features"), nb::arg("mask").none());
+  bind_cache<false>(moa_drafter_class);
+  nb::class_<amphista_heads> amphista_heads_class(m, "AmphistaHeads");
+  amphista_heads_class
       .def(nb::init<const nb::dict&, index_t, index_t, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"),
            nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("k_heads"), nb::arg("stage1_heads"), nb::arg("rms_eps"),
            nb::arg("rope_theta"), nb::arg("capacity"))
       .def_prop_ro("hidden", &amphista_heads::hidden)
       .def_prop_ro("heads", &amphista_heads::heads)
       .def_prop_ro("vocab", &amphista_heads::vocab)
-      .def_prop_ro("cache_size", &amphista_heads::cache_size)
       .def("forward", &amphista_heads::forward, nb::arg("feature"), nb::arg("embedding"), nb::arg("positions"), nb::arg("s1"),
-           nb::arg("s2"), nb::arg("z"), nb::arg("u"), nb::arg("o"), nb::arg("logits"))
-      .def("crop", &amphista_heads::crop, nb::arg("n"));
-  nb::class_<jakiro_layer>(m, "JakiroLayer")
+           nb::arg("s2"), nb::arg("z"), nb::arg("u"), nb::arg("o"), nb::arg("logits"));
+  bind_cache<false>(amphista_heads_class);
+  nb::class_<jakiro_layer> jakiro_layer_class(m, "JakiroLayer");
+  jakiro_layer_class
       .def(nb::init<const nb::dict&, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"), nb::arg("heads"),
            nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))
       .def_prop_ro("hidden", &jakiro_layer::hidden)
-      .def_prop_ro("cache_size", &jakiro_layer::cache_size)
       .def("forward", &jakiro_layer::forward, nb::arg("tokens"), nb::arg("feature"), nb::arg("positions"), nb::arg("mask").none(),
-           nb::arg("left"), nb::arg("right"))
-      .def("crop", &jakiro_layer::crop, nb::arg("n"))
-      .def("keep", &jakiro_layer::keep, nb::arg("prefix"), nb::arg("offsets"));
-  nb::class_<mtp_module>(m, "MtpModule")
+           nb::arg("left"), nb::arg("right"));
+  bind_cache<true>(jakiro_layer_class);
+  nb::class_<mtp_module> mtp_module_class(m, "MtpModule");
+  mtp_module_class
       .def(nb::init<const nb::dict&, const std::string&, index_t, index_t, index_t, float, double, bool, index_t>(), nb::arg("weights"),
            nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
            nb::arg("zero_embedding_at_position_0"), nb::arg("capacity"))
       .def_prop_ro("hidden", &mtp_module::hidden)
       .def_prop_ro("vocab", &mtp_module::vocab)
-      .def_prop_ro("cache_size", &mtp_module::cache_size)
       .def("forward", &mtp_module::forward, nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(),
            nb::arg("out"), nb::arg("projected"))
-      .def("logits", &mtp_module::logits, nb::arg("o"), nb::arg("out"))
-      .def("crop", &mtp_module::crop, nb::arg("n"));
+      .def("logits", &mtp_module::logits, nb::arg("o"), nb::arg("out"));
+  bind_cache<false>(mtp_module_class);
   m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens"), nb::arg("feature"), nb::arg("embed"), nb::arg("fc_weight"), nb::arg("fc_bias"),
         nb::arg("out"));
-  nb::class_<decoder_layer>(m, "DecoderLayer")
+  nb::class_<decoder_layer> decoder_layer_class(m, "DecoderLayer");
+  decoder_layer_class
       .def(nb::init<const nb::dict&, const std::string&, index_t, index_t, index_t, float, double, bool, index_t>(), nb::arg("weights"),
            nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
            nb::arg("input_norm"), nb::arg("capacity"))
       .def("forward", &decoder_layer::forward, nb::arg("x"), nb::arg("positions"), nb::arg("mask").none())
-      .def_prop_ro("cache_size", &decoder_layer::cache_size)
-      .def("crop", &decoder_layer::crop, nb::arg("n"))
-      .def("keep", &decoder_layer::keep, nb::arg("prefix"), nb::arg("offsets"))
       .def("cached", &decoder_layer::cached, nb::arg("keys"));
-  nb::class_<eagle3_block>(m, "Eagle3Block")
+  bind_cache<true>(decoder_layer_class);
+  nb::class_<eagle3_block> eagle3_block_class(m, "Eagle3Block");
+  eagle3_block_class
       .def(nb::init<const nb::dict&, index_t, index_t, index_t, float, double, index_t>(), nb::arg("weights"), nb::arg("heads"),
            nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))
       .def_prop_ro("hidden", &eagle3_block::hidden)
       .def_prop_ro("draft_vocab", &eagle3_block::draft_vocab)
-      .def_prop_ro("cache_size", &eagle3_block::cache_size)
       .def("fuse", &eagle3_block::fuse, nb::arg("taps"), nb::arg("out"))
       .def("forward", &eagle3_block::forward, nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(),
            nb::arg("out"))
-      .def("logits", &eagle3_block::logits, nb::arg("h2"), nb::arg("out"))
-      .def("crop", &eagle3_block::crop, nb::arg("n"))
-      .def("keep", &eagle3_block::keep, nb::arg("prefix"), nb::arg("offsets"));
+      .def("logits", &eagle3_block::logits, nb::arg("h2"), nb::arg("out"));
+  bind_cache<true>(eagle3_block_class);
 }
