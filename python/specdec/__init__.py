@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """specdec from Python: speculative-decoding primitives over specdec's C++ headers.
 
-Functions take numpy arrays or torch tensors (CPU) without copying them (DLPack / the buffer protocol)
+Functions take numpy arrays or torch tensors without copying them (DLPack / the buffer protocol; CUDA
+tensors for the row primitives and sampling in a CUDA build, see ``cuda``)
 and return arrays of the same kind. specdec's row primitives (``argmax``, ``topk``, ``softmax``,
 ``log_softmax``, ``logsumexp``) come with it. Where a peer's function of the same name exists, the name, the
 argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
@@ -10,9 +11,16 @@ argument order and the outputs are the peer's, so an engine swaps specdec in wit
   ``top_p_renorm_probs``, ``top_k_mask_logits``, ``sampling_from_probs``,
   ``top_k_top_p_sampling_from_logits``, ``chain_speculative_sampling``,
   ``segment_packbits``;
-- vLLM v1: ``rejection_sample`` (its rejection sampler's layout);
+- vLLM v1: ``rejection_sample`` (its rejection sampler's layout), ``apply_sampling_constraints``,
+  ``apply_top_k_top_p``;
 - SGLang (``sgl_kernel``): ``verify_tree_greedy``, ``tree_speculative_sampling_target_only``,
-  ``build_tree_kernel_efficient``.
+  ``build_tree_kernel_efficient``;
+- Arctic Inference (vLLM's ``suffix`` method): ``SuffixDecodingCache``, ``SuffixTree``.
+
+specdec's own drafting side (``specdec/drafting.py``): ``DraftTree`` and its masks in every layout,
+``propose_ngram``, ``Eagle2TreeBuilder``, ``DraftLengthPolicy``, ``verify_greedy`` /
+``verify_speculative`` on specdec's trees, and the drafter blocks (``DecoderLayer``, ``eagle_fuse``,
+``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``).
 
 Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
 ``(seed, row)``, read from ``offset``), a ``torch.Generator`` (one integer drawn from it seeds the call),
