@@ -11,7 +11,7 @@ shift || true
 harnesses=("$@")
 targets=("${harnesses[@]/#/fuzz_}")
 if [ ${#harnesses[@]} -eq 0 ]; then
-  harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix drafters grammar)
+  harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix drafters grammar distributions)
   targets=(specdec_fuzzers)  # all of them, built in parallel
 fi
 cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_TESTS=OFF \

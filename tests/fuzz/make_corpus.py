@@ -89,7 +89,8 @@ write("tokenizer", "invalid_utf8", b"\xc3\x28 \xe2\x82 \xf0\x9f\x98 hello")
 # The structured harnesses read bytes through fuzz::input: random seeds of a few lengths, and for each
 # mode of the trees harness (first byte 0, 1, 2), of the suffix harness (0: tree, 1: cache) and of the
 # drafters harness (second byte: n-gram, suffix, chain, EAGLE-2) a seed that selects it.
-for harness in ["trees", "builders", "verifiers", "primitives", "policy", "views", "sizes", "suffix", "drafters", "grammar"]:
+for harness in ["trees", "builders", "verifiers", "primitives", "policy", "views", "sizes", "suffix", "drafters", "grammar",
+                "distributions"]:
     for i, n in enumerate([16, 64, 256, 1024]):
         data = bytes(rng.randrange(256) for _ in range(n))
         if harness == "trees":

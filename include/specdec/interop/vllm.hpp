@@ -36,7 +36,8 @@ inline constexpr float greedy_temperature = -1.0f;
 ///   `k` >= V leaves the row (vLLM's "no top-k" is k = V);
 /// - then top-p (`p` < 1): with the row in ascending order (ties by index) and its softmax, every entry
 ///   whose cumulative probability (float32, accumulated in double as PyTorch's CPU cumsum) is at most
-///   `1 - p` becomes -inf, the largest entry never. `p` = 1 leaves the row (vLLM's pass then masks only
+///   `1 - p` becomes -inf, the last in that order never (of equal largest logits, the highest index
+///   stays; the others may go, as in vLLM). `p` = 1 leaves the row (vLLM's pass then masks only
 ///   entries whose probability is already 0, which changes no probability).
 /// Top-k alone costs O(V); top-p sorts the row, O(V log V), as vLLM's PyTorch path does. The kept set
 /// is vLLM's except where a cumulative sum falls within float rounding of `1 - p` (PyTorch's softmax
