@@ -3,7 +3,7 @@
 // parameters in and out of range: FlashInfer's renormalisations (top-k, top-p and their joint order),
 // top_k_mask_logits, vLLM's apply_top_k_top_p and apply_sampling_constraints. Each call throws
 // specdec::invalid_argument or leaves a row that satisfies its definition: the largest entry is always
-// kept, entries are only kept (unchanged, or renormalised) or removed, renormalised rows sum to 1, the
+// kept, zero entries stay zero, renormalised rows sum to 1, logits are only kept or set to -inf, the
 // joint order keeps exactly what top-k and top-p each keep on the row as given, and vLLM's batch form is
 // its per-row form after the temperature.
 #include <algorithm>
