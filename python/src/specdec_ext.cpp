@@ -153,10 +153,27 @@ void row_logsumexp(const array& logits, float temperature, const array& out, std
 
 // ---- FlashInfer's sampling functions --------------------------------------------------------------
 
+/// A parameter given once for every row or once per row (FlashInfer's top_k / top_p): its count is
+/// checked (a ValueError naming it), and `at(r)` is the entry row r reads.
+struct per_row {
+  std::size_t count;
+  per_row(std::size_t n, index_t rows, const char* name) : count(n) {
+    if (n != 1 && static_cast<index_t>(n) != rows)
+      throw nb::value_error((std::string(name) + ": expected one value or one per row (" + std::to_string(rows) + "); got " +
+                             std::to_string(n)).c_str());
+  }
+  std::size_t at(index_t r) const { return count == 1 ? 0 : static_cast<std::size_t>(r); }
+};
+
+/// The filters below work in place on `out`, a copy of the input unless it is the input itself.
+void copy_into(specdec::matrix_view<const float> in, specdec::matrix_view<float> out) {
+  if (out.data() != in.data()) std::copy(in.data(), in.data() + in.size(), out.data());
+}
+
 /// top_k_renorm_probs / top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one
 /// parameter per row (`k` or `p` length rows) or one for all.
 void renorm(const array& probs, const array& out, const array& param, bool top_k) {
-  const auto in = matrix_of<float>(probs, "probs");
+  const auto in = matrix_of<const float>(probs, "probs");
   const auto o = matrix_of<float>(out, "out");
   expect_shape(out, "out", {in.rows(), in.cols()});
   const char* pname = top_k ? "top_k" : "top_p";
@@ -168,14 +185,11 @@ void renorm(const array& probs, const array& out, const array& param, bool top_k
     const auto ps = span_of<float>(param, pname);
     values.assign(ps.begin(), ps.end());
   }
-  if (values.size() != 1 && static_cast<index_t>(values.size()) != in.rows())
-    throw nb::value_error((std::string(pname) + ": expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
-                           std::to_string(values.size()))
-                              .c_str());
+  const per_row value(values.size(), in.rows(), pname);
   without_gil([&] {
-    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
+    copy_into(in, o);
     for (index_t r = 0; r < in.rows(); ++r) {
-      const double v = values[values.size() == 1 ? 0 : static_cast<std::size_t>(r)];
+      const double v = values[value.at(r)];
       const specdec::matrix_view<float> row(o.row(r), 1, o.cols());
       if (top_k) specdec::sampling::top_k_renorm(row, static_cast<index_t>(v));
       else specdec::sampling::top_p_renorm(row, static_cast<float>(v));
@@ -186,22 +200,17 @@ void renorm(const array& probs, const array& out, const array& param, bool top_k
 /// FlashInfer's joint top-k / top-p renormalisation: `out` holds a copy of probs, filtered in place, one
 /// k and one p per row or one for all.
 void joint_renorm(const array& probs, const array& out, const array& top_k, const array& top_p) {
-  const auto in = matrix_of<float>(probs, "probs");
+  const auto in = matrix_of<const float>(probs, "probs");
   const auto o = matrix_of<float>(out, "out");
   expect_shape(out, "out", {in.rows(), in.cols()});
   const auto ks = span_of<const std::int64_t>(top_k, "top_k");
   const auto ps = span_of<const float>(top_p, "top_p");
-  for (const auto& [size, name] : {std::pair{ks.size(), "top_k"}, std::pair{ps.size(), "top_p"}})
-    if (size != 1 && static_cast<index_t>(size) != in.rows())
-      throw nb::value_error((std::string(name) + ": expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
-                             std::to_string(size)).c_str());
+  const per_row k(ks.size(), in.rows(), "top_k"), p(ps.size(), in.rows(), "top_p");
   without_gil([&] {
-    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
-    for (index_t r = 0; r < in.rows(); ++r) {
-      const auto at = [&](std::size_t n) { return n == 1 ? std::size_t{0} : static_cast<std::size_t>(r); };
-      specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()),
-                                                  static_cast<index_t>(ks[at(ks.size())]), ps[at(ps.size())]);
-    }
+    copy_into(in, o);
+    for (index_t r = 0; r < in.rows(); ++r)
+      specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()), static_cast<index_t>(ks[k.at(r)]),
+                                                  ps[p.at(r)]);
   });
 }
 
@@ -211,14 +220,11 @@ void top_k_mask_logits(const array& logits, const array& out, const array& top_k
   const auto o = matrix_of<float>(out, "out");
   expect_shape(out, "out", {in.rows(), in.cols()});
   const auto ks = span_of<const std::int64_t>(top_k, "top_k");
-  if (ks.size() != 1 && static_cast<index_t>(ks.size()) != in.rows())
-    throw nb::value_error(("top_k: expected one value or one per row (" + std::to_string(in.rows()) + "); got " +
-                           std::to_string(ks.size())).c_str());
+  const per_row k(ks.size(), in.rows(), "top_k");
   without_gil([&] {
-    if (o.data() != in.data()) std::copy(in.data(), in.data() + in.size(), o.data());
+    copy_into(in, o);
     for (index_t r = 0; r < in.rows(); ++r)
-      specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(o.row(r), 1, o.cols()),
-                                           static_cast<index_t>(ks[ks.size() == 1 ? 0 : static_cast<std::size_t>(r)]));
+      specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(o.row(r), 1, o.cols()), static_cast<index_t>(ks[k.at(r)]));
   });
 }
 
