@@ -785,6 +785,49 @@ TEST_CASE_TEMPLATE("every verifier's output form writes what its returning form 
   for (std::size_t r = 0; r < want.size(); ++r) CHECK(got[r * 3] == want[r].tokens.at(0));
 }
 
+// A multi-row softmax prefetches the next row under each row's exponentials and, from 1 MiB of output,
+// streams its stores past the caches (where the output is aligned for them): neither may change a bit.
+// Each row of a 7-row call, into an aligned buffer, a misaligned one and in place, must equal that
+// row softmaxed alone and the entries of its normaliser, in the wide-vector body, the narrow-vector
+// block after it (V = 45021: 13 entries past the last 16-entry block) and the scalar tail.
+TEST_CASE_TEMPLATE("a multi-row softmax writes each row's own entries, bit for bit, aligned or not and in place", B,
+                   specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
+  B b;
+  constexpr index_t rows = 7;
+  for (const index_t v : {index_t{40000}, index_t{45021}}) {
+    CAPTURE(v);
+    static_assert(rows * 40000 * sizeof(float) >= specdec::detail::streaming_softmax_bytes);
+    const auto logits = conformance::random_logits(static_cast<std::uint64_t>(v) + 5, rows, v, 6.0f).data;
+    const specdec::matrix_view<const float> all(logits.data(), rows, v);
+    std::vector<float> alone(static_cast<std::size_t>(rows * v));
+    for (index_t r = 0; r < rows; ++r)
+      b.row_softmax(specdec::matrix_view<const float>(logits.data() + r * v, 1, v), 0.7f,
+                    specdec::matrix_view<float>(alone.data() + r * v, 1, v));
+    for (index_t r = 0; r < rows; ++r) {
+      const auto stats = b.row_softmax_stats(specdec::matrix_view<const float>(logits.data() + r * v, 1, v), 0.7f);
+      index_t differ = 0;
+      for (index_t j = 0; j < v; ++j)
+        differ += specdec::detail::exp_shifted_at(logits.data() + r * v, v, j, stats.max, 1.0f / 0.7f, 1.0f / stats.sum) !=
+                  alone[static_cast<std::size_t>(r * v + j)];
+      CHECK(differ == 0);
+    }
+    // Output at a 64-byte boundary (aligned for any vector) and one float past it (aligned for none).
+    std::vector<float> buffer(static_cast<std::size_t>(rows * v + 32));
+    std::size_t aligned = 0;
+    while (reinterpret_cast<std::uintptr_t>(buffer.data() + aligned) % 64 != 0) ++aligned;
+    for (const std::size_t offset : {aligned, aligned + 1}) {
+      CAPTURE(offset - aligned);
+      std::fill(buffer.begin(), buffer.end(), -1.0f);
+      b.row_softmax(all, 0.7f, specdec::matrix_view<float>(buffer.data() + offset, rows, v));
+      CHECK(std::equal(alone.begin(), alone.end(), buffer.begin() + static_cast<std::ptrdiff_t>(offset)));
+    }
+    std::vector<float> in_place = logits;
+    b.row_softmax(specdec::matrix_view<const float>(in_place.data(), rows, v), 0.7f,
+                  specdec::matrix_view<float>(in_place.data(), rows, v));
+    CHECK(in_place == alone);
+  }
+}
+
 // Stochastic verification from logits tests a child from its row's softmax normaliser alone
 // (row_softmax_stats + exp_shifted_at): every entry must be bit for bit the entry row_softmax writes,
 // on every host backend, in the vector body and the scalar tail of the row, at any temperature.

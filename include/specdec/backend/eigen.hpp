@@ -521,7 +521,11 @@ class eigen : public detail::eigen_dense {
         detail::write_log_shifted(x, n, acc.max, inv_t, detail::log_(acc.sum), y,
                                   logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_output_bytes);
       } else {
-        detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y);
+        // The next row is prefetched under this row's exponentials (its read then costs no pass of
+        // its own), and outputs beyond L2 are streamed past the caches.
+        detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y,
+                                  r + 1 < logits.rows() ? logits.row(r + 1) : nullptr, n,
+                                  logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_softmax_bytes);
       }
     }
   }
