@@ -31,17 +31,24 @@ def median_us(fn, pool, reps):
     return statistics.median(times)
 
 
-def paired_us(fn, op, pool, reps):
-    """Medians of the Python call `fn` and of the C++ call `op` (specdec._specdec._time_cpp, timed in
-    C++), alternating over the pool."""
-    python, cpp = [], []
+def paired_us(fn, fn_out, op, pool, reps):
+    """Medians of the Python call `fn` (allocating its output), of `fn_out` (the same call into a given
+    output; None where the function takes none) and of the C++ call `op`
+    (specdec._specdec._time_cpp, timed in C++, into a reused output), interleaved over the pool."""
+    python, given, cpp = [], [], []
     for i in range(reps):
         x = pool[i % len(pool)]
         t0 = time.perf_counter_ns()
         fn(x)
         python.append((time.perf_counter_ns() - t0) / 1000.0)
-        cpp.append(specdec._specdec._time_cpp(op, [pool[(i + len(pool) // 2) % len(pool)]], 1))
-    return statistics.median(python), statistics.median(cpp)
+        if fn_out is not None:
+            x = pool[(i + len(pool) // 3) % len(pool)]
+            t0 = time.perf_counter_ns()
+            fn_out(x)
+            given.append((time.perf_counter_ns() - t0) / 1000.0)
+        cpp.append(specdec._specdec._time_cpp(op, [pool[(i + 2 * len(pool) // 3) % len(pool)]], 1))
+    return (statistics.median(python), statistics.median(given) if given else float("nan"),
+            statistics.median(cpp))
 
 
 def torch_chain(draft, ids, target, u):
@@ -152,10 +159,10 @@ def main():
     torch.set_num_threads(args.threads)
     rows_list = [1, 8, 64] if not args.quick else [8]
     vocabs = [32000, 128256, 262144] if not args.quick else [32000]
-    lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec,cpp_us,python_over_cpp"]
+    lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec,cpp_us,python_over_cpp,python_out_given_over_cpp"]
     print(f"torch {torch.__version__}, {args.threads} thread(s); specdec {specdec.__version__}")
     print(f"{'function':<22}{'V':>8}{'rows':>6}{'specdec us':>12}{'torch us':>12}{'torch/specdec':>15}"
-          f"{'C++ us':>10}{'Python/C++':>12}")
+          f"{'C++ us':>10}{'Python/C++':>12}{'(out given)':>12}")
     only = None if args.only is None else set(args.only.split(","))
     row_functions = {"argmax", "topk", "softmax", "sample", "chain"}
     for v in vocabs if only is None or only & row_functions else []:
@@ -166,14 +173,20 @@ def main():
             logits = [torch.randn(rows, v, generator=gen) * 3 for _ in range(pool_n)]
             probs = [torch.softmax(x, dim=1) for x in logits]
             reps = 200 if rows * v <= 8 * 128256 else 60
+            index_out = torch.empty(rows, dtype=torch.int32)
+            topk_out = (torch.empty(rows, 8), torch.empty(rows, 8, dtype=torch.int32))
+            softmax_out = torch.empty(rows, v)
             cases = [
-                ("argmax", logits, lambda x: specdec.argmax(x), lambda x: torch.argmax(x, dim=1)),
-                ("topk k=8", logits, lambda x: specdec.topk(x, 8), lambda x: torch.topk(x, 8, dim=1)),
-                ("softmax", logits, lambda x: specdec.softmax(x), lambda x: torch.softmax(x, dim=1)),
-                ("sample", probs, lambda x: specdec.sampling_from_probs(x, seed=1),
+                ("argmax", logits, lambda x: specdec.argmax(x), lambda x: specdec.argmax(x, out=index_out),
+                 lambda x: torch.argmax(x, dim=1)),
+                ("topk k=8", logits, lambda x: specdec.topk(x, 8), lambda x: specdec.topk(x, 8, *topk_out),
+                 lambda x: torch.topk(x, 8, dim=1)),
+                ("softmax", logits, lambda x: specdec.softmax(x), lambda x: specdec.softmax(x, out=softmax_out),
+                 lambda x: torch.softmax(x, dim=1)),
+                ("sample", probs, lambda x: specdec.sampling_from_probs(x, seed=1), None,
                  lambda x: torch.multinomial(x, 1, generator=gen)),
             ]
-            for name, pool, ours, theirs in cases:
+            for name, pool, ours, ours_out, theirs in cases:
                 if only is not None and name.split()[0] not in only:
                     continue
                 b = median_us(theirs, pool, reps)
@@ -181,9 +194,9 @@ def main():
                 # Python call: each rep times one Python call on a row and one C++ call on another row of
                 # the pool, so that both read rows as cold and run between the same interpreter work.
                 op = {"argmax": "argmax", "topk k=8": "topk8", "softmax": "softmax", "sample": "sample"}[name]
-                a, c = paired_us(ours, op, pool, reps)
-                lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f},{c:.1f},{a / c:.2f}")
-                print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}{c:>10.1f}{a / c:>12.2f}")
+                a, g, c = paired_us(ours, ours_out, op, pool, reps)
+                lines.append(f"{name},{v},{rows},{a:.1f},{b:.1f},{b / a:.2f},{c:.1f},{a / c:.2f},{g / c:.2f}")
+                print(f"{name:<22}{v:>8}{rows:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}{c:>10.1f}{a / c:>12.2f}{g / c:>12.2f}")
             # Chains of k = 4 drafts per row (rows = requests).
             if only is not None and "chain" not in only:
                 continue
@@ -202,8 +215,14 @@ def main():
     tiny = np.zeros((1, 1), dtype=np.float32)
     out = np.empty(1, dtype=np.int32)
     overhead = median_us(lambda x: specdec.argmax(x, out=out), [tiny], 20000)
-    print(f"binding cost per call (argmax of 1 x 1, output given): {overhead:.2f} us")
-    lines.append(f"call overhead,1,1,{overhead:.2f},,")
+    tiny_t, out_t = torch.zeros(1, 1), torch.empty(1, dtype=torch.int32)
+    overhead_t = median_us(lambda x: specdec.argmax(x, out=out_t), [tiny_t], 20000)
+    allocating_t = median_us(lambda x: specdec.argmax(x), [tiny_t], 20000)
+    print(f"binding cost per call (argmax of 1 x 1, output given): numpy {overhead:.2f} us, torch {overhead_t:.2f} us; "
+          f"torch output allocated by the call: {allocating_t:.2f} us")
+    lines.append(f"call overhead numpy,1,1,{overhead:.2f},,")
+    lines.append(f"call overhead torch,1,1,{overhead_t:.2f},,")
+    lines.append(f"call overhead torch allocating,1,1,{allocating_t:.2f},,")
     if args.csv:
         with open(args.csv, "w") as f:
             f.write("\n".join(lines) + "\n")

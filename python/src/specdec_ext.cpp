@@ -250,7 +250,10 @@ void segment_packbits(const array& x, const array& indptr, bool little, const ar
 }
 
 /// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
-void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream) {
+/// sample_rows: one token per row of `probs` by the canonical inverse CDF, from `uniforms` (float32
+/// `[rows]`), or, on the host with `uniforms` empty, from Philox streams (seed, row) at `offset`.
+void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream, std::uint64_t seed,
+                 std::uint64_t offset) {
   if (const auto at = device_of(probs, "probs", stream)) {
 #if SPECDEC_PYTHON_CUDA
     const float* p = on_device<const float>(probs, "probs", 2, *at);
@@ -264,10 +267,24 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
     return;
   }
   const auto p = matrix_of<const float>(probs, "probs");
-  const auto u = span_of<const float>(uniforms, "uniforms");
   const auto t = span_of<std::int32_t>(out, "out");
-  expect_shape(uniforms, "uniforms", {p.rows()});
   expect_shape(out, "out", {p.rows()});
+  if (uniforms.size() == 0 && p.rows() > 0) {
+    // Row r's uniform is Philox stream (seed, r) at `offset`, drawn here rather than in an array the
+    // caller allocates (a one-row call's fixed cost): the value philox_uniforms(seed, offset, rows, 1,
+    // "float32") holds.
+    without_gil([&] {
+      thread_local std::vector<float> drawn;
+      drawn.resize(static_cast<std::size_t>(p.rows()));
+      for (index_t r = 0; r < p.rows(); ++r)
+        drawn[static_cast<std::size_t>(r)] = specdec::philox_stream{seed, static_cast<std::uint64_t>(r)}.uniform(offset);
+      host_backend().row_sample(p, specdec::vector_view<const float>(drawn.data(), p.rows()),
+                                specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+    });
+    return;
+  }
+  const auto u = span_of<const float>(uniforms, "uniforms");
+  expect_shape(uniforms, "uniforms", {p.rows()});
   without_gil([&] {
     host_backend().row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
   });
@@ -562,7 +579,8 @@ NB_MODULE(_specdec, m) {
   m.def("top_k_mask_logits", &top_k_mask_logits, nb::arg("logits"), nb::arg("out"), nb::arg("top_k"));
   m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
-  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0);
+  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0,
+        nb::arg("seed") = 0, nb::arg("offset") = 0);
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
         nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),
         nb::arg("accepted_token_num"), nb::arg("emitted_draft_token_num"));
