@@ -302,9 +302,10 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     }
     vec s0{}, s1{}, chunk_max = vec{} + negative_infinity<float>();
     // The maximum of `count` entries at p (lane-wise), their terms added to s0 / s1.
-    const auto scan = [&](const float* p, index_t count) {
+    const auto scan = [&](const float* p, index_t count, const float* ahead) {
       vec m0 = vec{} + negative_infinity<float>(), m1 = m0;
       for (index_t j = 0; j < count; j += 2 * w) {
+        if (ahead != nullptr && j % 16 == 0) __builtin_prefetch(ahead + j);
         const vec v0 = simd_load(p + j), v1 = simd_load(p + j + w);
         m0 = m0 < v0 ? v0 : m0;
         m1 = m1 < v1 ? v1 : m1;
@@ -313,12 +314,16 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
       }
       return m0 < m1 ? m1 : m0;
     };
-    if (maxima == nullptr) chunk_max = scan(chunk, len);  // one flat loop, the hardware prefetcher follows it
+    // Without block maxima, one flat loop per chunk that prefetches the next 8 KiB itself: the hardware
+    // prefetcher alone left the exponentials waiting on memory (measured on an AVX-512 Xeon VM: this
+    // pass took 1.6x a max-reduction's time, and with the prefetch 0.9-1.0x).
+    if (maxima == nullptr)
+      chunk_max = scan(chunk, len, b1 * maxima_block + prefetch_distance <= n ? chunk + prefetch_distance : nullptr);
     for (index_t b = b0; b < b1 && maxima != nullptr; ++b) {
       const float* p = x + b * maxima_block;
       if (b * maxima_block + prefetch_distance + maxima_block <= n)
         for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
-      const vec m = scan(p, maxima_block);
+      const vec m = scan(p, maxima_block, nullptr);
       maxima[b] = horizontal_max(m);
       chunk_max = chunk_max < m ? m : chunk_max;
     }
