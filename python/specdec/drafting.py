@@ -30,6 +30,9 @@ __all__ = [
     "VerifyResult",
     "verify_greedy",
     "verify_speculative",
+    "tree_batch",
+    "BatchVerification",
+    "verify_tree_batch",
     "DecoderLayer",
     "eagle_fuse",
     "Eagle3Block",
@@ -425,6 +428,99 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
     rows = [] if draft_rows is None else [np.ascontiguousarray(r, dtype=np.int64) for r in draft_rows]
     return [VerifyResult(*r) for r in _specdec.verify_speculative(target, logits, temperature, _trees(trees), _rows(target_rows),
                                                                  draft, rows, s, o)]
+
+
+# ---- padded batches: verification where the batch lives (host or CUDA) ------------------------------------
+
+
+def tree_batch(trees, nodes: Optional[int] = None):
+    """The padded batch layout of ``verify_tree_batch`` from specdec's trees: ``(tokens, parents,
+    node_counts)``, int32 ``[batch x N]``, ``[batch x N]`` and ``[batch]`` numpy arrays, N = ``nodes`` or
+    the largest tree's size; padding entries are 0 (tokens) and 0 (parents) and are never read."""
+    trees = [trees] if isinstance(trees, DraftTree) else list(trees)
+    n = max((t.size for t in trees), default=1) if nodes is None else int(nodes)
+    if any(t.size > n for t in trees):
+        raise ValueError(f"nodes: expected at least the largest tree's size ({max(t.size for t in trees)}); got {n}")
+    tokens = np.zeros((len(trees), n), dtype=np.int32)
+    parents = np.zeros((len(trees), n), dtype=np.int32)
+    counts = np.zeros(len(trees), dtype=np.int32)
+    for r, t in enumerate(trees):
+        tokens[r, : t.size] = t.token
+        parents[r, : t.size] = t.parent
+        counts[r] = t.size
+    return tokens, parents, counts
+
+
+@dataclass
+class BatchVerification:
+    """``verify_tree_batch``'s outputs, arrays of the target's kind and device: ``tokens`` int32 ``[batch x
+    N]`` (the accepted tokens, then the final one, -1 after), ``accepted`` int32 ``[batch]`` (draft tokens
+    accepted: each request emitted ``accepted + 1`` tokens), ``accepted_nodes`` int32 ``[batch x (N - 1)]``
+    (node indices of the accepted path, root excluded, -1 after: the KV rows to keep) and
+    ``uniforms_consumed`` int32 ``[batch]`` (the next step's Philox offset is ``offset + uniforms_consumed``)."""
+
+    tokens: object
+    accepted: object
+    accepted_nodes: object
+    uniforms_consumed: object
+
+
+def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_counts=None, target_rows=None,
+                      draft_probs=None, draft_rows=None, max_accepted=None, bonus_tokens=None, uniforms=None,
+                      seed: Optional[int] = None, offset=0, generator=None) -> BatchVerification:
+    """Verification of a padded batch of draft trees where its arrays are: numpy or CPU torch on the host,
+    CUDA torch tensors on their device in a CUDA build (one kernel, one block per request, on the current
+    stream; every array on the target's device). specdec's ``sampling::verify_greedy`` /
+    ``sampling::verify_speculative`` over ``sampling::tree_batch``: the decisions of ``verify_greedy`` /
+    ``verify_speculative`` over the same trees, bit for bit.
+
+    ``tokens``, ``parents``: int32 ``[batch x N]`` (request r's node i; node 0 the root with parent -1,
+    every parent before its child; ``tree_batch`` builds them from ``DraftTree`` s). ``node_counts`` int32
+    ``[batch]``: nodes used per request (default N). ``target_rows`` int64 ``[batch]``: the target row of
+    each request's node 0 (default ``r * N``); node i reads row ``target_rows[r] + i``. ``max_accepted``
+    int32 ``[batch]``: most draft tokens accepted, -1 for no cap. ``bonus_tokens`` int32 ``[batch]``: a token
+    the caller drew, emitted when the walk ends without a rejection (-1: none).
+
+    ``greedy=True``: ``target`` is float32 logits ``[rows x V]``; the walk accepts the child whose token is
+    its parent row's argmax (only visited rows are read) and emits the last node's argmax. Otherwise
+    ``target`` holds probabilities (soften logits with ``softmax`` first) and the walk is the lossless
+    multi-draft rule: deterministic drafts, or ``draft_probs`` float32 ``[rows' x V]`` with ``draft_rows``
+    int64 ``[batch x N]`` (the row node i was drawn from, -1 for a deterministic node). Randomness:
+    ``uniforms`` float64 ``[batch x U]`` in consumption order, or Philox stream ``(seed, r)`` for request r
+    read from ``offset`` (an int, or int64 ``[batch]`` per request; ``generator`` draws the seed; neither:
+    numpy's global generator), as ``verify_speculative``.
+
+    Errors: shapes, dtypes and devices as ``ValueError`` / ``TypeError`` naming the argument; a malformed
+    tree, a token, row, cap or bonus out of range, a row that is not a distribution where it is read whole,
+    from the C++ side."""
+    from . import _NONE_F32, _empty, _is_torch, _seed_offset, _stream
+
+    b, n = int(tokens.shape[0]), int(tokens.shape[1]) if len(tokens.shape) == 2 else 0
+
+    def here(a):  # a small array built here, moved to the target's kind and device
+        if not _is_torch(target):
+            return a
+        import torch
+
+        return torch.from_numpy(a).to(target.device)
+
+    def given(a):
+        return _NONE_F32 if a is None else a
+
+    streams, offsets = _NONE_F32, _NONE_F32
+    if not greedy and uniforms is None:
+        s, _ = _seed_offset(seed, 0, generator)
+        pairs = np.zeros((b, 2), dtype=np.uint64)
+        pairs[:, 0] = np.uint64(s % 2**64)
+        pairs[:, 1] = np.arange(b, dtype=np.uint64)
+        streams = here(pairs.view(np.int64))
+        offsets = offset if not np.isscalar(offset) else here(np.full(b, int(offset), dtype=np.int64))
+    out = BatchVerification(_empty(target, (b, max(n, 1)), "int32"), _empty(target, (b,), "int32"),
+                            _empty(target, (b, max(n - 1, 0)), "int32"), _empty(target, (b,), "int32"))
+    _specdec.verify_batch(target, bool(greedy), tokens, parents, given(node_counts), given(target_rows), given(draft_probs),
+                          given(draft_rows), given(max_accepted), given(bonus_tokens), given(uniforms), streams, offsets,
+                          out.tokens, out.accepted, out.accepted_nodes, out.uniforms_consumed, _stream(target))
+    return out
 
 
 # ---- drafter blocks ---------------------------------------------------------------------------------------

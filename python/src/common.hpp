@@ -129,7 +129,10 @@ T* checked(const array& a, const char* name, std::size_t ndim, bool device_memor
 inline void expect_shape(const array& a, const char* name, std::initializer_list<std::int64_t> want) {
   std::size_t i = 0;
   bool ok = a.ndim() == want.size();
-  for (const std::int64_t w : want) ok = ok && (w < 0 || static_cast<std::int64_t>(a.shape(i++)) == w);
+  for (const std::int64_t w : want) {
+    ok = ok && (w < 0 || static_cast<std::int64_t>(a.shape(i)) == w);
+    ++i;  // past a wildcard too
+  }
   if (ok) return;
   std::string s = "(";
   i = 0;

@@ -3,6 +3,8 @@
 // (its scratch arena persists between calls), bound to the caller's stream for each call.
 #include "cuda_ops.hpp"
 
+#include "batch_views.hpp"
+
 #include <cuda_runtime.h>
 
 #include <array>
@@ -10,6 +12,7 @@
 
 #include <specdec/backend/thrust.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/sampling/batch.hpp>
 
 namespace specdec_python::cuda {
 namespace {
@@ -66,6 +69,21 @@ void row_logsumexp(place at, const float* logits, std::int64_t rows, std::int64_
 void row_sample(place at, const float* probs, std::int64_t rows, std::int64_t cols, const float* uniforms, std::int32_t* out) {
   on(at).row_sample(rows_of(probs, rows, cols), specdec::vector_view<const float, device_space>(uniforms, static_cast<index_t>(rows)),
                     specdec::vector_view<std::int32_t, device_space>(out, static_cast<index_t>(rows)));
+}
+
+void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::int64_t cols, const batch_arrays& batch,
+                         const batch_outputs& out) {
+  specdec::sampling::verify_greedy(on(at), rows_of(logits, rows, cols), tree_batch_of<device_space>(batch),
+                                   verify_outputs_of<device_space>(out, batch.batch));
+}
+
+void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
+                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out) {
+  specdec::sampling::speculative_rows<device_space> in;
+  in.target = rows_of(target, rows, cols);
+  if (draft != nullptr) in.draft = rows_of(draft, draft_count, cols);
+  specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), specdec::sampling::speculative_options{},
+                                        verify_outputs_of<device_space>(out, batch.batch));
 }
 
 }  // namespace specdec_python::cuda

@@ -26,4 +26,41 @@ void row_softmax(place at, const float* logits, std::int64_t rows, std::int64_t 
 void row_logsumexp(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out);
 void row_sample(place at, const float* probs, std::int64_t rows, std::int64_t cols, const float* uniforms, std::int32_t* out);
 
+/// A padded batch of draft trees (specdec::sampling::tree_batch) as plain pointers, all in the memory
+/// of the call (host or device); null for an optional array the caller did not give.
+struct batch_arrays {
+  std::int64_t batch = 0;                       ///< requests
+  std::int64_t nodes = 0;                       ///< N, nodes per request (padded)
+  const std::int32_t* tokens = nullptr;         ///< `[batch x N]`
+  const std::int32_t* parents = nullptr;        ///< `[batch x N]`, -1 at node 0
+  const std::int32_t* node_counts = nullptr;    ///< `[batch]`
+  const std::int64_t* target_rows = nullptr;    ///< `[batch]`: target row of each request's node 0
+  const std::int64_t* draft_rows = nullptr;     ///< `[batch x N]`: draft row of each node, -1 deterministic
+  const std::int32_t* max_accepted = nullptr;   ///< `[batch]`, -1 for no cap
+  const std::int32_t* bonus_tokens = nullptr;   ///< `[batch]`, -1 for none
+  const double* uniforms = nullptr;             ///< `[batch x uniform_count]`, or null for Philox streams
+  std::int64_t uniform_count = 0;
+  const std::uint64_t* streams = nullptr;       ///< `[batch x 2]`: (seed, subsequence) of each request's Philox stream
+  const std::uint64_t* offsets = nullptr;       ///< `[batch]`: each stream's first position
+};
+
+/// Where batch verification writes (specdec::sampling::verify_outputs), in the memory of the call.
+struct batch_outputs {
+  std::int32_t* tokens = nullptr;             ///< `[batch x width]`
+  std::int64_t width = 0;
+  std::int32_t* accepted = nullptr;           ///< `[batch]`
+  std::int32_t* accepted_nodes = nullptr;     ///< `[batch x nodes_width]`, or null
+  std::int64_t nodes_width = 0;
+  std::int32_t* uniforms_consumed = nullptr;  ///< `[batch]`, or null
+};
+
+/// specdec::sampling::verify_greedy (from logits `[rows x cols]`) and verify_speculative (from target
+/// probabilities, optional draft rows `[draft_count x cols]`) of a padded batch on the device: one
+/// kernel per call, one block per request. Throws specdec::invalid_argument as the host forms (data
+/// faults after the call's one synchronisation).
+void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::int64_t cols, const batch_arrays& batch,
+                         const batch_outputs& out);
+void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
+                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out);
+
 }  // namespace specdec_python::cuda

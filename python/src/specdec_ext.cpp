@@ -3,6 +3,7 @@
 // strides: a TypeError or ValueError naming the argument), views them without copying, releases the GIL
 // and calls the C++ headers, which hold every algorithm. Outputs are arrays the caller allocated
 // (specdec/__init__.py allocates them where the peers' functions return new tensors).
+#include "batch_views.hpp"
 #include "common.hpp"
 #include "cuda_ops.hpp"
 
@@ -25,6 +26,7 @@
 #include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/tree_mask.hpp>
+#include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/version.hpp>
@@ -394,6 +396,96 @@ void write_sglang_outputs(const specdec::sglang::greedy_verification& got, std::
   std::copy(got.accept_token_num.begin(), got.accept_token_num.end(), accept_token_num.begin());
 }
 
+// ---- specdec's padded batch verification (sampling/batch.hpp), host or CUDA --------------------------
+
+/// An argument of a call that runs on the host (`at` empty) or on a CUDA device: checked as checked<T>
+/// or on_device<T>, then against `shape` (-1: any extent). Optional arguments (`optional`) may be empty
+/// arrays of any kind and device: null then.
+template <class T>
+T* argument(const array& a, const char* name, std::initializer_list<std::int64_t> shape,
+            const std::optional<specdec_python::cuda::place>& at, bool optional = false) {
+  if (optional && a.size() == 0) return nullptr;
+  T* p = nullptr;
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    p = on_device<T>(a, name, shape.size(), *at);
+#endif
+  } else {
+    p = checked<T>(a, name, shape.size());
+  }
+  expect_shape(a, name, shape);
+  return p;
+}
+
+/// verify_batch: specdec::sampling::verify_greedy (`greedy`: `target` holds logits) or
+/// verify_speculative (`target` holds probabilities) of a padded batch, every array in the memory of
+/// `target` (host, or a CUDA device in a CUDA build: one kernel, on `stream`). Optional arrays are empty
+/// when absent. Philox streams arrive as int64 pairs (seed, subsequence) and offsets as int64, read as
+/// the uint64 they hold.
+void verify_batch(const array& target, bool greedy, const array& tokens, const array& parents, const array& node_counts,
+                  const array& target_rows, const array& draft_probs, const array& draft_rows, const array& max_accepted,
+                  const array& bonus_tokens, const array& uniforms, const array& streams, const array& offsets,
+                  const array& out_tokens, const array& out_accepted, const array& out_nodes, const array& out_consumed,
+                  std::uintptr_t stream) {
+  const auto at = device_of(target, greedy ? "logits" : "target_probs", stream);
+  const char* target_name = greedy ? "logits" : "target_probs";
+  const float* t = argument<const float>(target, target_name, {-1, -1}, at);
+  const std::int64_t rows = static_cast<std::int64_t>(target.shape(0)), vocab = static_cast<std::int64_t>(target.shape(1));
+  if (tokens.ndim() != 2) throw nb::value_error(("tokens: expected 2 dimensions [batch x N]; got shape " + shape_of(tokens)).c_str());
+  const std::int64_t b = static_cast<std::int64_t>(tokens.shape(0)), n = static_cast<std::int64_t>(tokens.shape(1));
+  specdec_python::cuda::batch_arrays in;
+  in.batch = b;
+  in.nodes = n;
+  in.tokens = argument<const std::int32_t>(tokens, "tokens", {b, n}, at);
+  in.parents = argument<const std::int32_t>(parents, "parents", {b, n}, at);
+  in.node_counts = argument<const std::int32_t>(node_counts, "node_counts", {b}, at, true);
+  in.target_rows = argument<const std::int64_t>(target_rows, "target_rows", {b}, at, true);
+  in.max_accepted = argument<const std::int32_t>(max_accepted, "max_accepted", {b}, at, true);
+  in.bonus_tokens = argument<const std::int32_t>(bonus_tokens, "bonus_tokens", {b}, at, true);
+  const float* draft = nullptr;
+  std::int64_t draft_count = 0;
+  if (!greedy) {
+    draft = argument<const float>(draft_probs, "draft_probs", {-1, vocab}, at, true);
+    draft_count = draft == nullptr ? 0 : static_cast<std::int64_t>(draft_probs.shape(0));
+    in.draft_rows = argument<const std::int64_t>(draft_rows, "draft_rows", {b, n}, at, true);
+    if ((draft == nullptr) != (in.draft_rows == nullptr))
+      throw nb::value_error("draft_probs, draft_rows: expected both (stochastic drafts) or neither (deterministic drafts)");
+    in.uniforms = argument<const double>(uniforms, "uniforms", {b, -1}, at, true);
+    in.uniform_count = in.uniforms == nullptr ? 0 : static_cast<std::int64_t>(uniforms.shape(1));
+    in.streams = reinterpret_cast<const std::uint64_t*>(argument<const std::int64_t>(streams, "streams", {b, 2}, at, true));
+    in.offsets = reinterpret_cast<const std::uint64_t*>(argument<const std::int64_t>(offsets, "offsets", {b}, at, true));
+  }
+  specdec_python::cuda::batch_outputs out;
+  out.tokens = argument<std::int32_t>(out_tokens, "out_tokens", {b, -1}, at);
+  out.width = static_cast<std::int64_t>(out_tokens.shape(1));
+  out.accepted = argument<std::int32_t>(out_accepted, "out_accepted", {b}, at);
+  out.accepted_nodes = argument<std::int32_t>(out_nodes, "out_accepted_nodes", {b, -1}, at, true);
+  out.nodes_width = out.accepted_nodes == nullptr ? 0 : static_cast<std::int64_t>(out_nodes.shape(1));
+  out.uniforms_consumed = argument<std::int32_t>(out_consumed, "out_uniforms_consumed", {b}, at, true);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] {
+      if (greedy) specdec_python::cuda::verify_batch_greedy(*at, t, rows, vocab, in, out);
+      else specdec_python::cuda::verify_batch_speculative(*at, t, rows, vocab, draft, draft_count, in, out);
+    });
+#endif
+    return;
+  }
+  without_gil([&] {
+    using specdec::host_space;
+    const specdec::matrix_view<const float> x(t, static_cast<index_t>(rows), static_cast<index_t>(vocab));
+    if (greedy) {
+      specdec::sampling::verify_greedy(host_backend(), x, tree_batch_of<host_space>(in), verify_outputs_of<host_space>(out, b));
+    } else {
+      specdec::sampling::speculative_rows<> r;
+      r.target = x;
+      if (draft != nullptr) r.draft = specdec::matrix_view<const float>(draft, static_cast<index_t>(draft_count), static_cast<index_t>(vocab));
+      specdec::sampling::verify_speculative(host_backend(), r, tree_batch_of<host_space>(in), specdec::sampling::speculative_options{},
+                                            verify_outputs_of<host_space>(out, b));
+    }
+  });
+}
+
 /// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
 void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
                         const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
@@ -596,6 +688,10 @@ NB_MODULE(_specdec, m) {
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
         nb::arg("exponentials"), nb::arg("output"));
+  m.def("verify_batch", &verify_batch, nb::arg("target"), nb::arg("greedy"), nb::arg("tokens"), nb::arg("parents"),
+        nb::arg("node_counts"), nb::arg("target_rows"), nb::arg("draft_probs"), nb::arg("draft_rows"), nb::arg("max_accepted"),
+        nb::arg("bonus_tokens"), nb::arg("uniforms"), nb::arg("streams"), nb::arg("offsets"), nb::arg("out_tokens"),
+        nb::arg("out_accepted"), nb::arg("out_accepted_nodes"), nb::arg("out_uniforms_consumed"), nb::arg("stream") = 0);
   bind_drafting(m);
   bind_blocks(m);
   m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits"), nb::arg("cu_num_draft_tokens"),

@@ -48,3 +48,48 @@ def test_device_calls_run_on_the_current_stream_and_raise_data_faults():
         specdec.argmax(x)
     with pytest.raises(ValueError, match="index: expected an array on CUDA device"):
         specdec.argmax(x.nan_to_num(), out=np.empty(4, dtype=np.int32))
+
+
+def _batch(seed, count, n, vocab):
+    rng = np.random.default_rng(seed)
+    trees = []
+    for _ in range(count):
+        size = int(rng.integers(1, n + 1))
+        parents = [-1] + [int(rng.integers(max(0, i - 4), i)) for i in range(1, size)]
+        trees.append(specdec.DraftTree.from_parents(rng.integers(0, vocab, size=size).astype(np.int32), parents))
+    return trees
+
+
+@pytest.mark.parametrize("count,n,vocab", [(1, 8, 32000), (16, 60, 32000), (64, 60, 4099)])
+def test_batch_verification_on_the_device_equals_the_hosts(count, n, vocab):
+    trees = _batch(count + n, count, n, vocab)
+    tokens, parents, counts = (torch.from_numpy(a) for a in specdec.tree_batch(trees, n))
+    g = torch.Generator().manual_seed(count)
+    logits = torch.randn(count * n, vocab, generator=g) * 3
+    for r, t in enumerate(trees):  # plant argmaxes on first children: long greedy walks
+        for i in range(t.size):
+            kids = [c for c in range(t.size) if t.parent[c] == i]
+            if kids:
+                logits[r * n + i, int(t.token[kids[0]])] = 30.0
+    probs = specdec.softmax(logits)
+    draft = specdec.softmax(torch.randn(count * n, vocab, generator=g))
+    draft_rows = torch.tensor([[-1 if i == 0 or i >= t.size else r * n + i for i in range(n)] for r, t in enumerate(trees)],
+                              dtype=torch.int64)
+    dev = dict(tokens=tokens.cuda(), parents=parents.cuda(), node_counts=counts.cuda())
+
+    def same(a, b):
+        for name in ("tokens", "accepted", "accepted_nodes", "uniforms_consumed"):
+            assert torch.equal(getattr(a, name).cpu(), getattr(b, name)), name
+
+    same(specdec.verify_tree_batch(logits.cuda(), dev["tokens"], dev["parents"], greedy=True, node_counts=dev["node_counts"]),
+         specdec.verify_tree_batch(logits, tokens, parents, greedy=True, node_counts=counts))
+    for kwargs_host, kwargs_dev in [({}, {}), (dict(draft_probs=draft, draft_rows=draft_rows),
+                                             dict(draft_probs=draft.cuda(), draft_rows=draft_rows.cuda()))]:
+        host = specdec.verify_tree_batch(probs, tokens, parents, node_counts=counts, seed=3, offset=5, **kwargs_host)
+        same(specdec.verify_tree_batch(probs.cuda(), dev["tokens"], dev["parents"], node_counts=dev["node_counts"], seed=3,
+                                       offset=5, **kwargs_dev), host)
+        offsets = torch.full((count,), 5, dtype=torch.int64)
+        same(specdec.verify_tree_batch(probs.cuda(), dev["tokens"], dev["parents"], node_counts=dev["node_counts"], seed=3,
+                                       offset=offsets.cuda(), **kwargs_dev), host)
+    with pytest.raises(ValueError, match="tokens: expected an array on CUDA device"):
+        specdec.verify_tree_batch(logits.cuda(), tokens, dev["parents"], greedy=True)

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// The views of specdec::sampling's batch verification (tree_batch, verify_outputs) over the plain
+// pointers of cuda_ops.hpp's batch_arrays / batch_outputs, in either memory space: the host binding
+// (specdec_ext.cpp) and the CUDA side (cuda_ops.cu) build them the same way.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include <specdec/core/rng.hpp>
+#include <specdec/sampling/batch.hpp>
+
+#include "cuda_ops.hpp"
+
+namespace specdec_python {
+
+// Philox streams arrive as uint64 pairs (seed, subsequence): philox_stream's own layout.
+static_assert(sizeof(specdec::philox_stream) == 2 * sizeof(std::uint64_t) && std::is_standard_layout_v<specdec::philox_stream> &&
+              offsetof(specdec::philox_stream, seed) == 0 && offsetof(specdec::philox_stream, subsequence) == sizeof(std::uint64_t));
+
+template <class Space>
+specdec::sampling::tree_batch<Space> tree_batch_of(const cuda::batch_arrays& a) {
+  using specdec::index_t;
+  const index_t n = static_cast<index_t>(a.batch);
+  const auto vec = [&](const auto* p) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    return p == nullptr ? specdec::vector_view<const T, Space>{} : specdec::vector_view<const T, Space>(p, n);
+  };
+  specdec::sampling::tree_batch<Space> b;
+  b.tokens = {a.tokens, n, static_cast<index_t>(a.nodes)};
+  b.parents = {a.parents, n, static_cast<index_t>(a.nodes)};
+  b.node_counts = vec(a.node_counts);
+  b.target_rows = vec(a.target_rows);
+  if (a.draft_rows != nullptr) b.draft_rows = {a.draft_rows, n, static_cast<index_t>(a.nodes)};
+  b.max_accepted = vec(a.max_accepted);
+  b.bonus_tokens = vec(a.bonus_tokens);
+  if (a.uniforms != nullptr) b.uniforms = {a.uniforms, n, static_cast<index_t>(a.uniform_count)};
+  if (a.streams != nullptr)
+    b.uniform_streams = specdec::vector_view<const specdec::philox_stream, Space>(reinterpret_cast<const specdec::philox_stream*>(a.streams), n);
+  b.uniform_offsets = vec(a.offsets);
+  return b;
+}
+
+template <class Space>
+specdec::sampling::verify_outputs<Space> verify_outputs_of(const cuda::batch_outputs& o, std::int64_t batch) {
+  using specdec::index_t;
+  const index_t n = static_cast<index_t>(batch);
+  specdec::sampling::verify_outputs<Space> v;
+  v.tokens = {o.tokens, n, static_cast<index_t>(o.width)};
+  v.accepted = specdec::vector_view<std::int32_t, Space>(o.accepted, n);
+  if (o.accepted_nodes != nullptr && o.nodes_width > 0) v.accepted_nodes = {o.accepted_nodes, n, static_cast<index_t>(o.nodes_width)};
+  if (o.uniforms_consumed != nullptr) v.uniforms_consumed = specdec::vector_view<std::int32_t, Space>(o.uniforms_consumed, n);
+  return v;
+}
+
+}  // namespace specdec_python
