@@ -336,22 +336,69 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     """
     del deterministic
     batch, k = int(draft_token_ids.shape[0]), int(draft_token_ids.shape[1])
-    out = _empty(target_probs, (batch, k + 1), "int32")
-    accepted = _empty(target_probs, (batch,), "int32")
-    emitted = _empty(target_probs, (batch,), "int32")
     if uniforms is None:
         s, o = _seed_offset(seed, offset, generator)
         u = np.empty((0, 0), dtype=np.float64)
     else:
         s, o = 0, 0
         u = uniforms
-    _specdec.chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, u, s, o, out, accepted, emitted)
+    if _is_torch(target_probs) and target_probs.is_cuda:
+        out, accepted, emitted = _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, s, o)
+    else:
+        out = _empty(target_probs, (batch, k + 1), "int32")
+        accepted = _empty(target_probs, (batch,), "int32")
+        emitted = _empty(target_probs, (batch,), "int32")
+        _specdec.chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, u, s, o, out, accepted, emitted)
     if maybe_output_accepted_token_num is not None:
         maybe_output_accepted_token_num += accepted
         accepted = maybe_output_accepted_token_num
     if maybe_output_emitted_draft_token_num is not None:
         maybe_output_emitted_draft_token_num += emitted
         emitted = maybe_output_emitted_draft_token_num
+    return out, accepted, emitted
+
+
+def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: int, offset: int):
+    """chain_speculative_sampling through specdec's padded-batch verifier (sampling::tree_batch with
+    FlashInfer's conventions): the form CUDA tensors take (one kernel); the host runs the request-based
+    verifier, whose decisions these are, bit for bit (python/tests/test_batch_verify.py runs this on the
+    host against it). Returns (output_token_ids, accepted_token_num, emitted_draft_token_num)."""
+    batch, k = int(draft_token_ids.shape[0]), int(draft_token_ids.shape[1])
+    v = int(target_probs.shape[-1])
+    for name, x, want in (("draft_probs", draft_probs, (batch, k, v)), ("target_probs", target_probs, (batch, k + 1, v))):
+        if tuple(x.shape) != want:
+            raise ValueError(f"{name}: expected shape {want}; got {tuple(x.shape)}")
+    if _is_torch(target_probs):
+        torch = sys.modules["torch"]
+        if not (_is_torch(draft_token_ids) and draft_token_ids.dtype == torch.int32):
+            raise TypeError("draft_token_ids: expected an int32 torch tensor (as target_probs)")
+        dev = target_probs.device
+        tokens = torch.cat([torch.zeros((batch, 1), dtype=torch.int32, device=dev), draft_token_ids.to(dev)], dim=1)
+        parents = torch.arange(-1, k, dtype=torch.int32, device=dev).repeat(batch, 1)
+        rows = torch.arange(batch, dtype=torch.int64, device=dev)[:, None] * k + torch.arange(-1, k, dtype=torch.int64, device=dev)
+        rows[:, 0] = -1
+    else:
+        tokens = np.concatenate([np.zeros((batch, 1), dtype=np.int32), np.asarray(draft_token_ids, dtype=np.int32)], axis=1)
+        parents = np.tile(np.arange(-1, k, dtype=np.int32), (batch, 1))
+        rows = np.arange(batch, dtype=np.int64)[:, None] * k + np.arange(-1, k, dtype=np.int64)
+        rows[:, 0] = -1
+    streams, offsets = _NONE_F32, _NONE_F32
+    if uniforms is None:
+        pairs = np.zeros((batch, 2), dtype=np.uint64)
+        pairs[:, 0] = np.uint64(seed % 2**64)
+        pairs[:, 1] = np.arange(batch, dtype=np.uint64)
+        offsets = np.full(batch, int(offset), dtype=np.int64)
+        streams = pairs.view(np.int64)
+        if _is_torch(target_probs):
+            streams = sys.modules["torch"].from_numpy(streams).to(target_probs.device)
+            offsets = sys.modules["torch"].from_numpy(offsets).to(target_probs.device)
+    draft = draft_probs.reshape(batch * k, v) if k > 0 else _NONE_F32
+    out = _empty(target_probs, (batch, k + 1), "int32")
+    accepted = _empty(target_probs, (batch,), "int32")
+    emitted = _empty(target_probs, (batch,), "int32")
+    _specdec.verify_batch(target_probs.reshape(batch * (k + 1), v), False, tokens, parents, _NONE_F32, _NONE_F32, draft,
+                          rows if k > 0 else _NONE_F32, _NONE_F32, _NONE_F32, _NONE_F32 if uniforms is None else uniforms,
+                          streams, offsets, out, emitted, _NONE_F32, _NONE_F32, True, accepted, _stream(target_probs))
     return out, accepted, emitted
 
 

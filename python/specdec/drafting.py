@@ -519,7 +519,7 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
                             _empty(target, (b, max(n - 1, 0)), "int32"), _empty(target, (b,), "int32"))
     _specdec.verify_batch(target, bool(greedy), tokens, parents, given(node_counts), given(target_rows), given(draft_probs),
                           given(draft_rows), given(max_accepted), given(bonus_tokens), given(uniforms), streams, offsets,
-                          out.tokens, out.accepted, out.accepted_nodes, out.uniforms_consumed, _stream(target))
+                          out.tokens, out.accepted, out.accepted_nodes, out.uniforms_consumed, False, _NONE_F32, _stream(target))
     return out
 
 

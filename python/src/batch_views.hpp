@@ -50,7 +50,22 @@ specdec::sampling::verify_outputs<Space> verify_outputs_of(const cuda::batch_out
   v.accepted = specdec::vector_view<std::int32_t, Space>(o.accepted, n);
   if (o.accepted_nodes != nullptr && o.nodes_width > 0) v.accepted_nodes = {o.accepted_nodes, n, static_cast<index_t>(o.nodes_width)};
   if (o.uniforms_consumed != nullptr) v.uniforms_consumed = specdec::vector_view<std::int32_t, Space>(o.uniforms_consumed, n);
+  if (o.retest_accepted != nullptr) v.retest_accepted = specdec::vector_view<std::int32_t, Space>(o.retest_accepted, n);
   return v;
+}
+
+/// The verifier's options: specdec's defaults, or FlashInfer's chain conventions (chain_speculative_sampling:
+/// accept iff u * q < p with u in (0, 1], the chain re-tested after a rejection and the passes counted,
+/// V - 1 for an empty residual).
+inline specdec::sampling::speculative_options speculative_options_for(bool flashinfer) {
+  specdec::sampling::speculative_options options;
+  if (flashinfer) {
+    options.test = specdec::sampling::acceptance_test::strict_product;
+    options.range = specdec::sampling::uniform_range::open_closed;
+    options.flashinfer_retest = true;
+    options.fallback = specdec::empty_residual::last_token;
+  }
+  return options;
 }
 
 }  // namespace specdec_python

@@ -78,11 +78,11 @@ void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::
 }
 
 void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
-                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out) {
+                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer) {
   specdec::sampling::speculative_rows<device_space> in;
   in.target = rows_of(target, rows, cols);
   if (draft != nullptr) in.draft = rows_of(draft, draft_count, cols);
-  specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), specdec::sampling::speculative_options{},
+  specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), speculative_options_for(flashinfer),
                                         verify_outputs_of<device_space>(out, batch.batch));
 }
 

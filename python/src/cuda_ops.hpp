@@ -52,15 +52,17 @@ struct batch_outputs {
   std::int32_t* accepted_nodes = nullptr;     ///< `[batch x nodes_width]`, or null
   std::int64_t nodes_width = 0;
   std::int32_t* uniforms_consumed = nullptr;  ///< `[batch]`, or null
+  std::int32_t* retest_accepted = nullptr;    ///< `[batch]`, or null: FlashInfer's accepted_token_num
 };
 
 /// specdec::sampling::verify_greedy (from logits `[rows x cols]`) and verify_speculative (from target
-/// probabilities, optional draft rows `[draft_count x cols]`) of a padded batch on the device: one
-/// kernel per call, one block per request. Throws specdec::invalid_argument as the host forms (data
-/// faults after the call's one synchronisation).
+/// probabilities, optional draft rows `[draft_count x cols]`; `flashinfer`: FlashInfer's chain
+/// conventions, speculative_options_for_flashinfer) of a padded batch on the device: one kernel per
+/// call, one block per request. Throws specdec::invalid_argument as the host forms (data faults after
+/// the call's one synchronisation).
 void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::int64_t cols, const batch_arrays& batch,
                          const batch_outputs& out);
 void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
-                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out);
+                              std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer);
 
 }  // namespace specdec_python::cuda

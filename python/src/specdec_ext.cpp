@@ -426,7 +426,7 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
                   const array& target_rows, const array& draft_probs, const array& draft_rows, const array& max_accepted,
                   const array& bonus_tokens, const array& uniforms, const array& streams, const array& offsets,
                   const array& out_tokens, const array& out_accepted, const array& out_nodes, const array& out_consumed,
-                  std::uintptr_t stream) {
+                  bool flashinfer, const array& out_retest, std::uintptr_t stream) {
   const auto at = device_of(target, greedy ? "logits" : "target_probs", stream);
   const char* target_name = greedy ? "logits" : "target_probs";
   const float* t = argument<const float>(target, target_name, {-1, -1}, at);
@@ -462,11 +462,12 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   out.accepted_nodes = argument<std::int32_t>(out_nodes, "out_accepted_nodes", {b, -1}, at, true);
   out.nodes_width = out.accepted_nodes == nullptr ? 0 : static_cast<std::int64_t>(out_nodes.shape(1));
   out.uniforms_consumed = argument<std::int32_t>(out_consumed, "out_uniforms_consumed", {b}, at, true);
+  out.retest_accepted = argument<std::int32_t>(out_retest, "out_retest_accepted", {b}, at, true);
   if (at) {
 #if SPECDEC_PYTHON_CUDA
     without_gil([&] {
       if (greedy) specdec_python::cuda::verify_batch_greedy(*at, t, rows, vocab, in, out);
-      else specdec_python::cuda::verify_batch_speculative(*at, t, rows, vocab, draft, draft_count, in, out);
+      else specdec_python::cuda::verify_batch_speculative(*at, t, rows, vocab, draft, draft_count, in, out, flashinfer);
     });
 #endif
     return;
@@ -480,7 +481,7 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
       specdec::sampling::speculative_rows<> r;
       r.target = x;
       if (draft != nullptr) r.draft = specdec::matrix_view<const float>(draft, static_cast<index_t>(draft_count), static_cast<index_t>(vocab));
-      specdec::sampling::verify_speculative(host_backend(), r, tree_batch_of<host_space>(in), specdec::sampling::speculative_options{},
+      specdec::sampling::verify_speculative(host_backend(), r, tree_batch_of<host_space>(in), speculative_options_for(flashinfer),
                                             verify_outputs_of<host_space>(out, b));
     }
   });
@@ -691,7 +692,8 @@ NB_MODULE(_specdec, m) {
   m.def("verify_batch", &verify_batch, nb::arg("target"), nb::arg("greedy"), nb::arg("tokens"), nb::arg("parents"),
         nb::arg("node_counts"), nb::arg("target_rows"), nb::arg("draft_probs"), nb::arg("draft_rows"), nb::arg("max_accepted"),
         nb::arg("bonus_tokens"), nb::arg("uniforms"), nb::arg("streams"), nb::arg("offsets"), nb::arg("out_tokens"),
-        nb::arg("out_accepted"), nb::arg("out_accepted_nodes"), nb::arg("out_uniforms_consumed"), nb::arg("stream") = 0);
+        nb::arg("out_accepted"), nb::arg("out_accepted_nodes"), nb::arg("out_uniforms_consumed"), nb::arg("flashinfer"),
+        nb::arg("out_retest_accepted"), nb::arg("stream") = 0);
   bind_drafting(m);
   bind_blocks(m);
   m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits"), nb::arg("cu_num_draft_tokens"),

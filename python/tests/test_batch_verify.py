@@ -187,3 +187,35 @@ def test_torch_tensors_give_the_numpy_results():
                                   node_counts=torch.from_numpy(counts), seed=4, offset=2)
     np.testing.assert_array_equal(a.tokens, t.tokens.numpy())
     np.testing.assert_array_equal(a.uniforms_consumed, t.uniforms_consumed.numpy())
+
+
+def test_flashinfer_chain_through_the_batch_equals_the_request_verifier(golden):
+    # chain_speculative_sampling on CUDA tensors goes through the padded batch (specdec._chain_as_batch):
+    # on the host it must give the request-based verifier's outputs, FlashInfer's goldens included.
+    c = golden("samplers/flashinfer_chain.json")
+    for b in c["batches"]:
+        k = b["num_speculative_tokens"]
+        draft = np.array(b["draft_probs"], dtype=np.float32)
+        ids = np.array(b["draft_token_ids"], dtype=np.int32)
+        target = np.array(b["target_probs"], dtype=np.float32)
+        streams = b["uniform_streams"]
+        uniforms = np.ones((len(streams), max(max(len(s) for s in streams), 2 * k + 1)), dtype=np.float64)
+        for r, s in enumerate(streams):
+            uniforms[r, :len(s)] = s
+        out, accepted, emitted = specdec._chain_as_batch(draft, ids, target, uniforms, 0, 0)
+        np.testing.assert_array_equal(out, b["expected_output_token_ids"])
+        np.testing.assert_array_equal(accepted, b["expected_accepted_token_num"])
+        np.testing.assert_array_equal(emitted, b["expected_emitted_draft_token_num"])
+    rng = np.random.default_rng(16)
+    for batch, k, vocab in [(7, 4, 50), (3, 1, 9), (5, 6, 300)]:
+        ids = rng.integers(0, vocab, size=(batch, k)).astype(np.int32)
+        draft = _distributions(rng, batch * k, vocab, ids.ravel()).reshape(batch, k, vocab)
+        peaked = np.concatenate([ids, np.zeros((batch, 1), np.int64)], axis=1).ravel()
+        target = _distributions(rng, batch * (k + 1), vocab, peaked).reshape(batch, k + 1, vocab)
+        for seed, offset in [(1, 0), (2**64 - 5, 40)]:
+            want = specdec.chain_speculative_sampling(draft, ids, target, seed=seed, offset=offset)
+            got = specdec._chain_as_batch(draft, ids, target, None, seed, offset)
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(w, g)
+    with pytest.raises(ValueError, match="target_probs: expected shape"):
+        specdec._chain_as_batch(draft, ids, target[:, :-1], None, 1, 0)

@@ -93,3 +93,17 @@ def test_batch_verification_on_the_device_equals_the_hosts(count, n, vocab):
                                        offset=offsets.cuda(), **kwargs_dev), host)
     with pytest.raises(ValueError, match="tokens: expected an array on CUDA device"):
         specdec.verify_tree_batch(logits.cuda(), tokens, dev["parents"], greedy=True)
+
+
+@pytest.mark.parametrize("batch,k,vocab", [(1, 4, 32000), (16, 6, 128256), (64, 3, 4099)])
+def test_chain_speculative_sampling_on_the_device_equals_the_hosts(batch, k, vocab):
+    g = torch.Generator().manual_seed(batch * k)
+    ids = torch.randint(0, vocab, (batch, k), generator=g, dtype=torch.int32)
+    draft = torch.softmax(torch.randn(batch, k, vocab, generator=g), dim=-1)
+    target = torch.softmax(torch.randn(batch, k + 1, vocab, generator=g), dim=-1)
+    target[:, :k].scatter_add_(2, ids.long().unsqueeze(2), torch.full((batch, k, 1), 2.0))  # drafts often accepted
+    target /= target.sum(dim=-1, keepdim=True)
+    host = specdec.chain_speculative_sampling(draft, ids, target, seed=7, offset=2)
+    dev = specdec.chain_speculative_sampling(draft.cuda(), ids.cuda(), target.cuda(), seed=7, offset=2)
+    for h, d in zip(host, dev):
+        assert torch.equal(d.cpu(), h)
