@@ -257,16 +257,20 @@ inline void stream_store(float* p, wide_float_vec v) noexcept {
 inline void stream_fence() noexcept { __builtin_ia32_sfence(); }
 #endif
 
-/// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x. `next` / `next_n`: a row the caller reads next; its cache lines are prefetched (into L2)
-/// while these exponentials are computed, so a multi-row softmax reads its next row under this
-/// compute-bound pass (measured 1.2-1.5x per row at V = 32000-128256). `streaming`: write past the
-/// caches (non-temporal stores, where `out` is aligned to the vector) for outputs larger than L2.
+/// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x. `next` / `next_n`: a row
+/// the caller reads next; its cache lines are prefetched (into L2) while these exponentials are
+/// computed, so a multi-row softmax reads its next row under this compute-bound pass (measured 1.2-1.5x
+/// per row at V = 32000-128256). `streaming`: write past the caches (non-temporal stores, where `out`
+/// is aligned to the vector) for outputs larger than L2.
 /// Entries [0, n / w * w) (w = simd<float> lanes) are simd_exp's, the rest the scalar exp_'s, on
 /// every instruction set: exp_shifted_at reproduces each one.
 template <class T>
 SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, T inv_t, T scale, T* out,
                                                   const T* next = nullptr, index_t next_n = 0,
                                                   bool streaming = false) noexcept {
+  (void)next;  // the hints serve the host's float vectors only
+  (void)next_n;
+  (void)streaming;
   index_t i = 0;
 #if SPECDEC_HOST_SIMD
   if constexpr (std::is_same_v<T, float>) {
@@ -276,8 +280,6 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
     static_assert(ww % line == 0 || line % ww == 0);
 #if SPECDEC_HOST_STREAM_STORES
     const bool stream = streaming && reinterpret_cast<std::uintptr_t>(out) % sizeof(wide) == 0;
-#else
-    (void)streaming;
 #endif
     for (; i + ww <= n; i += ww) {
       if (next != nullptr && i < next_n && i % line == 0) __builtin_prefetch(next + i, 0, 2);
@@ -306,10 +308,6 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
       for (index_t l = i / line * line; l < next_n; l += line) __builtin_prefetch(next + l, 0, 2);
     }
   }
-#else
-  (void)next;
-  (void)next_n;
-  (void)streaming;
 #endif
   // Bounded by a pointer, not `i < n`: GCC 12 at -O2, with n known at the call site, misreads the
   // index form after the SIMD loop as running 2^62 times (-Waggressive-loop-optimizations).
