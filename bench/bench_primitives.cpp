@@ -134,6 +134,20 @@ void BM_log_softmax(benchmark::State& state) {
   });
 }
 
+void BM_softmax(benchmark::State& state) {
+  std::vector<float> out(static_cast<std::size_t>(state.range(0) * state.range(1)));
+  run(state, false, [&](specdec::matrix_view<const float> x) {
+    backend.row_softmax(x, 1.0f, specdec::matrix_view<float>(out.data(), x.rows(), x.cols()));
+  });
+}
+
+void BM_logsumexp(benchmark::State& state) {
+  std::vector<float> out(static_cast<std::size_t>(state.range(0)));
+  run(state, false, [&](specdec::matrix_view<const float> x) {
+    backend.row_logsumexp(x, 1.0f, specdec::vector_view<float>(out.data(), x.rows()));
+  });
+}
+
 /// The straightforward log-softmax: max pass, std::exp sum pass, write pass.
 void BM_log_softmax_baseline(benchmark::State& state) {
   std::vector<float> out(static_cast<std::size_t>(state.range(0) * state.range(1)));
@@ -204,6 +218,8 @@ BENCHMARK(BM_topk_baseline)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"})->U
 BENCHMARK(BM_topk_logsumexp)->Apply(topk_shapes)->ArgNames({"rows", "V", "k"})->UseManualTime();
 BENCHMARK(BM_log_softmax)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
 BENCHMARK(BM_log_softmax_baseline)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_softmax)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
+BENCHMARK(BM_logsumexp)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
 BENCHMARK(BM_sample)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
 BENCHMARK(BM_sample_baseline)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
 BENCHMARK(BM_sample_residual)->Apply(shapes)->ArgNames({"rows", "V"})->UseManualTime();
