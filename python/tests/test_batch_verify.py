@@ -9,17 +9,6 @@ import pytest
 import specdec
 
 
-def _random_tree(rng, n, vocab):
-    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
-    depth = [0] * n
-    for i in range(1, n):
-        depth[i] = depth[parents[i]] + 1
-    order = sorted(range(n), key=lambda i: (depth[i], i))  # breadth-first, as specdec's trees are
-    where = {old: new for new, old in enumerate(order)}
-    tokens = [int(t) for t in rng.integers(0, vocab, size=n)]
-    return specdec.DraftTree.from_parents([tokens[i] for i in order], [-1 if parents[i] < 0 else where[parents[i]] for i in order])
-
-
 def _planted(rng, trees, n, vocab):
     """Logits [batch * n x vocab] (request r's node i at row r * n + i) with the argmax planted on a child
     of most nodes, so that long accepted walks happen."""
@@ -61,10 +50,10 @@ def _row(result, r):
     return nodes[:a], tokens[: a + 1]
 
 
-def test_greedy_batch_equals_the_request_walk_with_caps_and_bonus_tokens():
+def test_greedy_batch_equals_the_request_walk_with_caps_and_bonus_tokens(random_tree):
     rng = np.random.default_rng(11)
     vocab, n = 12, 14
-    trees = [_random_tree(rng, int(rng.integers(1, n + 1)), vocab) for _ in range(30)]
+    trees = [random_tree(rng, int(rng.integers(1, n + 1)), vocab) for _ in range(30)]
     logits = _planted(rng, trees, n, vocab)
     tokens, parents, counts = specdec.tree_batch(trees, n)
     got = specdec.verify_tree_batch(logits, tokens, parents, greedy=True, node_counts=counts)
@@ -82,10 +71,10 @@ def test_greedy_batch_equals_the_request_walk_with_caps_and_bonus_tokens():
         assert _row(got, r) == _greedy_walk(tree, logits[r * n:(r + 1) * n], int(caps[r]), int(bonus[r]))
 
 
-def test_greedy_batch_reads_rows_at_target_rows():
+def test_greedy_batch_reads_rows_at_target_rows(random_tree):
     rng = np.random.default_rng(12)
     vocab, n = 9, 6
-    trees = [_random_tree(rng, n, vocab) for _ in range(4)]
+    trees = [random_tree(rng, n, vocab) for _ in range(4)]
     logits = _planted(rng, trees, n, vocab)
     # The same rows stored in reverse request order, 3 rows of padding first: target_rows says where.
     stored = np.concatenate([np.zeros((3, vocab), np.float32)] + [logits[r * n:(r + 1) * n] for r in reversed(range(4))])
@@ -104,10 +93,10 @@ def _distributions(rng, rows, vocab, peaked):
 
 
 @pytest.mark.parametrize("stochastic_drafts", [False, True])
-def test_speculative_batch_equals_the_request_verifier(stochastic_drafts):
+def test_speculative_batch_equals_the_request_verifier(stochastic_drafts, random_tree):
     rng = np.random.default_rng(13 + stochastic_drafts)
     vocab, n = 16, 10
-    trees = [_random_tree(rng, int(rng.integers(1, n + 1)), vocab) for _ in range(24)]
+    trees = [random_tree(rng, int(rng.integers(1, n + 1)), vocab) for _ in range(24)]
     tokens, parents, counts = specdec.tree_batch(trees, n)
     # Row r * n + i is the target after request r's node i; its first child's token is made likely.
     first_child = np.asarray([[next((int(t.token[c]) for c in range(t.size) if t.parent[c] == i), 0) for i in range(n)]
@@ -146,9 +135,9 @@ def test_speculative_batch_equals_the_request_verifier(stochastic_drafts):
             assert _row(per, r) == _row(whole, r)
 
 
-def test_batch_arguments_are_checked_by_name():
+def test_batch_arguments_are_checked_by_name(random_tree):
     rng = np.random.default_rng(14)
-    trees = [_random_tree(rng, 4, 8) for _ in range(3)]
+    trees = [random_tree(rng, 4, 8) for _ in range(3)]
     tokens, parents, _ = specdec.tree_batch(trees)
     logits = rng.standard_normal((12, 8)).astype(np.float32)
     with pytest.raises(TypeError, match="tokens"):
@@ -170,10 +159,10 @@ def test_batch_arguments_are_checked_by_name():
         specdec.tree_batch(trees, 3)
 
 
-def test_torch_tensors_give_the_numpy_results():
+def test_torch_tensors_give_the_numpy_results(random_tree):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(15)
-    trees = [_random_tree(rng, int(rng.integers(1, 9)), 10) for _ in range(8)]
+    trees = [random_tree(rng, int(rng.integers(1, 9)), 10) for _ in range(8)]
     tokens, parents, counts = specdec.tree_batch(trees, 8)
     logits = _planted(rng, trees, 8, 10)
     a = specdec.verify_tree_batch(logits, tokens, parents, greedy=True, node_counts=counts)
@@ -189,19 +178,10 @@ def test_torch_tensors_give_the_numpy_results():
     np.testing.assert_array_equal(a.uniforms_consumed, t.uniforms_consumed.numpy())
 
 
-def test_flashinfer_chain_through_the_batch_equals_the_request_verifier(golden):
+def test_flashinfer_chain_through_the_batch_equals_the_request_verifier(flashinfer_chains):
     # chain_speculative_sampling on CUDA tensors goes through the padded batch (specdec._chain_as_batch):
     # on the host it must give the request-based verifier's outputs, FlashInfer's goldens included.
-    c = golden("samplers/flashinfer_chain.json")
-    for b in c["batches"]:
-        k = b["num_speculative_tokens"]
-        draft = np.array(b["draft_probs"], dtype=np.float32)
-        ids = np.array(b["draft_token_ids"], dtype=np.int32)
-        target = np.array(b["target_probs"], dtype=np.float32)
-        streams = b["uniform_streams"]
-        uniforms = np.ones((len(streams), max(max(len(s) for s in streams), 2 * k + 1)), dtype=np.float64)
-        for r, s in enumerate(streams):
-            uniforms[r, :len(s)] = s
+    for b, draft, ids, target, uniforms in flashinfer_chains:
         out, accepted, emitted = specdec._chain_as_batch(draft, ids, target, uniforms, 0, 0)
         np.testing.assert_array_equal(out, b["expected_output_token_ids"])
         np.testing.assert_array_equal(accepted, b["expected_accepted_token_num"])

@@ -173,17 +173,6 @@ def test_propose_ngram_matches_reference(branches):
 # ---- trees and their buffers --------------------------------------------------------------------------------
 
 
-def _random_tree(rng, n):
-    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
-    depth = [0] * n
-    for i in range(1, n):
-        depth[i] = depth[parents[i]] + 1
-    order = sorted(range(n), key=lambda i: (depth[i], i))  # breadth-first, as specdec's trees are
-    where = {old: new for new, old in enumerate(order)}
-    tokens = [int(t) for t in rng.integers(0, 50, size=n)]
-    return specdec.DraftTree.from_parents([tokens[i] for i in order], [-1 if parents[i] < 0 else where[parents[i]] for i in order])
-
-
 def _dense_reference(tree, prefix):
     n = tree.size
     m = np.zeros((n, prefix + n), dtype=bool)
@@ -196,11 +185,11 @@ def _dense_reference(tree, prefix):
     return m
 
 
-def test_masks_in_every_layout_match_the_ancestor_relation():
+def test_masks_in_every_layout_match_the_ancestor_relation(random_tree):
     rng = np.random.default_rng(11)
     trees, prefixes = [], []
     for n in (1, 2, 7, 8, 9, 16, 17, 32, 33, 60):
-        tree = _random_tree(rng, n)
+        tree = random_tree(rng, n)
         prefix = int(rng.integers(0, 5))
         dense = _dense_reference(tree, prefix)
         assert np.array_equal(tree.mask(prefix), dense)
@@ -284,11 +273,11 @@ def _greedy_reference(tree, logits):
         node = child
 
 
-def test_verify_greedy_walks_the_argmax_path():
+def test_verify_greedy_walks_the_argmax_path(random_tree):
     rng = np.random.default_rng(3)
     trees, rows = [], []
     for _ in range(40):
-        tree = _random_tree(rng, int(rng.integers(1, 12)))
+        tree = random_tree(rng, int(rng.integers(1, 12)))
         # Tokens in a small vocabulary and argmaxes planted along a path: long accepted walks happen.
         logits = rng.standard_normal((tree.size, 8)).astype(np.float32)
         tree = specdec.DraftTree.from_parents(tree.token % 8, tree.parent)

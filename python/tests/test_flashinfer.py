@@ -63,19 +63,9 @@ def test_renorm_in_place():
     np.testing.assert_array_equal(probs, want)
 
 
-def test_chain_speculative_sampling_equals_flashinfers_goldens(golden):
-    c = golden("samplers/flashinfer_chain.json")
-    for b in c["batches"]:
-        k = b["num_speculative_tokens"]
-        draft = np.array(b["draft_probs"], dtype=np.float32)
-        ids = np.array(b["draft_token_ids"], dtype=np.int32)
-        target = np.array(b["target_probs"], dtype=np.float32)
-        streams = b["uniform_streams"]
-        width = max(len(s) for s in streams)
-        uniforms = np.ones((len(streams), max(width, 2 * k + 1)), dtype=np.float64)
-        for r, s in enumerate(streams):
-            uniforms[r, :len(s)] = s
-        accepted_before = np.array([5] * len(streams), dtype=np.int32)
+def test_chain_speculative_sampling_equals_flashinfers_goldens(flashinfer_chains):
+    for b, draft, ids, target, uniforms in flashinfer_chains:
+        accepted_before = np.array([5] * ids.shape[0], dtype=np.int32)
         out, accepted, emitted = specdec.chain_speculative_sampling(draft, ids, target, accepted_before.copy(),
                                                                     uniforms=uniforms)
         np.testing.assert_array_equal(out, b["expected_output_token_ids"])
