@@ -811,11 +811,13 @@ TEST_CASE_TEMPLATE("a multi-row softmax writes each row's own entries, bit for b
                   alone[static_cast<std::size_t>(r * v + j)];
       CHECK(differ == 0);
     }
-    // Output at a 64-byte boundary (aligned for any vector) and one float past it (aligned for none).
+    // Output at a 64-byte boundary (aligned for any vector), one float past it (aligned for none: the
+    // streamed stores start after a partial vector) and four floats past it (16 bytes, numpy's and
+    // malloc's alignment).
     std::vector<float> buffer(static_cast<std::size_t>(rows * v + 32));
     std::size_t aligned = 0;
     while (reinterpret_cast<std::uintptr_t>(buffer.data() + aligned) % 64 != 0) ++aligned;
-    for (const std::size_t offset : {aligned, aligned + 1}) {
+    for (const std::size_t offset : {aligned, aligned + 1, aligned + 4}) {
       CAPTURE(offset - aligned);
       std::fill(buffer.begin(), buffer.end(), -1.0f);
       b.row_softmax(all, 0.7f, specdec::matrix_view<float>(buffer.data() + offset, rows, v));

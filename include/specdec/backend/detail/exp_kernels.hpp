@@ -260,8 +260,8 @@ inline void stream_fence() noexcept { __builtin_ia32_sfence(); }
 /// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x. `next` / `next_n`: a row
 /// the caller reads next; its cache lines are prefetched (into L2) while these exponentials are
 /// computed, so a multi-row softmax reads its next row under this compute-bound pass (measured 1.2-1.5x
-/// per row at V = 32000-128256). `streaming`: write past the caches (non-temporal stores, where `out`
-/// is aligned to the vector) for outputs larger than L2.
+/// per row at V = 32000-128256). `streaming`: write past the caches (non-temporal stores, `out` at any
+/// float alignment) for outputs larger than L2.
 /// Entries [0, n / w * w) (w = simd<float> lanes) are simd_exp's, the rest the scalar exp_'s, on
 /// every instruction set: exp_shifted_at reproduces each one.
 template <class T>
@@ -278,25 +278,47 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
     constexpr int ww = sizeof(wide) / 4;
     constexpr index_t line = 64 / sizeof(float);
     static_assert(ww % line == 0 || line % ww == 0);
+    const auto wide_at = [&](index_t j) {
+      wide v;
+      std::memcpy(&v, x + j, sizeof v);
+      return simd_exp<wide>((v - max) * inv_t) * scale;
+    };
+    const index_t vector_end = n / (simd_bytes / 4) * (simd_bytes / 4);  // entries simd_exp computes
 #if SPECDEC_HOST_STREAM_STORES
-    const bool stream = streaming && reinterpret_cast<std::uintptr_t>(out) % sizeof(wide) == 0;
+    // Streamed stores must be aligned to the vector; the entries need not be: simd_exp is lane-wise, so
+    // an entry's bits do not depend on the block that computes it. The entries before the first aligned
+    // address and after the last aligned block are the lanes of one whole vector, stored in part (numpy
+    // and malloc give 16-byte alignment, which alone would rule streaming out).
+    const auto misaligned = static_cast<index_t>(reinterpret_cast<std::uintptr_t>(out) % sizeof(wide));
+    if (streaming && vector_end >= ww && misaligned % static_cast<index_t>(sizeof(float)) == 0) {
+      float lanes[ww];
+      const index_t head = std::min<index_t>((static_cast<index_t>(sizeof(wide)) - misaligned) % static_cast<index_t>(sizeof(wide)) /
+                                                 static_cast<index_t>(sizeof(float)),
+                                             vector_end);
+      if (head > 0) {
+        const wide y = wide_at(0);
+        std::memcpy(lanes, &y, sizeof y);
+        std::memcpy(out, lanes, static_cast<std::size_t>(head) * sizeof(float));
+      }
+      for (i = head; i + ww <= vector_end; i += ww) {
+        if (next != nullptr && i < next_n) __builtin_prefetch(next + i, 0, 2);
+        stream_store(out + i, wide_at(i));
+      }
+      stream_fence();  // the streamed lines are visible before the caller reads them
+      if (i < vector_end) {
+        const index_t rest = vector_end - i;
+        const wide y = wide_at(vector_end - ww);
+        std::memcpy(lanes, &y, sizeof y);
+        std::memcpy(out + i, lanes + (ww - rest), static_cast<std::size_t>(rest) * sizeof(float));
+        i = vector_end;
+      }
+    }
 #endif
     for (; i + ww <= n; i += ww) {
       if (next != nullptr && i < next_n && i % line == 0) __builtin_prefetch(next + i, 0, 2);
-      wide v;
-      std::memcpy(&v, x + i, sizeof v);
-      const wide y = simd_exp<wide>((v - max) * inv_t) * scale;
-#if SPECDEC_HOST_STREAM_STORES
-      if (stream) {
-        stream_store(out + i, y);
-        continue;
-      }
-#endif
+      const wide y = wide_at(i);
       std::memcpy(out + i, &y, sizeof y);
     }
-#if SPECDEC_HOST_STREAM_STORES
-    if (stream) stream_fence();  // the streamed lines are visible before the caller reads them
-#endif
     // The narrower vectors' blocks after the wide ones: the vector entries stay [0, n / w * w).
     using vec = simd<float>::vec;
     constexpr int w = simd_bytes / 4;
