@@ -358,6 +358,25 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     return out, accepted, emitted
 
 
+def _philox_streams(like, batch: int, seed: int, offset):
+    """The padded-batch verifier's randomness: request r reads Philox stream (seed, r) from `offset` (an
+    int, or already an int64 array of one offset per request). Returns (streams int64 [batch x 2], the
+    uint64 pairs (seed, r) as int64; offsets int64 [batch]) of `like`'s kind and device."""
+    pairs = np.zeros((batch, 2), dtype=np.uint64)
+    pairs[:, 0] = np.uint64(seed % 2**64)
+    pairs[:, 1] = np.arange(batch, dtype=np.uint64)
+    streams = pairs.view(np.int64)
+    if not np.isscalar(offset):
+        offsets = offset
+    else:
+        offsets = np.full(batch, int(offset), dtype=np.int64)
+        if _is_torch(like):
+            offsets = sys.modules["torch"].from_numpy(offsets).to(like.device)
+    if _is_torch(like):
+        streams = sys.modules["torch"].from_numpy(streams).to(like.device)
+    return streams, offsets
+
+
 def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: int, offset: int):
     """chain_speculative_sampling through specdec's padded-batch verifier (sampling::tree_batch with
     FlashInfer's conventions): the form CUDA tensors take (one kernel); the host runs the request-based
@@ -384,14 +403,7 @@ def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: 
         rows[:, 0] = -1
     streams, offsets = _NONE_F32, _NONE_F32
     if uniforms is None:
-        pairs = np.zeros((batch, 2), dtype=np.uint64)
-        pairs[:, 0] = np.uint64(seed % 2**64)
-        pairs[:, 1] = np.arange(batch, dtype=np.uint64)
-        offsets = np.full(batch, int(offset), dtype=np.int64)
-        streams = pairs.view(np.int64)
-        if _is_torch(target_probs):
-            streams = sys.modules["torch"].from_numpy(streams).to(target_probs.device)
-            offsets = sys.modules["torch"].from_numpy(offsets).to(target_probs.device)
+        streams, offsets = _philox_streams(target_probs, batch, seed, offset)
     draft = draft_probs.reshape(batch * k, v) if k > 0 else _NONE_F32
     out = _empty(target_probs, (batch, k + 1), "int32")
     accepted = _empty(target_probs, (batch,), "int32")

@@ -493,16 +493,9 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
     Errors: shapes, dtypes and devices as ``ValueError`` / ``TypeError`` naming the argument; a malformed
     tree, a token, row, cap or bonus out of range, a row that is not a distribution where it is read whole,
     from the C++ side."""
-    from . import _NONE_F32, _empty, _is_torch, _seed_offset, _stream
+    from . import _NONE_F32, _empty, _philox_streams, _seed_offset, _stream
 
     b, n = int(tokens.shape[0]), int(tokens.shape[1]) if len(tokens.shape) == 2 else 0
-
-    def here(a):  # a small array built here, moved to the target's kind and device
-        if not _is_torch(target):
-            return a
-        import torch
-
-        return torch.from_numpy(a).to(target.device)
 
     def given(a):
         return _NONE_F32 if a is None else a
@@ -510,11 +503,7 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
     streams, offsets = _NONE_F32, _NONE_F32
     if not greedy and uniforms is None:
         s, _ = _seed_offset(seed, 0, generator)
-        pairs = np.zeros((b, 2), dtype=np.uint64)
-        pairs[:, 0] = np.uint64(s % 2**64)
-        pairs[:, 1] = np.arange(b, dtype=np.uint64)
-        streams = here(pairs.view(np.int64))
-        offsets = offset if not np.isscalar(offset) else here(np.full(b, int(offset), dtype=np.int64))
+        streams, offsets = _philox_streams(target, b, s, offset)
     out = BatchVerification(_empty(target, (b, max(n, 1)), "int32"), _empty(target, (b,), "int32"),
                             _empty(target, (b, max(n - 1, 0)), "int32"), _empty(target, (b,), "int32"))
     _specdec.verify_batch(target, bool(greedy), tokens, parents, given(node_counts), given(target_rows), given(draft_probs),

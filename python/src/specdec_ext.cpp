@@ -340,11 +340,7 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
     specdec::sampling::speculative_rows<> rows;
     rows.target = specdec::matrix_view<const float>(static_cast<const float*>(target_probs.data()), bs * (k + 1), v);
     rows.draft = specdec::matrix_view<const float>(static_cast<const float*>(draft_probs.data()), bs * k, v);
-    specdec::sampling::speculative_options options;
-    options.test = specdec::sampling::acceptance_test::strict_product;
-    options.range = specdec::sampling::uniform_range::open_closed;
-    options.flashinfer_retest = true;
-    options.fallback = specdec::empty_residual::last_token;
+    const specdec::sampling::speculative_options options = speculative_options_for(true);
     specdec::sampling::verify_outputs<> o;
     o.tokens = out;
     o.accepted = specdec::vector_view<std::int32_t>(emitted.data(), bs);
