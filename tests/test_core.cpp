@@ -7,6 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <fstream>
+#include <limits>
+#include <locale>
+#include <sstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +71,59 @@ TEST_CASE("invalid_argument is a std::invalid_argument and names the function") 
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()) == "specdec::example: x = 2 is out of range; expected 3");
   }
+}
+
+namespace {
+/// A numpunct that groups digits in threes with ',' and writes ';' as the decimal point: a global
+/// locale of this kind changes what an ostream prints for a number.
+struct grouping_punct : std::numpunct<char> {
+  char do_decimal_point() const override { return ';'; }
+  char do_thousands_sep() const override { return ','; }
+  std::string do_grouping() const override { return "\3"; }
+};
+template <class... Parts>
+std::string message_of(const Parts&... parts) {
+  try {
+    specdec::detail::throw_invalid_argument("f", parts...);
+  } catch (const specdec::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+template <class... Parts>
+std::string classic_stream(const Parts&... parts) {
+  std::ostringstream s;
+  s.imbue(std::locale::classic());
+  s << "f: ";
+  (s << ... << parts);
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("error messages print pieces as the classic-locale stream does, whatever the global locale") {
+  const std::string text = "text";
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> values = {0.0, -0.0, 0.1, 1e-7, 123456.0, 1234567.0, 3.14159265, 1e300, -2.5e-300, 4e-320,
+                                      inf, -inf, nan, -nan, 1.0 / 3};
+  const auto check_all = [&] {
+    CHECK(message_of("k = ", 5, ", V = ", std::int64_t{-128256}, ", bytes ", std::size_t{1} << 40, " ", text, ' ', 'c') ==
+          "f: k = 5, V = -128256, bytes 1099511627776 text c");
+    CHECK(message_of(true, false, static_cast<signed char>('A'), static_cast<unsigned char>('B'), short{-3}, 7u, 8ull) ==
+          classic_stream(true, false, static_cast<signed char>('A'), static_cast<unsigned char>('B'), short{-3}, 7u, 8ull));
+    for (const double v : values) {
+      CAPTURE(v);
+      CHECK(message_of("d = ", v, ", f = ", static_cast<float>(v)) == classic_stream("d = ", v, ", f = ", static_cast<float>(v)));
+    }
+    CHECK(message_of(0.7f, " ", 16777217.0f, " ", 1e-5) == "f: 0.7 1.67772e+07 1e-05");
+  };
+  check_all();
+  const std::locale before = std::locale::global(std::locale(std::locale::classic(), new grouping_punct));
+  std::ostringstream grouped;
+  grouped << 1234567;
+  CHECK(grouped.str() == "1,234,567");  // the global locale does reach a default-constructed stream
+  check_all();
+  CHECK(message_of("V = ", 128256, ", t = ", 0.5) == "f: V = 128256, t = 0.5");
+  std::locale::global(before);
 }
 
 namespace {
