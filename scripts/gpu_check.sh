@@ -6,8 +6,8 @@
 #   2. bench/gpu_check_torch.py: PyTorch's own operations at the same shapes (the baseline);
 #   3. the CUDA conformance suite (specdec_tests_cuda), when built (cmake -DSPECDEC_ENABLE_CUDA=ON);
 #   4. compute-sanitizer memcheck and racecheck on gpu_check --quick;
-#   5. the Python package's CUDA side: `pip install ./python` for this GPU (a venv over the system's torch),
-#      then python/tests/test_cuda.py (skipped with SPECDEC_GPU_PYTHON=0).
+#   5. the Python package's CUDA side: `pip install ./python` for this GPU (offline, into build/gpu, built
+#      while phase 1 runs), then its whole pytest suite, test_cuda.py first (skipped with SPECDEC_GPU_PYTHON=0).
 # Usage: scripts/gpu_check.sh [OUT_DIR]   (default build/gpu-check; logs and CSVs land there)
 # Binaries: build/gpu/gpu_check is used when it runs here, else built with nvcc (SPECDEC_CUDA_ARCH,
 # default: the GPU's own compute capability).
@@ -36,10 +36,47 @@ if [ ! -x "$bin" ] || ldd "$bin" | grep -q "not found"; then
     -o "$bin" || exit 1
 fi
 
+# The Python package builds on the CPUs while the GPU phases run (host work only; it starts before
+# gpu_check so that its minutes overlap the timing runs). The GPU machines have no package index: the
+# build uses the scikit-build-core and nanobind installed beside PyTorch (no build isolation) and
+# installs into build/gpu/python-site, not the system's environment. Eigen's headers come from
+# SPECDEC_EIGEN_INCLUDE_DIR (default: the system's, else a copy the caller placed in .eigen/).
+python_on=${SPECDEC_GPU_PYTHON:-1}
+site=$PWD/build/gpu/python-site
+if [ "$python_on" != 0 ]; then
+  eigen=${SPECDEC_EIGEN_INCLUDE_DIR:-}
+  if [ -z "$eigen" ] && [ ! -f /usr/include/eigen3/Eigen/Core ] && [ -f .eigen/Eigen/Core ]; then eigen=$PWD/.eigen; fi
+  rm -rf "$site"
+  (CMAKE_BUILD_PARALLEL_LEVEL=4 timeout 400 nice python3 -m pip install -v --no-build-isolation --no-deps \
+    --target "$site" ./python -C build.verbose=true -C cmake.define.SPECDEC_PYTHON_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=native \
+    -C cmake.define.CMAKE_CUDA_COMPILER="$nvcc" ${eigen:+-C cmake.define.SPECDEC_EIGEN_INCLUDE_DIR="$eigen"} \
+    > "$out/python_build.log" 2>&1) &
+  python_build=$!
+fi
+
 phase "gpu_check"
 timeout 180 "$bin" --csv "$out/gpu_check.csv" 2>&1 | tee "$out/gpu_check.log"
 check_rc=${PIPESTATUS[0]}
 read_gbps=$(sed -n 's/^measured streaming read bandwidth: \([0-9.]*\) GB\/s$/\1/p' "$out/gpu_check.log")
+
+python_rc=0
+if [ "$python_on" != 0 ]; then
+  phase "Python package, CUDA side (the whole pytest suite, test_cuda.py first; the build started with gpu_check)"
+  wait "$python_build"
+  build_rc=$?
+  {
+    echo "compilers: $(c++ --version | head -1); $("$nvcc" --version | tail -1)"
+    grep -m1 -o "nvcc .*cuda_ops.cu" "$out/python_build.log" | cut -c1-400
+    so=$(ls "$site"/specdec/_specdec*.so 2>/dev/null)
+    [ -n "$so" ] && echo "module exports $(nm -D --defined-only "$so" | wc -l) symbols, $(nm -D --defined-only "$so" |
+      grep -c '_ZNS[oi]9_M_insert\|_ZNSt7codecvt') of them iostream / codecvt members; $(ldd "$so" | grep -o 'libstdc++[^ ]* => [^ ]*')"
+    [ "$build_rc" = 0 ] && echo "built" &&
+      (cd build/gpu && PYTHONPATH="$site" timeout 150 python3 -m pytest -q -p no:cacheprovider \
+        ../../python/tests/test_cuda.py ../../python/tests)
+  } 2>&1 | tail -40 | tee "$out/python_cuda.log"
+  python_rc=${PIPESTATUS[0]}
+  [ "$python_rc" = 0 ] || tail -30 "$out/python_build.log"
+fi
 
 phase "PyTorch baseline"
 timeout 80 python3 bench/gpu_check_torch.py --csv "$out/torch.csv" --read-gbps "${read_gbps:-0}" 2>&1 |
@@ -51,9 +88,9 @@ if [ -x build/cuda/tests/specdec_tests_cuda ]; then
   data_dir=$(strings build/cuda/tests/specdec_tests_cuda | grep -m1 '/tests/data$' || true)
   if [ -n "$data_dir" ] && [ ! -d "$data_dir" ]; then mkdir -p "$(dirname "$(dirname "$data_dir")")" &&
     ln -sfn "$PWD" "$(dirname "$(dirname "$data_dir")")"; fi
-  # The CUDA backend's cases only (the CPU backends' run in CI); 240 s: the statistical tests of the
+  # The CUDA backend's cases only (the CPU backends' run in CI); 200 s: the statistical tests of the
   # trees, samplers and blocks suites make many eager (synchronising) calls.
-  timeout 240 build/cuda/tests/specdec_tests_cuda -tc='*thrust_system::cuda*' 2>&1 | tail -40 | tee "$out/conformance.log"
+  timeout 200 build/cuda/tests/specdec_tests_cuda -tc='*thrust_system::cuda*' 2>&1 | tail -40 | tee "$out/conformance.log"
   conformance_rc=${PIPESTATUS[0]}
 else
   conformance_rc=0
@@ -61,24 +98,11 @@ fi
 
 phase "compute-sanitizer memcheck + racecheck (gpu_check --quick)"
 {
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "memcheck rc=${PIPESTATUS[0]}"
-  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
+  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --quick --no-timing 2>&1 | grep -v "Host Frame" | tail -30
   echo "racecheck rc=${PIPESTATUS[0]}"
 } 2>&1 | tee "$out/sanitizer.log"
-
-python_rc=0
-if [ "${SPECDEC_GPU_PYTHON:-1}" != 0 ]; then
-  phase "Python package, CUDA side (pip install ./python for this GPU, then test_cuda.py)"
-  {
-    python3 -m venv --system-site-packages build/gpu/python-venv &&
-      timeout 240 build/gpu/python-venv/bin/python -m pip install --quiet ./python \
-        -C cmake.define.SPECDEC_PYTHON_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=native &&
-      (cd build/gpu && timeout 120 python-venv/bin/python -m pytest -q ../../python/tests/test_cuda.py \
-        ../../python/tests/test_torch.py)
-  } 2>&1 | tail -30 | tee "$out/python_cuda.log"
-  python_rc=${PIPESTATUS[0]}
-fi
 
 phase "summary"
 python3 - "$out/gpu_check.csv" "$out/torch.csv" <<'EOF' | tee "$out/summary.txt"
