@@ -117,13 +117,15 @@ TEST_CASE("error messages print pieces as the classic-locale stream does, whatev
     CHECK(message_of(0.7f, " ", 16777217.0f, " ", 1e-5) == "f: 0.7 1.67772e+07 1e-05");
   };
   check_all();
-  const std::locale before = std::locale::global(std::locale(std::locale::classic(), new grouping_punct));
+  struct restore {
+    std::locale before;
+    ~restore() { std::locale::global(before); }
+  } const guard{std::locale::global(std::locale(std::locale::classic(), new grouping_punct))};
   std::ostringstream grouped;
   grouped << 1234567;
   CHECK(grouped.str() == "1,234,567");  // the global locale does reach a default-constructed stream
   check_all();
   CHECK(message_of("V = ", 128256, ", t = ", 0.5) == "f: V = 128256, t = 0.5");
-  std::locale::global(before);
 }
 
 namespace {

@@ -27,8 +27,8 @@ namespace detail {
 /// `char` (signed and unsigned too) as a character, `bool` as 1 / 0; any other type through its
 /// `operator<<`. Numbers bypass the stream's locale, so a global locale with digit grouping does not
 /// change a message, and no translation unit depends on iostreams' locale facets to report an error
-/// (the CUDA translation unit of a Python extension, loaded into a PyTorch process, crashed formatting
-/// an integer through them).
+/// (a Python extension whose link brought a static copy of the standard library beside the process's
+/// own crashed formatting an integer through them).
 template <class T>
 void append_message_piece(std::string& out, const T& piece) {
   using U = std::remove_cvref_t<T>;
