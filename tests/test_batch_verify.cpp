@@ -12,10 +12,12 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/sglang.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
@@ -908,4 +910,142 @@ TEST_CASE_TEMPLATE("batched verification names what is wrong", B, SPECDEC_ALL_BA
     CHECK(error_of([&] { sampling::verify_speculative(b, on.rows(c), t, {}, on.outputs(c)); }) ==
           at + "batch.parents is 6 x 3; expected 3 x 6 like batch.tokens");
   }
+}
+
+namespace {
+
+/// SGLang's link-encoded trees (build_tree_kernel_efficient's layout, global retrive_index) from random
+/// parents: children listed through retrive_next_token / retrive_next_sibling in a shuffled order,
+/// siblings sometimes sharing a token, target predictions that usually name one of the node's children
+/// (long accepted walks) and sometimes a token no child has.
+struct sglang_case {
+  index_t bs = 0, n = 0;
+  std::vector<std::int64_t> candidates, retrive_index, next_token, next_sibling, target_predict;
+};
+
+sglang_case make_sglang_case(std::uint64_t seed, index_t bs, index_t n) {
+  const specdec::philox_stream rng{seed, 23};
+  std::uint64_t at = 0;
+  const auto pick = [&](index_t m) { return static_cast<index_t>(rng.uniform_double(at++) * static_cast<double>(m)); };
+  sglang_case c;
+  c.bs = bs;
+  c.n = n;
+  const auto size = static_cast<std::size_t>(bs * n);
+  c.candidates.resize(size);
+  c.retrive_index.resize(size);
+  c.next_token.assign(size, -1);
+  c.next_sibling.assign(size, -1);
+  c.target_predict.resize(size);
+  for (index_t b = 0; b < bs; ++b) {
+    std::vector<std::vector<index_t>> kids(static_cast<std::size_t>(n));
+    for (index_t i = 1; i < n; ++i) kids[static_cast<std::size_t>(pick(i))].push_back(i);
+    for (index_t i = 0; i < n; ++i) {
+      const auto g = static_cast<std::size_t>(b * n + i);
+      c.retrive_index[g] = b * n + i;
+      c.candidates[g] = pick(50);
+      auto& k = kids[static_cast<std::size_t>(i)];
+      for (std::size_t j = k.size(); j > 1; --j) std::swap(k[j - 1], k[static_cast<std::size_t>(pick(static_cast<index_t>(j)))]);
+      if (!k.empty()) c.next_token[g] = k[0];
+      for (std::size_t j = 0; j + 1 < k.size(); ++j) c.next_sibling[static_cast<std::size_t>(b * n + k[j])] = k[j + 1];
+    }
+    for (index_t i = 0; i < n; ++i) {
+      const auto& k = kids[static_cast<std::size_t>(i)];
+      const auto g = static_cast<std::size_t>(b * n + i);
+      if (!k.empty() && pick(10) < 8) {
+        const index_t child = k[static_cast<std::size_t>(pick(static_cast<index_t>(k.size())))];
+        c.target_predict[g] = c.candidates[static_cast<std::size_t>(b * n + child)];
+        if (pick(4) == 0 && k.size() > 1)  // a sibling with the same token: the first in link order wins
+          c.candidates[static_cast<std::size_t>(b * n + k[0])] = c.target_predict[g];
+      } else {
+        c.target_predict[g] = 50 + pick(50);
+      }
+    }
+  }
+  return c;
+}
+
+template <class B>
+struct sglang_on {
+  using space = typename B::memory_space;
+  typename B::template buffer<std::int64_t> candidates, retrive_index, next_token, next_sibling, target_predict;
+  typename B::template buffer<std::int32_t> predicts, accept_index, accept_token_num;
+  index_t bs, n, steps;
+  sglang_on(B& b, const sglang_case& c, index_t num_spec_step)
+      : candidates(b.upload(std::span<const std::int64_t>(c.candidates))),
+        retrive_index(b.upload(std::span<const std::int64_t>(c.retrive_index))),
+        next_token(b.upload(std::span<const std::int64_t>(c.next_token))),
+        next_sibling(b.upload(std::span<const std::int64_t>(c.next_sibling))),
+        target_predict(b.upload(std::span<const std::int64_t>(c.target_predict))),
+        predicts(b.upload(std::span<const std::int32_t>(std::vector<std::int32_t>(c.candidates.size(), -7)))),
+        accept_index(b.template allocate<std::int32_t>(c.bs * num_spec_step)),
+        accept_token_num(b.template allocate<std::int32_t>(c.bs)),
+        bs(c.bs),
+        n(c.n),
+        steps(num_spec_step) {}
+  void run(B& b) {
+    const auto m = [&](auto& buf) { return specdec::matrix_view<const std::int64_t, space>(buf.matrix(bs, n)); };
+    specdec::sglang::verify_tree_greedy(b, m(candidates), m(retrive_index), m(next_token), m(next_sibling),
+                                        specdec::vector_view<const std::int64_t, space>(target_predict.view()),
+                                        predicts.view(), accept_index.matrix(bs, steps), accept_token_num.view());
+  }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 4100;
+  for (const auto& [bs, n, steps] : {std::tuple<index_t, index_t, index_t>{1, 1, 1}, {1, 8, 4}, {6, 12, 12}, {16, 60, 6},
+                                     {3, 33, 40}}) {
+    for (int repeat = 0; repeat < 3; ++repeat, ++seed) {
+      CAPTURE(seed);
+      CAPTURE(n);
+      const sglang_case c = make_sglang_case(seed, bs, n);
+      const auto mh = [&](const std::vector<std::int64_t>& v) { return specdec::matrix_view<const std::int64_t>(v.data(), bs, n); };
+      const auto want = specdec::sglang::verify_tree_greedy(mh(c.candidates), mh(c.retrive_index), mh(c.next_token),
+                                                            mh(c.next_sibling), c.target_predict, steps);
+      B b;
+      sglang_on<B> on(b, c, steps);
+      on.run(b);
+      // predicts: written at the accepted nodes only; the rest keep the caller's -7.
+      std::vector<std::int32_t> predicts = want.predicts;
+      for (auto& p : predicts) p = p == -1 ? -7 : p;
+      CHECK(b.download(on.predicts.view()) == predicts);
+      CHECK(b.download(on.accept_index.view()) == want.accept_index);
+      CHECK(b.download(on.accept_token_num.view()) == want.accept_token_num);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  const std::string at = "specdec::sglang::verify_tree_greedy: ";
+  // 0 -> 1 -> 2 -> 1: the walk comes back to node 1.
+  sglang_case c{1, 3, {5, 5, 5}, {0, 1, 2}, {1, 2, 1}, {-1, -1, -1}, {5, 5, 5}};
+  const auto run = [](const sglang_case& k, index_t steps) {
+    return error_of([&] {
+      B b;
+      sglang_on<B> on(b, k, steps);
+      on.run(b);
+    });
+  };
+  CHECK(run(c, 8) == at + "the links of request 0 lead from node 2 back to node 1 on the accepted path; expected a tree (the links cycle)");
+  c.next_token = {1, 2, -1};
+  CHECK(run(c, 8) == "");
+  c.target_predict = {4294967301, 5, 5};
+  c.candidates = {5, 4294967301, 5};
+  CHECK(run(c, 8) == at + "target_predict[0] = 4294967301; expected a token id in [0, 2^31 - 1]");
+  c.candidates = {5, 5, 5};
+  c.target_predict = {5, 5, -7};  // the bonus at the last node
+  CHECK(run(c, 8) == at + "target_predict[2] = -7; expected a token id in [0, 2^31 - 1]");
+  c.target_predict = {5, 5, 5};
+  c.retrive_index = {0, 9, 2};
+  CHECK(run(c, 8) == at + "retrive_index(0, 1) = 9; expected [0, 3)");
+  c.retrive_index = {0, 1, 2};
+  c.next_token = {1, 3, -1};
+  CHECK(run(c, 8) == at + "a link of request 0 points at node 3; expected [0, 3)");
+  c.next_token = {1, -1, -1};
+  c.next_sibling = {-1, 1, -1};
+  c.candidates = {5, 4, 5};
+  CHECK(run(c, 8) == at + "the sibling links of request 0 under node 0 cycle; expected each child list to end with -1");
+  c.next_sibling = {-1, -1, -1};
+  CHECK(run(c, 0) == at + "num_spec_step = 0; expected >= 1");
 }

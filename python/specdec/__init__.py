@@ -498,11 +498,12 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
     first, -1 padded); accept_token_num: int32 ``[batch]``. candidates, retrive_index,
     retrive_next_token, retrive_next_sibling: int64 ``[batch, N]`` (``build_tree_kernel_efficient``'s);
     target_predict: int64 ``[batch, N]`` (or ``[batch * N]``), the target's argmax per node.
-    ``cuda_stream`` is accepted for compatibility.
+    Host arrays, or (a CUDA build) CUDA tensors, all on one device: then one kernel, one block per
+    request, on ``cuda_stream`` (0: the current stream of ``candidates``).
     """
-    del cuda_stream
+    stream = int(cuda_stream) if cuda_stream else _stream(candidates)
     _specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                                retrive_next_token, retrive_next_sibling, target_predict)
+                                retrive_next_token, retrive_next_sibling, target_predict, stream)
 
 
 def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,

@@ -12,6 +12,7 @@
 
 #include <specdec/backend/thrust.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/interop/sglang.hpp>
 #include <specdec/sampling/batch.hpp>
 
 namespace specdec_python::cuda {
@@ -84,6 +85,16 @@ void verify_batch_speculative(place at, const float* target, std::int64_t rows, 
   if (draft != nullptr) in.draft = rows_of(draft, draft_count, cols);
   specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), speculative_options_for(flashinfer),
                                         verify_outputs_of<device_space>(out, batch.batch));
+}
+
+void sglang_verify_greedy(place at, const sglang_greedy_arrays& a) {
+  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
+  const auto links = [&](const std::int64_t* p) { return specdec::matrix_view<const std::int64_t, device_space>(p, bs, n); };
+  specdec::sglang::verify_tree_greedy(on(at), links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
+                                      specdec::vector_view<const std::int64_t, device_space>(a.target_predict, bs * n),
+                                      specdec::vector_view<std::int32_t, device_space>(a.predicts, bs * n),
+                                      specdec::matrix_view<std::int32_t, device_space>(a.accept_index, bs, static_cast<index_t>(a.steps)),
+                                      specdec::vector_view<std::int32_t, device_space>(a.accept_token_num, bs));
 }
 
 }  // namespace specdec_python::cuda

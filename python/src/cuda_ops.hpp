@@ -65,4 +65,22 @@ void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::
 void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
                               std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer);
 
+/// SGLang's verify_tree_greedy arrays on the device (specdec::sglang::verify_tree_greedy's backend form):
+/// int64 `[bs x n]` candidates and links, int64 `[bs * n]` target_predict; int32 outputs `predicts`
+/// `[bs * n]` (written at accepted nodes only), `accept_index` `[bs x steps]`, `accept_token_num` `[bs]`.
+struct sglang_greedy_arrays {
+  std::int64_t bs = 0;
+  std::int64_t n = 0;
+  std::int64_t steps = 0;
+  const std::int64_t* candidates = nullptr;
+  const std::int64_t* retrive_index = nullptr;
+  const std::int64_t* next_token = nullptr;
+  const std::int64_t* next_sibling = nullptr;
+  const std::int64_t* target_predict = nullptr;
+  std::int32_t* predicts = nullptr;
+  std::int32_t* accept_index = nullptr;
+  std::int32_t* accept_token_num = nullptr;
+};
+void sglang_verify_greedy(place at, const sglang_greedy_arrays& a);
+
 }  // namespace specdec_python::cuda

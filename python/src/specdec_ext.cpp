@@ -486,7 +486,36 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
 /// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
 void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
                         const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
-                        const array& target_predict) {
+                        const array& target_predict, std::uintptr_t stream) {
+  if (const auto at = device_of(candidates, "candidates", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    specdec_python::cuda::sglang_greedy_arrays a;
+    a.candidates = on_device<const std::int64_t>(candidates, "candidates", 2, *at);
+    a.bs = static_cast<std::int64_t>(candidates.shape(0));
+    a.n = static_cast<std::int64_t>(candidates.shape(1));
+    const auto link = [&](const array& m, const char* name) {
+      const std::int64_t* p = on_device<const std::int64_t>(m, name, 2, *at);
+      expect_shape(m, name, {a.bs, a.n});
+      return p;
+    };
+    a.retrive_index = link(retrive_index, "retrive_index");
+    a.next_token = link(retrive_next_token, "retrive_next_token");
+    a.next_sibling = link(retrive_next_sibling, "retrive_next_sibling");
+    a.target_predict = on_device<const std::int64_t>(target_predict, "target_predict", target_predict.ndim() == 2 ? 2 : 1, *at);
+    if (static_cast<std::int64_t>(target_predict.size()) != a.bs * a.n)
+      throw nb::value_error(("target_predict: expected " + std::to_string(a.bs * a.n) + " entries (bs x N); got shape " +
+                             shape_of(target_predict)).c_str());
+    a.predicts = on_device<std::int32_t>(predicts, "predicts", 1, *at);
+    expect_shape(predicts, "predicts", {a.bs * a.n});
+    a.accept_index = on_device<std::int32_t>(accept_index, "accept_index", 2, *at);
+    expect_shape(accept_index, "accept_index", {a.bs, -1});
+    a.steps = static_cast<std::int64_t>(accept_index.shape(1));
+    a.accept_token_num = on_device<std::int32_t>(accept_token_num, "accept_token_num", 1, *at);
+    expect_shape(accept_token_num, "accept_token_num", {a.bs});
+    without_gil([&] { specdec_python::cuda::sglang_verify_greedy(*at, a); });
+#endif
+    return;
+  }
   const auto c = matrix_of<const std::int64_t>(candidates, "candidates");
   const auto pred = span_of<std::int32_t>(predicts, "predicts");
   const auto acc = matrix_of<std::int32_t>(accept_index, "accept_index");
@@ -696,5 +725,5 @@ NB_MODULE(_specdec, m) {
         nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
         nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
-        nb::arg("target_predict"));
+        nb::arg("target_predict"), nb::arg("stream") = 0);
 }

@@ -107,3 +107,56 @@ def test_chain_speculative_sampling_on_the_device_equals_the_hosts(batch, k, voc
     dev = specdec.chain_speculative_sampling(draft.cuda(), ids.cuda(), target.cuda(), seed=7, offset=2)
     for h, d in zip(host, dev):
         assert torch.equal(d.cpu(), h)
+
+
+def _sglang_trees(seed, bs, n):
+    """SGLang's link-encoded trees (global retrive_index) from random parents, predictions that usually
+    name one of a node's children."""
+    rng = np.random.default_rng(seed)
+    candidates = rng.integers(0, 50, size=(bs, n)).astype(np.int64)
+    next_token = np.full((bs, n), -1, dtype=np.int64)
+    next_sibling = np.full((bs, n), -1, dtype=np.int64)
+    predict = rng.integers(50, 100, size=(bs, n)).astype(np.int64)
+    for b in range(bs):
+        kids = [[] for _ in range(n)]
+        for i in range(1, n):
+            kids[int(rng.integers(0, i))].append(i)
+        for i, k in enumerate(kids):
+            rng.shuffle(k)
+            if k:
+                next_token[b, i] = k[0]
+                if rng.random() < 0.8:
+                    predict[b, i] = candidates[b, k[int(rng.integers(0, len(k)))]]
+            for x, y in zip(k, k[1:]):
+                next_sibling[b, x] = y
+    retrive_index = np.arange(bs * n, dtype=np.int64).reshape(bs, n)
+    return candidates, retrive_index, next_token, next_sibling, predict
+
+
+@pytest.mark.parametrize("bs,n,steps", [(1, 8, 4), (16, 60, 6), (64, 12, 12)])
+def test_sglang_verify_tree_greedy_on_the_device_equals_the_hosts(bs, n, steps):
+    arrays = _sglang_trees(bs * n + steps, bs, n)
+
+    def run(device):
+        predicts = torch.full((bs * n,), -7, dtype=torch.int32, device=device)
+        accept_index = torch.full((bs, steps), -7, dtype=torch.int32, device=device)
+        accept_token_num = torch.full((bs,), -7, dtype=torch.int32, device=device)
+        specdec.verify_tree_greedy(predicts, accept_index, accept_token_num,
+                                   *(torch.from_numpy(a).to(device) for a in arrays))
+        return predicts.cpu(), accept_index.cpu(), accept_token_num.cpu()
+
+    host, dev = run("cpu"), run("cuda")
+    assert int((host[2] > 0).sum()) > 0  # some requests accept drafts
+    for h, d in zip(host, dev):
+        assert torch.equal(h, d)
+    candidates, retrive_index, next_token, next_sibling, predict = arrays
+    next_token = next_token.copy()
+    next_token[0, 0] = 0  # the root as its own child: the links cycle
+    predict = predict.copy()
+    predict[0, 0] = candidates[0, 0]
+    with pytest.raises(ValueError, match="back to node 0 on the accepted path"):
+        specdec.verify_tree_greedy(torch.zeros(bs * n, dtype=torch.int32, device="cuda"),
+                                   torch.zeros((bs, steps), dtype=torch.int32, device="cuda"),
+                                   torch.zeros(bs, dtype=torch.int32, device="cuda"),
+                                   *(torch.from_numpy(a).cuda() for a in (candidates, retrive_index, next_token,
+                                                                          next_sibling, predict)))

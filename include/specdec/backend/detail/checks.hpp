@@ -204,6 +204,18 @@ template <class T = float>
                              "); expected token ids in [0, V = ", f.limit, "), sorted and distinct per request");
     case team_error::history_count:
       throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), " (request ", f.column, "); expected a count >= 0");
+    case team_error::link_node:
+      throw_invalid_argument(where, "a link of request ", f.row, " points at node ", f.column, "; expected [0, ", f.limit, ")");
+    case team_error::sibling_cycle:
+      throw_invalid_argument(where, "the sibling links of request ", f.row, " under node ", f.column,
+                             " cycle; expected each child list to end with -1");
+    case team_error::path_cycle:
+      throw_invalid_argument(where, "the links of request ", f.row, " lead from node ", f.column, " back to node ", i(f.value),
+                             " on the accepted path; expected a tree (the links cycle)");
+    case team_error::link_index:
+      throw_invalid_argument(where, name, "(", f.row, ", ", i(f.value), ") = ", f.column, "; expected [0, ", f.limit, ")");
+    case team_error::predicted_token:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected a token id in [0, 2^31 - 1]");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

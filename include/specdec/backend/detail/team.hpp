@@ -68,6 +68,11 @@ enum class team_error : std::int32_t {
   entry_range = 90,           ///< row = request, column = first entry, value = end, limit = entries
   history_token = 91,         ///< row = entry, column = request, value = the token, limit = V
   history_count = 92,         ///< row = entry, column = request, value = the count
+  link_node = 93,             ///< row = request, column = the node a link points at, limit = nodes per request
+  sibling_cycle = 94,         ///< row = request, column = the node whose child list cycles
+  path_cycle = 95,            ///< row = request, column = the last accepted node, value = the node revisited
+  link_index = 96,            ///< row = request, column = the index, value = the node, limit = the index range
+  predicted_token = 97,       ///< row = entry, column = the token (an int32 output must hold it)
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
