@@ -4,8 +4,9 @@
 /// `build_tree_kernel_efficient` outputs (positions, retrive_index, retrive_next_token,
 /// retrive_next_sibling, and the tree mask in FULL_MASK, QLEN_ONLY and QLEN_ONLY_BITPACKING), and the
 /// greedy tree verification `verify_tree_greedy`. Host memory, batches of requests with their own
-/// sequence lengths. The dynamic draft loop itself is eagle2_tree_builder with
-/// `tree_score::probability` and depth = `speculative_num_steps - 1`.
+/// sequence lengths; `verify_tree_greedy` also on any team backend, every buffer in its memory. The
+/// dynamic draft loop itself is eagle2_tree_builder with `tree_score::probability` and depth =
+/// `speculative_num_steps - 1`.
 #pragma once
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 /// \brief SGLang's sampled tree verification in SGLang's own layout: `tree_speculative_sampling_target_only`
 /// (sgl-kernel), its link-encoded trees and outputs, over specdec's `verify_coin_tree` (the rule itself,
 /// with its conventions, is documented there: sampling/tree_coin.hpp). A header of its own because it
-/// runs on a backend, where sglang.hpp is host bookkeeping only.
+/// is built on the tree samplers, which sglang.hpp's bookkeeping and greedy walk do not need.
 #pragma once
 
 #include <algorithm>
