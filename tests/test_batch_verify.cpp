@@ -994,8 +994,9 @@ struct sglang_on {
 
 TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {
   std::uint64_t seed = 4100;
-  for (const auto& [bs, n, steps] : {std::tuple<index_t, index_t, index_t>{1, 1, 1}, {1, 8, 4}, {6, 12, 12}, {16, 60, 6},
-                                     {3, 33, 40}}) {
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t>{1, 1, 1}, {1, 8, 4}, {6, 12, 12}, {16, 60, 6}, {3, 33, 40}}) {
+    // Named copies: lambdas capture them (clang before 16 cannot capture structured bindings).
+    const index_t bs = std::get<0>(shape), n = std::get<1>(shape), steps = std::get<2>(shape);
     for (int repeat = 0; repeat < 3; ++repeat, ++seed) {
       CAPTURE(seed);
       CAPTURE(n);
