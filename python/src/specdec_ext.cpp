@@ -483,6 +483,13 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   });
 }
 
+/// SGLang's target_predict holds one prediction per node, `[bs x N]` or flat `[bs * N]`.
+void expect_predictions(const array& target_predict, std::int64_t nodes) {
+  if (static_cast<std::int64_t>(target_predict.size()) != nodes)
+    throw nb::value_error(("target_predict: expected " + std::to_string(nodes) + " entries (bs x N); got shape " +
+                           shape_of(target_predict)).c_str());
+}
+
 /// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
 void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
                         const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
@@ -502,9 +509,7 @@ void verify_tree_greedy(const array& predicts, const array& accept_index, const 
     a.next_token = link(retrive_next_token, "retrive_next_token");
     a.next_sibling = link(retrive_next_sibling, "retrive_next_sibling");
     a.target_predict = on_device<const std::int64_t>(target_predict, "target_predict", target_predict.ndim() == 2 ? 2 : 1, *at);
-    if (static_cast<std::int64_t>(target_predict.size()) != a.bs * a.n)
-      throw nb::value_error(("target_predict: expected " + std::to_string(a.bs * a.n) + " entries (bs x N); got shape " +
-                             shape_of(target_predict)).c_str());
+    expect_predictions(target_predict, a.bs * a.n);
     a.predicts = on_device<std::int32_t>(predicts, "predicts", 1, *at);
     expect_shape(predicts, "predicts", {a.bs * a.n});
     a.accept_index = on_device<std::int32_t>(accept_index, "accept_index", 2, *at);
@@ -529,8 +534,7 @@ void verify_tree_greedy(const array& predicts, const array& accept_index, const 
   const auto ns = matrix_of<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
   const array& tp = target_predict;
   const std::int64_t* t = checked<const std::int64_t>(tp, "target_predict", tp.ndim() == 2 ? 2 : 1);
-  if (static_cast<index_t>(tp.size()) != bs * n)
-    throw nb::value_error(("target_predict: expected " + std::to_string(bs * n) + " entries (bs x N); got shape " + shape_of(tp)).c_str());
+  expect_predictions(tp, bs * n);
   without_gil([&] {
     const auto got = specdec::sglang::verify_tree_greedy(c, ri, nt, ns, std::span<const std::int64_t>(t, static_cast<std::size_t>(bs * n)),
                                                          acc.cols());
