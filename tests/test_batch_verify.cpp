@@ -6,6 +6,7 @@
 // passes split differently, the results may not change); and the errors, named.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstdint>
@@ -13,17 +14,21 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/tree_coin.hpp>
+#include <specdec/tree/tree.hpp>
 
 #include "backend_conformance.hpp"
 #include "team_backends.hpp"
@@ -1049,4 +1054,215 @@ TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend names what is wrong
   CHECK(run(c, 8) == at + "the sibling links of request 0 under node 0 cycle; expected each child list to end with -1");
   c.next_sibling = {-1, -1, -1};
   CHECK(run(c, 0) == at + "num_spec_step = 0; expected >= 1");
+}
+
+namespace {
+
+/// SGLang's sampled verification of a link-encoded batch through specdec's request-based
+/// verify_coin_tree on the host (the reference the team job is held to): parents recovered from the
+/// links, the links given as the sibling order, one coin per node then the final uniform.
+specdec::sglang::greedy_verification coin_reference(const sglang_case& c, index_t vocab, const std::vector<float>& probs,
+                                                    const std::vector<float>& coins, const std::vector<float>& finals,
+                                                    index_t steps, float threshold_single, float threshold_acc) {
+  const index_t bs = c.bs, n = c.n;
+  std::vector<specdec::draft_tree> trees;
+  std::vector<std::vector<std::int32_t>> first_child(static_cast<std::size_t>(bs)), sibling(static_cast<std::size_t>(bs));
+  std::vector<std::vector<double>> uniforms(static_cast<std::size_t>(bs));
+  for (index_t r = 0; r < bs; ++r) {
+    const auto at = [&](index_t i) { return static_cast<std::size_t>(r * n + i); };
+    std::vector<std::int32_t> tokens, parent(static_cast<std::size_t>(n), -1);
+    for (index_t i = 0; i < n; ++i) {
+      tokens.push_back(static_cast<std::int32_t>(c.candidates[at(i)]));
+      first_child[static_cast<std::size_t>(r)].push_back(static_cast<std::int32_t>(c.next_token[at(i)]));
+      sibling[static_cast<std::size_t>(r)].push_back(static_cast<std::int32_t>(c.next_sibling[at(i)]));
+      uniforms[static_cast<std::size_t>(r)].push_back(coins[at(i)]);
+    }
+    uniforms[static_cast<std::size_t>(r)].push_back(finals[static_cast<std::size_t>(r)]);
+    for (index_t i = 0; i < n; ++i)
+      for (std::int64_t k = c.next_token[at(i)]; k >= 0; k = c.next_sibling[at(k)]) parent[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(i);
+    trees.push_back(specdec::make_tree(tokens, parent, vocab));
+  }
+  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(bs));
+  for (index_t r = 0; r < bs; ++r) {
+    auto& q = requests[static_cast<std::size_t>(r)];
+    q.tree = trees[static_cast<std::size_t>(r)];
+    q.target_row = r * n;
+    q.uniforms = sampling::uniform_stream::values(uniforms[static_cast<std::size_t>(r)]);
+    q.max_accepted = steps - 1;
+    q.first_child = first_child[static_cast<std::size_t>(r)];
+    q.next_sibling = sibling[static_cast<std::size_t>(r)];
+  }
+  specdec::eigen b;
+  const auto results = sampling::verify_coin_tree(b, specdec::matrix_view<const float>(probs.data(), bs * n, vocab), requests,
+                                                  {threshold_single, std::max(threshold_acc, 1e-9f)});
+  specdec::sglang::greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(bs * n), -1),
+                                           std::vector<std::int32_t>(static_cast<std::size_t>(bs * steps), -1),
+                                           std::vector<std::int32_t>(static_cast<std::size_t>(bs), 0)};
+  for (index_t r = 0; r < bs; ++r) {
+    const auto& res = results[static_cast<std::size_t>(r)];
+    std::vector<std::int32_t> path = {0};
+    path.insert(path.end(), res.accepted_nodes.begin(), res.accepted_nodes.end());
+    for (std::size_t i = 0; i < path.size(); ++i) {
+      const auto slot = static_cast<std::size_t>(c.retrive_index[static_cast<std::size_t>(r * n + path[i])]);
+      out.predicts[slot] = res.tokens[i];
+      out.accept_index[static_cast<std::size_t>(r * steps) + i] = static_cast<std::int32_t>(slot);
+    }
+    out.accept_token_num[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(res.accepted_nodes.size());
+  }
+  return out;
+}
+
+/// Target rows for a link-encoded batch: random entries (a third zero), where often one of the node's
+/// candidates carries much of the mass; some rows hold mass only on the node's candidates (rejecting
+/// them all leaves an empty residual: SGLang's last-token fallback).
+std::vector<float> coin_rows(const sglang_case& c, index_t vocab, std::uint64_t seed) {
+  const specdec::philox_stream rng{seed, 29};
+  std::uint64_t at = 0;
+  std::vector<float> probs(static_cast<std::size_t>(c.bs * c.n * vocab));
+  for (index_t r = 0; r < c.bs; ++r)
+    for (index_t i = 0; i < c.n; ++i) {
+      std::vector<double> w(static_cast<std::size_t>(vocab));
+      const double kind = rng.uniform_double(at++);
+      std::vector<std::int64_t> kids;
+      for (std::int64_t k = c.next_token[static_cast<std::size_t>(r * c.n + i)]; k >= 0; k = c.next_sibling[static_cast<std::size_t>(r * c.n + k)])
+        kids.push_back(c.candidates[static_cast<std::size_t>(r * c.n + k)]);
+      if (kind < 0.15 && !kids.empty()) {
+        for (const std::int64_t t : kids) w[static_cast<std::size_t>(t)] += rng.uniform_double(at++) + 0.01;
+      } else {
+        for (auto& x : w) x = rng.uniform_double(at++) < 0.33 ? 0.0 : rng.uniform_double(at++);
+        if (!kids.empty() && kind < 0.7)
+          w[static_cast<std::size_t>(kids[static_cast<std::size_t>(rng.uniform_double(at++) * double(kids.size()))])] +=
+              0.5 * static_cast<double>(vocab);
+      }
+      double total = 0.0;
+      for (const double x : w) total += x;
+      for (index_t j = 0; j < vocab; ++j)
+        probs[static_cast<std::size_t>((r * c.n + i) * vocab + j)] = static_cast<float>(w[static_cast<std::size_t>(j)] / total);
+    }
+  return probs;
+}
+
+template <class B>
+struct coin_on {
+  using space = typename B::memory_space;
+  sglang_on<B> links;
+  typename B::template buffer<float> coins, finals, probs;
+  index_t coin_cols, vocab;
+  coin_on(B& b, const sglang_case& c, index_t steps, const std::vector<float>& u, const std::vector<float>& f,
+          const std::vector<float>& p, index_t v)
+      : links(b, c, steps),
+        coins(b.upload(std::span<const float>(u))),
+        finals(b.upload(std::span<const float>(f))),
+        probs(b.upload(std::span<const float>(p))),
+        coin_cols(static_cast<index_t>(u.size()) / c.bs),
+        vocab(v) {}
+  void run(B& b, float threshold_single, float threshold_acc) {
+    const index_t bs = links.bs, n = links.n;
+    const auto m = [&](auto& buf) { return specdec::matrix_view<const std::int64_t, space>(buf.matrix(bs, n)); };
+    specdec::sglang::tree_speculative_sampling_target_only(
+        b, m(links.candidates), m(links.retrive_index), m(links.next_token), m(links.next_sibling),
+        specdec::matrix_view<const float, space>(coins.matrix(bs, coin_cols)), specdec::vector_view<const float, space>(finals.view()),
+        specdec::matrix_view<const float, space>(probs.matrix(bs * n, vocab)), links.predicts.view(),
+        links.accept_index.matrix(bs, links.steps), links.accept_token_num.view(), threshold_single, threshold_acc);
+  }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SGLang's tree_speculative_sampling_target_only on a backend equals verify_coin_tree", B, SPECDEC_TEAM_BACKENDS) {
+  // Thresholds: lossless; lossy both ways; every first child; rarely any (residuals, empty ones);
+  // threshold_acc below SGLang's clamp.
+  const std::pair<float, float> thresholds[] = {{1.0f, 1.0f}, {0.4f, 0.7f}, {0.0f, 1.0f}, {1.0f, 2.5f}, {0.9f, 1e-12f}};
+  std::uint64_t seed = 5100;
+  int accepted = 0, fallbacks = 0;
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t, index_t>{1, 1, 1, 60}, {1, 8, 4, 300}, {6, 12, 12, 3000},
+                            {4, 60, 6, 2100}, {3, 33, 40, 1030}}) {
+    const index_t bs = std::get<0>(shape), n = std::get<1>(shape), steps = std::get<2>(shape), vocab = std::get<3>(shape);
+    for (int repeat = 0; repeat < 2; ++repeat, ++seed) {
+      CAPTURE(seed);
+      const sglang_case c = make_sglang_case(seed, bs, n);
+      const std::vector<float> probs = coin_rows(c, vocab, seed);
+      const specdec::philox_stream rng{seed, 31};
+      std::vector<float> coins(static_cast<std::size_t>(bs * n)), finals(static_cast<std::size_t>(bs));
+      std::uint64_t at = 0;
+      for (auto& u : coins) u = static_cast<float>(rng.uniform_double(at++)) * 0.999f;
+      for (auto& u : finals) u = static_cast<float>(rng.uniform_double(at++)) * 0.999f;
+      for (const auto& pair : thresholds) {
+        const float single = pair.first, acc = pair.second;  // named: CAPTURE's lambda captures them
+        CAPTURE(single);
+        CAPTURE(acc);
+        const auto want = coin_reference(c, vocab, probs, coins, finals, steps, single, acc);
+        B b;
+        coin_on<B> on(b, c, steps, coins, finals, probs, vocab);
+        on.run(b, single, acc);
+        std::vector<std::int32_t> predicts = want.predicts;
+        for (auto& p : predicts) p = p == -1 ? -7 : p;
+        CHECK(b.download(on.links.predicts.view()) == predicts);
+        CHECK(b.download(on.links.accept_index.view()) == want.accept_index);
+        CHECK(b.download(on.links.accept_token_num.view()) == want.accept_token_num);
+        for (const std::int32_t k : want.accept_token_num) accepted += k;
+        for (const std::int32_t p : want.predicts) fallbacks += p == vocab - 1 ? 1 : 0;
+      }
+    }
+  }
+  CHECK(accepted > 100);  // long accepted walks were compared, not only first-level rejections
+  CHECK(fallbacks > 0);   // and empty residuals (the last-token fallback)
+}
+
+TEST_CASE_TEMPLATE("SGLang's tree_speculative_sampling_target_only on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  const std::string at = "specdec::sglang::tree_speculative_sampling_target_only: ";
+  // 0 -> {1, 2}, 1 -> 3; V = 8, every row uniform.
+  const sglang_case good{1, 4, {5, 1, 2, 3}, {0, 1, 2, 3}, {1, 3, -1, -1}, {-1, 2, -1, -1}, {0, 0, 0, 0}};
+  const std::vector<float> rows(4 * 8, 0.125f);
+  const auto run = [&](const sglang_case& k, std::vector<float> coins, std::vector<float> finals, std::vector<float> probs,
+                       index_t steps = 4, float single = 1.0f, float acc = 1.0f) {
+    return error_of([&] {
+      B b;
+      coin_on<B> on(b, k, steps, coins, finals, probs, 8);
+      on.run(b, single, acc);
+    });
+  };
+  const std::vector<float> coins = {0.5f, 0.5f, 0.5f, 0.5f}, finals = {0.5f};
+  CHECK(run(good, coins, finals, rows) == "");
+  sglang_case c = good;
+  c.candidates[2] = 8;
+  CHECK(run(c, coins, finals, rows) == at + "candidates(0, 2) = 8; expected a token in [0, V = 8)");
+  c = good;
+  c.next_token[1] = 4;
+  CHECK(run(c, coins, finals, rows) == at + "retrive_next_token(0, 1) = 4; expected -1 or a node in [0, 4)");
+  c = good;
+  c.next_sibling[3] = -2;
+  CHECK(run(c, coins, finals, rows) == at + "retrive_next_sibling(0, 3) = -2; expected -1 or a node in [0, 4)");
+  c = good;
+  c.next_sibling[2] = 1;  // 1 -> 2 -> 1: a sibling list that cycles reaches node 1 twice
+  CHECK(run(c, coins, finals, rows) == at + "the links of request 0 reach node 1 twice; expected a tree (each node linked once)");
+  c = good;
+  c.next_token[1] = -1;  // node 3 hangs under nothing
+  CHECK(run(c, coins, finals, rows) == at + "the links of request 0 reach 3 of its 4 nodes; expected every node under the root");
+  c = good;
+  c.next_token = {1, -1, 3, -1};  // 0 -> {1, 2}, 2 -> 3 is fine; 3 -> ... under a later node is not
+  CHECK(run(c, coins, finals, rows) == "");
+  c.next_token = {3, -1, -1, 1};
+  c.next_sibling = {-1, 2, -1, -1};  // 0 -> 3, 3 -> {1, 2}: node 1 under node 3
+  CHECK(run(c, coins, finals, rows) == at + "the links of request 0 put node 1 under node 3; expected parents numbered before "
+                                           "their children (as build_tree_kernel_efficient does)");
+  c = good;
+  c.retrive_index[1] = 4;
+  CHECK(run(c, {0.1f, 0.1f, 0.1f, 0.1f}, finals, rows) == at + "retrive_index(0, 1) = 4; expected [0, 4)");
+  CHECK(run(good, {0.5f, 1.0f, 0.5f, 0.5f}, finals, rows, 4, 0.1f) == at + "uniform_samples[0, 1] = 1; expected a value in [0, 1)");
+  CHECK(run(good, coins, {-0.5f}, rows) == at + "uniform_samples_for_final_sampling[0] = -0.5; expected a value in [0, 1)");
+  std::vector<float> bad = rows;
+  bad[1] = 1.5f;  // row 0, token 1: node 1's candidate
+  CHECK(run(good, coins, finals, bad) == at + "target_probs[0, 1] = 1.5; expected a probability in [0, 1]");
+  bad = rows;
+  bad[8 * 2 + 7] = 0.5f;  // node 2's row, read whole only for a final draw there
+  CHECK(run(good, coins, finals, bad) == "");
+  bad = rows;
+  bad[7] = 0.5f;  // node 0's row sums to 1.375: the final draw there reads it whole
+  CHECK(run(good, {0.99f, 0.5f, 0.5f, 0.5f}, finals, bad) == at + "target_probs row 0 sums to 1.375; expected 1 within 0.0001");
+  CHECK(run(good, coins, finals, rows, 4, -1.0f) == at + "threshold_single = -1; expected a finite value >= 0");
+  CHECK(run(good, coins, finals, rows, 4, 1.0f, std::numeric_limits<float>::infinity()) ==
+        at + "threshold_acc = inf; expected a finite value");
+  CHECK(run(good, coins, finals, rows, 0) == at + "num_spec_step = 0; expected >= 1");
+  CHECK(run(good, {0.5f, 0.5f, 0.5f}, finals, rows) == at + "uniform_samples is 1 x 3; expected 1 x 4 (a coin per node)");
 }

@@ -509,7 +509,7 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
 def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                           retrive_next_token, retrive_next_sibling, uniform_samples,
                                           uniform_samples_for_final_sampling, target_probs, draft_probs=None,
-                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True):
+                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True, cuda_stream=0):
     """SGLang's ``sgl_kernel.tree_speculative_sampling_target_only``: sampled verification of link-encoded
     trees against the target alone (SGLang's coin rule; ``threshold_single = threshold_acc = 1`` is
     lossless sampling), outputs written in place as ``verify_tree_greedy``'s.
@@ -518,12 +518,15 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
     uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N, V]``.
     ``draft_probs`` is not read (target-only, as SGLang's kernel); ``threshold_acc`` is clamped to >= 1e-9
     as SGLang's launcher does. Parents must precede their children in node order (build_tree's order).
+    Host arrays, or (a CUDA build) CUDA tensors, all on one device: then one kernel, one block per
+    request, on ``cuda_stream`` (0: the current stream of ``candidates``).
     """
     del draft_probs, deterministic
+    stream = int(cuda_stream) if cuda_stream else _stream(candidates)
     _specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                                    retrive_next_token, retrive_next_sibling, uniform_samples,
                                                    uniform_samples_for_final_sampling, target_probs,
-                                                   float(threshold_single), float(threshold_acc))
+                                                   float(threshold_single), float(threshold_acc), stream)
 
 
 def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,

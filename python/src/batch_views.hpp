@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The views of specdec::sampling's batch verification (tree_batch, verify_outputs) over the plain
-// pointers of cuda_ops.hpp's batch_arrays / batch_outputs, in either memory space: the host binding
+// The views of specdec::sampling's batch verification (tree_batch, verify_outputs) and of SGLang's
+// verifiers over the plain pointers of cuda_ops.hpp's arrays, in either memory space: the host binding
 // (specdec_ext.cpp) and the CUDA side (cuda_ops.cu) build them the same way.
 #pragma once
 
@@ -8,6 +8,8 @@
 #include <type_traits>
 
 #include <specdec/core/rng.hpp>
+#include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/sampling/batch.hpp>
 
 #include "cuda_ops.hpp"
@@ -66,6 +68,30 @@ inline specdec::sampling::speculative_options speculative_options_for(bool flash
     options.fallback = specdec::empty_residual::last_token;
   }
   return options;
+}
+
+/// SGLang's verifiers (their backend forms) on backend `b`, every array of `a` in its memory.
+template <class B>
+void sglang_verify(B& b, const cuda::sglang_arrays& a, bool greedy) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
+  const auto links = [&](const std::int64_t* p) { return specdec::matrix_view<const std::int64_t, space>(p, bs, n); };
+  const specdec::vector_view<std::int32_t, space> predicts(a.predicts, bs * n);
+  const specdec::matrix_view<std::int32_t, space> accept_index(a.accept_index, bs, static_cast<index_t>(a.steps));
+  const specdec::vector_view<std::int32_t, space> accept_token_num(a.accept_token_num, bs);
+  if (greedy) {
+    specdec::sglang::verify_tree_greedy(b, links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
+                                        specdec::vector_view<const std::int64_t, space>(a.target_predict, bs * n), predicts,
+                                        accept_index, accept_token_num);
+    return;
+  }
+  specdec::sglang::tree_speculative_sampling_target_only(
+      b, links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
+      specdec::matrix_view<const float, space>(a.uniform_samples, bs, static_cast<index_t>(a.uniform_cols)),
+      specdec::vector_view<const float, space>(a.uniform_final, bs),
+      specdec::matrix_view<const float, space>(a.target_probs, bs * n, static_cast<index_t>(a.vocab)), predicts, accept_index,
+      accept_token_num, a.threshold_single, a.threshold_acc);
 }
 
 }  // namespace specdec_python

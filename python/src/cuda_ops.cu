@@ -12,7 +12,6 @@
 
 #include <specdec/backend/thrust.hpp>
 #include <specdec/core/error.hpp>
-#include <specdec/interop/sglang.hpp>
 #include <specdec/sampling/batch.hpp>
 
 namespace specdec_python::cuda {
@@ -87,14 +86,8 @@ void verify_batch_speculative(place at, const float* target, std::int64_t rows, 
                                         verify_outputs_of<device_space>(out, batch.batch));
 }
 
-void sglang_verify_greedy(place at, const sglang_greedy_arrays& a) {
-  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
-  const auto links = [&](const std::int64_t* p) { return specdec::matrix_view<const std::int64_t, device_space>(p, bs, n); };
-  specdec::sglang::verify_tree_greedy(on(at), links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
-                                      specdec::vector_view<const std::int64_t, device_space>(a.target_predict, bs * n),
-                                      specdec::vector_view<std::int32_t, device_space>(a.predicts, bs * n),
-                                      specdec::matrix_view<std::int32_t, device_space>(a.accept_index, bs, static_cast<index_t>(a.steps)),
-                                      specdec::vector_view<std::int32_t, device_space>(a.accept_token_num, bs));
-}
+void sglang_verify_greedy(place at, const sglang_arrays& a) { sglang_verify(on(at), a, true); }
+
+void sglang_verify_sampled(place at, const sglang_arrays& a) { sglang_verify(on(at), a, false); }
 
 }  // namespace specdec_python::cuda

@@ -65,10 +65,11 @@ void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::
 void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
                               std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer);
 
-/// SGLang's verify_tree_greedy arrays on the device (specdec::sglang::verify_tree_greedy's backend form):
-/// int64 `[bs x n]` candidates and links, int64 `[bs * n]` target_predict; int32 outputs `predicts`
-/// `[bs * n]` (written at accepted nodes only), `accept_index` `[bs x steps]`, `accept_token_num` `[bs]`.
-struct sglang_greedy_arrays {
+/// SGLang's link-encoded trees and its verifiers' outputs as plain pointers, all in the memory of the
+/// call: int64 `[bs x n]` candidates and links; int32 outputs `predicts` `[bs * n]` (written at the
+/// accepted path's slots only), `accept_index` `[bs x steps]`, `accept_token_num` `[bs]`; then what
+/// each verifier reads (null where the other one's).
+struct sglang_arrays {
   std::int64_t bs = 0;
   std::int64_t n = 0;
   std::int64_t steps = 0;
@@ -76,11 +77,22 @@ struct sglang_greedy_arrays {
   const std::int64_t* retrive_index = nullptr;
   const std::int64_t* next_token = nullptr;
   const std::int64_t* next_sibling = nullptr;
-  const std::int64_t* target_predict = nullptr;
   std::int32_t* predicts = nullptr;
   std::int32_t* accept_index = nullptr;
   std::int32_t* accept_token_num = nullptr;
+  const std::int64_t* target_predict = nullptr;  ///< greedy: `[bs * n]`
+  const float* uniform_samples = nullptr;        ///< sampled: `[bs x uniform_cols]`
+  std::int64_t uniform_cols = 0;
+  const float* uniform_final = nullptr;          ///< sampled: `[bs]`
+  const float* target_probs = nullptr;           ///< sampled: `[bs * n x vocab]`
+  std::int64_t vocab = 0;
+  float threshold_single = 1.0f;
+  float threshold_acc = 1.0f;
 };
-void sglang_verify_greedy(place at, const sglang_greedy_arrays& a);
+
+/// specdec::sglang::verify_tree_greedy and tree_speculative_sampling_target_only (their backend forms)
+/// on the device: one kernel, one block per request.
+void sglang_verify_greedy(place at, const sglang_arrays& a);
+void sglang_verify_sampled(place at, const sglang_arrays& a);
 
 }  // namespace specdec_python::cuda

@@ -382,16 +382,6 @@ void apply_sampling_constraints(const array& logits, const array& cu_num_draft_t
 
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
 
-/// SGLang's outputs into its caller's arrays: predicts only where the walk emitted (the kernels leave
-/// the other entries as they were), accept_index and accept_token_num whole.
-void write_sglang_outputs(const specdec::sglang::greedy_verification& got, std::span<std::int32_t> predicts,
-                          specdec::matrix_view<std::int32_t> accept_index, std::span<std::int32_t> accept_token_num) {
-  for (std::size_t i = 0; i < got.predicts.size(); ++i)
-    if (got.predicts[i] != -1) predicts[i] = got.predicts[i];
-  std::copy(got.accept_index.begin(), got.accept_index.end(), accept_index.data());
-  std::copy(got.accept_token_num.begin(), got.accept_token_num.end(), accept_token_num.begin());
-}
-
 // ---- specdec's padded batch verification (sampling/batch.hpp), host or CUDA --------------------------
 
 /// An argument of a call that runs on the host (`at` empty) or on a CUDA device: checked as checked<T>
@@ -483,63 +473,52 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   });
 }
 
-/// SGLang's target_predict holds one prediction per node, `[bs x N]` or flat `[bs * N]`.
-void expect_predictions(const array& target_predict, std::int64_t nodes) {
-  if (static_cast<std::int64_t>(target_predict.size()) != nodes)
-    throw nb::value_error(("target_predict: expected " + std::to_string(nodes) + " entries (bs x N); got shape " +
-                           shape_of(target_predict)).c_str());
+/// SGLang's link-encoded trees and outputs, the arguments both of its verifiers take, host or CUDA as
+/// `at` says (argument<T>).
+specdec_python::cuda::sglang_arrays sglang_arrays_of(const array& predicts, const array& accept_index,
+                                                     const array& accept_token_num, const array& candidates,
+                                                     const array& retrive_index, const array& retrive_next_token,
+                                                     const array& retrive_next_sibling,
+                                                     const std::optional<specdec_python::cuda::place>& at) {
+  specdec_python::cuda::sglang_arrays a;
+  a.candidates = argument<const std::int64_t>(candidates, "candidates", {-1, -1}, at);
+  a.bs = static_cast<std::int64_t>(candidates.shape(0));
+  a.n = static_cast<std::int64_t>(candidates.shape(1));
+  a.retrive_index = argument<const std::int64_t>(retrive_index, "retrive_index", {a.bs, a.n}, at);
+  a.next_token = argument<const std::int64_t>(retrive_next_token, "retrive_next_token", {a.bs, a.n}, at);
+  a.next_sibling = argument<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling", {a.bs, a.n}, at);
+  a.predicts = argument<std::int32_t>(predicts, "predicts", {a.bs * a.n}, at);
+  a.accept_index = argument<std::int32_t>(accept_index, "accept_index", {a.bs, -1}, at);
+  a.steps = static_cast<std::int64_t>(accept_index.shape(1));
+  a.accept_token_num = argument<std::int32_t>(accept_token_num, "accept_token_num", {a.bs}, at);
+  return a;
 }
 
-/// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays.
-void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
-                        const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
-                        const array& target_predict, std::uintptr_t stream) {
-  if (const auto at = device_of(candidates, "candidates", stream)) {
+/// SGLang's verifiers on the host (specdec::eigen) or, for CUDA arrays, on the device.
+void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optional<specdec_python::cuda::place>& at, bool greedy) {
+  if (at) {
 #if SPECDEC_PYTHON_CUDA
-    specdec_python::cuda::sglang_greedy_arrays a;
-    a.candidates = on_device<const std::int64_t>(candidates, "candidates", 2, *at);
-    a.bs = static_cast<std::int64_t>(candidates.shape(0));
-    a.n = static_cast<std::int64_t>(candidates.shape(1));
-    const auto link = [&](const array& m, const char* name) {
-      const std::int64_t* p = on_device<const std::int64_t>(m, name, 2, *at);
-      expect_shape(m, name, {a.bs, a.n});
-      return p;
-    };
-    a.retrive_index = link(retrive_index, "retrive_index");
-    a.next_token = link(retrive_next_token, "retrive_next_token");
-    a.next_sibling = link(retrive_next_sibling, "retrive_next_sibling");
-    a.target_predict = on_device<const std::int64_t>(target_predict, "target_predict", target_predict.ndim() == 2 ? 2 : 1, *at);
-    expect_predictions(target_predict, a.bs * a.n);
-    a.predicts = on_device<std::int32_t>(predicts, "predicts", 1, *at);
-    expect_shape(predicts, "predicts", {a.bs * a.n});
-    a.accept_index = on_device<std::int32_t>(accept_index, "accept_index", 2, *at);
-    expect_shape(accept_index, "accept_index", {a.bs, -1});
-    a.steps = static_cast<std::int64_t>(accept_index.shape(1));
-    a.accept_token_num = on_device<std::int32_t>(accept_token_num, "accept_token_num", 1, *at);
-    expect_shape(accept_token_num, "accept_token_num", {a.bs});
-    without_gil([&] { specdec_python::cuda::sglang_verify_greedy(*at, a); });
+    without_gil([&] {
+      if (greedy) specdec_python::cuda::sglang_verify_greedy(*at, a);
+      else specdec_python::cuda::sglang_verify_sampled(*at, a);
+    });
 #endif
     return;
   }
-  const auto c = matrix_of<const std::int64_t>(candidates, "candidates");
-  const auto pred = span_of<std::int32_t>(predicts, "predicts");
-  const auto acc = matrix_of<std::int32_t>(accept_index, "accept_index");
-  const auto num = span_of<std::int32_t>(accept_token_num, "accept_token_num");
-  const index_t bs = c.rows(), n = c.cols();
-  expect_shape(predicts, "predicts", {bs * n});
-  expect_shape(accept_index, "accept_index", {bs, -1});
-  expect_shape(accept_token_num, "accept_token_num", {bs});
-  const auto ri = matrix_of<const std::int64_t>(retrive_index, "retrive_index");
-  const auto nt = matrix_of<const std::int64_t>(retrive_next_token, "retrive_next_token");
-  const auto ns = matrix_of<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
-  const array& tp = target_predict;
-  const std::int64_t* t = checked<const std::int64_t>(tp, "target_predict", tp.ndim() == 2 ? 2 : 1);
-  expect_predictions(tp, bs * n);
-  without_gil([&] {
-    const auto got = specdec::sglang::verify_tree_greedy(c, ri, nt, ns, std::span<const std::int64_t>(t, static_cast<std::size_t>(bs * n)),
-                                                         acc.cols());
-    write_sglang_outputs(got, pred, acc, num);
-  });
+  without_gil([&] { sglang_verify(host_backend(), a, greedy); });
+}
+
+/// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays (predicts at the
+/// accepted path's slots only). target_predict holds one prediction per node, `[bs x N]` or `[bs * N]`.
+void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
+                        const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
+                        const array& target_predict, std::uintptr_t stream) {
+  const auto at = device_of(candidates, "candidates", stream);
+  auto a = sglang_arrays_of(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                            retrive_next_sibling, at);
+  if (target_predict.ndim() == 2) a.target_predict = argument<const std::int64_t>(target_predict, "target_predict", {a.bs, a.n}, at);
+  else a.target_predict = argument<const std::int64_t>(target_predict, "target_predict", {a.bs * a.n}, at);
+  run_sglang(a, at, true);
 }
 
 /// tree_speculative_sampling_target_only: SGLang's sampled tree verification (coin rule), outputs as
@@ -548,28 +527,18 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
                                            const array& candidates, const array& retrive_index, const array& retrive_next_token,
                                            const array& retrive_next_sibling, const array& uniform_samples,
                                            const array& uniform_samples_for_final_sampling, const array& target_probs,
-                                           float threshold_single, float threshold_acc) {
-  const auto c = matrix_of<const std::int64_t>(candidates, "candidates");
-  const index_t bs = c.rows(), n = c.cols();
-  const auto pred = span_of<std::int32_t>(predicts, "predicts");
-  const auto acc = matrix_of<std::int32_t>(accept_index, "accept_index");
-  const auto num = span_of<std::int32_t>(accept_token_num, "accept_token_num");
-  expect_shape(predicts, "predicts", {bs * n});
-  expect_shape(accept_index, "accept_index", {bs, -1});
-  expect_shape(accept_token_num, "accept_token_num", {bs});
-  const auto ri = matrix_of<const std::int64_t>(retrive_index, "retrive_index");
-  const auto nt = matrix_of<const std::int64_t>(retrive_next_token, "retrive_next_token");
-  const auto ns = matrix_of<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
-  const auto u = matrix_of<const float>(uniform_samples, "uniform_samples");
-  const auto uf = span_of<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling");
-  const float* p = checked<const float>(target_probs, "target_probs", 3);
-  expect_shape(target_probs, "target_probs", {bs, n, -1});
-  const auto v = static_cast<index_t>(target_probs.shape(2));
-  without_gil([&] {
-    const auto got = specdec::sglang::tree_speculative_sampling_target_only(
-        host_backend(), c, ri, nt, ns, u, uf, specdec::matrix_view<const float>(p, bs * n, v), acc.cols(), threshold_single, threshold_acc);
-    write_sglang_outputs(got, pred, acc, num);
-  });
+                                           float threshold_single, float threshold_acc, std::uintptr_t stream) {
+  const auto at = device_of(candidates, "candidates", stream);
+  auto a = sglang_arrays_of(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                            retrive_next_sibling, at);
+  a.uniform_samples = argument<const float>(uniform_samples, "uniform_samples", {a.bs, -1}, at);
+  a.uniform_cols = static_cast<std::int64_t>(uniform_samples.shape(1));
+  a.uniform_final = argument<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling", {a.bs}, at);
+  a.target_probs = argument<const float>(target_probs, "target_probs", {a.bs, a.n, -1}, at);
+  a.vocab = static_cast<std::int64_t>(target_probs.shape(2));
+  a.threshold_single = threshold_single;
+  a.threshold_acc = threshold_acc;
+  run_sglang(a, at, false);
 }
 
 /// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays.
@@ -710,7 +679,7 @@ NB_MODULE(_specdec, m) {
         nb::arg("accept_index"), nb::arg("accept_token_num"), nb::arg("candidates"), nb::arg("retrive_index"),
         nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("uniform_samples"),
         nb::arg("uniform_samples_for_final_sampling"), nb::arg("target_probs"), nb::arg("threshold_single"),
-        nb::arg("threshold_acc"));
+        nb::arg("threshold_acc"), nb::arg("stream") = 0);
   m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list"), nb::arg("selected_index"),
         nb::arg("verified_seq_len"), nb::arg("tree_mask"), nb::arg("positions"), nb::arg("retrive_index"),
         nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("topk"), nb::arg("depth"),

@@ -160,3 +160,41 @@ def test_sglang_verify_tree_greedy_on_the_device_equals_the_hosts(bs, n, steps):
                                    torch.zeros(bs, dtype=torch.int32, device="cuda"),
                                    *(torch.from_numpy(a).cuda() for a in (candidates, retrive_index, next_token,
                                                                           next_sibling, predict)))
+
+
+@pytest.mark.parametrize("bs,n,steps,v", [(1, 8, 4, 32000), (16, 60, 6, 4099), (64, 12, 12, 1000)])
+def test_sglang_sampled_tree_verification_on_the_device_equals_the_hosts(bs, n, steps, v):
+    candidates, retrive_index, next_token, next_sibling, _ = _sglang_trees(bs * n + v, bs, n)
+    g = torch.Generator().manual_seed(bs * n)
+    target = torch.softmax(torch.randn(bs, n, v, generator=g) * 3, dim=-1)
+    for b in range(bs):  # a node's children often carry most of its row's mass: long accepted paths
+        for i in range(n):
+            c = next_token[b, i]
+            if c >= 0 and torch.rand(1, generator=g).item() < 0.7:
+                target[b, i, int(candidates[b, c])] += 4.0
+    target /= target.sum(dim=-1, keepdim=True)
+    coins = torch.rand(bs, n, generator=g) * 0.999
+    finals = torch.rand(bs, generator=g) * 0.999
+
+    def run(device, single=1.0, acc=1.0):
+        predicts = torch.full((bs * n,), -7, dtype=torch.int32, device=device)
+        accept_index = torch.full((bs, steps), -7, dtype=torch.int32, device=device)
+        accept_token_num = torch.full((bs,), -7, dtype=torch.int32, device=device)
+        links = (torch.from_numpy(a).to(device) for a in (candidates, retrive_index, next_token, next_sibling))
+        specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, *links, coins.to(device),
+                                                      finals.to(device), target.to(device), None, single, acc)
+        return predicts.cpu(), accept_index.cpu(), accept_token_num.cpu()
+
+    for single, acc in ((1.0, 1.0), (0.4, 0.7)):
+        host, dev = run("cpu", single, acc), run("cuda", single, acc)
+        assert int((host[2] > 0).sum()) > 0  # some requests accept drafts
+        for h, d in zip(host, dev):
+            assert torch.equal(h, d)
+    bad = next_sibling.copy()
+    bad[0, 0] = 0  # the root as a sibling: linked twice
+    with pytest.raises(ValueError, match="the links of request 0 reach node 0 twice"):
+        specdec.tree_speculative_sampling_target_only(
+            torch.zeros(bs * n, dtype=torch.int32, device="cuda"), torch.zeros((bs, steps), dtype=torch.int32, device="cuda"),
+            torch.zeros(bs, dtype=torch.int32, device="cuda"),
+            *(torch.from_numpy(a).cuda() for a in (candidates, retrive_index, next_token, bad)), coins.cuda(),
+            finals.cuda(), target.cuda())

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SGLang's speculative kernels against the goldens the C++ tests use (computed by SGLang's own tests).
 import numpy as np
+import pytest
 
 import specdec
 
@@ -89,3 +90,34 @@ def test_sampled_tree_verification_is_lossless():
     first = predicts.reshape(n_req, 3)[:, 0]
     freq = np.bincount(first, minlength=3) / n_req
     assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n_req))
+
+
+def test_sglang_verifiers_name_what_is_wrong():
+    # 0 -> {1, 2}; node 2's sibling link points back at node 1: node 1 is linked twice.
+    candidates = np.array([[5, 1, 2]], dtype=np.int64)
+    ri = np.arange(3, dtype=np.int64).reshape(1, 3)
+    nt = np.array([[1, -1, -1]], dtype=np.int64)
+    ns = np.array([[-1, 2, 1]], dtype=np.int64)
+    target = np.full((1, 3, 8), 0.125, dtype=np.float32)
+
+    def sampled(**changed):
+        a = dict(candidates=candidates, retrive_index=ri, retrive_next_token=nt, retrive_next_sibling=ns,
+                 uniform_samples=np.full((1, 3), 0.5, dtype=np.float32),
+                 uniform_samples_for_final_sampling=np.full(1, 0.5, dtype=np.float32), target_probs=target)
+        a.update(changed)
+        specdec.tree_speculative_sampling_target_only(np.full(3, -1, dtype=np.int32), np.full((1, 2), -1, dtype=np.int32),
+                                                      np.zeros(1, dtype=np.int32), **a)
+
+    with pytest.raises(ValueError, match="the links of request 0 reach node 1 twice"):
+        sampled()
+    ok = np.array([[-1, 2, -1]], dtype=np.int64)
+    sampled(retrive_next_sibling=ok)
+    with pytest.raises(ValueError, match="uniform_samples_for_final_sampling\\[0\\] = 1; expected a value in \\[0, 1\\)"):
+        sampled(retrive_next_sibling=ok, uniform_samples_for_final_sampling=np.ones(1, dtype=np.float32))
+    with pytest.raises(ValueError, match="target_probs: expected 3 dimensions; got shape \\(3, 8\\)"):
+        sampled(retrive_next_sibling=ok, target_probs=target[0])
+    with pytest.raises(TypeError, match="uniform_samples: expected dtype float32"):
+        sampled(retrive_next_sibling=ok, uniform_samples=np.full((1, 3), 0.5))
+    with pytest.raises(ValueError, match="predicts: expected shape \\(3,\\); got \\(2,\\)"):
+        specdec.verify_tree_greedy(np.full(2, -1, dtype=np.int32), np.full((1, 2), -1, dtype=np.int32),
+                                   np.zeros(1, dtype=np.int32), candidates, ri, nt, ok, np.zeros(3, dtype=np.int64))

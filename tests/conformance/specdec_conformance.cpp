@@ -761,34 +761,34 @@ class runner {
       const auto results = specdec::sampling::verify_coin_tree(b_, probs, requests, th);
       expect_sglang_layout("cases[" + std::to_string(k) + "]", in, results, e.at("expected_predicts"),
                            e.at("expected_accept_index"), e.at("expected_accept_token_num"));
-      // The same through SGLang's own layout (interop/sglang_sampling.hpp), as the Python binding calls it.
+      // The same through SGLang's own layout on the backend (interop/sglang_sampling.hpp), as the Python
+      // binding calls it: every array in the backend's memory, the walk a team job.
       const auto bs = static_cast<index_t>(trees.size());
-      const auto mat = [&](const char* key) {
-        return specdec::matrix_view<const std::int64_t>(keep64(flat_as<std::int64_t>(in.at(key))).data(), bs, n);
-      };
+      const index_t steps = in.at("num_spec_steps").get<index_t>();
+      const auto up64 = [&](const char* key) { return b_.upload(std::span<const std::int64_t>(flat_as<std::int64_t>(in.at(key)))); };
+      auto cand = up64("candidates"), ri = up64("retrieve_index"), nt = up64("retrieve_next_token"), ns = up64("retrieve_next_sibling");
       std::vector<float> coins, finals;
       for (std::size_t b = 0; b < trees.size(); ++b) {
         for (double u : flat(in.at("uniform_samples")[b])) coins.push_back(static_cast<float>(u));
         finals.push_back(in.at("uniform_samples_for_final_sampling")[b].get<float>());
       }
-      const auto layout = specdec::sglang::tree_speculative_sampling_target_only(
-          b_, mat("candidates"), mat("retrieve_index"), mat("retrieve_next_token"), mat("retrieve_next_sibling"),
-          specdec::matrix_view<const float>(coins.data(), bs, n), finals, probs, in.at("num_spec_steps").get<index_t>(),
-          e.at("threshold_single").get<float>(), e.at("threshold_acc").get<float>());
+      auto coins_on = b_.upload(std::span<const float>(coins));
+      auto finals_on = b_.upload(std::span<const float>(finals));
+      const std::vector<std::int32_t> init(static_cast<std::size_t>(bs * n), in.at("predicts_init").get<std::int32_t>());
+      auto predicts_on = b_.upload(std::span<const std::int32_t>(init));
+      auto accept_index = b_.template allocate<std::int32_t>(bs * steps);
+      auto accept_token_num = b_.template allocate<std::int32_t>(bs);
+      const auto links = [&](auto& buf) { return specdec::matrix_view<const std::int64_t, space>(buf.matrix(bs, n)); };
+      specdec::sglang::tree_speculative_sampling_target_only(
+          b_, links(cand), links(ri), links(nt), links(ns), specdec::matrix_view<const float, space>(coins_on.matrix(bs, n)),
+          specdec::vector_view<const float, space>(finals_on.view()), probs, predicts_on.view(), accept_index.matrix(bs, steps),
+          accept_token_num.view(), e.at("threshold_single").get<float>(), e.at("threshold_acc").get<float>());
       const std::string f = "cases[" + std::to_string(k) + "] (SGLang layout)";
-      std::vector<std::int32_t> predicts(layout.predicts.size(), in.at("predicts_init").get<std::int32_t>());
-      for (std::size_t i = 0; i < predicts.size(); ++i)
-        if (layout.predicts[i] != -1) predicts[i] = layout.predicts[i];
+      const std::vector<std::int32_t> predicts = b_.download(predicts_on.view());
       expect_equal(f + ".predicts", e.at("expected_predicts"), predicts);
-      expect_equal(f + ".accept_index", e.at("expected_accept_index"), layout.accept_index);
-      expect_equal(f + ".accept_token_num", e.at("expected_accept_token_num"), layout.accept_token_num);
+      expect_equal(f + ".accept_index", e.at("expected_accept_index"), b_.download(accept_index.view()));
+      expect_equal(f + ".accept_token_num", e.at("expected_accept_token_num"), b_.download(accept_token_num.view()));
     }
-  }
-
-  /// Keeps a host vector alive for the rest of the case (views into it stay valid).
-  const std::vector<std::int64_t>& keep64(std::vector<std::int64_t> v) {
-    kept64_.push_back(std::move(v));
-    return kept64_.back();
   }
 
   /// Candidate paths (`[paths x (depth + 1)]`, column 0 the root, -1 padding) merged into a tree; with
@@ -1077,7 +1077,6 @@ class runner {
 
   B& b_;
   std::vector<typename B::template buffer<float>> keep_;
-  std::deque<std::vector<std::int64_t>> kept64_;
 };
 
 template <class B>

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -310,13 +311,14 @@ struct sglang_greedy_job {
   }
 };
 
-/// The shape checks of both verify_tree_greedy forms; returns bs * N.
+/// The shape checks of SGLang's link-encoded trees (both verifiers, both forms): candidates and the
+/// three link matrices `[bs x N]`, N >= 1 with a request, `bs * N` within int32 (accept_index holds
+/// slots), num_spec_step >= 1. Returns bs * N.
 template <class Space>
-index_t check_greedy_shapes(const char* where, const matrix_view<const std::int64_t, Space>& candidates,
-                            const matrix_view<const std::int64_t, Space>& retrive_index,
-                            const matrix_view<const std::int64_t, Space>& next_token,
-                            const matrix_view<const std::int64_t, Space>& next_sibling, index_t predictions,
-                            index_t num_spec_step) {
+index_t check_link_shapes(const char* where, const matrix_view<const std::int64_t, Space>& candidates,
+                          const matrix_view<const std::int64_t, Space>& retrive_index,
+                          const matrix_view<const std::int64_t, Space>& next_token,
+                          const matrix_view<const std::int64_t, Space>& next_sibling, index_t num_spec_step) {
   const index_t bs = candidates.rows(), n = candidates.cols();
   specdec::detail::check_view(where, "candidates", candidates, 0);
   specdec::detail::check_view(where, "retrive_index", retrive_index, 0);
@@ -329,8 +331,43 @@ index_t check_greedy_shapes(const char* where, const matrix_view<const std::int6
   const index_t nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
   SPECDEC_EXPECTS(nodes <= std::numeric_limits<std::int32_t>::max(), where, "bs * N = ", nodes,
                   "; expected at most 2^31 - 1 (accept_index is int32)");
-  SPECDEC_EXPECTS(predictions == nodes, where, "target_predict has ", predictions, " entries; expected bs * N = ", nodes);
   SPECDEC_EXPECTS(num_spec_step >= 1, where, "num_spec_step = ", num_spec_step, "; expected >= 1");
+  return nodes;
+}
+
+/// The checks of the outputs of a verifier's backend form: predicts `[bs * N]`, accept_index
+/// `[bs x num_spec_step]`, accept_token_num `[bs]`, each writable once per entry, apart from each
+/// other and from the inputs.
+template <class Space>
+void check_sglang_outputs(const char* where, index_t bs, index_t nodes, const vector_view<std::int32_t, Space>& predicts,
+                          const matrix_view<std::int32_t, Space>& accept_index,
+                          const vector_view<std::int32_t, Space>& accept_token_num,
+                          std::initializer_list<specdec::detail::view_extent> inputs) {
+  specdec::detail::check_view(where, "predicts", predicts, specdec::detail::indexed_output);
+  specdec::detail::check_view(where, "accept_index", accept_index, specdec::detail::indexed_output);
+  specdec::detail::check_view(where, "accept_token_num", accept_token_num, specdec::detail::indexed_output);
+  SPECDEC_EXPECTS(predicts.rows() == nodes, where, "predicts has ", predicts.rows(), " entries; expected bs * N = ", nodes);
+  SPECDEC_EXPECTS(accept_index.rows() == bs, where, "accept_index has ", accept_index.rows(), " rows; expected bs = ", bs);
+  SPECDEC_EXPECTS(accept_token_num.rows() == bs, where, "accept_token_num has ", accept_token_num.rows(),
+                  " entries; expected bs = ", bs);
+  using specdec::detail::extent_of;
+  const specdec::detail::view_extent outputs[] = {extent_of(where, "predicts", predicts), extent_of(where, "accept_index", accept_index),
+                                                  extent_of(where, "accept_token_num", accept_token_num)};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    for (std::size_t j = i + 1; j < std::size(outputs); ++j) specdec::detail::check_disjoint(where, outputs[i], outputs[j]);
+    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, outputs[i], input);
+  }
+}
+
+/// verify_tree_greedy's shape checks (both forms); returns bs * N.
+template <class Space>
+index_t check_greedy_shapes(const char* where, const matrix_view<const std::int64_t, Space>& candidates,
+                            const matrix_view<const std::int64_t, Space>& retrive_index,
+                            const matrix_view<const std::int64_t, Space>& next_token,
+                            const matrix_view<const std::int64_t, Space>& next_sibling, index_t predictions,
+                            index_t num_spec_step) {
+  const index_t nodes = check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, num_spec_step);
+  SPECDEC_EXPECTS(predictions == nodes, where, "target_predict has ", predictions, " entries; expected bs * N = ", nodes);
   return nodes;
 }
 
@@ -408,13 +445,11 @@ void verify_tree_greedy(B& b, matrix_view<const std::int64_t, typename B::memory
   const index_t nodes = detail::check_greedy_shapes(where, candidates, retrive_index, next_token, next_sibling,
                                                     target_predict.rows(), accept_index.cols());
   specdec::detail::check_view(where, "target_predict", target_predict, 0);
-  specdec::detail::check_view(where, "predicts", predicts, specdec::detail::indexed_output);
-  specdec::detail::check_view(where, "accept_index", accept_index, specdec::detail::indexed_output);
-  specdec::detail::check_view(where, "accept_token_num", accept_token_num, specdec::detail::indexed_output);
-  SPECDEC_EXPECTS(predicts.rows() == nodes, where, "predicts has ", predicts.rows(), " entries; expected bs * N = ", nodes);
-  SPECDEC_EXPECTS(accept_index.rows() == bs, where, "accept_index has ", accept_index.rows(), " rows; expected bs = ", bs);
-  SPECDEC_EXPECTS(accept_token_num.rows() == bs, where, "accept_token_num has ", accept_token_num.rows(),
-                  " entries; expected bs = ", bs);
+  using specdec::detail::extent_of;
+  detail::check_sglang_outputs(where, bs, nodes, predicts, accept_index, accept_token_num,
+                               {extent_of(where, "candidates", candidates), extent_of(where, "retrive_index", retrive_index),
+                                extent_of(where, "next_token", next_token), extent_of(where, "next_sibling", next_sibling),
+                                extent_of(where, "target_predict", target_predict)});
   detail::sglang_greedy_job<typename B::memory_space> job{candidates, retrive_index, next_token, next_sibling,
                                                           target_predict, predicts, accept_index, accept_token_num};
   detail::name_greedy_arguments(job, where);

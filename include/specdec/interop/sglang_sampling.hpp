@@ -1,129 +1,287 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
 /// \brief SGLang's sampled tree verification in SGLang's own layout: `tree_speculative_sampling_target_only`
-/// (sgl-kernel), its link-encoded trees and outputs, over specdec's `verify_coin_tree` (the rule itself,
-/// with its conventions, is documented there: sampling/tree_coin.hpp). A header of its own because it
-/// is built on the tree samplers, which sglang.hpp's bookkeeping and greedy walk do not need.
+/// (sgl-kernel), its link-encoded trees and outputs, as a team job (backend/detail/team.hpp) on any
+/// backend: one team per request (one CUDA block, one launch), the walk on the device. The rule is
+/// specdec's `verify_coin_tree` (sampling/tree_coin.hpp, where it is documented), decision for decision
+/// and draw for draw; the tests hold the two equal. A header of its own because it is built on the
+/// stochastic walk's row machinery, which sglang.hpp's bookkeeping and greedy walk do not need.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
-#include <limits>
+#include <iterator>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/sglang.hpp>
-#include <specdec/sampling/tree_coin.hpp>
-#include <specdec/tree/tree.hpp>
+#include <specdec/sampling/detail/speculative_walk.hpp>
+#include <specdec/sampling/speculative.hpp>
 
 namespace specdec::sglang {
+namespace detail {
 
-/// SGLang's `tree_speculative_sampling_target_only`: per request, the tree given by first-child /
-/// next-sibling links is verified against the target alone with SGLang's coin rule (verify_coin_tree:
-/// one coin per level, `threshold_single` / `threshold_acc`; 1 / 1 is lossless sampling), at most
-/// `num_spec_step - 1` drafts accepted. Outputs in SGLang's layout (greedy_verification): the emitted
-/// token at the `retrive_index` slot of each node on the accepted path (the final token at the last),
-/// -1 elsewhere; `accept_index` the path's slots, root first, -1 padded; `accept_token_num`.
-/// \param candidates host `[bs x N]` token ids (node 0 the root). \param retrive_index,
-///   next_token, next_sibling host `[bs x N]` (build_tree's). \param uniform_samples host `[bs x N]`: the
-///   coin at node i is entry i. \param uniform_final host `[bs]`: the final draw's uniform.
-/// \param target_probs backend `[bs * N x V]`: request b's node i reads row `b * N + i`.
+/// Argument indices of sglang_coin_job's fault names.
+enum sglang_coin_arg : int {
+  coin_arg_candidates,
+  coin_arg_next_token,
+  coin_arg_next_sibling,
+  coin_arg_retrive_index,
+  coin_arg_uniforms,
+  coin_arg_final,
+  coin_arg_target,
+};
+
+/// SGLang's coin walk (verify_coin_tree's rule) over link-encoded trees, one request per team. Rank 0
+/// first checks the request's links as a whole (tokens, link values, each node linked once and reached
+/// from the root, parents numbered first), so a malformed tree is refused whatever path the walk would
+/// take; the verdict is broadcast through the scratch. Then every thread walks: the coin of node i is
+/// `coins(r, i)`, children are visited in link order with their target probabilities summed in float,
+/// rejected candidates become removal operations on the node's row, and the final token is the
+/// canonical draw from the row minus them (residual_rows::draw) with `finals(r)`. Rank 0 writes.
+template <class Space>
+struct sglang_coin_job : sampling::detail::residual_rows<Space> {
+  using base = sampling::detail::residual_rows<Space>;
+  using typename base::layout;
+  using typename base::residual_source;
+  using base::carve;
+  using base::check_row;
+  using base::draw;
+  using base::entry;
+  using base::round16;
+  using base::target;
+  using base::vocab;
+
+  matrix_view<const std::int64_t, Space> candidates;
+  matrix_view<const std::int64_t, Space> retrive_index;
+  matrix_view<const std::int64_t, Space> next_token;
+  matrix_view<const std::int64_t, Space> next_sibling;
+  matrix_view<const float, Space> coins;      // [bs x >= N]: the coin at node i is entry i
+  vector_view<const float, Space> finals;     // [bs]
+  vector_view<std::int32_t, Space> predicts;  // [bs * N]
+  matrix_view<std::int32_t, Space> accept_index;
+  vector_view<std::int32_t, Space> accept_token_num;
+  float threshold_single;
+  float threshold_acc;  // clamped to >= 1e-9 by the caller
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  /// The rows' scratch, then the link check's verdict.
+  SPECDEC_HOST_DEVICE std::size_t verdict_offset() const { return round16(base::scratch_bytes()); }
+  std::size_t scratch_bytes() const { return verdict_offset() + sizeof(team_fault); }
+
+  /// Request r's links as the host form of SGLang's API reads them (rank 0; the tree scratch holds the
+  /// parents and the visiting queue).
+  SPECDEC_HOST_DEVICE team_fault check_links(index_t r, const sampling::detail::tree_scratch& ts) const {
+    const index_t n = candidates.cols();
+    for (index_t i = 0; i < n; ++i) {
+      const std::int64_t t = candidates(r, i);
+      if (t < 0 || t >= vocab()) return make_team_fault(team_error::candidate_token, coin_arg_candidates, r, i, double(vocab()), t);
+      const std::int64_t first = next_token(r, i), sibling = next_sibling(r, i);
+      if (first < -1 || first >= n) return make_team_fault(team_error::link_value, coin_arg_next_token, r, i, double(n), first);
+      if (sibling < -1 || sibling >= n)
+        return make_team_fault(team_error::link_value, coin_arg_next_sibling, r, i, double(n), sibling);
+    }
+    std::int32_t* parent = ts.depth;
+    std::int32_t* queue = ts.first_child;
+    for (index_t i = 0; i < n; ++i) parent[i] = -2;
+    parent[0] = -1;
+    queue[0] = 0;
+    index_t reached = 1;
+    // Each node enters the queue once (a second link to it is refused), so the visit ends.
+    for (index_t k = 0; k < reached; ++k)
+      for (std::int64_t c = next_token(r, queue[k]); c >= 0; c = next_sibling(r, c)) {
+        if (parent[c] != -2) return make_team_fault(team_error::link_twice, 0, r, c, 0.0);
+        parent[c] = queue[k];
+        queue[reached++] = static_cast<std::int32_t>(c);
+      }
+    if (reached != n) return make_team_fault(team_error::link_unreached, 0, r, reached, 0.0, n);
+    for (index_t i = 1; i < n; ++i)
+      if (parent[i] >= i) return make_team_fault(team_error::link_order, 0, r, i, 0.0, parent[i]);
+    return {};
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const layout l = carve(scratch);
+    auto* verdict = reinterpret_cast<team_fault*>(scratch + verdict_offset());
+    team.sync();  // earlier readers of the scratch are done
+    if (team.rank() == 0) *verdict = check_links(r, l.tree);
+    team.sync();
+    if (const team_fault f = *verdict; f.code != 0) return f;
+
+    const index_t n = candidates.cols(), steps = accept_index.cols(), slots = predicts.rows();
+    index_t node = 0;
+    std::int64_t slot = retrive_index(r, 0);
+    if (slot < 0 || slot >= slots) return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, slot, 0.0, slots);
+    if (team.rank() == 0) {
+      accept_index(r, 0) = static_cast<std::int32_t>(slot);
+      for (index_t s = 1; s < steps; ++s) accept_index(r, s) = -1;
+    }
+    std::int32_t accepted_count = 0;
+    for (;;) {
+      const index_t row = r * n + node;
+      const float* p = target.row(row);
+      const residual_source untouched{p, 0};
+      int n_ops = 0;
+      std::int64_t accepted = -1;
+      const std::int64_t first = next_token(r, node);
+      if (accepted_count < steps - 1 && first >= 0) {
+        const double coin = coins(r, node);
+        if (!(coin >= 0.0 && coin < 1.0)) return make_team_fault(team_error::uniform_value, coin_arg_uniforms, r, node, coin, 0);
+        float mass = 0.0f;  // SGLang's running sum, in float
+        for (std::int64_t c = first; c >= 0; c = next_sibling(r, c)) {
+          const auto x = static_cast<std::int32_t>(candidates(r, c));
+          const float p_x = p[x];
+          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, coin_arg_target, row, x, p_x);
+          mass += p_x;
+          if (coin <= static_cast<double>(mass / threshold_acc) || p_x >= threshold_single) {
+            accepted = c;
+            break;
+          }
+          if (entry(untouched, l.ops, n_ops, x) > 0.0f) {  // a repeated token is already out
+            team.sync();  // every thread has read the operations before rank 0 appends one
+            if (team.rank() == 0) l.ops[n_ops] = sampling::detail::residual_op{0, x, -1, 1.0f, 0.0};
+            team.sync();
+            ++n_ops;
+          }
+        }
+      }
+      if (accepted >= 0) {
+        const std::int64_t next_slot = retrive_index(r, accepted);
+        if (next_slot < 0 || next_slot >= slots)
+          return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), slots);
+        if (team.rank() == 0) {
+          predicts(slot) = static_cast<std::int32_t>(candidates(r, accepted));
+          accept_index(r, accepted_count + 1) = static_cast<std::int32_t>(next_slot);
+        }
+        ++accepted_count;
+        node = accepted;
+        slot = next_slot;
+        continue;
+      }
+      double base_total = 0.0;
+      if (const team_fault f = check_row(team, l, l.base_masses, p, row, coin_arg_target, base_total); f.code != 0) return f;
+      const double u = finals(r);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(team_error::uniform_value, coin_arg_final, r, -1, u, 0);
+      const std::int32_t final_token = draw(team, l, p, untouched, n_ops, base_total, u);
+      if (team.rank() == 0) {
+        predicts(slot) = final_token;
+        accept_token_num(r) = accepted_count;
+      }
+      return {};
+    }
+  }
+};
+
+}  // namespace detail
+
+/// SGLang's `tree_speculative_sampling_target_only` on a backend, every buffer in its memory
+/// (`B::memory_space`): sgl-kernel's signature, one team per request (on CUDA one block each, one
+/// launch, nothing downloaded). Per request, the tree given by first-child / next-sibling links is
+/// verified against the target alone with SGLang's coin rule (verify_coin_tree: one coin per level,
+/// `threshold_single` / `threshold_acc`; 1 / 1 is lossless sampling), at most `num_spec_step - 1`
+/// drafts accepted, num_spec_step = `accept_index.cols()`.
+/// \param candidates, retrive_index, next_token, next_sibling int64 `[bs x N]` (build_tree's, global
+///   retrive_index). \param uniform_samples float `[bs x >= N]`: the coin at node i is entry i, in
+///   [0, 1). \param uniform_final float `[bs]`: the final draw's uniform, in [0, 1).
+/// \param target_probs float `[bs * N x V]`: request b's node i reads row `b * N + i`.
+/// \param predicts int32 `[bs * N]`: the emitted token written at the `retrive_index` slot of each node
+///   on the accepted path (the final token at the last); the other entries keep what the caller put
+///   there (-1 in SGLang). \param accept_index int32 `[bs x num_spec_step]`: the path's slots, root
+///   first, then -1. \param accept_token_num int32 `[bs]`: drafts accepted.
 /// \param threshold_acc clamped to >= 1e-9, as SGLang's launcher does.
-/// \throws invalid_argument on shapes that do not match, links out of range or cycling, a node linked
-///   under two parents or unreachable from the root, a parent after its child (SGLang numbers nodes so
-///   that parents come first), tokens outside [0, V), and as verify_coin_tree
-///   (probabilities, uniforms).
-template <backend B>
+/// \throws invalid_argument on shapes and thresholds (before any work) and, from the team that finds
+///   it, on a candidate outside [0, V), a link outside [-1, N), a node linked twice or unreachable from
+///   the root, a parent numbered after its child (SGLang numbers parents first), a retrive_index slot
+///   outside [0, bs * N), a uniform outside [0, 1), a probability read outside [0, 1] and a final row
+///   that is not a distribution (verify_coin_tree's checks). On CUDA with deferred faults those come
+///   from `check_faults()`; outputs are then unspecified.
+template <team_backend B>
+void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t, typename B::memory_space> candidates,
+                                           matrix_view<const std::int64_t, typename B::memory_space> retrive_index,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_token,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_sibling,
+                                           matrix_view<const float, typename B::memory_space> uniform_samples,
+                                           vector_view<const float, typename B::memory_space> uniform_final,
+                                           matrix_view<const float, typename B::memory_space> target_probs,
+                                           vector_view<std::int32_t, typename B::memory_space> predicts,
+                                           matrix_view<std::int32_t, typename B::memory_space> accept_index,
+                                           vector_view<std::int32_t, typename B::memory_space> accept_token_num,
+                                           float threshold_single, float threshold_acc) {
+  constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
+  const index_t bs = candidates.rows(), n = candidates.cols();
+  const index_t nodes = detail::check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, accept_index.cols());
+  specdec::detail::check_view(where, "uniform_samples", uniform_samples, 0);
+  specdec::detail::check_view(where, "uniform_samples_for_final_sampling", uniform_final, 0);
+  SPECDEC_EXPECTS(uniform_samples.rows() == bs && uniform_samples.cols() >= n, where, "uniform_samples is ",
+                  uniform_samples.rows(), " x ", uniform_samples.cols(), "; expected ", bs, " x ", n, " (a coin per node)");
+  SPECDEC_EXPECTS(uniform_final.rows() == bs, where, "uniform_samples_for_final_sampling has ", uniform_final.rows(),
+                  " entries; expected ", bs);
+  sampling::detail::check_input_rows(where, "target_probs", target_probs);
+  SPECDEC_EXPECTS(target_probs.rows() == nodes, where, "target_probs has ", target_probs.rows(), " rows; expected bs * N = ", nodes);
+  specdec::detail::check_vocabulary(where, "V", target_probs.cols());
+  using specdec::detail::extent_of;
+  detail::check_sglang_outputs(where, bs, nodes, predicts, accept_index, accept_token_num,
+                               {extent_of(where, "candidates", candidates), extent_of(where, "retrive_index", retrive_index),
+                                extent_of(where, "next_token", next_token), extent_of(where, "next_sibling", next_sibling),
+                                extent_of(where, "uniform_samples", uniform_samples),
+                                extent_of(where, "uniform_samples_for_final_sampling", uniform_final),
+                                extent_of(where, "target_probs", target_probs)});
+  const float acc = std::max(threshold_acc, 1e-9f);
+  SPECDEC_EXPECTS(threshold_single >= 0.0f && std::isfinite(threshold_single), where, "threshold_single = ", threshold_single,
+                  "; expected a finite value >= 0");
+  SPECDEC_EXPECTS(acc > 0.0f && std::isfinite(acc), where, "threshold_acc = ", threshold_acc, "; expected a finite value");
+  detail::sglang_coin_job<typename B::memory_space> job{
+      {target_probs, {}, empty_residual::last_token, n},
+      candidates, retrive_index, next_token, next_sibling, uniform_samples, uniform_final, predicts, accept_index,
+      accept_token_num, threshold_single, acc, where, {}};
+  const char* names[] = {"candidates", "retrive_next_token", "retrive_next_sibling", "retrive_index", "uniform_samples",
+                         "uniform_samples_for_final_sampling", "target_probs"};
+  for (std::size_t k = 0; k < std::size(names); ++k) job.names[k] = names[k];
+  for (std::size_t k = std::size(names); k < std::size(job.names); ++k) job.names[k] = "";
+  b.run_teams(bs, job);
+}
+
+/// tree_speculative_sampling_target_only with every array on the host, on a backend whose memory is the
+/// host (specdec::eigen, specdec::thrust<cpp / omp>): the outputs returned in SGLang's layout
+/// (greedy_verification: predicts -1 where nothing was emitted). The same job as the backend form.
+/// \param num_spec_step the width of accept_index (most drafts accepted + 1).
+/// \throws invalid_argument as the backend form.
+template <team_backend B>
+  requires std::same_as<typename B::memory_space, host_space>
 greedy_verification tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t> candidates,
                                                           matrix_view<const std::int64_t> retrive_index,
                                                           matrix_view<const std::int64_t> next_token,
                                                           matrix_view<const std::int64_t> next_sibling,
                                                           matrix_view<const float> uniform_samples,
                                                           std::span<const float> uniform_final,
-                                                          matrix_view<const float, typename B::memory_space> target_probs,
-                                                          index_t num_spec_step, float threshold_single, float threshold_acc) {
+                                                          matrix_view<const float> target_probs, index_t num_spec_step,
+                                                          float threshold_single, float threshold_acc) {
   constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
-  const index_t bs = candidates.rows(), n = candidates.cols(), vocab = target_probs.cols();
-  for (const auto* m : {&retrive_index, &next_token, &next_sibling})
-    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, "a link matrix is ", m->rows(), " x ", m->cols(), "; expected ",
-                    bs, " x ", n, " like candidates");
-  SPECDEC_EXPECTS(uniform_samples.rows() == bs && uniform_samples.cols() >= n, where, "uniform_samples is ",
-                  uniform_samples.rows(), " x ", uniform_samples.cols(), "; expected ", bs, " x ", n, " (a coin per node)");
-  SPECDEC_EXPECTS(static_cast<index_t>(uniform_final.size()) == bs, where, "uniform_samples_for_final_sampling has ",
-                  uniform_final.size(), " entries; expected ", bs);
-  const index_t nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
-  SPECDEC_EXPECTS(target_probs.rows() == nodes, where, "target_probs has ", target_probs.rows(), " rows; expected bs * N = ", nodes);
-  SPECDEC_EXPECTS(num_spec_step >= 1, where, "num_spec_step = ", num_spec_step, "; expected >= 1");
-  std::vector<draft_tree> trees;
-  std::vector<std::vector<std::int32_t>> first_child(static_cast<std::size_t>(bs)), sibling(static_cast<std::size_t>(bs));
-  std::vector<std::vector<double>> coins(static_cast<std::size_t>(bs));
-  for (index_t r = 0; r < bs; ++r) {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n)), parent(static_cast<std::size_t>(n), -2);
-    auto& fc = first_child[static_cast<std::size_t>(r)];
-    auto& ns = sibling[static_cast<std::size_t>(r)];
-    const auto link = [&](std::int64_t v, index_t i, const char* name) {
-      SPECDEC_EXPECTS(v >= -1 && v < n, where, name, "(", r, ", ", i, ") = ", v, "; expected -1 or a node in [0, ", n, ")");
-      return static_cast<std::int32_t>(v);
-    };
-    for (index_t i = 0; i < n; ++i) {
-      const std::int64_t t = candidates(r, i);
-      SPECDEC_EXPECTS(t >= 0 && t < vocab, where, "candidates(", r, ", ", i, ") = ", t, "; expected a token in [0, V = ", vocab, ")");
-      tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(t);
-      fc.push_back(link(next_token(r, i), i, "retrive_next_token"));
-      ns.push_back(link(next_sibling(r, i), i, "retrive_next_sibling"));
-    }
-    parent[0] = -1;
-    // Parents from the links, in visiting order: each node reached once, from a node already reached.
-    std::vector<std::int32_t> queue = {0};
-    for (std::size_t q = 0; q < queue.size(); ++q)
-      for (std::int32_t c = fc[static_cast<std::size_t>(queue[q])]; c >= 0; c = ns[static_cast<std::size_t>(c)]) {
-        SPECDEC_EXPECTS(parent[static_cast<std::size_t>(c)] == -2, where, "the links of request ", r, " reach node ", c,
-                        " twice; expected a tree (each node linked once)");
-        parent[static_cast<std::size_t>(c)] = queue[q];
-        queue.push_back(c);
-      }
-    SPECDEC_EXPECTS(static_cast<index_t>(queue.size()) == n, where, "the links of request ", r, " reach ", queue.size(),
-                    " of its ", n, " nodes; expected every node under the root");
-    trees.push_back(make_tree(std::move(tokens), parent, vocab));
-    auto& u = coins[static_cast<std::size_t>(r)];
-    for (index_t i = 0; i < n; ++i) u.push_back(uniform_samples(r, i));
-    u.push_back(uniform_final[static_cast<std::size_t>(r)]);
-  }
-  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(bs));
-  for (index_t r = 0; r < bs; ++r) {
-    auto& q = requests[static_cast<std::size_t>(r)];
-    q.tree = trees[static_cast<std::size_t>(r)];
-    q.target_row = r * n;
-    q.uniforms = sampling::uniform_stream::values(coins[static_cast<std::size_t>(r)]);
-    q.max_accepted = num_spec_step - 1;
-    q.first_child = first_child[static_cast<std::size_t>(r)];
-    q.next_sibling = sibling[static_cast<std::size_t>(r)];
-  }
-  const sampling::coin_options options{threshold_single, std::max(threshold_acc, 1e-9f)};
-  const auto results = sampling::verify_coin_tree(b, target_probs, requests, options);
+  const index_t bs = candidates.rows();
+  const index_t nodes = detail::check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, num_spec_step);
   greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(nodes), -1),
                           std::vector<std::int32_t>(specdec::detail::checked_count(where, {bs, num_spec_step},
                                                                                    "accept_index [bs x num_spec_step]"),
                                                     -1),
                           std::vector<std::int32_t>(static_cast<std::size_t>(bs), 0)};
-  for (index_t r = 0; r < bs; ++r) {
-    const auto& res = results[static_cast<std::size_t>(r)];
-    std::vector<std::int32_t> path = {0};
-    path.insert(path.end(), res.accepted_nodes.begin(), res.accepted_nodes.end());
-    for (std::size_t i = 0; i < path.size(); ++i) {
-      const std::int64_t slot = retrive_index(r, path[i]);
-      SPECDEC_EXPECTS(slot >= 0 && slot < nodes, where, "retrive_index(", r, ", ", path[i], ") = ", slot, "; expected [0, ", nodes, ")");
-      if (i < res.tokens.size()) out.predicts[static_cast<std::size_t>(slot)] = res.tokens[i];
-      if (static_cast<index_t>(i) < num_spec_step) out.accept_index[static_cast<std::size_t>(r * num_spec_step) + i] = static_cast<std::int32_t>(slot);
-    }
-    out.accept_token_num[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(res.accepted_nodes.size());
-  }
+  tree_speculative_sampling_target_only(
+      b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+      vector_view<const float>(uniform_final.data(), static_cast<index_t>(uniform_final.size())), target_probs,
+      vector_view<std::int32_t>(out.predicts.data(), nodes), matrix_view<std::int32_t>(out.accept_index.data(), bs, num_spec_step),
+      vector_view<std::int32_t>(out.accept_token_num.data(), bs), threshold_single, threshold_acc);
   return out;
 }
 

@@ -157,6 +157,8 @@ template <class T = float>
     case team_error::distribution_entry:
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a probability in [0, 1]");
     case team_error::uniform_value:
+      if (f.column < 0)
+        throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a value in ", f.limit == 0 ? "[0, 1)" : "(0, 1]");
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a value in ",
                              f.limit == 0 ? "[0, 1)" : "(0, 1]");
     case team_error::too_few_uniforms:
@@ -216,6 +218,21 @@ template <class T = float>
       throw_invalid_argument(where, name, "(", f.row, ", ", i(f.value), ") = ", f.column, "; expected [0, ", f.limit, ")");
     case team_error::predicted_token:
       throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected a token id in [0, 2^31 - 1]");
+    case team_error::link_value:
+      throw_invalid_argument(where, name, "(", f.row, ", ", f.column, ") = ", f.limit, "; expected -1 or a node in [0, ",
+                             i(f.value), ")");
+    case team_error::candidate_token:
+      throw_invalid_argument(where, name, "(", f.row, ", ", f.column, ") = ", f.limit, "; expected a token in [0, V = ",
+                             i(f.value), ")");
+    case team_error::link_twice:
+      throw_invalid_argument(where, "the links of request ", f.row, " reach node ", f.column,
+                             " twice; expected a tree (each node linked once)");
+    case team_error::link_unreached:
+      throw_invalid_argument(where, "the links of request ", f.row, " reach ", f.column, " of its ", f.limit,
+                             " nodes; expected every node under the root");
+    case team_error::link_order:
+      throw_invalid_argument(where, "the links of request ", f.row, " put node ", f.column, " under node ", f.limit,
+                             "; expected parents numbered before their children (as build_tree_kernel_efficient does)");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

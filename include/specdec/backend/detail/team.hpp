@@ -49,7 +49,7 @@ enum class team_error : std::int32_t {
   max_accepted = 71,          ///< row = request, value = the cap
   output_width = 72,          ///< row = request, value = tokens it may emit, limit = columns (arg: the output)
   probability_entry = 73,     ///< row = matrix row, column = token, value = the entry
-  uniform_value = 74,         ///< row = request, column = position, value = the uniform, limit = 0 [0,1) / 1 (0,1]
+  uniform_value = 74,         ///< row = request, column = position (-1: one per request), value = the uniform, limit = 0 [0,1) / 1 (0,1]
   too_few_uniforms = 75,      ///< row = request, column = position needed, limit = columns supplied
   argmax_range = 76,          ///< row = target row, value = the argmax, limit = V
   bonus_range = 77,           ///< row = request, value = the bonus token, limit = V
@@ -73,6 +73,11 @@ enum class team_error : std::int32_t {
   path_cycle = 95,            ///< row = request, column = the last accepted node, value = the node revisited
   link_index = 96,            ///< row = request, column = the index, value = the node, limit = the index range
   predicted_token = 97,       ///< row = entry, column = the token (an int32 output must hold it)
+  link_value = 98,            ///< row = request, column = node, limit = the link, value = nodes per request
+  candidate_token = 99,       ///< row = request, column = node, limit = the token, value = V
+  link_twice = 100,           ///< row = request, column = the node two links point at
+  link_unreached = 101,       ///< row = request, column = nodes the links reach, limit = nodes per request
+  link_order = 102,           ///< row = request, column = node, limit = the node it is linked under
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.

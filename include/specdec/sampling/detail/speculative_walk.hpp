@@ -38,27 +38,16 @@ struct residual_op {
   double mass_before;  // the mass the entries were divided by before the subtraction (0: untouched row)
 };
 
-/// The stochastic walk, one request per team, over target probabilities.
+/// The row machinery of the tree walks (the stochastic walk below, SGLang's coin walk in
+/// interop/sglang_sampling.hpp): a team's scratch layout, residual operations on a node's target row,
+/// row passes in the canonical order (weigh, check_row), the canonical draw (draw, locate) and the
+/// exponential race.
 template <class Space>
-struct speculative_batch_job {
-  batch_trees<Space> trees;
-  batch_outputs<Space> out;
+struct residual_rows {
   matrix_view<const float, Space> target;
-  matrix_view<const float, Space> draft;
-  matrix_view<const index_t, Space> draft_rows;  // empty: deterministic drafts
-  matrix_view<const float, Space> noise;
-  vector_view<const index_t, Space> noise_rows;
-  matrix_view<const double, Space> uniform_values;           // empty: Philox
-  vector_view<const philox_stream, Space> uniform_streams;   // one per request
-  vector_view<const std::uint64_t, Space> uniform_offsets;   // empty: 0
-  acceptance_test test;
-  uniform_range range;
-  bool race;
-  empty_residual fallback;
-  float lenience;
-  bool retest;
-  const char* where;
-  const char* names[specdec::detail::team_job_names];
+  matrix_view<const float, Space> draft;  // the rows residual operations of kind 1 subtract
+  empty_residual fallback;                // the token drawn from an empty residual
+  index_t max_nodes;                      // nodes per request: sizes the tree scratch and the operations
 
   /// Entries of a row a lane reads before it uses them: `row_batch` where they are used as they are,
   /// `op_batch` where the residual operations are applied to them (that code, unrolled wider, spills
@@ -85,7 +74,7 @@ struct speculative_batch_job {
   static constexpr index_t segments = 64;  ///< of the staged chunk, for its team-parallel walk (walk_staged)
   SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
   SPECDEC_HOST_DEVICE layout carve(std::byte* base) const {
-    const index_t nodes = trees.tokens.cols();
+    const index_t nodes = max_nodes;
     const auto items = static_cast<std::size_t>(chunks()) * 8;
     layout l;
     l.tree = tree_scratch::carve(base, nodes);
@@ -107,8 +96,8 @@ struct speculative_batch_job {
     l.segment_marks = reinterpret_cast<std::int64_t*>(base);
     return l;
   }
-  std::size_t scratch_bytes() const {
-    const index_t nodes = trees.tokens.cols();
+  SPECDEC_HOST_DEVICE std::size_t scratch_bytes() const {
+    const index_t nodes = max_nodes;
     const auto c = static_cast<std::size_t>(chunks());
     return round16(tree_scratch::bytes(nodes)) + round16(sizeof(residual_op) * static_cast<std::size_t>(nodes)) +
            c * 8 * (sizeof(double) + sizeof(std::int64_t)) + 2 * c * sizeof(double) +
@@ -118,12 +107,6 @@ struct speculative_batch_job {
 
   /// Items of a row pass (weigh): 8 lanes per chunk.
   SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * 8; }
-
-  /// Wide scratch (team.wide_scratch()): the folded row, V floats, with draft rows only (deterministic
-  /// drafts' operations read no row, so evaluating them per entry costs no memory traffic).
-  std::size_t wide_scratch_bytes() const {
-    return draft_rows.empty() ? 0 : static_cast<std::size_t>(vocab()) * sizeof(float);
-  }
 
   /// A node's current entries: operations [from, n_ops) applied to `src`, the target row (from = 0) or
   /// the folded row holding operations [0, from) applied to it. Every entry is a float after each
@@ -235,187 +218,6 @@ struct speculative_batch_job {
       return make_team_fault(team_error::distribution_sum, arg, row, 0, w.total);
     return {};
   }
-
-  SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
-    if (!uniform_values.empty()) {
-      if (static_cast<index_t>(position) >= uniform_values.cols())
-        return make_team_fault(team_error::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
-                               uniform_values.cols());
-      u = uniform_values(r, static_cast<index_t>(position));
-      const bool ok = range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
-      if (!ok)
-        return make_team_fault(team_error::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
-                               range == uniform_range::closed_open ? 0 : 1);
-      return {};
-    }
-    const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
-    const double v = uniform_streams(r).uniform_double(offset + position);
-    u = range == uniform_range::closed_open ? v : 1.0 - v;
-    return {};
-  }
-
-  SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const {
-    const float lq = lenience * q;
-    if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
-    return static_cast<float>(u) * lq < p;
-  }
-
-  template <class Team>
-  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
-    const layout l = carve(scratch);
-    checked_request q;
-    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), target.rows(), l.tree, q); f.code != 0) return f;
-    const std::int32_t* token = trees.tokens.row(r);
-    for (index_t i = 1; i < q.nodes && !draft_rows.empty(); ++i) {
-      const index_t row = draft_rows(r, i);
-      if (row < -1 || row >= draft.rows()) return make_team_fault(team_error::draft_row, arg_draft_rows, r, i, double(row), draft.rows());
-    }
-    if (retest)
-      for (index_t i = 0; i < q.nodes; ++i)
-        if (l.tree.first_child[i] >= 0 && l.tree.next_sibling[l.tree.first_child[i]] >= 0)
-          return make_team_fault(team_error::not_chain, arg_parents, r, i, 0.0);
-    const index_t noise_row = race ? noise_rows(r) : -1;
-    if (race && (noise_row < 0 || noise_row >= noise.rows()))
-      return make_team_fault(team_error::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
-
-    float* const folded = draft_rows.empty() ? nullptr : reinterpret_cast<float*>(team.wide_scratch());
-    path_writer<Space> path{&out, r};
-    std::uint64_t position = 0;
-    index_t node = 0;
-    std::int32_t retest_passes = 0;
-    for (;;) {
-      const index_t row = q.first_row + node;
-      const float* p = target.row(row);
-      int n_ops = 0;
-      residual_source current{p, 0};
-      double mass = 1.0;       // of the current entries once modified
-      bool loaded = false;     // the row has been weighed and checked
-      double base_total = 0.0;
-      const auto load = [&]() -> team_fault {
-        if (loaded) return {};
-        loaded = true;
-        return check_row(team, l, l.base_masses, p, row, arg_target, base_total);
-      };
-      const bool capped = q.cap >= 0 && path.count >= q.cap;
-      std::int32_t accepted = -1;
-      bool rejected_here = false;
-      if (!capped) {
-        for (std::int32_t c = l.tree.first_child[node]; c >= 0; c = l.tree.next_sibling[c]) {
-          const std::int32_t x = token[c];
-          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, c);
-          if (q_row < 0) {  // a deterministic sibling repeating a rejected token has probability 0 by now
-            bool repeated = false;
-            for (int k = 0; k < n_ops; ++k) repeated = repeated || (l.ops[k].kind == 0 && l.ops[k].token == x);
-            if (repeated) continue;
-          }
-          float p_x;
-          if (n_ops == 0 && !loaded) {
-            p_x = p[x];
-          } else {
-            if (const team_fault f = load(); f.code != 0) return f;
-            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
-          }
-          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_target, row, x, p_x);
-          float q_x = 1.0f;
-          if (q_row >= 0) {
-            q_x = draft(q_row, x);
-            if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
-          }
-          double u = 0.0;
-          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
-          if (passes(p_x, q_x, u)) {
-            accepted = c;
-            break;
-          }
-          if (const team_fault f = load(); f.code != 0) return f;
-          rejected_here = true;
-          if (q_row >= 0) {
-            double q_total = 0.0;
-            if (const team_fault f = check_row(team, l, l.masses, draft.row(q_row), q_row, arg_draft, q_total); f.code != 0) return f;
-          }
-          if (q_row < 0 && lenience == 1.0f) {
-            if (n_ops == 0) mass = base_total;
-            const float removed = entry(current, l.ops, n_ops, x);
-            team.sync();  // every thread has read the operations before rank 0 appends one
-            if (team.rank() == 0) l.ops[n_ops] = residual_op{0, x, -1, 1.0f, 0.0};
-            team.sync();
-            ++n_ops;
-            mass -= static_cast<double>(removed);
-            if (mass < 0.0) mass = 0.0;
-          } else {
-            const residual_op op{q_row >= 0 ? 1 : 2, x, q_row, lenience, n_ops == 0 ? 0.0 : mass};
-            team.sync();
-            if (team.rank() == 0) l.ops[n_ops] = op;
-            team.sync();
-            ++n_ops;
-            const int from = current.from, ops_now = n_ops;
-            const auto none_bad = [](float) { return false; };
-            if (folded != nullptr) {
-              // Each entry is read and rewritten by the same thread: folding in place needs no barrier.
-              mass = weigh<op_batch>(team, l, l.masses, current.src,
-                                     [&](float v, index_t j) {
-                                       const float e = apply_ops(v, l.ops, from, ops_now, j);
-                                       folded[j] = e;
-                                       return e;
-                                     },
-                                     none_bad).total;
-              current = residual_source{folded, ops_now};
-            } else {
-              mass = weigh<op_batch>(team, l, l.masses, current.src,
-                                     [&](float v, index_t j) { return apply_ops(v, l.ops, from, ops_now, j); }, none_bad).total;
-            }
-          }
-        }
-      }
-      if (accepted >= 0) {
-        path.accept(team, accepted, token[accepted]);
-        node = accepted;
-        continue;
-      }
-      // The walk ends at `node`: re-tests (FlashInfer), then the final token.
-      if (retest && rejected_here) {
-        for (index_t i = node; i + 1 < q.nodes; ++i) {
-          const std::int32_t x = token[i + 1];
-          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, i + 1);
-          const float p_x = target(q.first_row + i, x);
-          if (!(p_x >= 0.0f && p_x <= 1.0f))
-            return make_team_fault(team_error::probability_entry, arg_target, q.first_row + i, x, p_x);
-          const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
-          if (q_row >= 0 && !(q_x >= 0.0f && q_x <= 1.0f))
-            return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
-          double u = 0.0;
-          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
-          retest_passes += passes(p_x, q_x, u) ? 1 : 0;
-        }
-      }
-      retest_passes += path.count;
-      const bool bonus = !rejected_here;
-      const bool keep = !out.final_distributions.empty();
-      if (bonus && q.bonus >= 0) {
-        if (keep) write_final(team, r, current, l.ops, 0, true);
-        path.finish(team, q.bonus, static_cast<std::int32_t>(position), retest_passes);
-        return {};
-      }
-      if (const team_fault f = load(); f.code != 0) return f;
-      if (keep) write_final(team, r, current, l.ops, n_ops, false);
-      std::int32_t final_token = 0;
-      if (race) {
-        const float* e = noise.row(noise_row);
-        const weighed w = weigh<row_batch>(team, l, l.masses, e, as_is_t{},
-                                [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
-        if (w.first_bad >= 0)
-          return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
-        final_token = race_token(team, l, current, n_ops, e);
-      } else {
-        double u = 0.0;
-        if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
-        final_token = draw(team, l, p, current, n_ops, base_total, u);
-      }
-      path.finish(team, final_token, static_cast<std::int32_t>(position), retest_passes);
-      return {};
-    }
-  }
-
   /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
   /// masses of its current entries; the empty-distribution fallback as configured.
   /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
@@ -584,6 +386,231 @@ struct speculative_batch_job {
       }
     }
     return static_cast<std::int32_t>(best);
+  }
+};
+
+/// The stochastic walk, one request per team, over target probabilities.
+template <class Space>
+struct speculative_batch_job : residual_rows<Space> {
+  using base = residual_rows<Space>;
+  using typename base::as_is_t;
+  using typename base::layout;
+  using typename base::residual_source;
+  using typename base::weighed;
+  using base::apply_ops;
+  using base::carve;
+  using base::check_row;
+  using base::draft;
+  using base::draw;
+  using base::entry;
+  using base::op_batch;
+  using base::race_token;
+  using base::row_batch;
+  using base::target;
+  using base::vocab;
+  using base::weigh;
+
+  batch_trees<Space> trees;
+  batch_outputs<Space> out;
+  matrix_view<const index_t, Space> draft_rows;  // empty: deterministic drafts
+  matrix_view<const float, Space> noise;
+  vector_view<const index_t, Space> noise_rows;
+  matrix_view<const double, Space> uniform_values;           // empty: Philox
+  vector_view<const philox_stream, Space> uniform_streams;   // one per request
+  vector_view<const std::uint64_t, Space> uniform_offsets;   // empty: 0
+  acceptance_test test;
+  uniform_range range;
+  bool race;
+  float lenience;
+  bool retest;
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  /// Wide scratch (team.wide_scratch()): the folded row, V floats, with draft rows only (deterministic
+  /// drafts' operations read no row, so evaluating them per entry costs no memory traffic).
+  std::size_t wide_scratch_bytes() const {
+    return draft_rows.empty() ? 0 : static_cast<std::size_t>(vocab()) * sizeof(float);
+  }
+
+
+  SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
+    if (!uniform_values.empty()) {
+      if (static_cast<index_t>(position) >= uniform_values.cols())
+        return make_team_fault(team_error::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
+                               uniform_values.cols());
+      u = uniform_values(r, static_cast<index_t>(position));
+      const bool ok = range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
+      if (!ok)
+        return make_team_fault(team_error::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
+                               range == uniform_range::closed_open ? 0 : 1);
+      return {};
+    }
+    const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
+    const double v = uniform_streams(r).uniform_double(offset + position);
+    u = range == uniform_range::closed_open ? v : 1.0 - v;
+    return {};
+  }
+
+  SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const {
+    const float lq = lenience * q;
+    if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
+    return static_cast<float>(u) * lq < p;
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const layout l = carve(scratch);
+    checked_request q;
+    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), target.rows(), l.tree, q); f.code != 0) return f;
+    const std::int32_t* token = trees.tokens.row(r);
+    for (index_t i = 1; i < q.nodes && !draft_rows.empty(); ++i) {
+      const index_t row = draft_rows(r, i);
+      if (row < -1 || row >= draft.rows()) return make_team_fault(team_error::draft_row, arg_draft_rows, r, i, double(row), draft.rows());
+    }
+    if (retest)
+      for (index_t i = 0; i < q.nodes; ++i)
+        if (l.tree.first_child[i] >= 0 && l.tree.next_sibling[l.tree.first_child[i]] >= 0)
+          return make_team_fault(team_error::not_chain, arg_parents, r, i, 0.0);
+    const index_t noise_row = race ? noise_rows(r) : -1;
+    if (race && (noise_row < 0 || noise_row >= noise.rows()))
+      return make_team_fault(team_error::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
+
+    float* const folded = draft_rows.empty() ? nullptr : reinterpret_cast<float*>(team.wide_scratch());
+    path_writer<Space> path{&out, r};
+    std::uint64_t position = 0;
+    index_t node = 0;
+    std::int32_t retest_passes = 0;
+    for (;;) {
+      const index_t row = q.first_row + node;
+      const float* p = target.row(row);
+      int n_ops = 0;
+      residual_source current{p, 0};
+      double mass = 1.0;       // of the current entries once modified
+      bool loaded = false;     // the row has been weighed and checked
+      double base_total = 0.0;
+      const auto load = [&]() -> team_fault {
+        if (loaded) return {};
+        loaded = true;
+        return check_row(team, l, l.base_masses, p, row, arg_target, base_total);
+      };
+      const bool capped = q.cap >= 0 && path.count >= q.cap;
+      std::int32_t accepted = -1;
+      bool rejected_here = false;
+      if (!capped) {
+        for (std::int32_t c = l.tree.first_child[node]; c >= 0; c = l.tree.next_sibling[c]) {
+          const std::int32_t x = token[c];
+          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, c);
+          if (q_row < 0) {  // a deterministic sibling repeating a rejected token has probability 0 by now
+            bool repeated = false;
+            for (int k = 0; k < n_ops; ++k) repeated = repeated || (l.ops[k].kind == 0 && l.ops[k].token == x);
+            if (repeated) continue;
+          }
+          float p_x;
+          if (n_ops == 0 && !loaded) {
+            p_x = p[x];
+          } else {
+            if (const team_fault f = load(); f.code != 0) return f;
+            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
+          }
+          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_target, row, x, p_x);
+          float q_x = 1.0f;
+          if (q_row >= 0) {
+            q_x = draft(q_row, x);
+            if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+          }
+          double u = 0.0;
+          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+          if (passes(p_x, q_x, u)) {
+            accepted = c;
+            break;
+          }
+          if (const team_fault f = load(); f.code != 0) return f;
+          rejected_here = true;
+          if (q_row >= 0) {
+            double q_total = 0.0;
+            if (const team_fault f = check_row(team, l, l.masses, draft.row(q_row), q_row, arg_draft, q_total); f.code != 0) return f;
+          }
+          if (q_row < 0 && lenience == 1.0f) {
+            if (n_ops == 0) mass = base_total;
+            const float removed = entry(current, l.ops, n_ops, x);
+            team.sync();  // every thread has read the operations before rank 0 appends one
+            if (team.rank() == 0) l.ops[n_ops] = residual_op{0, x, -1, 1.0f, 0.0};
+            team.sync();
+            ++n_ops;
+            mass -= static_cast<double>(removed);
+            if (mass < 0.0) mass = 0.0;
+          } else {
+            const residual_op op{q_row >= 0 ? 1 : 2, x, q_row, lenience, n_ops == 0 ? 0.0 : mass};
+            team.sync();
+            if (team.rank() == 0) l.ops[n_ops] = op;
+            team.sync();
+            ++n_ops;
+            const int from = current.from, ops_now = n_ops;
+            const auto none_bad = [](float) { return false; };
+            if (folded != nullptr) {
+              // Each entry is read and rewritten by the same thread: folding in place needs no barrier.
+              mass = this->template weigh<op_batch>(team, l, l.masses, current.src,
+                                     [&](float v, index_t j) {
+                                       const float e = apply_ops(v, l.ops, from, ops_now, j);
+                                       folded[j] = e;
+                                       return e;
+                                     },
+                                     none_bad).total;
+              current = residual_source{folded, ops_now};
+            } else {
+              mass = this->template weigh<op_batch>(team, l, l.masses, current.src,
+                                     [&](float v, index_t j) { return apply_ops(v, l.ops, from, ops_now, j); }, none_bad).total;
+            }
+          }
+        }
+      }
+      if (accepted >= 0) {
+        path.accept(team, accepted, token[accepted]);
+        node = accepted;
+        continue;
+      }
+      // The walk ends at `node`: re-tests (FlashInfer), then the final token.
+      if (retest && rejected_here) {
+        for (index_t i = node; i + 1 < q.nodes; ++i) {
+          const std::int32_t x = token[i + 1];
+          const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, i + 1);
+          const float p_x = target(q.first_row + i, x);
+          if (!(p_x >= 0.0f && p_x <= 1.0f))
+            return make_team_fault(team_error::probability_entry, arg_target, q.first_row + i, x, p_x);
+          const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
+          if (q_row >= 0 && !(q_x >= 0.0f && q_x <= 1.0f))
+            return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+          double u = 0.0;
+          if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+          retest_passes += passes(p_x, q_x, u) ? 1 : 0;
+        }
+      }
+      retest_passes += path.count;
+      const bool bonus = !rejected_here;
+      const bool keep = !out.final_distributions.empty();
+      if (bonus && q.bonus >= 0) {
+        if (keep) write_final(team, r, current, l.ops, 0, true);
+        path.finish(team, q.bonus, static_cast<std::int32_t>(position), retest_passes);
+        return {};
+      }
+      if (const team_fault f = load(); f.code != 0) return f;
+      if (keep) write_final(team, r, current, l.ops, n_ops, false);
+      std::int32_t final_token = 0;
+      if (race) {
+        const float* e = noise.row(noise_row);
+        const weighed w = this->template weigh<row_batch>(team, l, l.masses, e, as_is_t{},
+                                [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
+        if (w.first_bad >= 0)
+          return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
+        final_token = race_token(team, l, current, n_ops, e);
+      } else {
+        double u = 0.0;
+        if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+        final_token = draw(team, l, p, current, n_ops, base_total, u);
+      }
+      path.finish(team, final_token, static_cast<std::int32_t>(position), retest_passes);
+      return {};
+    }
   }
 
   /// The distribution the final token is drawn from, unnormalised (zeros when none was drawn).
