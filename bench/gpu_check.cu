@@ -25,11 +25,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/tree/eagle2_batch.hpp>
 
@@ -645,6 +647,63 @@ struct tree_run {
   }
 };
 
+/// A deterministic tree_case in SGLang's layout (build_tree's: int64 candidates, global retrive_index,
+/// first-child / next-sibling links in node-index order; a float coin per node and a final uniform
+/// from the case's uniforms), with its outputs, on one backend.
+template <class Backend, template <class> class Buffer>
+struct sglang_run {
+  using space = typename Backend::memory_space;
+  const tree_case* c;
+  Buffer<std::int64_t> candidates, retrive_index, next_token, next_sibling;
+  Buffer<float> coins, finals;
+  Buffer<std::int32_t> predicts, accept_index, accept_token_num;
+  index_t steps;
+  sglang_run(const tree_case& tc, index_t num_spec_step)
+      : c(&tc), candidates(n()), retrive_index(n()), next_token(n()), next_sibling(n()), coins(n()), finals(b()),
+        predicts(n()), accept_index(b() * static_cast<std::size_t>(num_spec_step)), accept_token_num(b()), steps(num_spec_step) {
+    std::vector<std::int64_t> cand(n()), index(n()), first(n(), -1), sibling(n(), -1);
+    std::vector<float> u(n()), f(b());
+    for (index_t r = 0; r < tc.batch; ++r) {
+      const index_t base = r * tc.nodes;
+      for (index_t i = 0; i < tc.nodes; ++i) {
+        cand[static_cast<std::size_t>(base + i)] = tc.tokens[static_cast<std::size_t>(base + i)];
+        index[static_cast<std::size_t>(base + i)] = base + i;
+        u[static_cast<std::size_t>(base + i)] = static_cast<float>(tc.uniforms[static_cast<std::size_t>(r * (2 * tc.nodes + 1) + i)]);
+      }
+      f[static_cast<std::size_t>(r)] = static_cast<float>(tc.uniforms[static_cast<std::size_t>(r * (2 * tc.nodes + 1) + tc.nodes)]);
+      for (index_t i = tc.nodes - 1; i >= 1; --i) {  // head insertion from the last node: node-index order
+        const auto p = static_cast<std::size_t>(base + tc.parents[static_cast<std::size_t>(base + i)]);
+        sibling[static_cast<std::size_t>(base + i)] = first[p];
+        first[p] = i;
+      }
+    }
+    for (auto& x : u) x = std::min(x, 0.99999994f);  // [0, 1) after rounding to float
+    for (auto& x : f) x = std::min(x, 0.99999994f);
+    candidates.put(cand);
+    retrive_index.put(index);
+    next_token.put(first);
+    next_sibling.put(sibling);
+    coins.put(u);
+    finals.put(f);
+    predicts.put(std::vector<std::int32_t>(n(), -1));
+  }
+  std::size_t n() const { return static_cast<std::size_t>(c->batch * c->nodes); }
+  std::size_t b() const { return static_cast<std::size_t>(c->batch); }
+  template <class T>
+  specdec::matrix_view<const T, space> links(const Buffer<T>& x) const {
+    return specdec::matrix_view<const T, space>(x.p, c->batch, c->nodes);
+  }
+  void run(Backend& backend, const float* target) const {
+    specdec::sglang::tree_speculative_sampling_target_only(
+        backend, links(candidates), links(retrive_index), links(next_token), links(next_sibling), links(coins),
+        specdec::vector_view<const float, space>(finals.p, c->batch),
+        specdec::matrix_view<const float, space>(target, c->batch * c->nodes, c->vocab),
+        specdec::vector_view<std::int32_t, space>(predicts.p, c->batch * c->nodes),
+        specdec::matrix_view<std::int32_t, space>(accept_index.p, c->batch, steps),
+        specdec::vector_view<std::int32_t, space>(accept_token_num.p, c->batch), 1.0f, 1.0f);
+  }
+};
+
 /// Batched greedy and stochastic verification on the GPU equal thrust_backend<cpp>'s; timed (median of
 /// 50, deferred faults) with its launches per call, into the CSV as ops verify_greedy_tree (row_argmax +
 /// walk) / verify_greedy_visited (the walk reading its visited rows) / verify_tree / verify_tree_drafts
@@ -710,9 +769,37 @@ void check_batch_verify(device_backend& d, host_backend& h, cudaStream_t stream,
                      dev.out_accepted.get(static_cast<std::size_t>(batch)) == host.out_accepted.get(static_cast<std::size_t>(batch)),
                  "verify_greedy (batch, visited rows only) equals thrust_backend<cpp>" + shape);
         }
+        // SGLang's sampled verifier (its coin rule, tree_speculative_sampling_target_only) on the same
+        // deterministic trees in SGLang's layout: the kernel SGLang reports 17-138 us for.
+        const index_t steps = quick ? 6 : 8;
+        std::unique_ptr<sglang_run<device_backend, dbuf>> coin_dev;
+        if (!drafts) {
+          coin_dev = std::make_unique<sglang_run<device_backend, dbuf>>(c, steps);
+          const sglang_run<host_backend, hbuf> coin_host(c, steps);
+          ok = true;
+          try {
+            coin_host.run(h, host.target.p);
+            coin_dev->run(d, dev.target.p);
+          } catch (const std::exception& e) {
+            std::printf("SGLang's sampled verification threw: %s\n", e.what());
+            ok = false;
+          }
+          const auto num = coin_host.accept_token_num.get(static_cast<std::size_t>(batch));
+          double mean = 0;
+          for (const auto a : num) mean += a;
+          report(ok && coin_dev->predicts.get(n) == coin_host.predicts.get(n) &&
+                     coin_dev->accept_index.get(static_cast<std::size_t>(batch * steps)) ==
+                         coin_host.accept_index.get(static_cast<std::size_t>(batch * steps)) &&
+                     coin_dev->accept_token_num.get(static_cast<std::size_t>(batch)) == num,
+                 "sglang::tree_speculative_sampling_target_only equals thrust_backend<cpp>" + shape + ", mean accepted " +
+                     std::to_string(mean / double(batch)));
+        }
         if (quick || csv == nullptr) continue;
         d.defer_faults(true);
         const std::string what = std::to_string(nodes) + " nodes per request";
+        if (!drafts)
+          time_call(d, stream, csv, "sglang_tree_sampling", batch, vocab, 50, what + ", " + std::to_string(steps) + " steps",
+                    [&] { coin_dev->run(d, dev.target.p); });
         time_call(d, stream, csv, drafts ? "verify_tree_drafts" : "verify_tree", batch, vocab, 50, what, run_stochastic);
         if (!drafts) time_call(d, stream, csv, "verify_greedy_tree", batch, vocab, 50, what, run_greedy);
         if (!drafts) time_call(d, stream, csv, "verify_greedy_visited", batch, vocab, 50, what, run_visited);

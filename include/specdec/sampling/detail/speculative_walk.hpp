@@ -218,6 +218,7 @@ struct residual_rows {
       return make_team_fault(team_error::distribution_sum, arg, row, 0, w.total);
     return {};
   }
+
   /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
   /// masses of its current entries; the empty-distribution fallback as configured.
   /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
