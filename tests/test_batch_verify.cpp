@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
@@ -1265,4 +1267,200 @@ TEST_CASE_TEMPLATE("SGLang's tree_speculative_sampling_target_only on a backend 
         at + "threshold_acc = inf; expected a finite value");
   CHECK(run(good, coins, finals, rows, 0) == at + "num_spec_step = 0; expected >= 1");
   CHECK(run(good, {0.5f, 0.5f, 0.5f}, finals, rows) == at + "uniform_samples is 1 x 3; expected 1 x 4 (a coin per node)");
+}
+
+namespace {
+
+/// A batch in vLLM's rejection-sampler layout: drafts back to back (0 to max_spec_len per request),
+/// target (and draft) rows that often favour the draft token, some requests greedy.
+struct vllm_case {
+  index_t batch = 0, width = 0, vocab = 0;
+  std::vector<std::int32_t> ids, bonus;
+  std::vector<std::int64_t> cu;
+  std::vector<std::uint8_t> greedy;
+  std::vector<float> target, draft, noise;
+  std::vector<double> uniforms;
+};
+
+vllm_case make_vllm_case(std::uint64_t seed, index_t batch, index_t max_spec_len, index_t vocab, bool with_draft, bool mixed) {
+  const specdec::philox_stream rng{seed, 37};
+  std::uint64_t at = 0;
+  const auto u = [&] { return rng.uniform_double(at++); };
+  vllm_case c;
+  c.batch = batch;
+  c.width = max_spec_len + 1;
+  c.vocab = vocab;
+  const auto row = [&](std::int32_t favour, double weight) {
+    std::vector<double> w(static_cast<std::size_t>(vocab));
+    double total = 0.0;
+    for (auto& x : w) total += x = u() < 0.3 ? 0.0 : u();
+    w[static_cast<std::size_t>(favour)] += weight * total;
+    total += weight * total;
+    std::vector<float> out;
+    for (const double x : w) out.push_back(static_cast<float>(x / total));
+    return out;
+  };
+  for (index_t r = 0; r < batch; ++r) {
+    const auto k = static_cast<index_t>(u() * double(max_spec_len + 1));
+    for (index_t i = 0; i < k; ++i) {
+      const auto x = static_cast<std::int32_t>(u() * double(vocab));
+      c.ids.push_back(x);
+      const auto t = row(u() < 0.7 ? x : static_cast<std::int32_t>(u() * double(vocab)), 3.0);
+      c.target.insert(c.target.end(), t.begin(), t.end());
+      if (with_draft) {
+        const auto q = row(x, u() < 0.5 ? 4.0 : 0.5);
+        c.draft.insert(c.draft.end(), q.begin(), q.end());
+      }
+      c.uniforms.push_back(u());
+    }
+    c.cu.push_back(static_cast<std::int64_t>(c.ids.size()));
+    c.bonus.push_back(static_cast<std::int32_t>(u() * double(vocab)));
+    c.greedy.push_back(mixed && u() < 0.4 ? 1 : 0);
+    for (index_t j = 0; j < vocab; ++j) c.noise.push_back(static_cast<float>(-std::log1p(-u())));
+  }
+  return c;
+}
+
+/// The host form's output (the request-based verify_speculative underneath).
+std::vector<std::int32_t> vllm_reference(const vllm_case& c) {
+  specdec::eigen b;
+  const auto tokens = static_cast<index_t>(c.ids.size());
+  std::vector<std::int32_t> out(static_cast<std::size_t>(c.batch * c.width), -7);
+  specdec::vllm::rejection_sample(b, c.ids, c.cu, c.width - 1,
+                                  c.draft.empty() ? specdec::matrix_view<const float>{}
+                                                  : specdec::matrix_view<const float>(c.draft.data(), tokens, c.vocab),
+                                  specdec::matrix_view<const float>(c.target.data(), tokens, c.vocab), c.bonus, c.greedy,
+                                  c.uniforms, specdec::matrix_view<const float>(c.noise.data(), c.batch, c.vocab),
+                                  specdec::matrix_view<std::int32_t>(out.data(), c.batch, c.width));
+  return out;
+}
+
+template <class B>
+std::vector<std::int32_t> vllm_on(B& b, const vllm_case& c) {
+  using space = typename B::memory_space;
+  const auto tokens = static_cast<index_t>(c.ids.size());
+  auto ids = b.upload(std::span<const std::int32_t>(c.ids));
+  auto cu = b.upload(std::span<const std::int64_t>(c.cu));
+  auto bonus = b.upload(std::span<const std::int32_t>(c.bonus));
+  auto greedy = b.upload(std::span<const std::uint8_t>(c.greedy));
+  auto uniforms = b.upload(std::span<const double>(c.uniforms));
+  auto target = b.upload(std::span<const float>(c.target));
+  auto draft = b.upload(std::span<const float>(c.draft));
+  auto noise = b.upload(std::span<const float>(c.noise));
+  auto out = b.upload(std::span<const std::int32_t>(std::vector<std::int32_t>(static_cast<std::size_t>(c.batch * c.width), -7)));
+  const auto vec = [](auto& buf, std::size_t n) {
+    using T = typename std::remove_cvref_t<decltype(buf.view())>::value_type;
+    return n == 0 ? specdec::vector_view<const T, space>{} : specdec::vector_view<const T, space>(buf.view());
+  };
+  const auto rows = [&](auto& buf, std::size_t n, index_t r) {
+    return n == 0 ? specdec::matrix_view<const float, space>{} : specdec::matrix_view<const float, space>(buf.matrix(r, c.vocab));
+  };
+  specdec::vllm::rejection_sample(b, vec(ids, c.ids.size()), vec(cu, c.cu.size()), rows(draft, c.draft.size(), tokens),
+                                  rows(target, c.target.size(), tokens), vec(bonus, c.bonus.size()), vec(greedy, c.greedy.size()),
+                                  vec(uniforms, c.uniforms.size()),
+                                  rows(noise, c.noise.size(), static_cast<index_t>(c.noise.size()) / c.vocab),
+                                  out.matrix(c.batch, c.width));
+  return b.download(out.view());
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("vLLM's rejection_sample on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 6100;
+  int accepted = 0, rejected = 0;
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t>{1, 3, 40}, {5, 4, 3000}, {16, 7, 1030}, {3, 2, 5000}}) {
+    const index_t batch = std::get<0>(shape), spec = std::get<1>(shape), vocab = std::get<2>(shape);
+    for (const bool with_draft : {false, true})
+      for (const bool mixed : {false, true}) {
+        CAPTURE(seed);
+        const vllm_case c = make_vllm_case(seed++, batch, spec, vocab, with_draft, mixed);
+        const auto want = vllm_reference(c);
+        B b;
+        CHECK(vllm_on(b, c) == want);
+        for (index_t r = 0; r < c.batch; ++r) {
+          const std::int64_t k = c.cu[static_cast<std::size_t>(r)] - (r == 0 ? 0 : c.cu[static_cast<std::size_t>(r - 1)]);
+          index_t emitted = 0;
+          while (emitted < c.width && want[static_cast<std::size_t>(r * c.width + emitted)] >= 0) ++emitted;
+          (emitted == k + 1 ? accepted : rejected) += 1;
+        }
+      }
+  }
+  CHECK(accepted > 10);  // requests that took their bonus token
+  CHECK(rejected > 10);  // and requests stopped by a rejection (random) or a mismatch (greedy)
+}
+
+TEST_CASE_TEMPLATE("vLLM's rejection_sample on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  const std::string at = "specdec::vllm::rejection_sample: ";
+  const vllm_case good = make_vllm_case(6200, 3, 3, 8, true, false);
+  const auto run = [](const vllm_case& k) {
+    return error_of([&] {
+      B b;
+      (void)vllm_on(b, k);
+    });
+  };
+  REQUIRE(good.ids.size() >= 2);
+  CHECK(run(good) == "");
+  vllm_case c = good;
+  c.cu = {2, 1, static_cast<std::int64_t>(good.ids.size())};
+  CHECK(run(c) == at + "cu_num_draft_tokens gives request 1 entries [2, 1); expected a non-decreasing range within [0, " +
+                      std::to_string(good.ids.size()) + "]");
+  c = good;
+  c.width = 1;  // max_spec_len 0
+  c.cu.assign(c.cu.size(), 0);
+  c.cu.back() = static_cast<std::int64_t>(c.ids.size());
+  CHECK(run(c) == at + "cu_num_draft_tokens gives request 2 " + std::to_string(c.ids.size()) +
+                      " drafts; expected at most 0 (max_spec_len)");
+  c = good;
+  c.ids[1] = 8;
+  CHECK(run(c) == at + "draft_token_ids[1] = 8; expected a token id in [0, 8)");
+  c = good;
+  c.uniforms[0] = 1.0;
+  CHECK(run(c) == at + "uniforms[0] = 1; expected a value in [0, 1)");
+  c = good;
+  c.uniforms.clear();
+  CHECK(run(c).find("is random (not greedy) and reads uniforms; got an empty one") != std::string::npos);
+  c = good;
+  for (auto& g : c.greedy) g = 1;
+  c.uniforms.clear();
+  c.noise.clear();
+  c.target[3] = std::numeric_limits<float>::quiet_NaN();  // row 0, read by the greedy argmax
+  CHECK(run(c) == at + "target_probs row 0 contains NaN; expected finite values (-inf is allowed and masks a token)");
+  c.target[3] = 0.0f;
+  CHECK(run(c) == "");  // an all-greedy batch needs neither uniforms nor exponentials
+  c = good;
+  c.bonus.back() = 9;
+  for (auto& u : c.uniforms) u = 0.0;  // every draft accepted: the bonus tokens are emitted
+  CHECK(run(c) == at + "bonus_token_ids[2] = 9; expected a token id in [0, 8)");
+  // Drafts 1, 2 over V = 4: draft 1 is accepted (0.6 >= 0.5), draft 2 rejected (0.25 < 0.9), and the
+  // residual (row 1 without token 2) raced against unit noise gives token 0.
+  vllm_case tiny;
+  tiny.batch = 1;
+  tiny.width = 3;
+  tiny.vocab = 4;
+  tiny.ids = {1, 2};
+  tiny.cu = {2};
+  tiny.bonus = {3};
+  tiny.greedy = {0};
+  tiny.target = {0.1f, 0.6f, 0.2f, 0.1f, 0.25f, 0.25f, 0.25f, 0.25f};
+  tiny.uniforms = {0.5, 0.9};
+  tiny.noise = {1.0f, 1.0f, 1.0f, 1.0f};
+  {
+    B b;
+    CHECK(vllm_on(b, tiny) == std::vector<std::int32_t>{1, 0, -1});
+  }
+  c = tiny;
+  c.target[1] = 1.5f;
+  CHECK(run(c) == at + "target_probs[0, 1] = 1.5; expected a probability in [0, 1]");
+  c = tiny;
+  c.target[7] = 0.5f;  // row 1 is read whole at the rejection
+  CHECK(run(c) == at + "target_probs row 1 sums to 1.25; expected 1 within 0.0001");
+  c = tiny;
+  c.noise[2] = -1.0f;
+  CHECK(run(c) == at + "exponentials[0, 2] = -1; expected a finite value >= 0 (an Exp(1) sample)");
+  c = tiny;
+  c.noise.clear();
+  CHECK(run(c) == at + "request 0 is random (not greedy) and reads exponentials; got an empty one");
+  c = good;
+  c.noise.resize(c.noise.size() - 8);  // 2 rows for 3 requests
+  CHECK(run(c) == at + "exponentials is 2 x 8; expected 3 x 8 (one row per request) or none");
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <type_traits>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -496,6 +497,35 @@ class runner {
       const auto results = specdec::sampling::verify_greedy(argmax, vocab, requests);
       expect_equal(name + ".output_token_ids", k.at("expected_output_token_ids"),
                    specdec::sampling::padded_tokens(results, k.at("max_spec_len").get<index_t>() + 1));
+      // vLLM's own layout, as its test builds it: one-hot target rows at the argmax of each draft
+      // position (none for the bonus), every request greedy; the host form and the backend form.
+      std::vector<std::int32_t> ids;
+      std::vector<std::int64_t> cu;
+      row_stack target;
+      for (std::size_t r = 0; r < trees.size(); ++r) {
+        const auto d = flat_as<std::int32_t>(drafts[r]);
+        const auto t = flat_as<std::int32_t>(k.at("target_argmax")[r]);
+        for (std::size_t i = 0; i < d.size(); ++i) {
+          ids.push_back(d[i]);
+          std::vector<float> row(static_cast<std::size_t>(vocab), 0.0f);
+          row[static_cast<std::size_t>(t[i])] = 1.0f;
+          target.add(row);
+        }
+        cu.push_back(static_cast<std::int64_t>(ids.size()));
+      }
+      const index_t width = k.at("max_spec_len").get<index_t>() + 1;
+      const std::vector<std::uint8_t> greedy(trees.size(), 1);
+      if (!ids.empty()) {
+        std::vector<std::int32_t> out(static_cast<std::size_t>(static_cast<index_t>(cu.size()) * width), -7);
+        specdec::vllm::rejection_sample(b_, ids, cu, width - 1, {}, upload(target), bonus, greedy, {}, {},
+                                        specdec::matrix_view<std::int32_t>(out.data(), static_cast<index_t>(cu.size()), width));
+        std::vector<std::int32_t> want;
+        for (const auto& row : k.at("expected_output_token_ids"))
+          for (const auto t : flat_as<std::int32_t>(row)) want.push_back(t);
+        expect_equal(name + " (vLLM layout).output_token_ids", want, out);
+        expect_equal(name + " (vLLM layout, backend).output_token_ids", want,
+                     rejection_on_backend(ids, cu, width, {}, upload(target), bonus, greedy, {}, {}));
+      }
       if (k.contains("expected_num_emitted")) {
         std::vector<index_t> emitted;
         for (const auto& r : results) emitted.push_back(static_cast<index_t>(r.tokens.size()));
@@ -582,6 +612,32 @@ class runner {
     for (const json& q : requests_json)
       for (const auto t : flat_as<std::int32_t>(q.at("expected_output_token_ids"))) want.push_back(t);
     expect_equal("vLLM layout: output_token_ids", want, out);
+    expect_equal("vLLM layout on the backend: output_token_ids", want,
+                 rejection_on_backend(ids, cu, width, upload(flat_draft), upload(flat_target), bonus, {}, us, upload(flat_noise)));
+  }
+
+  /// vllm::rejection_sample's backend form (interop/vllm.hpp), every array in the backend's memory; the
+  /// padded output downloaded.
+  std::vector<std::int32_t> rejection_on_backend(const std::vector<std::int32_t>& ids, const std::vector<std::int64_t>& cu,
+                                                 index_t width, specdec::matrix_view<const float, space> draft,
+                                                 specdec::matrix_view<const float, space> target,
+                                                 const std::vector<std::int32_t>& bonus, const std::vector<std::uint8_t>& greedy,
+                                                 const std::vector<double>& uniforms, specdec::matrix_view<const float, space> noise) {
+    const auto batch = static_cast<index_t>(cu.size());
+    auto ids_on = b_.upload(std::span<const std::int32_t>(ids));
+    auto cu_on = b_.upload(std::span<const std::int64_t>(cu));
+    auto bonus_on = b_.upload(std::span<const std::int32_t>(bonus));
+    auto greedy_on = b_.upload(std::span<const std::uint8_t>(greedy));
+    auto uniforms_on = b_.upload(std::span<const double>(uniforms));
+    auto out = b_.template allocate<std::int32_t>(batch * width);
+    const auto vec = [](auto& buf, std::size_t n) {
+      using T = typename std::remove_cvref_t<decltype(buf.view())>::value_type;
+      return n == 0 ? specdec::vector_view<const T, space>{} : specdec::vector_view<const T, space>(buf.view());
+    };
+    specdec::vllm::rejection_sample(b_, vec(ids_on, ids.size()), vec(cu_on, cu.size()), draft, target, vec(bonus_on, bonus.size()),
+                                    vec(greedy_on, greedy.size()), vec(uniforms_on, uniforms.size()), noise,
+                                    out.matrix(batch, width));
+    return b_.download(out.view());
   }
 
   /// FlashInfer's chain kernel: strict product test, uniforms in (0, 1] in consumption order, re-tests,

@@ -4,7 +4,8 @@
 /// `rejection_sample`): the drafts of every request back to back with cumulative counts, one target row
 /// per draft position (no row for the bonus position: the bonus token is sampled outside), per-request
 /// greedy or random verification, the exponential race for the recovered token, `-1` padding. Over
-/// specdec's `verify_speculative` with vLLM's conventions (sampling/speculative.hpp); and what vLLM does
+/// specdec's `verify_speculative` with vLLM's conventions (sampling/speculative.hpp), on the host or, with
+/// every buffer in a backend's memory, as a team job (one CUDA block per request); and what vLLM does
 /// to the target's logits before it (`apply_sampling_constraints`: temperature, then top-k and top-p as
 /// `apply_top_k_top_p`), so that the target distribution is vLLM's.
 #pragma once
@@ -13,15 +14,21 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/sampling/detail/speculative_walk.hpp>
+#include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::vllm {
@@ -126,6 +133,142 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
   }
 }
 
+namespace detail {
+
+using specdec::detail::make_team_fault;
+using specdec::detail::team_error;
+using specdec::detail::team_fault;
+
+/// Argument indices of rejection_job's fault names.
+enum rejection_arg : int {
+  rej_arg_ids,
+  rej_arg_cu,
+  rej_arg_draft,
+  rej_arg_target,
+  rej_arg_bonus,
+  rej_arg_uniforms,
+  rej_arg_noise,
+};
+
+/// vLLM's rejection sampler, one request per team (backend/detail/team.hpp): the chain walk of
+/// verify_speculative with vLLM's conventions, decision for decision. A greedy request emits each
+/// visited row's argmax (team_row_argmax: row_argmax's, lowest index on ties) until one differs from
+/// the draft; a random one tests each draft (`q > 0 && p / q >= u`), and at the first rejection checks
+/// the target row (and the draft row) whole and races the residual against its noise row
+/// (residual_rows::race_token: the residual's entries computed per entry, as the batched walk does
+/// without folding). A request that accepts every draft emits its bonus token without reading a row
+/// (vLLM has none for that position). Rank 0 writes `output` row r whole.
+template <class Space>
+struct rejection_job : sampling::detail::residual_rows<Space> {
+  using base = sampling::detail::residual_rows<Space>;
+  using typename base::layout;
+  using typename base::residual_source;
+  using base::carve;
+  using base::check_row;
+  using base::draft;
+  using base::race_token;
+  using base::round16;
+  using base::target;
+  using base::vocab;
+
+  vector_view<const std::int32_t, Space> draft_token_ids;     // [num_tokens]
+  vector_view<const std::int64_t, Space> cu_num_draft_tokens;  // [batch]
+  vector_view<const std::int32_t, Space> bonus_token_ids;     // [batch]
+  vector_view<const std::uint8_t, Space> is_greedy;           // [batch], or empty: every request random
+  vector_view<const double, Space> uniforms;                  // [num_tokens], or empty
+  matrix_view<const float, Space> exponentials;               // [batch x V], or empty
+  matrix_view<std::int32_t, Space> output;                    // [batch x (max_spec_len + 1)]
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  SPECDEC_HOST_DEVICE std::size_t lanes_offset() const { return round16(base::scratch_bytes()); }
+  std::size_t scratch_bytes() const {
+    return lanes_offset() + static_cast<std::size_t>(this->chunks() * sampling::detail::argmax_lanes_per_chunk) *
+                                sizeof(sampling::detail::argmax_lane);
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const layout l = carve(scratch);
+    auto* lanes = reinterpret_cast<sampling::detail::argmax_lane*>(scratch + lanes_offset());
+    const index_t tokens = draft_token_ids.rows(), width = output.cols();
+    const std::int64_t start = r == 0 ? 0 : cu_num_draft_tokens(r - 1), end = cu_num_draft_tokens(r);
+    if (!(start >= 0 && start <= end && end <= tokens))
+      return make_team_fault(team_error::entry_range, rej_arg_cu, r, start, static_cast<double>(end), tokens);
+    const index_t k = end - start;
+    if (k > width - 1) return make_team_fault(team_error::draft_count, rej_arg_cu, r, k, 0.0, width - 1);
+    for (index_t i = start; i < end; ++i)
+      if (draft_token_ids(i) < 0 || draft_token_ids(i) >= vocab())
+        return make_team_fault(team_error::token_entry, rej_arg_ids, i, 0, draft_token_ids(i), vocab());
+    const bool greedy = !is_greedy.empty() && is_greedy(r) != 0;
+    if (!greedy && k > 0 && uniforms.empty()) return make_team_fault(team_error::missing_argument, rej_arg_uniforms, r, 0, 0.0);
+    index_t emitted = 0;
+    const auto emit = [&](std::int32_t token) {
+      if (team.rank() == 0) output(r, emitted) = token;
+      ++emitted;
+    };
+    const auto finish = [&] {
+      if (team.rank() == 0)
+        for (index_t c = emitted; c < width; ++c) output(r, c) = -1;
+    };
+    for (index_t i = 0;; ++i) {
+      if (i == k) {  // every draft accepted: the bonus token, no row read
+        const std::int32_t bonus = bonus_token_ids(r);
+        if (bonus < 0 || bonus >= vocab()) return make_team_fault(team_error::token_entry, rej_arg_bonus, r, 0, bonus, vocab());
+        emit(bonus);
+        finish();
+        return {};
+      }
+      const index_t row = start + i;
+      const std::int32_t x = draft_token_ids(row);
+      if (greedy) {
+        const sampling::detail::argmax_lane a = sampling::detail::team_row_argmax(team, lanes, target.row(row), nullptr, vocab());
+        if (a.bad >= 0) return sampling::detail::argmax_fault(target(row, a.bad), rej_arg_target, row, a.bad);
+        const std::int32_t best = a.at < 0 ? 0 : a.at;  // an all -inf row: index 0, as row_argmax
+        emit(best);
+        if (best == x) continue;
+        finish();
+        return {};
+      }
+      const float* p = target.row(row);
+      const float p_x = p[x];
+      if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, rej_arg_target, row, x, p_x);
+      const bool with_draft = !draft.empty();
+      float q_x = 1.0f;
+      if (with_draft) {
+        q_x = draft(row, x);
+        if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, rej_arg_draft, row, x, q_x);
+      }
+      const double u = uniforms(row);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(team_error::uniform_value, rej_arg_uniforms, row, -1, u, 0);
+      if (q_x > 0.0f && static_cast<double>(p_x / q_x) >= u) {
+        emit(x);
+        continue;
+      }
+      // The first rejection: the rows read whole are checked, then the recovered token is raced.
+      double total = 0.0;
+      if (const team_fault f = check_row(team, l, l.base_masses, p, row, rej_arg_target, total); f.code != 0) return f;
+      if (with_draft)
+        if (const team_fault f = check_row(team, l, l.masses, draft.row(row), row, rej_arg_draft, total); f.code != 0) return f;
+      if (exponentials.empty()) return make_team_fault(team_error::missing_argument, rej_arg_noise, r, 0, 0.0);
+      team.sync();  // every thread is past the checks' reads of the scratch
+      if (team.rank() == 0)
+        l.ops[0] = with_draft ? sampling::detail::residual_op{1, x, row, 1.0f, 0.0} : sampling::detail::residual_op{0, x, -1, 1.0f, 0.0};
+      team.sync();
+      const float* e = exponentials.row(r);
+      const auto bad_noise = [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); };  // finite, >= 0
+      const auto w = this->template weigh<base::row_batch>(team, l, l.masses, e, typename base::as_is_t{}, bad_noise);
+      if (w.first_bad >= 0)
+        return make_team_fault(team_error::noise_entry, rej_arg_noise, r, w.first_bad, static_cast<double>(e[w.first_bad]));
+      emit(race_token(team, l, residual_source{p, 0}, 1, e));
+      finish();
+      return {};
+    }
+  }
+};
+
+}  // namespace detail
+
 /// vLLM v1's `rejection_sample`. Request r's drafts are `draft_token_ids[start_r, end_r)` with
 /// `end_r = cu_num_draft_tokens[r]` and `start_r` the previous end (0 for r = 0); their target rows are
 /// the same rows of `target_probs` (and of `draft_probs`). A greedy request (`is_greedy[r]`) emits the
@@ -205,12 +348,86 @@ void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::
   rows.exponential_noise = exponentials;
   sampling::speculative_options options;
   options.test = sampling::acceptance_test::ratio;
-  options.draw = sampling::final_draw::exponential_race;
+  // An all-greedy batch may come without exponentials: nothing is raced (a random request without them
+  // was refused above).
+  options.draw = exponentials.empty() ? sampling::final_draw::inverse_cdf : sampling::final_draw::exponential_race;
   options.fallback = empty_residual::token_zero;
   const auto results = sampling::verify_speculative(b, rows, requests, options);
   const std::vector<std::int32_t> padded = sampling::padded_tokens(results, max_spec_len + 1);
   for (index_t r = 0; r < batch; ++r)
     for (index_t c = 0; c <= max_spec_len; ++c) output(r, c) = padded[static_cast<std::size_t>(r * (max_spec_len + 1) + c)];
+}
+
+/// vLLM v1's `rejection_sample` on a backend, every buffer in its memory (`B::memory_space`): vLLM's
+/// kernels' arguments, one team per request (on CUDA one block each, one launch, nothing downloaded).
+/// The same tokens as the host form above, bit for bit (the tests compare them on every backend).
+/// \param draft_token_ids int32 `[num_tokens]`. \param cu_num_draft_tokens int64 `[batch]` cumulative
+///   ends. \param draft_probs `[num_tokens x V]` or empty (deterministic drafts: q = 1).
+/// \param target_probs `[num_tokens x V]`. \param bonus_token_ids int32 `[batch]`.
+/// \param is_greedy uint8 `[batch]` (nonzero: greedy), or empty: every request random.
+/// \param uniforms double `[num_tokens]` in [0, 1), or empty when every request is greedy.
+/// \param exponentials `[batch x V]` Exp(1) samples, or empty when every request is greedy.
+/// \param output int32 `[batch x (max_spec_len + 1)]`, written whole: emitted tokens, then -1.
+/// \throws invalid_argument on shapes (before any work) and, from the team that finds it, counts that
+///   decrease or leave [0, num_tokens], more than max_spec_len drafts, a draft or bonus token outside
+///   [0, V), a probability it tests outside [0, 1], a row read whole (at a rejection) that is not a
+///   distribution, a uniform outside [0, 1), a noise entry that is negative, NaN or infinite, NaN /
+///   +inf in a greedy request's row, and a random request given no uniforms or exponentials. On CUDA with
+///   deferred faults those come from `check_faults()`; `output` is then unspecified.
+template <team_backend B>
+void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_space> draft_token_ids,
+                      vector_view<const std::int64_t, typename B::memory_space> cu_num_draft_tokens,
+                      matrix_view<const float, typename B::memory_space> draft_probs,
+                      matrix_view<const float, typename B::memory_space> target_probs,
+                      vector_view<const std::int32_t, typename B::memory_space> bonus_token_ids,
+                      vector_view<const std::uint8_t, typename B::memory_space> is_greedy,
+                      vector_view<const double, typename B::memory_space> uniforms,
+                      matrix_view<const float, typename B::memory_space> exponentials,
+                      matrix_view<std::int32_t, typename B::memory_space> output) {
+  constexpr const char* where = "specdec::vllm::rejection_sample";
+  using specdec::detail::check_view;
+  const index_t batch = cu_num_draft_tokens.rows(), tokens = draft_token_ids.rows(), vocab = target_probs.cols();
+  check_view(where, "draft_token_ids", draft_token_ids, specdec::detail::nonzero_stride);
+  check_view(where, "cu_num_draft_tokens", cu_num_draft_tokens, specdec::detail::nonzero_stride);
+  check_view(where, "bonus_token_ids", bonus_token_ids, specdec::detail::nonzero_stride);
+  check_view(where, "is_greedy", is_greedy, specdec::detail::nonzero_stride);
+  check_view(where, "uniforms", uniforms, specdec::detail::nonzero_stride);
+  check_view(where, "output", output, specdec::detail::indexed_output);
+  sampling::detail::check_input_rows(where, "target_probs", target_probs);
+  sampling::detail::check_input_rows(where, "draft_probs", draft_probs);
+  sampling::detail::check_input_rows(where, "exponentials", exponentials);
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  SPECDEC_EXPECTS(output.rows() == batch && output.cols() >= 1, where, "output is ", output.rows(), " x ", output.cols(),
+                  "; expected ", batch, " x (max_spec_len + 1)");
+  SPECDEC_EXPECTS(bonus_token_ids.rows() == batch, where, "bonus_token_ids has ", bonus_token_ids.rows(),
+                  " entries; expected one per request (", batch, ")");
+  SPECDEC_EXPECTS(is_greedy.empty() || is_greedy.rows() == batch, where, "is_greedy has ", is_greedy.rows(),
+                  " entries; expected one per request (", batch, ") or none");
+  SPECDEC_EXPECTS(target_probs.rows() == tokens, where, "target_probs has ", target_probs.rows(),
+                  " rows; expected one per draft token (", tokens, ")");
+  SPECDEC_EXPECTS(draft_probs.empty() || (draft_probs.rows() == tokens && draft_probs.cols() == vocab), where, "draft_probs is ",
+                  draft_probs.rows(), " x ", draft_probs.cols(), "; expected ", tokens, " x ", vocab, " like target_probs, or none");
+  SPECDEC_EXPECTS(uniforms.empty() || uniforms.rows() == tokens, where, "uniforms has ", uniforms.rows(),
+                  " entries; expected one per draft token (", tokens, ") or none");
+  SPECDEC_EXPECTS(exponentials.empty() || (exponentials.rows() == batch && exponentials.cols() == vocab), where,
+                  "exponentials is ", exponentials.rows(), " x ", exponentials.cols(), "; expected ", batch, " x ", vocab,
+                  " (one row per request) or none");
+  using specdec::detail::extent_of;
+  const specdec::detail::view_extent out = extent_of(where, "output", output);
+  for (const specdec::detail::view_extent& input :
+       {extent_of(where, "draft_token_ids", draft_token_ids), extent_of(where, "cu_num_draft_tokens", cu_num_draft_tokens),
+        extent_of(where, "draft_probs", draft_probs), extent_of(where, "target_probs", target_probs),
+        extent_of(where, "bonus_token_ids", bonus_token_ids), extent_of(where, "is_greedy", is_greedy),
+        extent_of(where, "uniforms", uniforms), extent_of(where, "exponentials", exponentials)})
+    specdec::detail::check_disjoint(where, out, input);
+  detail::rejection_job<typename B::memory_space> job{
+      {target_probs, draft_probs, empty_residual::token_zero, 1},
+      draft_token_ids, cu_num_draft_tokens, bonus_token_ids, is_greedy, uniforms, exponentials, output, where, {}};
+  const char* names[] = {"draft_token_ids", "cu_num_draft_tokens", "draft_probs", "target_probs",
+                         "bonus_token_ids", "uniforms", "exponentials"};
+  for (std::size_t i = 0; i < std::size(names); ++i) job.names[i] = names[i];
+  for (std::size_t i = std::size(names); i < std::size(job.names); ++i) job.names[i] = "";
+  b.run_teams(batch, job);
 }
 
 }  // namespace specdec::vllm

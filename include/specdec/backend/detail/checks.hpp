@@ -233,6 +233,11 @@ template <class T = float>
     case team_error::link_order:
       throw_invalid_argument(where, "the links of request ", f.row, " put node ", f.column, " under node ", f.limit,
                              "; expected parents numbered before their children (as build_tree_kernel_efficient does)");
+    case team_error::draft_count:
+      throw_invalid_argument(where, name, " gives request ", f.row, " ", f.column, " drafts; expected at most ", f.limit,
+                             " (max_spec_len)");
+    case team_error::missing_argument:
+      throw_invalid_argument(where, "request ", f.row, " is random (not greedy) and reads ", name, "; got an empty one");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

@@ -78,6 +78,8 @@ enum class team_error : std::int32_t {
   link_twice = 100,           ///< row = request, column = the node two links point at
   link_unreached = 101,       ///< row = request, column = nodes the links reach, limit = nodes per request
   link_order = 102,           ///< row = request, column = node, limit = the node it is linked under
+  draft_count = 103,          ///< row = request, column = its drafts, limit = the most allowed
+  missing_argument = 104,     ///< row = request (the argument, empty, is one the request reads)
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.

@@ -227,15 +227,71 @@ struct greedy_batch_job {
   }
 };
 
-/// A lane's share of a row's masked argmax (visited_greedy_batch_job): its largest allowed entry above
-/// -inf and where (lowest index on ties; -1: none), whether it saw an allowed entry, its first allowed
-/// NaN / +inf.
+/// A lane's share of a row's masked argmax (team_row_argmax): its largest allowed entry above -inf and
+/// where (lowest index on ties; -1: none), whether it saw an allowed entry, its first allowed NaN / +inf.
 struct argmax_lane {
   float value;
   std::int32_t at;
   std::int32_t allowed;
   std::int32_t bad;
 };
+
+/// Lanes per 1024-entry chunk of team_row_argmax's pass: its scratch is `chunks * argmax_lanes_per_chunk`
+/// argmax_lane entries.
+inline constexpr index_t argmax_lanes_per_chunk = 8;
+
+/// The combination of two lanes' results, either order: the larger value, the lower index on ties.
+SPECDEC_HOST_DEVICE inline void merge_argmax(argmax_lane& a, const argmax_lane& b) {
+  if (b.at >= 0 && (a.at < 0 || b.value > a.value || (b.value == a.value && b.at < a.at))) {
+    a.value = b.value;
+    a.at = b.at;
+  }
+  a.allowed |= b.allowed;
+  if (b.bad >= 0 && (a.bad < 0 || b.bad < a.bad)) a.bad = b.bad;
+}
+
+/// The argmax of row `x` (`n` entries) under bitmask row `m` (null: every entry allowed), every thread
+/// of the team receiving the same result: a pass split between the team's threads by (chunk, lane)
+/// item, combined in index order. `lanes`: scratch of chunks * argmax_lanes_per_chunk entries.
+template <class Team>
+SPECDEC_HOST_DEVICE argmax_lane team_row_argmax(Team& team, argmax_lane* lanes, const float* x, const std::int32_t* m, index_t n) {
+  const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+  const index_t items = chunks * argmax_lanes_per_chunk;
+  team.sync();  // earlier readers of the scratch are done
+  for (index_t item = team.rank(); item < items; item += team.size()) {
+    const index_t begin = (item / argmax_lanes_per_chunk) * specdec::detail::sample_chunk;
+    const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+    argmax_lane a{0.0f, -1, 0, -1};
+    for (index_t j = begin + item % argmax_lanes_per_chunk; j < end; j += argmax_lanes_per_chunk) {
+      if (m != nullptr && ((static_cast<std::uint32_t>(m[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
+      const float v = x[j];
+      a.allowed = 1;
+      if (!(v < -specdec::detail::negative_infinity<float>())) {  // NaN or +inf
+        if (a.bad < 0) a.bad = static_cast<std::int32_t>(j);
+      } else if (v > specdec::detail::negative_infinity<float>() && (a.at < 0 || v > a.value)) {
+        a.value = v;
+        a.at = static_cast<std::int32_t>(j);
+      }
+    }
+    lanes[item] = a;
+  }
+  team.sync();
+  for (index_t c = team.rank(); c < chunks; c += team.size()) {
+    argmax_lane a = lanes[c * argmax_lanes_per_chunk];
+    for (index_t k = 1; k < argmax_lanes_per_chunk; ++k) merge_argmax(a, lanes[c * argmax_lanes_per_chunk + k]);
+    lanes[c * argmax_lanes_per_chunk] = a;
+  }
+  team.sync();
+  argmax_lane best = lanes[0];
+  for (index_t c = 1; c < chunks; ++c) merge_argmax(best, lanes[c * argmax_lanes_per_chunk]);
+  return best;
+}
+
+/// The row fault of an argmax lane's NaN / +inf at column `bad` of row `row` (argument `arg`).
+SPECDEC_HOST_DEVICE inline team_fault argmax_fault(float v, int arg, index_t row, index_t bad) {
+  const auto f = v != v ? specdec::detail::fault::nan : specdec::detail::fault::positive_infinity;
+  return team_fault{static_cast<std::int32_t>(f), arg, row, bad, 0, static_cast<double>(v)};
+}
 
 /// Greedy verification of one request per team from the target logits, reading only the rows the walk
 /// visits: each visited row's largest entry allowed by its bitmask row (every entry when there is no
@@ -251,62 +307,14 @@ struct visited_greedy_batch_job {
   const char* where;
   const char* names[specdec::detail::team_job_names];
 
-  static constexpr index_t lanes_per_chunk = 8;
   SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return logits.cols(); }
   SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
     return (logits.cols() + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
   }
-  SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * lanes_per_chunk; }
+  SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * argmax_lanes_per_chunk; }
   SPECDEC_HOST_DEVICE static constexpr std::size_t round16(std::size_t b) { return (b + 15) / 16 * 16; }
   std::size_t scratch_bytes() const {
     return round16(tree_scratch::bytes(trees.tokens.cols())) + static_cast<std::size_t>(row_pass_items()) * sizeof(argmax_lane);
-  }
-
-  /// The combination of two lanes' results, either order: the larger value, the lower index on ties.
-  SPECDEC_HOST_DEVICE static void merge(argmax_lane& a, const argmax_lane& b) {
-    if (b.at >= 0 && (a.at < 0 || b.value > a.value || (b.value == a.value && b.at < a.at))) {
-      a.value = b.value;
-      a.at = b.at;
-    }
-    a.allowed |= b.allowed;
-    if (b.bad >= 0 && (a.bad < 0 || b.bad < a.bad)) a.bad = b.bad;
-  }
-
-  /// Row `row`'s argmax under its mask, every thread of the team receiving the same result.
-  template <class Team>
-  SPECDEC_HOST_DEVICE argmax_lane row_argmax(Team& team, argmax_lane* lanes, index_t row) const {
-    const index_t n = vocab();
-    const index_t items = row_pass_items();
-    const float* x = logits.row(row);
-    const std::int32_t* m = bitmask.empty() ? nullptr : bitmask.row(row);
-    team.sync();  // earlier readers of the scratch are done
-    for (index_t item = team.rank(); item < items; item += team.size()) {
-      const index_t begin = (item / lanes_per_chunk) * specdec::detail::sample_chunk;
-      const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
-      argmax_lane a{0.0f, -1, 0, -1};
-      for (index_t j = begin + item % lanes_per_chunk; j < end; j += lanes_per_chunk) {
-        if (m != nullptr && ((static_cast<std::uint32_t>(m[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
-        const float v = x[j];
-        a.allowed = 1;
-        if (!(v < -specdec::detail::negative_infinity<float>())) {  // NaN or +inf
-          if (a.bad < 0) a.bad = static_cast<std::int32_t>(j);
-        } else if (v > specdec::detail::negative_infinity<float>() && (a.at < 0 || v > a.value)) {
-          a.value = v;
-          a.at = static_cast<std::int32_t>(j);
-        }
-      }
-      lanes[item] = a;
-    }
-    team.sync();
-    for (index_t c = team.rank(); c < chunks(); c += team.size()) {
-      argmax_lane a = lanes[c * lanes_per_chunk];
-      for (index_t k = 1; k < lanes_per_chunk; ++k) merge(a, lanes[c * lanes_per_chunk + k]);
-      lanes[c * lanes_per_chunk] = a;
-    }
-    team.sync();
-    argmax_lane best = lanes[0];
-    for (index_t c = 1; c < chunks(); ++c) merge(best, lanes[c * lanes_per_chunk]);
-    return best;
   }
 
   template <class Team>
@@ -320,12 +328,8 @@ struct visited_greedy_batch_job {
     index_t node = 0;
     for (;;) {
       const index_t row = q.first_row + node;
-      const argmax_lane a = row_argmax(team, lanes, row);
-      if (a.bad >= 0) {
-        const float v = logits(row, a.bad);
-        const auto f = v != v ? specdec::detail::fault::nan : specdec::detail::fault::positive_infinity;
-        return team_fault{static_cast<std::int32_t>(f), arg_target, row, a.bad, 0, static_cast<double>(v)};
-      }
+      const argmax_lane a = team_row_argmax(team, lanes, logits.row(row), bitmask.empty() ? nullptr : bitmask.row(row), vocab());
+      if (a.bad >= 0) return argmax_fault(logits(row, a.bad), arg_target, row, a.bad);
       if (a.allowed == 0) {  // only a bitmask allows nothing
         if (node == 0) return make_team_fault(team_error::mask_allows_none, arg_bitmask, r, 0, double(row));
         path.finish(team, -1, 0, path.count);  // the grammar terminated here: nothing may follow
