@@ -15,6 +15,15 @@
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
 
+// GCC's unroll pragma for the host-only tile loops below; nvcc's front end does not know it (warning
+// #1675-D) when a CUDA translation unit includes the host backend.
+#define SPECDEC_PRAGMA(x) _Pragma(#x)
+#if defined(__CUDACC__)
+#define SPECDEC_GCC_UNROLL(n)
+#else
+#define SPECDEC_GCC_UNROLL(n) SPECDEC_PRAGMA(GCC unroll n)
+#endif
+
 namespace specdec::detail::inline SPECDEC_ISA {
 
 /// Rows up to which `x W^T` (a few token rows times a Linear weight) takes the row-dot kernel.
@@ -58,22 +67,22 @@ void skinny_tile(matrix_view<const float> a, matrix_view<const float> b, matrix_
   using v8 = float __attribute__((vector_size(32)));
   // The tile loops must be unrolled for the accumulators to stay in registers.
   v8 sum[R][C];  // zeroed element by element: `= {}` became a call to memset per tile
-#pragma GCC unroll 4
+SPECDEC_GCC_UNROLL(4)
   for (int t = 0; t < R; ++t)
-#pragma GCC unroll 8
+SPECDEC_GCC_UNROLL(8)
     for (int u = 0; u < C; ++u) sum[t][u] = v8{};
   for (index_t i = 0; i < k_main; i += lanes) {
     v8 wv[C];
-#pragma GCC unroll 8
+SPECDEC_GCC_UNROLL(8)
     for (int u = 0; u < C; ++u) {
       std::memcpy(&wv[u], w[u] + i, sizeof(v8));
       __builtin_prefetch(next[u] + i);
     }
-#pragma GCC unroll 4
+SPECDEC_GCC_UNROLL(4)
     for (int t = 0; t < R; ++t) {
       v8 xv;
       std::memcpy(&xv, x[t] + i, sizeof(v8));
-#pragma GCC unroll 8
+SPECDEC_GCC_UNROLL(8)
       for (int u = 0; u < C; ++u) skinny_madd(sum[t][u], xv, wv[u]);
     }
   }
