@@ -419,7 +419,7 @@ def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: 
 
 def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_probs,
                      bonus_token_ids, is_greedy=None, uniform_probs=None, exponentials=None, seed=None, offset=None,
-                     generator=None):
+                     generator=None, cuda_stream=0):
     """vLLM v1's ``rejection_sample`` (``vllm/v1/sample/rejection_sampler.py``), vLLM's layout: returns
     int32 ``[batch, max_spec_len + 1]``, the emitted tokens of each request then -1 (vLLM's
     PLACEHOLDER_TOKEN_ID).
@@ -433,12 +433,19 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     and ``exponentials`` (float32 ``[batch, V]``, vLLM's Exp(1) ``q`` of the recovered-token race); when
     they are not given, request r reads Philox stream ``(seed, r)`` from ``offset`` for its uniforms and
     ``(seed + 1, r)`` for its exponentials (``-log(1 - u)``).
+
+    Host arrays, or (a CUDA build) ``target_probs`` a CUDA tensor: then every array is taken to its device
+    (vLLM's are already there), one kernel runs with one block per request on ``cuda_stream`` (0: the
+    current stream), and the output is a CUDA tensor, the host's tokens bit for bit. Uniforms and
+    exponentials drawn here from ``seed`` are drawn on the host and uploaded: pass vLLM's own to avoid the
+    copy.
     """
     del num_draft_tokens
-    cu = _small(cu_num_draft_tokens, "int64")
+    on_cuda = _is_torch(target_probs) and target_probs.is_cuda
+    cu = cu_num_draft_tokens
+    if not on_cuda or uniform_probs is None:
+        cu = _small(cu_num_draft_tokens, "int64")
     batch = len(cu)
-    bonus = _small(bonus_token_ids, "int32").reshape(-1)
-    greedy = np.empty(0, dtype=np.uint8) if is_greedy is None else _small(is_greedy, "uint8")
     v = int(target_probs.shape[1])
     if uniform_probs is None or exponentials is None:
         s, o = _seed_offset(seed, offset, generator)
@@ -450,6 +457,24 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
         if exponentials is None:
             exponentials = (-np.log1p(-philox_uniforms(s + 1, o, batch, v))).astype(np.float32)
     out = _empty(target_probs, (batch, int(max_spec_len) + 1), "int32")
+    if on_cuda:
+        import torch
+
+        def there(x, dtype):
+            t = x if _is_torch(x) else torch.from_numpy(np.ascontiguousarray(np.atleast_1d(np.asarray(x)), dtype=dtype))
+            return t.to(device=target_probs.device, dtype=getattr(torch, dtype)).contiguous()
+
+        none_f32 = torch.empty((0, 0), dtype=torch.float32, device=target_probs.device)
+        none_u8 = torch.empty(0, dtype=torch.uint8, device=target_probs.device)
+        _specdec.rejection_sample(there(draft_token_ids, "int32").reshape(-1), there(cu, "int64").reshape(-1), int(max_spec_len),
+                                  none_f32 if draft_probs is None else draft_probs, target_probs,
+                                  there(bonus_token_ids, "int32").reshape(-1),
+                                  none_u8 if is_greedy is None else there(is_greedy, "uint8").reshape(-1),
+                                  there(uniform_probs, "float64").reshape(-1), there(exponentials, "float32"), out,
+                                  int(cuda_stream) if cuda_stream else _stream(target_probs))
+        return out
+    bonus = _small(bonus_token_ids, "int32").reshape(-1)
+    greedy = np.empty(0, dtype=np.uint8) if is_greedy is None else _small(is_greedy, "uint8")
     no_rows = np.empty((0, 0), dtype=np.float32)
     _specdec.rejection_sample(draft_token_ids, cu, int(max_spec_len), no_rows if draft_probs is None else draft_probs,
                               target_probs, bonus, greedy, np.ascontiguousarray(uniform_probs, dtype=np.float64)

@@ -10,6 +10,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/sampling/batch.hpp>
 
 #include "cuda_ops.hpp"
@@ -92,6 +93,25 @@ void sglang_verify(B& b, const cuda::sglang_arrays& a, bool greedy) {
       specdec::vector_view<const float, space>(a.uniform_final, bs),
       specdec::matrix_view<const float, space>(a.target_probs, bs * n, static_cast<index_t>(a.vocab)), predicts, accept_index,
       accept_token_num, a.threshold_single, a.threshold_acc);
+}
+
+/// vLLM's rejection sampler (its backend form) on backend `b`, every array of `a` in its memory.
+template <class B>
+void vllm_rejection(B& b, const cuda::rejection_arrays& a) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto batch = static_cast<index_t>(a.batch), tokens = static_cast<index_t>(a.tokens), vocab = static_cast<index_t>(a.vocab);
+  const auto rows = [&](const float* p, index_t n) {
+    return p == nullptr ? specdec::matrix_view<const float, space>{} : specdec::matrix_view<const float, space>(p, n, vocab);
+  };
+  const auto vec = [](const auto* p, index_t n) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    return p == nullptr ? specdec::vector_view<const T, space>{} : specdec::vector_view<const T, space>(p, n);
+  };
+  specdec::vllm::rejection_sample(b, vec(a.draft_token_ids, tokens), vec(a.cu_num_draft_tokens, batch), rows(a.draft_probs, tokens),
+                                  rows(a.target_probs, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
+                                  vec(a.uniforms, tokens), rows(a.exponentials, batch),
+                                  specdec::matrix_view<std::int32_t, space>(a.output, batch, static_cast<index_t>(a.width)));
 }
 
 }  // namespace specdec_python

@@ -90,4 +90,6 @@ void sglang_verify_greedy(place at, const sglang_arrays& a) { sglang_verify(on(a
 
 void sglang_verify_sampled(place at, const sglang_arrays& a) { sglang_verify(on(at), a, false); }
 
+void vllm_rejection_sample(place at, const rejection_arrays& a) { vllm_rejection(on(at), a); }
+
 }  // namespace specdec_python::cuda

@@ -95,4 +95,23 @@ struct sglang_arrays {
 void sglang_verify_greedy(place at, const sglang_arrays& a);
 void sglang_verify_sampled(place at, const sglang_arrays& a);
 
+/// vLLM v1's rejection sampler layout (specdec::vllm::rejection_sample's backend form) as plain pointers,
+/// all in the memory of the call; null for an optional array not given.
+struct rejection_arrays {
+  std::int64_t batch = 0;                       ///< requests
+  std::int64_t tokens = 0;                      ///< drafts of all requests
+  std::int64_t vocab = 0;
+  std::int64_t width = 0;                       ///< max_spec_len + 1
+  const std::int32_t* draft_token_ids = nullptr;  ///< `[tokens]`
+  const std::int64_t* cu_num_draft_tokens = nullptr;  ///< `[batch]`
+  const float* draft_probs = nullptr;           ///< `[tokens x vocab]`, or null
+  const float* target_probs = nullptr;          ///< `[tokens x vocab]`
+  const std::int32_t* bonus_token_ids = nullptr;  ///< `[batch]`
+  const std::uint8_t* is_greedy = nullptr;      ///< `[batch]`, or null
+  const double* uniforms = nullptr;             ///< `[tokens]`, or null
+  const float* exponentials = nullptr;          ///< `[batch x vocab]`, or null
+  std::int32_t* output = nullptr;               ///< `[batch x width]`
+};
+void vllm_rejection_sample(place at, const rejection_arrays& a);
+
 }  // namespace specdec_python::cuda

@@ -351,24 +351,6 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
 
 // ---- vLLM's rejection sampler -----------------------------------------------------------------------
 
-/// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row).
-void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
-                      const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
-                      const array& exponentials, const array& output) {
-  const auto ids = span_of<const std::int32_t>(draft_token_ids, "draft_token_ids");
-  const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
-  const auto target = matrix_of<const float>(target_probs, "target_probs");
-  const auto draft = matrix_of<const float>(draft_probs, "draft_probs");
-  const auto bonus = span_of<const std::int32_t>(bonus_token_ids, "bonus_token_ids");
-  const auto greedy = span_of<const std::uint8_t>(is_greedy, "is_greedy");
-  const auto u = span_of<const double>(uniform_probs, "uniform_probs");
-  const auto noise = matrix_of<const float>(exponentials, "exponentials");
-  const auto out = matrix_of<std::int32_t>(output, "output");
-  without_gil([&] {
-    specdec::vllm::rejection_sample(host_backend(), ids, cu, max_spec_len, draft, target, bonus, greedy, u, noise, out);
-  });
-}
-
 /// apply_sampling_constraints: vLLM's temperature, top-k and top-p over the flattened draft rows, in place.
 void apply_sampling_constraints(const array& logits, const array& cu_num_draft_tokens, const array& temperature, const array& top_k,
                                 const array& top_p) {
@@ -401,6 +383,35 @@ T* argument(const array& a, const char* name, std::initializer_list<std::int64_t
   }
   expect_shape(a, name, shape);
   return p;
+}
+
+/// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row), on the host
+/// (specdec::eigen) or, for arrays in CUDA memory, on their device; optional arrays empty when absent.
+void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
+                      const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
+                      const array& exponentials, const array& output, std::uintptr_t stream) {
+  const auto at = device_of(target_probs, "target_probs", stream);
+  specdec_python::cuda::rejection_arrays a;
+  a.target_probs = argument<const float>(target_probs, "target_probs", {-1, -1}, at);
+  a.tokens = static_cast<std::int64_t>(target_probs.shape(0));
+  a.vocab = static_cast<std::int64_t>(target_probs.shape(1));
+  a.cu_num_draft_tokens = argument<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens", {-1}, at);
+  a.batch = static_cast<std::int64_t>(cu_num_draft_tokens.shape(0));
+  a.draft_token_ids = argument<const std::int32_t>(draft_token_ids, "draft_token_ids", {a.tokens}, at);
+  a.draft_probs = argument<const float>(draft_probs, "draft_probs", {a.tokens, a.vocab}, at, true);
+  a.bonus_token_ids = argument<const std::int32_t>(bonus_token_ids, "bonus_token_ids", {a.batch}, at);
+  a.is_greedy = argument<const std::uint8_t>(is_greedy, "is_greedy", {a.batch}, at, true);
+  a.uniforms = argument<const double>(uniform_probs, "uniform_probs", {a.tokens}, at, true);
+  a.exponentials = argument<const float>(exponentials, "exponentials", {a.batch, a.vocab}, at, true);
+  a.width = max_spec_len + 1;
+  a.output = argument<std::int32_t>(output, "output", {a.batch, a.width}, at);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::vllm_rejection_sample(*at, a); });
+#endif
+    return;
+  }
+  without_gil([&] { vllm_rejection(host_backend(), a); });
 }
 
 /// verify_batch: specdec::sampling::verify_greedy (`greedy`: `target` holds logits) or
@@ -686,7 +697,7 @@ NB_MODULE(_specdec, m) {
         nb::arg("draft_token_num"), nb::arg("tree_mask_mode"));
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
-        nb::arg("exponentials"), nb::arg("output"));
+        nb::arg("exponentials"), nb::arg("output"), nb::arg("stream") = 0);
   m.def("verify_batch", &verify_batch, nb::arg("target"), nb::arg("greedy"), nb::arg("tokens"), nb::arg("parents"),
         nb::arg("node_counts"), nb::arg("target_rows"), nb::arg("draft_probs"), nb::arg("draft_rows"), nb::arg("max_accepted"),
         nb::arg("bonus_tokens"), nb::arg("uniforms"), nb::arg("streams"), nb::arg("offsets"), nb::arg("out_tokens"),

@@ -198,3 +198,41 @@ def test_sglang_sampled_tree_verification_on_the_device_equals_the_hosts(bs, n, 
             torch.zeros(bs, dtype=torch.int32, device="cuda"),
             *(torch.from_numpy(a).cuda() for a in (candidates, retrive_index, next_token, bad)), coins.cuda(),
             finals.cuda(), target.cuda())
+
+
+@pytest.mark.parametrize("batch,spec,v,with_draft", [(1, 4, 32000, True), (16, 5, 4099, False), (64, 3, 1000, True)])
+def test_vllm_rejection_sample_on_the_device_equals_the_hosts(batch, spec, v, with_draft):
+    g = torch.Generator().manual_seed(batch * spec + v)
+    counts = torch.randint(0, spec + 1, (batch,), generator=g)
+    cu = torch.cumsum(counts, 0)
+    n = int(cu[-1])
+    ids = torch.randint(0, v, (n,), generator=g, dtype=torch.int32)
+    target = torch.softmax(torch.randn(n, v, generator=g) * 3, dim=-1)
+    target[torch.arange(n), ids.long()] += torch.rand(n, generator=g) * 3  # drafts often accepted
+    target /= target.sum(dim=-1, keepdim=True)
+    draft = None
+    if with_draft:
+        draft = torch.softmax(torch.randn(n, v, generator=g) * 3, dim=-1)
+        draft[torch.arange(n), ids.long()] += 1.0
+        draft /= draft.sum(dim=-1, keepdim=True)
+    bonus = torch.randint(0, v, (batch,), generator=g, dtype=torch.int32)
+    greedy = torch.rand(batch, generator=g) < 0.3
+    uniforms = torch.rand(n, generator=g, dtype=torch.float64)
+    noise = -torch.log1p(-torch.rand(batch, v, generator=g))
+
+    def run(device):
+        return specdec.rejection_sample(ids.to(device), None, spec, cu.to(device),
+                                        None if draft is None else draft.to(device), target.to(device), bonus.to(device),
+                                        greedy.to(device), uniforms.to(device), noise.to(device))
+
+    host, dev = run("cpu"), run("cuda")
+    assert dev.is_cuda and torch.equal(dev.cpu(), host)
+    assert int((host[:, 1:] >= 0).sum()) > 0  # some drafts accepted
+    # seeded: uniforms and exponentials drawn on the host, the same tokens on the device
+    assert torch.equal(specdec.rejection_sample(ids.cuda(), None, spec, cu.cuda(), None, target.cuda(), bonus.cuda(), seed=3).cpu(),
+                       specdec.rejection_sample(ids, None, spec, cu, None, target, bonus, seed=3))
+    bad = cu.clone()
+    bad[0] = n + 1
+    with pytest.raises(ValueError, match="cu_num_draft_tokens gives request 0 entries"):
+        specdec.rejection_sample(ids.cuda(), None, spec, bad.cuda(), None, target.cuda(), bonus.cuda(), None,
+                                 uniforms.cuda(), noise.cuda())

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # vLLM v1's rejection sampler layout against the goldens the C++ tests use (computed by vLLM's code).
 import numpy as np
+import pytest
 
 import specdec
 
@@ -111,3 +112,20 @@ def test_apply_sampling_constraints_is_vllms():
         assert "temperature[1] = 0" in str(e)
     else:
         raise AssertionError("a zero temperature was accepted")
+
+
+def test_rejection_sample_names_what_is_wrong():
+    ids = np.array([1, 2, 3], dtype=np.int32)
+    target = np.full((3, 4), 0.25, dtype=np.float32)
+    bonus = np.zeros(2, dtype=np.int32)
+    u = np.full(3, 0.5)
+    noise = np.ones((2, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="cu_num_draft_tokens gives request 1 entries \\[2, 1\\); expected a non-decreasing"):
+        specdec.rejection_sample(ids, None, 2, np.array([2, 1]), None, target, bonus, None, u, noise)
+    with pytest.raises(ValueError, match="cu_num_draft_tokens gives request 0 3 drafts; expected at most 2 \\(max_spec_len\\)"):
+        specdec.rejection_sample(ids, None, 2, np.array([3, 3]), None, target, bonus, None, u, noise)
+    with pytest.raises(ValueError, match="draft_token_ids\\[2\\] = 4; expected a token id in \\[0, 4\\)"):
+        specdec.rejection_sample(np.array([1, 2, 4], dtype=np.int32), None, 2, np.array([1, 3]), None, target, bonus, None, u,
+                                 noise)
+    with pytest.raises(ValueError, match="exponentials: expected shape \\(2, 4\\); got \\(1, 4\\)"):
+        specdec.rejection_sample(ids, None, 2, np.array([1, 3]), None, target, bonus, None, u, noise[:1])
