@@ -11,6 +11,7 @@
 #include <limits>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -27,6 +28,7 @@
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
+#include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/tree_coin.hpp>
@@ -1463,4 +1465,128 @@ TEST_CASE_TEMPLATE("vLLM's rejection_sample on a backend names what is wrong", B
   c = good;
   c.noise.resize(c.noise.size() - 8);  // 2 rows for 3 requests
   CHECK(run(c) == at + "exponentials is 2 x 8; expected 3 x 8 (one row per request) or none");
+}
+
+namespace {
+
+/// Rows for the top-k filters: ties (entries drawn from a few levels), zeros, -0 and, for logits, -inf.
+std::vector<float> filter_rows(std::uint64_t seed, index_t rows, index_t vocab, bool probabilities) {
+  const specdec::philox_stream rng{seed, 41};
+  std::uint64_t at = 0;
+  std::vector<float> x(static_cast<std::size_t>(rows * vocab));
+  for (index_t r = 0; r < rows; ++r) {
+    const bool levels = rng.uniform_double(at++) < 0.5;  // few distinct values: many ties
+    double total = 0.0;
+    for (index_t j = 0; j < vocab; ++j) {
+      const double u = rng.uniform_double(at++);
+      double v = levels ? std::floor(u * 6.0) : u * u;
+      if (rng.uniform_double(at++) < 0.1) v = 0.0;
+      float& e = x[static_cast<std::size_t>(r * vocab + j)];
+      e = probabilities ? static_cast<float>(v) : static_cast<float>(8.0 * v - 20.0);
+      if (!probabilities && rng.uniform_double(at++) < 0.05) e = -std::numeric_limits<float>::infinity();
+      if (e == 0.0f && rng.uniform_double(at++) < 0.5) e = -0.0f;
+      total += probabilities ? static_cast<double>(e) : 0.0;
+    }
+    if (probabilities && total == 0.0) x[static_cast<std::size_t>(r * vocab)] = 1.0f, total = 1.0;
+    if (probabilities)
+      for (index_t j = 0; j < vocab; ++j) {
+        float& e = x[static_cast<std::size_t>(r * vocab + j)];
+        e = static_cast<float>(static_cast<double>(e) / total);
+      }
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("FlashInfer's top-k filters on a backend equal the host forms, k per row", B, SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 7100;
+  int checked = 0;
+  for (const auto& shape : {std::pair<index_t, index_t>{1, 1}, {3, 7}, {6, 1030}, {4, 5000}, {2, 3000}})
+    for (const bool probabilities : {true, false}) {
+      const index_t rows = shape.first, vocab = shape.second;
+      CAPTURE(seed);
+      const std::vector<float> x = filter_rows(seed++, rows, vocab, probabilities);
+      const specdec::philox_stream rng{seed, 43};
+      std::vector<std::int64_t> ks;
+      for (index_t r = 0; r < rows; ++r) {
+        const double u = rng.uniform_double(static_cast<std::uint64_t>(r));
+        ks.push_back(r == 0 ? 1 : r == 1 ? vocab : 1 + static_cast<std::int64_t>(u * double(vocab)));
+      }
+      // The host forms, row by row with its k; and an independent check of what they keep.
+      std::vector<float> want = x;
+      for (index_t r = 0; r < rows; ++r) {
+        const specdec::matrix_view<float> row(want.data() + r * vocab, 1, vocab);
+        if (probabilities) sampling::top_k_renorm(row, static_cast<index_t>(ks[static_cast<std::size_t>(r)]));
+        else sampling::top_k_mask_logits(row, static_cast<index_t>(ks[static_cast<std::size_t>(r)]));
+        std::vector<float> sorted(x.begin() + r * vocab, x.begin() + (r + 1) * vocab);
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        const float kth = sorted[static_cast<std::size_t>(ks[static_cast<std::size_t>(r)] - 1)];
+        double kept = 0.0;
+        for (index_t j = 0; j < vocab; ++j) kept += x[static_cast<std::size_t>(r * vocab + j)] >= kth ? x[static_cast<std::size_t>(r * vocab + j)] : 0.0f;
+        for (index_t j = 0; j < vocab; ++j) {
+          const float v = x[static_cast<std::size_t>(r * vocab + j)], got = want[static_cast<std::size_t>(r * vocab + j)];
+          if (!probabilities) {
+            CHECK(got == (v < kth ? -std::numeric_limits<float>::infinity() : v));
+          } else if (v < kth || kept == 0.0) {
+            CHECK((v < kth ? got == 0.0f : true));
+          } else {
+            CHECK(std::fabs(static_cast<double>(got) - static_cast<double>(v) / kept) <= 2e-7 * static_cast<double>(got));
+          }
+        }
+      }
+      // The backend form: one launch for every row, out of place and in place.
+      B b;
+      auto in = b.upload(std::span<const float>(x));
+      auto k = b.upload(std::span<const std::int64_t>(ks));
+      auto out = b.template allocate<float>(rows * vocab);
+      using space = typename B::memory_space;
+      const specdec::matrix_view<const float, space> in_view(in.matrix(rows, vocab));
+      const specdec::vector_view<const std::int64_t, space> k_view(k.view());
+      if (probabilities) sampling::top_k_renorm(b, in_view, k_view, out.matrix(rows, vocab));
+      else sampling::top_k_mask_logits(b, in_view, k_view, out.matrix(rows, vocab));
+      CHECK(b.download(out.view()) == want);
+      if (probabilities) sampling::top_k_renorm(b, in_view, k_view, in.matrix(rows, vocab));
+      else sampling::top_k_mask_logits(b, in_view, k_view, in.matrix(rows, vocab));
+      CHECK(b.download(in.view()) == want);
+      ++checked;
+    }
+  CHECK(checked == 10);
+}
+
+TEST_CASE_TEMPLATE("FlashInfer's top-k filters on a backend name what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  using space = typename B::memory_space;
+  const auto run = [](std::vector<float> x, index_t rows, std::vector<std::int64_t> ks, bool probabilities, index_t out_rows = -1) {
+    return error_of([&] {
+      B b;
+      const index_t vocab = static_cast<index_t>(x.size()) / rows;
+      auto in = b.upload(std::span<const float>(x));
+      auto k = b.upload(std::span<const std::int64_t>(ks));
+      auto out = b.template allocate<float>((out_rows < 0 ? rows : out_rows) * vocab);
+      const specdec::matrix_view<const float, space> v(in.matrix(rows, vocab));
+      const specdec::vector_view<const std::int64_t, space> kv(k.view());
+      if (probabilities) sampling::top_k_renorm(b, v, kv, out.matrix(out_rows < 0 ? rows : out_rows, vocab));
+      else sampling::top_k_mask_logits(b, v, kv, out.matrix(out_rows < 0 ? rows : out_rows, vocab));
+    });
+  };
+  const std::string renorm = "specdec::sampling::top_k_renorm: ", mask = "specdec::sampling::top_k_mask_logits: ";
+  const std::vector<float> probs = {0.5f, 0.25f, 0.25f, 0.0f, 0.1f, 0.2f, 0.3f, 0.4f};
+  CHECK(run(probs, 2, {2, 4}, true) == "");
+  CHECK(run(probs, 2, {2, 5}, true) == renorm + "top_k[1] = 5; expected 1 <= k <= V = 4");
+  CHECK(run(probs, 2, {0}, true) == renorm + "top_k[0] = 0; expected 1 <= k <= V = 4");
+  CHECK(run(probs, 2, {1, 2, 3}, true) == renorm + "top_k has 3 entries; expected 1 or one per row (2)");
+  CHECK(run(probs, 2, {1}, true, 1) == renorm + "out is 1 x 4; expected 2 x 4 like probs");
+  std::vector<float> bad = probs;
+  bad[5] = -0.2f;
+  CHECK(run(bad, 2, {1}, true) == renorm + "probs[1, 1] = -0.2; expected a probability in [0, 1]");
+  bad = probs;
+  bad[7] = 0.6f;
+  CHECK(run(bad, 2, {1}, true) == renorm + "probs row 1 sums to 1.2; expected 1 within 0.001");
+  bad = probs;
+  bad[2] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(run(bad, 2, {1}, false) == mask + "logits[0, 2] = nan; expected finite values or -inf");
+  bad[2] = std::numeric_limits<float>::infinity();
+  CHECK(run(bad, 2, {1}, false) == mask + "logits[0, 2] = inf; expected finite values or -inf");
+  bad[2] = -std::numeric_limits<float>::infinity();
+  CHECK(run(bad, 2, {3}, false) == "");
 }

@@ -206,12 +206,23 @@ def top_k_renorm_probs(probs, top_k, out=None):
     with the k-th kept), zero the rest, renormalise.
 
     probs: float32 ``[batch, V]``, rows summing to 1 (within 1e-3). top_k: an int, or one per row.
-    out: optional float32 ``[batch, V]`` (may be ``probs`` itself); returned.
+    out: optional float32 ``[batch, V]`` (may be ``probs`` itself); returned. Host arrays, or (a CUDA
+    build) CUDA tensors: then one kernel, one block per row, on the current stream of ``probs``.
     """
     if out is None:
         out = _empty_f32_like(probs)
-    _specdec.renorm(probs, out, _small(top_k, "int64"), True)
+    _specdec.top_k_filter(probs, out, _per_row_k(top_k, probs), True, _stream(probs))
     return out
+
+
+def _per_row_k(top_k, rows):
+    """top_k (an int or one per row) as int64 where ``rows`` lives: on a CUDA tensor's device, else numpy."""
+    if _is_torch(rows) and rows.is_cuda:
+        import torch
+
+        k = top_k.reshape(-1) if _is_torch(top_k) else torch.from_numpy(_small(top_k, "int64"))
+        return k.to(device=rows.device, dtype=torch.int64).contiguous()
+    return _small(top_k, "int64")
 
 
 def top_p_renorm_probs(probs, top_p, out=None):
@@ -220,17 +231,17 @@ def top_p_renorm_probs(probs, top_p, out=None):
     rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes as ``top_k_renorm_probs``."""
     if out is None:
         out = _empty_f32_like(probs)
-    _specdec.renorm(probs, out, _small(top_p, "float32"), False)
+    _specdec.top_p_renorm(probs, out, _small(top_p, "float32"))
     return out
 
 
 def top_k_mask_logits(logits, top_k, out=None):
     """FlashInfer's ``top_k_mask_logits``: in each row of float32 ``[batch, V]``, every logit below the
     row's ``top_k``-th largest becomes -inf (ties with the k-th kept); top_k an int or one per row.
-    ``out`` may be ``logits`` itself; returned."""
+    ``out`` may be ``logits`` itself; returned. Host arrays or CUDA tensors, as ``top_k_renorm_probs``."""
     if out is None:
         out = _empty_f32_like(logits)
-    _specdec.top_k_mask_logits(logits, out, _small(top_k, "int64"))
+    _specdec.top_k_filter(logits, out, _per_row_k(top_k, logits), False, _stream(logits))
     return out
 
 

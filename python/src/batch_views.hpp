@@ -11,6 +11,7 @@
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/vllm.hpp>
+#include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/batch.hpp>
 
 #include "cuda_ops.hpp"
@@ -112,6 +113,19 @@ void vllm_rejection(B& b, const cuda::rejection_arrays& a) {
                                   rows(a.target_probs, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
                                   vec(a.uniforms, tokens), rows(a.exponentials, batch),
                                   specdec::matrix_view<std::int32_t, space>(a.output, batch, static_cast<index_t>(a.width)));
+}
+
+/// FlashInfer's top-k filters (their backend forms) on backend `b`, the arrays in its memory.
+template <class B>
+void top_k_filter_on(B& b, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
+                     float* out, bool renormalise) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const specdec::matrix_view<const float, space> x(in, static_cast<index_t>(rows), static_cast<index_t>(cols));
+  const specdec::vector_view<const std::int64_t, space> k(top_k, static_cast<index_t>(k_count));
+  const specdec::matrix_view<float, space> y(out, static_cast<index_t>(rows), static_cast<index_t>(cols));
+  if (renormalise) specdec::sampling::top_k_renorm(b, x, k, y);
+  else specdec::sampling::top_k_mask_logits(b, x, k, y);
 }
 
 }  // namespace specdec_python

@@ -67,6 +67,25 @@ T* on_device(const array& a, const char* name, std::size_t ndim, const specdec_p
 }
 #endif
 
+/// An argument of a call that runs on the host (`at` empty) or on a CUDA device: checked as checked<T>
+/// or on_device<T>, then against `shape` (-1: any extent). Optional arguments (`optional`) may be empty
+/// arrays of any kind and device: null then.
+template <class T>
+T* argument(const array& a, const char* name, std::initializer_list<std::int64_t> shape,
+            const std::optional<specdec_python::cuda::place>& at, bool optional = false) {
+  if (optional && a.size() == 0) return nullptr;
+  T* p = nullptr;
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    p = on_device<T>(a, name, shape.size(), *at);
+#endif
+  } else {
+    p = checked<T>(a, name, shape.size());
+  }
+  expect_shape(a, name, shape);
+  return p;
+}
+
 void row_argmax(const array& logits, const array& index, const array& value, std::uintptr_t stream) {
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
@@ -172,31 +191,38 @@ void copy_into(specdec::matrix_view<const float> in, specdec::matrix_view<float>
   if (out.data() != in.data()) std::copy(in.data(), in.data() + in.size(), out.data());
 }
 
-/// top_k_renorm_probs / top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one
-/// parameter per row (`k` or `p` length rows) or one for all.
-void renorm(const array& probs, const array& out, const array& param, bool top_k) {
+/// top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one p per row or one for all.
+void top_p_renorm(const array& probs, const array& out, const array& param) {
   const auto in = matrix_of<const float>(probs, "probs");
   const auto o = matrix_of<float>(out, "out");
   expect_shape(out, "out", {in.rows(), in.cols()});
-  const char* pname = top_k ? "top_k" : "top_p";
-  std::vector<double> values;
-  if (top_k) {
-    const auto ks = span_of<std::int64_t>(param, pname);
-    values.assign(ks.begin(), ks.end());
-  } else {
-    const auto ps = span_of<float>(param, pname);
-    values.assign(ps.begin(), ps.end());
-  }
-  const per_row value(values.size(), in.rows(), pname);
+  const auto ps = span_of<const float>(param, "top_p");
+  const per_row p(ps.size(), in.rows(), "top_p");
   without_gil([&] {
     copy_into(in, o);
-    for (index_t r = 0; r < in.rows(); ++r) {
-      const double v = values[value.at(r)];
-      const specdec::matrix_view<float> row(o.row(r), 1, o.cols());
-      if (top_k) specdec::sampling::top_k_renorm(row, static_cast<index_t>(v));
-      else specdec::sampling::top_p_renorm(row, static_cast<float>(v));
-    }
+    for (index_t r = 0; r < in.rows(); ++r)
+      specdec::sampling::top_p_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()), ps[p.at(r)]);
   });
+}
+
+/// top_k_renorm_probs / top_k_mask_logits: the top-k filter of every row into `out` (which may be the
+/// input), one k per row or one for all, on the host or, for arrays in CUDA memory, on their device.
+void top_k_filter(const array& rows, const array& out, const array& top_k, bool renormalise, std::uintptr_t stream) {
+  const char* name = renormalise ? "probs" : "logits";
+  const auto at = device_of(rows, name, stream);
+  const float* x = argument<const float>(rows, name, {-1, -1}, at);
+  const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
+  float* y = argument<float>(out, "out", {n, v}, at);
+  const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at);
+  const auto k_count = static_cast<std::int64_t>(top_k.shape(0));
+  per_row(static_cast<std::size_t>(k_count), n, "top_k");
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::top_k_filter(*at, x, n, v, k, k_count, y, renormalise); });
+#endif
+    return;
+  }
+  without_gil([&] { top_k_filter_on(host_backend(), x, n, v, k, k_count, y, renormalise); });
 }
 
 /// FlashInfer's joint top-k / top-p renormalisation: `out` holds a copy of probs, filtered in place, one
@@ -213,20 +239,6 @@ void joint_renorm(const array& probs, const array& out, const array& top_k, cons
     for (index_t r = 0; r < in.rows(); ++r)
       specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()), static_cast<index_t>(ks[k.at(r)]),
                                                   ps[p.at(r)]);
-  });
-}
-
-/// top_k_mask_logits: `out` holds a copy of logits (or is logits), masked in place, one k per row or one.
-void top_k_mask_logits(const array& logits, const array& out, const array& top_k) {
-  const auto in = matrix_of<const float>(logits, "logits");
-  const auto o = matrix_of<float>(out, "out");
-  expect_shape(out, "out", {in.rows(), in.cols()});
-  const auto ks = span_of<const std::int64_t>(top_k, "top_k");
-  const per_row k(ks.size(), in.rows(), "top_k");
-  without_gil([&] {
-    copy_into(in, o);
-    for (index_t r = 0; r < in.rows(); ++r)
-      specdec::sampling::top_k_mask_logits(specdec::matrix_view<float>(o.row(r), 1, o.cols()), static_cast<index_t>(ks[k.at(r)]));
   });
 }
 
@@ -365,25 +377,6 @@ void apply_sampling_constraints(const array& logits, const array& cu_num_draft_t
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
 
 // ---- specdec's padded batch verification (sampling/batch.hpp), host or CUDA --------------------------
-
-/// An argument of a call that runs on the host (`at` empty) or on a CUDA device: checked as checked<T>
-/// or on_device<T>, then against `shape` (-1: any extent). Optional arguments (`optional`) may be empty
-/// arrays of any kind and device: null then.
-template <class T>
-T* argument(const array& a, const char* name, std::initializer_list<std::int64_t> shape,
-            const std::optional<specdec_python::cuda::place>& at, bool optional = false) {
-  if (optional && a.size() == 0) return nullptr;
-  T* p = nullptr;
-  if (at) {
-#if SPECDEC_PYTHON_CUDA
-    p = on_device<T>(a, name, shape.size(), *at);
-#endif
-  } else {
-    p = checked<T>(a, name, shape.size());
-  }
-  expect_shape(a, name, shape);
-  return p;
-}
 
 /// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row), on the host
 /// (specdec::eigen) or, for arrays in CUDA memory, on their device; optional arrays empty when absent.
@@ -676,9 +669,10 @@ NB_MODULE(_specdec, m) {
   m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"), nb::arg("stream") = 0);
   m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"), nb::arg("stream") = 0);
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("stream") = 0);
-  m.def("renorm", &renorm, nb::arg("probs"), nb::arg("out"), nb::arg("param"), nb::arg("top_k"));
+  m.def("top_p_renorm", &top_p_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_p"));
+  m.def("top_k_filter", &top_k_filter, nb::arg("rows"), nb::arg("out"), nb::arg("top_k"), nb::arg("renormalise"),
+        nb::arg("stream") = 0);
   m.def("joint_renorm", &joint_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"));
-  m.def("top_k_mask_logits", &top_k_mask_logits, nb::arg("logits"), nb::arg("out"), nb::arg("top_k"));
   m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
   m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0,

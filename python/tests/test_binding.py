@@ -47,7 +47,7 @@ def test_wrong_dtype_shape_and_stride_name_the_argument():
 
 def test_cpp_errors_are_value_errors_with_the_cpp_message():
     a = probs(2, 10)
-    with pytest.raises(ValueError, match="specdec::sampling::top_k_renorm: k = 11; expected 1 <= k <= V = 10"):
+    with pytest.raises(ValueError, match="specdec::sampling::top_k_renorm: top_k\\[0\\] = 11; expected 1 <= k <= V = 10"):
         specdec.top_k_renorm_probs(a, 11)
     a[1, 3] = np.nan
     with pytest.raises(ValueError, match="specdec::sampling::top_p_renorm"):

@@ -236,3 +236,23 @@ def test_vllm_rejection_sample_on_the_device_equals_the_hosts(batch, spec, v, wi
     with pytest.raises(ValueError, match="cu_num_draft_tokens gives request 0 entries"):
         specdec.rejection_sample(ids.cuda(), None, spec, bad.cuda(), None, target.cuda(), bonus.cuda(), None,
                                  uniforms.cuda(), noise.cuda())
+
+
+@pytest.mark.parametrize("rows,v", [(1, 32000), (8, 128256), (3, 4099)])
+def test_top_k_filters_on_the_device_equal_the_hosts(rows, v):
+    g = torch.Generator().manual_seed(rows + v)
+    logits = torch.randn(rows, v, generator=g) * 3
+    logits[0, : v // 2] = torch.round(logits[0, : v // 2])  # ties
+    logits[-1, 5] = -float("inf")
+    probs = torch.softmax(logits, dim=-1)
+    for k in (1, 20, v, torch.randint(1, v + 1, (rows,), generator=g)):
+        want = specdec.top_k_renorm_probs(probs, k)
+        assert torch.equal(specdec.top_k_renorm_probs(probs.cuda(), k).cpu(), want)
+        in_place = probs.cuda()
+        assert specdec.top_k_renorm_probs(in_place, k, out=in_place) is in_place
+        assert torch.equal(in_place.cpu(), want)
+        assert torch.equal(specdec.top_k_mask_logits(logits.cuda(), k).cpu(), specdec.top_k_mask_logits(logits, k))
+    bad = probs.clone()
+    bad[rows - 1, 3] = float("nan")
+    with pytest.raises(ValueError, match=f"probs\\[{rows - 1}, 3\\] = nan; expected a probability in \\[0, 1\\]"):
+        specdec.top_k_renorm_probs(bad.cuda(), 4)

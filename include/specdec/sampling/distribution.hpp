@@ -8,9 +8,10 @@
 /// probabilities a verifier receives must be the ones the drafter sampled from: run the drafter's
 /// logits through the same function with the same parameters.
 ///
-/// These run on the host (`host_space` views): a row's top-p needs a sort, which the backend concept
-/// does not offer. Engines that process on the device keep their own kernels; the tests pin down the
-/// semantics those must match.
+/// These run on the host (`host_space` views), except FlashInfer's top-k filters (`top_k_renorm`,
+/// `top_k_mask_logits`), which also come as team jobs on any backend (one team per row, the host forms
+/// running the same job). Top-p needs the mass above each entry (a sort here); engines that filter by
+/// top-p on the device keep their own kernels for now; the tests pin down the semantics.
 #pragma once
 
 #include <algorithm>
@@ -22,11 +23,15 @@
 #include <span>
 #include <vector>
 
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
+#include <specdec/sampling/detail/top_k_rows.hpp>
 
 namespace specdec::sampling {
 
@@ -49,11 +54,6 @@ inline void check_params(const char* where, const sampling_params& s, index_t vo
   SPECDEC_EXPECTS(s.min_p >= 0.0f && s.min_p <= 1.0f, where, "row ", row, ": min_p = ", s.min_p,
                   "; expected a value in [0, 1]");
 }
-
-/// Row sums the renormalisers accept. They rescale their output, so the input's mass matters only as
-/// far as it moves the top-p cut; 1e-3 admits rows rounded for display (FlashInfer's own docstring
-/// examples, 4 decimals, sum to 1 +- 2.5e-4) and rejects rows that are not distributions at all.
-inline constexpr double renorm_sum_tolerance = 1e-3;
 
 /// Checks row r of a probability matrix the renormalisers read: every entry in [0, 1] (NaN fails),
 /// the row summing to 1 within renorm_sum_tolerance.
@@ -158,51 +158,91 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
   }
 }
 
+namespace detail {
+
+/// The top-k filter job's argument names.
+template <class Job>
+void name_top_k(Job& job, const char* where, const char* rows, const char* k) {
+  job.where = where;
+  for (const char*& name : job.names) name = "";
+  job.names[top_k_arg_rows] = rows;
+  job.names[top_k_arg_k] = k;
+}
+
+/// The host forms: one k for every row, the job run on one thread, in place.
+inline void top_k_filter_host(const char* where, const char* rows_name, matrix_view<float> rows, index_t k, bool renormalise) {
+  const index_t vocab = rows.cols();
+  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  specdec::detail::check_view(where, rows_name, rows, specdec::detail::indexed_output | specdec::detail::contiguous_rows);
+  const std::int64_t k64 = k;
+  top_k_rows_job<host_space> job{rows, rows, vector_view<const std::int64_t>(&k64, 1), renormalise, where, {}};
+  name_top_k(job, where, rows_name, "k");
+  std::vector<std::byte> scratch(job.scratch_bytes());
+  const specdec::detail::serial_team team;
+  for (index_t r = 0; r < rows.rows(); ++r)
+    if (const specdec::detail::team_fault f = job(team, r, scratch.data()); f.code != 0)
+      specdec::detail::throw_team_fault(where, job.names[f.arg], f);
+}
+
+/// The backend forms' checks and launch.
+template <team_backend B>
+void top_k_filter(B& b, const char* where, const char* rows_name, matrix_view<const float, typename B::memory_space> in,
+                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out,
+                  bool renormalise) {
+  const index_t vocab = in.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);
+  specdec::detail::check_view(where, rows_name, in, specdec::detail::contiguous_rows);
+  specdec::detail::check_view(where, "out", out, specdec::detail::indexed_output | specdec::detail::contiguous_rows);
+  specdec::detail::check_view(where, "top_k", top_k, specdec::detail::nonzero_stride);
+  SPECDEC_EXPECTS(out.rows() == in.rows() && out.cols() == vocab, where, "out is ", out.rows(), " x ", out.cols(), "; expected ",
+                  in.rows(), " x ", vocab, " like ", rows_name);
+  SPECDEC_EXPECTS(top_k.rows() == 1 || top_k.rows() == in.rows(), where, "top_k has ", top_k.rows(),
+                  " entries; expected 1 or one per row (", in.rows(), ")");
+  using specdec::detail::extent_of;
+  specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, rows_name, in), /*exact_alias_allowed=*/true);
+  specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, "top_k", top_k));
+  top_k_rows_job<typename B::memory_space> job{in, out, top_k, renormalise, where, {}};
+  name_top_k(job, where, rows_name, "top_k");
+  b.run_teams(in.rows(), job);
+}
+
+}  // namespace detail
+
 /// FlashInfer's `top_k_renorm_probs`: keep the k largest probabilities of each row (ties at the k-th
-/// kept), zero the rest, renormalise. \param probs host `[rows x V]`, in place.
+/// kept), zero the rest, renormalise (the kept mass summed in double in the canonical order, each kept
+/// entry divided by it and rounded to float). \param probs host `[rows x V]`, in place.
 /// \throws invalid_argument on k outside [1, V], entries outside [0, 1] (NaN included), or a row that
 ///   does not sum to 1 within 1e-3.
 inline void top_k_renorm(matrix_view<float> probs, index_t k) {
-  constexpr const char* where = "specdec::sampling::top_k_renorm";
-  const index_t vocab = probs.cols();
-  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
-  specdec::detail::check_vocabulary(where, "V", vocab);
-  specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
-  std::vector<float> row(static_cast<std::size_t>(vocab));
-  for (index_t r = 0; r < probs.rows(); ++r) {
-    detail::check_probabilities(where, probs, r);
-    for (index_t j = 0; j < vocab; ++j) row[static_cast<std::size_t>(j)] = probs(r, j);
-    std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<>());
-    const float kth = row[static_cast<std::size_t>(k - 1)];
-    double total = 0.0;
-    for (index_t j = 0; j < vocab; ++j) total += probs(r, j) >= kth ? static_cast<double>(probs(r, j)) : 0.0;
-    for (index_t j = 0; j < vocab; ++j)
-      probs(r, j) = probs(r, j) >= kth ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
-  }
+  detail::top_k_filter_host("specdec::sampling::top_k_renorm", "probs", probs, k, true);
+}
+
+/// top_k_renorm on a backend (`B::memory_space` views), one team per row (one CUDA block each, one
+/// launch): the host form's bits. \param probs `[rows x V]`. \param top_k int64, one k for every row
+/// or one per row. \param out `[rows x V]`, or `probs`'s own memory (in place).
+/// \throws invalid_argument on shapes and views (before any work) and, from the team of the row, as
+///   the host form (naming `top_k[r]`). On CUDA with deferred faults those come from `check_faults()`.
+template <team_backend B>
+void top_k_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
+                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out) {
+  detail::top_k_filter(b, "specdec::sampling::top_k_renorm", "probs", probs, top_k, out, true);
 }
 
 /// FlashInfer's `top_k_mask_logits`: in each row, every logit below the row's k-th largest becomes -inf
 /// (ties with the k-th kept, as top_k_renorm); nothing is renormalised. \param logits host `[rows x V]`,
 /// in place. \throws invalid_argument on k outside [1, V] or a NaN / +inf logit (naming row and column).
 inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
-  constexpr const char* where = "specdec::sampling::top_k_mask_logits";
-  const index_t vocab = logits.cols();
-  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
-  specdec::detail::check_vocabulary(where, "V", vocab);
-  specdec::detail::check_view(where, "logits", logits, specdec::detail::indexed_output);
-  std::vector<float> row(static_cast<std::size_t>(vocab));
-  for (index_t r = 0; r < logits.rows(); ++r) {
-    for (index_t j = 0; j < vocab; ++j) {
-      const float v = logits(r, j);
-      SPECDEC_EXPECTS(v < std::numeric_limits<float>::infinity(), where, "logits[", r, ", ", j, "] = ", v,
-                      "; expected finite values or -inf");
-      row[static_cast<std::size_t>(j)] = v;
-    }
-    std::nth_element(row.begin(), row.begin() + (k - 1), row.end(), std::greater<>());
-    const float kth = row[static_cast<std::size_t>(k - 1)];
-    for (index_t j = 0; j < vocab; ++j)
-      if (logits(r, j) < kth) logits(r, j) = -std::numeric_limits<float>::infinity();
-  }
+  detail::top_k_filter_host("specdec::sampling::top_k_mask_logits", "logits", logits, k, false);
+}
+
+/// top_k_mask_logits on a backend, as top_k_renorm's backend form: \param logits `[rows x V]`;
+/// \param top_k int64, one or one per row; \param out `[rows x V]` or `logits`'s own memory.
+template <team_backend B>
+void top_k_mask_logits(B& b, matrix_view<const float, typename B::memory_space> logits,
+                       vector_view<const std::int64_t, typename B::memory_space> top_k,
+                       matrix_view<float, typename B::memory_space> out) {
+  detail::top_k_filter(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, out, false);
 }
 
 namespace detail {

@@ -238,6 +238,12 @@ template <class T = float>
                              " (max_spec_len)");
     case team_error::missing_argument:
       throw_invalid_argument(where, "request ", f.row, " is random (not greedy) and reads ", name, "; got an empty one");
+    case team_error::top_k_value:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.limit, "; expected 1 <= k <= V = ", i(f.value));
+    case team_error::renorm_sum:
+      throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001");
+    case team_error::logit_value:
+      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

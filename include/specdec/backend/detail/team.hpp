@@ -80,6 +80,9 @@ enum class team_error : std::int32_t {
   link_order = 102,           ///< row = request, column = node, limit = the node it is linked under
   draft_count = 103,          ///< row = request, column = its drafts, limit = the most allowed
   missing_argument = 104,     ///< row = request (the argument, empty, is one the request reads)
+  top_k_value = 105,          ///< row = matrix row, limit = its k, value = V
+  renorm_sum = 106,           ///< row = matrix row, value = the row's sum (renormalisers' tolerance, 1e-3)
+  logit_value = 107,          ///< row = matrix row, column = token, value = the logit (NaN or +inf)
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
