@@ -1554,6 +1554,62 @@ TEST_CASE_TEMPLATE("FlashInfer's top-k filters on a backend equal the host forms
   CHECK(checked == 10);
 }
 
+TEST_CASE_TEMPLATE("FlashInfer's top-p and joint renormalisations on a backend equal the host forms, p per row", B,
+                   SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 7300;
+  int kept_some = 0, cut_some = 0;
+  for (const auto& shape : {std::pair<index_t, index_t>{1, 1}, {3, 7}, {6, 1030}, {4, 5000}, {2, 3000}})
+    for (const bool joint : {false, true}) {
+      const index_t rows = shape.first, vocab = shape.second;
+      CAPTURE(seed);
+      const std::vector<float> x = filter_rows(seed++, rows, vocab, true);
+      const specdec::philox_stream rng{seed, 47};
+      std::vector<std::int64_t> ks;
+      std::vector<float> ps;
+      for (index_t r = 0; r < rows; ++r) {
+        ks.push_back(1 + static_cast<std::int64_t>(rng.uniform_double(2 * static_cast<std::uint64_t>(r)) * double(vocab)));
+        const double u = rng.uniform_double(2 * static_cast<std::uint64_t>(r) + 1);
+        ps.push_back(r == 0 ? 1.0f : static_cast<float>(0.05 + 0.95 * u));
+      }
+      // The host forms row by row, and an independent check of what they keep: a token iff the mass
+      // strictly above it is below p (and, jointly, fewer than k entries are above it).
+      std::vector<float> want = x;
+      for (index_t r = 0; r < rows; ++r) {
+        const specdec::matrix_view<float> row(want.data() + r * vocab, 1, vocab);
+        const auto k = static_cast<index_t>(ks[static_cast<std::size_t>(r)]);
+        const float p = ps[static_cast<std::size_t>(r)];
+        if (joint) sampling::top_k_top_p_joint_renorm(row, k, p);
+        else sampling::top_p_renorm(row, p);
+        for (index_t j = 0; j < vocab; ++j) {
+          const float v = x[static_cast<std::size_t>(r * vocab + j)];
+          double above = 0.0;
+          index_t larger = 0;
+          for (index_t i = 0; i < vocab; ++i) {
+            const float y = x[static_cast<std::size_t>(r * vocab + i)];
+            if (y > v) above += static_cast<double>(y), ++larger;
+          }
+          const bool keep = above < static_cast<double>(p) && (!joint || larger < k);
+          CHECK((want[static_cast<std::size_t>(r * vocab + j)] != 0.0f || v == 0.0f) == (keep || v == 0.0f));
+          (keep ? kept_some : cut_some) += 1;
+        }
+      }
+      B b;
+      using space = typename B::memory_space;
+      auto in = b.upload(std::span<const float>(x));
+      auto k = b.upload(std::span<const std::int64_t>(ks));
+      auto p = b.upload(std::span<const float>(ps));
+      auto out = b.template allocate<float>(rows * vocab);
+      const specdec::matrix_view<const float, space> in_view(in.matrix(rows, vocab));
+      const specdec::vector_view<const std::int64_t, space> k_view(k.view());
+      const specdec::vector_view<const float, space> p_view(p.view());
+      if (joint) sampling::top_k_top_p_joint_renorm(b, in_view, k_view, p_view, out.matrix(rows, vocab));
+      else sampling::top_p_renorm(b, in_view, p_view, out.matrix(rows, vocab));
+      CHECK(b.download(out.view()) == want);
+    }
+  CHECK(kept_some > 100);
+  CHECK(cut_some > 100);
+}
+
 TEST_CASE_TEMPLATE("FlashInfer's top-k filters on a backend name what is wrong", B, SPECDEC_ALL_BACKENDS) {
   using space = typename B::memory_space;
   const auto run = [](std::vector<float> x, index_t rows, std::vector<std::int64_t> ks, bool probabilities, index_t out_rows = -1) {
@@ -1589,4 +1645,20 @@ TEST_CASE_TEMPLATE("FlashInfer's top-k filters on a backend name what is wrong",
   CHECK(run(bad, 2, {1}, false) == mask + "logits[0, 2] = inf; expected finite values or -inf");
   bad[2] = -std::numeric_limits<float>::infinity();
   CHECK(run(bad, 2, {3}, false) == "");
+  const auto run_p = [](std::vector<float> x, index_t rows, std::vector<float> ps) {
+    return error_of([&] {
+      B b;
+      const index_t vocab = static_cast<index_t>(x.size()) / rows;
+      auto in = b.upload(std::span<const float>(x));
+      auto p = b.upload(std::span<const float>(ps));
+      auto out = b.template allocate<float>(rows * vocab);
+      sampling::top_p_renorm(b, specdec::matrix_view<const float, space>(in.matrix(rows, vocab)),
+                             specdec::vector_view<const float, space>(p.view()), out.matrix(rows, vocab));
+    });
+  };
+  const std::string top_p = "specdec::sampling::top_p_renorm: ";
+  CHECK(run_p(probs, 2, {0.5f, 1.0f}) == "");
+  CHECK(run_p(probs, 2, {0.5f, 0.0f}) == top_p + "top_p[1] = 0; expected a value in (0, 1]");
+  CHECK(run_p(probs, 2, {1.5f}) == top_p + "top_p[0] = 1.5; expected a value in (0, 1]");
+  CHECK(run_p(probs, 2, {}) == top_p + "top_p is empty; expected 1 or one per row");
 }

@@ -211,27 +211,33 @@ def top_k_renorm_probs(probs, top_k, out=None):
     """
     if out is None:
         out = _empty_f32_like(probs)
-    _specdec.top_k_filter(probs, out, _per_row_k(top_k, probs), True, _stream(probs))
+    _specdec.filter_rows(probs, out, _per_row(top_k, "int64", probs), _NO_P, True, _stream(probs))
     return out
 
 
-def _per_row_k(top_k, rows):
-    """top_k (an int or one per row) as int64 where ``rows`` lives: on a CUDA tensor's device, else numpy."""
+def _per_row(value, dtype: str, rows):
+    """top_k / top_p (a number or one per row) as ``dtype`` where ``rows`` lives: on a CUDA tensor's
+    device, else numpy."""
     if _is_torch(rows) and rows.is_cuda:
         import torch
 
-        k = top_k.reshape(-1) if _is_torch(top_k) else torch.from_numpy(_small(top_k, "int64"))
-        return k.to(device=rows.device, dtype=torch.int64).contiguous()
-    return _small(top_k, "int64")
+        v = value.reshape(-1) if _is_torch(value) else torch.from_numpy(_small(value, dtype))
+        return v.to(device=rows.device, dtype=getattr(torch, dtype)).contiguous()
+    return _small(value, dtype)
+
+
+_NO_K = np.empty(0, dtype=np.int64)  # a filter that is off (an empty array, wherever the rows are)
+_NO_P = np.empty(0, dtype=np.float32)
 
 
 def top_p_renorm_probs(probs, top_p, out=None):
     """FlashInfer's ``top_p_renorm_probs``: keep a token iff the mass of the strictly larger
     probabilities is below ``top_p`` (the smallest set of largest tokens reaching it, ties kept), zero the
-    rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes as ``top_k_renorm_probs``."""
+    rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes and devices as
+    ``top_k_renorm_probs``; the masses above each token are double sums in specdec's canonical order."""
     if out is None:
         out = _empty_f32_like(probs)
-    _specdec.top_p_renorm(probs, out, _small(top_p, "float32"))
+    _specdec.filter_rows(probs, out, _NO_K, _per_row(top_p, "float32", probs), True, _stream(probs))
     return out
 
 
@@ -241,7 +247,7 @@ def top_k_mask_logits(logits, top_k, out=None):
     ``out`` may be ``logits`` itself; returned. Host arrays or CUDA tensors, as ``top_k_renorm_probs``."""
     if out is None:
         out = _empty_f32_like(logits)
-    _specdec.top_k_filter(logits, out, _per_row_k(top_k, logits), False, _stream(logits))
+    _specdec.filter_rows(logits, out, _per_row(top_k, "int64", logits), _NO_P, False, _stream(logits))
     return out
 
 
@@ -316,7 +322,8 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
         logits = logits[rows] if not _is_torch(logits) else logits[_as_torch_index(rows, logits)]
     probs = softmax(logits)
     if filter_apply_order == "joint":
-        _specdec.joint_renorm(probs, probs, _small(top_k, "int64"), _small(top_p, "float32"))
+        _specdec.filter_rows(probs, probs, _per_row(top_k, "int64", probs), _per_row(top_p, "float32", probs), True,
+                             _stream(probs))
     else:
         top_k_renorm_probs(probs, top_k, out=probs)
         top_p_renorm_probs(probs, top_p, out=probs)

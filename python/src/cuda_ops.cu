@@ -92,9 +92,9 @@ void sglang_verify_sampled(place at, const sglang_arrays& a) { sglang_verify(on(
 
 void vllm_rejection_sample(place at, const rejection_arrays& a) { vllm_rejection(on(at), a); }
 
-void top_k_filter(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
-                  float* out, bool renormalise) {
-  top_k_filter_on(on(at), in, rows, cols, top_k, k_count, out, renormalise);
+void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
+                 const float* top_p, std::int64_t p_count, float* out, bool renormalise) {
+  filter_rows_on(on(at), in, rows, cols, top_k, k_count, top_p, p_count, out, renormalise);
 }
 
 }  // namespace specdec_python::cuda

@@ -114,9 +114,11 @@ struct rejection_arrays {
 };
 void vllm_rejection_sample(place at, const rejection_arrays& a);
 
-/// FlashInfer's top-k filters (specdec::sampling::top_k_renorm / top_k_mask_logits, their backend forms)
-/// on the device: `in` and `out` `[rows x cols]` (out may be in), `top_k` int64 with 1 or `rows` entries.
-void top_k_filter(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
-                  float* out, bool renormalise);
+/// FlashInfer's row filters (specdec::sampling::top_k_renorm, top_p_renorm, top_k_top_p_joint_renorm with
+/// `renormalise`, top_k_mask_logits without; their backend forms) on the device: `in` and `out`
+/// `[rows x cols]` (out may be in), `top_k` int64 and `top_p` float with 1 or `rows` entries each, or
+/// null (that filter off).
+void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
+                 const float* top_p, std::int64_t p_count, float* out, bool renormalise);
 
 }  // namespace specdec_python::cuda

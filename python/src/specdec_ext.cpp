@@ -186,60 +186,29 @@ struct per_row {
   std::size_t at(index_t r) const { return count == 1 ? 0 : static_cast<std::size_t>(r); }
 };
 
-/// The filters below work in place on `out`, a copy of the input unless it is the input itself.
-void copy_into(specdec::matrix_view<const float> in, specdec::matrix_view<float> out) {
-  if (out.data() != in.data()) std::copy(in.data(), in.data() + in.size(), out.data());
-}
-
-/// top_p_renorm_probs: `out` holds a copy of probs, renormalised in place, one p per row or one for all.
-void top_p_renorm(const array& probs, const array& out, const array& param) {
-  const auto in = matrix_of<const float>(probs, "probs");
-  const auto o = matrix_of<float>(out, "out");
-  expect_shape(out, "out", {in.rows(), in.cols()});
-  const auto ps = span_of<const float>(param, "top_p");
-  const per_row p(ps.size(), in.rows(), "top_p");
-  without_gil([&] {
-    copy_into(in, o);
-    for (index_t r = 0; r < in.rows(); ++r)
-      specdec::sampling::top_p_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()), ps[p.at(r)]);
-  });
-}
-
-/// top_k_renorm_probs / top_k_mask_logits: the top-k filter of every row into `out` (which may be the
-/// input), one k per row or one for all, on the host or, for arrays in CUDA memory, on their device.
-void top_k_filter(const array& rows, const array& out, const array& top_k, bool renormalise, std::uintptr_t stream) {
+/// FlashInfer's row filters into `out` (which may be the input): top-k and / or top-p renormalisation of
+/// probabilities (`renormalise`; both: the joint order) or top-k masking of logits; one k / p per row or
+/// one for all, an empty array for a filter that is off; on the host or, for arrays in CUDA memory, on
+/// their device.
+void filter_rows(const array& rows, const array& out, const array& top_k, const array& top_p, bool renormalise,
+                 std::uintptr_t stream) {
   const char* name = renormalise ? "probs" : "logits";
   const auto at = device_of(rows, name, stream);
   const float* x = argument<const float>(rows, name, {-1, -1}, at);
   const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
   float* y = argument<float>(out, "out", {n, v}, at);
-  const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at);
-  const auto k_count = static_cast<std::int64_t>(top_k.shape(0));
-  per_row(static_cast<std::size_t>(k_count), n, "top_k");
+  const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at, true);
+  const float* p = argument<const float>(top_p, "top_p", {-1}, at, true);
+  const auto k_count = static_cast<std::int64_t>(top_k.size()), p_count = static_cast<std::int64_t>(top_p.size());
+  if (k != nullptr) per_row(static_cast<std::size_t>(k_count), n, "top_k");
+  if (p != nullptr) per_row(static_cast<std::size_t>(p_count), n, "top_p");
   if (at) {
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::top_k_filter(*at, x, n, v, k, k_count, y, renormalise); });
+    without_gil([&] { specdec_python::cuda::filter_rows(*at, x, n, v, k, k_count, p, p_count, y, renormalise); });
 #endif
     return;
   }
-  without_gil([&] { top_k_filter_on(host_backend(), x, n, v, k, k_count, y, renormalise); });
-}
-
-/// FlashInfer's joint top-k / top-p renormalisation: `out` holds a copy of probs, filtered in place, one
-/// k and one p per row or one for all.
-void joint_renorm(const array& probs, const array& out, const array& top_k, const array& top_p) {
-  const auto in = matrix_of<const float>(probs, "probs");
-  const auto o = matrix_of<float>(out, "out");
-  expect_shape(out, "out", {in.rows(), in.cols()});
-  const auto ks = span_of<const std::int64_t>(top_k, "top_k");
-  const auto ps = span_of<const float>(top_p, "top_p");
-  const per_row k(ks.size(), in.rows(), "top_k"), p(ps.size(), in.rows(), "top_p");
-  without_gil([&] {
-    copy_into(in, o);
-    for (index_t r = 0; r < in.rows(); ++r)
-      specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<float>(o.row(r), 1, o.cols()), static_cast<index_t>(ks[k.at(r)]),
-                                                  ps[p.at(r)]);
-  });
+  without_gil([&] { filter_rows_on(host_backend(), x, n, v, k, k_count, p, p_count, y, renormalise); });
 }
 
 /// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`.
@@ -669,10 +638,8 @@ NB_MODULE(_specdec, m) {
   m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"), nb::arg("stream") = 0);
   m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"), nb::arg("stream") = 0);
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("stream") = 0);
-  m.def("top_p_renorm", &top_p_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_p"));
-  m.def("top_k_filter", &top_k_filter, nb::arg("rows"), nb::arg("out"), nb::arg("top_k"), nb::arg("renormalise"),
+  m.def("filter_rows", &filter_rows, nb::arg("rows"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("renormalise"),
         nb::arg("stream") = 0);
-  m.def("joint_renorm", &joint_renorm, nb::arg("probs"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"));
   m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
   m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0,

@@ -256,3 +256,20 @@ def test_top_k_filters_on_the_device_equal_the_hosts(rows, v):
     bad[rows - 1, 3] = float("nan")
     with pytest.raises(ValueError, match=f"probs\\[{rows - 1}, 3\\] = nan; expected a probability in \\[0, 1\\]"):
         specdec.top_k_renorm_probs(bad.cuda(), 4)
+
+
+@pytest.mark.parametrize("rows,v", [(1, 32000), (8, 128256), (3, 4099)])
+def test_top_p_and_joint_filters_on_the_device_equal_the_hosts(rows, v):
+    g = torch.Generator().manual_seed(rows * v)
+    logits = torch.randn(rows, v, generator=g) * 4
+    logits[0, : v // 2] = torch.round(logits[0, : v // 2])  # ties
+    probs = torch.softmax(logits, dim=-1)
+    ps = torch.rand(rows, generator=g) * 0.9 + 0.05
+    for p in (0.9, 1.0, ps):
+        assert torch.equal(specdec.top_p_renorm_probs(probs.cuda(), p).cpu(), specdec.top_p_renorm_probs(probs, p))
+    kept = specdec.top_k_renorm_probs(probs, 50)
+    for order in ("top_k_first", "joint"):
+        # the whole call on the device (softmax, filters, draw); the device softmax is the host's only to a
+        # tolerance, so the tokens are checked against the top-k set rather than the host's draw
+        dev = specdec.top_k_top_p_sampling_from_logits(logits.cuda(), 50, ps.cuda(), filter_apply_order=order, seed=11)
+        assert dev.is_cuda and bool((kept[torch.arange(rows), dev.cpu().long()] > 0).all())

@@ -8,10 +8,9 @@
 /// probabilities a verifier receives must be the ones the drafter sampled from: run the drafter's
 /// logits through the same function with the same parameters.
 ///
-/// These run on the host (`host_space` views), except FlashInfer's top-k filters (`top_k_renorm`,
-/// `top_k_mask_logits`), which also come as team jobs on any backend (one team per row, the host forms
-/// running the same job). Top-p needs the mass above each entry (a sort here); engines that filter by
-/// top-p on the device keep their own kernels for now; the tests pin down the semantics.
+/// `target_probabilities` runs on the host (`host_space` views). FlashInfer's filters (`top_k_renorm`,
+/// `top_p_renorm`, `top_k_top_p_joint_renorm`, `top_k_mask_logits`) also come as team jobs on any
+/// backend, one team per row (sampling/detail/filter_rows.hpp); their host forms run the same job.
 #pragma once
 
 #include <algorithm>
@@ -31,7 +30,7 @@
 #include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
-#include <specdec/sampling/detail/top_k_rows.hpp>
+#include <specdec/sampling/detail/filter_rows.hpp>
 
 namespace specdec::sampling {
 
@@ -53,12 +52,6 @@ inline void check_params(const char* where, const sampling_params& s, index_t vo
                   "; expected a value in (0, 1]");
   SPECDEC_EXPECTS(s.min_p >= 0.0f && s.min_p <= 1.0f, where, "row ", row, ": min_p = ", s.min_p,
                   "; expected a value in [0, 1]");
-}
-
-/// Checks row r of a probability matrix the renormalisers read: every entry in [0, 1] (NaN fails),
-/// the row summing to 1 within renorm_sum_tolerance.
-inline void check_probabilities(const char* where, matrix_view<const float> probs, index_t r) {
-  check_distribution(where, "probs", r, [&](index_t j) { return probs(r, j); }, probs.cols(), renorm_sum_tolerance);
 }
 }  // namespace detail
 
@@ -160,24 +153,31 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
 
 namespace detail {
 
-/// The top-k filter job's argument names.
+/// The filter job's argument names.
 template <class Job>
-void name_top_k(Job& job, const char* where, const char* rows, const char* k) {
+void name_filter(Job& job, const char* where, const char* rows, const char* k, const char* p) {
   job.where = where;
   for (const char*& name : job.names) name = "";
-  job.names[top_k_arg_rows] = rows;
-  job.names[top_k_arg_k] = k;
+  job.names[filter_arg_rows] = rows;
+  job.names[filter_arg_k] = k;
+  job.names[filter_arg_p] = p;
 }
 
-/// The host forms: one k for every row, the job run on one thread, in place.
-inline void top_k_filter_host(const char* where, const char* rows_name, matrix_view<float> rows, index_t k, bool renormalise) {
+/// The host forms: one k and / or one p for every row (k = 0 / p = 0: that filter off), the job run on
+/// one thread, in place.
+inline void filter_host(const char* where, const char* rows_name, matrix_view<float> rows, index_t k, float p, bool renormalise) {
   const index_t vocab = rows.cols();
-  SPECDEC_EXPECTS(k >= 1 && k <= vocab, where, "k = ", k, "; expected 1 <= k <= V = ", vocab);
   specdec::detail::check_vocabulary(where, "V", vocab);
   specdec::detail::check_view(where, rows_name, rows, specdec::detail::indexed_output | specdec::detail::contiguous_rows);
   const std::int64_t k64 = k;
-  top_k_rows_job<host_space> job{rows, rows, vector_view<const std::int64_t>(&k64, 1), renormalise, where, {}};
-  name_top_k(job, where, rows_name, "k");
+  filter_rows_job<host_space> job{rows,
+                                  rows,
+                                  k > 0 ? vector_view<const std::int64_t>(&k64, 1) : vector_view<const std::int64_t>{},
+                                  p > 0.0f ? vector_view<const float>(&p, 1) : vector_view<const float>{},
+                                  renormalise,
+                                  where,
+                                  {}};
+  name_filter(job, where, rows_name, "k", "top_p");
   std::vector<std::byte> scratch(job.scratch_bytes());
   const specdec::detail::serial_team team;
   for (index_t r = 0; r < rows.rows(); ++r)
@@ -185,25 +185,31 @@ inline void top_k_filter_host(const char* where, const char* rows_name, matrix_v
       specdec::detail::throw_team_fault(where, job.names[f.arg], f);
 }
 
-/// The backend forms' checks and launch.
+/// The backend forms' checks and launch (an empty top_k / top_p: that filter off).
 template <team_backend B>
-void top_k_filter(B& b, const char* where, const char* rows_name, matrix_view<const float, typename B::memory_space> in,
-                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out,
-                  bool renormalise) {
+void filter(B& b, const char* where, const char* rows_name, matrix_view<const float, typename B::memory_space> in,
+            vector_view<const std::int64_t, typename B::memory_space> top_k, vector_view<const float, typename B::memory_space> top_p,
+            matrix_view<float, typename B::memory_space> out, bool renormalise) {
   const index_t vocab = in.cols();
   specdec::detail::check_vocabulary(where, "V", vocab);
   specdec::detail::check_view(where, rows_name, in, specdec::detail::contiguous_rows);
   specdec::detail::check_view(where, "out", out, specdec::detail::indexed_output | specdec::detail::contiguous_rows);
   specdec::detail::check_view(where, "top_k", top_k, specdec::detail::nonzero_stride);
+  specdec::detail::check_view(where, "top_p", top_p, specdec::detail::nonzero_stride);
   SPECDEC_EXPECTS(out.rows() == in.rows() && out.cols() == vocab, where, "out is ", out.rows(), " x ", out.cols(), "; expected ",
                   in.rows(), " x ", vocab, " like ", rows_name);
-  SPECDEC_EXPECTS(top_k.rows() == 1 || top_k.rows() == in.rows(), where, "top_k has ", top_k.rows(),
-                  " entries; expected 1 or one per row (", in.rows(), ")");
+  const auto per_row = [&](index_t count, const char* name) {  // 0: the filter is off (the public forms check)
+    SPECDEC_EXPECTS(count <= 1 || count == in.rows(), where, name, " has ", count, " entries; expected 1 or one per row (",
+                    in.rows(), ")");
+  };
+  per_row(top_k.rows(), "top_k");
+  per_row(top_p.rows(), "top_p");
   using specdec::detail::extent_of;
   specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, rows_name, in), /*exact_alias_allowed=*/true);
   specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, "top_k", top_k));
-  top_k_rows_job<typename B::memory_space> job{in, out, top_k, renormalise, where, {}};
-  name_top_k(job, where, rows_name, "top_k");
+  specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, "top_p", top_p));
+  filter_rows_job<typename B::memory_space> job{in, out, top_k, top_p, renormalise, where, {}};
+  name_filter(job, where, rows_name, "top_k", "top_p");
   b.run_teams(in.rows(), job);
 }
 
@@ -211,83 +217,24 @@ void top_k_filter(B& b, const char* where, const char* rows_name, matrix_view<co
 
 /// FlashInfer's `top_k_renorm_probs`: keep the k largest probabilities of each row (ties at the k-th
 /// kept), zero the rest, renormalise (the kept mass summed in double in the canonical order, each kept
-/// entry divided by it and rounded to float). \param probs host `[rows x V]`, in place.
-/// \throws invalid_argument on k outside [1, V], entries outside [0, 1] (NaN included), or a row that
-///   does not sum to 1 within 1e-3.
+/// entry divided by it and rounded to float). \param probs host `[rows x V]` (columns contiguous), in
+/// place. \throws invalid_argument on k outside [1, V], entries outside [0, 1] (NaN included), or a row
+///   that does not sum to 1 within 1e-3.
 inline void top_k_renorm(matrix_view<float> probs, index_t k) {
-  detail::top_k_filter_host("specdec::sampling::top_k_renorm", "probs", probs, k, true);
+  constexpr const char* where = "specdec::sampling::top_k_renorm";
+  SPECDEC_EXPECTS(k >= 1 && k <= probs.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", probs.cols());
+  detail::filter_host(where, "probs", probs, k, 0.0f, true);
 }
 
-/// top_k_renorm on a backend (`B::memory_space` views), one team per row (one CUDA block each, one
-/// launch): the host form's bits. \param probs `[rows x V]`. \param top_k int64, one k for every row
-/// or one per row. \param out `[rows x V]`, or `probs`'s own memory (in place).
-/// \throws invalid_argument on shapes and views (before any work) and, from the team of the row, as
-///   the host form (naming `top_k[r]`). On CUDA with deferred faults those come from `check_faults()`.
-template <team_backend B>
-void top_k_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
-                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out) {
-  detail::top_k_filter(b, "specdec::sampling::top_k_renorm", "probs", probs, top_k, out, true);
-}
-
-/// FlashInfer's `top_k_mask_logits`: in each row, every logit below the row's k-th largest becomes -inf
-/// (ties with the k-th kept, as top_k_renorm); nothing is renormalised. \param logits host `[rows x V]`,
-/// in place. \throws invalid_argument on k outside [1, V] or a NaN / +inf logit (naming row and column).
-inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
-  detail::top_k_filter_host("specdec::sampling::top_k_mask_logits", "logits", logits, k, false);
-}
-
-/// top_k_mask_logits on a backend, as top_k_renorm's backend form: \param logits `[rows x V]`;
-/// \param top_k int64, one or one per row; \param out `[rows x V]` or `logits`'s own memory.
-template <team_backend B>
-void top_k_mask_logits(B& b, matrix_view<const float, typename B::memory_space> logits,
-                       vector_view<const std::int64_t, typename B::memory_space> top_k,
-                       matrix_view<float, typename B::memory_space> out) {
-  detail::top_k_filter(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, out, false);
-}
-
-namespace detail {
-
-/// Keeps a token iff fewer than `k` probabilities of its row are strictly larger and their mass is
-/// below `top_p`; zeroes the rest and renormalises (in double, rounded to float). One sort per row.
-inline void renorm_by_rank(const char* where, matrix_view<float> probs, index_t k, float top_p) {
-  const index_t vocab = probs.cols();
-  specdec::detail::check_vocabulary(where, "V", vocab);
-  specdec::detail::check_view(where, "probs", probs, specdec::detail::indexed_output);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
-  std::vector<char> keep(static_cast<std::size_t>(vocab));
-  for (index_t r = 0; r < probs.rows(); ++r) {
-    check_probabilities(where, probs, r);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return probs(r, a) > probs(r, b); });
-    double larger = 0.0;    // mass strictly larger than the current value
-    double run = 0.0;       // mass of the values seen so far
-    std::size_t above = 0;  // how many values are strictly larger
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      const float v = probs(r, order[i]);
-      if (i > 0 && v < probs(r, order[i - 1])) {
-        larger = run;
-        above = i;
-      }
-      keep[static_cast<std::size_t>(order[i])] = larger < static_cast<double>(top_p) && static_cast<index_t>(above) < k;
-      run += static_cast<double>(v);
-    }
-    double total = 0.0;
-    for (index_t j = 0; j < vocab; ++j) total += keep[static_cast<std::size_t>(j)] ? static_cast<double>(probs(r, j)) : 0.0;
-    for (index_t j = 0; j < vocab; ++j)
-      probs(r, j) = keep[static_cast<std::size_t>(j)] ? static_cast<float>(static_cast<double>(probs(r, j)) / total) : 0.0f;
-  }
-}
-
-}  // namespace detail
-
-/// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities is
-/// below top_p (the smallest set of largest tokens reaching top_p, ties included), zero the rest,
-/// renormalise. \param probs host `[rows x V]`, in place. \throws invalid_argument on top_p outside (0, 1],
-/// entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
+/// FlashInfer's `top_p_renorm_probs`: keep a token iff the mass of the strictly larger probabilities
+/// (summed in double in the canonical order) is below top_p (the smallest set of largest tokens
+/// reaching top_p, ties included), zero the rest, renormalise. \param probs host `[rows x V]` (columns
+/// contiguous), in place. \throws invalid_argument on top_p outside (0, 1], entries outside [0, 1] (NaN
+/// included), or a row that does not sum to 1 within 1e-3.
 inline void top_p_renorm(matrix_view<float> probs, float top_p) {
   constexpr const char* where = "specdec::sampling::top_p_renorm";
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
-  detail::renorm_by_rank(where, probs, probs.cols(), top_p);
+  detail::filter_host(where, "probs", probs, 0, top_p, true);
 }
 
 /// FlashInfer's `"joint"` filter order (`top_k_top_p_sampling_from_probs(..., filter_apply_order="joint")`):
@@ -297,13 +244,59 @@ inline void top_p_renorm(matrix_view<float> probs, float top_p) {
 /// `"top_k_first"` order (top_k_renorm, then top_p_renorm) renormalises the top k before the top-p cut,
 /// which then sees more mass above each token: it never keeps more tokens than this, and keeps fewer
 /// where the top k hold less than 1.
-/// \param probs host `[rows x V]`, in place. \throws invalid_argument on k outside [1, V], top_p outside
-///   (0, 1], entries outside [0, 1] (NaN included), or a row that does not sum to 1 within 1e-3.
+/// \param probs host `[rows x V]` (columns contiguous), in place. \throws invalid_argument on k outside
+///   [1, V], top_p outside (0, 1], entries outside [0, 1] (NaN included), or a row that does not sum to 1
+///   within 1e-3.
 inline void top_k_top_p_joint_renorm(matrix_view<float> probs, index_t k, float top_p) {
   constexpr const char* where = "specdec::sampling::top_k_top_p_joint_renorm";
   SPECDEC_EXPECTS(k >= 1 && k <= probs.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", probs.cols());
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
-  detail::renorm_by_rank(where, probs, k, top_p);
+  detail::filter_host(where, "probs", probs, k, top_p, true);
+}
+
+/// FlashInfer's `top_k_mask_logits`: in each row, every logit below the row's k-th largest becomes -inf
+/// (ties with the k-th kept, as top_k_renorm); nothing is renormalised. \param logits host `[rows x V]`
+/// (columns contiguous), in place. \throws invalid_argument on k outside [1, V] or a NaN / +inf logit
+///   (naming row and column).
+inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
+  constexpr const char* where = "specdec::sampling::top_k_mask_logits";
+  SPECDEC_EXPECTS(k >= 1 && k <= logits.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", logits.cols());
+  detail::filter_host(where, "logits", logits, k, 0.0f, false);
+}
+
+/// The filters on a backend (`B::memory_space` views), one team per row (one CUDA block each, one
+/// launch): the host forms' bits. \param probs / logits `[rows x V]`, columns contiguous.
+/// \param top_k int64, \param top_p float: one value for every row or one per row. \param out
+/// `[rows x V]`, or the input's own memory (in place). \throws invalid_argument on shapes and views
+/// (before any work) and, from the team of the row, as the host forms (naming `top_k[r]` / `top_p[r]`).
+/// On CUDA with deferred faults those come from `check_faults()`.
+template <team_backend B>
+void top_k_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
+                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out) {
+  SPECDEC_EXPECTS(!top_k.empty(), "specdec::sampling::top_k_renorm", "top_k is empty; expected 1 or one per row");
+  detail::filter(b, "specdec::sampling::top_k_renorm", "probs", probs, top_k, {}, out, true);
+}
+template <team_backend B>
+void top_p_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
+                  vector_view<const float, typename B::memory_space> top_p, matrix_view<float, typename B::memory_space> out) {
+  SPECDEC_EXPECTS(!top_p.empty(), "specdec::sampling::top_p_renorm", "top_p is empty; expected 1 or one per row");
+  detail::filter(b, "specdec::sampling::top_p_renorm", "probs", probs, {}, top_p, out, true);
+}
+template <team_backend B>
+void top_k_top_p_joint_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
+                              vector_view<const std::int64_t, typename B::memory_space> top_k,
+                              vector_view<const float, typename B::memory_space> top_p, matrix_view<float, typename B::memory_space> out) {
+  constexpr const char* where = "specdec::sampling::top_k_top_p_joint_renorm";
+  SPECDEC_EXPECTS(!top_k.empty() && !top_p.empty(), where, "top_k has ", top_k.rows(), " and top_p ", top_p.rows(),
+                  " entries; expected 1 or one per row each");
+  detail::filter(b, where, "probs", probs, top_k, top_p, out, true);
+}
+template <team_backend B>
+void top_k_mask_logits(B& b, matrix_view<const float, typename B::memory_space> logits,
+                       vector_view<const std::int64_t, typename B::memory_space> top_k,
+                       matrix_view<float, typename B::memory_space> out) {
+  SPECDEC_EXPECTS(!top_k.empty(), "specdec::sampling::top_k_mask_logits", "top_k is empty; expected 1 or one per row");
+  detail::filter(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, {}, out, false);
 }
 
 }  // namespace specdec::sampling

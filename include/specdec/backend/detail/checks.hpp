@@ -244,6 +244,8 @@ template <class T = float>
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001");
     case team_error::logit_value:
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");
+    case team_error::top_p_value:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a value in (0, 1]");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

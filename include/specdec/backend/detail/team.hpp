@@ -83,6 +83,7 @@ enum class team_error : std::int32_t {
   top_k_value = 105,          ///< row = matrix row, limit = its k, value = V
   renorm_sum = 106,           ///< row = matrix row, value = the row's sum (renormalisers' tolerance, 1e-3)
   logit_value = 107,          ///< row = matrix row, column = token, value = the logit (NaN or +inf)
+  top_p_value = 108,          ///< row = matrix row, value = its p
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief FlashInfer's row filters as a team job (backend/detail/team.hpp), one team per row:
+/// `top_k_renorm_probs` (keep the k largest probabilities, ties with the k-th kept, renormalise),
+/// `top_p_renorm_probs` (keep a probability iff the mass strictly above it is below p, renormalise),
+/// their `"joint"` order (both judged on the row as given) and `top_k_mask_logits` (every logit below the
+/// k-th largest to -inf). The host forms in sampling/distribution.hpp run the same job on one thread,
+/// so a CUDA block and the host give the same bits.
+///
+/// The k-th largest value is found exactly by a radix select over the floats' order-preserving 32-bit
+/// keys, 4 bits per pass (8 passes over the row, each counting the entries under the prefix found so
+/// far into 16 digit buckets): integer counts, so no order of summation can change it. The top-p cut is
+/// the smallest key K whose mass above, M(K) = the sum of the entries with a larger key, is below p: the
+/// same 8-pass search, each pass weighing M at the 15 digit boundaries of the prefix. Every mass (the
+/// M(K), the row check, the renormalising sum) is a double sum in the canonical order (per (1024-entry
+/// chunk, lane) item in index order, lanes combined per chunk, chunks in order), as the samplers'
+/// masses are; M is then monotone in K (rounding is monotone and the entries are >= 0), so the kept set
+/// is exactly {x : M(key(x)) < p}.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <specdec/backend/detail/math.hpp>
+#include <specdec/backend/detail/row_simd.hpp>
+#include <specdec/backend/detail/sample_kernels.hpp>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
+#include <specdec/core/view.hpp>
+
+namespace specdec::sampling::detail::inline SPECDEC_ISA {
+
+using specdec::detail::make_team_fault;
+using specdec::detail::team_error;
+using specdec::detail::team_fault;
+
+/// A key whose unsigned order is the floats' order (-0 just below +0; NaN is never keyed).
+SPECDEC_HOST_DEVICE inline std::uint32_t order_key(float x) noexcept {
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+}
+
+/// The float of an order_key.
+SPECDEC_HOST_DEVICE inline float from_order_key(std::uint32_t key) noexcept {
+  const std::uint32_t b = (key & 0x80000000u) != 0 ? (key & 0x7FFFFFFFu) : ~key;
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+/// Row sums the renormalisers accept. They rescale their output, so the input's mass matters only as
+/// far as it moves the top-p cut; 1e-3 admits rows rounded for display (FlashInfer's own docstring
+/// examples, 4 decimals, sum to 1 +- 2.5e-4) and rejects rows that are not distributions at all.
+inline constexpr double renorm_sum_tolerance = 1e-3;
+
+/// Argument indices of filter_rows_job's fault names.
+enum filter_arg : int { filter_arg_rows, filter_arg_k, filter_arg_p };
+
+/// One row per team: checks the row, finds its k-th largest entry and / or its top-p cut, and writes the
+/// filtered row.
+template <class Space>
+struct filter_rows_job {
+  matrix_view<const float, Space> in;
+  matrix_view<float, Space> out;                  // may be `in` itself: each entry is written last, by its reader
+  vector_view<const std::int64_t, Space> top_k;  // one entry, one per row, or empty: no top-k
+  vector_view<const float, Space> top_p;          // one entry, one per row, or empty: no top-p
+  bool renormalise;                               // probabilities (renormalised) or logits (masked; top-k only)
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+
+  static constexpr index_t lanes = 8;    ///< items per chunk (the canonical lanes)
+  static constexpr index_t digits = 16;  ///< buckets of a radix pass (4 bits)
+
+  SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return in.cols(); }
+  SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
+    return (in.cols() + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+  }
+  SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * lanes; }
+
+  /// Scratch: per item a double sum, a first bad column, 16 digit counts and 15 boundary masses; the
+  /// 16 bucket totals and 15 boundary masses of a pass.
+  struct layout {
+    double* sums;
+    std::int64_t* bad;
+    std::int64_t* totals;
+    double* masses;
+    std::int32_t* counts;
+    double* item_masses;
+  };
+  SPECDEC_HOST_DEVICE layout carve(std::byte* base) const {
+    const auto items = static_cast<std::size_t>(row_pass_items());
+    layout l;
+    l.sums = reinterpret_cast<double*>(base);
+    base += items * sizeof(double);
+    l.bad = reinterpret_cast<std::int64_t*>(base);
+    base += items * sizeof(std::int64_t);
+    l.totals = reinterpret_cast<std::int64_t*>(base);
+    base += digits * sizeof(std::int64_t);
+    l.masses = reinterpret_cast<double*>(base);
+    base += digits * sizeof(double);
+    l.item_masses = reinterpret_cast<double*>(base);
+    base += items * (digits - 1) * sizeof(double);
+    l.counts = reinterpret_cast<std::int32_t*>(base);
+    return l;
+  }
+  std::size_t scratch_bytes() const {
+    const auto items = static_cast<std::size_t>(row_pass_items());
+    return items * (sizeof(double) + sizeof(std::int64_t) + (digits - 1) * sizeof(double) + digits * sizeof(std::int32_t)) +
+           digits * (sizeof(std::int64_t) + sizeof(double));
+  }
+
+  /// The item's entries: [begin, end) with stride `lanes`, from begin + item % lanes.
+  SPECDEC_HOST_DEVICE void item_range(index_t item, index_t& first, index_t& end) const {
+    const index_t n = vocab();
+    const index_t begin = (item / lanes) * specdec::detail::sample_chunk;
+    end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
+    first = begin + item % lanes;
+  }
+
+  /// The canonical double sum of the per-item values `at(item)` (8 lanes per chunk, chunks in order).
+  template <class At>
+  SPECDEC_HOST_DEVICE double canonical_total(const At& at) const {
+    double total = 0.0;
+    for (index_t c = 0; c < chunks(); ++c) {
+      double lane[lanes];
+      for (index_t k = 0; k < lanes; ++k) lane[k] = at(c * lanes + k);
+      total += specdec::detail::combine_lanes(lane);
+    }
+    return total;
+  }
+
+  /// The canonical sum of `keep(x) ? x : 0` over row x, and the first entry that is bad for this job
+  /// (outside [0, 1] for probabilities, NaN or +inf for logits).
+  struct weighed {
+    double total;
+    std::int64_t first_bad;
+  };
+  template <class Team, class Keep>
+  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, const float* x, const Keep& keep) const {
+    const index_t items = row_pass_items();
+    team.sync();  // earlier readers of the scratch are done
+    for (index_t item = team.rank(); item < items; item += team.size()) {
+      index_t j, end;
+      item_range(item, j, end);
+      double sum = 0.0;
+      std::int64_t first = -1;
+      for (; j < end; j += lanes) {
+        const float v = x[j];
+        const bool bad = renormalise ? !(v >= 0.0f && v <= 1.0f) : !(v < -specdec::detail::negative_infinity<float>());
+        if (bad) {
+          if (first < 0) first = j;
+          continue;
+        }
+        if (renormalise && keep(v)) sum += static_cast<double>(v);
+      }
+      l.sums[item] = sum;
+      l.bad[item] = first;
+    }
+    team.sync();
+    weighed w{canonical_total([&](index_t item) { return l.sums[item]; }), -1};
+    for (index_t item = 0; item < items; ++item)
+      if (l.bad[item] >= 0 && (w.first_bad < 0 || l.bad[item] < w.first_bad)) w.first_bad = l.bad[item];
+    return w;
+  }
+
+  /// The k-th largest entry of row x (ties counted), exactly: a radix select over order_key.
+  template <class Team>
+  SPECDEC_HOST_DEVICE float kth_largest(Team& team, const layout& l, const float* x, std::int64_t k) const {
+    const index_t items = row_pass_items();
+    std::uint32_t prefix = 0;  // the key's digits found so far
+    std::int64_t above = 0;    // entries whose key is above every key with that prefix
+    for (int shift = 28; shift >= 0; shift -= 4) {
+      team.sync();  // earlier readers of the counts are done
+      for (index_t item = team.rank(); item < items; item += team.size()) {
+        index_t j, end;
+        item_range(item, j, end);
+        std::int32_t* count = l.counts + item * digits;
+        for (index_t d = 0; d < digits; ++d) count[d] = 0;
+        for (; j < end; j += lanes) {
+          const std::uint32_t key = order_key(x[j]);
+          if (shift == 28 || (key >> (shift + 4)) == prefix) ++count[(key >> shift) & 15u];
+        }
+      }
+      team.sync();
+      for (index_t d = team.rank(); d < digits; d += team.size()) {
+        std::int64_t total = 0;
+        for (index_t item = 0; item < items; ++item) total += l.counts[item * digits + d];
+        l.totals[d] = total;
+      }
+      team.sync();
+      // The largest digit whose bucket, with everything above it, holds at least k entries.
+      std::uint32_t digit = 0;
+      for (int d = digits - 1; d >= 0; --d) {
+        if (above + l.totals[d] >= k) {
+          digit = static_cast<std::uint32_t>(d);
+          break;
+        }
+        above += l.totals[d];
+      }
+      prefix = (prefix << 4) | digit;
+    }
+    return from_order_key(prefix);
+  }
+
+  /// The top-p cut of row x: the smallest key K with M(K) < p, M(K) the canonical mass of the entries
+  /// whose key is larger. Each pass weighs M at the largest key of each of the prefix's first 15 digit
+  /// ranges (the 16th range's largest is the whole range's, where M < p holds already).
+  template <class Team>
+  SPECDEC_HOST_DEVICE std::uint32_t top_p_cut(Team& team, const layout& l, const float* x, float p) const {
+    const index_t items = row_pass_items();
+    constexpr index_t boundaries = digits - 1;
+    std::uint32_t prefix = 0;
+    for (int shift = 28; shift >= 0; shift -= 4) {
+      team.sync();  // earlier readers of the masses are done
+      for (index_t item = team.rank(); item < items; item += team.size()) {
+        index_t j, end;
+        item_range(item, j, end);
+        double mass[boundaries];
+        for (index_t d = 0; d < boundaries; ++d) mass[d] = 0.0;
+        for (; j < end; j += lanes) {
+          const float v = x[j];
+          const std::uint32_t key = order_key(v);
+          // Entry v is above boundary d (the largest key with the prefix and digit d) for d < c.
+          index_t c = 0;
+          if (shift == 28) {
+            c = static_cast<index_t>(key >> 28);
+          } else {
+            const std::uint32_t high = key >> (shift + 4);
+            c = high > prefix ? boundaries : high < prefix ? 0 : static_cast<index_t>((key >> shift) & 15u);
+          }
+          for (index_t d = 0; d < c; ++d) mass[d] += static_cast<double>(v);
+        }
+        for (index_t d = 0; d < boundaries; ++d) l.item_masses[item * boundaries + d] = mass[d];
+      }
+      team.sync();
+      for (index_t d = team.rank(); d < boundaries; d += team.size())
+        l.masses[d] = canonical_total([&](index_t item) { return l.item_masses[item * boundaries + d]; });
+      team.sync();
+      std::uint32_t digit = boundaries;  // the smallest digit whose range's largest key has M < p
+      for (index_t d = 0; d < boundaries; ++d)
+        if (l.masses[d] < static_cast<double>(p)) {
+          digit = static_cast<std::uint32_t>(d);
+          break;
+        }
+      prefix = (prefix << 4) | digit;
+    }
+    return prefix;
+  }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    const layout l = carve(scratch);
+    const index_t n = vocab();
+    const std::int64_t k = top_k.empty() ? n : top_k(top_k.rows() == 1 ? 0 : r);
+    if (k < 1 || k > n) return make_team_fault(team_error::top_k_value, filter_arg_k, r, 0, static_cast<double>(n), k);
+    const float p = top_p.empty() ? 1.0f : top_p(top_p.rows() == 1 ? 0 : r);
+    if (!(p > 0.0f && p <= 1.0f)) return make_team_fault(team_error::top_p_value, filter_arg_p, r, 0, static_cast<double>(p));
+    const float* x = in.row(r);
+    const weighed checked = weigh(team, l, x, [](float) { return true; });
+    if (checked.first_bad >= 0)
+      return make_team_fault(renormalise ? team_error::distribution_entry : team_error::logit_value, filter_arg_rows, r,
+                             checked.first_bad, x[checked.first_bad]);
+    const double error = checked.total - 1.0;
+    if (renormalise && !(error <= renorm_sum_tolerance && error >= -renorm_sum_tolerance))
+      return make_team_fault(team_error::renorm_sum, filter_arg_rows, r, 0, checked.total);
+    // k = V cuts nothing; without top-p the cut is key 0, below every entry.
+    const float kth = k < n ? kth_largest(team, l, x, k) : 0.0f;  // not read when k = V (nothing cut)
+    const std::uint32_t cut = top_p.empty() ? 0u : top_p_cut(team, l, x, p);
+    const auto kept = [kth, cut, k, n](float v) { return (k == n || v >= kth) && order_key(v) >= cut; };
+    float* y = out.row(r);
+    if (!renormalise) {
+      team.sync();  // every thread is past its reads of the row
+      for (index_t j = team.rank(); j < n; j += team.size()) {
+        const float v = x[j];
+        y[j] = kept(v) ? v : specdec::detail::negative_infinity<float>();
+      }
+      return {};
+    }
+    const double mass = weigh(team, l, x, kept).total;
+    // Each entry below is read and written by one thread (in place included), after every read of the
+    // passes above.
+    for (index_t j = team.rank(); j < n; j += team.size()) {
+      const float v = x[j];
+      y[j] = kept(v) ? static_cast<float>(static_cast<double>(v) / mass) : 0.0f;
+    }
+    return {};
+  }
+};
+
+}  // namespace specdec::sampling::detail::inline SPECDEC_ISA
