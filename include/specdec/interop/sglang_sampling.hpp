@@ -26,7 +26,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/sglang.hpp>
-#include <specdec/sampling/detail/speculative_walk.hpp>
+#include <specdec/sampling/detail/residual_rows.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::sglang {

@@ -27,7 +27,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
-#include <specdec/sampling/detail/speculative_walk.hpp>
+#include <specdec/sampling/detail/residual_rows.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/speculative.hpp>
 
