@@ -10,10 +10,12 @@
 #include <numeric>
 #include <string>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/core/rng.hpp>
 #include <specdec/interop/eagle.hpp>
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/medusa.hpp>
@@ -23,6 +25,7 @@
 #include <specdec/tree/eagle2.hpp>
 
 #include "backend_conformance.hpp"
+#include "team_backends.hpp"
 
 #define SPECDEC_TREE_BACKENDS SPECDEC_ALL_BACKENDS
 
@@ -361,4 +364,278 @@ TEST_CASE("segment_packbits packs each segment on its own bytes, in either bit o
   CHECK(conformance::error_of([&] { specdec::segment_packbits(x, indptr, specdec::bit_order::big, out); }) == "");
   CHECK(conformance::error_of([&] { specdec::segment_packbits(x, std::vector<std::int32_t>{0, 9}, specdec::bit_order::big, out); }) ==
         "specdec::segment_packbits: out has 7 bytes; expected 2");
+}
+
+namespace {
+
+/// SGLang's build_tree_kernel_efficient written plainly (a map from flat index to node, a dense bool
+/// mask per request, SGLang's newer semantics for malformed input): the reference the team job is held
+/// to. Bit-packed rows are uint32 here; `mask` holds bools, or the rows when bit-packed.
+struct reference_tree_buffers {
+  std::vector<std::int64_t> positions, retrive_index, next_token, next_sibling;
+  std::vector<std::uint32_t> mask;
+};
+
+reference_tree_buffers reference_build_tree(const std::vector<std::int64_t>& parent_list, index_t parent_cols,
+                                            const std::vector<std::int64_t>& selected, const std::vector<std::int64_t>& seq_lens,
+                                            index_t top_k, index_t num_steps, index_t n, specdec::sglang::tree_mask_mode mode,
+                                            bool local) {
+  using specdec::sglang::tree_mask_mode;
+  const auto bs = static_cast<index_t>(seq_lens.size());
+  reference_tree_buffers r;
+  for (index_t b = 0; b < bs; ++b) {
+    const index_t seq_len = seq_lens[static_cast<std::size_t>(b)];
+    std::vector<index_t> parent(static_cast<std::size_t>(n), 0);
+    for (index_t i = 1; i < n; ++i) {
+      const std::int64_t group = selected[static_cast<std::size_t>(b * (n - 1) + i - 1)] / top_k;
+      if (group == 0) continue;
+      parent[static_cast<std::size_t>(i)] = -1;
+      if (group < 0 || group >= parent_cols) continue;
+      const std::int64_t want = parent_list[static_cast<std::size_t>(b * parent_cols + group)];
+      for (index_t j = 0; j < n - 1; ++j)
+        if (selected[static_cast<std::size_t>(b * (n - 1) + j)] == want) {
+          parent[static_cast<std::size_t>(i)] = j + 1;
+          break;
+        }
+    }
+    std::vector<std::vector<bool>> tree(static_cast<std::size_t>(n), std::vector<bool>(static_cast<std::size_t>(n), false));
+    std::vector<std::int64_t> first(static_cast<std::size_t>(n), -1), next(static_cast<std::size_t>(n), -1);
+    for (index_t i = 1; i < n; ++i) {  // child lists in increasing order
+      const index_t p = parent[static_cast<std::size_t>(i)];
+      if (p < 0) continue;
+      std::int64_t* link = &first[static_cast<std::size_t>(p)];
+      while (*link != -1) link = &next[static_cast<std::size_t>(*link)];
+      *link = i;
+    }
+    for (index_t i = 0; i < n; ++i) {
+      tree[static_cast<std::size_t>(i)][0] = tree[static_cast<std::size_t>(i)][static_cast<std::size_t>(i)] = true;
+      index_t depth = 0, at = i;
+      if (i > 0) {
+        bool reached = false;
+        for (index_t hop = 0; hop < num_steps && hop < n; ++hop) {
+          const index_t p = parent[static_cast<std::size_t>(at)];
+          ++depth;
+          if (p <= 0) {
+            reached = true;
+            break;
+          }
+          tree[static_cast<std::size_t>(i)][static_cast<std::size_t>(p)] = true;
+          at = p;
+        }
+        if (!reached) depth = num_steps;
+      }
+      r.positions.push_back(seq_len + depth);
+      r.retrive_index.push_back(local ? i : b * n + i);
+      r.next_token.push_back(first[static_cast<std::size_t>(i)]);
+      r.next_sibling.push_back(next[static_cast<std::size_t>(i)]);
+    }
+    for (index_t i = 0; i < n; ++i) {
+      if (mode == tree_mask_mode::qlen_only_bitpacking) {
+        std::uint32_t bits = 0;
+        for (index_t j = 0; j < n; ++j) bits |= tree[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] ? 1u << j : 0u;
+        r.mask.push_back(bits);
+        continue;
+      }
+      if (mode == tree_mask_mode::full_mask) r.mask.insert(r.mask.end(), static_cast<std::size_t>(seq_len), 1u);
+      for (index_t j = 0; j < n; ++j) r.mask.push_back(tree[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] ? 1u : 0u);
+    }
+  }
+  return r;
+}
+
+/// Random EAGLE-style inputs, valid or malformed: parents among or outside the selection, selections
+/// sorted or not, negative indices.
+struct build_case {
+  index_t bs, n, k, steps, parent_cols;
+  std::vector<std::int64_t> parent_list, selected, seq_lens;
+};
+
+build_case make_build_case(std::uint64_t seed, index_t bs, index_t n, index_t k, index_t steps, bool malformed) {
+  const specdec::philox_stream rng{seed, 0};
+  std::uint64_t at = 0;
+  const auto draw = [&](index_t lo, index_t hi) { return lo + static_cast<index_t>(rng.uniform_double(at++) * double(hi - lo + 1)) % (hi - lo + 1); };
+  build_case c{bs, n, k, steps, 1 + k * (steps - 1), {}, {}, {}};
+  const index_t candidates = k + k * k * (steps - 1);
+  for (index_t b = 0; b < bs; ++b) {
+    c.parent_list.push_back(-1);
+    for (index_t g = 1; g < c.parent_cols; ++g) c.parent_list.push_back(malformed ? draw(-2, candidates) : draw(0, std::max<index_t>(0, k * g - 1)));
+    std::vector<std::int64_t> sel;
+    for (index_t i = 0; i + 1 < n; ++i) sel.push_back(malformed ? draw(-1, candidates) : draw(0, candidates - 1));
+    if (!malformed || draw(0, 1) == 0) std::sort(sel.begin(), sel.end());
+    c.selected.insert(c.selected.end(), sel.begin(), sel.end());
+    c.seq_lens.push_back(draw(0, 9));
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("SGLang build_tree on a backend equals a plain reference in every mask mode", B, SPECDEC_TEAM_BACKENDS) {
+  using specdec::sglang::tree_mask_mode;
+  using space = typename B::memory_space;
+  std::uint64_t seed = 5200;
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t, index_t>{1, 1, 1, 1}, {2, 6, 2, 3}, {3, 12, 4, 4}, {4, 8, 3, 5},
+                            {2, 32, 8, 5}, {5, 17, 2, 9}}) {
+    const index_t bs = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape), steps = std::get<3>(shape);
+    for (const bool malformed : {false, true}) {
+      for (int repeat = 0; repeat < 2; ++repeat, ++seed) {
+        CAPTURE(seed);
+        const build_case c = make_build_case(seed, bs, n, k, steps, malformed);
+        for (const auto mode : {tree_mask_mode::full_mask, tree_mask_mode::qlen_only, tree_mask_mode::qlen_only_bitpacking}) {
+          for (const index_t item : {1, 2, 4}) {
+            if (mode != tree_mask_mode::qlen_only_bitpacking && item != 1) continue;
+            if (n > 8 * item) continue;
+            const bool local = (seed + static_cast<std::uint64_t>(item)) % 2 == 1;
+            CAPTURE(static_cast<int>(mode));
+            CAPTURE(item);
+            const auto want = reference_build_tree(c.parent_list, c.parent_cols, c.selected, c.seq_lens, k, steps, n, mode, local);
+            std::vector<std::uint8_t> want_bytes;  // the mask as the backend form lays it out
+            for (const std::uint32_t m : want.mask)
+              for (index_t byte = 0; byte < (mode == tree_mask_mode::qlen_only_bitpacking ? item : 1); ++byte)
+                want_bytes.push_back(static_cast<std::uint8_t>(m >> (8 * byte)));
+            B b;
+            auto parents = b.upload(std::span<const std::int64_t>(c.parent_list));
+            auto selected = b.upload(std::span<const std::int64_t>(c.selected));
+            auto lens = b.upload(std::span<const std::int64_t>(c.seq_lens));
+            // Outputs start as garbage: the job writes every entry.
+            auto mask = b.upload(std::span<const std::uint8_t>(std::vector<std::uint8_t>(want_bytes.size(), 0x5A)));
+            const std::vector<std::int64_t> junk(static_cast<std::size_t>(bs * n), -9);
+            auto positions = b.upload(std::span<const std::int64_t>(junk));
+            auto index = b.upload(std::span<const std::int64_t>(junk));
+            auto next_token = b.upload(std::span<const std::int64_t>(junk));
+            auto next_sibling = b.upload(std::span<const std::int64_t>(junk));
+            specdec::sglang::build_tree(b, specdec::matrix_view<const std::int64_t, space>(parents.matrix(bs, c.parent_cols)),
+                                        specdec::matrix_view<const std::int64_t, space>(selected.matrix(bs, n - 1)),
+                                        specdec::vector_view<const std::int64_t, space>(lens.view()), mask.view(), positions.view(),
+                                        index.matrix(bs, n), next_token.matrix(bs, n), next_sibling.matrix(bs, n), k, steps, mode,
+                                        item, local ? specdec::sglang::retrieve_scope::local : specdec::sglang::retrieve_scope::global);
+            CHECK(b.download(mask.view()) == want_bytes);
+            CHECK(b.download(positions.view()) == want.positions);
+            CHECK(b.download(index.view()) == want.retrive_index);
+            CHECK(b.download(next_token.view()) == want.next_token);
+            CHECK(b.download(next_sibling.view()) == want.next_sibling);
+            if (item != 4 && mode == tree_mask_mode::qlen_only_bitpacking) continue;
+            // The host form (4-byte items) gives the same buffers.
+            const auto host = specdec::sglang::build_tree(
+                specdec::matrix_view<const std::int64_t>(c.parent_list.data(), bs, c.parent_cols),
+                specdec::matrix_view<const std::int64_t>(c.selected.data(), bs, n - 1),
+                specdec::matrix_view<const std::int64_t>(c.selected.data(), bs, n - 1), std::vector<std::int64_t>(static_cast<std::size_t>(bs), 3),
+                c.seq_lens, k, steps, n, mode, local ? specdec::sglang::retrieve_scope::local : specdec::sglang::retrieve_scope::global);
+            if (mode == tree_mask_mode::qlen_only_bitpacking) CHECK(host.tree_mask_bits == want.mask);
+            else CHECK(std::vector<std::uint32_t>(host.tree_mask.begin(), host.tree_mask.end()) == want.mask);
+            CHECK(host.positions == want.positions);
+            CHECK(host.retrive_index == want.retrive_index);
+            CHECK(host.retrive_next_token == want.next_token);
+            CHECK(host.retrive_next_sibling == want.next_sibling);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("SGLang build_tree on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  using specdec::sglang::tree_mask_mode;
+  using space = typename B::memory_space;
+  const std::string at = "specdec::sglang::build_tree: ";
+  const index_t bs = 2, n = 3;
+  const std::vector<std::int64_t> parent_list = {-1, 0, 1, -1, 0, 1}, selected = {0, 1, 0, 2};
+  const auto run = [&](std::vector<std::int64_t> lens, tree_mask_mode mode, index_t mask_bytes, index_t item = 4) {
+    return error_of([&] {
+      B b;
+      auto parents = b.upload(std::span<const std::int64_t>(parent_list));
+      auto sel = b.upload(std::span<const std::int64_t>(selected));
+      auto l = b.upload(std::span<const std::int64_t>(lens));
+      auto mask = b.template allocate<std::uint8_t>(mask_bytes);
+      auto positions = b.template allocate<std::int64_t>(bs * n);
+      auto index = b.template allocate<std::int64_t>(bs * n);
+      auto next_token = b.template allocate<std::int64_t>(bs * n);
+      auto next_sibling = b.template allocate<std::int64_t>(bs * n);
+      specdec::sglang::build_tree(b, specdec::matrix_view<const std::int64_t, space>(parents.matrix(bs, 3)),
+                                  specdec::matrix_view<const std::int64_t, space>(sel.matrix(bs, n - 1)),
+                                  specdec::vector_view<const std::int64_t, space>(l.view()), mask.view(), positions.view(),
+                                  index.matrix(bs, n), next_token.matrix(bs, n), next_sibling.matrix(bs, n), 2, 2, mode, item);
+      (void)b.download(positions.view());
+    });
+  };
+  CHECK(run({4, 5}, tree_mask_mode::full_mask, 3 * 7 + 3 * 8) == "");
+  CHECK(run({4, 5}, tree_mask_mode::full_mask, 3 * 7 + 3 * 8 + 1) ==
+        at + "tree_mask has 46 entries; the masks of requests 0..1 need 45 (the whole batch's); expected exactly that");
+  CHECK(run({4, 5}, tree_mask_mode::full_mask, 3 * 7 + 3 * 8 - 1) ==
+        at + "tree_mask has 44 entries; the masks of requests 0..1 need 45; expected at least that");
+  CHECK(run({4, 5}, tree_mask_mode::full_mask, 20) == at + "tree_mask has 20 entries; the masks of requests 0..0 need 21; expected at least that");
+  CHECK(run({4, -1}, tree_mask_mode::qlen_only, 18) == at + "verified_seq_len[1] = -1; expected a length in [0, 1099511627776]");
+  CHECK(run({4, 5}, tree_mask_mode::qlen_only, 17) == at + "tree_mask has 17 bytes; expected 18 (bs * N * N)");
+  CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 6, 1) == "");
+  CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 6, 3) == at + "the bit-packed mask's items are 3 bytes; expected 1, 2 or 4");
+  CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 12, 1) == at + "tree_mask has 12 bytes; expected 6 (bs * N items)");
+}
+
+TEST_CASE_TEMPLATE("segment_packbits on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {
+  using space = typename B::memory_space;
+  const specdec::philox_stream stream{77, 0};
+  std::uint64_t at = 0;
+  const auto uniform = [&] { return stream.uniform(at++); };
+  for (int repeat = 0; repeat < 6; ++repeat) {
+    std::vector<std::int32_t> indptr = {static_cast<std::int32_t>(uniform() * 5)};
+    const int segments = repeat * 3;
+    for (int s = 0; s < segments; ++s) indptr.push_back(indptr.back() + static_cast<std::int32_t>(uniform() * (s % 4 == 0 ? 3 : 70)));
+    std::vector<std::uint8_t> x(static_cast<std::size_t>(indptr.back()) + 3);
+    for (auto& e : x) e = uniform() < 0.4f ? static_cast<std::uint8_t>(1 + uniform() * 200) : 0;
+    const auto offsets = specdec::segment_packbits_offsets(indptr);
+    for (const auto order : {specdec::bit_order::big, specdec::bit_order::little}) {
+      std::vector<std::uint8_t> want(static_cast<std::size_t>(offsets.back()));
+      specdec::segment_packbits(x, indptr, order, want);
+      B b;
+      auto x_on = b.upload(std::span<const std::uint8_t>(x));
+      auto indptr_on = b.upload(std::span<const std::int32_t>(indptr));
+      auto offsets_on = b.template allocate<std::int32_t>(static_cast<index_t>(indptr.size()));
+      specdec::segment_packbits_offsets(b, specdec::vector_view<const std::int32_t, space>(indptr_on.view()), offsets_on.view());
+      CHECK(b.download(offsets_on.view()) == offsets);
+      auto out = b.upload(std::span<const std::uint8_t>(std::vector<std::uint8_t>(want.size(), 0xEE)));
+      specdec::segment_packbits(b, specdec::vector_view<const std::uint8_t, space>(x_on.view()),
+                                specdec::vector_view<const std::int32_t, space>(indptr_on.view()),
+                                specdec::vector_view<const std::int32_t, space>(offsets_on.view()), order, out.view());
+      CHECK(b.download(out.view()) == want);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("segment_packbits on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  using space = typename B::memory_space;
+  const std::string at = "specdec::segment_packbits: ";
+  const std::vector<std::uint8_t> x(20, 1);
+  const auto run = [&](std::vector<std::int32_t> indptr, std::vector<std::int32_t> offsets, index_t out_bytes) {
+    return error_of([&] {
+      B b;
+      auto x_on = b.upload(std::span<const std::uint8_t>(x));
+      auto indptr_on = b.upload(std::span<const std::int32_t>(indptr));
+      auto offsets_on = b.upload(std::span<const std::int32_t>(offsets));
+      auto out = b.template allocate<std::uint8_t>(out_bytes);
+      specdec::segment_packbits(b, specdec::vector_view<const std::uint8_t, space>(x_on.view()),
+                                specdec::vector_view<const std::int32_t, space>(indptr_on.view()),
+                                specdec::vector_view<const std::int32_t, space>(offsets_on.view()), specdec::bit_order::big, out.view());
+      (void)b.download(out.view());
+    });
+  };
+  const auto offsets_of = [&](std::vector<std::int32_t> indptr) {
+    return error_of([&] {
+      B b;
+      auto indptr_on = b.upload(std::span<const std::int32_t>(indptr));
+      auto offsets_on = b.template allocate<std::int32_t>(static_cast<index_t>(indptr.size()));
+      specdec::segment_packbits_offsets(b, specdec::vector_view<const std::int32_t, space>(indptr_on.view()), offsets_on.view());
+      (void)b.download(offsets_on.view());
+    });
+  };
+  CHECK(run({0, 9, 20}, {0, 2, 4}, 4) == "");
+  CHECK(run({0, 9, 21}, {0, 2, 4}, 4) == at + "indptr gives segment 1 elements [9, 21); expected a non-decreasing range within [0, 20]");
+  CHECK(run({0, 9, 8}, {0, 2, 4}, 4) == at + "indptr gives segment 1 elements [9, 8); expected a non-decreasing range within [0, 20]");
+  CHECK(run({0, 9, 20}, {1, 3, 5}, 5) == at + "offsets[0] = 1; expected 0 (offsets[0] = 0, each the previous plus the previous "
+                                               "segment's bytes, the last the output's size)");
+  CHECK(run({0, 9, 20}, {0, 3, 5}, 5).find(at + "offsets[1] = 3; expected 2") == 0);
+  CHECK(run({0, 9, 20}, {0, 2, 4}, 5).find(at + "offsets[2] = 4; expected 5") == 0);
+  CHECK(run({0, 9, 20}, {0, 2}, 4) == at + "offsets has 2 entries; expected 3 like indptr");
+  CHECK(offsets_of({0, 9, 20}) == "");
+  CHECK(offsets_of({0, 9, 3}) == at + "indptr gives segment 1 elements [9, 3); expected a non-decreasing range within [0, 2147483647]");
+  CHECK(offsets_of({-1, 9}) == at + "indptr gives segment 0 elements [-1, 9); expected a non-decreasing range within [0, 2147483647]");
 }

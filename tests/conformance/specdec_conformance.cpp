@@ -305,6 +305,39 @@ class runner {
         expect_equal(std::string("outputs.tree_mask.") + name, masks.at(name), r.tree_mask_bits);
       else
         expect_equal(std::string("outputs.tree_mask.") + name, masks.at(name), r.tree_mask);
+      // The same through SGLang's kernel signature on the backend (one team per request), as the Python
+      // binding calls it: every buffer in the backend's memory, the mask as bytes (4-byte items).
+      {
+        auto pl_on = b_.upload(std::span<const std::int64_t>(parent_list));
+        auto sel_on = b_.upload(std::span<const std::int64_t>(selected));
+        auto seq_on = b_.upload(std::span<const std::int64_t>(seq_lens));
+        const index_t mask_bytes = mode == sg::tree_mask_mode::qlen_only_bitpacking ? 4 * bs * n : static_cast<index_t>(r.tree_mask.size());
+        auto mask_on = b_.template allocate<std::uint8_t>(mask_bytes);
+        auto pos_on = b_.template allocate<std::int64_t>(bs * n);
+        auto ri_on = b_.template allocate<std::int64_t>(bs * n);
+        auto nt_on = b_.template allocate<std::int64_t>(bs * n);
+        auto ns_on = b_.template allocate<std::int64_t>(bs * n);
+        sg::build_tree(b_, specdec::matrix_view<const std::int64_t, space>(pl_on.matrix(bs, parent_cols)),
+                       specdec::matrix_view<const std::int64_t, space>(sel_on.matrix(bs, n - 1)),
+                       specdec::vector_view<const std::int64_t, space>(seq_on.view()), mask_on.view(), pos_on.view(),
+                       ri_on.matrix(bs, n), nt_on.matrix(bs, n), ns_on.matrix(bs, n), top_k, steps, mode);
+        const std::vector<std::uint8_t> bytes = b_.download(mask_on.view());
+        const std::string f = std::string("outputs.tree_mask.") + name + " (SGLang's signature on the backend)";
+        if (mode == sg::tree_mask_mode::qlen_only_bitpacking) {
+          std::vector<std::uint32_t> items(static_cast<std::size_t>(bs * n), 0);
+          for (std::size_t i = 0; i < items.size(); ++i)
+            for (std::size_t k = 0; k < 4; ++k) items[i] |= std::uint32_t{bytes[4 * i + k]} << (8 * k);
+          expect_equal(f, masks.at(name), items);
+        } else {
+          expect_equal(f, masks.at(name), bytes);
+        }
+        if (mode == sg::tree_mask_mode::full_mask) {
+          expect_equal("outputs.positions (backend)", out.at("positions"), b_.download(pos_on.view()));
+          expect_equal("outputs.retrive_index (backend)", out.at("retrive_index"), b_.download(ri_on.view()));
+          expect_equal("outputs.retrive_next_token (backend)", out.at("retrive_next_token"), b_.download(nt_on.view()));
+          expect_equal("outputs.retrive_next_sibling (backend)", out.at("retrive_next_sibling"), b_.download(ns_on.view()));
+        }
+      }
       if (mode == sg::tree_mask_mode::full_mask) {
         expect_equal("outputs.positions", out.at("positions"), r.positions);
         expect_equal("outputs.retrive_index", out.at("retrive_index"), r.retrive_index);

@@ -14,10 +14,11 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <span>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -91,6 +92,184 @@ struct tree_buffers {
   std::vector<std::uint32_t> tree_mask_bits = {};       ///< items for qlen_only_bitpacking
 };
 
+/// The longest verified sequence build_tree takes (2^40: every mask size stays far from overflow).
+inline constexpr index_t max_sequence_length = index_t{1} << 40;
+
+namespace detail {
+
+using specdec::detail::make_team_fault;
+using specdec::detail::team_error;
+using specdec::detail::team_fault;
+
+/// Argument indices of sglang_build_job's fault names.
+enum sglang_build_arg : int { arg_verified_seq_len, arg_tree_mask };
+
+/// `build_tree_kernel_efficient`, one request per team (backend/detail/team.hpp). The threads find the
+/// nodes' parents (a scan of the selected entries each, SGLang's search), rank 0 links the child lists,
+/// then each thread walks its rows to the root for the depth and the mask bits. Every entry of the
+/// request's outputs is written, the mask's whole region included. Scratch: the parents (N entries).
+template <class Space>
+struct sglang_build_job {
+  matrix_view<const std::int64_t, Space> parent_list;     // [bs x P]
+  matrix_view<const std::int64_t, Space> selected_index;  // [bs x (N - 1)]
+  vector_view<const std::int64_t, Space> seq_lens;        // [bs]
+  vector_view<std::uint8_t, Space> tree_mask;             // bytes: bools, or little-endian items when bit-packed
+  vector_view<std::int64_t, Space> positions;             // [bs * N]
+  matrix_view<std::int64_t, Space> retrive_index;         // [bs x N]
+  matrix_view<std::int64_t, Space> next_token;            // [bs x N]
+  matrix_view<std::int64_t, Space> next_sibling;          // [bs x N]
+  index_t top_k = 1;
+  index_t num_steps = 1;
+  tree_mask_mode mode = tree_mask_mode::full_mask;
+  index_t item_bytes = 4;  // bit-packed items: 1, 2 or 4 bytes
+  retrieve_scope scope = retrieve_scope::global;
+  const char* where = "";
+  const char* names[specdec::detail::team_job_names] = {};
+
+  std::size_t scratch_bytes() const { return static_cast<std::size_t>(retrive_index.cols()) * sizeof(index_t); }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte* scratch) const {
+    const index_t n = retrive_index.cols(), bs = seq_lens.rows(), mask_size = tree_mask.rows();
+    auto* parent_of = reinterpret_cast<index_t*>(scratch);
+    const index_t seq_len = seq_lens(b);
+    if (seq_len < 0 || seq_len > max_sequence_length)
+      return make_team_fault(team_error::sequence_length, arg_verified_seq_len, b, 0, static_cast<double>(seq_len), max_sequence_length);
+    // The request's region of the mask: FULL_MASK's requests are n x (seq_len + n) each, back to back,
+    // so the start sums the earlier requests' (SGLang's kernel does the same); the comparisons are
+    // written so that nothing overflows whatever the lengths.
+    index_t start = 0, cols = n, first_tree_col = 0, bytes = 0;
+    if (mode == tree_mask_mode::full_mask) {
+      for (index_t r = 0; r < b; ++r) {
+        const index_t s = seq_lens(r);
+        if (s < 0 || s > max_sequence_length)
+          return make_team_fault(team_error::sequence_length, arg_verified_seq_len, r, 0, static_cast<double>(s), max_sequence_length);
+        if (n * (s + n) > mask_size - start) {
+          const index_t need = n * (s + n) > INT64_MAX - start ? INT64_MAX : start + n * (s + n);
+          return make_team_fault(team_error::mask_entries, arg_tree_mask, r, need, 0.0, mask_size);
+        }
+        start += n * (s + n);
+      }
+      cols = seq_len + n;
+      first_tree_col = seq_len;
+      bytes = n * cols;
+    } else if (mode == tree_mask_mode::qlen_only) {
+      start = b * n * n;
+      bytes = n * n;
+    } else {
+      start = b * n * item_bytes;
+      bytes = n * item_bytes;
+    }
+    if (bytes > mask_size - start) {
+      const index_t need = bytes > INT64_MAX - start ? INT64_MAX : start + bytes;
+      return make_team_fault(team_error::mask_entries, arg_tree_mask, b, need, 0.0, mask_size);
+    }
+    if (mode == tree_mask_mode::full_mask && b == bs - 1 && start + bytes != mask_size)
+      return make_team_fault(team_error::mask_entries, arg_tree_mask, b, start + bytes, 1.0, mask_size);
+
+    // Tree parent of node i >= 1: 0 = root, -1 = not among the selected nodes (the first selected
+    // entry holding the parent's flat index wins).
+    for (index_t i = 1 + team.rank(); i < n; i += team.size()) {
+      const std::int64_t group = selected_index(b, i - 1) / top_k;
+      index_t p = 0;
+      if (group != 0) {
+        p = -1;
+        if (group > 0 && group < parent_list.cols()) {
+          const std::int64_t want = parent_list(b, group);
+          for (index_t j = 0; j < n - 1; ++j)
+            if (selected_index(b, j) == want) {
+              p = j + 1;
+              break;
+            }
+        }
+      }
+      parent_of[i] = p;
+    }
+    for (index_t i = team.rank(); i < n; i += team.size())
+      retrive_index(b, i) = scope == retrieve_scope::global ? b * n + i : i;
+    if (mode != tree_mask_mode::qlen_only_bitpacking)  // the prefix's ones, the tree part cleared
+      for (index_t row = 0; row < n; ++row)
+        for (index_t c = team.rank(); c < cols; c += team.size()) tree_mask(start + row * cols + c) = c < first_tree_col ? 1 : 0;
+    team.sync();
+    if (team.rank() == 0) {
+      // Head insertion from the last node keeps each child list in increasing index order.
+      for (index_t i = 0; i < n; ++i) next_token(b, i) = next_sibling(b, i) = -1;
+      for (index_t i = n - 1; i >= 1; --i) {
+        const index_t p = parent_of[i];
+        if (p < 0) continue;
+        next_sibling(b, i) = next_token(b, p);
+        next_token(b, p) = i;
+      }
+    }
+    for (index_t i = team.rank(); i < n; i += team.size()) {
+      std::uint32_t bits = 0;  // bit-packed row
+      const auto set = [&](index_t col) {
+        if (mode == tree_mask_mode::qlen_only_bitpacking) bits |= std::uint32_t(1) << col;
+        else tree_mask(start + i * cols + first_tree_col + col) = 1;
+      };
+      set(0);
+      index_t depth = 0;
+      if (i > 0) {
+        set(i);
+        // A walk that has not reached the root after n hops cycles among nodes it has already marked;
+        // SGLang's walk would go on to S hops, adding nothing but depth, so the depth becomes S.
+        index_t current = i;
+        bool reached = false;
+        const index_t hops = num_steps < n ? num_steps : n;
+        for (index_t hop = 0; hop < hops; ++hop) {
+          const index_t p = parent_of[current];
+          ++depth;
+          if (p <= 0) {
+            reached = true;
+            break;
+          }
+          set(p);
+          current = p;
+        }
+        if (!reached) depth = num_steps;
+      }
+      positions(b * n + i) = seq_len + depth;
+      if (mode == tree_mask_mode::qlen_only_bitpacking)
+        for (index_t k = 0; k < item_bytes; ++k) tree_mask(start + i * item_bytes + k) = static_cast<std::uint8_t>(bits >> (8 * k));
+    }
+    team.sync();  // the scratch is read until here
+    return {};
+  }
+};
+
+/// The checks build_tree's two forms share: N in [1, max_nodes], k >= 1, S in [1, 2^40], N within the
+/// bit-packed item, and every matrix `[bs x ...]` as the mode needs.
+template <class Space>
+void check_build_shapes(const char* where, const matrix_view<const std::int64_t, Space>& parent_list,
+                        const matrix_view<const std::int64_t, Space>& selected_index, index_t bs, index_t n, index_t top_k,
+                        index_t num_steps, tree_mask_mode mode, index_t item_bytes) {
+  SPECDEC_EXPECTS(n >= 1 && top_k >= 1 && num_steps >= 1, where, "num_draft_tokens = ", n, ", top_k = ", top_k,
+                  ", num_steps = ", num_steps, "; expected each >= 1");
+  SPECDEC_EXPECTS(n <= max_nodes, where, "num_draft_tokens = ", n, "; expected at most ", max_nodes, " nodes per request");
+  SPECDEC_EXPECTS(num_steps <= (index_t{1} << 40), where, "num_steps = ", num_steps, "; expected at most 2^40");
+  specdec::detail::check_view(where, "parent_list", parent_list, 0);
+  specdec::detail::check_view(where, "selected_index", selected_index, 0);
+  SPECDEC_EXPECTS(parent_list.rows() == bs, where, "parent_list has ", parent_list.rows(), " rows; expected ", bs);
+  SPECDEC_EXPECTS(selected_index.rows() == bs && selected_index.cols() == n - 1, where, "selected_index is ",
+                  selected_index.rows(), " x ", selected_index.cols(), "; expected ", bs, " x ", n - 1);
+  SPECDEC_EXPECTS(mode == tree_mask_mode::full_mask || mode == tree_mask_mode::qlen_only || mode == tree_mask_mode::qlen_only_bitpacking,
+                  where, "tree_mask_mode = ", static_cast<int>(mode), "; expected FULL_MASK, QLEN_ONLY or QLEN_ONLY_BITPACKING");
+  SPECDEC_EXPECTS(mode != tree_mask_mode::qlen_only_bitpacking || item_bytes == 1 || item_bytes == 2 || item_bytes == 4, where,
+                  "the bit-packed mask's items are ", item_bytes, " bytes; expected 1, 2 or 4");
+  SPECDEC_EXPECTS(mode != tree_mask_mode::qlen_only_bitpacking || n <= 8 * item_bytes, where, "num_draft_tokens = ", n,
+                  "; QLEN_ONLY_BITPACKING with ", item_bytes, "-byte items holds at most ", 8 * item_bytes, " nodes per row");
+}
+
+template <class Job>
+void name_build_arguments(Job& job, const char* where) {
+  job.where = where;
+  for (const char*& name : job.names) name = "";
+  job.names[arg_verified_seq_len] = "verified_seq_len";
+  job.names[arg_tree_mask] = "tree_mask";
+}
+
+}  // namespace detail
+
 /// What `build_tree_kernel_efficient` computes, for `bs` requests of N nodes each.
 /// \param parent_list host `[bs x P]`, P = 1 + k (S - 1): row g of the candidate grid hangs under
 ///   flat candidate parent_list[g] (-1 = root); from eagle2_tree_builder's `parent_list`.
@@ -112,108 +291,127 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
                                retrieve_scope scope = retrieve_scope::global) {
   constexpr const char* where = "specdec::sglang::build_tree";
   const index_t bs = static_cast<index_t>(seq_lens.size()), n = num_draft_tokens;
-  SPECDEC_EXPECTS(n >= 1 && top_k >= 1 && num_steps >= 1, where, "num_draft_tokens = ", n, ", top_k = ", top_k,
-                  ", num_steps = ", num_steps, "; expected each >= 1");
-  SPECDEC_EXPECTS(n <= max_nodes, where, "num_draft_tokens = ", n, "; expected at most ", max_nodes, " nodes per request");
-  SPECDEC_EXPECTS(num_steps <= (index_t{1} << 40), where, "num_steps = ", num_steps, "; expected at most 2^40");
-  specdec::detail::check_view(where, "parent_list", parent_list, 0);
-  specdec::detail::check_view(where, "selected_index", selected_index, 0);
+  detail::check_build_shapes(where, parent_list, selected_index, bs, n, top_k, num_steps, mode, 4);
   specdec::detail::check_view(where, "draft_tokens_wo_root", draft_tokens_wo_root, 0);
   SPECDEC_EXPECTS(static_cast<index_t>(verified_id.size()) == bs, where, "verified_id has ", verified_id.size(),
                   " entries; expected one per request (", bs, ")");
-  SPECDEC_EXPECTS(parent_list.rows() == bs, where, "parent_list has ", parent_list.rows(), " rows; expected ", bs);
-  SPECDEC_EXPECTS(selected_index.rows() == bs && selected_index.cols() == n - 1, where, "selected_index is ",
-                  selected_index.rows(), " x ", selected_index.cols(), "; expected ", bs, " x ", n - 1);
   SPECDEC_EXPECTS(draft_tokens_wo_root.rows() == bs && draft_tokens_wo_root.cols() == n - 1, where,
                   "draft_tokens_wo_root is ", draft_tokens_wo_root.rows(), " x ", draft_tokens_wo_root.cols(),
                   "; expected ", bs, " x ", n - 1);
-  SPECDEC_EXPECTS(mode != tree_mask_mode::qlen_only_bitpacking || n <= 32, where, "num_draft_tokens = ", n,
-                  "; QLEN_ONLY_BITPACKING holds at most 32 nodes per row");
   tree_buffers out;
   const std::size_t sz = specdec::detail::checked_count(where, {bs, n}, "the tree buffers [bs x num_draft_tokens]");
+  index_t mask_size = 0;
+  for (index_t b = 0; b < bs; ++b) {
+    // The bounds keep n (seq_len + n) below 2^57; the running total is bounded by max_elements.
+    const index_t seq_len = seq_lens[static_cast<std::size_t>(b)];
+    SPECDEC_EXPECTS(seq_len >= 0 && seq_len <= max_sequence_length, where, "seq_lens[", b, "] = ", seq_len,
+                    "; expected 0 <= seq_len <= 2^40");
+    mask_size += mode == tree_mask_mode::full_mask ? n * (seq_len + n) : mode == tree_mask_mode::qlen_only ? n * n : 4 * n;
+    SPECDEC_EXPECTS(mode == tree_mask_mode::qlen_only_bitpacking || mask_size <= max_elements, where, "the masks of requests 0..",
+                    b, " need ", mask_size, " entries; expected at most ", max_elements, " (2^40) in all");
+  }
   out.draft_tokens.resize(sz);
   out.positions.resize(sz);
   out.retrive_index.resize(sz);
-  out.retrive_next_token.assign(sz, -1);
-  out.retrive_next_sibling.assign(sz, -1);
-  std::vector<std::size_t> row_offset(static_cast<std::size_t>(bs) + 1, 0);  // full_mask: start of request b
+  out.retrive_next_token.resize(sz);
+  out.retrive_next_sibling.resize(sz);
+  out.tree_mask.resize(static_cast<std::size_t>(mask_size));  // bit-packed: 4-byte little-endian items, assembled below
   for (index_t b = 0; b < bs; ++b) {
-    // The bounds keep n (seq_len + n) below 2^57; the running total is bounded by max_elements.
-    SPECDEC_EXPECTS(seq_lens[static_cast<std::size_t>(b)] >= 0 && seq_lens[static_cast<std::size_t>(b)] <= (index_t{1} << 40),
-                    where, "seq_lens[", b, "] = ", seq_lens[static_cast<std::size_t>(b)], "; expected 0 <= seq_len <= 2^40");
-    const index_t cols = mode == tree_mask_mode::full_mask ? seq_lens[static_cast<std::size_t>(b)] + n : n;
-    const auto total = static_cast<index_t>(row_offset[static_cast<std::size_t>(b)]) + n * cols;
-    SPECDEC_EXPECTS(mode == tree_mask_mode::qlen_only_bitpacking || total <= max_elements, where, "the masks of requests 0..", b,
-                    " need ", total, " entries; expected at most ", max_elements, " (2^40) in all");
-    row_offset[static_cast<std::size_t>(b) + 1] = static_cast<std::size_t>(total);
-  }
-  if (mode == tree_mask_mode::qlen_only_bitpacking) out.tree_mask_bits.assign(sz, 0u);
-  else out.tree_mask.assign(row_offset.back(), 0);
-  for (index_t b = 0; b < bs; ++b) {
-    const index_t seq_len = seq_lens[static_cast<std::size_t>(b)];
-    const index_t cols = mode == tree_mask_mode::full_mask ? seq_len + n : n;
-    const index_t first_tree_col = mode == tree_mask_mode::full_mask ? seq_len : 0;
-    const auto set = [&](index_t row, index_t col) {
-      if (mode == tree_mask_mode::qlen_only_bitpacking)
-        out.tree_mask_bits[static_cast<std::size_t>(b * n + row)] |= std::uint32_t(1) << col;
-      else
-        out.tree_mask[row_offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(row * cols + first_tree_col + col)] = 1;
-    };
-    // Tree parent of node i >= 1: 0 = root, -1 = not among the selected nodes. The parent search
-    // (the first selected entry holding the parent's flat index) is one hash lookup per node.
-    std::unordered_map<std::int64_t, index_t> node_of_flat;
-    for (index_t j = n - 2; j >= 0; --j) node_of_flat[selected_index(b, j)] = j + 1;  // the first j wins
-    std::vector<index_t> parent_of(static_cast<std::size_t>(n), 0);
-    for (index_t i = 1; i < n; ++i) {
-      const std::int64_t group = selected_index(b, i - 1) / top_k;
-      index_t p = 0;
-      if (group != 0) {
-        const auto found = group < 0 || group >= parent_list.cols() ? node_of_flat.end()
-                                                                     : node_of_flat.find(parent_list(b, group));
-        p = found == node_of_flat.end() ? -1 : found->second;
-      }
-      parent_of[static_cast<std::size_t>(i)] = p;
-    }
-    const auto parent_node = [&](index_t i) { return parent_of[static_cast<std::size_t>(i)]; };
     out.draft_tokens[static_cast<std::size_t>(b * n)] = verified_id[static_cast<std::size_t>(b)];
     for (index_t i = 1; i < n; ++i) out.draft_tokens[static_cast<std::size_t>(b * n + i)] = draft_tokens_wo_root(b, i - 1);
-    for (index_t i = 0; i < n; ++i)
-      out.retrive_index[static_cast<std::size_t>(b * n + i)] = scope == retrieve_scope::global ? b * n + i : i;
-    // Links: head insertion from the last node keeps each child list in increasing index order.
-    for (index_t i = n - 1; i >= 1; --i) {
-      const index_t p = parent_node(i);
-      if (p < 0) continue;
-      out.retrive_next_sibling[static_cast<std::size_t>(b * n + i)] = out.retrive_next_token[static_cast<std::size_t>(b * n + p)];
-      out.retrive_next_token[static_cast<std::size_t>(b * n + p)] = i;
-    }
-    if (mode == tree_mask_mode::full_mask)
-      for (index_t i = 0; i < n; ++i)
-        for (index_t c = 0; c < seq_len; ++c)
-          out.tree_mask[row_offset[static_cast<std::size_t>(b)] + static_cast<std::size_t>(i * cols + c)] = 1;
-    set(0, 0);
-    out.positions[static_cast<std::size_t>(b * n)] = seq_len;
-    for (index_t i = 1; i < n; ++i) {
-      set(i, 0);
-      set(i, i);
-      // A walk that has not reached the root after n hops cycles among nodes it has already marked;
-      // SGLang's walk would go on to S hops, adding nothing but depth, so the depth becomes S.
-      index_t depth = 0, current = i;
-      bool reached = false;
-      for (index_t hop = 0; hop < std::min(num_steps, n); ++hop) {
-        const index_t p = parent_node(current);
-        ++depth;
-        if (p <= 0) {
-          reached = true;
-          break;
-        }
-        set(i, p);
-        current = p;
-      }
-      if (!reached) depth = num_steps;
-      out.positions[static_cast<std::size_t>(b * n + i)] = seq_len + depth;
-    }
+  }
+  detail::sglang_build_job<host_space> job{parent_list,
+                                           selected_index,
+                                           vector_view<const std::int64_t>(seq_lens.data(), bs),
+                                           vector_view<std::uint8_t>(out.tree_mask.data(), mask_size),
+                                           vector_view<std::int64_t>(out.positions.data(), bs * n),
+                                           matrix_view<std::int64_t>(out.retrive_index.data(), bs, n),
+                                           matrix_view<std::int64_t>(out.retrive_next_token.data(), bs, n),
+                                           matrix_view<std::int64_t>(out.retrive_next_sibling.data(), bs, n),
+                                           top_k,
+                                           num_steps,
+                                           mode,
+                                           4,
+                                           scope};
+  detail::name_build_arguments(job, where);
+  std::vector<std::byte> scratch(job.scratch_bytes());
+  specdec::detail::serial_team team;
+  for (index_t b = 0; b < bs; ++b)
+    if (const specdec::detail::team_fault f = job(team, b, scratch.data()); f.code != 0)
+      specdec::detail::throw_team_fault(where, job.names[f.arg], f);
+  if (mode == tree_mask_mode::qlen_only_bitpacking) {
+    out.tree_mask_bits.resize(sz);
+    for (std::size_t i = 0; i < sz; ++i)
+      for (std::size_t k = 0; k < 4; ++k) out.tree_mask_bits[i] |= std::uint32_t{out.tree_mask[4 * i + k]} << (8 * k);
+    out.tree_mask.clear();
   }
   return out;
+}
+
+/// build_tree on a backend, every buffer in its memory (`B::memory_space`): SGLang's
+/// `build_tree_kernel_efficient` signature, one team per request (on CUDA one block per request, one
+/// launch). N is `retrive_index.cols()`.
+/// \param parent_list `[bs x P]`, \param selected_index `[bs x (N - 1)]`, \param verified_seq_len
+///   `[bs]`: as the host form's (int64).
+/// \param tree_mask bytes, written whole: FULL_MASK `sum_b N (seq_len_b + N)` bools (request b's N rows
+///   of seq_len_b ones then its tree part), QLEN_ONLY `bs * N * N` bools, QLEN_ONLY_BITPACKING `bs * N`
+///   little-endian items of `mask_item_bytes` (1, 2 or 4; N <= 8 x that) bytes, bit j of row i set iff
+///   node j is node i or an ancestor.
+/// \param positions `[bs * N]`: seq_len + depth; \param retrive_index, retrive_next_token,
+///   retrive_next_sibling `[bs x N]` (int64, -1 for no link), as the host form's.
+/// Malformed input is treated as the host form treats it. The outputs are the host form's, bit for bit.
+/// \throws invalid_argument on shapes, as the host form, a QLEN mask of another size, or outputs that
+///   overlap each other or an input; the data faults (a seq_len outside [0, 2^40], a FULL_MASK
+///   `tree_mask` whose size is not the requests' total) from the team that finds them (on CUDA with
+///   deferred faults, from `check_faults()`); outputs are then unspecified.
+template <team_backend B>
+void build_tree(B& b, matrix_view<const std::int64_t, typename B::memory_space> parent_list,
+                matrix_view<const std::int64_t, typename B::memory_space> selected_index,
+                vector_view<const std::int64_t, typename B::memory_space> verified_seq_len,
+                vector_view<std::uint8_t, typename B::memory_space> tree_mask,
+                vector_view<std::int64_t, typename B::memory_space> positions,
+                matrix_view<std::int64_t, typename B::memory_space> retrive_index,
+                matrix_view<std::int64_t, typename B::memory_space> retrive_next_token,
+                matrix_view<std::int64_t, typename B::memory_space> retrive_next_sibling, index_t top_k, index_t num_steps,
+                tree_mask_mode mode, index_t mask_item_bytes = 4, retrieve_scope scope = retrieve_scope::global) {
+  constexpr const char* where = "specdec::sglang::build_tree";
+  const index_t bs = verified_seq_len.rows(), n = retrive_index.cols();
+  specdec::detail::check_view(where, "verified_seq_len", verified_seq_len, 0);
+  detail::check_build_shapes(where, parent_list, selected_index, bs, n, top_k, num_steps, mode, mask_item_bytes);
+  using specdec::detail::extent_of;
+  const auto nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
+  specdec::detail::check_view(where, "positions", positions, specdec::detail::indexed_output);
+  specdec::detail::check_view(where, "tree_mask", tree_mask, specdec::detail::indexed_output);
+  SPECDEC_EXPECTS(positions.rows() == nodes, where, "positions has ", positions.rows(), " entries; expected bs * N = ", nodes);
+  for (const auto& [m, name] : {std::pair{&retrive_index, "retrive_index"}, std::pair{&retrive_next_token, "retrive_next_token"},
+                                std::pair{&retrive_next_sibling, "retrive_next_sibling"}}) {
+    specdec::detail::check_view(where, name, *m, specdec::detail::indexed_output);
+    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, name, " is ", m->rows(), " x ", m->cols(), "; expected ", bs, " x ", n);
+  }
+  if (mode != tree_mask_mode::full_mask) {
+    const index_t entries = specdec::detail::checked_mul(where, nodes, mode == tree_mask_mode::qlen_only ? n : mask_item_bytes,
+                                                         "the mask's bytes");
+    SPECDEC_EXPECTS(tree_mask.rows() == entries, where, "tree_mask has ", tree_mask.rows(), " bytes; expected ", entries,
+                    mode == tree_mask_mode::qlen_only ? " (bs * N * N)" : " (bs * N items)");
+  }
+  const specdec::detail::view_extent outputs[] = {extent_of(where, "tree_mask", tree_mask), extent_of(where, "positions", positions),
+                                                  extent_of(where, "retrive_index", retrive_index),
+                                                  extent_of(where, "retrive_next_token", retrive_next_token),
+                                                  extent_of(where, "retrive_next_sibling", retrive_next_sibling)};
+  const specdec::detail::view_extent inputs[] = {extent_of(where, "parent_list", parent_list),
+                                                 extent_of(where, "selected_index", selected_index),
+                                                 extent_of(where, "verified_seq_len", verified_seq_len)};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    for (std::size_t j = i + 1; j < std::size(outputs); ++j) specdec::detail::check_disjoint(where, outputs[i], outputs[j]);
+    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, outputs[i], input);
+  }
+  detail::sglang_build_job<typename B::memory_space> job{parent_list,  selected_index,       verified_seq_len,
+                                                         tree_mask,    positions,            retrive_index,
+                                                         retrive_next_token, retrive_next_sibling, top_k,
+                                                         num_steps,    mode,                 mask_item_bytes,
+                                                         scope};
+  detail::name_build_arguments(job, where);
+  b.run_teams(bs, job);
 }
 
 /// Result of verify_tree_greedy (host, int32 / int64 as SGLang's tensors).

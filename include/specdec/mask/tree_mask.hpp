@@ -17,6 +17,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/mask/packbits.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec {
@@ -149,54 +150,6 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tre
     detail::for_each_ancestor_or_self(valid[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
   }
   return packed;
-}
-
-/// Bit order of segment_packbits: `little` puts element 8 m + b in bit b of byte m (FlashInfer's masks
-/// as SGLang packs them), `big` in bit 7 - b (numpy.packbits' default, and FlashInfer's default).
-enum class bit_order { big, little };
-
-/// The byte offsets of segment_packbits' output: segment s's ceil(len_s / 8) bytes start at `offsets[s]`
-/// (`indptr.size()` entries, the first 0; FlashInfer's returned `indptr`).
-/// \throws invalid_argument when `indptr` is empty, starts below 0 or decreases, or the bytes exceed
-///   the 2^31 - 1 an int32 offset addresses.
-inline std::vector<std::int32_t> segment_packbits_offsets(std::span<const std::int32_t> indptr) {
-  constexpr const char* where = "specdec::segment_packbits";
-  SPECDEC_EXPECTS(!indptr.empty() && indptr[0] >= 0, where, "indptr has ", indptr.size(), " entries, the first ",
-                  indptr.empty() ? -1 : indptr[0], "; expected at least one, the first >= 0");
-  std::vector<std::int32_t> out(indptr.size(), 0);
-  for (std::size_t s = 0; s + 1 < indptr.size(); ++s) {
-    SPECDEC_EXPECTS(indptr[s + 1] >= indptr[s], where, "indptr[", s + 1, "] = ", indptr[s + 1], " < indptr[", s, "] = ",
-                    indptr[s], "; expected non-decreasing offsets");
-    const index_t bytes = (static_cast<index_t>(indptr[s + 1]) - indptr[s] + 7) / 8;
-    SPECDEC_EXPECTS(out[s] + bytes <= std::numeric_limits<std::int32_t>::max(), where, "the packed segments exceed 2^31 - 1 bytes");
-    out[s + 1] = static_cast<std::int32_t>(out[s] + bytes);
-  }
-  return out;
-}
-
-/// FlashInfer's `segment_packbits`: segment s of `x` (elements [indptr[s], indptr[s + 1]), nonzero = 1)
-/// packed into its own bytes at `out[offsets[s]]`, zero-padded to a byte (offsets from
-/// segment_packbits_offsets, which this checks `out` against).
-/// \param x host bools as bytes. \param out host bytes, `segment_packbits_offsets(indptr).back()` of them.
-/// \throws invalid_argument as segment_packbits_offsets, when indptr's last entry exceeds x, or when
-///   `out` has another size.
-inline void segment_packbits(std::span<const std::uint8_t> x, std::span<const std::int32_t> indptr, bit_order order,
-                             std::span<std::uint8_t> out) {
-  constexpr const char* where = "specdec::segment_packbits";
-  const std::vector<std::int32_t> offsets = segment_packbits_offsets(indptr);
-  SPECDEC_EXPECTS(static_cast<std::size_t>(indptr.back()) <= x.size(), where, "indptr ends at ", indptr.back(), " but x has ",
-                  x.size(), " elements");
-  SPECDEC_EXPECTS(out.size() == static_cast<std::size_t>(offsets.back()), where, "out has ", out.size(), " bytes; expected ",
-                  offsets.back());
-  std::fill(out.begin(), out.end(), std::uint8_t{0});
-  for (std::size_t s = 0; s + 1 < indptr.size(); ++s) {
-    std::uint8_t* bytes = out.data() + offsets[s];
-    for (std::int32_t i = 0; i < indptr[s + 1] - indptr[s]; ++i)
-      if (x[static_cast<std::size_t>(indptr[s] + i)] != 0) {
-        const int bit = order == bit_order::little ? i % 8 : 7 - i % 8;
-        bytes[i / 8] = static_cast<std::uint8_t>(bytes[i / 8] | (1u << bit));
-      }
-  }
 }
 
 /// tree_mask_flashinfer_packed over the library's own trees. \throws invalid_argument as the view form.

@@ -246,6 +246,17 @@ template <class T = float>
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");
     case team_error::top_p_value:
       throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a value in (0, 1]");
+    case team_error::sequence_length:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a length in [0, ", f.limit, "]");
+    case team_error::mask_entries:
+      throw_invalid_argument(where, name, " has ", f.limit, " entries; the masks of requests 0..", f.row, " need ", f.column,
+                             f.value != 0.0 ? " (the whole batch's); expected exactly that" : "; expected at least that");
+    case team_error::segment_range:
+      throw_invalid_argument(where, name, " gives segment ", f.row, " elements [", f.column, ", ", i(f.value),
+                             "); expected a non-decreasing range within [0, ", f.limit, "]");
+    case team_error::packed_offset:
+      throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected ", f.limit,
+                             " (offsets[0] = 0, each the previous plus the previous segment's bytes, the last the output's size)");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

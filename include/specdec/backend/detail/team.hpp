@@ -84,6 +84,10 @@ enum class team_error : std::int32_t {
   renorm_sum = 106,           ///< row = matrix row, value = the row's sum (renormalisers' tolerance, 1e-3)
   logit_value = 107,          ///< row = matrix row, column = token, value = the logit (NaN or +inf)
   top_p_value = 108,          ///< row = matrix row, value = its p
+  sequence_length = 109,      ///< row = request, value = its length, limit = the longest allowed
+  mask_entries = 110,         ///< row = request, column = entries requests 0..row need, limit = entries given, value = 1: the total
+  segment_range = 111,        ///< row = segment, column = its start, value = its end, limit = elements
+  packed_offset = 112,        ///< row = offset index, column = the offset, limit = the offset expected
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
