@@ -255,14 +255,27 @@ def segment_packbits(x, indptr, bitorder="big"):
     """FlashInfer's ``segment_packbits``: each segment ``x[indptr[i]:indptr[i + 1]]`` of a bool (or uint8)
     array packed into its own bytes, zero-padded. Returns ``(y uint8, new_indptr int32)``, ``new_indptr``
     the byte offsets of the segments in ``y``. ``bitorder`` "big" (numpy.packbits' default) or "little"
-    (SGLang's masks)."""
+    (SGLang's masks). Host arrays, or a CUDA tensor ``x`` (``indptr`` moved to its device as int32): two
+    kernels on the current stream and, as FlashInfer's wrapper, one synchronisation to read the output's
+    size; ``y`` and ``new_indptr`` on ``x``'s device."""
     if bitorder not in ("big", "little"):
         raise ValueError(f"bitorder: expected 'big' or 'little'; got {bitorder!r}")
+    little = bitorder == "little"
+    if _is_torch(x) and x.is_cuda:
+        import torch
+
+        ip = torch.as_tensor(indptr, device=x.device).to(torch.int32).contiguous()
+        new_indptr = torch.empty_like(ip)
+        stream = _stream(x)
+        _specdec.segment_packbits_offsets(ip, new_indptr, stream)
+        y = torch.empty(int(new_indptr[-1].item()), dtype=torch.uint8, device=x.device)
+        _specdec.segment_packbits(x.contiguous(), ip, new_indptr, little, y, stream)
+        return y, new_indptr
     ip = _small(indptr, "int32")
     new_indptr = np.empty(len(ip), dtype=np.int32)
-    _specdec.segment_packbits_offsets(ip, new_indptr)
+    _specdec.segment_packbits_offsets(ip, new_indptr, 0)
     y = np.empty(int(new_indptr[-1]), dtype=np.uint8)
-    _specdec.segment_packbits(x if not _is_torch(x) else x.contiguous(), ip, bitorder == "little", y)
+    _specdec.segment_packbits(x if not _is_torch(x) else x.contiguous(), ip, new_indptr, little, y, 0)
     if _is_torch(x):
         import torch
 
@@ -582,11 +595,13 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     retrive_index / retrive_next_token / retrive_next_sibling: int64 ``[batch, N]``; tree_mask: for mode 0
     (FULL_MASK) bools of ``sum_b N (seq_len_b + N)``, mode 1 (QLEN_ONLY) ``batch * N * N`` bools, mode 2
     (QLEN_ONLY_BITPACKING) ``batch * N`` items of 1, 2 or 4 bytes (N <= 8, 16, 32). ``depth`` is SGLang's
-    ``spec_steps``.
+    ``spec_steps``. Every entry of the outputs is written, the whole mask included (SGLang's kernel
+    relies on its caller filling the mask with True first; the result is the same). Host arrays, or CUDA tensors (one kernel on the current stream, one block
+    per request).
     """
     _specdec.build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
                                          retrive_next_token, retrive_next_sibling, int(topk), int(depth),
-                                         int(draft_token_num), int(tree_mask_mode))
+                                         int(draft_token_num), int(tree_mask_mode), _stream(verified_seq_len))
 
 
 # specdec's own drafting side (trees, masks, n-gram and suffix drafts, EAGLE-2, the draft-length policy,

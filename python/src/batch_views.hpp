@@ -11,6 +11,7 @@
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/vllm.hpp>
+#include <specdec/mask/packbits.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/batch.hpp>
 
@@ -130,6 +131,45 @@ void filter_rows_on(B& b, const float* in, std::int64_t rows, std::int64_t cols,
   else if (top_k != nullptr && top_p != nullptr) specdec::sampling::top_k_top_p_joint_renorm(b, x, k, p, y);
   else if (top_p != nullptr) specdec::sampling::top_p_renorm(b, x, p, y);
   else specdec::sampling::top_k_renorm(b, x, k, y);
+}
+
+/// segment_packbits' offsets and packing (their backend forms) on backend `b`, the arrays in its memory.
+template <class B>
+void packbits_offsets_on(B& b, const std::int32_t* indptr, std::int64_t count, std::int32_t* offsets) {
+  using space = typename B::memory_space;
+  const auto n = static_cast<specdec::index_t>(count);
+  specdec::segment_packbits_offsets(b, specdec::vector_view<const std::int32_t, space>(indptr, n),
+                                    specdec::vector_view<std::int32_t, space>(offsets, n));
+}
+
+template <class B>
+void packbits_on(B& b, const std::uint8_t* x, std::int64_t x_count, const std::int32_t* indptr, const std::int32_t* offsets,
+                 std::int64_t count, bool little, std::uint8_t* out, std::int64_t out_count) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  specdec::segment_packbits(b, specdec::vector_view<const std::uint8_t, space>(x, static_cast<index_t>(x_count)),
+                            specdec::vector_view<const std::int32_t, space>(indptr, static_cast<index_t>(count)),
+                            specdec::vector_view<const std::int32_t, space>(offsets, static_cast<index_t>(count)),
+                            little ? specdec::bit_order::little : specdec::bit_order::big,
+                            specdec::vector_view<std::uint8_t, space>(out, static_cast<index_t>(out_count)));
+}
+
+/// SGLang's build_tree_kernel_efficient (build_tree's backend form) on backend `b`, every array of `a`
+/// in its memory.
+template <class B>
+void sglang_build_on(B& b, const cuda::build_tree_arrays& a) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
+  const auto links = [&](std::int64_t* p) { return specdec::matrix_view<std::int64_t, space>(p, bs, n); };
+  specdec::sglang::build_tree(b, specdec::matrix_view<const std::int64_t, space>(a.parent_list, bs, static_cast<index_t>(a.parent_cols)),
+                              specdec::matrix_view<const std::int64_t, space>(a.selected_index, bs, n - 1),
+                              specdec::vector_view<const std::int64_t, space>(a.seq_lens, bs),
+                              specdec::vector_view<std::uint8_t, space>(a.tree_mask, static_cast<index_t>(a.mask_bytes)),
+                              specdec::vector_view<std::int64_t, space>(a.positions, bs * n), links(a.retrive_index),
+                              links(a.next_token), links(a.next_sibling), static_cast<index_t>(a.top_k),
+                              static_cast<index_t>(a.depth), static_cast<specdec::sglang::tree_mask_mode>(a.mode),
+                              static_cast<index_t>(a.item_bytes));
 }
 
 }  // namespace specdec_python

@@ -97,4 +97,15 @@ void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols
   filter_rows_on(on(at), in, rows, cols, top_k, k_count, top_p, p_count, out, renormalise);
 }
 
+void packbits_offsets(place at, const std::int32_t* indptr, std::int64_t count, std::int32_t* offsets) {
+  packbits_offsets_on(on(at), indptr, count, offsets);
+}
+
+void packbits(place at, const std::uint8_t* x, std::int64_t x_count, const std::int32_t* indptr, const std::int32_t* offsets,
+              std::int64_t count, bool little, std::uint8_t* out, std::int64_t out_count) {
+  packbits_on(on(at), x, x_count, indptr, offsets, count, little, out, out_count);
+}
+
+void sglang_build_tree(place at, const build_tree_arrays& a) { sglang_build_on(on(at), a); }
+
 }  // namespace specdec_python::cuda

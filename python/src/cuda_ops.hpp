@@ -121,4 +121,34 @@ void vllm_rejection_sample(place at, const rejection_arrays& a);
 void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
                  const float* top_p, std::int64_t p_count, float* out, bool renormalise);
 
+/// FlashInfer's segment_packbits (specdec::segment_packbits_offsets and segment_packbits, their backend
+/// forms) on the device: `indptr` and `offsets` int32 `[segments + 1]`, `x` bools as bytes, `out` the
+/// packed bytes (`offsets[segments]` of them).
+void packbits_offsets(place at, const std::int32_t* indptr, std::int64_t count, std::int32_t* offsets);
+void packbits(place at, const std::uint8_t* x, std::int64_t x_count, const std::int32_t* indptr, const std::int32_t* offsets,
+              std::int64_t count, bool little, std::uint8_t* out, std::int64_t out_count);
+
+/// SGLang's build_tree_kernel_efficient (specdec::sglang::build_tree, its backend form) as plain
+/// pointers, all in the memory of the call: int64 inputs, `tree_mask` bytes (`mask_bytes` of them:
+/// bools, or `item_bytes`-byte little-endian items when bit-packed), int64 outputs.
+struct build_tree_arrays {
+  std::int64_t bs = 0;
+  std::int64_t n = 0;                            ///< draft_token_num
+  std::int64_t parent_cols = 0;
+  const std::int64_t* parent_list = nullptr;     ///< `[bs x parent_cols]`
+  const std::int64_t* selected_index = nullptr;  ///< `[bs x (n - 1)]`
+  const std::int64_t* seq_lens = nullptr;        ///< `[bs]`
+  std::uint8_t* tree_mask = nullptr;
+  std::int64_t mask_bytes = 0;
+  std::int64_t item_bytes = 1;
+  std::int64_t* positions = nullptr;             ///< `[bs * n]`
+  std::int64_t* retrive_index = nullptr;         ///< `[bs x n]`
+  std::int64_t* next_token = nullptr;            ///< `[bs x n]`
+  std::int64_t* next_sibling = nullptr;          ///< `[bs x n]`
+  std::int64_t top_k = 1;
+  std::int64_t depth = 1;
+  int mode = 0;
+};
+void sglang_build_tree(place at, const build_tree_arrays& a);
+
 }  // namespace specdec_python::cuda

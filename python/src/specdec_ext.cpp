@@ -211,8 +211,29 @@ void filter_rows(const array& rows, const array& out, const array& top_k, const 
   without_gil([&] { filter_rows_on(host_backend(), x, n, v, k, k_count, p, p_count, y, renormalise); });
 }
 
-/// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`.
-void segment_packbits_offsets(const array& indptr, const array& new_indptr) {
+/// Bools as bytes (dtype bool or uint8), 1-dimensional and contiguous, on the call's device.
+const std::uint8_t* bool_bytes(const array& a, const char* name, const std::optional<specdec_python::cuda::place>& at) {
+  if (a.dtype() != nb::dtype<bool>() && a.dtype() != nb::dtype<std::uint8_t>())
+    throw nb::type_error((std::string(name) + ": expected dtype bool or uint8; got another dtype").c_str());
+  if (at ? a.device_type() != nb::device::cuda::value || a.device_id() != at->device : a.device_type() != nb::device::cpu::value)
+    throw nb::value_error((std::string(name) + ": expected an array on the call's device (its first array's)").c_str());
+  if (a.ndim() != 1 || (a.shape(0) > 1 && a.stride(0) != 1))
+    throw nb::value_error((std::string(name) + ": expected a contiguous 1-dimensional array; got shape " + shape_of(a)).c_str());
+  return static_cast<const std::uint8_t*>(a.data());
+}
+
+/// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`;
+/// host arrays, or CUDA arrays on `stream` (the offsets then stay on the device: the caller reads their
+/// last entry to size `out`, FlashInfer's one synchronisation).
+void segment_packbits_offsets(const array& indptr, const array& new_indptr, std::uintptr_t stream) {
+  if (const auto at = device_of(indptr, "indptr", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const std::int32_t* in = argument<const std::int32_t>(indptr, "indptr", {-1}, at);
+    std::int32_t* o = argument<std::int32_t>(new_indptr, "new_indptr", {static_cast<std::int64_t>(indptr.shape(0))}, at);
+    without_gil([&] { specdec_python::cuda::packbits_offsets(*at, in, static_cast<std::int64_t>(indptr.shape(0)), o); });
+#endif
+    return;
+  }
   const auto in = span_of<const std::int32_t>(indptr, "indptr");
   const auto o = span_of<std::int32_t>(new_indptr, "new_indptr");
   expect_shape(new_indptr, "new_indptr", {static_cast<index_t>(in.size())});
@@ -220,16 +241,22 @@ void segment_packbits_offsets(const array& indptr, const array& new_indptr) {
   std::copy(got.begin(), got.end(), o.begin());
 }
 
-void segment_packbits(const array& x, const array& indptr, bool little, const array& out) {
-  if (x.dtype() != nb::dtype<bool>() && x.dtype() != nb::dtype<std::uint8_t>())
-    throw nb::type_error("x: expected dtype bool or uint8; got another dtype");
-  checked<std::uint8_t>(out, "out", 1);
-  if (x.device_type() != nb::device::cpu::value || x.ndim() != 1 || (x.shape(0) > 1 && x.stride(0) != 1))
-    throw nb::value_error(("x: expected a contiguous 1-dimensional CPU array; got shape " + shape_of(x)).c_str());
-  const auto in = span_of<const std::int32_t>(indptr, "indptr");
-  const std::span<const std::uint8_t> bits(static_cast<const std::uint8_t*>(x.data()), x.shape(0));
-  const std::span<std::uint8_t> bytes(static_cast<std::uint8_t*>(out.data()), out.shape(0));
-  without_gil([&] { specdec::segment_packbits(bits, in, little ? specdec::bit_order::little : specdec::bit_order::big, bytes); });
+void segment_packbits(const array& x, const array& indptr, const array& new_indptr, bool little, const array& out,
+                      std::uintptr_t stream) {
+  const auto at = device_of(x, "x", stream);
+  const std::uint8_t* bits = bool_bytes(x, "x", at);
+  const std::int32_t* in = argument<const std::int32_t>(indptr, "indptr", {-1}, at);
+  const auto count = static_cast<std::int64_t>(indptr.shape(0));
+  const std::int32_t* offsets = argument<const std::int32_t>(new_indptr, "new_indptr", {count}, at);
+  std::uint8_t* bytes = argument<std::uint8_t>(out, "out", {-1}, at);
+  const auto x_count = static_cast<std::int64_t>(x.shape(0)), out_count = static_cast<std::int64_t>(out.shape(0));
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::packbits(*at, bits, x_count, in, offsets, count, little, bytes, out_count); });
+#endif
+    return;
+  }
+  without_gil([&] { packbits_on(host_backend(), bits, x_count, in, offsets, count, little, bytes, out_count); });
 }
 
 /// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
@@ -514,58 +541,55 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
   run_sglang(a, at, false);
 }
 
-/// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays.
+/// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays (host arrays, or
+/// CUDA arrays: one kernel on `stream`).
 void build_tree_kernel_efficient(const array& parent_list, const array& selected_index, const array& verified_seq_len,
                                  const array& tree_mask, const array& positions, const array& retrive_index,
                                  const array& retrive_next_token, const array& retrive_next_sibling, index_t topk, index_t depth,
-                                 index_t draft_token_num, int tree_mask_mode) {
-  const auto parents = matrix_of<const std::int64_t>(parent_list, "parent_list");
-  const auto selected = matrix_of<const std::int64_t>(selected_index, "selected_index");
-  const auto seq = span_of<const std::int64_t>(verified_seq_len, "verified_seq_len");
-  const auto bs = static_cast<index_t>(seq.size()), n = draft_token_num;
-  expect_shape(parent_list, "parent_list", {bs, -1});
-  expect_shape(selected_index, "selected_index", {bs, n - 1});
-  const auto pos = span_of<std::int64_t>(positions, "positions");
-  expect_shape(positions, "positions", {bs * n});
-  const auto ri = matrix_of<std::int64_t>(retrive_index, "retrive_index");
-  const auto nt = matrix_of<std::int64_t>(retrive_next_token, "retrive_next_token");
-  const auto ns = matrix_of<std::int64_t>(retrive_next_sibling, "retrive_next_sibling");
-  expect_shape(retrive_index, "retrive_index", {bs, n});
-  expect_shape(retrive_next_token, "retrive_next_token", {bs, n});
-  expect_shape(retrive_next_sibling, "retrive_next_sibling", {bs, n});
+                                 index_t draft_token_num, int tree_mask_mode, std::uintptr_t stream) {
+  const auto at = device_of(verified_seq_len, "verified_seq_len", stream);
+  if (draft_token_num < 1)
+    throw nb::value_error(("draft_token_num: expected >= 1 (the root); got " + std::to_string(draft_token_num)).c_str());
   if (tree_mask_mode < 0 || tree_mask_mode > 2)
     throw nb::value_error(("tree_mask_mode: expected 0 (FULL_MASK), 1 (QLEN_ONLY) or 2 (QLEN_ONLY_BITPACKING); got " +
                            std::to_string(tree_mask_mode)).c_str());
-  const auto mode = static_cast<specdec::sglang::tree_mask_mode>(tree_mask_mode);
-  // The mask: bools (one byte each) or, bit-packed, one 1 / 2 / 4-byte item per row.
-  if (tree_mask.device_type() != nb::device::cpu::value) throw nb::value_error("tree_mask: expected an array in CPU memory");
+  specdec_python::cuda::build_tree_arrays a;
+  a.seq_lens = argument<const std::int64_t>(verified_seq_len, "verified_seq_len", {-1}, at);
+  a.bs = static_cast<std::int64_t>(verified_seq_len.shape(0));
+  a.n = draft_token_num;
+  a.parent_list = argument<const std::int64_t>(parent_list, "parent_list", {a.bs, -1}, at);
+  a.parent_cols = static_cast<std::int64_t>(parent_list.shape(1));
+  a.selected_index = argument<const std::int64_t>(selected_index, "selected_index", {a.bs, a.n - 1}, at);
+  a.positions = argument<std::int64_t>(positions, "positions", {a.bs * a.n}, at);
+  a.retrive_index = argument<std::int64_t>(retrive_index, "retrive_index", {a.bs, a.n}, at);
+  a.next_token = argument<std::int64_t>(retrive_next_token, "retrive_next_token", {a.bs, a.n}, at);
+  a.next_sibling = argument<std::int64_t>(retrive_next_sibling, "retrive_next_sibling", {a.bs, a.n}, at);
+  a.top_k = topk;
+  a.depth = depth;
+  a.mode = tree_mask_mode;
+  // The mask: bools (one byte each) or, bit-packed, one 1 / 2 / 4-byte little-endian item per row.
+  if (at ? tree_mask.device_type() != nb::device::cuda::value || tree_mask.device_id() != at->device
+         : tree_mask.device_type() != nb::device::cpu::value)
+    throw nb::value_error("tree_mask: expected an array on the call's device (verified_seq_len's)");
   const std::size_t item = tree_mask.itemsize();
-  if (mode != specdec::sglang::tree_mask_mode::qlen_only_bitpacking ? item != 1 : (item != 1 && item != 2 && item != 4))
+  const bool packed = tree_mask_mode == static_cast<int>(specdec::sglang::tree_mask_mode::qlen_only_bitpacking);
+  if (!packed ? item != 1 : (item != 1 && item != 2 && item != 4))
     throw nb::type_error("tree_mask: expected bool (or uint8) entries, or 1 / 2 / 4-byte items when bit-packed");
   std::int64_t expected = 1;
   for (std::size_t i = tree_mask.ndim(); i-- > 0;) {
     if (tree_mask.shape(i) > 1 && tree_mask.stride(i) != expected) throw nb::value_error("tree_mask: expected a C-contiguous array");
     expected *= static_cast<std::int64_t>(tree_mask.shape(i));
   }
-  without_gil([&] {
-    std::vector<std::int64_t> no_tokens(static_cast<std::size_t>(bs * (n - 1)), 0), no_ids(static_cast<std::size_t>(bs), 0);
-    const auto got = specdec::sglang::build_tree(parents, selected, specdec::matrix_view<const std::int64_t>(no_tokens.data(), bs, n - 1),
-                                                 no_ids, std::span<const std::int64_t>(seq.data(), seq.size()), topk, depth, n, mode);
-    const bool packed = mode == specdec::sglang::tree_mask_mode::qlen_only_bitpacking;
-    const std::size_t entries = packed ? got.tree_mask_bits.size() : got.tree_mask.size();
-    if (tree_mask.size() != entries)
-      throw nb::value_error(("tree_mask: expected " + std::to_string(entries) + " entries for these requests; got " +
-                             std::to_string(tree_mask.size())).c_str());
-    auto* bytes = static_cast<std::uint8_t*>(tree_mask.data());
-    for (std::size_t i = 0; i < entries; ++i) {
-      const std::uint32_t v = packed ? got.tree_mask_bits[i] : got.tree_mask[i];
-      std::memcpy(bytes + i * item, &v, item);  // little-endian: the item's low bytes
-    }
-    std::copy(got.positions.begin(), got.positions.end(), pos.begin());
-    std::copy(got.retrive_index.begin(), got.retrive_index.end(), ri.data());
-    std::copy(got.retrive_next_token.begin(), got.retrive_next_token.end(), nt.data());
-    std::copy(got.retrive_next_sibling.begin(), got.retrive_next_sibling.end(), ns.data());
-  });
+  a.tree_mask = static_cast<std::uint8_t*>(tree_mask.data());
+  a.mask_bytes = static_cast<std::int64_t>(tree_mask.size() * item);
+  a.item_bytes = static_cast<std::int64_t>(item);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::sglang_build_tree(*at, a); });
+#endif
+    return;
+  }
+  without_gil([&] { sglang_build_on(host_backend(), a); });
 }
 
 /// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:
@@ -640,8 +664,9 @@ NB_MODULE(_specdec, m) {
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("stream") = 0);
   m.def("filter_rows", &filter_rows, nb::arg("rows"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("renormalise"),
         nb::arg("stream") = 0);
-  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"));
-  m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("little"), nb::arg("out"));
+  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"), nb::arg("stream"));
+  m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("new_indptr"), nb::arg("little"),
+        nb::arg("out"), nb::arg("stream"));
   m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0,
         nb::arg("seed") = 0, nb::arg("offset") = 0);
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
@@ -655,7 +680,7 @@ NB_MODULE(_specdec, m) {
   m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list"), nb::arg("selected_index"),
         nb::arg("verified_seq_len"), nb::arg("tree_mask"), nb::arg("positions"), nb::arg("retrive_index"),
         nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("topk"), nb::arg("depth"),
-        nb::arg("draft_token_num"), nb::arg("tree_mask_mode"));
+        nb::arg("draft_token_num"), nb::arg("tree_mask_mode"), nb::arg("stream"));
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
         nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
         nb::arg("exponentials"), nb::arg("output"), nb::arg("stream") = 0);

@@ -273,3 +273,36 @@ def test_top_p_and_joint_filters_on_the_device_equal_the_hosts(rows, v):
         # tolerance, so the tokens are checked against the top-k set rather than the host's draw
         dev = specdec.top_k_top_p_sampling_from_logits(logits.cuda(), 50, ps.cuda(), filter_apply_order=order, seed=11)
         assert dev.is_cuda and bool((kept[torch.arange(rows), dev.cpu().long()] > 0).all())
+
+
+@pytest.mark.parametrize("bs,n,k,steps", [(1, 8, 4, 4), (16, 32, 8, 5), (64, 12, 3, 9)])
+def test_build_tree_kernel_efficient_on_the_device_equals_the_hosts(bs, n, k, steps):
+    from test_sglang import _build, _build_inputs
+
+    parent_list, selected, seq = _build_inputs(bs * n + k, bs, n, k, steps)
+    for mode, host_dtype, dev_dtype in [(0, np.bool_, torch.bool), (1, np.bool_, torch.bool), (2, np.int32, torch.int32)]:
+        want = _build(parent_list, selected, seq, k, steps, n, mode, host_dtype)
+        got = _build(parent_list, selected, seq, k, steps, n, mode, dev_dtype, device="cuda")
+        np.testing.assert_array_equal(got[0].cpu().numpy(), want[0])
+        np.testing.assert_array_equal(got[1].cpu().numpy(), want[1])
+        for a, b in zip(got[2], want[2]):
+            np.testing.assert_array_equal(a.cpu().numpy(), b)
+    seq_bad = seq.copy()
+    seq_bad[-1] = -3
+    with pytest.raises(ValueError, match=rf"verified_seq_len\[{bs - 1}\] = -3; expected a length in"):
+        _build(parent_list, selected, seq_bad, k, steps, n, 1, torch.bool, device="cuda")
+
+
+def test_segment_packbits_on_the_device_equals_the_hosts():
+    rng = np.random.default_rng(9)
+    x = rng.random(5000) < 0.3
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 300, size=25))]).astype(np.int32)
+    indptr = indptr[indptr <= len(x)]
+    for order in ("big", "little"):
+        y, new_indptr = specdec.segment_packbits(x, indptr, bitorder=order)
+        dy, dnew = specdec.segment_packbits(torch.from_numpy(x).cuda(), torch.from_numpy(indptr).cuda(), bitorder=order)
+        assert dy.is_cuda and dnew.is_cuda
+        np.testing.assert_array_equal(dy.cpu().numpy(), y)
+        np.testing.assert_array_equal(dnew.cpu().numpy(), new_indptr)
+    with pytest.raises(ValueError, match=r"indptr gives segment 1 elements \[9, 3\)"):
+        specdec.segment_packbits(torch.from_numpy(x).cuda(), torch.tensor([0, 9, 3], dtype=torch.int32))

@@ -147,7 +147,7 @@ def test_segment_packbits_equals_numpy_packbits_per_segment():
         np.testing.assert_array_equal(y, np.concatenate(want))
     with pytest.raises(ValueError, match="bitorder"):
         specdec.segment_packbits(x, indptr, bitorder="middle")
-    with pytest.raises(ValueError, match="indptr ends at 62 but x has 61 elements"):
+    with pytest.raises(ValueError, match=r"indptr gives segment 0 elements \[0, 62\); expected a non-decreasing range within \[0, 61\]"):
         specdec.segment_packbits(x, np.array([0, 62], dtype=np.int32))
 
 

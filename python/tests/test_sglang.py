@@ -121,3 +121,62 @@ def test_sglang_verifiers_name_what_is_wrong():
     with pytest.raises(ValueError, match="predicts: expected shape \\(3,\\); got \\(2,\\)"):
         specdec.verify_tree_greedy(np.full(2, -1, dtype=np.int32), np.full((1, 2), -1, dtype=np.int32),
                                    np.zeros(1, dtype=np.int32), candidates, ri, nt, ok, np.zeros(3, dtype=np.int64))
+
+
+def _build_inputs(seed, bs, n, k, steps):
+    """EAGLE-style build_tree inputs: valid parents for half the requests, arbitrary (malformed) ones for the rest."""
+    rng = np.random.default_rng(seed)
+    cols = 1 + k * (steps - 1)
+    candidates = k + k * k * (steps - 1)
+    parent_list = rng.integers(-2, candidates, size=(bs, cols)).astype(np.int64)
+    parent_list[:, 0] = -1
+    selected = np.sort(rng.integers(0, candidates, size=(bs, n - 1)), axis=1).astype(np.int64)
+    selected[bs // 2:] = rng.integers(-1, candidates, size=(bs - bs // 2, n - 1))
+    seq = rng.integers(0, 12, size=bs).astype(np.int64)
+    return parent_list, selected, seq
+
+
+def _build(parent_list, selected, seq, k, steps, n, mode, mask_dtype, device=None):
+    bs = len(seq)
+    sizes = {0: int(sum(n * (s + n) for s in seq)), 1: bs * n * n, 2: bs * n}
+    if device is None:
+        mask = np.zeros(sizes[mode], dtype=mask_dtype)
+        positions = np.zeros(bs * n, dtype=np.int64)
+        links = [np.full((bs, n), -9, dtype=np.int64) for _ in range(3)]
+        args = (parent_list, selected, seq)
+    else:
+        import torch
+
+        mask = torch.zeros(sizes[mode], dtype=mask_dtype, device=device)
+        positions = torch.zeros(bs * n, dtype=torch.int64, device=device)
+        links = [torch.full((bs, n), -9, dtype=torch.int64, device=device) for _ in range(3)]
+        args = tuple(torch.from_numpy(a).to(device) for a in (parent_list, selected, seq))
+    specdec.build_tree_kernel_efficient(*args, mask, positions, *links, k, steps, n, mode)
+    return mask, positions, links
+
+
+def test_build_tree_kernel_efficient_packs_rows_into_1_2_and_4_byte_items():
+    # The bit-packed rows in every item width equal QLEN_ONLY's bool rows; an item too narrow for N is refused.
+    k, steps = 3, 4
+    for n, dtypes in [(8, (np.uint8, np.int16, np.int32)), (16, (np.int16, np.int32)), (29, (np.int32,))]:
+        parent_list, selected, seq = _build_inputs(n, 5, n, k, steps)
+        rows, positions, links = _build(parent_list, selected, seq, k, steps, n, 1, np.bool_)
+        rows = rows.reshape(-1, n).astype(np.int64)
+        want = (rows << np.arange(n, dtype=np.int64)).sum(axis=1)
+        for dtype in dtypes:
+            items, p, l = _build(parent_list, selected, seq, k, steps, n, 2, dtype)
+            np.testing.assert_array_equal(items.astype(np.int64) & ((1 << n) - 1), want)
+            np.testing.assert_array_equal(p, positions)
+            for a, b in zip(l, links):
+                np.testing.assert_array_equal(a, b)
+    parent_list, selected, seq = _build_inputs(1, 2, 9, k, steps)
+    with pytest.raises(ValueError, match="QLEN_ONLY_BITPACKING with 1-byte items holds at most 8 nodes per row"):
+        _build(parent_list, selected, seq, k, steps, 9, 2, np.uint8)
+    mask = np.zeros(2 * 9 * 9 - 1, dtype=np.bool_)
+    with pytest.raises(ValueError, match=r"tree_mask has 161 bytes; expected 162 \(bs \* N \* N\)"):
+        specdec.build_tree_kernel_efficient(parent_list, selected, seq, mask, np.zeros(18, dtype=np.int64),
+                                            *[np.zeros((2, 9), dtype=np.int64) for _ in range(3)], k, steps, 9, 1)
+    mask = np.zeros(int(sum(9 * (s + 9) for s in seq)) + 1, dtype=np.bool_)
+    with pytest.raises(ValueError, match=r"the masks of requests 0\.\.1 need .* \(the whole batch's\); expected exactly that"):
+        specdec.build_tree_kernel_efficient(parent_list, selected, seq, mask, np.zeros(18, dtype=np.int64),
+                                            *[np.zeros((2, 9), dtype=np.int64) for _ in range(3)], k, steps, 9, 0)

@@ -56,7 +56,7 @@ struct packbits_offsets_job {
     for (index_t s = 0; s < segments; ++s) {
       const std::int32_t begin = indptr(s), end = indptr(s + 1);
       if (begin < 0 || end < begin)
-        return make_team_fault(team_error::segment_range, arg_indptr, s, begin, end, std::numeric_limits<std::int32_t>::max());
+        return make_team_fault(team_error::segment_range, arg_indptr, s, begin, end, INT32_MAX);
       if (team.rank() == 0) offsets(s) = at;
       at += static_cast<std::int32_t>((static_cast<index_t>(end) - begin + 7) / 8);
     }
