@@ -26,6 +26,9 @@ __all__ = [
     "SuffixDecodingDraft",
     "SuffixDecodingCache",
     "Eagle2TreeBuilder",
+    "Eagle2BatchBuilder",
+    "Eagle2BatchStep",
+    "Eagle2BatchTrees",
     "DraftLengthPolicy",
     "VerifyResult",
     "verify_greedy",
@@ -366,6 +369,132 @@ class Eagle2TreeBuilder:
     @property
     def steps_done(self) -> int:
         return self._builder.steps_done
+
+
+@dataclass
+class Eagle2BatchStep:
+    """The frontier after a step of :class:`Eagle2BatchBuilder`, arrays where the builder runs: ``input_ids``,
+    ``frontier``, ``parent_slot`` int32 ``[batch, top_k]``; ``draft_mask`` uint8 ``[batch * top_k, top_k * (step + 1)]``
+    (request b's rows are ``b * top_k ..``: the draft-side tree mask over the nodes drawn so far)."""
+
+    step: int
+    input_ids: object
+    frontier: object
+    parent_slot: object
+    draft_mask: object
+
+
+@dataclass
+class Eagle2BatchTrees:
+    """The trees of :meth:`Eagle2BatchBuilder.finish`, one row per request, ``T = total_tokens`` columns:
+    ``tokens`` / ``parents`` int32 ``[batch, T]`` (node 0 the root, parent -1; the ``tokens`` / ``parents`` of
+    :func:`verify_tree_batch`), ``depths`` int32 ``[batch, T]``, ``scores`` float32 ``[batch, T]`` (cumulative
+    log-probabilities), ``selected`` int32 ``[batch, T - 1]`` (the flat candidate indices, EAGLE's
+    ``top_scores_index``)."""
+
+    tokens: object
+    parents: object
+    depths: object
+    scores: object
+    selected: object
+
+
+class Eagle2BatchBuilder:
+    """EAGLE-2's / EAGLE-3's / Jakiro's dynamic tree for ``batch`` requests with every array where the
+    drafter's logits live (specdec::eagle2_batch_builder): host arrays, or CUDA tensors on ``device``
+    (``"cuda"``, ``"cuda:1"``, a ``torch.device`` or an index), where each step is a top-k launch and one
+    kernel (one block per request) on the current stream, with no copy to the host: drafting and
+    :func:`verify_tree_batch` never leave the GPU. The protocol is :class:`Eagle2TreeBuilder`'s
+    (``begin(root_logits, root_tokens)``, ``expand(frontier_logits)`` ``depth`` times or ``expand_dual``
+    for Jakiro's last two, ``finish()``), with log-probability scores; the frontier, masks and trees are
+    :class:`Eagle2TreeBuilder`'s, bit for bit. Each step's arrays are fresh (the builder's own buffers are
+    overwritten by the next step); ``finish()`` returns :class:`Eagle2BatchTrees`. ``d2t``: EAGLE-3's
+    reduced-vocabulary offsets (target id = t + d2t[t]). Errors: ``ValueError`` naming the argument (a
+    data fault on the device after the step's one synchronisation)."""
+
+    def __init__(self, top_k: int = 10, depth: int = 5, total_tokens: int = 60, *, batch: int = 1, d2t=None,
+                 device=None):
+        d2t_list = [] if d2t is None else [int(v) for v in np.asarray(d2t).ravel()]
+        self._device = _cuda_index(device)
+        self._top_k, self._depth, self._total, self._batch = int(top_k), int(depth), int(total_tokens), int(batch)
+        self._builder = _specdec.Eagle2Batch(self._top_k, self._depth, self._total, self._batch, d2t_list, self._device)
+        self._like = None
+        self._step = -1
+
+    def _step_arrays(self, step: int):
+        from . import _empty
+
+        b, k = self._batch, self._top_k
+        return [_empty(self._like, (b, k), "int32") for _ in range(3)] + [_empty(self._like, (b * k, k * (step + 1)), "uint8")]
+
+    def _tokens_here(self, root_tokens):
+        if self._device < 0:
+            return _tokens(np.atleast_1d(np.asarray(root_tokens)) if not _is_torch_tensor(root_tokens) else root_tokens, "root_tokens")
+        import torch
+
+        return torch.as_tensor(root_tokens, device=self._like.device).to(torch.int32).reshape(-1).contiguous()
+
+    def begin(self, root_logits, root_tokens, target_vocab: int = 0) -> Eagle2BatchStep:
+        from . import _stream
+
+        self._like = root_logits
+        out = self._step_arrays(0)
+        self._builder.begin(root_logits, self._tokens_here(root_tokens), int(target_vocab), *out, _stream(root_logits))
+        self._step = 0
+        return Eagle2BatchStep(0, *out)
+
+    def expand(self, frontier_logits) -> Eagle2BatchStep:
+        from . import _stream
+
+        out = self._step_arrays(self._step + 1)
+        self._builder.expand(frontier_logits, *out, self._step + 1, _stream(frontier_logits))
+        self._step += 1
+        return Eagle2BatchStep(self._step, *out)
+
+    def expand_dual(self, left_logits, right_logits) -> Eagle2BatchStep:
+        """Jakiro's penultimate dual-head step (consumes the last two expansions)."""
+        from . import _stream
+
+        out = self._step_arrays(self._step + 2)
+        self._builder.expand_dual(left_logits, right_logits, *out, self._step + 2, _stream(left_logits))
+        self._step += 2
+        return Eagle2BatchStep(self._step, *out)
+
+    def finish(self) -> Eagle2BatchTrees:
+        from . import _empty, _stream
+
+        b, t = self._batch, self._total
+        like = self._like if self._like is not None else np.empty(0, dtype=np.float32)
+        arrays = [_empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"),
+                  _empty(like, (b, t), "float32"), _empty(like, (b, t - 1), "int32")]
+        self._builder.finish(*arrays, _stream(like))
+        return Eagle2BatchTrees(*arrays)
+
+    @property
+    def steps_done(self) -> int:
+        return max(self._step, 0)
+
+
+def _is_torch_tensor(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _cuda_index(device) -> int:
+    """-1 for the host (None, "cpu"), else the CUDA device's index ("cuda" is the current one)."""
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    text = str(device)
+    if text == "cpu":
+        return -1
+    if text == "cuda" or text.startswith("cuda:"):
+        if ":" in text:
+            return int(text.split(":", 1)[1])
+        import torch
+
+        return int(torch.cuda.current_device())
+    raise ValueError(f"device: expected None, 'cpu', 'cuda', 'cuda:N' or an index; got {device!r}")
 
 
 DraftLengthPolicy = _specdec.DraftLengthPolicy

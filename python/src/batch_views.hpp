@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 
 #include <specdec/core/rng.hpp>
@@ -14,6 +15,7 @@
 #include <specdec/mask/packbits.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/tree/eagle2_batch.hpp>
 
 #include "cuda_ops.hpp"
 
@@ -171,5 +173,70 @@ void sglang_build_on(B& b, const cuda::build_tree_arrays& a) {
                               static_cast<index_t>(a.depth), static_cast<specdec::sglang::tree_mask_mode>(a.mode),
                               static_cast<index_t>(a.item_bytes));
 }
+
+/// specdec::eagle2_batch_builder on a backend of its own (type B), the arrays of each call in B's memory.
+/// Each step's frontier is copied into the caller's arrays by `copy(dst, src, bytes)` (B's memory to B's
+/// memory), so that what the caller holds outlives the builder's next step.
+template <class B>
+class eagle2_session {
+ public:
+  using space = typename B::memory_space;
+  using index_t = specdec::index_t;
+
+  explicit eagle2_session(const cuda::eagle2_config& c)
+      : backend_(std::make_unique<B>()),
+        builder_(*backend_,
+                 specdec::dynamic_tree_config{static_cast<index_t>(c.top_k), static_cast<index_t>(c.depth),
+                                              static_cast<index_t>(c.total_tokens), specdec::tree_score::log_probability,
+                                              std::vector<std::int32_t>(c.d2t, c.d2t + c.d2t_count)},
+                 static_cast<index_t>(c.batch)),
+        batch_(static_cast<index_t>(c.batch)) {}
+
+  B& own_backend() { return *backend_; }
+
+  template <class Copy>
+  void begin(const float* logits, std::int64_t rows, std::int64_t cols, const std::int32_t* roots, std::int64_t target_vocab,
+             const cuda::eagle2_step& out, Copy copy) {
+    emit(builder_.begin(rows_of(logits, rows, cols), specdec::vector_view<const std::int32_t, space>(roots, batch_),
+                        static_cast<index_t>(target_vocab)),
+         out, copy);
+  }
+  template <class Copy>
+  void expand(const float* logits, std::int64_t rows, std::int64_t cols, const cuda::eagle2_step& out, Copy copy) {
+    emit(builder_.expand(rows_of(logits, rows, cols)), out, copy);
+  }
+  template <class Copy>
+  void expand_dual(const float* left, const float* right, std::int64_t rows, std::int64_t cols, const cuda::eagle2_step& out,
+                   Copy copy) {
+    emit(builder_.expand_dual(rows_of(left, rows, cols), rows_of(right, rows, cols)), out, copy);
+  }
+  void finish(const cuda::eagle2_trees& t) {
+    const auto total = builder_.config().total_tokens;
+    specdec::dynamic_tree_outputs<space> o;
+    o.tokens = {t.tokens, batch_, total};
+    o.parents = {t.parents, batch_, total};
+    if (t.depths != nullptr) o.depths = {t.depths, batch_, total};
+    if (t.scores != nullptr) o.scores = {t.scores, batch_, total};
+    if (t.selected != nullptr) o.selected = {t.selected, batch_, total - 1};
+    builder_.finish(o);
+  }
+
+ private:
+  static specdec::matrix_view<const float, space> rows_of(const float* p, std::int64_t rows, std::int64_t cols) {
+    return {p, static_cast<index_t>(rows), static_cast<index_t>(cols)};
+  }
+  template <class Step, class Copy>
+  static void emit(const Step& v, const cuda::eagle2_step& out, Copy copy) {
+    const auto bytes = [](const auto& m) { return static_cast<std::size_t>(m.rows() * m.cols()) * sizeof(*m.data()); };
+    copy(out.input_ids, v.input_ids.data(), bytes(v.input_ids));
+    copy(out.frontier, v.frontier.data(), bytes(v.frontier));
+    copy(out.parent_slot, v.parent_slot.data(), bytes(v.parent_slot));
+    copy(out.draft_mask, v.draft_mask.data(), bytes(v.draft_mask));
+  }
+
+  std::unique_ptr<B> backend_;
+  specdec::eagle2_batch_builder<B> builder_;
+  index_t batch_;
+};
 
 }  // namespace specdec_python

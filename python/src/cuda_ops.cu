@@ -108,4 +108,50 @@ void packbits(place at, const std::uint8_t* x, std::int64_t x_count, const std::
 
 void sglang_build_tree(place at, const build_tree_arrays& a) { sglang_build_on(on(at), a); }
 
+class eagle2_device : public eagle2_session<backend> {
+ public:
+  using eagle2_session<backend>::eagle2_session;
+};
+
+namespace {
+
+/// The builder's backend bound to the call's device and stream; its copies enqueued on that stream.
+auto bind(place at, eagle2_device& e) {
+  const cudaError_t set = cudaSetDevice(at.device);
+  SPECDEC_EXPECTS(set == cudaSuccess, "specdec (Python, CUDA)", "cudaSetDevice(", at.device, ") failed: ", cudaGetErrorString(set));
+  const auto stream = reinterpret_cast<cudaStream_t>(at.stream);
+  e.own_backend().set_stream(stream);
+  return [stream](void* dst, const void* src, std::size_t bytes) {
+    const cudaError_t copied = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    SPECDEC_EXPECTS(copied == cudaSuccess, "specdec (Python, CUDA)", "cudaMemcpyAsync failed: ", cudaGetErrorString(copied));
+  };
+}
+
+}  // namespace
+
+std::shared_ptr<eagle2_device> eagle2_create(place at, const eagle2_config& c) {
+  const cudaError_t set = cudaSetDevice(at.device);
+  SPECDEC_EXPECTS(set == cudaSuccess, "specdec (Python, CUDA)", "cudaSetDevice(", at.device, ") failed: ", cudaGetErrorString(set));
+  return std::make_shared<eagle2_device>(c);
+}
+
+void eagle2_begin(place at, eagle2_device& e, const float* logits, std::int64_t rows, std::int64_t cols, const std::int32_t* roots,
+                  std::int64_t target_vocab, const eagle2_step& out) {
+  e.begin(logits, rows, cols, roots, target_vocab, out, bind(at, e));
+}
+
+void eagle2_expand(place at, eagle2_device& e, const float* logits, std::int64_t rows, std::int64_t cols, const eagle2_step& out) {
+  e.expand(logits, rows, cols, out, bind(at, e));
+}
+
+void eagle2_expand_dual(place at, eagle2_device& e, const float* left, const float* right, std::int64_t rows, std::int64_t cols,
+                        const eagle2_step& out) {
+  e.expand_dual(left, right, rows, cols, out, bind(at, e));
+}
+
+void eagle2_finish(place at, eagle2_device& e, const eagle2_trees& out) {
+  (void)bind(at, e);
+  e.finish(out);
+}
+
 }  // namespace specdec_python::cuda

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace specdec_python::cuda {
 
@@ -150,5 +151,40 @@ struct build_tree_arrays {
   int mode = 0;
 };
 void sglang_build_tree(place at, const build_tree_arrays& a);
+
+/// The device-resident EAGLE-2 / EAGLE-3 / Jakiro tree build (specdec::eagle2_batch_builder): its
+/// configuration (d2t in host memory, copied at creation), where each step's frontier is copied (the
+/// builder's own buffers are overwritten by the next step) and where finish() writes the trees; every
+/// output array in the memory of the call, null for an optional one not given.
+struct eagle2_config {
+  std::int64_t top_k = 1;
+  std::int64_t depth = 0;
+  std::int64_t total_tokens = 1;
+  std::int64_t batch = 1;
+  const std::int32_t* d2t = nullptr;
+  std::int64_t d2t_count = 0;
+};
+struct eagle2_step {
+  std::int32_t* input_ids = nullptr;    ///< `[batch x k]`
+  std::int32_t* frontier = nullptr;     ///< `[batch x k]`
+  std::int32_t* parent_slot = nullptr;  ///< `[batch x k]`
+  std::uint8_t* draft_mask = nullptr;   ///< `[batch k x k (step + 1)]`
+};
+struct eagle2_trees {
+  std::int32_t* tokens = nullptr;    ///< `[batch x T]`
+  std::int32_t* parents = nullptr;   ///< `[batch x T]`
+  std::int32_t* depths = nullptr;    ///< `[batch x T]`, or null
+  float* scores = nullptr;           ///< `[batch x T]`, or null
+  std::int32_t* selected = nullptr;  ///< `[batch x (T - 1)]`, or null
+};
+/// A builder on a CUDA device with a backend of its own (its scratch arena and stream binding).
+class eagle2_device;
+std::shared_ptr<eagle2_device> eagle2_create(place at, const eagle2_config& c);
+void eagle2_begin(place at, eagle2_device& e, const float* logits, std::int64_t rows, std::int64_t cols, const std::int32_t* roots,
+                  std::int64_t target_vocab, const eagle2_step& out);
+void eagle2_expand(place at, eagle2_device& e, const float* logits, std::int64_t rows, std::int64_t cols, const eagle2_step& out);
+void eagle2_expand_dual(place at, eagle2_device& e, const float* left, const float* right, std::int64_t rows, std::int64_t cols,
+                        const eagle2_step& out);
+void eagle2_finish(place at, eagle2_device& e, const eagle2_trees& out);
 
 }  // namespace specdec_python::cuda

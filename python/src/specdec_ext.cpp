@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <optional>
 #include <span>
@@ -592,6 +593,121 @@ void build_tree_kernel_efficient(const array& parent_list, const array& selected
   without_gil([&] { sglang_build_on(host_backend(), a); });
 }
 
+// ---- the device-resident EAGLE-2 build (specdec::eagle2_batch_builder) -----------------------------------
+
+/// eagle2_batch_builder on the host (specdec::eigen) or on CUDA device `device` (a CUDA build); each call's
+/// arrays on the builder's device, outputs allocated by the caller (specdec.Eagle2BatchBuilder).
+class eagle2_batch {
+ public:
+  eagle2_batch(index_t top_k, index_t depth, index_t total_tokens, index_t batch, std::vector<std::int32_t> d2t, int device)
+      : d2t_(std::move(d2t)), device_(device) {
+    config_ = {top_k, depth, total_tokens, batch, d2t_.data(), static_cast<std::int64_t>(d2t_.size())};
+    if (device < 0) {
+      host_ = std::make_unique<eagle2_session<specdec::eigen>>(config_);
+      return;
+    }
+#if SPECDEC_PYTHON_CUDA
+    dev_ = specdec_python::cuda::eagle2_create({device, 0}, config_);
+#else
+    throw nb::value_error("device: this build of specdec is CPU-only (build the package where nvcc is found)");
+#endif
+  }
+
+  void begin(const array& root_logits, const array& root_tokens, index_t target_vocab, const array& input_ids, const array& frontier,
+             const array& parent_slot, const array& draft_mask, std::uintptr_t stream) {
+    const auto at = place_of(stream);
+    const float* x = argument<const float>(root_logits, "root_logits", {config_.batch, -1}, at);
+    const std::int32_t* roots = argument<const std::int32_t>(root_tokens, "root_tokens", {config_.batch}, at);
+    const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, 0, at);
+    const auto rows = static_cast<std::int64_t>(root_logits.shape(0)), cols = static_cast<std::int64_t>(root_logits.shape(1));
+    if (host_) {
+      without_gil([&] { host_->begin(x, rows, cols, roots, target_vocab, out, host_copy); });
+      return;
+    }
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::eagle2_begin(*at, *dev_, x, rows, cols, roots, target_vocab, out); });
+#endif
+  }
+
+  void expand(const array& logits, const array& input_ids, const array& frontier, const array& parent_slot, const array& draft_mask,
+              index_t step, std::uintptr_t stream) {
+    const auto at = place_of(stream);
+    const float* x = argument<const float>(logits, "frontier_logits", {config_.batch * config_.top_k, -1}, at);
+    const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
+    const auto rows = static_cast<std::int64_t>(logits.shape(0)), cols = static_cast<std::int64_t>(logits.shape(1));
+    if (host_) {
+      without_gil([&] { host_->expand(x, rows, cols, out, host_copy); });
+      return;
+    }
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::eagle2_expand(*at, *dev_, x, rows, cols, out); });
+#endif
+  }
+
+  void expand_dual(const array& left, const array& right, const array& input_ids, const array& frontier, const array& parent_slot,
+                   const array& draft_mask, index_t step, std::uintptr_t stream) {
+    const auto at = place_of(stream);
+    const float* l = argument<const float>(left, "left_logits", {config_.batch * config_.top_k, -1}, at);
+    const float* r = argument<const float>(right, "right_logits", {config_.batch * config_.top_k, static_cast<std::int64_t>(left.shape(1))}, at);
+    const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
+    const auto rows = static_cast<std::int64_t>(left.shape(0)), cols = static_cast<std::int64_t>(left.shape(1));
+    if (host_) {
+      without_gil([&] { host_->expand_dual(l, r, rows, cols, out, host_copy); });
+      return;
+    }
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::eagle2_expand_dual(*at, *dev_, l, r, rows, cols, out); });
+#endif
+  }
+
+  void finish(const array& tokens, const array& parents, const array& depths, const array& scores, const array& selected,
+              std::uintptr_t stream) {
+    const auto at = place_of(stream);
+    const std::int64_t b = config_.batch, t = config_.total_tokens;
+    specdec_python::cuda::eagle2_trees out;
+    out.tokens = argument<std::int32_t>(tokens, "tokens", {b, t}, at);
+    out.parents = argument<std::int32_t>(parents, "parents", {b, t}, at);
+    out.depths = argument<std::int32_t>(depths, "depths", {b, t}, at, true);
+    out.scores = argument<float>(scores, "scores", {b, t}, at, true);
+    out.selected = argument<std::int32_t>(selected, "selected", {b, t - 1}, at, true);
+    if (host_) {
+      without_gil([&] { host_->finish(out); });
+      return;
+    }
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::eagle2_finish(*at, *dev_, out); });
+#endif
+  }
+
+ private:
+  std::optional<specdec_python::cuda::place> place_of(std::uintptr_t stream) const {
+    if (device_ < 0) return std::nullopt;
+    return specdec_python::cuda::place{device_, stream};
+  }
+  static void host_copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  specdec_python::cuda::eagle2_step step_of(const array& input_ids, const array& frontier, const array& parent_slot,
+                                            const array& draft_mask, index_t step,
+                                            const std::optional<specdec_python::cuda::place>& at) const {
+    const std::int64_t b = config_.batch, k = config_.top_k;
+    specdec_python::cuda::eagle2_step out;
+    out.input_ids = argument<std::int32_t>(input_ids, "input_ids", {b, k}, at);
+    out.frontier = argument<std::int32_t>(frontier, "frontier", {b, k}, at);
+    out.parent_slot = argument<std::int32_t>(parent_slot, "parent_slot", {b, k}, at);
+    out.draft_mask = argument<std::uint8_t>(draft_mask, "draft_mask", {b * k, k * (step + 1)}, at);
+    return out;
+  }
+
+  std::vector<std::int32_t> d2t_;
+  int device_;
+  specdec_python::cuda::eagle2_config config_;
+  std::unique_ptr<eagle2_session<specdec::eigen>> host_;
+#if SPECDEC_PYTHON_CUDA
+  std::shared_ptr<specdec_python::cuda::eagle2_device> dev_;
+#endif
+};
+
 /// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:
 /// uniform_double, float32: uniform).
 void philox_uniforms(std::uint64_t seed, std::uint64_t offset, const array& out) {
@@ -650,6 +766,17 @@ std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>
 }  // namespace
 
 NB_MODULE(_specdec, m) {
+  nb::class_<eagle2_batch>(m, "Eagle2Batch")
+      .def(nb::init<index_t, index_t, index_t, index_t, std::vector<std::int32_t>, int>(), nb::arg("top_k"), nb::arg("depth"),
+           nb::arg("total_tokens"), nb::arg("batch"), nb::arg("d2t"), nb::arg("device"))
+      .def("begin", &eagle2_batch::begin, nb::arg("root_logits"), nb::arg("root_tokens"), nb::arg("target_vocab"),
+           nb::arg("input_ids"), nb::arg("frontier"), nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("stream"))
+      .def("expand", &eagle2_batch::expand, nb::arg("frontier_logits"), nb::arg("input_ids"), nb::arg("frontier"),
+           nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("step"), nb::arg("stream"))
+      .def("expand_dual", &eagle2_batch::expand_dual, nb::arg("left_logits"), nb::arg("right_logits"), nb::arg("input_ids"),
+           nb::arg("frontier"), nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("step"), nb::arg("stream"))
+      .def("finish", &eagle2_batch::finish, nb::arg("tokens"), nb::arg("parents"), nb::arg("depths"), nb::arg("scores"),
+           nb::arg("selected"), nb::arg("stream"));
   m.doc() = "specdec's C++ primitives (the package's public functions are in specdec/__init__.py)";
   m.attr("__version__") = nb::str((std::to_string(SPECDEC_VERSION_MAJOR) + "." + std::to_string(SPECDEC_VERSION_MINOR) + "." +
                                    std::to_string(SPECDEC_VERSION_PATCH))

@@ -306,3 +306,30 @@ def test_segment_packbits_on_the_device_equals_the_hosts():
         np.testing.assert_array_equal(dnew.cpu().numpy(), new_indptr)
     with pytest.raises(ValueError, match=r"indptr gives segment 1 elements \[9, 3\)"):
         specdec.segment_packbits(torch.from_numpy(x).cuda(), torch.tensor([0, 9, 3], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("batch,k,depth,total,v", [(1, 10, 5, 60, 32000), (8, 8, 4, 48, 4099), (64, 4, 3, 16, 1000)])
+def test_eagle2_batch_builder_on_the_device_equals_the_hosts(batch, k, depth, total, v):
+    g = torch.Generator().manual_seed(batch * k + v)
+    root = torch.randn(batch, v, generator=g) * 3
+    logits = [torch.randn(batch * k, v, generator=g) * 3 for _ in range(depth)]
+    roots = torch.arange(batch, dtype=torch.int32)
+
+    def run(device):
+        builder = specdec.Eagle2BatchBuilder(k, depth, total, batch=batch, device=device)
+        steps = [builder.begin(root.to(device), roots.to(device))]
+        steps += [builder.expand(x.to(device)) for x in logits]
+        return steps, builder.finish()
+
+    host_steps, host = run("cpu")
+    dev_steps, dev = run("cuda")
+    for h, d in zip(host_steps, dev_steps):
+        for name in ("input_ids", "frontier", "parent_slot", "draft_mask"):
+            assert getattr(d, name).is_cuda
+            assert torch.equal(getattr(d, name).cpu(), getattr(h, name))
+    for name in ("tokens", "parents", "depths", "scores", "selected"):
+        assert torch.equal(getattr(dev, name).cpu(), getattr(host, name))
+    bad = root.clone()
+    bad[batch - 1, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        specdec.Eagle2BatchBuilder(k, depth, total, batch=batch, device="cuda").begin(bad.cuda(), roots.cuda())

@@ -259,6 +259,71 @@ def test_eagle2_builder_matches_the_peers(golden, name):
         assert np.array_equal(steps[i].draft_mask.ravel(), np.asarray(want["draft_tree_mask"]).ravel())
 
 
+def _run_eagle2(builder, root, roots, steps_logits, dual=None):
+    steps = [builder.begin(root, roots)]
+    for logits in steps_logits:
+        steps.append(builder.expand(logits))
+    if dual is not None:
+        steps.append(builder.expand_dual(*dual))
+    return steps, builder.finish()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (DATA / "trees").glob("*.json")
+                                        if json.loads(p.read_text()).get("kind") in ("eagle2_dynamic_tree", "jakiro_dynamic_tree")))
+def test_eagle2_batch_builder_matches_the_peers(golden, name):
+    # The device-resident builder's form, here on host arrays: the peers' trees and frontiers.
+    case = golden("trees/" + name)
+    p, inputs, it = case["params"], case["inputs"], case["intermediates"]
+    builder = specdec.Eagle2BatchBuilder(p["top_k"], p["depth"], p["total_token"], d2t=inputs.get("d2t"))
+    root = np.asarray(inputs["root_logits"], dtype=np.float32)[None, :]
+    logits = [np.asarray(x, dtype=np.float32).reshape(-1, root.shape[1]) for x in inputs["step_logits"]]
+    dual = None
+    if case["kind"] == "jakiro_dynamic_tree":
+        dual = tuple(np.asarray(inputs[k], dtype=np.float32).reshape(-1, root.shape[1])
+                     for k in ("penult_left_logits", "penult_right_logits"))
+    steps, trees = _run_eagle2(builder, root, [p["sample_token"]], logits, dual)
+    assert trees.selected[0].tolist() == it["top_scores_index_sorted"]
+    assert trees.parents[0].tolist() == it["parent_node_index"]
+    assert trees.tokens[0].tolist() == case["outputs"]["draft_tokens"]
+    for i, want in enumerate(it.get("draft_steps", [])):
+        assert steps[i].input_ids.ravel().tolist() == want["frontier_input_ids"]
+        assert np.array_equal(steps[i].draft_mask.ravel(), np.asarray(want["draft_tree_mask"]).ravel())
+
+
+def test_eagle2_batch_builder_equals_the_tree_builder_for_a_batch():
+    rng = np.random.default_rng(12)
+    batch, k, depth, total, v = 3, 4, 3, 14, 300
+    root = rng.standard_normal((batch, v)).astype(np.float32) * 3
+    logits = [rng.standard_normal((batch * k, v)).astype(np.float32) * 3 for _ in range(depth)]
+    roots = [5, 6, 7]
+    want_steps, want = _run_eagle2(specdec.Eagle2TreeBuilder(k, depth, total, batch=batch), root, roots, logits)
+    got_steps, got = _run_eagle2(specdec.Eagle2BatchBuilder(k, depth, total, batch=batch), root, roots, logits)
+    for w, g in zip(want_steps, got_steps):
+        assert np.array_equal(g.input_ids, w.input_ids) and np.array_equal(g.frontier, w.frontier)
+        assert np.array_equal(g.parent_slot, w.parent_slot)
+        assert np.array_equal(g.draft_mask.ravel(), np.asarray(w.draft_mask).ravel())
+    for b, tree in enumerate(want):
+        assert got.tokens[b].tolist() == tree.tree.token.tolist()
+        assert got.parents[b].tolist() == tree.tree.parent.tolist()
+        assert got.depths[b].tolist() == tree.tree.depth.tolist()
+        assert np.array_equal(got.scores[b], tree.tree.score)
+        assert got.selected[b].tolist() == tree.selected.tolist()
+    # The trees feed verify_tree_batch as they are.
+    target = rng.standard_normal((batch * total, v)).astype(np.float32)
+    batch_result = specdec.verify_tree_batch(target, got.tokens, got.parents, greedy=True)
+    per_tree = specdec.verify_greedy(target, [t.tree for t in want])
+    for b, r in enumerate(per_tree):
+        assert int(batch_result.accepted[b]) == len(r.accepted_nodes)
+    builder = specdec.Eagle2BatchBuilder(k, depth, total, batch=batch)
+    with pytest.raises(ValueError, match="root_logits: expected shape"):
+        builder.begin(root[:2], roots[:2])
+    builder.begin(root, roots)
+    with pytest.raises(ValueError, match="frontier_logits: expected shape"):
+        builder.expand(logits[0][:5])
+    with pytest.raises(ValueError, match="expansions done"):
+        builder.finish()
+
+
 # ---- verification of specdec's trees ------------------------------------------------------------------------
 
 
