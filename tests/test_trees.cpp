@@ -22,6 +22,7 @@
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/trtllm.hpp>
 #include <specdec/mask/tree_mask.hpp>
+#include <specdec/mask/tree_mask_batch.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 #include "backend_conformance.hpp"
@@ -638,4 +639,113 @@ TEST_CASE_TEMPLATE("segment_packbits on a backend names what is wrong", B, SPECD
   CHECK(offsets_of({0, 9, 20}) == "");
   CHECK(offsets_of({0, 9, 3}) == at + "indptr gives segment 1 elements [9, 3); expected a non-decreasing range within [0, 2147483647]");
   CHECK(offsets_of({-1, 9}) == at + "indptr gives segment 0 elements [-1, 9); expected a non-decreasing range within [0, 2147483647]");
+}
+
+TEST_CASE_TEMPLATE("tree masks of a padded batch on a backend equal the host forms per tree", B, SPECDEC_TEAM_BACKENDS) {
+  using space = typename B::memory_space;
+  const specdec::philox_stream stream{91, 0};
+  std::uint64_t at = 0;
+  for (const index_t n : {1, 7, 16, 32, 45}) {
+    const index_t batch = 5;
+    std::vector<std::int32_t> parents(static_cast<std::size_t>(batch * n), -5), counts(static_cast<std::size_t>(batch));
+    std::vector<specdec::draft_tree> trees;
+    for (index_t r = 0; r < batch; ++r) {
+      const auto count = static_cast<std::int32_t>(r == 0 ? n : 1 + static_cast<index_t>(stream.uniform(at++) * float(n)) % n);
+      counts[static_cast<std::size_t>(r)] = count;
+      std::vector<std::int32_t> tok(static_cast<std::size_t>(count), 3), par(static_cast<std::size_t>(count), -1);
+      for (std::int32_t i = 1; i < count; ++i) par[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(stream.uniform(at++) * float(i)) % i;
+      std::copy(par.begin(), par.end(), parents.begin() + r * n);  // padding keeps -5: never read
+      trees.push_back(specdec::make_tree(tok, par));
+    }
+    CAPTURE(n);
+    B b;
+    auto parents_on = b.upload(std::span<const std::int32_t>(parents));
+    auto counts_on = b.upload(std::span<const std::int32_t>(counts));
+    const specdec::matrix_view<const std::int32_t, space> p(parents_on.matrix(batch, n));
+    const specdec::vector_view<const std::int32_t, space> c(counts_on.view());
+    // What each padded row holds: the host form's rows for the tree's nodes; padding attends the prefix and itself.
+    for (const index_t prefix : {0, 3}) {
+      auto dense = b.template allocate<std::uint8_t>(batch * n * (prefix + n));
+      specdec::tree_mask_dense(b, p, c, prefix, dense.matrix(batch * n, prefix + n));
+      auto additive = b.template allocate<float>(batch * n * (prefix + n));
+      specdec::tree_mask_additive(b, p, c, prefix, additive.matrix(batch * n, prefix + n));
+      std::vector<std::uint8_t> want_dense;
+      std::vector<float> want_additive;
+      for (index_t r = 0; r < batch; ++r) {
+        const index_t count = counts[static_cast<std::size_t>(r)];
+        std::vector<std::uint8_t> rows(static_cast<std::size_t>(n * (prefix + n)), 0);
+        std::vector<float> add(static_cast<std::size_t>(count * (prefix + count)));
+        const std::vector<std::uint8_t> host = specdec::tree_mask_dense(trees[static_cast<std::size_t>(r)], prefix);
+        specdec::tree_mask_additive(trees[static_cast<std::size_t>(r)], prefix, specdec::matrix_view<float>(add.data(), count, prefix + count));
+        std::vector<float> add_rows(rows.size(), -INFINITY);
+        for (index_t i = 0; i < n; ++i)
+          for (index_t j = 0; j < prefix + n; ++j) {
+            const auto at_ij = static_cast<std::size_t>(i * (prefix + n) + j);
+            const bool tree_cell = i < count && (j < prefix + count);
+            const std::size_t host_ij = static_cast<std::size_t>(i * (prefix + count) + j);
+            const bool set = tree_cell ? host[host_ij] != 0 : (j < prefix || j == prefix + i);
+            rows[at_ij] = set ? 1 : 0;
+            add_rows[at_ij] = tree_cell ? add[host_ij] : (set ? 0.0f : -INFINITY);
+          }
+        want_dense.insert(want_dense.end(), rows.begin(), rows.end());
+        want_additive.insert(want_additive.end(), add_rows.begin(), add_rows.end());
+      }
+      CHECK(b.download(dense.view()) == want_dense);
+      CHECK(b.download(additive.view()) == want_additive);
+    }
+    const index_t words = (n + 31) / 32;
+    auto packed = b.template allocate<std::int32_t>(batch * n * words);
+    specdec::tree_mask_packed_int32(b, p, c, packed.matrix(batch * n, words));
+    std::vector<std::int32_t> want_packed;
+    std::vector<std::uint32_t> want_bits;
+    for (index_t r = 0; r < batch; ++r) {
+      const index_t count = counts[static_cast<std::size_t>(r)];
+      std::vector<std::int32_t> host(static_cast<std::size_t>(count * ((count + 31) / 32)));
+      specdec::tree_mask_packed_int32(trees[static_cast<std::size_t>(r)], specdec::matrix_view<std::int32_t>(host.data(), count, (count + 31) / 32));
+      for (index_t i = 0; i < n; ++i)
+        for (index_t w = 0; w < words; ++w) {
+          const bool has = i < count && w < (count + 31) / 32;
+          const std::uint32_t pad = i >= count && i / 32 == w ? std::uint32_t(1) << (i % 32) : 0u;
+          want_packed.push_back(has ? host[static_cast<std::size_t>(i * ((count + 31) / 32) + w)] : static_cast<std::int32_t>(pad));
+        }
+      if (n <= 32) {
+        std::vector<std::uint32_t> items(static_cast<std::size_t>(count));
+        specdec::tree_mask_bitpacked_rows(trees[static_cast<std::size_t>(r)], specdec::vector_view<std::uint32_t>(items.data(), count));
+        for (index_t i = 0; i < n; ++i) want_bits.push_back(i < count ? items[static_cast<std::size_t>(i)] : std::uint32_t(1) << i);
+      }
+    }
+    CHECK(b.download(packed.view()) == want_packed);
+    if (n <= 32) {
+      auto bits32 = b.template allocate<std::uint32_t>(batch * n);
+      specdec::tree_mask_bitpacked_rows(b, p, c, bits32.view());
+      CHECK(b.download(bits32.view()) == want_bits);
+    }
+    if (n <= 8) {
+      auto bits8 = b.template allocate<std::uint8_t>(batch * n);
+      specdec::tree_mask_bitpacked_rows(b, p, c, bits8.view());
+      CHECK(b.download(bits8.view()) == std::vector<std::uint8_t>(want_bits.begin(), want_bits.end()));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("tree masks of a padded batch name what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  using space = typename B::memory_space;
+  const auto run = [](std::vector<std::int32_t> parents, std::vector<std::int32_t> counts, index_t n, index_t out_rows) {
+    return error_of([&] {
+      B b;
+      auto p = b.upload(std::span<const std::int32_t>(parents));
+      auto c = b.upload(std::span<const std::int32_t>(counts));
+      auto out = b.template allocate<std::int32_t>(out_rows);
+      specdec::tree_mask_packed_int32(b, specdec::matrix_view<const std::int32_t, space>(p.matrix(static_cast<index_t>(parents.size()) / n, n)),
+                                      specdec::vector_view<const std::int32_t, space>(c.view()), out.matrix(out_rows, 1));
+      (void)b.download(out.view());
+    });
+  };
+  const std::string at = "specdec::tree_mask_packed_int32: ";
+  CHECK(run({-1, 0, 0, -1, 0, 9}, {3, 2}, 3, 6) == "");
+  CHECK(run({-1, 0, 0, -1, 0, 9}, {3, 3}, 3, 6) == at + "parents[1, 2] = 9; expected a parent in [0, 2) (parents precede their children)");
+  CHECK(run({-1, 0, 0, 0, 0, 1}, {3, 3}, 3, 6) == at + "parents[1, 0] = 0; expected -1 (node 0 is the root)");
+  CHECK(run({-1, 0, 0, -1, 0, 1}, {3, 4}, 3, 6) == at + "node_counts[1] = 4; expected a node count in [1, 3] (node 0 is the root)");
+  CHECK(run({-1, 0, 0, -1, 0, 1}, {3}, 3, 6) == at + "node_counts has 1 entries; expected one per request (2) or none");
+  CHECK(run({-1, 0, 0, -1, 0, 1}, {3, 3}, 3, 5) == at + "out is 5 x 1; expected 6 x 1");
 }

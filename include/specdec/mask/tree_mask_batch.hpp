@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+/// \file
+/// \brief Tree-attention masks of a padded batch of trees (`sampling::tree_batch`'s `parents`
+/// `[batch x N]` and optional `node_counts`), computed where the trees live: on any team backend, one
+/// team per request (on CUDA one block per request, one launch). The layouts are tree_mask.hpp's, one
+/// request's rows after another's: dense 0 / 1 and additive 0 / -inf `[batch N x (prefix_length + N)]`
+/// (EAGLE's and Medusa's `tree_mask`, SGLang's QLEN_ONLY with prefix_length 0), TensorRT-LLM's packed
+/// int32 words `[batch N x ceil(N / 32)]`, and SGLang's one-item-per-row bit-packing `[batch N]`. The
+/// tree that EAGLE-2's device builder (eagle2_batch.hpp) writes goes straight in.
+///
+/// Padding: a request with c < N nodes has rows c .. N - 1 that are no node of its tree; each attends
+/// the prefix and itself only (no attention row is empty) and no node attends them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/team.hpp>
+#include <specdec/config.hpp>
+#include <specdec/core/checked.hpp>
+#include <specdec/core/error.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
+
+namespace specdec {
+
+namespace detail {
+
+enum class batch_mask_layout { dense, additive, packed_int32, bitpacked_rows };
+
+enum batch_mask_arg : int { mask_arg_parents, mask_arg_node_counts };
+
+/// One request's mask rows per team: every thread checks the request's parents (the same reads give the
+/// same verdict; parents before children, so each walk to the root ends), then the threads split the
+/// rows, each writing its rows whole.
+template <class Space, class T, batch_mask_layout Layout>
+struct batch_tree_mask_job {
+  matrix_view<const std::int32_t, Space> parents;      // [batch x N]
+  vector_view<const std::int32_t, Space> node_counts;  // [batch], or empty: N each
+  matrix_view<T, Space> out;                           // the layout's rows, N per request
+  index_t prefix_length = 0;                           // dense / additive
+  const char* where = "";
+  const char* names[team_job_names] = {};
+
+  std::size_t scratch_bytes() const { return 0; }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte*) const {
+    const index_t n = parents.cols();
+    const index_t count = node_counts.empty() ? n : node_counts(b);
+    if (count < 1 || count > n) return make_team_fault(team_error::node_count, mask_arg_node_counts, b, 0, double(count), n);
+    if (parents(b, 0) != -1) return make_team_fault(team_error::root_parent, mask_arg_parents, b, 0, parents(b, 0));
+    for (index_t i = 1; i < count; ++i)
+      if (parents(b, i) < 0 || parents(b, i) >= i) return make_team_fault(team_error::bad_parent, mask_arg_parents, b, i, parents(b, i));
+    for (index_t i = team.rank(); i < n; i += team.size()) {
+      const index_t row = b * n + i;
+      if constexpr (Layout == batch_mask_layout::dense || Layout == batch_mask_layout::additive) {
+        const T on = Layout == batch_mask_layout::dense ? T(1) : T(0);
+        const T off = Layout == batch_mask_layout::dense ? T(0) : -std::numeric_limits<T>::infinity();
+        for (index_t j = 0; j < prefix_length; ++j) out(row, j) = on;
+        for (index_t j = 0; j < n; ++j) out(row, prefix_length + j) = off;
+        out(row, prefix_length + i) = on;
+        if (i < count)
+          for (index_t j = parents(b, i); j >= 0; j = parents(b, j)) out(row, prefix_length + j) = on;
+      } else if constexpr (Layout == batch_mask_layout::packed_int32) {
+        for (index_t w = 0; w < out.cols(); ++w) out(row, w) = 0;
+        const auto set = [&](index_t j) {
+          out(row, j / 32) = static_cast<std::int32_t>(static_cast<std::uint32_t>(out(row, j / 32)) | (std::uint32_t(1) << (j % 32)));
+        };
+        set(i);
+        if (i < count)
+          for (index_t j = parents(b, i); j >= 0; j = parents(b, j)) set(j);
+      } else {
+        std::uint32_t bits = std::uint32_t(1) << i;
+        if (i < count)
+          for (index_t j = parents(b, i); j >= 0; j = parents(b, j)) bits |= std::uint32_t(1) << j;
+        out(row, 0) = static_cast<T>(bits);
+      }
+    }
+    return {};
+  }
+};
+
+/// The checks every layout shares, then the launch: `out` has `batch N` rows of `cols` entries.
+template <batch_mask_layout Layout, team_backend B, class T>
+void batch_tree_mask(B& b, const char* where, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                     vector_view<const std::int32_t, typename B::memory_space> node_counts,
+                     matrix_view<T, typename B::memory_space> out, index_t prefix_length, index_t cols) {
+  const index_t batch = parents.rows(), n = parents.cols();
+  check_view(where, "parents", parents, 0);
+  check_view(where, "node_counts", node_counts, 0);
+  check_view(where, "out", out, indexed_output);
+  SPECDEC_EXPECTS(batch == 0 || n >= 1, where, "parents is ", batch, " x ", n, "; expected at least the root per request");
+  SPECDEC_EXPECTS(node_counts.empty() || node_counts.rows() == batch, where, "node_counts has ", node_counts.rows(),
+                  " entries; expected one per request (", batch, ") or none");
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  const index_t rows = checked_mul(where, batch, n, "batch * N");
+  SPECDEC_EXPECTS(out.rows() == rows && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(), "; expected ", rows,
+                  " x ", cols);
+  for (const view_extent& input : {extent_of(where, "parents", parents), extent_of(where, "node_counts", node_counts)})
+    check_disjoint(where, extent_of(where, "out", out), input);
+  batch_tree_mask_job<typename B::memory_space, T, Layout> job{parents, node_counts, out, prefix_length, where, {}};
+  for (const char*& name : job.names) name = "";
+  job.names[mask_arg_parents] = "parents";
+  job.names[mask_arg_node_counts] = "node_counts";
+  b.run_teams(batch, job);
+}
+
+}  // namespace detail
+
+/// tree_mask_dense for every tree of a padded batch, on a backend: `out` `[batch N x (prefix_length +
+/// N)]` in its memory, request b's rows b N .. b N + N - 1 (1: attend; M any type constructible from 0
+/// and 1). \param parents `[batch x N]` int32, -1 at node 0, parents before children;
+/// \param node_counts `[batch]` (each in [1, N]) or empty (N each).
+/// \throws invalid_argument on shapes, an `out` overlapping an input; from the team (on CUDA with
+///   deferred faults, from `check_faults()`): a node count out of range or a malformed parent.
+template <team_backend B, class M>
+void tree_mask_dense(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                     vector_view<const std::int32_t, typename B::memory_space> node_counts, index_t prefix_length,
+                     matrix_view<M, typename B::memory_space> out) {
+  constexpr const char* where = "specdec::tree_mask_dense";
+  const index_t cols = detail::checked_add(where, prefix_length, parents.cols(), "prefix_length + N");
+  detail::batch_tree_mask<detail::batch_mask_layout::dense>(b, where, parents, node_counts, out, prefix_length, cols);
+}
+
+/// tree_mask_additive for every tree of a padded batch (0 where attention is allowed, -inf elsewhere),
+/// as the dense form. F is float or double.
+template <team_backend B, class F>
+void tree_mask_additive(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                        vector_view<const std::int32_t, typename B::memory_space> node_counts, index_t prefix_length,
+                        matrix_view<F, typename B::memory_space> out) {
+  static_assert(std::numeric_limits<F>::has_infinity, "an additive mask needs -inf");
+  constexpr const char* where = "specdec::tree_mask_additive";
+  const index_t cols = detail::checked_add(where, prefix_length, parents.cols(), "prefix_length + N");
+  detail::batch_tree_mask<detail::batch_mask_layout::additive>(b, where, parents, node_counts, out, prefix_length, cols);
+}
+
+/// TensorRT-LLM's packed mask (tree_mask_packed_int32) for every tree of a padded batch: `out`
+/// `[batch N x ceil(N / 32)]` int32 words, as the dense form otherwise.
+template <team_backend B>
+void tree_mask_packed_int32(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                            vector_view<const std::int32_t, typename B::memory_space> node_counts,
+                            matrix_view<std::int32_t, typename B::memory_space> out) {
+  detail::batch_tree_mask<detail::batch_mask_layout::packed_int32>(b, "specdec::tree_mask_packed_int32", parents, node_counts, out,
+                                                                   0, (parents.cols() + 31) / 32);
+}
+
+/// SGLang's QLEN_ONLY_BITPACKING rows (tree_mask_bitpacked_rows) for every tree of a padded batch: `out`
+/// `[batch N]` items (uint8_t, uint16_t or uint32_t; N at most their bits), as the dense form otherwise.
+template <team_backend B, class Item>
+void tree_mask_bitpacked_rows(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                              vector_view<const std::int32_t, typename B::memory_space> node_counts,
+                              vector_view<Item, typename B::memory_space> out) {
+  static_assert(std::is_same_v<Item, std::uint8_t> || std::is_same_v<Item, std::uint16_t> || std::is_same_v<Item, std::uint32_t>,
+                "bit-packed rows are uint8_t, uint16_t or uint32_t items");
+  constexpr const char* where = "specdec::tree_mask_bitpacked_rows";
+  SPECDEC_EXPECTS(parents.cols() <= static_cast<index_t>(8 * sizeof(Item)), where, "parents has ", parents.cols(),
+                  " columns; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item), " nodes");
+  detail::check_view(where, "out", out, detail::indexed_output);
+  const matrix_view<Item, typename B::memory_space> rows(out.data(), out.rows(), 1, out.stride(0), 1);
+  detail::batch_tree_mask<detail::batch_mask_layout::bitpacked_rows>(b, where, parents, node_counts, rows, 0, 1);
+}
+
+}  // namespace specdec
