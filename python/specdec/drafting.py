@@ -20,6 +20,7 @@ from . import _specdec
 __all__ = [
     "DraftTree",
     "tree_mask_flashinfer",
+    "batch_tree_mask",
     "propose_ngram",
     "ngram_match_length",
     "SuffixTree",
@@ -151,6 +152,54 @@ class DraftTree:
         """``(first_child, next_sibling)`` int32 ``[n]``, -1 for none (SGLang's retrive_next_token /
         retrive_next_sibling)."""
         return _specdec.child_links(*self._arrays())
+
+
+def batch_tree_mask(parents, node_counts=None, *, layout: str = "dense", prefix_length: int = 0, dtype: str = "bool",
+                    out=None):
+    """The tree-attention masks of a padded batch of trees (``verify_tree_batch``'s and
+    :class:`Eagle2BatchBuilder`'s layout: int32 ``parents`` ``[batch, N]``, -1 at node 0, parents before
+    children; ``node_counts`` int32 ``[batch]`` or None for N each), computed where ``parents`` lives (host
+    arrays, or CUDA tensors: one kernel on the current stream, one block per request). ``layout``:
+
+    - ``"dense"``: ``[batch, N, prefix_length + N]`` of ``dtype`` ("bool", "uint8" or "float32"), 1 where
+      node i attends the prefix, itself and its ancestors (:meth:`DraftTree.mask` per tree);
+    - ``"additive"``: the same in float32, 0 / -inf;
+    - ``"packed_int32"``: TensorRT-LLM's ``[batch, N, ceil(N / 32)]`` int32 words;
+    - ``"bitpacked_rows"``: SGLang's one item per node ``[batch, N]`` (uint8 / int16 / int32 bits for N <=
+      8 / 16 / 32; numpy gives uint16 / uint32).
+
+    Rows past a request's node count attend the prefix and themselves only. Written into ``out`` when
+    given. A malformed tree or count is a ``ValueError`` naming it."""
+    from . import _empty, _is_torch, _stream
+
+    layouts = {"dense": 0, "additive": 1, "packed_int32": 2, "bitpacked_rows": 3}
+    if layout not in layouts:
+        raise ValueError(f"layout: expected one of {sorted(layouts)}; got {layout!r}")
+    if dtype not in ("bool", "uint8", "float32"):
+        raise ValueError(f"dtype: expected 'bool', 'uint8' or 'float32'; got {dtype!r}")
+    batch, n = (int(parents.shape[0]), int(parents.shape[1])) if len(parents.shape) == 2 else (0, 0)
+    on_cuda = _is_torch(parents) and parents.is_cuda
+    if node_counts is None:
+        counts = np.empty(0, dtype=np.int32)
+    elif on_cuda:
+        import torch
+
+        counts = torch.as_tensor(node_counts, device=parents.device).to(torch.int32).contiguous()
+    else:
+        counts = node_counts if _is_torch(node_counts) else np.ascontiguousarray(np.asarray(node_counts), dtype=np.int32)
+    if out is None:
+        if layout == "dense":
+            out = _empty(parents, (batch, n, prefix_length + n), dtype)
+        elif layout == "additive":
+            out = _empty(parents, (batch, n, prefix_length + n), "float32")
+        elif layout == "packed_int32":
+            out = _empty(parents, (batch, n, (n + 31) // 32), "int32")
+        else:
+            torch_like = _is_torch(parents)
+            item = "uint8" if n <= 8 else ("int16" if torch_like else "uint16") if n <= 16 else ("int32" if torch_like else "uint32")
+            out = _empty(parents, (batch, n), item)
+    _specdec.batch_tree_mask(parents, counts, int(prefix_length), layouts[layout], out, _stream(parents))
+    return out
 
 
 def tree_mask_flashinfer(trees: Sequence[DraftTree], prefix_lengths):

@@ -13,6 +13,7 @@
 #include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
+#include <specdec/mask/tree_mask_batch.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/tree/eagle2_batch.hpp>
@@ -172,6 +173,33 @@ void sglang_build_on(B& b, const cuda::build_tree_arrays& a) {
                               links(a.next_token), links(a.next_sibling), static_cast<index_t>(a.top_k),
                               static_cast<index_t>(a.depth), static_cast<specdec::sglang::tree_mask_mode>(a.mode),
                               static_cast<index_t>(a.item_bytes));
+}
+
+/// The tree masks of a padded batch (their backend forms) on backend `b`, the arrays in its memory
+/// (cuda::batch_tree_mask's arguments).
+template <class B>
+void batch_tree_mask_on(B& b, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                        std::int64_t prefix_length, int layout, int item, void* out) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto rows = static_cast<index_t>(batch), cols = static_cast<index_t>(n), prefix = static_cast<index_t>(prefix_length);
+  const specdec::matrix_view<const std::int32_t, space> p(parents, rows, cols);
+  const specdec::vector_view<const std::int32_t, space> c(node_counts, node_counts == nullptr ? 0 : rows);
+  const index_t total = rows * cols, width = prefix + cols;
+  if (layout == 0 && item == 1)
+    specdec::tree_mask_dense(b, p, c, prefix, specdec::matrix_view<std::uint8_t, space>(static_cast<std::uint8_t*>(out), total, width));
+  else if (layout == 0)
+    specdec::tree_mask_dense(b, p, c, prefix, specdec::matrix_view<float, space>(static_cast<float*>(out), total, width));
+  else if (layout == 1)
+    specdec::tree_mask_additive(b, p, c, prefix, specdec::matrix_view<float, space>(static_cast<float*>(out), total, width));
+  else if (layout == 2)
+    specdec::tree_mask_packed_int32(b, p, c, specdec::matrix_view<std::int32_t, space>(static_cast<std::int32_t*>(out), total, (cols + 31) / 32));
+  else if (item == 1)
+    specdec::tree_mask_bitpacked_rows(b, p, c, specdec::vector_view<std::uint8_t, space>(static_cast<std::uint8_t*>(out), total));
+  else if (item == 2)
+    specdec::tree_mask_bitpacked_rows(b, p, c, specdec::vector_view<std::uint16_t, space>(static_cast<std::uint16_t*>(out), total));
+  else
+    specdec::tree_mask_bitpacked_rows(b, p, c, specdec::vector_view<std::uint32_t, space>(static_cast<std::uint32_t*>(out), total));
 }
 
 /// specdec::eagle2_batch_builder on a backend of its own (type B), the arrays of each call in B's memory.

@@ -152,6 +152,13 @@ struct build_tree_arrays {
 };
 void sglang_build_tree(place at, const build_tree_arrays& a);
 
+/// The tree masks of a padded batch (specdec/mask/tree_mask_batch.hpp) on the device: `parents` int32
+/// `[batch x n]`, `node_counts` `[batch]` or null; `layout` 0 dense, 1 additive, 2 packed int32, 3
+/// bit-packed rows; `item` the bytes of out's entries (dense: 1 (0 / 1 bytes) or 4 (float 0 / 1); additive:
+/// 4; packed: 4; bit-packed: 1, 2 or 4).
+void batch_tree_mask(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                     std::int64_t prefix_length, int layout, int item, void* out);
+
 /// The device-resident EAGLE-2 / EAGLE-3 / Jakiro tree build (specdec::eagle2_batch_builder): its
 /// configuration (d2t in host memory, copied at creation), where each step's frontier is copied (the
 /// builder's own buffers are overwritten by the next step) and where finish() writes the trees; every

@@ -593,6 +593,44 @@ void build_tree_kernel_efficient(const array& parent_list, const array& selected
   without_gil([&] { sglang_build_on(host_backend(), a); });
 }
 
+/// The tree masks of a padded batch into `out` (its dtype picks the entries: see batch_tree_mask_on), on
+/// the host or, for CUDA arrays, on `stream`.
+void batch_tree_mask(const array& parents, const array& node_counts, index_t prefix_length, int layout, const array& out,
+                     std::uintptr_t stream) {
+  const auto at = device_of(parents, "parents", stream);
+  const std::int32_t* p = argument<const std::int32_t>(parents, "parents", {-1, -1}, at);
+  const auto batch = static_cast<std::int64_t>(parents.shape(0)), n = static_cast<std::int64_t>(parents.shape(1));
+  const std::int32_t* counts = argument<const std::int32_t>(node_counts, "node_counts", {batch}, at, true);
+  if (layout < 0 || layout > 3) throw nb::value_error(("layout: expected 0 .. 3; got " + std::to_string(layout)).c_str());
+  // out's entries: the dtype decides (bool / uint8 0 / 1 bytes, float32, int32 words, 1 / 2 / 4-byte items).
+  const bool is_float = out.dtype() == nb::dtype<float>();
+  const std::size_t item = out.itemsize();
+  const bool ok = layout == 0 ? (item == 1 || is_float) : layout == 1 ? is_float : layout == 2 ? out.dtype() == nb::dtype<std::int32_t>()
+                                                                                                : (item == 1 || item == 2 || item == 4) && !is_float;
+  if (!ok) throw nb::type_error("out: expected a dtype the layout writes (dense: bool, uint8 or float32; additive: float32; "
+                                "packed_int32: int32; bitpacked_rows: 1, 2 or 4-byte integers)");
+  if (at ? out.device_type() != nb::device::cuda::value || out.device_id() != at->device : out.device_type() != nb::device::cpu::value)
+    throw nb::value_error("out: expected an array on the call's device (parents')");
+  const std::int64_t cols = layout <= 1 ? prefix_length + n : layout == 2 ? (n + 31) / 32 : 1;
+  std::int64_t expected = 1;
+  for (std::size_t i = out.ndim(); i-- > 0;) {
+    if (out.shape(i) > 1 && out.stride(i) != expected) throw nb::value_error("out: expected a C-contiguous array");
+    expected *= static_cast<std::int64_t>(out.shape(i));
+  }
+  if (static_cast<std::int64_t>(out.size()) != batch * n * cols)
+    throw nb::value_error(("out: expected " + std::to_string(batch * n * cols) + " entries (batch x N x " + std::to_string(cols) +
+                           "); got shape " + shape_of(out)).c_str());
+  void* o = out.data();
+  const int bytes = static_cast<int>(item);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::batch_tree_mask(*at, p, batch, n, counts, prefix_length, layout, bytes, o); });
+#endif
+    return;
+  }
+  without_gil([&] { batch_tree_mask_on(host_backend(), p, batch, n, counts, prefix_length, layout, bytes, o); });
+}
+
 // ---- the device-resident EAGLE-2 build (specdec::eagle2_batch_builder) -----------------------------------
 
 /// eagle2_batch_builder on the host (specdec::eigen) or on CUDA device `device` (a CUDA build); each call's
@@ -766,6 +804,8 @@ std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>
 }  // namespace
 
 NB_MODULE(_specdec, m) {
+  m.def("batch_tree_mask", &batch_tree_mask, nb::arg("parents"), nb::arg("node_counts"), nb::arg("prefix_length"), nb::arg("layout"),
+        nb::arg("out"), nb::arg("stream"));
   nb::class_<eagle2_batch>(m, "Eagle2Batch")
       .def(nb::init<index_t, index_t, index_t, index_t, std::vector<std::int32_t>, int>(), nb::arg("top_k"), nb::arg("depth"),
            nb::arg("total_tokens"), nb::arg("batch"), nb::arg("d2t"), nb::arg("device"))

@@ -333,3 +333,16 @@ def test_eagle2_batch_builder_on_the_device_equals_the_hosts(batch, k, depth, to
     bad[batch - 1, 3] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         specdec.Eagle2BatchBuilder(k, depth, total, batch=batch, device="cuda").begin(bad.cuda(), roots.cuda())
+
+
+@pytest.mark.parametrize("layout,prefix", [("dense", 0), ("dense", 5), ("additive", 3), ("packed_int32", 0), ("bitpacked_rows", 0)])
+def test_batch_tree_mask_on_the_device_equals_the_hosts(layout, prefix):
+    rng = np.random.default_rng(len(layout) + prefix)
+    n = 30
+    trees = _batch(rng.integers(1 << 30), 16, n, 100)
+    _, parents, counts = specdec.tree_batch(trees, nodes=n)
+    want = specdec.batch_tree_mask(torch.from_numpy(parents), torch.from_numpy(counts), layout=layout, prefix_length=prefix)
+    got = specdec.batch_tree_mask(torch.from_numpy(parents).cuda(), torch.from_numpy(counts).cuda(), layout=layout,
+                                  prefix_length=prefix)
+    assert got.is_cuda and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want)

@@ -229,6 +229,42 @@ def test_masks_in_every_layout_match_the_ancestor_relation(random_tree):
         trees[3].mask(0, out=np.empty((trees[3].size, trees[3].size), dtype=np.int16))
 
 
+def test_batch_tree_mask_equals_each_trees_masks(random_tree):
+    rng = np.random.default_rng(21)
+    n, prefix = 13, 4
+    trees = [random_tree(rng, int(rng.integers(1, n + 1))) for _ in range(6)]
+    trees[0] = random_tree(rng, n)
+    _, parents, counts = specdec.tree_batch(trees, nodes=n)
+    dense = specdec.batch_tree_mask(parents, counts, prefix_length=prefix)
+    additive = specdec.batch_tree_mask(parents, counts, layout="additive", prefix_length=prefix)
+    packed = specdec.batch_tree_mask(parents, counts, layout="packed_int32")
+    bits = specdec.batch_tree_mask(parents, counts, layout="bitpacked_rows")
+    assert dense.dtype == np.bool_ and dense.shape == (6, n, prefix + n) and bits.dtype == np.uint16
+    for b, tree in enumerate(trees):
+        c = tree.size
+        want = tree.mask(prefix)
+        np.testing.assert_array_equal(dense[b, :c, :prefix + c], want)
+        assert not dense[b, :c, prefix + c:].any()
+        np.testing.assert_array_equal(additive[b, :c, :prefix + c], tree.mask(prefix, additive=True))
+        np.testing.assert_array_equal(packed[b, :c], tree.mask_packed_int32())
+        np.testing.assert_array_equal(bits[b, :c], tree.mask_bitpacked_rows())
+        for i in range(c, n):  # padding attends the prefix and itself
+            row = np.zeros(prefix + n, dtype=bool)
+            row[:prefix] = True
+            row[prefix + i] = True
+            np.testing.assert_array_equal(dense[b, i], row)
+    floats = specdec.batch_tree_mask(parents, counts, dtype="float32")
+    np.testing.assert_array_equal(floats, specdec.batch_tree_mask(parents, counts).astype(np.float32))
+    bad = parents.copy()
+    bad[2, 1] = 5
+    with pytest.raises(ValueError, match=r"parents\[2, 1\] = 5; expected a parent in \[0, 1\)"):
+        specdec.batch_tree_mask(bad)
+    with pytest.raises(ValueError, match=r"node_counts\[0\] = 14; expected a node count in \[1, 13\]"):
+        specdec.batch_tree_mask(parents, np.full(6, 14, dtype=np.int32))
+    with pytest.raises(ValueError, match="layout"):
+        specdec.batch_tree_mask(parents, layout="sparse")
+
+
 # ---- EAGLE-2 / EAGLE-3 / Jakiro: the peers' recorded trees ---------------------------------------------------
 
 

@@ -19,6 +19,7 @@
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/checked.hpp>
@@ -59,8 +60,11 @@ struct batch_tree_mask_job {
     for (index_t i = team.rank(); i < n; i += team.size()) {
       const index_t row = b * n + i;
       if constexpr (Layout == batch_mask_layout::dense || Layout == batch_mask_layout::additive) {
-        const T on = Layout == batch_mask_layout::dense ? T(1) : T(0);
-        const T off = Layout == batch_mask_layout::dense ? T(0) : -std::numeric_limits<T>::infinity();
+        T on = T(1), off = T(0);
+        if constexpr (Layout == batch_mask_layout::additive) {
+          on = T(0);
+          off = negative_infinity<T>();
+        }
         for (index_t j = 0; j < prefix_length; ++j) out(row, j) = on;
         for (index_t j = 0; j < n; ++j) out(row, prefix_length + j) = off;
         out(row, prefix_length + i) = on;
