@@ -693,7 +693,54 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
 # ---- drafter blocks ---------------------------------------------------------------------------------------
 
 
-class _Cached:
+def _f32(a):
+    """A weight or input as float32 and C-contiguous where it is (a torch tensor stays on its device; no
+    copy when it already is one)."""
+    if _is_torch_tensor(a):
+        return a.detach().float().contiguous()
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class _Block:
+    """Where a block runs: on the host for host weights (outputs numpy arrays), on a CUDA device for CUDA
+    tensors (outputs CUDA tensors there, each call on the current stream)."""
+
+    def _place(self, weights) -> None:
+        self._weights = weights
+        first = next((a for a in weights.values() if _is_torch_tensor(a) and a.is_cuda), None)
+        self._cuda = first  # a tensor on the block's device, or None
+
+    def _out(self, *shape):
+        if self._cuda is None:
+            return np.empty(shape, dtype=np.float32)
+        import torch
+
+        return torch.empty(shape, dtype=torch.float32, device=self._cuda.device)
+
+    def _index(self, x, dtype: str, name: str):
+        """Positions (int64) or tokens (int32) where the block runs."""
+        if self._cuda is None:
+            if dtype == "int32":
+                return _tokens(x, name)
+            if _is_torch_tensor(x):
+                x = x.detach().cpu().numpy()
+            return np.ascontiguousarray(x, dtype=np.int64)
+        import torch
+
+        return torch.as_tensor(x, device=self._cuda.device).to(getattr(torch, dtype)).reshape(-1).contiguous()
+
+    def _stream(self) -> int:
+        from . import _stream
+
+        return 0 if self._cuda is None else _stream(self._cuda)
+
+    @property
+    def device(self) -> str:
+        """``"cpu"``, or ``"cuda:N"`` where the block's weights are."""
+        return "cpu" if self._cuda is None else str(self._cuda.device)
+
+
+class _Cached(_Block):
     """A block's KV cache(s), held by the native object: rows cached so far, and cropping to the first n
     (the tokens verified so far)."""
 
@@ -709,7 +756,7 @@ class _TreeCached(_Cached):
     def keep(self, prefix: int, offsets) -> None:
         """Keeps the cache's first ``prefix`` rows, then rows ``prefix + offsets[i]`` in order (a tree's
         accepted path, ascending), dropping the rest."""
-        self._native.keep(prefix, np.ascontiguousarray(offsets, dtype=np.int32))
+        self._native.keep(prefix, _tokens(offsets, "offsets"))
 
 
 class DecoderLayer(_TreeCached):
@@ -732,25 +779,24 @@ class DecoderLayer(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, input_norm: bool = True, capacity: int = 4096, prefix: str = ""):
-        def f32(a):
-            if type(a).__module__.split(".")[0] == "torch":
-                return a.detach().float().contiguous()
-            return np.ascontiguousarray(a, dtype=np.float32)
-
-        self._weights = {name: f32(a) for name, a in weights.items() if name.startswith(prefix)}
+        self._place({name: _f32(a) for name, a in weights.items() if name.startswith(prefix)})
         self._native = _specdec.DecoderLayer(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
                                             input_norm, capacity)
 
     def forward(self, x, positions, mask=None):
-        self._native.forward(x, np.ascontiguousarray(positions, dtype=np.int64), mask)
+        self._native.forward(x, self._index(positions, "int64", "positions"), mask, self._stream())
         return x
 
-    def keys(self) -> np.ndarray:
-        """The cached keys ``[cache_size x kv_heads head_dim]`` (after RoPE), a copy."""
-        return self._native.cached(True)
+    def keys(self):
+        """The cached keys ``[cache_size x kv_heads head_dim]`` (after RoPE), a copy where the block runs."""
+        out = self._out(self._native.cache_size, self._native.cache_width)
+        self._native.cached(True, out, self._stream())
+        return out
 
-    def values(self) -> np.ndarray:
-        return self._native.cached(False)
+    def values(self):
+        out = self._out(self._native.cache_size, self._native.cache_width)
+        self._native.cached(False, out, self._stream())
+        return out
 
 
 def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
@@ -760,10 +806,19 @@ def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
     after its final norm); ``embed`` ``[V x E]`` (the target's embeddings); ``fc_weight`` ``[E x 2E]``,
     ``fc_bias`` ``[E]``; returns float32 ``[T x E]``. EAGLE's draft layer is this, then
     ``DecoderLayer(..., input_norm=False)`` on the result; the target's LM head gives the draft logits."""
-    t = _tokens(tokens, "tokens")
-    if out is None:
-        out = np.empty((t.shape[0], int(embed.shape[1])), dtype=np.float32)
-    _specdec.eagle_fuse(t, feature, embed, fc_weight, fc_bias, out)
+    from . import _stream
+
+    if _is_torch_tensor(embed) and embed.is_cuda:
+        import torch
+
+        t = torch.as_tensor(tokens, device=embed.device).to(torch.int32).reshape(-1).contiguous()
+        if out is None:
+            out = torch.empty((t.shape[0], int(embed.shape[1])), dtype=torch.float32, device=embed.device)
+    else:
+        t = _tokens(tokens, "tokens")
+        if out is None:
+            out = np.empty((t.shape[0], int(embed.shape[1])), dtype=np.float32)
+    _specdec.eagle_fuse(t, feature, embed, fc_weight, fc_bias, out, _stream(embed))
     return out
 
 
@@ -785,24 +840,24 @@ class Eagle3Block(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
-                         if name != "d2t"}
+        self._place({name: _f32(a) for name, a in weights.items() if name != "d2t"})
         self._native = _specdec.Eagle3Block(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
 
     def fuse(self, taps):
-        out = np.empty((int(taps.shape[0]), self._native.hidden), dtype=np.float32)
-        self._native.fuse(taps, out)
+        out = self._out(int(taps.shape[0]), self._native.hidden)
+        self._native.fuse(taps, out, self._stream())
         return out
 
     def forward(self, tokens, hidden, positions, mask=None, out=None):
         if out is None:
-            out = np.empty((int(hidden.shape[0]), self._native.hidden), dtype=np.float32)
-        self._native.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out)
+            out = self._out(int(hidden.shape[0]), self._native.hidden)
+        self._native.forward(self._index(tokens, "int32", "tokens"), hidden, self._index(positions, "int64", "positions"), mask,
+                             out, self._stream())
         return out
 
     def logits(self, h2):
-        out = np.empty((int(h2.shape[0]), self._native.draft_vocab), dtype=np.float32)
-        self._native.logits(h2, out)
+        out = self._out(int(h2.shape[0]), self._native.draft_vocab)
+        self._native.logits(h2, out, self._stream())
         return out
 
 
@@ -823,21 +878,20 @@ class MtpModule(_Cached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, prefix: str = "", rms_eps: float = 1e-6,
                  rope_theta: float = 10000.0, zero_embedding_at_position_0: bool = True, capacity: int = 4096):
-        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()
-                         if name.startswith(prefix) or name == "embed_tokens.weight"}
+        self._place({name: _f32(a) for name, a in weights.items() if name.startswith(prefix) or name == "embed_tokens.weight"})
         self._native = _specdec.MtpModule(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
                                           zero_embedding_at_position_0, capacity)
 
     def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
         if out is None:
-            out = np.empty((int(hidden.shape[0]), self._native.hidden), dtype=np.float32)
-        self._native.forward(_tokens(tokens, "tokens"), hidden, np.ascontiguousarray(positions, dtype=np.int64), mask, out,
-                             projected if projected is not None else np.empty(0, dtype=np.float32))
+            out = self._out(int(hidden.shape[0]), self._native.hidden)
+        self._native.forward(self._index(tokens, "int32", "tokens"), hidden, self._index(positions, "int64", "positions"), mask,
+                             out, projected if projected is not None else np.empty(0, dtype=np.float32), self._stream())
         return out
 
     def logits(self, o):
-        out = np.empty((int(o.shape[0]), self._native.vocab), dtype=np.float32)
-        self._native.logits(o, out)
+        out = self._out(int(o.shape[0]), self._native.vocab)
+        self._native.logits(o, out, self._stream())
         return out
 
 
@@ -856,14 +910,14 @@ class JakiroLayer(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        self._place({name: _f32(a) for name, a in weights.items()})
         self._native = _specdec.JakiroLayer(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
 
     def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
-        t = _tokens(tokens, "tokens")
-        left = np.empty((t.shape[0], self._native.hidden), dtype=np.float32)
-        right = np.empty_like(left) if contrastive else np.empty(0, dtype=np.float32)
-        self._native.forward(t, feature, np.ascontiguousarray(positions, dtype=np.int64), mask, left, right)
+        t = self._index(tokens, "int32", "tokens")
+        left = self._out(int(t.shape[0]), self._native.hidden)
+        right = self._out(int(t.shape[0]), self._native.hidden) if contrastive else np.empty(0, dtype=np.float32)
+        self._native.forward(t, feature, self._index(positions, "int64", "positions"), mask, left, right, self._stream())
         return (left, right) if contrastive else left
 
 
@@ -885,18 +939,17 @@ class AmphistaHeads(_Cached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, stage1_heads=None, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        self._place({name: _f32(a) for name, a in weights.items()})
         k = sum(1 for name in self._weights if name.startswith("auto.heads.") and name.endswith(".weight"))
         self._native = _specdec.AmphistaHeads(self._weights, heads, kv_heads, head_dim, k, k // 2 if stage1_heads is None else stage1_heads,
                                              rms_eps, rope_theta, capacity)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
         t, e, k = int(feature.shape[0]), self._native.hidden, self._native.heads
-        out = {"s1": np.empty((t, e), np.float32), "s2": np.empty((t, e), np.float32), "z": np.empty((k, e), np.float32),
-               "u": np.empty((k, e), np.float32), "o": np.empty((k, e), np.float32),
-               "logits": np.empty((k, self._native.vocab), np.float32)}
-        self._native.forward(feature, embedding, np.ascontiguousarray(positions, dtype=np.int64), out["s1"], out["s2"], out["z"],
-                            out["u"], out["o"], out["logits"])
+        out = {"s1": self._out(t, e), "s2": self._out(t, e), "z": self._out(k, e), "u": self._out(k, e), "o": self._out(k, e),
+               "logits": self._out(k, self._native.vocab)}
+        self._native.forward(feature, embedding, self._index(positions, "int64", "positions"), out["s1"], out["s2"], out["z"],
+                            out["u"], out["o"], out["logits"], self._stream())
         return out if intermediates else out["logits"]
 
 
@@ -921,18 +974,16 @@ class MoaDrafter(_Cached):
         def shape(part):
             return (int(part["heads"]), int(part["kv_heads"]), int(part["head_dim"]), float(part.get("rope_theta", 10000.0)))
 
-        self._weights = {name: np.ascontiguousarray(a, dtype=np.float32) for name, a in weights.items()}
+        self._place({name: _f32(a) for name, a in weights.items()})
         self._native = _specdec.MoaDrafter(self._weights, shape(lsa), shape(sa), shape(ca), target_layers, target_head_dim,
                                             rms_eps, capacity)
 
     def add_verified(self, keys, values, first: int, count: int) -> None:
-        f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in keys]
-        g32 = [np.ascontiguousarray(a, dtype=np.float32) for a in values]
-        self._native.add_verified(f32, g32, first, count)
+        self._native.add_verified([_f32(a) for a in keys], [_f32(a) for a in values], first, count, self._stream())
 
     def forward(self, x, positions, last: int = 1, mask=None):
-        features = np.empty((last, self._native.hidden), dtype=np.float32)
-        self._native.forward(x, np.ascontiguousarray(positions, dtype=np.int64), features, mask)
+        features = self._out(last, self._native.hidden)
+        self._native.forward(x, self._index(positions, "int64", "positions"), features, mask, self._stream())
         return features
 
     @property

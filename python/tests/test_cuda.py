@@ -346,3 +346,141 @@ def test_batch_tree_mask_on_the_device_equals_the_hosts(layout, prefix):
                                   prefix_length=prefix)
     assert got.is_cuda and got.dtype == want.dtype
     assert torch.equal(got.cpu(), want)
+
+
+# ---- the drafter blocks on CUDA tensors: each device block against the same block on the host ----------
+
+
+def _weights(case, device):
+    """A golden's weights as float32 arrays: numpy for the host, torch tensors on `device`."""
+    host = {name: np.asarray(p["data"], dtype=np.float32).reshape(p["shape"]) for name, p in case["params"].items()}
+    if device == "cpu":
+        return host
+    return {name: torch.from_numpy(a).to(device) for name, a in host.items()}
+
+
+def _close(got, want, what):
+    got = got.cpu().numpy() if isinstance(got, torch.Tensor) else got
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=what)
+
+
+def test_decoder_layer_on_the_device_equals_the_hosts(golden):
+    case = golden("blocks/moa_sa_0.json")
+    sa, target = case["dims"]["sa"], case["dims"]["target"]
+    kw = dict(prefix="self_attention.", heads=sa["num_attention_heads"], kv_heads=sa["num_key_value_heads"],
+              head_dim=sa["head_dim"], rms_eps=target["rms_norm_eps"], rope_theta=target["rope_theta"], capacity=64)
+    host = specdec.DecoderLayer(_weights(case, "cpu"), **kw)
+    dev = specdec.DecoderLayer(_weights(case, "cuda"), **kw)
+    assert dev.device.startswith("cuda")
+    rng = np.random.default_rng(5)
+    e = sa["hidden"]
+    prefix = rng.uniform(-1, 1, (3, e)).astype(np.float32)
+    nodes = rng.uniform(-1, 1, (5, e)).astype(np.float32)
+    tree = specdec.DraftTree.from_parents([1, 2, 3, 4, 5], [-1, 0, 0, 1, 2])
+    _close(dev.forward(torch.from_numpy(prefix).cuda(), torch.arange(3).cuda()), host.forward(prefix.copy(), np.arange(3)), "prefix")
+    got = dev.forward(torch.from_numpy(nodes).cuda(), torch.from_numpy(tree.positions(3)).cuda(),
+                      mask=torch.from_numpy(tree.mask(3)).cuda())
+    _close(got, host.forward(nodes.copy(), tree.positions(3), mask=tree.mask(3)), "tree pass")
+    additive = torch.from_numpy(tree.mask(8, additive=True)).cuda()
+    _close(dev.forward(torch.from_numpy(nodes).cuda(), torch.from_numpy(tree.positions(8)).cuda(), mask=additive),
+           host.forward(nodes.copy(), tree.positions(8), mask=tree.mask(8, additive=True)), "additive mask")
+    dev.keep(8, [0, 2, 4])
+    host.keep(8, [0, 2, 4])
+    assert dev.cache_size == host.cache_size == 11
+    _close(dev.keys(), host.keys(), "keys after keep")
+    _close(dev.values(), host.values(), "values after keep")
+    with pytest.raises(ValueError, match="expected an array on CUDA device"):
+        dev.forward(prefix.copy(), np.arange(3))
+
+
+def test_eagle_fuse_and_eagle3_block_on_the_device_equal_the_hosts(golden):
+    case = golden("blocks/eagle3_layer_0.json")
+    d = case["dims"]
+    kw = dict(heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"],
+              rms_eps=d["rms_norm_eps"], rope_theta=d["rope_theta"], capacity=64)
+    host = specdec.Eagle3Block(_weights(case, "cpu"), **kw)
+    dev = specdec.Eagle3Block(_weights(case, "cuda"), **kw)
+    taps = np.asarray(case["inputs"]["taps"]["data"], dtype=np.float32).reshape(case["inputs"]["taps"]["shape"])
+    hidden_host = host.fuse(taps)
+    hidden_dev = dev.fuse(torch.from_numpy(taps).cuda())
+    _close(hidden_dev, hidden_host, "fused")
+    rows = taps.shape[0]
+    tokens = np.arange(rows, dtype=np.int32) % 7
+    h2_host = host.forward(tokens, hidden_host, np.arange(rows))
+    h2_dev = dev.forward(torch.from_numpy(tokens).cuda(), hidden_dev, torch.arange(rows).cuda())
+    _close(h2_dev, h2_host, "h2")
+    _close(dev.logits(h2_dev), host.logits(h2_host), "logits")
+    rng = np.random.default_rng(6)
+    v, e = 40, 8
+    embed, feature = rng.standard_normal((v, e)).astype(np.float32), rng.standard_normal((4, e)).astype(np.float32)
+    weight, bias = (rng.standard_normal((e, 2 * e)) * 0.2).astype(np.float32), rng.standard_normal(e).astype(np.float32)
+    toks = np.array([3, 0, 39, 3], dtype=np.int32)
+    _close(specdec.eagle_fuse(torch.from_numpy(toks).cuda(), *(torch.from_numpy(a).cuda() for a in (feature, embed, weight, bias))),
+           specdec.eagle_fuse(toks, feature, embed, weight, bias), "eagle_fuse")
+
+
+def test_mtp_jakiro_amphista_and_moa_on_the_device_equal_the_hosts(golden):
+    case = golden("blocks/mtp_module_0.json")
+    d = case["dims"]
+    kw = dict(prefix="layers.0.", heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"],
+              rms_eps=d["rms_norm_eps"], rope_theta=d["rope_theta"], zero_embedding_at_position_0=True, capacity=64)
+    host, dev = specdec.MtpModule(_weights(case, "cpu"), **kw), specdec.MtpModule(_weights(case, "cuda"), **kw)
+    step = case["outputs"]["steps"][0]
+    hidden = np.asarray(step["hidden_in"]["data"], dtype=np.float32).reshape(step["hidden_in"]["shape"])
+    tokens, positions = np.asarray(step["input_ids"]["data"]), np.asarray(step["position_ids"]["data"])
+    o_host = host.forward(tokens, hidden, positions)
+    o_dev = dev.forward(torch.from_numpy(tokens).cuda(), torch.from_numpy(hidden).cuda(), torch.from_numpy(positions).cuda())
+    _close(o_dev, o_host, "mtp o")
+    _close(dev.logits(o_dev), host.logits(o_host), "mtp logits")
+
+    case = golden("blocks/jakiro_layer_0.json")
+    d, inputs = case["dims"], case["inputs"]
+    kw = dict(heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"], rms_eps=d["rms_norm_eps"],
+              rope_theta=d["rope_theta"], capacity=16)
+    host, dev = specdec.JakiroLayer(_weights(case, "cpu"), **kw), specdec.JakiroLayer(_weights(case, "cuda"), **kw)
+    tokens = np.asarray(inputs["input_ids"]["data"]).ravel().astype(np.int32)
+    feature = np.asarray(inputs["target_hidden"]["data"], dtype=np.float32).reshape(len(tokens), d["E"])
+    left_host, right_host = host.forward(tokens, feature, np.arange(len(tokens)), contrastive=True)
+    left_dev, right_dev = dev.forward(torch.from_numpy(tokens).cuda(), torch.from_numpy(feature).cuda(),
+                                      torch.arange(len(tokens)).cuda(), contrastive=True)
+    _close(left_dev, left_host, "jakiro left")
+    _close(right_dev, right_host, "jakiro right")
+
+    case = golden("blocks/amphista_staged_0.json")
+    d, inputs = case["dims"], case["inputs"]
+    kw = dict(heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"], head_dim=d["head_dim"],
+              stage1_heads=(d["K_heads"] + 1) // 2, rms_eps=d["rms_norm_eps"], rope_theta=d["rope_theta"], capacity=16)
+    host, dev = specdec.AmphistaHeads(_weights(case, "cpu"), **kw), specdec.AmphistaHeads(_weights(case, "cuda"), **kw)
+    feature = np.asarray(inputs["h"]["data"], dtype=np.float32).reshape(-1, d["E"])
+    embedding = np.asarray(inputs["e"]["data"], dtype=np.float32).reshape(-1, d["E"])
+    positions = np.asarray(inputs["position_ids"]["data"]).ravel()
+    want = host.forward(feature, embedding, positions, intermediates=True)
+    got = dev.forward(torch.from_numpy(feature).cuda(), torch.from_numpy(embedding).cuda(), torch.from_numpy(positions).cuda(),
+                      intermediates=True)
+    for name in ("s1", "s2", "z", "u", "o", "logits"):
+        _close(got[name], want[name], "amphista " + name)
+
+    case = golden("blocks/moa_pipeline_inf_0.json")
+    dims, inputs = case["dims"], case["inputs"]
+    target = dims["target"]
+
+    def part(p):
+        return dict(heads=p["num_attention_heads"], kv_heads=p["num_key_value_heads"], head_dim=p["head_dim"],
+                    rope_theta=p.get("rope_theta", target["rope_theta"]))
+
+    kw = dict(lsa=part(dims["lsa"]), sa=part(dims["sa"]), ca=part(dims["ca"]), target_layers=target["num_layers"],
+              target_head_dim=target["head_dim"], rms_eps=target["rms_norm_eps"], capacity=64)
+    host, dev = specdec.MoaDrafter(_weights(case, "cpu"), **kw), specdec.MoaDrafter(_weights(case, "cuda"), **kw)
+    from test_blocks import token_major
+
+    keys, values = [token_major(k) for k in inputs["k"]], [token_major(v) for v in inputs["v"]]
+    n = keys[0].shape[0]
+    host.add_verified(keys, values, 0, n)
+    dev.add_verified([torch.from_numpy(k).cuda() for k in keys], [torch.from_numpy(v).cuda() for v in values], 0, n)
+    embed = np.asarray(case["params"]["model.embed_tokens.weight"]["data"], dtype=np.float32).reshape(
+        case["params"]["model.embed_tokens.weight"]["shape"])
+    feed = np.asarray(inputs["tokens"]["data"]).ravel()
+    x = embed[feed]
+    _close(dev.forward(torch.from_numpy(x.copy()).cuda(), torch.arange(n + 1 - len(feed), n + 1).cuda()),
+           host.forward(x.copy(), np.arange(n + 1 - len(feed), n + 1)), "moa features")
+    assert dev.cache_size == host.cache_size and dev.verified == host.verified

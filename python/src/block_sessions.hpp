@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+// The drafter blocks of block_api.hpp on a backend B of their own (its scratch and, on CUDA, its stream
+// binding): the same code for specdec::eigen (blocks.cpp) and specdec::thrust_backend<cuda>
+// (cuda_ops.cu). Weights are the caller's tensors, viewed in place in B's memory; the block holds its
+// KV caches in B's memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <specdec/blocks/amphista.hpp>
+#include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/eagle3.hpp>
+#include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/moa.hpp>
+#include <specdec/blocks/moe.hpp>
+#include <specdec/blocks/mtp.hpp>
+
+#include "block_api.hpp"
+
+namespace specdec_python::block {
+
+/// Binds backend B to the call's device and stream before each call: nothing on the host; cuda_ops.cu
+/// specializes it for the CUDA backend.
+template <class B>
+struct stream_binding {
+  static void bind(B&, int, std::uintptr_t) {}
+};
+
+/// The caller's weights by name as views in `Space`; a missing or misshapen name is a ValueError.
+template <class Space>
+class weight_views {
+ public:
+  explicit weight_views(const weight_map& weights) : weights_(&weights) {}
+  specdec::matrix_view<const float, Space> matrix(const std::string& name) const {
+    const tensor& t = fetch(name, 2);
+    return {t.data, t.rows, t.cols};
+  }
+  specdec::vector_view<const float, Space> vector(const std::string& name) const {
+    const tensor& t = fetch(name, 1);
+    return {t.data, t.rows};
+  }
+  specdec::blocks::linear<Space> linear(const std::string& name) const { return {matrix(name + ".weight"), {}}; }
+  specdec::blocks::linear<Space> linear_with_bias(const std::string& name) const {
+    return {matrix(name + ".weight"), vector(name + ".bias")};
+  }
+  /// A decoder layer's tensors under `prefix` (its attention's under `attention`, default prefix +
+  /// "self_attn."); without `input_norm`, no input_layernorm (EAGLE's layer 0).
+  specdec::blocks::layer_weights<Space> layer(const std::string& prefix, std::string attention = "", bool input_norm = true) const {
+    if (attention.empty()) attention = prefix + "self_attn.";
+    specdec::blocks::layer_weights<Space> w;
+    if (input_norm) w.input_norm = vector(prefix + "input_layernorm.weight");
+    w.post_norm = vector(prefix + "post_attention_layernorm.weight");
+    w.attention = {linear(attention + "q_proj"), linear(attention + "k_proj"), linear(attention + "v_proj"), linear(attention + "o_proj")};
+    w.mlp = {linear(prefix + "mlp.gate_proj"), linear(prefix + "mlp.up_proj"), linear(prefix + "mlp.down_proj")};
+    return w;
+  }
+
+ private:
+  const tensor& fetch(const std::string& name, int ndim) const {
+    const auto it = weights_->find(name);
+    if (it == weights_->end()) throw std::invalid_argument("weights: expected a float32 array named \"" + name + "\"");
+    if (it->second.ndim != ndim)
+      throw std::invalid_argument("weights: expected \"" + name + "\" to have " + std::to_string(ndim) + " dimensions; got " +
+                                  std::to_string(it->second.ndim));
+    return it->second;
+  }
+  const weight_map* weights_;
+};
+
+template <class Space>
+specdec::blocks::attention_mask<Space> mask_in(const mask_arg& m) {
+  switch (m.kind) {
+    case mask_arg::causal: return {};
+    case mask_arg::none: return specdec::blocks::attention_mask<Space>::none();
+    case mask_arg::additive:
+      return specdec::blocks::attention_mask<Space>::from(
+          specdec::matrix_view<const float, Space>(static_cast<const float*>(m.data), m.rows, m.cols));
+    case mask_arg::allowed: break;
+  }
+  return specdec::blocks::attention_mask<Space>::from(
+      specdec::matrix_view<const std::uint8_t, Space>(static_cast<const std::uint8_t*>(m.data), m.rows, m.cols));
+}
+
+template <class Space>
+specdec::matrix_view<const float, Space> matrix_in(const tensor& t) {
+  return {t.data, t.rows, t.cols};
+}
+
+/// What every session holds: its backend (first: the caches and views below refer to it), the device it
+/// runs on and the layer configuration helpers.
+template <class B>
+class session_base {
+ protected:
+  using space = typename B::memory_space;
+  explicit session_base(int device) : backend_(std::make_unique<B>()), device_(device) {}
+  B& bind(std::uintptr_t stream) {
+    stream_binding<B>::bind(*backend_, device_, stream);
+    return *backend_;
+  }
+  static specdec::blocks::layer_config layer_config_of(const specdec::blocks::layer_weights<space>& w, const layer_shape& s,
+                                                       bool input_norm = true) {
+    return {{w.attention.o.out(), s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, w.mlp.gate.out(), s.rms_eps, input_norm};
+  }
+  static std::span<const std::int32_t> offsets_of(const std::int32_t* offsets, std::int64_t count) {
+    return {offsets, static_cast<std::size_t>(count)};
+  }
+  std::unique_ptr<B> backend_;
+  int device_;
+};
+
+template <class B>
+class decoder_layer_session final : public decoder_layer, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  decoder_layer_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool input_norm)
+      : base(device), weights_(weight_views<space>(weights).layer(prefix, "", input_norm)) {
+    config_ = base::layer_config_of(weights_, s, input_norm);
+    weights_.validate(config_, prefix);
+    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+  }
+  std::int64_t cache_size() const override { return cache_->size(); }
+  std::int64_t cache_width() const override { return cache_->width(); }
+  void crop(std::int64_t n) override { cache_->crop(n); }
+  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    cache_->keep(prefix, base::offsets_of(offsets, count));
+  }
+  void forward(std::uintptr_t stream, float* x, std::int64_t rows, std::int64_t cols, const std::int64_t* positions,
+               std::int64_t count, const mask_arg& mask) override {
+    specdec::blocks::decoder_layer_forward(this->bind(stream), config_, weights_, specdec::matrix_view<float, space>(x, rows, cols),
+                                           specdec::vector_view<const std::int64_t, space>(positions, count), &*cache_,
+                                           mask_in<space>(mask));
+  }
+  void cached_rows(std::uintptr_t stream, bool keys, float* out) override {
+    const auto m = keys ? cache_->keys() : cache_->values();
+    specdec::blocks::copy_rows(this->bind(stream), m, specdec::matrix_view<float, space>(out, m.rows(), m.cols()));
+  }
+
+ private:
+  specdec::blocks::layer_config config_;
+  specdec::blocks::layer_weights<space> weights_;
+  std::optional<specdec::blocks::kv_cache<B>> cache_;
+};
+
+template <class B>
+class eagle3_session final : public eagle3_block, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  eagle3_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
+    const weight_views<space> w(weights);
+    const std::string p = "midlayer.";
+    weights_ = {w.matrix("embed_tokens.weight"), w.linear("fc"), w.vector(p + "hidden_norm.weight"), {}, w.vector("norm.weight"),
+                w.linear("lm_head")};
+    weights_.layer = w.layer(p);
+    const specdec::index_t e = weights_.embed.cols();
+    config_.layer = {{e, s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, weights_.layer.mlp.gate.out(), s.rms_eps, true};
+    config_.target_hidden = weights_.fc.in() / 3;
+    config_.vocab = weights_.embed.rows();
+    config_.draft_vocab = weights_.lm_head.out();
+    SPECDEC_EXPECTS(weights_.fc.in() % 3 == 0, "specdec::blocks", "fc.weight has ", weights_.fc.in(),
+                    " columns; expected 3 E_t (three tapped target states)");
+    weights_.validate(config_);
+    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+  }
+  std::int64_t hidden() const override { return config_.layer.attention.hidden; }
+  std::int64_t draft_vocab() const override { return config_.draft_vocab; }
+  std::int64_t cache_size() const override { return cache_->size(); }
+  void crop(std::int64_t n) override { cache_->crop(n); }
+  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    cache_->keep(prefix, base::offsets_of(offsets, count));
+  }
+  void fuse(std::uintptr_t stream, const tensor& taps, float* out) override {
+    specdec::blocks::eagle3::fuse(this->bind(stream), weights_, matrix_in<space>(taps),
+                                  specdec::matrix_view<float, space>(out, taps.rows, hidden()));
+  }
+  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& hidden_rows,
+               const std::int64_t* positions, const mask_arg& mask, float* out) override {
+    specdec::blocks::eagle3::forward(this->bind(stream), config_, weights_, specdec::vector_view<const std::int32_t, space>(tokens, count),
+                                     matrix_in<space>(hidden_rows), specdec::vector_view<const std::int64_t, space>(positions, count),
+                                     &*cache_, mask_in<space>(mask), specdec::matrix_view<float, space>(out, hidden_rows.rows, hidden()));
+  }
+  void logits(std::uintptr_t stream, const tensor& h2, float* out) override {
+    specdec::blocks::eagle3::logits(this->bind(stream), config_, weights_, matrix_in<space>(h2),
+                                    specdec::matrix_view<float, space>(out, h2.rows, draft_vocab()));
+  }
+
+ private:
+  specdec::blocks::eagle3::config config_;
+  specdec::blocks::eagle3::weights<space> weights_;
+  std::optional<specdec::blocks::kv_cache<B>> cache_;
+};
+
+template <class B>
+class mtp_session final : public mtp_module, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  mtp_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool zero_embedding_at_position_0)
+      : base(device) {
+    const weight_views<space> w(weights);
+    const std::string& p = prefix;
+    weights_.embed = w.matrix("embed_tokens.weight");
+    weights_.enorm = w.vector(p + "enorm.weight");
+    weights_.hnorm = w.vector(p + "hnorm.weight");
+    weights_.eh_proj = w.linear(p + "eh_proj");
+    weights_.layer = w.layer(p + "mtp_block.");
+    weights_.head_norm = w.vector(p + "shared_head.norm.weight");
+    weights_.head = w.linear(p + "shared_head.head");
+    const specdec::index_t e = weights_.embed.cols();
+    config_.layer = {{e, s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, weights_.layer.mlp.gate.out(), s.rms_eps, true};
+    config_.vocab = weights_.embed.rows();
+    config_.zero_embedding_at_position_0 = zero_embedding_at_position_0;
+    weights_.validate(config_);
+    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+  }
+  std::int64_t hidden() const override { return config_.layer.attention.hidden; }
+  std::int64_t vocab() const override { return config_.vocab; }
+  std::int64_t cache_size() const override { return cache_->size(); }
+  void crop(std::int64_t n) override { cache_->crop(n); }
+  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    cache_->keep(prefix, base::offsets_of(offsets, count));
+  }
+  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& hidden_rows,
+               const std::int64_t* positions, const mask_arg& mask, float* out, float* projected) override {
+    B& b = this->bind(stream);
+    const specdec::vector_view<const std::int32_t, space> t(tokens, count);
+    const specdec::vector_view<const std::int64_t, space> p(positions, count);
+    if (projected != nullptr)
+      specdec::blocks::mtp::project(b, config_, weights_, t, matrix_in<space>(hidden_rows), p,
+                                    specdec::matrix_view<float, space>(projected, hidden_rows.rows, hidden()));
+    specdec::blocks::mtp::forward(b, config_, weights_, t, matrix_in<space>(hidden_rows), p, &*cache_, mask_in<space>(mask),
+                                  specdec::matrix_view<float, space>(out, hidden_rows.rows, hidden()));
+  }
+  void logits(std::uintptr_t stream, const tensor& o, float* out) override {
+    specdec::blocks::mtp::logits(this->bind(stream), config_, weights_, matrix_in<space>(o),
+                                 specdec::matrix_view<float, space>(out, o.rows, vocab()));
+  }
+
+ private:
+  specdec::blocks::mtp::config config_;
+  specdec::blocks::mtp::weights<space> weights_;
+  std::optional<specdec::blocks::kv_cache<B>> cache_;
+};
+
+template <class B>
+class jakiro_session final : public jakiro_layer, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  jakiro_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
+    const weight_views<space> w(weights);
+    const std::string l = "layers.0.";
+    eagle_.embed = w.matrix("embed_tokens.weight");
+    eagle_.fc = w.linear_with_bias("fc");
+    eagle_.layer.post_norm = w.vector(l + "post_attention_layernorm.weight");
+    eagle_.layer.attention = {w.linear(l + "self_attn.q_proj"), w.linear(l + "self_attn.k_proj"), w.linear(l + "self_attn.v_proj"),
+                              w.linear(l + "self_attn.o_proj")};
+    const specdec::index_t e = eagle_.embed.cols();
+    config_ = {{e, s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, 0, s.rms_eps, false};
+    eagle_.validate(config_, eagle_.embed.rows(), false);
+    moe_.gate = w.linear(l + "mlp_moe.gate");
+    for (int i = 0; i < 2; ++i) {
+      const std::string x = l + "mlp_moe.experts." + std::to_string(i) + ".";
+      moe_.experts.push_back({w.linear(x + "gate_proj"), w.linear(x + "up_proj"), w.linear(x + "down_proj")});
+    }
+    moe_config_ = {e, 2, moe_.experts[0].gate.out()};
+    moe_.validate(moe_config_, l + "mlp_moe.");
+    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+  }
+  std::int64_t hidden() const override { return config_.attention.hidden; }
+  std::int64_t cache_size() const override { return cache_->size(); }
+  void crop(std::int64_t n) override { cache_->crop(n); }
+  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    cache_->keep(prefix, base::offsets_of(offsets, count));
+  }
+  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& feature,
+               const std::int64_t* positions, const mask_arg& mask, float* left, float* right) override {
+    const specdec::index_t rows = feature.rows, e = hidden();
+    specdec::blocks::moe::draft_layer_forward(
+        this->bind(stream), config_, eagle_, moe_config_, moe_, specdec::vector_view<const std::int32_t, space>(tokens, count),
+        matrix_in<space>(feature), specdec::vector_view<const std::int64_t, space>(positions, count), &*cache_, mask_in<space>(mask),
+        specdec::matrix_view<float, space>(left, rows, e),
+        right == nullptr ? specdec::matrix_view<float, space>{} : specdec::matrix_view<float, space>(right, rows, e));
+  }
+
+ private:
+  specdec::blocks::layer_config config_;
+  specdec::blocks::eagle::weights<space> eagle_;
+  specdec::blocks::moe::config moe_config_;
+  specdec::blocks::moe::weights<space> moe_;
+  std::optional<specdec::blocks::kv_cache<B>> cache_;
+};
+
+template <class B>
+class amphista_session final : public amphista_heads, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  amphista_session(int device, const weight_map& weights, const layer_shape& s, std::int64_t k_heads, std::int64_t stage1_heads)
+      : base(device) {
+    const weight_views<space> w(weights);
+    for (auto* stage : {&weights_.stage1, &weights_.stage2}) {
+      const std::string p = stage == &weights_.stage1 ? "stage1." : "stage2.";
+      stage->fuse = w.linear_with_bias(p + "fuse");
+      stage->layer = w.layer(p + "layer.");
+    }
+    weights_.position_embedding = w.matrix("auto.pos_emb");
+    weights_.auto_embedding = w.layer("auto.layer.", "auto.layer.");
+    for (std::int64_t h = 0; h < k_heads; ++h) weights_.heads.push_back(w.matrix("auto.heads." + std::to_string(h) + ".weight"));
+    const specdec::index_t e = weights_.position_embedding.cols();
+    config_.stage = {{e, s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, weights_.stage1.layer.mlp.gate.out(), s.rms_eps, true};
+    config_.auto_embedding = {{e, s.heads, s.kv_heads, s.head_dim, s.rope_theta, false, 0}, weights_.auto_embedding.mlp.gate.out(),
+                              s.rms_eps, true};
+    config_.heads = k_heads;
+    config_.stage1_heads = stage1_heads;
+    config_.vocab = k_heads > 0 ? weights_.heads[0].rows() : 0;
+    weights_.stage1.layer.validate(config_.stage, "stage1.layer.");
+    weights_.stage2.layer.validate(config_.stage, "stage2.layer.");
+    weights_.auto_embedding.validate(config_.auto_embedding, "auto.layer.");
+    for (auto* cache : {&stage1_cache_, &stage2_cache_}) cache->emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+  }
+  std::int64_t hidden() const override { return config_.stage.attention.hidden; }
+  std::int64_t heads() const override { return config_.heads; }
+  std::int64_t vocab() const override { return config_.vocab; }
+  std::int64_t cache_size() const override { return stage1_cache_->size(); }
+  void crop(std::int64_t n) override {
+    stage1_cache_->crop(n);
+    stage2_cache_->crop(n);
+  }
+  void keep(std::int64_t, const std::int32_t*, std::int64_t) override {
+    throw std::invalid_argument("AmphistaHeads: keep is not offered (its heads draft chains)");
+  }
+  void forward(std::uintptr_t stream, const tensor& feature, const tensor& embedding, const std::int64_t* positions, float* s1, float* s2,
+               float* z, float* u, float* o, float* logits) override {
+    using mv = specdec::matrix_view<float, space>;
+    using cmv = specdec::matrix_view<const float, space>;
+    const specdec::index_t t = feature.rows, e = hidden(), k = heads();
+    if (t < 1) throw std::invalid_argument("feature: expected at least one row");
+    B& b = this->bind(stream);
+    const specdec::vector_view<const std::int64_t, space> p(positions, t);
+    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage1, matrix_in<space>(feature), matrix_in<space>(embedding),
+                                             p, &*stage1_cache_, mv(s1, t, e));
+    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage2, cmv(s1, t, e), matrix_in<space>(embedding), p,
+                                             &*stage2_cache_, mv(s2, t, e));
+    specdec::blocks::amphista::head_inputs(b, config_, weights_, cmv(s1 + (t - 1) * e, 1, e), cmv(s2 + (t - 1) * e, 1, e), mv(z, k, e));
+    specdec::blocks::amphista::auto_embedding(b, config_, weights_, cmv(z, k, e), mv(logits, k, vocab()), mv(u, k, e), mv(o, k, e));
+  }
+
+ private:
+  specdec::blocks::amphista::config config_;
+  specdec::blocks::amphista::weights<space> weights_;
+  std::optional<specdec::blocks::kv_cache<B>> stage1_cache_, stage2_cache_;
+};
+
+template <class B>
+class moa_session final : public moa_drafter, session_base<B> {
+  using base = session_base<B>;
+  using typename base::space;
+
+ public:
+  moa_session(int device, const weight_map& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca,
+              std::int64_t target_layers, std::int64_t target_head_dim, float rms_eps, std::int64_t capacity)
+      : base(device) {
+    const weight_views<space> w(weights);
+    weights_.layer_self_attention = w.layer("layer_self_attention.");
+    weights_.ekv2e = w.linear_with_bias("Ekv2E");
+    weights_.self_attention = w.layer("self_attention.");
+    weights_.cross_attention = w.layer("cross_attention.");
+    const auto config_of = [&](const part_shape& shape, const specdec::blocks::layer_weights<space>& lw) {
+      const auto [heads, kv_heads, head_dim, theta] = shape;
+      return base::layer_config_of(lw, layer_shape{heads, kv_heads, head_dim, rms_eps, theta, capacity});
+    };
+    config_ = {config_of(lsa, weights_.layer_self_attention), config_of(sa, weights_.self_attention),
+               config_of(ca, weights_.cross_attention), target_layers, target_head_dim};
+    drafter_.emplace(*this->backend_, config_, weights_, capacity);
+  }
+  std::int64_t hidden() const override { return config_.hidden(); }
+  std::int64_t verified() const override { return drafter_->verified(); }
+  std::int64_t cache_size() const override { return drafter_->self_attention_cache().size(); }
+  void crop(std::int64_t n) override { drafter_->crop(n); }
+  void keep(std::int64_t, const std::int32_t*, std::int64_t) override {
+    throw std::invalid_argument("MoaDrafter: keep is not offered (crop after each verification)");
+  }
+  void add_verified(std::uintptr_t stream, const std::vector<tensor>& keys, const std::vector<tensor>& values, std::int64_t first,
+                    std::int64_t count) override {
+    std::vector<specdec::matrix_view<const float, space>> k, v;
+    for (const tensor& t : keys) k.push_back(matrix_in<space>(t));
+    for (const tensor& t : values) v.push_back(matrix_in<space>(t));
+    (void)this->bind(stream);
+    drafter_->add_verified(k, v, first, count);
+  }
+  void forward(std::uintptr_t stream, float* x, std::int64_t rows, std::int64_t cols, const std::int64_t* positions, std::int64_t count,
+               float* features, std::int64_t last, const mask_arg& mask) override {
+    (void)this->bind(stream);
+    drafter_->forward(specdec::matrix_view<float, space>(x, rows, cols), specdec::vector_view<const std::int64_t, space>(positions, count),
+                      specdec::matrix_view<float, space>(features, last, hidden()), mask_in<space>(mask));
+  }
+
+ private:
+  specdec::blocks::moa::config config_;
+  specdec::blocks::moa::weights<space> weights_;
+  mutable std::optional<specdec::blocks::moa::drafter<B>> drafter_;  // its cache accessor is not const
+};
+
+/// EAGLE's fusion (blocks::eagle::fuse) on backend `b`: out `[count x E]` = [embed(tokens) ; feature] fc^T + bias.
+template <class B>
+void eagle_fuse_on(B& b, const std::int32_t* tokens, std::int64_t count, const tensor& feature, const tensor& embed,
+                   const tensor& fc_weight, const tensor& fc_bias, float* out) {
+  using space = typename B::memory_space;
+  specdec::blocks::eagle::weights<space> w;
+  w.embed = matrix_in<space>(embed);
+  w.fc = {matrix_in<space>(fc_weight), specdec::vector_view<const float, space>(fc_bias.data, fc_bias.rows)};
+  specdec::blocks::eagle::fuse(b, w, specdec::vector_view<const std::int32_t, space>(tokens, count), matrix_in<space>(feature),
+                               specdec::matrix_view<float, space>(out, count, embed.cols));
+}
+
+}  // namespace specdec_python::block
