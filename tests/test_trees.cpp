@@ -749,3 +749,82 @@ TEST_CASE_TEMPLATE("tree masks of a padded batch name what is wrong", B, SPECDEC
   CHECK(run({-1, 0, 0, -1, 0, 1}, {3}, 3, 6) == at + "node_counts has 1 entries; expected one per request (2) or none");
   CHECK(run({-1, 0, 0, -1, 0, 1}, {3, 3}, 3, 5) == at + "out is 5 x 1; expected 6 x 1");
 }
+
+TEST_CASE_TEMPLATE("FlashInfer's packed masks of a padded batch on a backend equal the host form", B, SPECDEC_TEAM_BACKENDS) {
+  using space = typename B::memory_space;
+  const specdec::philox_stream stream{92, 0};
+  std::uint64_t at = 0;
+  for (const index_t n : {1, 6, 19}) {
+    const index_t batch = 4;
+    std::vector<std::int32_t> parents(static_cast<std::size_t>(batch * n), -3), counts(static_cast<std::size_t>(batch));
+    std::vector<std::int64_t> prefixes(static_cast<std::size_t>(batch));
+    std::vector<specdec::draft_tree> trees;
+    for (index_t r = 0; r < batch; ++r) {
+      const auto count = static_cast<std::int32_t>(r == 1 ? n : 1 + static_cast<index_t>(stream.uniform(at++) * float(n)) % n);
+      counts[static_cast<std::size_t>(r)] = count;
+      prefixes[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(stream.uniform(at++) * 13.0f) % 13;
+      std::vector<std::int32_t> tok(static_cast<std::size_t>(count), 1), par(static_cast<std::size_t>(count), -1);
+      for (std::int32_t i = 1; i < count; ++i) par[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(stream.uniform(at++) * float(i)) % i;
+      std::copy(par.begin(), par.end(), parents.begin() + r * n);
+      trees.push_back(specdec::make_tree(tok, par));
+    }
+    CAPTURE(n);
+    std::vector<std::int32_t> want_indptr;
+    const std::vector<index_t> host_prefixes(prefixes.begin(), prefixes.end());
+    const std::vector<std::uint8_t> want = specdec::tree_mask_flashinfer_packed(std::span<const specdec::draft_tree>(trees),
+                                                                                std::span<const index_t>(host_prefixes), want_indptr);
+    B b;
+    auto p = b.upload(std::span<const std::int32_t>(parents));
+    auto c = b.upload(std::span<const std::int32_t>(counts));
+    auto pre = b.upload(std::span<const std::int64_t>(prefixes));
+    auto indptr = b.template allocate<std::int32_t>(batch + 1);
+    const specdec::matrix_view<const std::int32_t, space> pv(p.matrix(batch, n));
+    const specdec::vector_view<const std::int32_t, space> cv(c.view());
+    const specdec::vector_view<const std::int64_t, space> prev(pre.view());
+    specdec::tree_mask_flashinfer_offsets(b, pv, cv, prev, indptr.view());
+    const std::vector<std::int32_t> got_indptr = b.download(indptr.view());
+    CHECK(got_indptr == want_indptr);
+    auto out = b.upload(std::span<const std::uint8_t>(std::vector<std::uint8_t>(want.size(), 0xCD)));
+    specdec::tree_mask_flashinfer_packed(b, pv, cv, prev, specdec::vector_view<const std::int32_t, space>(indptr.view()), out.view());
+    CHECK(b.download(out.view()) == want);
+  }
+}
+
+TEST_CASE_TEMPLATE("FlashInfer's packed masks of a padded batch name what is wrong", B, SPECDEC_ALL_BACKENDS) {
+  using space = typename B::memory_space;
+  // Request 1's node 2 has parent 5: valid only while its node count leaves node 2 out.
+  const std::vector<std::int32_t> parents = {-1, 0, 0, -1, 0, 5, -1, 0, 1};
+  const auto run = [&](std::vector<std::int32_t> counts, std::vector<std::int64_t> prefixes, std::vector<std::int32_t> indptr, index_t bytes) {
+    return error_of([&] {
+      B b;
+      auto p = b.upload(std::span<const std::int32_t>(parents));
+      auto c = b.upload(std::span<const std::int32_t>(counts));
+      auto pre = b.upload(std::span<const std::int64_t>(prefixes));
+      auto ip = b.upload(std::span<const std::int32_t>(indptr));
+      auto out = b.template allocate<std::uint8_t>(bytes);
+      const specdec::matrix_view<const std::int32_t, space> pv(p.matrix(3, 3));
+      if (indptr.empty()) {
+        auto offsets = b.template allocate<std::int32_t>(4);
+        specdec::tree_mask_flashinfer_offsets(b, pv, specdec::vector_view<const std::int32_t, space>(c.view()),
+                                              specdec::vector_view<const std::int64_t, space>(pre.view()), offsets.view());
+        (void)b.download(offsets.view());
+        return;
+      }
+      specdec::tree_mask_flashinfer_packed(b, pv, specdec::vector_view<const std::int32_t, space>(c.view()),
+                                           specdec::vector_view<const std::int64_t, space>(pre.view()),
+                                           specdec::vector_view<const std::int32_t, space>(ip.view()), out.view());
+      (void)b.download(out.view());
+    });
+  };
+  const std::string offsets = "specdec::tree_mask_flashinfer_offsets: ", packed = "specdec::tree_mask_flashinfer_packed: ";
+  CHECK(run({3, 2, 1}, {5, 0, 0}, {0, 3, 4, 5}, 5) == "");  // 3 x 8 = 24 bits, 2 x 2 = 4 bits, 1 bit
+  CHECK(run({3, 2, 1}, {5, 0, 0}, {}, 1) == "");
+  CHECK(run({3, 4, 1}, {5, 0, 0}, {}, 1) == offsets + "node_counts[1] = 4; expected a node count in [1, 3] (node 0 is the root)");
+  CHECK(run({3, 2, 1}, {-2, 0, 0}, {}, 1) == offsets + "prefix_lengths[0] = -2; expected a length in [0, 2147483647]");
+  // 3 (2^31 - 1 + 3) bits each: 805306369 bytes, three of them pass int32.
+  CHECK(run({3, 2, 3}, {2147483647, 2147483647, 2147483647}, {}, 1) ==
+        offsets + "the packed masks of requests 0..2 need 2147483651 bytes; expected at most 2147483647 (indptr is int32)");
+  CHECK(run({3, 3, 1}, {5, 0, 0}, {0, 3, 5, 6}, 6) == packed + "parents[1, 2] = 5; expected a parent in [0, 2) (parents precede their children)");
+  CHECK(run({3, 2, 1}, {5, 0, 0}, {0, 2, 3, 4}, 4).find(packed + "indptr[1] = 2; expected 3") == 0);
+  CHECK(run({3, 2, 1}, {5, 0, 0}, {0, 3, 4, 5}, 6).find(packed + "indptr[3] = 5; expected 6") == 0);
+}

@@ -21,6 +21,7 @@ __all__ = [
     "DraftTree",
     "tree_mask_flashinfer",
     "batch_tree_mask",
+    "batch_tree_mask_flashinfer",
     "propose_ngram",
     "ngram_match_length",
     "SuffixTree",
@@ -200,6 +201,41 @@ def batch_tree_mask(parents, node_counts=None, *, layout: str = "dense", prefix_
             out = _empty(parents, (batch, n), item)
     _specdec.batch_tree_mask(parents, counts, int(prefix_length), layouts[layout], out, _stream(parents))
     return out
+
+
+def batch_tree_mask_flashinfer(parents, node_counts=None, prefix_lengths=0):
+    """FlashInfer's packed custom mask of a padded batch of trees (``batch_tree_mask``'s ``parents`` and
+    ``node_counts``), computed where ``parents`` lives: ``(packed uint8, indptr int32 [batch + 1])``,
+    request r's ``[n_r x (prefix_r + n_r)]`` mask (n_r its node count) flattened and packed little-endian
+    from byte ``indptr[r]``, as :func:`tree_mask_flashinfer` gives for the same trees. ``prefix_lengths``
+    an int or one per request. On CUDA tensors: two kernels on the current stream and, as FlashInfer's
+    wrapper after ``segment_packbits``, one synchronisation to read the packed size."""
+    from . import _empty, _is_torch, _stream
+
+    batch = int(parents.shape[0]) if len(parents.shape) == 2 else 0
+    stream = _stream(parents)
+    if _is_torch(parents) and parents.is_cuda:
+        import torch
+
+        def here(x, dtype):
+            return torch.as_tensor(x, device=parents.device).to(dtype).reshape(-1).contiguous()
+
+        counts = torch.empty(0, dtype=torch.int32) if node_counts is None else here(node_counts, torch.int32)
+        prefixes = here(prefix_lengths, torch.int64)
+        if prefixes.numel() == 1 and batch != 1:
+            prefixes = prefixes.expand(batch).contiguous()
+        indptr = torch.empty(batch + 1, dtype=torch.int32, device=parents.device)
+        _specdec.flashinfer_mask(parents, counts, prefixes, indptr, torch.empty(0, dtype=torch.uint8), stream)
+        packed = torch.empty(int(indptr[-1].item()), dtype=torch.uint8, device=parents.device)
+    else:
+        counts = np.empty(0, dtype=np.int32) if node_counts is None else _tokens(node_counts, "node_counts")
+        prefixes = np.array(np.broadcast_to(np.asarray(prefix_lengths, dtype=np.int64), (batch,)))  # a writable copy
+        indptr = _empty(parents, (batch + 1,), "int32")
+        _specdec.flashinfer_mask(parents, counts, prefixes, indptr, np.empty(0, dtype=np.uint8), stream)
+        packed = _empty(parents, (int(indptr[-1]),), "uint8")
+    if packed.shape[0] > 0:
+        _specdec.flashinfer_mask(parents, counts, prefixes, indptr, packed, stream)
+    return packed, indptr
 
 
 def tree_mask_flashinfer(trees: Sequence[DraftTree], prefix_lengths):

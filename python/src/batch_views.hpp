@@ -202,6 +202,25 @@ void batch_tree_mask_on(B& b, const std::int32_t* parents, std::int64_t batch, s
     specdec::tree_mask_bitpacked_rows(b, p, c, specdec::vector_view<std::uint32_t, space>(static_cast<std::uint32_t*>(out), total));
 }
 
+/// FlashInfer's packed masks of a padded batch (their backend forms) on backend `b`: the offsets
+/// (`out` null) or the bytes.
+template <class B>
+void flashinfer_mask_on(B& b, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                        const std::int64_t* prefix_lengths, std::int32_t* indptr, std::uint8_t* out, std::int64_t out_count) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto rows = static_cast<index_t>(batch);
+  const specdec::matrix_view<const std::int32_t, space> p(parents, rows, static_cast<index_t>(n));
+  const specdec::vector_view<const std::int32_t, space> c(node_counts, node_counts == nullptr ? 0 : rows);
+  const specdec::vector_view<const std::int64_t, space> pre(prefix_lengths, rows);
+  if (out == nullptr) {
+    specdec::tree_mask_flashinfer_offsets(b, p, c, pre, specdec::vector_view<std::int32_t, space>(indptr, rows + 1));
+    return;
+  }
+  specdec::tree_mask_flashinfer_packed(b, p, c, pre, specdec::vector_view<const std::int32_t, space>(indptr, rows + 1),
+                                       specdec::vector_view<std::uint8_t, space>(out, static_cast<index_t>(out_count)));
+}
+
 /// specdec::eagle2_batch_builder on a backend of its own (type B), the arrays of each call in B's memory.
 /// Each step's frontier is copied into the caller's arrays by `copy(dst, src, bytes)` (B's memory to B's
 /// memory), so that what the caller holds outlives the builder's next step.

@@ -114,6 +114,16 @@ void batch_tree_mask(place at, const std::int32_t* parents, std::int64_t batch, 
   batch_tree_mask_on(on(at), parents, batch, n, node_counts, prefix_length, layout, item, out);
 }
 
+void flashinfer_mask_offsets(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                             const std::int64_t* prefix_lengths, std::int32_t* indptr) {
+  flashinfer_mask_on(on(at), parents, batch, n, node_counts, prefix_lengths, indptr, nullptr, 0);
+}
+
+void flashinfer_mask_packed(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                            const std::int64_t* prefix_lengths, const std::int32_t* indptr, std::uint8_t* out, std::int64_t out_count) {
+  flashinfer_mask_on(on(at), parents, batch, n, node_counts, prefix_lengths, const_cast<std::int32_t*>(indptr), out, out_count);
+}
+
 class eagle2_device : public eagle2_session<backend> {
  public:
   using eagle2_session<backend>::eagle2_session;

@@ -162,6 +162,14 @@ void sglang_build_tree(place at, const build_tree_arrays& a);
 void batch_tree_mask(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
                      std::int64_t prefix_length, int layout, int item, void* out);
 
+/// FlashInfer's packed masks of a padded batch (tree_mask_flashinfer_offsets / _packed) on the device:
+/// `parents` `[batch x n]`, `node_counts` `[batch]` or null, `prefix_lengths` int64 `[batch]`, `indptr`
+/// `[batch + 1]`, `out` `out_count` bytes.
+void flashinfer_mask_offsets(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                             const std::int64_t* prefix_lengths, std::int32_t* indptr);
+void flashinfer_mask_packed(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
+                            const std::int64_t* prefix_lengths, const std::int32_t* indptr, std::uint8_t* out, std::int64_t out_count);
+
 /// The device-resident EAGLE-2 / EAGLE-3 / Jakiro tree build (specdec::eagle2_batch_builder): its
 /// configuration (d2t in host memory, copied at creation), where each step's frontier is copied (the
 /// builder's own buffers are overwritten by the next step) and where finish() writes the trees; every

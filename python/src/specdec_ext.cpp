@@ -631,6 +631,30 @@ void batch_tree_mask(const array& parents, const array& node_counts, index_t pre
   without_gil([&] { batch_tree_mask_on(host_backend(), p, batch, n, counts, prefix_length, layout, bytes, o); });
 }
 
+/// FlashInfer's packed masks of a padded batch: the offsets into `indptr` (`out` empty) or the bytes into
+/// `out`, on the host or, for CUDA arrays, on `stream`.
+void flashinfer_mask(const array& parents, const array& node_counts, const array& prefix_lengths, const array& indptr,
+                     const array& out, std::uintptr_t stream) {
+  const auto at = device_of(parents, "parents", stream);
+  const std::int32_t* p = argument<const std::int32_t>(parents, "parents", {-1, -1}, at);
+  const auto batch = static_cast<std::int64_t>(parents.shape(0)), n = static_cast<std::int64_t>(parents.shape(1));
+  const std::int32_t* counts = argument<const std::int32_t>(node_counts, "node_counts", {batch}, at, true);
+  const std::int64_t* prefixes = argument<const std::int64_t>(prefix_lengths, "prefix_lengths", {batch}, at);
+  std::int32_t* ip = argument<std::int32_t>(indptr, "indptr", {batch + 1}, at);
+  std::uint8_t* bytes = out.size() == 0 ? nullptr : argument<std::uint8_t>(out, "out", {-1}, at);
+  const auto count = static_cast<std::int64_t>(out.size());
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] {
+      if (bytes == nullptr) specdec_python::cuda::flashinfer_mask_offsets(*at, p, batch, n, counts, prefixes, ip);
+      else specdec_python::cuda::flashinfer_mask_packed(*at, p, batch, n, counts, prefixes, ip, bytes, count);
+    });
+#endif
+    return;
+  }
+  without_gil([&] { flashinfer_mask_on(host_backend(), p, batch, n, counts, prefixes, ip, bytes, count); });
+}
+
 // ---- the device-resident EAGLE-2 build (specdec::eagle2_batch_builder) -----------------------------------
 
 /// eagle2_batch_builder on the host (specdec::eigen) or on CUDA device `device` (a CUDA build); each call's
@@ -804,6 +828,8 @@ std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>
 }  // namespace
 
 NB_MODULE(_specdec, m) {
+  m.def("flashinfer_mask", &flashinfer_mask, nb::arg("parents"), nb::arg("node_counts"), nb::arg("prefix_lengths"), nb::arg("indptr"),
+        nb::arg("out"), nb::arg("stream"));
   m.def("batch_tree_mask", &batch_tree_mask, nb::arg("parents"), nb::arg("node_counts"), nb::arg("prefix_length"), nb::arg("layout"),
         nb::arg("out"), nb::arg("stream"));
   nb::class_<eagle2_batch>(m, "Eagle2Batch")

@@ -346,6 +346,13 @@ def test_batch_tree_mask_on_the_device_equals_the_hosts(layout, prefix):
                                   prefix_length=prefix)
     assert got.is_cuda and got.dtype == want.dtype
     assert torch.equal(got.cpu(), want)
+    if layout == "dense":
+        prefixes = torch.arange(16) % 7 + prefix
+        packed, indptr = specdec.batch_tree_mask_flashinfer(torch.from_numpy(parents).cuda(), torch.from_numpy(counts).cuda(),
+                                                            prefixes.cuda())
+        want_packed, want_indptr = specdec.tree_mask_flashinfer(trees, prefixes.numpy())
+        assert packed.is_cuda and indptr.is_cuda
+        assert np.array_equal(indptr.cpu().numpy(), want_indptr) and np.array_equal(packed.cpu().numpy(), want_packed)
 
 
 # ---- the drafter blocks on CUDA tensors: each device block against the same block on the host ----------

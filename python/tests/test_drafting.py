@@ -265,6 +265,22 @@ def test_batch_tree_mask_equals_each_trees_masks(random_tree):
         specdec.batch_tree_mask(parents, layout="sparse")
 
 
+def test_batch_tree_mask_flashinfer_equals_the_per_tree_packing(random_tree):
+    rng = np.random.default_rng(23)
+    n = 11
+    trees = [random_tree(rng, int(rng.integers(1, n + 1))) for _ in range(5)]
+    _, parents, counts = specdec.tree_batch(trees, nodes=n)
+    prefixes = rng.integers(0, 20, size=5)
+    packed, indptr = specdec.batch_tree_mask_flashinfer(parents, counts, prefixes)
+    want_packed, want_indptr = specdec.tree_mask_flashinfer(trees, prefixes)
+    np.testing.assert_array_equal(indptr, want_indptr)
+    np.testing.assert_array_equal(packed, want_packed)
+    same, _ = specdec.batch_tree_mask_flashinfer(parents, counts, 7)
+    np.testing.assert_array_equal(same, specdec.tree_mask_flashinfer(trees, [7] * 5)[0])
+    with pytest.raises(ValueError, match=r"prefix_lengths\[2\] = -1; expected a length"):
+        specdec.batch_tree_mask_flashinfer(parents, counts, [0, 0, -1, 0, 0])
+
+
 # ---- EAGLE-2 / EAGLE-3 / Jakiro: the peers' recorded trees ---------------------------------------------------
 
 

@@ -5,7 +5,8 @@
 /// team per request (on CUDA one block per request, one launch). The layouts are tree_mask.hpp's, one
 /// request's rows after another's: dense 0 / 1 and additive 0 / -inf `[batch N x (prefix_length + N)]`
 /// (EAGLE's and Medusa's `tree_mask`, SGLang's QLEN_ONLY with prefix_length 0), TensorRT-LLM's packed
-/// int32 words `[batch N x ceil(N / 32)]`, and SGLang's one-item-per-row bit-packing `[batch N]`. The
+/// int32 words `[batch N x ceil(N / 32)]`, SGLang's one-item-per-row bit-packing `[batch N]`, and
+/// FlashInfer's ragged packed masks with a prefix length per request (`indptr` offsets). The
 /// tree that EAGLE-2's device builder (eagle2_batch.hpp) writes goes straight in.
 ///
 /// Padding: a request with c < N nodes has rows c .. N - 1 that are no node of its tree; each attends
@@ -114,7 +115,169 @@ void batch_tree_mask(B& b, const char* where, matrix_view<const std::int32_t, ty
   b.run_teams(batch, job);
 }
 
+enum flashinfer_mask_arg : int { fmask_arg_parents, fmask_arg_node_counts, fmask_arg_prefix_lengths, fmask_arg_indptr };
+
+/// Request r's packed mask is n_r x (prefix_r + n_r) bits, n_r its node count.
+SPECDEC_HOST_DEVICE inline index_t flashinfer_mask_bytes(index_t nodes, index_t prefix) { return (nodes * (prefix + nodes) + 7) / 8; }
+
+/// The byte offsets of FlashInfer's packed masks, one team (rank 0 scans; a batch has a few hundred
+/// requests). Prefix lengths are bounded by int32 and the running total checked against it, so
+/// nothing overflows.
+template <class Space>
+struct flashinfer_offsets_job {
+  matrix_view<const std::int32_t, Space> parents;         // [batch x N]: N bounds the node counts
+  vector_view<const std::int32_t, Space> node_counts;     // [batch] or empty
+  vector_view<const std::int64_t, Space> prefix_lengths;  // [batch]
+  vector_view<std::int32_t, Space> indptr;                // [batch + 1]
+  const char* where = "";
+  const char* names[team_job_names] = {};
+
+  std::size_t scratch_bytes() const { return 0; }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t, std::byte*) const {
+    const index_t batch = parents.rows(), n = parents.cols();
+    index_t at = 0;
+    for (index_t r = 0; r < batch; ++r) {
+      const index_t count = node_counts.empty() ? n : node_counts(r), prefix = prefix_lengths(r);
+      if (count < 1 || count > n) return make_team_fault(team_error::node_count, fmask_arg_node_counts, r, 0, double(count), n);
+      if (prefix < 0 || prefix > INT32_MAX)
+        return make_team_fault(team_error::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
+      if (team.rank() == 0) indptr(r) = static_cast<std::int32_t>(at);
+      at += flashinfer_mask_bytes(count, prefix);
+      if (at > INT32_MAX) return make_team_fault(team_error::packed_size, fmask_arg_indptr, r, at, 0.0, INT32_MAX);
+    }
+    if (team.rank() == 0) indptr(batch) = static_cast<std::int32_t>(at);
+    return {};
+  }
+};
+
+/// FlashInfer's packed masks, one team per request: the threads split the request's bytes (a byte can
+/// straddle two rows), each bit the cell (i, j) of the request's n_r x (prefix_r + n_r) mask, row-major,
+/// bit b of byte m = cell 8 m + b. Each team checks its tree and its link of the offsets' chain.
+template <class Space>
+struct flashinfer_mask_job {
+  matrix_view<const std::int32_t, Space> parents;
+  vector_view<const std::int32_t, Space> node_counts;
+  vector_view<const std::int64_t, Space> prefix_lengths;
+  vector_view<const std::int32_t, Space> indptr;  // [batch + 1]
+  vector_view<std::uint8_t, Space> out;
+  const char* where = "";
+  const char* names[team_job_names] = {};
+
+  std::size_t scratch_bytes() const { return 0; }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte*) const {
+    const index_t batch = parents.rows(), n = parents.cols();
+    const index_t count = node_counts.empty() ? n : node_counts(r), prefix = prefix_lengths(r);
+    if (count < 1 || count > n) return make_team_fault(team_error::node_count, fmask_arg_node_counts, r, 0, double(count), n);
+    if (prefix < 0 || prefix > INT32_MAX)
+      return make_team_fault(team_error::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
+    if (parents(r, 0) != -1) return make_team_fault(team_error::root_parent, fmask_arg_parents, r, 0, parents(r, 0));
+    for (index_t i = 1; i < count; ++i)
+      if (parents(r, i) < 0 || parents(r, i) >= i) return make_team_fault(team_error::bad_parent, fmask_arg_parents, r, i, parents(r, i));
+    const index_t at = indptr(r), next = indptr(r + 1), bytes = flashinfer_mask_bytes(count, prefix), size = out.rows();
+    if (r == 0 && at != 0) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, 0, at, 0.0, 0);
+    if (next != at + bytes) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, at + bytes);
+    if (r == batch - 1 && next != size) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
+    if (at < 0 || next > size) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
+    const index_t cols = prefix + count, cells = count * cols;
+    for (index_t m = team.rank(); m < bytes; m += team.size()) {
+      unsigned byte = 0;
+      for (index_t b = 0; b < 8 && 8 * m + b < cells; ++b) {
+        const index_t i = (8 * m + b) / cols, j = (8 * m + b) % cols;
+        bool set = j < prefix;
+        for (index_t a = i; !set && a >= 0; a = parents(r, a)) set = a == j - prefix;
+        if (set) byte |= 1u << b;
+      }
+      out(at + m) = static_cast<std::uint8_t>(byte);
+    }
+    return {};
+  }
+};
+
+template <class Job>
+void name_flashinfer_arguments(Job& job, const char* where) {
+  job.where = where;
+  for (const char*& name : job.names) name = "";
+  job.names[fmask_arg_parents] = "parents";
+  job.names[fmask_arg_node_counts] = "node_counts";
+  job.names[fmask_arg_prefix_lengths] = "prefix_lengths";
+  job.names[fmask_arg_indptr] = "indptr";
+}
+
+template <class Space>
+void check_flashinfer_inputs(const char* where, const matrix_view<const std::int32_t, Space>& parents,
+                             const vector_view<const std::int32_t, Space>& node_counts,
+                             const vector_view<const std::int64_t, Space>& prefix_lengths) {
+  const index_t batch = parents.rows();
+  check_view(where, "parents", parents, 0);
+  check_view(where, "node_counts", node_counts, 0);
+  check_view(where, "prefix_lengths", prefix_lengths, 0);
+  SPECDEC_EXPECTS(batch == 0 || parents.cols() >= 1, where, "parents is ", batch, " x ", parents.cols(),
+                  "; expected at least the root per request");
+  SPECDEC_EXPECTS(node_counts.empty() || node_counts.rows() == batch, where, "node_counts has ", node_counts.rows(),
+                  " entries; expected one per request (", batch, ") or none");
+  SPECDEC_EXPECTS(prefix_lengths.rows() == batch, where, "prefix_lengths has ", prefix_lengths.rows(), " entries; expected one per request (",
+                  batch, ")");
+}
+
 }  // namespace detail
+
+/// The byte offsets of tree_mask_flashinfer_packed for a padded batch on a backend (FlashInfer's
+/// `mask_indptr`): `indptr` `[batch + 1]` int32 in its memory, request r's n_r (prefix_r + n_r) bits
+/// rounded up to bytes (n_r its node count); one team, one launch. The packed size is `indptr[batch]`,
+/// which a caller reads back once to allocate the output (FlashInfer's wrapper does the same).
+/// \param parents `[batch x N]` (its width bounds the node counts), \param node_counts `[batch]` or empty
+///   (N each), \param prefix_lengths int64 `[batch]`, each in [0, 2^31 - 1].
+/// 	hrows invalid_argument on shapes or an `indptr` overlapping an input; from the team: a node count
+///   or prefix length out of range, or masks beyond the 2^31 - 1 bytes an int32 offset addresses.
+template <team_backend B>
+void tree_mask_flashinfer_offsets(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                                  vector_view<const std::int32_t, typename B::memory_space> node_counts,
+                                  vector_view<const std::int64_t, typename B::memory_space> prefix_lengths,
+                                  vector_view<std::int32_t, typename B::memory_space> indptr) {
+  constexpr const char* where = "specdec::tree_mask_flashinfer_offsets";
+  detail::check_flashinfer_inputs(where, parents, node_counts, prefix_lengths);
+  detail::check_view(where, "indptr", indptr, detail::indexed_output);
+  SPECDEC_EXPECTS(indptr.rows() == parents.rows() + 1, where, "indptr has ", indptr.rows(), " entries; expected batch + 1 = ",
+                  parents.rows() + 1);
+  for (const detail::view_extent& input : {detail::extent_of(where, "parents", parents), detail::extent_of(where, "node_counts", node_counts),
+                                           detail::extent_of(where, "prefix_lengths", prefix_lengths)})
+    detail::check_disjoint(where, detail::extent_of(where, "indptr", indptr), input);
+  detail::flashinfer_offsets_job<typename B::memory_space> job{parents, node_counts, prefix_lengths, indptr};
+  detail::name_flashinfer_arguments(job, where);
+  b.run_teams(1, job);
+}
+
+/// tree_mask_flashinfer_packed for a padded batch on a backend: request r's n_r x (prefix_r + n_r) mask
+/// (every node attends the prefix, itself and its ancestors), flattened row-major and packed
+/// little-endian from byte `indptr[r]` of `out`; one team per request, one launch. The bytes equal the
+/// host form's over the same trees. \param indptr from tree_mask_flashinfer_offsets (each team checks
+///   its link of the chain); \param out `indptr[batch]` bytes.
+/// 	hrows invalid_argument on shapes or an `out` overlapping an input; from the team: a node count,
+///   prefix length or parent out of range, or offsets that are not tree_mask_flashinfer_offsets'.
+template <team_backend B>
+void tree_mask_flashinfer_packed(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
+                                 vector_view<const std::int32_t, typename B::memory_space> node_counts,
+                                 vector_view<const std::int64_t, typename B::memory_space> prefix_lengths,
+                                 vector_view<const std::int32_t, typename B::memory_space> indptr,
+                                 vector_view<std::uint8_t, typename B::memory_space> out) {
+  constexpr const char* where = "specdec::tree_mask_flashinfer_packed";
+  detail::check_flashinfer_inputs(where, parents, node_counts, prefix_lengths);
+  detail::check_view(where, "indptr", indptr, 0);
+  detail::check_view(where, "out", out, detail::indexed_output);
+  SPECDEC_EXPECTS(indptr.rows() == parents.rows() + 1, where, "indptr has ", indptr.rows(), " entries; expected batch + 1 = ",
+                  parents.rows() + 1);
+  for (const detail::view_extent& input :
+       {detail::extent_of(where, "parents", parents), detail::extent_of(where, "node_counts", node_counts),
+        detail::extent_of(where, "prefix_lengths", prefix_lengths), detail::extent_of(where, "indptr", indptr)})
+    detail::check_disjoint(where, detail::extent_of(where, "out", out), input);
+  detail::flashinfer_mask_job<typename B::memory_space> job{parents, node_counts, prefix_lengths, indptr, out};
+  detail::name_flashinfer_arguments(job, where);
+  b.run_teams(parents.rows(), job);
+}
 
 /// tree_mask_dense for every tree of a padded batch, on a backend: `out` `[batch N x (prefix_length +
 /// N)]` in its memory, request b's rows b N .. b N + N - 1 (1: attend; M any type constructible from 0

@@ -257,6 +257,9 @@ template <class T = float>
     case team_error::packed_offset:
       throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected ", f.limit,
                              " (offsets[0] = 0, each the previous plus the previous segment's bytes, the last the output's size)");
+    case team_error::packed_size:
+      throw_invalid_argument(where, "the packed masks of requests 0..", f.row, " need ", f.column, " bytes; expected at most ", f.limit,
+                             " (", name, " is int32)");
     case team_error::distribution_sum:
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);

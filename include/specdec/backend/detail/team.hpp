@@ -88,6 +88,7 @@ enum class team_error : std::int32_t {
   mask_entries = 110,         ///< row = request, column = entries requests 0..row need, limit = entries given, value = 1: the total
   segment_range = 111,        ///< row = segment, column = its start, value = its end, limit = elements
   packed_offset = 112,        ///< row = offset index, column = the offset, limit = the offset expected
+  packed_size = 113,          ///< row = request, column = bytes requests 0..row need, limit = the most an int32 offset addresses
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.
