@@ -114,24 +114,36 @@ class session_base {
   int device_;
 };
 
+/// A session with one KV cache (kv_heads head_dim wide): the cache methods of such a block.
+template <class B, class Api>
+class one_cache_session : public Api, protected session_base<B> {
+ public:
+  std::int64_t cache_size() const override { return cache_->size(); }
+  void crop(std::int64_t n) override { cache_->crop(n); }
+  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    cache_->keep(prefix, session_base<B>::offsets_of(offsets, count));
+  }
+
+ protected:
+  explicit one_cache_session(int device) : session_base<B>(device) {}
+  void make_cache(const layer_shape& s) { cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim); }
+  std::optional<specdec::blocks::kv_cache<B>> cache_;
+};
+
 template <class B>
-class decoder_layer_session final : public decoder_layer, session_base<B> {
-  using base = session_base<B>;
-  using typename base::space;
+class decoder_layer_session final : public one_cache_session<B, decoder_layer> {
+  using base = one_cache_session<B, decoder_layer>;
+  using typename session_base<B>::space;
+  using base::cache_;
 
  public:
   decoder_layer_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool input_norm)
       : base(device), weights_(weight_views<space>(weights).layer(prefix, "", input_norm)) {
     config_ = base::layer_config_of(weights_, s, input_norm);
     weights_.validate(config_, prefix);
-    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+    this->make_cache(s);
   }
-  std::int64_t cache_size() const override { return cache_->size(); }
   std::int64_t cache_width() const override { return cache_->width(); }
-  void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
-    cache_->keep(prefix, base::offsets_of(offsets, count));
-  }
   void forward(std::uintptr_t stream, float* x, std::int64_t rows, std::int64_t cols, const std::int64_t* positions,
                std::int64_t count, const mask_arg& mask) override {
     specdec::blocks::decoder_layer_forward(this->bind(stream), config_, weights_, specdec::matrix_view<float, space>(x, rows, cols),
@@ -146,13 +158,13 @@ class decoder_layer_session final : public decoder_layer, session_base<B> {
  private:
   specdec::blocks::layer_config config_;
   specdec::blocks::layer_weights<space> weights_;
-  std::optional<specdec::blocks::kv_cache<B>> cache_;
 };
 
 template <class B>
-class eagle3_session final : public eagle3_block, session_base<B> {
-  using base = session_base<B>;
-  using typename base::space;
+class eagle3_session final : public one_cache_session<B, eagle3_block> {
+  using base = one_cache_session<B, eagle3_block>;
+  using typename session_base<B>::space;
+  using base::cache_;
 
  public:
   eagle3_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
@@ -169,15 +181,10 @@ class eagle3_session final : public eagle3_block, session_base<B> {
     SPECDEC_EXPECTS(weights_.fc.in() % 3 == 0, "specdec::blocks", "fc.weight has ", weights_.fc.in(),
                     " columns; expected 3 E_t (three tapped target states)");
     weights_.validate(config_);
-    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+    this->make_cache(s);
   }
   std::int64_t hidden() const override { return config_.layer.attention.hidden; }
   std::int64_t draft_vocab() const override { return config_.draft_vocab; }
-  std::int64_t cache_size() const override { return cache_->size(); }
-  void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
-    cache_->keep(prefix, base::offsets_of(offsets, count));
-  }
   void fuse(std::uintptr_t stream, const tensor& taps, float* out) override {
     specdec::blocks::eagle3::fuse(this->bind(stream), weights_, matrix_in<space>(taps),
                                   specdec::matrix_view<float, space>(out, taps.rows, hidden()));
@@ -196,13 +203,13 @@ class eagle3_session final : public eagle3_block, session_base<B> {
  private:
   specdec::blocks::eagle3::config config_;
   specdec::blocks::eagle3::weights<space> weights_;
-  std::optional<specdec::blocks::kv_cache<B>> cache_;
 };
 
 template <class B>
-class mtp_session final : public mtp_module, session_base<B> {
-  using base = session_base<B>;
-  using typename base::space;
+class mtp_session final : public one_cache_session<B, mtp_module> {
+  using base = one_cache_session<B, mtp_module>;
+  using typename session_base<B>::space;
+  using base::cache_;
 
  public:
   mtp_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool zero_embedding_at_position_0)
@@ -221,15 +228,10 @@ class mtp_session final : public mtp_module, session_base<B> {
     config_.vocab = weights_.embed.rows();
     config_.zero_embedding_at_position_0 = zero_embedding_at_position_0;
     weights_.validate(config_);
-    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+    this->make_cache(s);
   }
   std::int64_t hidden() const override { return config_.layer.attention.hidden; }
   std::int64_t vocab() const override { return config_.vocab; }
-  std::int64_t cache_size() const override { return cache_->size(); }
-  void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
-    cache_->keep(prefix, base::offsets_of(offsets, count));
-  }
   void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& hidden_rows,
                const std::int64_t* positions, const mask_arg& mask, float* out, float* projected) override {
     B& b = this->bind(stream);
@@ -249,13 +251,13 @@ class mtp_session final : public mtp_module, session_base<B> {
  private:
   specdec::blocks::mtp::config config_;
   specdec::blocks::mtp::weights<space> weights_;
-  std::optional<specdec::blocks::kv_cache<B>> cache_;
 };
 
 template <class B>
-class jakiro_session final : public jakiro_layer, session_base<B> {
-  using base = session_base<B>;
-  using typename base::space;
+class jakiro_session final : public one_cache_session<B, jakiro_layer> {
+  using base = one_cache_session<B, jakiro_layer>;
+  using typename session_base<B>::space;
+  using base::cache_;
 
  public:
   jakiro_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
@@ -276,14 +278,9 @@ class jakiro_session final : public jakiro_layer, session_base<B> {
     }
     moe_config_ = {e, 2, moe_.experts[0].gate.out()};
     moe_.validate(moe_config_, l + "mlp_moe.");
-    cache_.emplace(*this->backend_, s.capacity, s.kv_heads * s.head_dim);
+    this->make_cache(s);
   }
   std::int64_t hidden() const override { return config_.attention.hidden; }
-  std::int64_t cache_size() const override { return cache_->size(); }
-  void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
-    cache_->keep(prefix, base::offsets_of(offsets, count));
-  }
   void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& feature,
                const std::int64_t* positions, const mask_arg& mask, float* left, float* right) override {
     const specdec::index_t rows = feature.rows, e = hidden();
@@ -299,7 +296,6 @@ class jakiro_session final : public jakiro_layer, session_base<B> {
   specdec::blocks::eagle::weights<space> eagle_;
   specdec::blocks::moe::config moe_config_;
   specdec::blocks::moe::weights<space> moe_;
-  std::optional<specdec::blocks::kv_cache<B>> cache_;
 };
 
 template <class B>

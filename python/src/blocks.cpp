@@ -138,6 +138,19 @@ block::layer_shape shape_of(index_t heads, index_t kv_heads, index_t head_dim, f
   return {heads, kv_heads, head_dim, rms_eps, rope_theta, capacity};
 }
 
+/// The constructor of a block made of its weights and one layer shape (EAGLE-3's block, Jakiro's layer).
+template <template <class> class Session, class Api, class MakeCuda>
+void bind_shape_init(nb::class_<bound<Api>>& c, MakeCuda make_cuda) {
+  c.def("__init__",
+        [make_cuda](bound<Api>* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps,
+                    double rope_theta, index_t capacity) {
+          new (self) bound<Api>{weight_set(weights), {}};
+          self->impl = make<Session, Api>(self->weights, make_cuda, shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity));
+        },
+        nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
+        nb::arg("capacity"));
+}
+
 /// The cache methods of a block's class: cache_size, crop and (where the block takes tree drafts) keep.
 template <bool Keep, class Api>
 void bind_cache(nb::class_<bound<Api>>& c) {
@@ -252,17 +265,8 @@ void bind_blocks(nb::module_& m) {
 
   using jakiro = bound<block::jakiro_layer>;
   nb::class_<jakiro> jakiro_class(m, "JakiroLayer");
-  jakiro_class
-      .def("__init__",
-           [](jakiro* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
-              index_t capacity) {
-             new (self) jakiro{weight_set(weights), {}};
-             self->impl = make<block::jakiro_session, block::jakiro_layer>(
-                 self->weights, SPECDEC_CUDA_FACTORY(make_jakiro_layer), shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity));
-           },
-           nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
-           nb::arg("capacity"))
-      .def_prop_ro("hidden", [](const jakiro& b) { return b.impl->hidden(); })
+  bind_shape_init<block::jakiro_session>(jakiro_class, SPECDEC_CUDA_FACTORY(make_jakiro_layer));
+  jakiro_class.def_prop_ro("hidden", [](const jakiro& b) { return b.impl->hidden(); })
       .def("forward",
            [](jakiro& b, const array& tokens, const array& feature, const array& positions, const nb::object& mask, const array& left,
               const array& right, std::uintptr_t stream) {
@@ -358,17 +362,8 @@ void bind_blocks(nb::module_& m) {
 
   using eagle3 = bound<block::eagle3_block>;
   nb::class_<eagle3> eagle3_class(m, "Eagle3Block");
-  eagle3_class
-      .def("__init__",
-           [](eagle3* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta,
-              index_t capacity) {
-             new (self) eagle3{weight_set(weights), {}};
-             self->impl = make<block::eagle3_session, block::eagle3_block>(
-                 self->weights, SPECDEC_CUDA_FACTORY(make_eagle3_block), shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity));
-           },
-           nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
-           nb::arg("capacity"))
-      .def_prop_ro("hidden", [](const eagle3& b) { return b.impl->hidden(); })
+  bind_shape_init<block::eagle3_session>(eagle3_class, SPECDEC_CUDA_FACTORY(make_eagle3_block));
+  eagle3_class.def_prop_ro("hidden", [](const eagle3& b) { return b.impl->hidden(); })
       .def_prop_ro("draft_vocab", [](const eagle3& b) { return b.impl->draft_vocab(); })
       .def("fuse",
            [](eagle3& b, const array& taps, const array& out, std::uintptr_t stream) {

@@ -36,6 +36,22 @@ enum class batch_mask_layout { dense, additive, packed_int32, bitpacked_rows };
 
 enum batch_mask_arg : int { mask_arg_parents, mask_arg_node_counts };
 
+/// Request b's node count (node_counts(b), or N when empty) and the check of its tree: a count in [1, N],
+/// -1 at node 0, every other parent an earlier node (so each walk to the root ends). Every thread of a
+/// team checks (the same reads give the same verdict).
+template <class Space>
+SPECDEC_HOST_DEVICE team_fault check_padded_tree(const matrix_view<const std::int32_t, Space>& parents,
+                                                 const vector_view<const std::int32_t, Space>& node_counts, index_t b,
+                                                 int parents_arg, int counts_arg, index_t& count) {
+  const index_t n = parents.cols();
+  count = node_counts.empty() ? n : node_counts(b);
+  if (count < 1 || count > n) return make_team_fault(team_error::node_count, counts_arg, b, 0, double(count), n);
+  if (parents(b, 0) != -1) return make_team_fault(team_error::root_parent, parents_arg, b, 0, parents(b, 0));
+  for (index_t i = 1; i < count; ++i)
+    if (parents(b, i) < 0 || parents(b, i) >= i) return make_team_fault(team_error::bad_parent, parents_arg, b, i, parents(b, i));
+  return {};
+}
+
 /// One request's mask rows per team: every thread checks the request's parents (the same reads give the
 /// same verdict; parents before children, so each walk to the root ends), then the threads split the
 /// rows, each writing its rows whole.
@@ -53,11 +69,9 @@ struct batch_tree_mask_job {
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte*) const {
     const index_t n = parents.cols();
-    const index_t count = node_counts.empty() ? n : node_counts(b);
-    if (count < 1 || count > n) return make_team_fault(team_error::node_count, mask_arg_node_counts, b, 0, double(count), n);
-    if (parents(b, 0) != -1) return make_team_fault(team_error::root_parent, mask_arg_parents, b, 0, parents(b, 0));
-    for (index_t i = 1; i < count; ++i)
-      if (parents(b, i) < 0 || parents(b, i) >= i) return make_team_fault(team_error::bad_parent, mask_arg_parents, b, i, parents(b, i));
+    index_t count = 0;
+    if (const team_fault f = check_padded_tree(parents, node_counts, b, mask_arg_parents, mask_arg_node_counts, count); f.code != 0)
+      return f;
     for (index_t i = team.rank(); i < n; i += team.size()) {
       const index_t row = b * n + i;
       if constexpr (Layout == batch_mask_layout::dense || Layout == batch_mask_layout::additive) {
@@ -169,14 +183,12 @@ struct flashinfer_mask_job {
 
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte*) const {
-    const index_t batch = parents.rows(), n = parents.cols();
-    const index_t count = node_counts.empty() ? n : node_counts(r), prefix = prefix_lengths(r);
-    if (count < 1 || count > n) return make_team_fault(team_error::node_count, fmask_arg_node_counts, r, 0, double(count), n);
+    const index_t batch = parents.rows(), prefix = prefix_lengths(r);
+    index_t count = 0;
+    if (const team_fault f = check_padded_tree(parents, node_counts, r, fmask_arg_parents, fmask_arg_node_counts, count); f.code != 0)
+      return f;
     if (prefix < 0 || prefix > INT32_MAX)
       return make_team_fault(team_error::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
-    if (parents(r, 0) != -1) return make_team_fault(team_error::root_parent, fmask_arg_parents, r, 0, parents(r, 0));
-    for (index_t i = 1; i < count; ++i)
-      if (parents(r, i) < 0 || parents(r, i) >= i) return make_team_fault(team_error::bad_parent, fmask_arg_parents, r, i, parents(r, i));
     const index_t at = indptr(r), next = indptr(r + 1), bytes = flashinfer_mask_bytes(count, prefix), size = out.rows();
     if (r == 0 && at != 0) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, 0, at, 0.0, 0);
     if (next != at + bytes) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, at + bytes);
