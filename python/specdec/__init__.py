@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """specdec from Python: speculative-decoding primitives over specdec's C++ headers.
 
-Functions take numpy arrays or torch tensors without copying them (DLPack / the buffer protocol; CUDA
-tensors for the row primitives and sampling in a CUDA build, see ``cuda``)
-and return arrays of the same kind. specdec's row primitives (``argmax``, ``topk``, ``softmax``,
+Functions take numpy arrays or torch tensors without copying them (DLPack / the buffer protocol; in a
+CUDA build, see ``cuda``, the engine-facing kernels also take CUDA tensors and run on their device) and
+return arrays of the same kind. specdec's row primitives (``argmax``, ``topk``, ``softmax``,
 ``log_softmax``, ``logsumexp``) come with it. Where a peer's function of the same name exists, the name, the
 argument order and the outputs are the peer's, so an engine swaps specdec in without reshaping:
 
@@ -18,8 +18,9 @@ argument order and the outputs are the peer's, so an engine swaps specdec in wit
 - Arctic Inference (vLLM's ``suffix`` method): ``SuffixDecodingCache``, ``SuffixTree``.
 
 specdec's own drafting side (``specdec/drafting.py``): ``DraftTree`` and its masks in every layout,
-``propose_ngram``, ``Eagle2TreeBuilder``, ``DraftLengthPolicy``, ``verify_greedy`` /
-``verify_speculative`` on specdec's trees, and the drafter blocks (``DecoderLayer``, ``eagle_fuse``,
+``batch_tree_mask`` / ``batch_tree_mask_flashinfer`` for padded batches, ``propose_ngram``,
+``Eagle2TreeBuilder`` and its device-resident form ``Eagle2BatchBuilder``, ``DraftLengthPolicy``,
+``verify_greedy`` / ``verify_speculative`` on specdec's trees, and the drafter blocks (``DecoderLayer``, ``eagle_fuse``,
 ``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``).
 
 Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
@@ -596,8 +597,8 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     (FULL_MASK) bools of ``sum_b N (seq_len_b + N)``, mode 1 (QLEN_ONLY) ``batch * N * N`` bools, mode 2
     (QLEN_ONLY_BITPACKING) ``batch * N`` items of 1, 2 or 4 bytes (N <= 8, 16, 32). ``depth`` is SGLang's
     ``spec_steps``. Every entry of the outputs is written, the whole mask included (SGLang's kernel
-    relies on its caller filling the mask with True first; the result is the same). Host arrays, or CUDA tensors (one kernel on the current stream, one block
-    per request).
+    relies on its caller filling the mask with True first; the result is the same). Host arrays, or CUDA
+    tensors (one kernel on the current stream, one block per request).
     """
     _specdec.build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
                                          retrive_next_token, retrive_next_sibling, int(topk), int(depth),
