@@ -792,7 +792,7 @@ class _TreeCached(_Cached):
     def keep(self, prefix: int, offsets) -> None:
         """Keeps the cache's first ``prefix`` rows, then rows ``prefix + offsets[i]`` in order (a tree's
         accepted path, ascending), dropping the rest."""
-        self._native.keep(prefix, _tokens(offsets, "offsets"))
+        self._native.keep(prefix, _tokens(offsets, "offsets"), self._stream())
 
 
 class DecoderLayer(_TreeCached):

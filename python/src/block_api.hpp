@@ -45,13 +45,14 @@ struct layer_shape {
 };
 
 /// What every block with KV caches offers (crop: keep the first n rows of each cache; keep: the first
-/// `prefix` rows then rows prefix + offsets[i], host offsets; where the block takes tree drafts).
+/// `prefix` rows then rows prefix + offsets[i], host offsets, the rows moved on `stream`; where the block
+/// takes tree drafts).
 class cached {
  public:
   virtual ~cached() = default;
   virtual std::int64_t cache_size() const = 0;
   virtual void crop(std::int64_t n) = 0;
-  virtual void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) = 0;
+  virtual void keep(std::uintptr_t stream, std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) = 0;
 };
 
 /// blocks::decoder_layer_forward with its weights and KV cache.

@@ -120,7 +120,8 @@ class one_cache_session : public Api, protected session_base<B> {
  public:
   std::int64_t cache_size() const override { return cache_->size(); }
   void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+  void keep(std::uintptr_t stream, std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
+    (void)this->bind(stream);
     cache_->keep(prefix, session_base<B>::offsets_of(offsets, count));
   }
 
@@ -335,7 +336,7 @@ class amphista_session final : public amphista_heads, session_base<B> {
     stage1_cache_->crop(n);
     stage2_cache_->crop(n);
   }
-  void keep(std::int64_t, const std::int32_t*, std::int64_t) override {
+  void keep(std::uintptr_t, std::int64_t, const std::int32_t*, std::int64_t) override {
     throw std::invalid_argument("AmphistaHeads: keep is not offered (its heads draft chains)");
   }
   void forward(std::uintptr_t stream, const tensor& feature, const tensor& embedding, const std::int64_t* positions, float* s1, float* s2,
@@ -386,7 +387,7 @@ class moa_session final : public moa_drafter, session_base<B> {
   std::int64_t verified() const override { return drafter_->verified(); }
   std::int64_t cache_size() const override { return drafter_->self_attention_cache().size(); }
   void crop(std::int64_t n) override { drafter_->crop(n); }
-  void keep(std::int64_t, const std::int32_t*, std::int64_t) override {
+  void keep(std::uintptr_t, std::int64_t, const std::int32_t*, std::int64_t) override {
     throw std::invalid_argument("MoaDrafter: keep is not offered (crop after each verification)");
   }
   void add_verified(std::uintptr_t stream, const std::vector<tensor>& keys, const std::vector<tensor>& values, std::int64_t first,

@@ -158,11 +158,11 @@ void bind_cache(nb::class_<bound<Api>>& c) {
   c.def("crop", [](bound<Api>& t, index_t n) { without_gil([&] { t.impl->crop(n); }); }, nb::arg("n"));
   if constexpr (Keep)
     c.def("keep",
-          [](bound<Api>& t, index_t prefix, const array& offsets) {
+          [](bound<Api>& t, index_t prefix, const array& offsets, std::uintptr_t stream) {
             const auto o = span_of<const std::int32_t>(offsets, "offsets");  // host offsets: the cache's bookkeeping
-            without_gil([&] { t.impl->keep(prefix, o.data(), static_cast<std::int64_t>(o.size())); });
+            without_gil([&] { t.impl->keep(stream, prefix, o.data(), static_cast<std::int64_t>(o.size())); });
           },
-          nb::arg("prefix"), nb::arg("offsets"));
+          nb::arg("prefix"), nb::arg("offsets"), nb::arg("stream"));
 }
 
 /// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse), where the arrays are.
