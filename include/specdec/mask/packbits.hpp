@@ -31,10 +31,7 @@ enum packbits_arg : int { arg_indptr, arg_offsets };
 
 template <class Job>
 void name_packbits_arguments(Job& job, const char* where) {
-  job.where = where;
-  for (const char*& name : job.names) name = "";
-  job.names[arg_indptr] = "indptr";
-  job.names[arg_offsets] = "offsets";
+  name_job(job, where, {{arg_indptr, "indptr"}, {arg_offsets, "offsets"}});
 }
 
 /// The segments' byte offsets, one team (rank 0 scans; a batch has a few hundred segments). A segment

@@ -329,8 +329,7 @@ void apply_token_bitmask(B& b, matrix_view<float, typename B::memory_space> logi
   const index_t teams = indices.empty() ? logits.rows() : indices.rows();
   if (teams == 0 || vocab_size == 0) return;
   detail::apply_bitmask_job<typename B::memory_space> job{logits, bitmask, indices, vocab_size, where, {}};
-  for (const char*& name : job.names) name = "";
-  job.names[0] = "indices";
+  detail::name_job(job, where, {{0, "indices"}});
   b.run_teams(teams, job);
 }
 

@@ -122,10 +122,8 @@ void batch_tree_mask(B& b, const char* where, matrix_view<const std::int32_t, ty
                   " x ", cols);
   for (const view_extent& input : {extent_of(where, "parents", parents), extent_of(where, "node_counts", node_counts)})
     check_disjoint(where, extent_of(where, "out", out), input);
-  batch_tree_mask_job<typename B::memory_space, T, Layout> job{parents, node_counts, out, prefix_length, where, {}};
-  for (const char*& name : job.names) name = "";
-  job.names[mask_arg_parents] = "parents";
-  job.names[mask_arg_node_counts] = "node_counts";
+  batch_tree_mask_job<typename B::memory_space, T, Layout> job{parents, node_counts, out, prefix_length};
+  name_job(job, where, {{mask_arg_parents, "parents"}, {mask_arg_node_counts, "node_counts"}});
   b.run_teams(batch, job);
 }
 
@@ -211,12 +209,9 @@ struct flashinfer_mask_job {
 
 template <class Job>
 void name_flashinfer_arguments(Job& job, const char* where) {
-  job.where = where;
-  for (const char*& name : job.names) name = "";
-  job.names[fmask_arg_parents] = "parents";
-  job.names[fmask_arg_node_counts] = "node_counts";
-  job.names[fmask_arg_prefix_lengths] = "prefix_lengths";
-  job.names[fmask_arg_indptr] = "indptr";
+  name_job(job, where,
+           {{fmask_arg_parents, "parents"}, {fmask_arg_node_counts, "node_counts"}, {fmask_arg_prefix_lengths, "prefix_lengths"},
+            {fmask_arg_indptr, "indptr"}});
 }
 
 template <class Space>

@@ -115,22 +115,21 @@ sampling::detail::batch_outputs<Space> outputs_of(const verify_outputs<Space>& o
 }
 template <class Job>
 void name_arguments(Job& job, const char* where, const char* target) {
-  job.where = where;
-  for (const char*& name : job.names) name = "";
-  job.names[arg_node_counts] = "batch.node_counts";
-  job.names[arg_parents] = "batch.parents";
-  job.names[arg_tokens] = "batch.tokens";
-  job.names[arg_target] = target;
-  job.names[arg_draft_rows] = "batch.draft_rows";
-  job.names[arg_draft] = "rows.draft";
-  job.names[arg_noise_rows] = "batch.noise_rows";
-  job.names[arg_noise] = "rows.exponential_noise";
-  job.names[arg_max_accepted] = "batch.max_accepted";
-  job.names[arg_out_tokens] = "outputs.tokens";
-  job.names[arg_out_nodes] = "outputs.accepted_nodes";
-  job.names[arg_uniforms] = "batch.uniforms";
-  job.names[arg_bonus] = "batch.bonus_tokens";
-  job.names[arg_final] = "outputs.final_distributions";
+  specdec::detail::name_job(job, where,
+                            {{arg_node_counts, "batch.node_counts"},
+                             {arg_parents, "batch.parents"},
+                             {arg_tokens, "batch.tokens"},
+                             {arg_target, target},
+                             {arg_draft_rows, "batch.draft_rows"},
+                             {arg_draft, "rows.draft"},
+                             {arg_noise_rows, "batch.noise_rows"},
+                             {arg_noise, "rows.exponential_noise"},
+                             {arg_max_accepted, "batch.max_accepted"},
+                             {arg_out_tokens, "outputs.tokens"},
+                             {arg_out_nodes, "outputs.accepted_nodes"},
+                             {arg_uniforms, "batch.uniforms"},
+                             {arg_bonus, "batch.bonus_tokens"},
+                             {arg_final, "outputs.final_distributions"}});
 }
 
 }  // namespace detail

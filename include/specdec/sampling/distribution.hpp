@@ -156,11 +156,7 @@ namespace detail {
 /// The filter job's argument names.
 template <class Job>
 void name_filter(Job& job, const char* where, const char* rows, const char* k, const char* p) {
-  job.where = where;
-  for (const char*& name : job.names) name = "";
-  job.names[filter_arg_rows] = rows;
-  job.names[filter_arg_k] = k;
-  job.names[filter_arg_p] = p;
+  specdec::detail::name_job(job, where, {{filter_arg_rows, rows}, {filter_arg_k, k}, {filter_arg_p, p}});
 }
 
 /// The host forms: one k and / or one p for every row (k = 0 / p = 0: that filter off), the job run on

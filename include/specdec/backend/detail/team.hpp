@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
@@ -114,6 +115,20 @@ struct serial_team {
   SPECDEC_HOST_DEVICE void sync() const noexcept {}
   SPECDEC_HOST_DEVICE std::byte* wide_scratch() const noexcept { return wide; }
 };
+
+/// An argument a team job's faults can name: its index into the job's `names`, and the name.
+struct job_argument {
+  int index;
+  const char* name;
+};
+
+/// Sets `job.where` and the names of the arguments its faults report (every other name empty).
+template <class Job>
+void name_job(Job& job, const char* where, std::initializer_list<job_argument> arguments) {
+  job.where = where;
+  for (const char*& name : job.names) name = "";
+  for (const job_argument& a : arguments) job.names[a.index] = a.name;
+}
 
 /// Scratch a team gets, rounded up so that consecutive teams' scratch stays 16-byte aligned.
 inline std::size_t team_scratch_stride(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
