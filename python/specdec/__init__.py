@@ -257,8 +257,9 @@ def segment_packbits(x, indptr, bitorder="big"):
     array packed into its own bytes, zero-padded. Returns ``(y uint8, new_indptr int32)``, ``new_indptr``
     the byte offsets of the segments in ``y``. ``bitorder`` "big" (numpy.packbits' default) or "little"
     (SGLang's masks). Host arrays, or a CUDA tensor ``x`` (``indptr`` moved to its device as int32): two
-    kernels on the current stream and, as FlashInfer's wrapper, one synchronisation to read the output's
-    size; ``y`` and ``new_indptr`` on ``x``'s device."""
+    kernels on the current stream, each checked as every device call is (one synchronisation), with the
+    output's size read back between them (FlashInfer's wrapper reads it too); ``y`` and ``new_indptr`` on
+    ``x``'s device."""
     if bitorder not in ("big", "little"):
         raise ValueError(f"bitorder: expected 'big' or 'little'; got {bitorder!r}")
     little = bitorder == "little"

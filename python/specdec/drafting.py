@@ -208,8 +208,9 @@ def batch_tree_mask_flashinfer(parents, node_counts=None, prefix_lengths=0):
     ``node_counts``), computed where ``parents`` lives: ``(packed uint8, indptr int32 [batch + 1])``,
     request r's ``[n_r x (prefix_r + n_r)]`` mask (n_r its node count) flattened and packed little-endian
     from byte ``indptr[r]``, as :func:`tree_mask_flashinfer` gives for the same trees. ``prefix_lengths``
-    an int or one per request. On CUDA tensors: two kernels on the current stream and, as FlashInfer's
-    wrapper after ``segment_packbits``, one synchronisation to read the packed size."""
+    an int or one per request. On CUDA tensors: two kernels on the current stream, each checked as every
+    device call is (one synchronisation), with the packed size read back between them (as FlashInfer's
+    wrapper does after ``segment_packbits``)."""
     from . import _empty, _is_torch, _stream
 
     batch = int(parents.shape[0]) if len(parents.shape) == 2 else 0
@@ -495,7 +496,7 @@ class Eagle2BatchBuilder:
     :class:`Eagle2TreeBuilder`'s, bit for bit. Each step's arrays are fresh (the builder's own buffers are
     overwritten by the next step); ``finish()`` returns :class:`Eagle2BatchTrees`. ``d2t``: EAGLE-3's
     reduced-vocabulary offsets (target id = t + d2t[t]). Errors: ``ValueError`` naming the argument (a
-    data fault on the device after the step's one synchronisation)."""
+    data fault on the device when the step's kernels are checked, as every device call is)."""
 
     def __init__(self, top_k: int = 10, depth: int = 5, total_tokens: int = 60, *, batch: int = 1, d2t=None,
                  device=None):
