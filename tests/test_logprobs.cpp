@@ -52,7 +52,9 @@ TEST_CASE_TEMPLATE("emitted_logprobs: log-probabilities, ranks and top n of the 
   };
   specdec::sampling::speculative_result r0, r1;
   r0.accepted_nodes = {1, 3};
-  r0.tokens = {allowed_token(0, 10), allowed_token(1, 20), allowed_token(3, 30)};
+  r0.tokens = {2, 4, allowed_token(3, 30)};  // the accepted nodes' tokens (allowed by rows 0 and 1), then a final one
+  REQUIRE(specdec::bitmask_allows(bm.data(), 2));
+  REQUIRE(specdec::bitmask_allows(bm.data() + words, 4));
   r1.tokens = {allowed_token(tree.size(), 40)};
   const std::vector<specdec::sampling::speculative_request> requests = {q0, q1};
   const std::vector<specdec::sampling::speculative_result> results = {r0, r1};
@@ -115,15 +117,13 @@ TEST_CASE_TEMPLATE("emitted_logprobs: log-probabilities, ranks and top n of the 
                        "expected [4 x 4] twice and [4] (one row per emitted token)",
                        specdec::invalid_argument);
   std::vector<std::int32_t> none(static_cast<std::size_t>(n_rows * words), 0);
-  none[0] = 1 << 10;  // row 0 allows token 10 only; request 0's first token is not 10 unless it is
-  std::vector<specdec::sampling::speculative_result> bad = results;
-  bad[0].tokens[0] = 11;
-  CHECK_THROWS_WITH_AS(specdec::sampling::emitted_logprobs(h.b, in.matrix(n_rows, v), requests, bad, temps, 2,
+  none[0] = 1 << 10;  // row 0 allows token 10 only; request 0's first token is node 1's, 2
+  CHECK_THROWS_WITH_AS(specdec::sampling::emitted_logprobs(h.b, in.matrix(n_rows, v), requests, results, temps, 2,
                                                            {specdec::matrix_view<std::int32_t>(ids.data(), 4, 3),
                                                             specdec::matrix_view<float>(lps.data(), 4, 3),
                                                             specdec::vector_view<std::int32_t>(ranks.data(), 4)},
                                                            specdec::matrix_view<const std::int32_t>(none.data(), n_rows, words)),
-                       "specdec::sampling::emitted_logprobs: request 0 emitted token 11 from row 0, which gives it no "
+                       "specdec::sampling::emitted_logprobs: request 0 emitted token 2 from row 0, which gives it no "
                        "probability (masked, -inf or out of range); expected a token of the row's support",
                        specdec::invalid_argument);
 }

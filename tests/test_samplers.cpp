@@ -978,7 +978,7 @@ TEST_CASE("vllm::apply_sampling_constraints divides each request's rows by its t
   const std::vector<float> zero = {0.5f, 0.0f};
   CHECK(conformance::error_of([&] {
           specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), cu, zero, {}, {});
-        }) == "specdec::vllm::apply_sampling_constraints: temperature[1] = 0; expected > 0, or -1 for a greedy request");
+        }) == "specdec::vllm::apply_sampling_constraints: temperature[1] = 0; expected a finite value > 0, or -1 for a greedy request");
   const std::vector<std::int64_t> short_cu = {2, 2};
   CHECK(conformance::error_of([&] {
           specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), short_cu, temperature, {}, {});

@@ -7,8 +7,12 @@
 /// dereferenced, so the checks hold for device views too. Host code; O(1) per view.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
 
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
@@ -99,6 +103,51 @@ void check_view(const char* where, const char* name, const view<T, R, S>& v, uns
   }
 }
 
+/// What an argument is to its call.
+enum class argument_role {
+  input,     ///< read only; may share memory with other inputs
+  output,    ///< written; shares no element with any other argument
+  in_place,  ///< written; may be exactly (same pointer, extents, strides) the argument named `alias`, nothing else
+};
+
+/// One view argument of a call, as check_arguments takes it: the view (held by value: a pointer and
+/// four integers), its name, its rules and its role. Built by `input`, `output` and `in_place`.
+template <class T, int R, class S>
+struct argument {
+  const char* name;
+  view<T, R, S> v;
+  unsigned rules;
+  argument_role role;
+  const char* alias = nullptr;
+};
+
+/// An input of a call: null with a shape, negative extents and footprints past the address space are
+/// refused; `rules` add what the function's kernels need (e.g. `packed`).
+template <class T, int R, class S>
+argument<T, R, S> input(const char* name, const view<T, R, S>& v, unsigned rules = 0) {
+  return {name, v, rules, argument_role::input};
+}
+template <class T>
+argument<const T, 1, host_space> input(const char* name, std::span<T> s, unsigned rules = 0) {
+  return {name, view<const T, 1, host_space>(s.data(), static_cast<index_t>(s.size())), rules, argument_role::input};
+}
+/// An output of a call: by default written through operator() (`indexed_output`: rows apart, no zero
+/// stride), and apart from every other argument.
+template <class T, int R, class S>
+argument<T, R, S> output(const char* name, const view<T, R, S>& v, unsigned rules = indexed_output) {
+  return {name, v, rules, argument_role::output};
+}
+template <class T>
+argument<T, 1, host_space> output(const char* name, std::span<T> s, unsigned rules = indexed_output) {
+  return {name, view<T, 1, host_space>(s.data(), static_cast<index_t>(s.size())), rules, argument_role::output};
+}
+/// An output that may be exactly the argument named `alias` (a documented in-place form), and is
+/// apart from every other.
+template <class T, int R, class S>
+argument<T, R, S> in_place(const char* name, const view<T, R, S>& v, unsigned rules, const char* alias) {
+  return {name, v, rules, argument_role::in_place, alias};
+}
+
 /// A view reduced to what the overlap test needs (element type erased).
 struct view_extent {
   const char* name = "";
@@ -169,5 +218,63 @@ inline void check_disjoint(const char* where, const view_extent& out, const view
                          exact_alias_allowed ? "; expected the same view or separate memory"
                                              : "; expected an output that shares no element with another argument");
 }
+
+/// An argument after its view check: its extent, role and alias.
+struct checked_argument {
+  view_extent e;
+  argument_role role = argument_role::input;
+  const char* alias = nullptr;
+};
+
+template <class T, int R, class S>
+checked_argument checked(const char* where, const argument<T, R, S>& a) {
+  check_view(where, a.name, a.v, a.rules);
+  return {extent_of(where, a.name, a.v), a.role, a.alias};
+}
+
+/// Every written argument against every other argument (inputs may share memory with each other).
+/// O(written x all).
+inline void check_apart(const char* where, std::span<const checked_argument> all) {
+  const auto aliases = [](const checked_argument& a, const checked_argument& b) {
+    return a.role == argument_role::in_place && a.alias != nullptr && std::strcmp(a.alias, b.e.name) == 0;
+  };
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].role == argument_role::input) continue;
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      if (j == i || (all[j].role != argument_role::input && j < i)) continue;  // each written pair once
+      check_disjoint(where, all[i].e, all[j].e, aliases(all[i], all[j]) || aliases(all[j], all[i]));
+    }
+  }
+}
+
+/// The one checked path every entry point takes its views through: each argument by its rules
+/// (check_view), then every output and in-place argument against every other argument of the call
+/// (check_disjoint; inputs may share memory with each other). Arguments with an empty view are
+/// accepted and never compared. Host code, O(1) per view and per written pair.
+///
+///   check_arguments(where, input("rows", rows, packed), output("ranks", out.ranks),
+///                   output("token_ids", out.token_ids), in_place("logits", logits, packed, "logits"));
+template <class... Args>
+void check_arguments(const char* where, const Args&... args) {
+  const std::array<checked_argument, sizeof...(Args)> all{checked(where, args)...};
+  check_apart(where, all);
+}
+
+/// check_arguments for calls whose argument count depends on the input (a batch of requests, each with
+/// its own spans): `add` each argument (its view is checked at once), then `check()` the overlaps.
+class argument_set {
+ public:
+  explicit argument_set(const char* where) : where_(where) {}
+  template <class T, int R, class S>
+  argument_set& add(const argument<T, R, S>& a) {
+    all_.push_back(checked(where_, a));
+    return *this;
+  }
+  void check() const { check_apart(where_, all_); }
+
+ private:
+  const char* where_;
+  std::vector<checked_argument> all_;
+};
 
 }  // namespace specdec::detail

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/interop/target_buffers.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/drafter.hpp>
@@ -351,6 +352,10 @@ class tree_drafter {
     if constexpr (experts == 1) {
       return root ? drafter_->begin(logits) : drafter_->expand(logits);
     } else {
+      // The two experts' rows interleave: the halves below are views of `logits` at twice its row
+      // stride, valid only for a well-formed, packed-row view (checked first).
+      specdec::detail::check_view("specdec::eagle1::tree_drafter::advance", "logits", logits,
+                                  specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
       const index_t rows = logits.rows() / 2, v = logits.cols(), stride = logits.stride(0);
       const matrix_view<const float, memory_space> left(logits.data(), rows, v, 2 * stride, 1),
           right(logits.data() + stride, rows, v, 2 * stride, 1);

@@ -115,14 +115,28 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
   SPECDEC_EXPECTS(batch == 0 ? logits.rows() == 0 : cu_num_draft_tokens.back() == logits.rows(), where, "logits has ",
                   logits.rows(), " rows; expected one per draft token (cu_num_draft_tokens ends at ",
                   batch == 0 ? 0 : cu_num_draft_tokens.back(), ")");
-  detail::check_view(where, "logits", logits, detail::indexed_output);
+  // Rows are filtered as spans: unit column stride, rows apart, apart from every other argument.
+  detail::check_arguments(where, detail::output("logits", logits, detail::contiguous_rows | detail::distinct_rows),
+                          detail::input("cu_num_draft_tokens", cu_num_draft_tokens), detail::input("temperature", temperature),
+                          detail::input("top_k", top_k), detail::input("top_p", top_p));
+  // Every count and temperature before any row is written: a later count below an earlier one would
+  // otherwise let the earlier request's rows run past the logits.
+  for (std::size_t r = 0; r < batch; ++r) {
+    const std::int64_t begin = r == 0 ? 0 : cu_num_draft_tokens[r - 1], end = cu_num_draft_tokens[r];
+    SPECDEC_EXPECTS(end >= begin, where, "cu_num_draft_tokens[", r, "] = ", end, " after ", begin,
+                    "; expected non-decreasing ends from 0");
+    const float t = temperature[r];
+    SPECDEC_EXPECTS((t > 0.0f && std::isfinite(t)) || t == greedy_temperature, where, "temperature[", r, "] = ", t,
+                    "; expected a finite value > 0, or -1 for a greedy request");
+    SPECDEC_EXPECTS(top_k.empty() || top_k[r] >= 1, where, "top_k[", r, "] = ", top_k.empty() ? 0 : top_k[r],
+                    "; expected >= 1 (k >= V: no top-k)");
+    SPECDEC_EXPECTS(top_p.empty() || (top_p[r] > 0.0f && top_p[r] <= 1.0f), where, "top_p[", r, "] = ",
+                    top_p.empty() ? 0.0f : top_p[r], "; expected 0 < p <= 1 (1: no top-p)");
+  }
   std::int64_t start = 0;
   for (std::size_t r = 0; r < batch; ++r) {
     const std::int64_t end = cu_num_draft_tokens[r];
-    SPECDEC_EXPECTS(end >= start, where, "cu_num_draft_tokens[", r, "] = ", end, " after ", start, "; expected non-decreasing ends");
     const float t = temperature[r];
-    SPECDEC_EXPECTS(t > 0.0f || t == greedy_temperature, where, "temperature[", r, "] = ", t, "; expected > 0, or -1 for a greedy "
-                    "request");
     const float divisor = t == greedy_temperature ? 1.0f : t;
     for (std::int64_t i = start; i < end; ++i) {
       const std::span<float> row(logits.row(i), static_cast<std::size_t>(logits.cols()));
@@ -296,9 +310,15 @@ void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::
   constexpr const char* where = "specdec::vllm::rejection_sample";
   const auto batch = static_cast<index_t>(cu_num_draft_tokens.size());
   const auto tokens = static_cast<index_t>(draft_token_ids.size());
-  SPECDEC_EXPECTS(max_spec_len >= 0, where, "max_spec_len = ", max_spec_len, "; expected >= 0");
+  SPECDEC_EXPECTS(max_spec_len >= 0 && max_spec_len < std::numeric_limits<std::int32_t>::max(), where,
+                  "max_spec_len = ", max_spec_len, "; expected 0 <= max_spec_len < 2^31 - 1");
   SPECDEC_EXPECTS(output.rows() == batch && output.cols() == max_spec_len + 1, where, "output is ", output.rows(), " x ",
                   output.cols(), "; expected ", batch, " x ", max_spec_len + 1, " (batch x max_spec_len + 1)");
+  specdec::detail::check_arguments(where, specdec::detail::output("output", output), specdec::detail::input("draft_token_ids", draft_token_ids),
+                          specdec::detail::input("cu_num_draft_tokens", cu_num_draft_tokens), specdec::detail::input("draft_probs", draft_probs),
+                          specdec::detail::input("target_probs", target_probs), specdec::detail::input("bonus_token_ids", bonus_token_ids),
+                          specdec::detail::input("is_greedy", is_greedy), specdec::detail::input("uniforms", uniforms),
+                          specdec::detail::input("exponentials", exponentials));
   SPECDEC_EXPECTS(static_cast<index_t>(bonus_token_ids.size()) == batch, where, "bonus_token_ids has ", bonus_token_ids.size(),
                   " entries; expected one per request (", batch, ")");
   SPECDEC_EXPECTS(is_greedy.empty() || static_cast<index_t>(is_greedy.size()) == batch, where, "is_greedy has ",

@@ -24,6 +24,7 @@
 #include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/row_simd.hpp>
 #include <specdec/backend/detail/team.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
@@ -48,13 +49,18 @@ constexpr void bitmask_set(std::int32_t* row, std::int32_t t, bool allowed) noex
 
 namespace detail {
 
-/// A bitmask argument: `[rows x words]` int32, unit column stride, at least ceil(vocab / 32) words per
-/// row (vocab 0: any width), in any memory space (only its shape is read).
+/// check_bitmask's `vocab` for a mask whose width the call takes from the mask itself.
+inline constexpr index_t any_mask_width = -1;
+
+/// A bitmask argument: `[rows x words]` int32, unit column stride whatever its row count (a row's words
+/// are read as one array), a valid view (not null with a shape, inside the address space), and at least
+/// ceil(vocab / 32) words per row for a vocabulary of 1 to 2^31 - 1 tokens (`any_mask_width`: any
+/// width), in any memory space (only its shape is read).
 template <class Word, class Space>
 void check_bitmask(const char* where, const char* name, matrix_view<Word, Space> bitmask, index_t vocab) {
-  SPECDEC_EXPECTS(bitmask.size() == 0 || bitmask.data() != nullptr, where, name, " has no data");
-  SPECDEC_EXPECTS(bitmask.rows() <= 1 || bitmask.cols() == 0 || bitmask.stride(1) == 1, where, name, " has column stride ",
-                  bitmask.stride(1), "; expected 1 (int32 words of a row are contiguous)");
+  check_view(where, name, bitmask, contiguous_rows);
+  if (vocab == any_mask_width) return;
+  check_vocabulary(where, "V", vocab);
   SPECDEC_EXPECTS(bitmask.cols() >= bitmask_words(vocab), where, name, " has ", bitmask.cols(),
                   " words per row; expected at least ceil(V / 32) = ", bitmask_words(vocab), " for V = ", vocab);
 }
@@ -205,16 +211,18 @@ namespace detail {
 template <class Space>
 index_t checked_mask_width(const char* where, matrix_view<float, Space> logits, matrix_view<const std::int32_t, Space> bitmask,
                            index_t vocab_size) {
-  check_bitmask(where, "bitmask", bitmask, 0);
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1),
-                  "; expected 1");
-  const index_t limit = bitmask.cols() * 32 < logits.cols() ? bitmask.cols() * 32 : logits.cols();
-  if (vocab_size < 0) vocab_size = limit;
+  check_bitmask(where, "bitmask", bitmask, any_mask_width);
+  check_arguments(where, output("logits", logits, contiguous_rows | distinct_rows), input("bitmask", bitmask));
+  // The mask's width in tokens, decided by division: 32 x words can pass int64 for a huge view.
+  const bool mask_wider = bitmask.cols() >= logits.cols() / 32 + 1;
+  const index_t limit = mask_wider ? logits.cols() : bitmask.cols() * 32;
+  if (vocab_size == -1) vocab_size = limit;
+  SPECDEC_EXPECTS(vocab_size >= 0, where, "vocab_size = ", vocab_size, "; expected -1 (the default) or a width >= 0");
   SPECDEC_EXPECTS(vocab_size <= logits.cols(), where, "vocab_size = ", vocab_size, "; expected at most V = ", logits.cols(),
                   " (the logits' width)");
-  SPECDEC_EXPECTS(vocab_size <= bitmask.cols() * 32, where, "vocab_size = ", vocab_size, "; expected at most 32 x ",
-                  bitmask.cols(), " = ", bitmask.cols() * 32, " (the bitmask's width)");
+  // Reached only with a mask narrower than the logits, so limit = 32 x words here.
+  SPECDEC_EXPECTS(vocab_size <= limit, where, "vocab_size = ", vocab_size, "; expected at most 32 x ", bitmask.cols(), " = ",
+                  limit, " (the bitmask's width)");
   return vocab_size;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <specdec/core/checked.hpp>
@@ -44,7 +45,7 @@ void tree_mask_dense(valid_tree tree, index_t prefix_length, matrix_view<M> out)
   const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
                   "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
-  detail::check_view(where, "out", out, detail::indexed_output);
+  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
   for (index_t i = 0; i < n; ++i) {
     for (index_t j = 0; j < prefix_length; ++j) out(i, j) = M(1);
     for (index_t j = 0; j < n; ++j) out(i, prefix_length + j) = M(0);
@@ -82,7 +83,7 @@ inline void tree_mask_packed_int32(valid_tree tree, matrix_view<std::int32_t> ou
   const index_t n = tree.size(), words = (n + 31) / 32;
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
                   " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
-  detail::check_view("specdec::tree_mask_packed_int32", "out", out, detail::indexed_output);
+  detail::check_tree_outputs("specdec::tree_mask_packed_int32", tree.view(), detail::output("out", out));
   std::vector<std::uint32_t> bits(static_cast<std::size_t>(n * words), 0u);
   detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) {
     bits[static_cast<std::size_t>(i * words + j / 32)] |= std::uint32_t(1) << (j % 32);
@@ -103,7 +104,7 @@ void tree_mask_bitpacked_rows(valid_tree tree, vector_view<Item> out) {
                   " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),
                   " (use a wider item, or the packed int32 / FlashInfer layouts)");
   SPECDEC_EXPECTS(out.rows() == n, where, "out has ", out.rows(), " entries; expected one per node (", n, ")");
-  detail::check_view(where, "out", out, detail::indexed_output);
+  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
   for (index_t i = 0; i < n; ++i) out(i) = Item(0);
   detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i) = static_cast<Item>(out(i) | (Item(1) << j)); });
 }
@@ -121,7 +122,9 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tre
   constexpr const char* where = "specdec::tree_mask_flashinfer_packed";
   SPECDEC_EXPECTS(trees.size() == prefix_lengths.size(), where, "prefix_lengths has ", prefix_lengths.size(),
                   " entries; expected one per tree (", trees.size(), ")");
-  indptr.assign(trees.size() + 1, 0);
+  // Built apart and moved into `indptr` at the end: a tree viewing indptr's own memory stays valid
+  // while it is read, and a rejected call leaves indptr as it was.
+  std::vector<std::int32_t> offsets(trees.size() + 1, 0);
   // Byte offsets are int32 (FlashInfer's mask_indptr), so the total is bounded before anything is
   // multiplied: the bounds keep every product below 2^63.
   constexpr index_t max_bytes = std::numeric_limits<std::int32_t>::max();
@@ -130,17 +133,17 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tre
   for (std::size_t r = 0; r < trees.size(); ++r) {
     valid.emplace_back(trees[r]);
     SPECDEC_EXPECTS(prefix_lengths[r] >= 0, where, "prefix_lengths[", r, "] = ", prefix_lengths[r], "; expected >= 0");
-    const index_t n = trees[r].size(), room = max_bytes - indptr[r];
+    const index_t n = trees[r].size(), room = max_bytes - offsets[r];
     SPECDEC_EXPECTS(prefix_lengths[r] <= 8 * room / n - n && n * (prefix_lengths[r] + n) <= 8 * room, where,
-                    "prefix_lengths[", r, "] = ", prefix_lengths[r], " with ", n, " nodes after ", indptr[r],
+                    "prefix_lengths[", r, "] = ", prefix_lengths[r], " with ", n, " nodes after ", offsets[r],
                     " bytes of earlier requests needs more than the int32 mask_indptr can address (", max_bytes, " bytes)");
     const index_t cells = n * (prefix_lengths[r] + n);
-    indptr[r + 1] = static_cast<std::int32_t>(indptr[r] + (cells + 7) / 8);
+    offsets[r + 1] = static_cast<std::int32_t>(offsets[r] + (cells + 7) / 8);
   }
-  std::vector<std::uint8_t> packed(static_cast<std::size_t>(indptr.back()), 0);
+  std::vector<std::uint8_t> packed(static_cast<std::size_t>(offsets.back()), 0);
   for (std::size_t r = 0; r < trees.size(); ++r) {
     const index_t n = trees[r].size(), cols = prefix_lengths[r] + n;
-    std::uint8_t* bytes = packed.data() + indptr[r];
+    std::uint8_t* bytes = packed.data() + offsets[r];
     const auto set = [&](index_t i, index_t j) {
       const index_t bit = i * cols + j;
       bytes[bit / 8] = static_cast<std::uint8_t>(bytes[bit / 8] | (1u << (bit % 8)));
@@ -149,6 +152,7 @@ inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tre
       for (index_t j = 0; j < prefix_lengths[r]; ++j) set(i, j);
     detail::for_each_ancestor_or_self(valid[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
   }
+  indptr = std::move(offsets);
   return packed;
 }
 

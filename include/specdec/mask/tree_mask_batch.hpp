@@ -222,8 +222,9 @@ void check_flashinfer_inputs(const char* where, const matrix_view<const std::int
   check_view(where, "parents", parents, 0);
   check_view(where, "node_counts", node_counts, 0);
   check_view(where, "prefix_lengths", prefix_lengths, 0);
-  SPECDEC_EXPECTS(batch == 0 || parents.cols() >= 1, where, "parents is ", batch, " x ", parents.cols(),
-                  "; expected at least the root per request");
+  // N <= 2^31 - 1 with prefixes <= 2^31 - 1 keeps a request's n (prefix + n) bits below 2^63.
+  SPECDEC_EXPECTS(batch == 0 || (parents.cols() >= 1 && parents.cols() <= std::numeric_limits<std::int32_t>::max()), where,
+                  "parents is ", batch, " x ", parents.cols(), "; expected 1 <= N <= 2^31 - 1 nodes per request");
   SPECDEC_EXPECTS(node_counts.empty() || node_counts.rows() == batch, where, "node_counts has ", node_counts.rows(),
                   " entries; expected one per request (", batch, ") or none");
   SPECDEC_EXPECTS(prefix_lengths.rows() == batch, where, "prefix_lengths has ", prefix_lengths.rows(), " entries; expected one per request (",
@@ -320,7 +321,7 @@ void tree_mask_packed_int32(B& b, matrix_view<const std::int32_t, typename B::me
                             vector_view<const std::int32_t, typename B::memory_space> node_counts,
                             matrix_view<std::int32_t, typename B::memory_space> out) {
   detail::batch_tree_mask<detail::batch_mask_layout::packed_int32>(b, "specdec::tree_mask_packed_int32", parents, node_counts, out,
-                                                                   0, (parents.cols() + 31) / 32);
+                                                                   0, parents.cols() / 32 + (parents.cols() % 32 != 0 ? 1 : 0));
 }
 
 /// SGLang's QLEN_ONLY_BITPACKING rows (tree_mask_bitpacked_rows) for every tree of a padded batch: `out`

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
@@ -105,6 +106,27 @@ void check_batch_shapes(const char* where, const tree_batch<Space>& batch) {
                   " rows; expected ", n, " (one per request) or none");
 }
 
+/// Every view of a batch with `extra` (the call's other inputs) first: what a call's outputs must
+/// stay apart from (a node count or bonus token under an output would change as it is written).
+template <class Space>
+std::vector<specdec::detail::view_extent> batch_inputs(const char* where, const tree_batch<Space>& b,
+                                                       std::initializer_list<specdec::detail::view_extent> extra) {
+  using specdec::detail::extent_of;
+  std::vector<specdec::detail::view_extent> all(extra);
+  all.push_back(extent_of(where, "batch.tokens", b.tokens));
+  all.push_back(extent_of(where, "batch.parents", b.parents));
+  all.push_back(extent_of(where, "batch.node_counts", b.node_counts));
+  all.push_back(extent_of(where, "batch.target_rows", b.target_rows));
+  all.push_back(extent_of(where, "batch.draft_rows", b.draft_rows));
+  all.push_back(extent_of(where, "batch.max_accepted", b.max_accepted));
+  all.push_back(extent_of(where, "batch.bonus_tokens", b.bonus_tokens));
+  all.push_back(extent_of(where, "batch.noise_rows", b.noise_rows));
+  all.push_back(extent_of(where, "batch.uniforms", b.uniforms));
+  all.push_back(extent_of(where, "batch.uniform_streams", b.uniform_streams));
+  all.push_back(extent_of(where, "batch.uniform_offsets", b.uniform_offsets));
+  return all;
+}
+
 template <class Space>
 sampling::detail::batch_trees<Space> trees_of(const tree_batch<Space>& b) {
   return {b.tokens, b.parents, b.node_counts, b.target_rows, b.max_accepted, b.bonus_tokens};
@@ -157,8 +179,7 @@ void verify_greedy(B& b, vector_view<const std::int32_t, typename B::memory_spac
   detail::check_batch_shapes(where, batch);
   using specdec::detail::extent_of;
   detail::check_output_views(where, outputs, batch.size(), vocab_size, 1,
-                             {extent_of(where, "target_argmax", target_argmax), extent_of(where, "batch.tokens", batch.tokens),
-                              extent_of(where, "batch.parents", batch.parents)});
+                             detail::batch_inputs(where, batch, {extent_of(where, "target_argmax", target_argmax)}));
   detail::greedy_batch_job<typename B::memory_space> job{detail::trees_of(batch), detail::outputs_of(outputs), target_argmax,
                                                          vocab_size, where, {}};
   detail::name_arguments(job, where, "target_argmax");
@@ -172,6 +193,25 @@ template <team_backend B>
 void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                    const tree_batch<typename B::memory_space>& batch, const verify_outputs<typename B::memory_space>& outputs,
                    vector_view<std::int32_t, typename B::memory_space> target_argmax) {
+  constexpr const char* where = "specdec::sampling::verify_greedy";
+  // Before the argmax writes anything: the batch and outputs as the argmax form checks them, and
+  // target_argmax (written here, read there) apart from every one of them.
+  detail::check_batch_shapes(where, batch);
+  using specdec::detail::extent_of;
+  specdec::detail::check_view(where, "target_argmax", target_argmax, specdec::detail::nonzero_stride);
+  const std::vector<specdec::detail::view_extent> inputs =
+      detail::batch_inputs(where, batch, {extent_of(where, "target_logits", target_logits)});
+  detail::check_output_views(where, outputs, batch.size(), target_logits.cols(), 1,
+                             std::span<const specdec::detail::view_extent>(inputs));
+  const specdec::detail::view_extent argmax = extent_of(where, "target_argmax", target_argmax);
+  for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, argmax, input);
+  for (const specdec::detail::view_extent& out :
+       {extent_of(where, "outputs.tokens", outputs.tokens), extent_of(where, "outputs.accepted", outputs.accepted),
+        extent_of(where, "outputs.accepted_nodes", outputs.accepted_nodes),
+        extent_of(where, "outputs.uniforms_consumed", outputs.uniforms_consumed),
+        extent_of(where, "outputs.retest_accepted", outputs.retest_accepted),
+        extent_of(where, "outputs.final_distributions", outputs.final_distributions)})
+    specdec::detail::check_disjoint(where, argmax, out);
   b.row_argmax(target_logits, target_argmax);
   verify_greedy(b, vector_view<const std::int32_t, typename B::memory_space>(target_argmax), batch, target_logits.cols(),
                 outputs);
@@ -216,8 +256,8 @@ void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> targ
   detail::check_batch_shapes(where, batch);
   using specdec::detail::extent_of;
   detail::check_output_views(where, outputs, batch.size(), vocab, 1,
-                             {extent_of(where, "target_logits", target_logits), extent_of(where, "bitmask", bitmask),
-                              extent_of(where, "batch.tokens", batch.tokens), extent_of(where, "batch.parents", batch.parents)});
+                             detail::batch_inputs(where, batch,
+                                                  {extent_of(where, "target_logits", target_logits), extent_of(where, "bitmask", bitmask)}));
   detail::visited_greedy_batch_job<typename B::memory_space> job{detail::trees_of(batch), detail::outputs_of(outputs),
                                                                  target_logits, bitmask, where, {}};
   detail::name_arguments(job, where, "target_logits");
@@ -258,6 +298,12 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
   detail::check_options(where, options);
   detail::check_input_rows(where, "rows.target", rows.target);
   detail::check_input_rows(where, "rows.draft", rows.draft);
+  // Masked stochastic verification of a batch is not implemented: a mask given here would be ignored
+  // and the walk run unconstrained (apply_token_bitmask on rows.target's logits, then row_softmax,
+  // gives the masked rows this walk takes).
+  SPECDEC_EXPECTS(rows.target_bitmask.empty(), where, "rows.target_bitmask is [", rows.target_bitmask.rows(), " x ",
+                  rows.target_bitmask.cols(), "]; the batched form takes no bitmask (mask the logits with "
+                  "apply_token_bitmask before row_softmax)");
   detail::check_input_rows(where, "rows.exponential_noise", rows.exponential_noise);
   const index_t vocab = rows.target.cols();
   specdec::detail::check_vocabulary(where, "V", vocab);
@@ -275,10 +321,9 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
                   " entries; expected exactly one of them");
   using specdec::detail::extent_of;
   detail::check_output_views(where, outputs, batch.size(), vocab, 1,
-                             {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
-                              extent_of(where, "rows.exponential_noise", rows.exponential_noise),
-                              extent_of(where, "batch.tokens", batch.tokens), extent_of(where, "batch.parents", batch.parents),
-                              extent_of(where, "batch.uniforms", batch.uniforms)});
+                             detail::batch_inputs(where, batch,
+                                                  {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
+                                                   extent_of(where, "rows.exponential_noise", rows.exponential_noise)}));
   detail::speculative_batch_job<space> job{{rows.target, rows.draft, options.fallback, batch.nodes()},
                                            detail::trees_of(batch),
                                            detail::outputs_of(outputs),

@@ -153,6 +153,46 @@ struct penalty_batch_job {
     return false;
   }
 
+  /// Sorts `n` tokens ascending in place (heap sort: O(n log n), no allocation, device code too).
+  SPECDEC_HOST_DEVICE static void sort_tokens(std::int32_t* a, index_t n) {
+    const auto sift = [a](index_t root, index_t end) {
+      for (index_t child = 2 * root + 1; child < end; child = 2 * root + 1) {
+        if (child + 1 < end && a[child] < a[child + 1]) ++child;
+        if (!(a[root] < a[child])) return;
+        const std::int32_t v = a[root];
+        a[root] = a[child];
+        a[child] = v;
+        root = child;
+      }
+    };
+    for (index_t i = n / 2; i-- > 0;) sift(i, n);
+    for (index_t end = n - 1; end > 0; --end) {
+      const std::int32_t v = a[0];
+      a[0] = a[end];
+      a[end] = v;
+      sift(0, end);
+    }
+  }
+  /// First position in the sorted `a[0, n)` whose token is >= t (lower) or > t (upper).
+  SPECDEC_HOST_DEVICE static index_t lower_bound(const std::int32_t* a, index_t n, std::int32_t t) {
+    index_t lo = 0;
+    while (lo < n) {
+      const index_t mid = lo + (n - lo) / 2;
+      if (a[mid] < t) lo = mid + 1;
+      else n = mid;
+    }
+    return lo;
+  }
+  SPECDEC_HOST_DEVICE static index_t upper_bound(const std::int32_t* a, index_t n, std::int32_t t) {
+    index_t lo = 0;
+    while (lo < n) {
+      const index_t mid = lo + (n - lo) / 2;
+      if (a[mid] <= t) lo = mid + 1;
+      else n = mid;
+    }
+    return lo;
+  }
+
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
     using specdec::detail::make_team_fault;
@@ -206,17 +246,14 @@ struct penalty_batch_job {
       for (index_t c = i; c > 0; c = parent[c]) ++depth;
       team.sync();  // the previous row's readers of `path` and writers of entries are done
       if (team.rank() == 0) {
-        // The path's draft tokens (nodes 1..i), in any order: only their counts matter here.
+        // The path's draft tokens (nodes 1..i), sorted: each token's count is then a run, found by a
+        // binary search, and the row costs O(entries log d + d log d), not O(entries x d).
         index_t k = 0;
         for (index_t c = i; c > 0; c = parent[c]) path[k++] = token[c];
+        sort_tokens(path, depth);
         // In order: a token biased twice adds in the caller's order.
         for (std::int64_t e = bias_begin; e < bias_end; ++e) x[pen.bias_tokens(e)] += pen.bias_values(e);
       }
-      const auto path_count = [&](std::int32_t t) {
-        std::int32_t n = 0;
-        for (index_t k = 0; k < depth; ++k) n += path[k] == t ? 1 : 0;
-        return n;
-      };
       team.sync();
       if (dense_zeros)
         for (index_t j = team.rank(); j < vocab(); j += team.size())
@@ -224,13 +261,14 @@ struct penalty_batch_job {
       team.sync();
       for (std::int64_t e = begin + team.rank(); e < end; e += team.size()) {
         const std::int32_t t = pen.tokens(e);
-        x[t] = vllm_penalised(x[t], pen.in_prompt(e) != 0, pen.output_counts(e) + path_count(t), params, inv_r);
+        const index_t first = lower_bound(path, depth, t);
+        const std::int64_t count = std::int64_t{pen.output_counts(e)} + (upper_bound(path, depth, t) - first);
+        x[t] = vllm_penalised(x[t], pen.in_prompt(e) != 0, count, params, inv_r);
       }
       for (index_t k = team.rank(); k < depth; k += team.size()) {  // path tokens the history never saw, once each
         const std::int32_t t = path[k];
-        bool first = !committed(begin, end, t);
-        for (index_t m = k + 1; m < depth && first; ++m) first = path[m] != t;  // the last occurrence acts
-        if (first) x[t] = vllm_penalised(x[t], false, path_count(t), params, inv_r);
+        if ((k > 0 && path[k - 1] == t) || committed(begin, end, t)) continue;  // a run's first entry acts
+        x[t] = vllm_penalised(x[t], false, upper_bound(path, depth, t) - k, params, inv_r);
       }
     }
     team.sync();
@@ -257,8 +295,6 @@ void apply_tree_penalties(B& b, matrix_view<float, typename B::memory_space> log
                           const penalty_batch<typename B::memory_space>& penalties) {
   constexpr const char* where = "specdec::sampling::apply_tree_penalties";
   using specdec::detail::check_view;
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(logits.cols() <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
   specdec::detail::check_vocabulary(where, "V", logits.cols());
   detail::check_batch_shapes(where, batch);
   const index_t n = batch.size();
@@ -280,6 +316,25 @@ void apply_tree_penalties(B& b, matrix_view<float, typename B::memory_space> log
   }
   SPECDEC_EXPECTS(penalties.rule == repetition_rule::divide || penalties.rule == repetition_rule::multiply_reciprocal, where,
                   "penalties.rule = ", static_cast<int>(penalties.rule), "; expected a repetition_rule enumerator");
+  {
+    // The rows are written in place while every other view is read: rows apart, and apart from all
+    // of them (logits over the parents would rewrite the trees the teams walk).
+    using specdec::detail::extent_of;
+    std::vector<specdec::detail::view_extent> inputs = detail::batch_inputs(
+        where, batch,
+        {extent_of(where, "penalties.offsets", penalties.offsets), extent_of(where, "penalties.tokens", penalties.tokens),
+         extent_of(where, "penalties.output_counts", penalties.output_counts),
+         extent_of(where, "penalties.in_prompt", penalties.in_prompt),
+         extent_of(where, "penalties.repetition", penalties.repetition),
+         extent_of(where, "penalties.frequency", penalties.frequency),
+         extent_of(where, "penalties.presence", penalties.presence),
+         extent_of(where, "penalties.bias_offsets", penalties.bias_offsets),
+         extent_of(where, "penalties.bias_tokens", penalties.bias_tokens),
+         extent_of(where, "penalties.bias_values", penalties.bias_values)});
+    check_view(where, "logits", logits, specdec::detail::contiguous_rows | specdec::detail::distinct_rows);
+    const specdec::detail::view_extent rows = extent_of(where, "logits", logits);
+    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, rows, input);
+  }
   if (n == 0) return;
   detail::penalty_batch_job<typename B::memory_space> job{detail::trees_of(batch), logits, penalties, where, {}};
   job.names[detail::parg_offsets] = "penalties.offsets";

@@ -193,6 +193,7 @@ speculative_result verify_greedy_constrained(B& b, matrix_view<const float, type
   constexpr const char* where = "specdec::sampling::verify_greedy_constrained";
   detail::check_input_rows(where, "target_logits", target_logits);
   const index_t vocab = target_logits.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);  // before the mask and slot buffers are sized by it
   if (penalties.history != nullptr) detail::check_penalties(where, penalties.params, penalties.bias, vocab, *penalties.history);
   SPECDEC_EXPECTS(penalties.history != nullptr || penalties.bias.empty(), where, "penalties.bias has ", penalties.bias.size(),
                   " entries without a history; expected a history (penalty_history) with them");

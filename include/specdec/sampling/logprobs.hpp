@@ -18,8 +18,10 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/request.hpp>
@@ -50,7 +52,11 @@ inline index_t emitted_token_count(std::span<const speculative_result> results) 
 /// \param bitmask optional host `[rows x ceil(V / 32)]` (the verifier's masks).
 /// \throws invalid_argument naming the argument: top_n outside [0, 20], output shapes that do not fit,
 ///   a temperature that is not finite and > 0, an emitted token the row's mask forbids or whose logit is
-///   -inf (no log-probability), NaN / +inf in a row, a result that does not fit its request's tree.
+///   -inf (no log-probability), NaN / +inf in a row, a malformed tree, a result whose accepted nodes are
+///   not a root path of its request's tree (or whose accepted tokens are not those nodes' tokens), a
+///   request whose rows lie outside `rows`, and any view by the view rules: null with a shape, a row stride
+///   below its row, strided rows or masks, an output sharing memory with any other argument (the rows,
+///   masks, temperatures, trees, results or another output).
 template <backend B>
 void emitted_logprobs(B& b, matrix_view<const float, typename B::memory_space> rows, std::span<const speculative_request> requests,
                       std::span<const speculative_result> results, std::span<const float> temperatures, index_t top_n,
@@ -73,6 +79,50 @@ void emitted_logprobs(B& b, matrix_view<const float, typename B::memory_space> r
     SPECDEC_EXPECTS(bitmask.rows() == rows.rows(), where, "bitmask has ", bitmask.rows(), " rows; expected one per row (",
                     rows.rows(), ")");
   }
+  {
+    // Every buffer the call reads or writes: the outputs apart from each other, from the rows and
+    // masks, and from every tree and result they are computed from.
+    using specdec::detail::input;
+    using specdec::detail::output;
+    constexpr unsigned packed_rows = specdec::detail::contiguous_rows | specdec::detail::distinct_rows;
+    specdec::detail::argument_set args(where);
+    args.add(input("rows", rows, packed_rows))
+        .add(input("bitmask", bitmask, specdec::detail::contiguous_rows))
+        .add(input("temperatures", temperatures))
+        .add(output("token_ids", out.token_ids))
+        .add(output("logprobs", out.logprobs))
+        .add(output("ranks", out.ranks));
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      args.add(input("requests[].tree.token", requests[r].tree.token))
+          .add(input("requests[].tree.parent", requests[r].tree.parent))
+          .add(input("results[].tokens", std::span<const std::int32_t>(results[r].tokens)))
+          .add(input("results[].accepted_nodes", std::span<const std::int32_t>(results[r].accepted_nodes)));
+    }
+    args.check();
+  }
+  // Each result must be a root path of its tree whose accepted tokens are the path's: the rows read
+  // below are chosen by it, and an emitted token is reported as the token its row gave.
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const tree_view tree = requests[r].tree;
+    validate(tree, vocab);
+    const speculative_result& res = results[r];
+    SPECDEC_EXPECTS(res.tokens.size() == res.accepted_nodes.size() + 1 || res.tokens.size() == res.accepted_nodes.size(),
+                    where, "results[", r, "] has ", res.tokens.size(), " tokens and ", res.accepted_nodes.size(),
+                    " accepted nodes; expected the accepted tokens and at most one more");
+    std::int32_t parent = 0;
+    for (std::size_t k = 0; k < res.accepted_nodes.size(); ++k) {
+      const std::int32_t node = res.accepted_nodes[k];
+      SPECDEC_EXPECTS(node > 0 && node < tree.size() && tree.parent[static_cast<std::size_t>(node)] == parent, where,
+                      "results[", r, "].accepted_nodes[", k, "] = ", node, "; expected a child of node ", parent,
+                      " (the accepted nodes are a path from the root of the request's ", tree.size(), "-node tree)");
+      SPECDEC_EXPECTS(res.tokens[k] == tree.token[static_cast<std::size_t>(node)], where, "results[", r, "].tokens[", k,
+                      "] = ", res.tokens[k], "; expected node ", node, "'s token ", tree.token[static_cast<std::size_t>(node)]);
+      parent = node;
+    }
+    SPECDEC_EXPECTS(specdec::detail::range_fits(requests[r].target_row, tree.size(), rows.rows()), where, "requests[", r,
+                    "].target_row = ", requests[r].target_row, " with ", tree.size(), " nodes; expected rows within the ",
+                    rows.rows(), " of rows");
+  }
   detail::row_reader<B> reader(b, rows);
   std::vector<double> lp(static_cast<std::size_t>(vocab));
   index_t at = 0;
@@ -81,16 +131,9 @@ void emitted_logprobs(B& b, matrix_view<const float, typename B::memory_space> r
     const speculative_result& res = results[r];
     const float t = temperatures[r];
     SPECDEC_EXPECTS(t > 0.0f && std::isfinite(t), where, "temperatures[", r, "] = ", t, "; expected a finite value > 0");
-    SPECDEC_EXPECTS(res.tokens.size() == res.accepted_nodes.size() + 1 || res.tokens.size() == res.accepted_nodes.size(),
-                    where, "results[", r, "] has ", res.tokens.size(), " tokens and ", res.accepted_nodes.size(),
-                    " accepted nodes; expected the accepted tokens and at most one more");
     for (std::size_t k = 0; k < res.tokens.size(); ++k) {
       const std::int32_t node = k == 0 ? 0 : res.accepted_nodes[k - 1];
-      SPECDEC_EXPECTS(node >= 0 && node < q.tree.size(), where, "results[", r, "] accepted node ", node,
-                      " is outside its tree of ", q.tree.size(), " nodes");
-      const index_t row = q.target_row + node;
-      SPECDEC_EXPECTS(row >= 0 && row < rows.rows(), where, "request ", r, " node ", node, " reads row ", row, "; rows has ",
-                      rows.rows());
+      const index_t row = q.target_row + node;  // within rows: checked above
       const float* x = reader.row(row);
       const std::int32_t* m = masked ? bitmask.row(row) : nullptr;
       const auto allowed = [&](index_t j) { return m == nullptr || bitmask_allows(m, static_cast<std::int32_t>(j)); };

@@ -36,7 +36,9 @@
 #include <vector>
 
 #include <specdec/config.hpp>
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -181,7 +183,7 @@ SPECDEC_HOST_DEVICE inline float rounded_product(float a, float b) noexcept {
 /// history (plus path) and, for repetition, `in_prompt`. `inv_r` = 1 / p.repetition rounded to float.
 /// Branch-free: both sides computed, then selected (a branch on the sign of a logit, or on whether a
 /// token was seen, mispredicts about every other token).
-SPECDEC_HOST_DEVICE inline float vllm_penalised(float v, bool in_prompt, std::int32_t count, const penalty_params& p,
+SPECDEC_HOST_DEVICE inline float vllm_penalised(float v, bool in_prompt, std::int64_t count, const penalty_params& p,
                                                float inv_r) noexcept {
   const float quotient = v / p.repetition, product = v * p.repetition, reciprocal = v * inv_r;
   const float repeated = v > 0.0f ? (p.rule == repetition_rule::divide ? quotient : reciprocal) : product;
@@ -192,7 +194,7 @@ SPECDEC_HOST_DEVICE inline float vllm_penalised(float v, bool in_prompt, std::in
 }
 
 /// llama.cpp's penalties on one logit of a token counted `count` > 0 times in the window.
-inline float llama_cpp_penalised(float v, std::int32_t count, const penalty_params& p) noexcept {
+inline float llama_cpp_penalised(float v, std::int64_t count, const penalty_params& p) noexcept {
   const float quotient = v / p.repetition, product = v * p.repetition;  // both, then selected: no branch
   v = v <= 0.0f ? product : quotient;
   return v - (rounded_product(static_cast<float>(count), p.frequency) + p.presence);  // float(count > 0) * p is p
@@ -229,70 +231,81 @@ inline std::int32_t llama_cpp_window_change(const penalty_history& history, std:
                                    std::count(m.leaving.begin(), m.leaving.end(), t));
 }
 
+/// A path's tokens as (token, count) runs, ascending: one sort of the path (O(d log d)), so each
+/// touched token's path count is found by a merge, never by scanning the path per token.
+inline void count_path_tokens(std::span<const std::int32_t> path, std::vector<std::pair<std::int32_t, std::int32_t>>& runs) {
+  runs.clear();
+  std::vector<std::int32_t> sorted(path.begin(), path.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (const std::int32_t t : sorted) {
+    if (!runs.empty() && runs.back().first == t) ++runs.back().second;
+    else runs.emplace_back(t, 1);
+  }
+}
+
+/// Calls `both(entry, extra)` for every touched entry (extra: its run's count, 0 without one) and
+/// `runs_only(token, count)` for every run whose token no entry holds, merging two ascending lists:
+/// O(touched + runs).
+template <class Both, class RunsOnly>
+void merge_touched(std::span<const penalty_history::entry> touched, std::span<const std::pair<std::int32_t, std::int32_t>> runs,
+                   Both&& both, RunsOnly&& runs_only) {
+  std::size_t k = 0;
+  for (const penalty_history::entry& e : touched) {
+    for (; k < runs.size() && runs[k].first < e.token; ++k) runs_only(runs[k].first, runs[k].second);
+    const bool matched = k < runs.size() && runs[k].first == e.token;
+    both(e, matched ? runs[k++].second : 0);
+  }
+  for (; k < runs.size(); ++k) runs_only(runs[k].first, runs[k].second);
+}
+
 /// vLLM's convention on the entries `x(t)` (a float& per token) of the history's `touched` tokens plus
 /// `path` (the node's draft tokens). The dense half (-0.0 to +0.0 where f or p is negative) is
-/// penalise_row's.
+/// penalise_row's. Each entry is penalised once, with its committed count plus its path count:
+/// O(touched + d log d) for a path of d tokens.
 template <class Entry>
 void penalise_entries_vllm(Entry&& x, std::span<const penalty_history::entry> touched, std::span<const std::int32_t> path,
                            const penalty_params& p) {
   const float inv_r = 1.0f / p.repetition;
-  const auto path_count = [&](std::int32_t t) {
-    return static_cast<std::int32_t>(std::count(path.begin(), path.end(), t));
-  };
-  const auto penalise = [&](std::int32_t t, bool in_prompt, std::int32_t count) {
+  const auto penalise = [&](std::int32_t t, bool in_prompt, std::int64_t count) {
     float& e = x(t);
     e = vllm_penalised(e, in_prompt, count, p, inv_r);
   };
-  const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
-  if (path.empty()) {
-    for (const auto& e : touched) penalise(e.token, e.in_prompt, e.output_count);
-  } else {
-    for (const auto& e : touched) penalise(e.token, e.in_prompt, e.output_count + path_count(e.token));
-  }
-  for (std::size_t i = 0; i < path.size(); ++i) {  // path tokens the committed history never saw, once each
-    const std::int32_t t = path[i];
-    const auto it = std::lower_bound(touched.begin(), touched.end(), t, by_token);
-    if ((it != touched.end() && it->token == t) ||
-        std::find(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i), t) != path.begin() + static_cast<std::ptrdiff_t>(i))
-      continue;
-    penalise(t, false, path_count(t));
-  }
+  std::vector<std::pair<std::int32_t, std::int32_t>> runs;
+  count_path_tokens(path, runs);
+  merge_touched(
+      touched, runs,
+      [&](const penalty_history::entry& e, std::int32_t extra) {
+        penalise(e.token, e.in_prompt, std::int64_t{e.output_count} + extra);
+      },
+      [&](std::int32_t t, std::int32_t count) { penalise(t, false, count); });
 }
 
 /// llama.cpp's convention on the entries `x(t)`: the window after `path` is the last n tokens of the
 /// committed window followed by the path, so the path's last n tokens enter and as many of the oldest
-/// leave.
+/// leave. O(touched + d log d).
 template <class Entry>
 void penalise_entries_llama_cpp(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
                                 std::span<const std::int32_t> path, const penalty_params& p) {
   if (llama_cpp_disabled(history, p)) return;
-  // The change of each count along the path: entering tokens +1, leaving ones -1.
+  // The net change of each count along the path (entering +1, leaving -1), as ascending runs.
   std::vector<std::pair<std::int32_t, std::int32_t>> delta;
   const window_moves moves = llama_cpp_window_moves(history, path);
   for (const std::int32_t t : moves.entering) delta.emplace_back(t, 1);
   for (const std::int32_t t : moves.leaving) delta.emplace_back(t, -1);
   std::sort(delta.begin(), delta.end());
-  const auto change = [&](std::int32_t t) {
-    std::int32_t c = 0;
-    for (auto it = std::lower_bound(delta.begin(), delta.end(), std::pair<std::int32_t, std::int32_t>(t, -2));
-         it != delta.end() && it->first == t; ++it)
-      c += it->second;
-    return c;
-  };
-  const auto penalise = [&](std::int32_t t, std::int32_t count) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> runs;
+  for (const auto& [t, d] : delta) {
+    if (!runs.empty() && runs.back().first == t) runs.back().second += d;
+    else runs.emplace_back(t, d);
+  }
+  const auto penalise = [&](std::int32_t t, std::int64_t count) {
     if (count <= 0) return;  // outside the window: llama.cpp never touches it
     float& e = x(t);
     e = llama_cpp_penalised(e, count, p);
   };
-  const auto by_token = [](const penalty_history::entry& e, std::int32_t t) { return e.token < t; };
-  for (const auto& e : touched) penalise(e.token, e.output_count + (delta.empty() ? 0 : change(e.token)));
-  for (std::size_t i = 0; i < delta.size(); ++i) {  // entering tokens the committed window does not hold, once each
-    const std::int32_t t = delta[i].first;
-    if (i > 0 && delta[i - 1].first == t) continue;
-    const auto it = std::lower_bound(touched.begin(), touched.end(), t, by_token);
-    if (it != touched.end() && it->token == t) continue;
-    penalise(t, change(t));
-  }
+  merge_touched(
+      touched, runs, [&](const penalty_history::entry& e, std::int32_t change) { penalise(e.token, std::int64_t{e.output_count} + change); },
+      [&](std::int32_t t, std::int32_t change) { penalise(t, change); });
 }
 
 /// Logit bias then the params' penalties on the entries `x(t)` (committed history `touched` =
@@ -339,6 +352,16 @@ inline void check_penalties(const char* where, const penalty_params& p, std::spa
                   "; expected the same convention");
 }
 
+/// The views of a penalty call: the rows (written in place: packed rows, apart from everything else)
+/// and what they are computed from.
+inline void check_penalty_arguments(const char* where, matrix_view<float> logits, std::span<const logit_bias> bias,
+                                    tree_view tree) {
+  using specdec::detail::input;
+  specdec::detail::check_arguments(
+      where, specdec::detail::output("logits", logits, specdec::detail::contiguous_rows | specdec::detail::distinct_rows),
+      input("bias", bias), input("tree.token", tree.token), input("tree.parent", tree.parent), input("tree.depth", tree.depth));
+}
+
 }  // namespace detail
 
 /// Applies logit bias and penalties in place to a draft tree's target rows: node i's row (`first_row +
@@ -354,11 +377,11 @@ inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, inde
                                  const penalty_params& params, std::span<const logit_bias> bias = {}) {
   constexpr const char* where = "specdec::sampling::apply_tree_penalties";
   const index_t vocab = logits.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);  // first: validate's token check is off for V = 0
   validate(tree, vocab);
   detail::check_penalties(where, params, bias, vocab, history);
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
-  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= logits.rows(), where, "first_row = ", first_row, " with ",
+  detail::check_penalty_arguments(where, logits, bias, tree);
+  SPECDEC_EXPECTS(specdec::detail::range_fits(first_row, tree.size(), logits.rows()), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the logits' ", logits.rows());
   const std::vector<penalty_history::entry> touched = history.touched();
   std::vector<std::int32_t> path;
@@ -376,9 +399,9 @@ inline void apply_penalties(matrix_view<float> logits, const penalty_history& hi
                             std::span<const logit_bias> bias = {}) {
   constexpr const char* where = "specdec::sampling::apply_penalties";
   const index_t vocab = logits.cols();
+  specdec::detail::check_vocabulary(where, "V", vocab);
   detail::check_penalties(where, params, bias, vocab, history);
-  SPECDEC_EXPECTS(logits.size() == 0 || logits.data() != nullptr, where, "logits has no data");
-  SPECDEC_EXPECTS(vocab <= 1 || logits.stride(1) == 1, where, "logits has column stride ", logits.stride(1), "; expected 1");
+  detail::check_penalty_arguments(where, logits, bias, tree_view{});
   const std::vector<penalty_history::entry> touched = history.touched();
   for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, touched, history, {}, params, bias);
 }

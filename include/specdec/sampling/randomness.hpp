@@ -62,6 +62,8 @@ class uniform_stream {
 
   bool is_philox() const noexcept { return is_philox_; }
   std::size_t supplied() const noexcept { return values_.size(); }
+  /// The caller-supplied values (empty for Philox).
+  std::span<const double> supplied_values() const noexcept { return values_; }
 
  private:
   std::span<const double> values_{};

@@ -217,6 +217,9 @@ inline index_t emitted_width(const speculative_request& q) {
 template <class Space>
 void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
                         std::initializer_list<specdec::detail::view_extent> inputs);
+template <class Space>
+void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
+                        std::span<const specdec::detail::view_extent> inputs);
 
 /// Checks the shapes of caller outputs against the batch (before any work, so a call with a short
 /// buffer fails whatever the uniforms decide). Trees must have been validated.
@@ -225,13 +228,30 @@ void check_outputs(const char* where, const verify_outputs<Space>& out, std::spa
                    index_t vocab, std::initializer_list<specdec::detail::view_extent> inputs = {}) {
   index_t width = 1;
   for (const speculative_request& q : requests) width = std::max(width, emitted_width(q));
-  check_output_views(where, out, static_cast<index_t>(requests.size()), vocab, width, inputs);
+  // The outputs stay apart from every request's spans too: a tree or uniform under an output would
+  // change as the walk writes.
+  using specdec::detail::extent_of;
+  std::vector<specdec::detail::view_extent> all(inputs);
+  for (const speculative_request& q : requests) {
+    const auto add = [&](const char* name, auto s) {
+      all.push_back(extent_of(where, name, vector_view<const typename decltype(s)::value_type>(s.data(), static_cast<index_t>(s.size()))));
+    };
+    add("requests[].tree.token", q.tree.token);
+    add("requests[].tree.parent", q.tree.parent);
+    add("requests[].tree.depth", q.tree.depth);
+    add("requests[].draft_rows", q.draft_rows);
+    add("requests[].first_child", q.first_child);
+    add("requests[].next_sibling", q.next_sibling);
+    add("requests[].uniforms", q.uniforms.supplied_values());
+  }
+  check_output_views(where, out, static_cast<index_t>(requests.size()), vocab, width,
+                     std::span<const specdec::detail::view_extent>(all));
 }
 
 /// check_outputs for `batch` requests that emit at most `width` tokens each.
 template <class Space>
 void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
-                        std::initializer_list<specdec::detail::view_extent> inputs) {
+                        std::span<const specdec::detail::view_extent> inputs) {
   // Rows apart, not null unless empty: the writers index them (the backend's upload checks its own
   // stride rule); and no two outputs may share memory, nor an output an input.
   using specdec::detail::check_view;
@@ -274,6 +294,12 @@ void check_output_views(const char* where, const verify_outputs<Space>& out, ind
     for (std::size_t j = i + 1; j < std::size(all); ++j) specdec::detail::check_disjoint(where, all[i], all[j]);
     for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, all[i], input);
   }
+}
+
+template <class Space>
+void check_output_views(const char* where, const verify_outputs<Space>& out, index_t batch, index_t vocab, index_t width,
+                        std::initializer_list<specdec::detail::view_extent> inputs) {
+  check_output_views(where, out, batch, vocab, width, std::span<const specdec::detail::view_extent>(inputs.begin(), inputs.size()));
 }
 
 /// Writes host values into a caller matrix in the backend's space, one copy when its rows are packed.

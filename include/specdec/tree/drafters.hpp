@@ -21,12 +21,15 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/core/checked.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/tree/drafter.hpp>
@@ -191,6 +194,7 @@ class chain_drafter {
     constexpr const char* where = "specdec::chain_drafter::advance";
     SPECDEC_EXPECTS(request_.rows() == 1 && drafted_count() < length_, where, "no draft forward is pending");
     SPECDEC_EXPECTS(logits.rows() == 1, where, "logits has ", logits.rows(), " rows; expected 1");
+    detail::check_vocabulary(where, "V", logits.cols());  // before a row of V floats is allocated
     std::int32_t token = 0;
     double top1 = 0;
     if (temperature_ == 0.0f) {
@@ -302,6 +306,8 @@ class eagle2_drafter {
     if (request_.depth[0] == 0) {
       step = builder_->begin(logits, std::span(root, 1));
     } else if (request_.logits_per_row == 2) {  // row r's left and right rows are 2r and 2r + 1
+      // The halves are views at twice the row stride: valid only for a well-formed, packed-row view.
+      detail::check_view(where, "logits", logits, detail::contiguous_rows | detail::distinct_rows);
       const index_t k = request_.rows(), v = logits.cols(), stride = logits.stride(0);
       step = builder_->expand_dual(matrix_view<const float, memory_space>(logits.data(), k, v, 2 * stride, 1),
                                    matrix_view<const float, memory_space>(logits.data() + stride, k, v, 2 * stride, 1));
@@ -360,6 +366,8 @@ class heads_drafter {
   /// \throws invalid_argument when a rank of `shape` is not below top_k.
   heads_drafter(B& b, static_tree shape, index_t top_k, bool adaptive = true)
       : b_(&b), shape_(std::move(shape)), top_k_(top_k), adaptive_(adaptive), policy_(shape_.tree.max_depth()) {
+    SPECDEC_EXPECTS(top_k >= 1 && top_k <= std::numeric_limits<std::int32_t>::max(), "specdec::heads_drafter", "top_k = ",
+                    top_k, "; expected 1 <= top_k <= 2^31 - 1");
     for (const std::int32_t r : shape_.rank)
       SPECDEC_EXPECTS(r < top_k, "specdec::heads_drafter", "the shape has rank ", r, "; expected ranks below top_k = ", top_k);
   }
@@ -380,6 +388,8 @@ class heads_drafter {
     SPECDEC_EXPECTS(logits.rows() == request_.logits_rows(), where, "logits has ", logits.rows(), " rows; expected one per head (",
                     request_.logits_rows(), ")");
     const index_t heads = logits.rows();
+    // k <= V before the [heads x k] buffers are allocated (row_topk checks it only after).
+    SPECDEC_EXPECTS(top_k_ <= logits.cols(), where, "top_k = ", top_k_, "; expected at most V = ", logits.cols());
     auto values = b_->template allocate<float>(heads * top_k_);
     auto ids = b_->template allocate<std::int32_t>(heads * top_k_);
     b_->row_topk(logits, top_k_, values.matrix(heads, top_k_), ids.matrix(heads, top_k_));

@@ -365,6 +365,11 @@ class eagle2_batch_builder {
     check(out.depths, "out.depths", t, false);
     check(out.scores, "out.scores", t, false);
     check(out.selected, "out.selected", t - 1, false);
+    // Outputs apart from each other: the job writes each as it reads the state, so a parent written
+    // over a token would be read back as one.
+    detail::check_arguments(where, detail::output("out.tokens", out.tokens), detail::output("out.parents", out.parents),
+                            detail::output("out.depths", out.depths), detail::output("out.scores", out.scores),
+                            detail::output("out.selected", out.selected));
     detail::eagle2_jobs::finish_job<space> job{state(), out, candidates_, t - 1, where, {}};
     name(job.names);
     backend_->run_teams(batch_, job);

@@ -15,8 +15,10 @@
 #include <span>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/core/view_checks.hpp>
 #include <specdec/mask/token_bitmask.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -84,9 +86,12 @@ struct any_token_matcher {
   bool accept_token(std::int32_t token) const { return token >= 0 && token < vocab; }
   void rollback(std::int32_t) const {}
   bool is_terminated() const { return false; }
+  /// Allows tokens [0, min(vocab, 32 x words)): a matcher built for a larger vocabulary than the caller's
+  /// rows never writes past them.
   void fill_next_token_bitmask(std::span<std::int32_t> row) const {
     std::fill(row.begin(), row.end(), 0);
-    for (std::int32_t t = 0; t < static_cast<std::int32_t>(vocab); ++t) bitmask_set(row.data(), t, true);
+    const index_t width = static_cast<index_t>(row.size()) * 32 < vocab ? static_cast<index_t>(row.size()) * 32 : vocab;
+    for (index_t t = 0; t < width; ++t) bitmask_set(row.data(), static_cast<std::int32_t>(t), true);
   }
 };
 static_assert(grammar_matcher<any_token_matcher>);
@@ -163,14 +168,21 @@ inline pruned_tree kept_nodes(const draft_tree& tree, const std::vector<std::uin
 /// the matcher never accepts what its own mask forbids.
 /// \param bitmask host `[rows x ceil(V / 32)]` int32; node i's row is `first_row + i`.
 /// \return one flag per node: 1 valid, 0 pruned.
-/// \throws invalid_argument on a malformed tree, a token outside [0, V), a bitmask too small.
+/// \throws invalid_argument on vocab outside [1, 2^31 - 1], a malformed tree, a token outside [0, V), a
+///   bitmask too small, with rows that overlap or strided words, or sharing memory with the tree; rows
+///   outside the bitmask.
 template <grammar_matcher M>
 std::vector<std::uint8_t> fill_tree_bitmasks(tree_view tree, index_t vocab, M& matcher, matrix_view<std::int32_t> bitmask,
                                              index_t first_row = 0) {
   constexpr const char* where = "specdec::fill_tree_bitmasks";
+  detail::check_vocabulary(where, "vocab", vocab);
   validate(tree, vocab);
   detail::check_bitmask(where, "bitmask", matrix_view<const std::int32_t>(bitmask), vocab);
-  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
+  // Written row by row: rows apart, and apart from the tree they are filled from.
+  detail::check_arguments(where, detail::output("bitmask", bitmask, detail::contiguous_rows | detail::distinct_rows),
+                          detail::input("tree.token", tree.token), detail::input("tree.parent", tree.parent),
+                          detail::input("tree.depth", tree.depth));
+  SPECDEC_EXPECTS(detail::range_fits(first_row, tree.size(), bitmask.rows()), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
   const index_t words = bitmask_words(vocab);
   const auto row_of = [&](std::size_t i) { return std::span<std::int32_t>(bitmask.row(first_row + static_cast<index_t>(i)), static_cast<std::size_t>(words)); };
@@ -192,9 +204,10 @@ std::vector<std::uint8_t> fill_tree_bitmasks(tree_view tree, index_t vocab, M& m
 /// \throws invalid_argument on a malformed tree, a token outside [0, V), a bitmask too small.
 inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view<const std::int32_t> bitmask, index_t first_row = 0) {
   constexpr const char* where = "specdec::prune_tree";
+  detail::check_vocabulary(where, "vocab", vocab);
   validate(tree, vocab);
   detail::check_bitmask(where, "bitmask", bitmask, vocab);
-  SPECDEC_EXPECTS(first_row >= 0 && first_row + tree.size() <= bitmask.rows(), where, "first_row = ", first_row, " with ",
+  SPECDEC_EXPECTS(detail::range_fits(first_row, tree.size(), bitmask.rows()), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the bitmask's ", bitmask.rows());
   std::vector<std::uint8_t> keep(static_cast<std::size_t>(tree.size()), 0);
   for (std::size_t i = 0; i < keep.size(); ++i) {
@@ -212,6 +225,7 @@ inline pruned_tree prune_tree(const draft_tree& tree, index_t vocab, matrix_view
 /// \throws invalid_argument on a malformed tree or a token outside [0, V).
 template <grammar_matcher M>
 pruned_tree prune_tree(const draft_tree& tree, index_t vocab, M& matcher) {
+  detail::check_vocabulary("specdec::prune_tree", "vocab", vocab);
   validate(tree, vocab);
   // A terminated parent takes no token (matchers may accept one there all the same).
   const auto valid = detail::matcher_walk(

@@ -147,6 +147,17 @@ class valid_tree {
   std::int32_t max_depth_ = 0;
 };
 
+namespace detail {
+/// check_arguments for a call that writes `outputs` from a tree: each output by its rules, apart from
+/// each other and from the tree's arrays (a mask or position buffer laid over the parents would rewrite
+/// the tree as it is read).
+template <class... Outputs>
+void check_tree_outputs(const char* where, tree_view tree, const Outputs&... outputs) {
+  check_arguments(where, outputs..., input("tree.token", tree.token), input("tree.parent", tree.parent),
+                  input("tree.depth", tree.depth));
+}
+}  // namespace detail
+
 /// Per-node positions: `positions[i] = prefix_length + depth[i]`.
 /// \param positions host `[tree.size()]`. \throws invalid_argument on a malformed tree (valid_tree), a
 /// negative prefix_length or a length mismatch.
@@ -158,7 +169,7 @@ void tree_positions(valid_tree tree, index_t prefix_length, vector_view<Int> pos
   SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
   SPECDEC_EXPECTS(positions.rows() == tree.size(), where, "positions has ", positions.rows(),
                   " entries; expected one per node (", tree.size(), ")");
-  detail::check_view(where, "positions", positions, detail::indexed_output);
+  detail::check_tree_outputs(where, tree.view(), detail::output("positions", positions));
   // The deepest node has the largest position: if it fits Int, every position does.
   (void)detail::checked_narrow<Int>(where, detail::checked_add(where, prefix_length, tree.max_depth(), "prefix_length + depth"),
                                     "the deepest node's position prefix_length + depth");
@@ -242,10 +253,8 @@ void child_links(valid_tree tree, vector_view<Int> first_child, vector_view<Int>
   SPECDEC_EXPECTS(first_child.rows() == tree.size() && next_sibling.rows() == tree.size(), where,
                   "first_child has ", first_child.rows(), " and next_sibling ", next_sibling.rows(),
                   " entries; expected one per node (", tree.size(), ") in each");
-  detail::check_view(where, "first_child", first_child, detail::indexed_output);
-  detail::check_view(where, "next_sibling", next_sibling, detail::indexed_output);
-  detail::check_disjoint(where, detail::extent_of(where, "first_child", first_child),
-                         detail::extent_of(where, "next_sibling", next_sibling));
+  detail::check_tree_outputs(where, tree.view(), detail::output("first_child", first_child),
+                             detail::output("next_sibling", next_sibling));
   for (index_t i = 0; i < tree.size(); ++i) first_child(i) = next_sibling(i) = Int(-1);
   // Walking backwards and inserting at the head leaves every list in increasing index order.
   for (index_t i = tree.size() - 1; i >= 1; --i) {
