@@ -22,6 +22,7 @@
 #include <specdec/tree/ngram.hpp>
 #include <specdec/tree/static_tree.hpp>
 
+#include "entry_points.hpp"
 #include "fuzz_input.hpp"
 
 namespace {
@@ -199,6 +200,11 @@ void ngram_and_padding(fuzz::input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   fuzz::input in(data, size);
+  // Half the inputs go to the list of every entry point that takes sizes (entry_points.hpp).
+  if (in.flag()) {
+    fuzz::entry::run_one(in, /*sizes=*/true);
+    return 0;
+  }
   switch (in.byte() % 5) {
     case 0: positions_and_masks(in); break;
     case 1: eagle2_sizes(in); break;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Output and input views as a hostile caller builds them over one buffer: arbitrary offsets, extents
+// Output and input views as a hostile caller builds them over one buffer, for row_softmax, row_topk,
+// gemm and verify_greedy's outputs here and for every entry point of entry_points.hpp's list: arbitrary offsets, extents
 // (negative and zero included), row strides (0, negative, smaller than the row), vector strides,
 // null pointers with a shape, outputs overlapping inputs or each other. Each call either throws
 // specdec::invalid_argument, or it wrote nothing outside its outputs and gave exactly what the same
@@ -15,6 +16,7 @@
 #include <specdec/core/view_checks.hpp>
 #include <specdec/sampling/sampling.hpp>
 
+#include "entry_points.hpp"
 #include "fuzz_input.hpp"
 
 namespace {
@@ -228,6 +230,11 @@ void outputs_case(fuzz::input& in) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   fuzz::input in(data, size);
   const bool thrust = in.flag();
+  // Half the inputs go to the list of every entry point that takes views (entry_points.hpp).
+  if (in.flag()) {
+    fuzz::entry::run_one(in, /*sizes=*/false);
+    return 0;
+  }
   switch (in.byte() % 4) {
     case 0: thrust ? softmax_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : softmax_case<specdec::eigen>(in); break;
     case 1: thrust ? topk_case<specdec::thrust_backend<specdec::thrust_system::cpp>>(in) : topk_case<specdec::eigen>(in); break;

@@ -210,9 +210,12 @@ namespace detail {
 /// -1, min(V, 32 x words).
 template <class Space>
 index_t checked_mask_width(const char* where, matrix_view<float, Space> logits, matrix_view<const std::int32_t, Space> bitmask,
-                           index_t vocab_size) {
+                           index_t vocab_size, vector_view<const index_t, Space> indices) {
   check_bitmask(where, "bitmask", bitmask, any_mask_width);
-  check_arguments(where, output("logits", logits, contiguous_rows | distinct_rows), input("bitmask", bitmask));
+  // The rows are written while the masks and indices are read: an index under a masked row would
+  // change after it was checked.
+  check_arguments(where, output("logits", logits, contiguous_rows | distinct_rows), input("bitmask", bitmask),
+                  input("indices", indices, nonzero_stride));
   // The mask's width in tokens, decided by division: 32 x words can pass int64 for a huge view.
   const bool mask_wider = bitmask.cols() >= logits.cols() / 32 + 1;
   const index_t limit = mask_wider ? logits.cols() : bitmask.cols() * 32;
@@ -240,7 +243,8 @@ index_t checked_mask_width(const char* where, matrix_view<float, Space> logits, 
 inline void apply_token_bitmask(matrix_view<float> logits, matrix_view<const std::int32_t> bitmask, index_t vocab_size = -1,
                                 std::span<const index_t> indices = {}) {
   constexpr const char* where = "specdec::apply_token_bitmask";
-  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size);
+  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size,
+                                          vector_view<const index_t>(indices.data(), static_cast<index_t>(indices.size())));
   // Whole words branch-free (a branch per bit mispredicts on a mixed row), then the partial word.
   const auto mask_row = [&](index_t r) {
     float* x = logits.row(r);
@@ -329,8 +333,7 @@ void apply_token_bitmask(B& b, matrix_view<float, typename B::memory_space> logi
                          matrix_view<const std::int32_t, typename B::memory_space> bitmask, index_t vocab_size = -1,
                          vector_view<const index_t, typename B::memory_space> indices = {}) {
   constexpr const char* where = "specdec::apply_token_bitmask";
-  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size);
-  detail::check_view(where, "indices", indices, detail::nonzero_stride);
+  vocab_size = detail::checked_mask_width(where, logits, bitmask, vocab_size, indices);
   if (indices.empty())
     SPECDEC_EXPECTS(bitmask.rows() == logits.rows(), where, "bitmask has ", bitmask.rows(), " rows and logits ",
                     logits.rows(), "; expected equal counts (or indices)");

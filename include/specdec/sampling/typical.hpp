@@ -11,6 +11,7 @@
 /// convention when that node is a leaf: then it is the bonus token the caller sampled.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -120,7 +121,8 @@ std::vector<speculative_result> verify_typical(B& b, matrix_view<const float, ty
     }
     speculative_result out;
     for (index_t k = best; k > 0; k = tree.parent[static_cast<std::size_t>(k)])
-      out.accepted_nodes.insert(out.accepted_nodes.begin(), static_cast<std::int32_t>(k));
+      out.accepted_nodes.push_back(static_cast<std::int32_t>(k));
+    std::reverse(out.accepted_nodes.begin(), out.accepted_nodes.end());  // root first, in O(depth)
     for (const std::int32_t k : out.accepted_nodes) out.tokens.push_back(tree.token[static_cast<std::size_t>(k)]);
     out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
     if (vllm && leaf[static_cast<std::size_t>(best)]) {
