@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <specdec/core/rng.hpp>
@@ -244,17 +246,20 @@ class eagle2_session {
   template <class Copy>
   void begin(const float* logits, std::int64_t rows, std::int64_t cols, const std::int32_t* roots, std::int64_t target_vocab,
              const cuda::eagle2_step& out, Copy copy) {
+    expect_step(out, 0);
     emit(builder_.begin(rows_of(logits, rows, cols), specdec::vector_view<const std::int32_t, space>(roots, batch_),
                         static_cast<index_t>(target_vocab)),
          out, copy);
   }
   template <class Copy>
   void expand(const float* logits, std::int64_t rows, std::int64_t cols, const cuda::eagle2_step& out, Copy copy) {
+    expect_step(out, builder_.steps_done() + 1);
     emit(builder_.expand(rows_of(logits, rows, cols)), out, copy);
   }
   template <class Copy>
   void expand_dual(const float* left, const float* right, std::int64_t rows, std::int64_t cols, const cuda::eagle2_step& out,
                    Copy copy) {
+    expect_step(out, builder_.steps_done() + 2);
     emit(builder_.expand_dual(rows_of(left, rows, cols), rows_of(right, rows, cols)), out, copy);
   }
   void finish(const cuda::eagle2_trees& t) {
@@ -269,6 +274,13 @@ class eagle2_session {
   }
 
  private:
+  /// The caller sized draft_mask for `out.step`; the step's mask has `step + 1` blocks of columns: a
+  /// caller whose count drifted from the builder's would have it written past its end.
+  static void expect_step(const cuda::eagle2_step& out, index_t step) {
+    if (out.step != step)
+      throw std::invalid_argument("step: draft_mask was sized for step " + std::to_string(out.step) + "; the builder's next step is " +
+                                  std::to_string(step));
+  }
   static specdec::matrix_view<const float, space> rows_of(const float* p, std::int64_t rows, std::int64_t cols) {
     return {p, static_cast<index_t>(rows), static_cast<index_t>(cols)};
   }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -32,8 +33,10 @@ class weight_set {
  public:
   explicit weight_set(const nb::dict& weights) {
     for (const auto& [key, value] : weights) {
-      const std::string name = nb::cast<std::string>(key);
-      const array a = nb::cast<array>(value);
+      std::string name;
+      array a;
+      if (!nb::try_cast(key, name)) throw nb::type_error("weights: expected a dict with str keys (the checkpoint's names)");
+      if (!nb::try_cast(value, a)) throw nb::type_error(("weights: \"" + name + "\" is not an array").c_str());
       if (a.dtype() != nb::dtype<float>() || (a.ndim() != 1 && a.ndim() != 2)) continue;
       const int on = a.device_type() == nb::device::cuda::value ? a.device_id() : a.device_type() == nb::device::cpu::value ? -1 : -2;
       if (on == -2) throw nb::value_error(("weights: \"" + name + "\" is neither in CPU nor in CUDA memory").c_str());
@@ -60,13 +63,12 @@ class weight_set {
   std::vector<array> held_;  // viewed by the block: kept alive with it
 };
 
-/// A call's array on the block's device (`device`: -1 host): dtype, dimensions and contiguity as checked<T>.
+/// A call's array on the block's device (`device`: -1 host): check_array there (`const T` an input, `T`
+/// an output).
 template <class T>
 T* on(const array& a, const char* name, std::size_t ndim, int device) {
-  if (device >= 0 && (a.device_type() != nb::device::cuda::value || a.device_id() != device))
-    throw nb::value_error((std::string(name) + ": expected an array on CUDA device " + std::to_string(device) +
-                           ", where the block's weights are").c_str());
-  return checked<T>(a, name, ndim, device >= 0);
+  return static_cast<T*>(check_array(a, name, {nb::dtype<std::remove_const_t<T>>()}, static_cast<int>(ndim),
+                                     std::is_const_v<T> ? access::read : access::write, device));
 }
 
 /// A float32 `[rows x cols]` input on the block's device.
@@ -90,30 +92,24 @@ block::mask_arg mask_of(const nb::object& mask, int device) {
     if (nb::cast<std::string>(mask) != "none") throw nb::value_error("mask: expected None (causal), \"none\" or an array");
     return {block::mask_arg::none, nullptr, 0, 0};
   }
-  const array a = nb::cast<array>(mask);
+  array a;
+  if (!nb::try_cast(mask, a)) throw nb::type_error("mask: expected None (causal), \"none\" or an array");
+  // bool is one byte, 0 or 1: read as uint8
+  const void* p = check_array(a, "mask", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<float>()}, 2, access::read, device);
   const bool additive = a.dtype() == nb::dtype<float>();
-  if (!additive && a.dtype() != nb::dtype<bool>() && a.dtype() != nb::dtype<std::uint8_t>())
-    throw nb::type_error("mask: expected dtype bool, uint8 or float32; got another dtype");
-  const void* p = nullptr;
-  if (additive) {
-    p = on<const float>(a, "mask", 2, device);
-  } else {  // bool is one byte, 0 or 1: read as uint8
-    if (device >= 0 ? a.device_type() != nb::device::cuda::value || a.device_id() != device : a.device_type() != nb::device::cpu::value)
-      throw nb::value_error("mask: expected an array on the block's device");
-    if (a.ndim() != 2) throw nb::value_error(("mask: expected 2 dimensions; got shape " + shape_of(a)).c_str());
-    if ((a.shape(1) > 1 && a.stride(1) != 1) || (a.shape(0) > 1 && a.stride(0) != static_cast<std::int64_t>(a.shape(1))))
-      throw nb::value_error("mask: expected a C-contiguous array");
-    p = a.data();
-  }
   return {additive ? block::mask_arg::additive : block::mask_arg::allowed, p, static_cast<std::int64_t>(a.shape(0)),
           static_cast<std::int64_t>(a.shape(1))};
 }
 
-/// A block as Python holds it: its weights (kept alive) and its implementation on their device.
+/// A block as Python holds it: its weights (kept alive), its implementation on their device, and the
+/// lock every method that reads or writes its state (its KV caches, its backend's scratch) takes
+/// (`locked`): threads sharing a block are serialised. Its shape (hidden, vocab, heads, cache_width) is
+/// fixed at construction and read without it.
 template <class Api>
 struct bound {
   weight_set weights;
   std::unique_ptr<Api> impl;
+  mutable std::mutex mutex;
   int device() const { return weights.device(); }
 };
 
@@ -154,13 +150,13 @@ void bind_shape_init(nb::class_<bound<Api>>& c, MakeCuda make_cuda) {
 /// The cache methods of a block's class: cache_size, crop and (where the block takes tree drafts) keep.
 template <bool Keep, class Api>
 void bind_cache(nb::class_<bound<Api>>& c) {
-  c.def_prop_ro("cache_size", [](const bound<Api>& t) { return t.impl->cache_size(); });
-  c.def("crop", [](bound<Api>& t, index_t n) { without_gil([&] { t.impl->crop(n); }); }, nb::arg("n"));
+  c.def_prop_ro("cache_size", [](const bound<Api>& t) { return locked(t.mutex, [&] { return t.impl->cache_size(); }); });
+  c.def("crop", [](bound<Api>& t, index_t n) { locked(t.mutex, [&] { t.impl->crop(n); }); }, nb::arg("n"));
   if constexpr (Keep)
     c.def("keep",
           [](bound<Api>& t, index_t prefix, const array& offsets, std::uintptr_t stream) {
             const auto o = span_of<const std::int32_t>(offsets, "offsets");  // host offsets: the cache's bookkeeping
-            without_gil([&] { t.impl->keep(stream, prefix, o.data(), static_cast<std::int64_t>(o.size())); });
+            locked(t.mutex, [&] { t.impl->keep(stream, prefix, o.data(), static_cast<std::int64_t>(o.size())); });
           },
           nb::arg("prefix"), nb::arg("offsets"), nb::arg("stream"));
 }
@@ -203,13 +199,13 @@ void bind_blocks(nb::module_& m) {
            nb::arg("weights"), nb::arg("lsa"), nb::arg("sa"), nb::arg("ca"), nb::arg("target_layers"), nb::arg("target_head_dim"),
            nb::arg("rms_eps"), nb::arg("capacity"))
       .def_prop_ro("hidden", [](const moa& b) { return b.impl->hidden(); })
-      .def_prop_ro("verified", [](const moa& b) { return b.impl->verified(); })
+      .def_prop_ro("verified", [](const moa& b) { return locked(b.mutex, [&] { return b.impl->verified(); }); })
       .def("add_verified",
            [](moa& b, const std::vector<array>& keys, const std::vector<array>& values, index_t first, index_t count, std::uintptr_t stream) {
              std::vector<block::tensor> k, v;
              for (const array& a : keys) k.push_back(tensor_of(a, "keys", b.device()));
              for (const array& a : values) v.push_back(tensor_of(a, "values", b.device()));
-             without_gil([&] { b.impl->add_verified(stream, k, v, first, count); });
+             locked(b.mutex, [&] { b.impl->add_verified(stream, k, v, first, count); });
            },
            nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"), nb::arg("stream"))
       .def("forward",
@@ -218,7 +214,7 @@ void bind_blocks(nb::module_& m) {
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, b.device());
              float* f = on<float>(features, "features", 2, b.device());
              const block::mask_arg mk = mask_of(mask, b.device());
-             without_gil([&] {
+             locked(b.mutex, [&] {
                b.impl->forward(stream, rows, static_cast<std::int64_t>(x.shape(0)), static_cast<std::int64_t>(x.shape(1)), pos,
                                static_cast<std::int64_t>(positions.shape(0)), f, static_cast<std::int64_t>(features.shape(0)), mk);
              });
@@ -257,7 +253,7 @@ void bind_blocks(nb::module_& m) {
              float* pu = output(u, "u", k, e, d);
              float* po = output(o, "o", k, e, d);
              float* pl = output(logits, "logits", k, b.impl->vocab(), d);
-             without_gil([&] { b.impl->forward(stream, f, em, pos, p1, p2, pz, pu, po, pl); });
+             locked(b.mutex, [&] { b.impl->forward(stream, f, em, pos, p1, p2, pz, pu, po, pl); });
            },
            nb::arg("feature"), nb::arg("embedding"), nb::arg("positions"), nb::arg("s1"), nb::arg("s2"), nb::arg("z"), nb::arg("u"),
            nb::arg("o"), nb::arg("logits"), nb::arg("stream"));
@@ -276,9 +272,9 @@ void bind_blocks(nb::module_& m) {
              const block::tensor f = tensor_of(feature, "feature", d);
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* l = output(left, "left", f.rows, b.impl->hidden(), d);
-             float* r = right.ndim() == 2 ? output(right, "right", f.rows, b.impl->hidden(), d) : nullptr;
+             float* r = right.size() > 0 ? output(right, "right", f.rows, b.impl->hidden(), d) : nullptr;  // empty: not contrastive
              const block::mask_arg mk = mask_of(mask, d);
-             without_gil([&] { b.impl->forward(stream, t, count, f, pos, mk, l, r); });
+             locked(b.mutex, [&] { b.impl->forward(stream, t, count, f, pos, mk, l, r); });
            },
            nb::arg("tokens"), nb::arg("feature"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("left"), nb::arg("right"),
            nb::arg("stream"));
@@ -308,9 +304,9 @@ void bind_blocks(nb::module_& m) {
              const block::tensor h = tensor_of(hidden, "hidden", d);
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* o = output(out, "out", h.rows, b.impl->hidden(), d);
-             float* x = projected.ndim() == 2 ? output(projected, "projected", h.rows, b.impl->hidden(), d) : nullptr;
+             float* x = projected.size() > 0 ? output(projected, "projected", h.rows, b.impl->hidden(), d) : nullptr;  // empty: not asked for
              const block::mask_arg mk = mask_of(mask, d);
-             without_gil([&] { b.impl->forward(stream, t, count, h, pos, mk, o, x); });
+             locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o, x); });
            },
            nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("out"), nb::arg("projected"),
            nb::arg("stream"))
@@ -318,7 +314,7 @@ void bind_blocks(nb::module_& m) {
            [](mtp& b, const array& o, const array& out, std::uintptr_t stream) {
              const block::tensor h = tensor_of(o, "o", b.device());
              float* r = output(out, "out", h.rows, b.impl->vocab(), b.device());
-             without_gil([&] { b.impl->logits(stream, h, r); });
+             locked(b.mutex, [&] { b.impl->logits(stream, h, r); });
            },
            nb::arg("o"), nb::arg("out"), nb::arg("stream"));
   bind_cache<false>(mtp_class);
@@ -346,7 +342,7 @@ void bind_blocks(nb::module_& m) {
              float* rows = on<float>(x, "x", 2, b.device());
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, b.device());
              const block::mask_arg mk = mask_of(mask, b.device());
-             without_gil([&] {
+             locked(b.mutex, [&] {
                b.impl->forward(stream, rows, static_cast<std::int64_t>(x.shape(0)), static_cast<std::int64_t>(x.shape(1)), pos,
                                static_cast<std::int64_t>(positions.shape(0)), mk);
              });
@@ -354,8 +350,12 @@ void bind_blocks(nb::module_& m) {
            nb::arg("x"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("stream"))
       .def("cached",
            [](layer& b, bool keys, const array& out, std::uintptr_t stream) {
-             float* o = output(out, "out", b.impl->cache_size(), b.impl->cache_width(), b.device());
-             without_gil([&] { b.impl->cached_rows(stream, keys, o); });
+             // out's shape is checked against the cache under the lock that the copy holds: checked before
+             // it, another thread's forward could grow the cache in between and the copy overrun out.
+             locked(b.mutex, [&] {
+               float* o = output(out, "out", b.impl->cache_size(), b.impl->cache_width(), b.device());
+               b.impl->cached_rows(stream, keys, o);
+             });
            },
            nb::arg("keys"), nb::arg("out"), nb::arg("stream"));
   bind_cache<true>(layer_class);
@@ -369,7 +369,7 @@ void bind_blocks(nb::module_& m) {
            [](eagle3& b, const array& taps, const array& out, std::uintptr_t stream) {
              const block::tensor t = tensor_of(taps, "taps", b.device());
              float* o = output(out, "out", t.rows, b.impl->hidden(), b.device());
-             without_gil([&] { b.impl->fuse(stream, t, o); });
+             locked(b.mutex, [&] { b.impl->fuse(stream, t, o); });
            },
            nb::arg("taps"), nb::arg("out"), nb::arg("stream"))
       .def("forward",
@@ -382,14 +382,14 @@ void bind_blocks(nb::module_& m) {
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* o = output(out, "out", h.rows, b.impl->hidden(), d);
              const block::mask_arg mk = mask_of(mask, d);
-             without_gil([&] { b.impl->forward(stream, t, count, h, pos, mk, o); });
+             locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o); });
            },
            nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("out"), nb::arg("stream"))
       .def("logits",
            [](eagle3& b, const array& h2, const array& out, std::uintptr_t stream) {
              const block::tensor h = tensor_of(h2, "h2", b.device());
              float* o = output(out, "out", h.rows, b.impl->draft_vocab(), b.device());
-             without_gil([&] { b.impl->logits(stream, h, o); });
+             locked(b.mutex, [&] { b.impl->logits(stream, h, o); });
            },
            nb::arg("h2"), nb::arg("out"), nb::arg("stream"));
   bind_cache<true>(eagle3_class);

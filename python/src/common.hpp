@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// What every source file of the binding shares: the argument checks (dtype, shape, device, strides: a
-// TypeError or ValueError naming the argument), views of arrays without copying, the GIL release and
-// the calling thread's host backend.
+// What every source file of the binding shares: the one check of an array argument (device, dtype,
+// dimensions, strides, writability: a TypeError or ValueError naming the argument), views of arrays
+// without copying, the GIL release, the per-object lock of the stateful classes and the calling
+// thread's host backend.
 #pragma once
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -78,25 +81,17 @@ inline const dl_exchange_api* exchange_api_of(PyObject* object) noexcept {
 
 /// An array argument: a view of a numpy array, torch tensor or any DLPack producer. Torch tensors are
 /// viewed through the DLPack C exchange API (one C call, ~0.3 us), where `__dlpack__` costs ~3 us per
-/// argument; everything else through nanobind's importer.
+/// argument; everything else through nanobind's importer. Read-only arrays (np.frombuffer, a memmap,
+/// `setflags(write=False)`) are accepted and marked: they may be inputs, and check_array refuses them as
+/// outputs by name (nanobind's writable importer refuses them with an unnamed TypeError). Anything else
+/// (a list, None, a string) is accepted too, as no array (`other` names its type), so that check_array
+/// refuses it with the argument's name instead of nanobind's "incompatible function arguments".
 struct array : nb::ndarray<> {
   array() = default;
-  explicit array(nb::ndarray<>&& a) noexcept : nb::ndarray<>(std::move(a)) {}
+  explicit array(nb::ndarray<>&& a, bool can_write = true) noexcept : nb::ndarray<>(std::move(a)), writable(can_write) {}
+  bool writable = true;
+  const char* other = nullptr;  // not an array: its Python type's name (the object outlives the call)
 };
-
-template <class T>
-const char* dtype_name() {
-  if constexpr (std::is_same_v<T, float>) return "float32";
-  if constexpr (std::is_same_v<T, double>) return "float64";
-  if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
-  if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
-  if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
-  if constexpr (std::is_same_v<T, std::uint16_t>) return "uint16";
-  if constexpr (std::is_same_v<T, std::uint32_t>) return "uint32";
-  if constexpr (std::is_same_v<T, bool>) return "bool";
-  if constexpr (std::is_const_v<T>) return dtype_name<std::remove_const_t<T>>();
-  return "?";
-}
 
 inline std::string shape_of(const array& a) {
   std::string s = "(";
@@ -104,26 +99,79 @@ inline std::string shape_of(const array& a) {
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-/// Checks `a` (argument `name`): in CPU memory unless `device_memory` (the caller checked its device),
-/// dtype T (TypeError), `ndim` dimensions, C-contiguous (ValueError).
-template <class T>
-T* checked(const array& a, const char* name, std::size_t ndim, bool device_memory = false) {
-  if (!device_memory && a.device_type() != nb::device::cpu::value)
-    throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one on another device (this build of "
-                           "specdec is CPU-only)").c_str());
-  if (a.dtype() != nb::dtype<std::remove_const_t<T>>())
-    throw nb::type_error((std::string(name) + ": expected dtype " + dtype_name<T>() + "; got another dtype").c_str());
-  if (a.ndim() != ndim)
+/// A dtype as numpy names it ("float32", "int64", "bool"), for messages.
+inline std::string dtype_text(const nb::dlpack::dtype& d) {
+  using code = nb::dlpack::dtype_code;
+  if (d.code == static_cast<std::uint8_t>(code::Bool)) return "bool";
+  const char* kind = d.code == static_cast<std::uint8_t>(code::Int)       ? "int"
+                     : d.code == static_cast<std::uint8_t>(code::UInt)    ? "uint"
+                     : d.code == static_cast<std::uint8_t>(code::Float)   ? "float"
+                     : d.code == static_cast<std::uint8_t>(code::Bfloat)  ? "bfloat"
+                     : d.code == static_cast<std::uint8_t>(code::Complex) ? "complex"
+                                                                          : "unknown";
+  std::string s = kind + std::to_string(d.bits);
+  if (d.lanes != 1) s += "x" + std::to_string(d.lanes);
+  return s;
+}
+
+/// How a call uses an argument: reads it (a read-only array is fine) or writes it (an output).
+enum class access { read, write };
+
+/// Where an argument's memory must be: `host_memory` (CPU), a CUDA device index (>= 0), or
+/// `any_memory` (the caller checked the device).
+inline constexpr int host_memory = -1;
+inline constexpr int any_memory = -2;
+
+/// The one check of an array argument `name`, every rule with an error naming it, before anything is
+/// read, written or allocated: an array at all, its memory (`device`), its dtype (one of `dtypes`; empty: any; a
+/// TypeError naming the dtype it has), `ndim` dimensions (-1: any; 0-d arrays are refused like any
+/// other count), C-contiguous (a strided view is refused, never copied: the call would read or write
+/// other memory than the caller's), and for an output (`access::write`) writable. Returns its data.
+inline void* check_array(const array& a, const char* name, std::initializer_list<nb::dlpack::dtype> dtypes, int ndim, access mode,
+                         int device = host_memory) {
+  if (!a.is_valid())
+    throw nb::type_error((std::string(name) + ": expected an array (numpy, torch or another DLPack or buffer-protocol producer); got " +
+                          (a.other != nullptr ? a.other : "something else"))
+                             .c_str());
+  const bool on_cuda = a.device_type() == nb::device::cuda::value;
+  if (device == host_memory && a.device_type() != nb::device::cpu::value)
+    throw nb::value_error((std::string(name) + ": expected an array in CPU memory; got one in " + (on_cuda ? "CUDA" : "another device's") +
+                           " memory" + (SPECDEC_PYTHON_CUDA ? " (the call runs where its first array is)" : " (this build of specdec is CPU-only)"))
+                              .c_str());
+  if (device >= 0 && (!on_cuda || a.device_id() != device))
+    throw nb::value_error((std::string(name) + ": expected an array on CUDA device " + std::to_string(device) + " (the call's device); got one " +
+                           (on_cuda ? "on CUDA device " + std::to_string(a.device_id()) : std::string("in another memory")))
+                              .c_str());
+  if (dtypes.size() > 0) {
+    bool ok = false;
+    std::string want;
+    for (const nb::dlpack::dtype& d : dtypes) {
+      ok = ok || a.dtype() == d;
+      want += (want.empty() ? "" : " or ") + dtype_text(d);
+    }
+    if (!ok) throw nb::type_error((std::string(name) + ": expected dtype " + want + "; got " + dtype_text(a.dtype())).c_str());
+  }
+  if (ndim >= 0 && a.ndim() != static_cast<std::size_t>(ndim))
     throw nb::value_error((std::string(name) + ": expected " + std::to_string(ndim) + " dimensions; got shape " + shape_of(a)).c_str());
   std::int64_t expected = 1;
-  for (std::size_t i = ndim; a.size() > 0 && i-- > 0;) {  // an empty array has no layout to check
+  for (std::size_t i = a.ndim(); a.size() > 0 && i-- > 0;) {  // an empty array has no layout to check
     if (a.shape(i) > 1 && a.stride(i) != expected)
       throw nb::value_error((std::string(name) + ": expected a C-contiguous array; dimension " + std::to_string(i) + " has stride " +
                              std::to_string(a.stride(i)) + " elements where " + std::to_string(expected) + " was expected")
                                 .c_str());
     expected *= static_cast<std::int64_t>(a.shape(i));
   }
-  return static_cast<T*>(a.data());
+  if (mode == access::write && !a.writable)
+    throw nb::value_error((std::string(name) + ": expected a writable array (the call writes its result there); got a read-only one").c_str());
+  return a.data();
+}
+
+/// check_array for one element type T: `const T` is an input, `T` an output; in CPU memory unless
+/// `device_memory` (the caller checked its device).
+template <class T>
+T* checked(const array& a, const char* name, std::size_t ndim, bool device_memory = false) {
+  return static_cast<T*>(check_array(a, name, {nb::dtype<std::remove_const_t<T>>()}, static_cast<int>(ndim),
+                                     std::is_const_v<T> ? access::read : access::write, device_memory ? any_memory : host_memory));
 }
 
 inline void expect_shape(const array& a, const char* name, std::initializer_list<std::int64_t> want) {
@@ -157,6 +205,19 @@ template <class F>
 void without_gil(F&& f) {
   nb::gil_scoped_release released;
   f();
+}
+
+/// The lock of a stateful object (a builder, a block with its KV cache): every method that reads or
+/// writes the object's state runs `f` through this, so that threads sharing the object are serialised.
+/// The GIL is released first and the mutex taken after: a thread waiting for the mutex never holds the
+/// GIL, which the holder may need to finish (taking them in the other order deadlocks). `f` must not
+/// touch Python objects; checks that depend on the object's state (a cache's size) belong inside `f`,
+/// where no other thread can change it between the check and the use.
+template <class F>
+decltype(auto) locked(std::mutex& mutex, F&& f) {
+  nb::gil_scoped_release released;
+  const std::lock_guard<std::mutex> hold(mutex);
+  return f();
 }
 
 /// The calling thread's backend: its scratch arena persists between calls (a backend object is not
@@ -208,8 +269,19 @@ struct type_caster<specdec_python::array> {
       PyErr_Clear();
     }
     make_caster<nanobind::ndarray<>> inner;
-    if (!inner.from_python(src, flags, cleanup)) return false;
-    value = specdec_python::array(std::move(inner.value));
+    if (inner.from_python(src, flags, cleanup)) {
+      value = specdec_python::array(std::move(inner.value));
+      return true;
+    }
+    // Not writable: a read-only array (its import as writable failed; nothing else constrains it).
+    make_caster<nanobind::ndarray<nanobind::ro>> read_only;
+    if (read_only.from_python(src, flags, cleanup)) {
+      value = specdec_python::array(nanobind::ndarray<>(read_only.value), false);
+      return true;
+    }
+    PyErr_Clear();
+    value = specdec_python::array();
+    value.other = Py_TYPE(src.ptr())->tp_name;
     return true;
   }
 

@@ -187,6 +187,7 @@ struct eagle2_step {
   std::int32_t* frontier = nullptr;     ///< `[batch x k]`
   std::int32_t* parent_slot = nullptr;  ///< `[batch x k]`
   std::uint8_t* draft_mask = nullptr;   ///< `[batch k x k (step + 1)]`
+  std::int64_t step = 0;                ///< the step draft_mask was sized for: the session refuses another
 };
 struct eagle2_trees {
   std::int32_t* tokens = nullptr;    ///< `[batch x T]`

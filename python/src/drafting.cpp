@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -82,13 +83,13 @@ void tree_mask_dense(const array& token, const array& parent, const array& depth
       specdec::tree_mask_dense(tree, prefix_length, o);
     });
   };
-  if (additive && out.dtype() != nb::dtype<float>() && out.dtype() != nb::dtype<double>())
-    throw nb::type_error("out: expected dtype float32 or float64 for an additive mask; got another dtype");
+  if (prefix_length < 0) throw nb::value_error(("prefix_length: expected a length >= 0; got " + std::to_string(prefix_length)).c_str());
+  if (additive) check_array(out, "out", {nb::dtype<float>(), nb::dtype<double>()}, 2, access::write);
+  else check_array(out, "out", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<float>(), nb::dtype<double>()}, 2, access::write);
   if (out.dtype() == nb::dtype<bool>()) write(static_cast<bool*>(nullptr));
   else if (out.dtype() == nb::dtype<std::uint8_t>()) write(static_cast<std::uint8_t*>(nullptr));
   else if (out.dtype() == nb::dtype<float>()) write(static_cast<float*>(nullptr));
-  else if (out.dtype() == nb::dtype<double>()) write(static_cast<double*>(nullptr));
-  else throw nb::type_error("out: expected dtype bool, uint8, float32 or float64; got another dtype");
+  else write(static_cast<double*>(nullptr));
 }
 
 /// TensorRT-LLM's packed int32 words `[n x ceil(n / 32)]`.
@@ -100,14 +101,14 @@ void tree_mask_packed_int32(const array& token, const array& parent, const array
 /// SGLang's one item per row (uint8 / uint16 / uint32 by tree size).
 void tree_mask_bitpacked_rows(const array& token, const array& parent, const array& depth, const array& out) {
   const specdec::valid_tree tree = tree_of(token, parent, depth);
-  const auto n = static_cast<index_t>(out.ndim() == 1 ? out.shape(0) : 0);
+  check_array(out, "out", {nb::dtype<std::uint8_t>(), nb::dtype<std::uint16_t>(), nb::dtype<std::uint32_t>()}, 1, access::write);
+  const auto n = static_cast<index_t>(out.shape(0));
   if (out.dtype() == nb::dtype<std::uint8_t>())
     specdec::tree_mask_bitpacked_rows(tree, specdec::vector_view<std::uint8_t>(span_of<std::uint8_t>(out, "out").data(), n));
   else if (out.dtype() == nb::dtype<std::uint16_t>())
     specdec::tree_mask_bitpacked_rows(tree, specdec::vector_view<std::uint16_t>(span_of<std::uint16_t>(out, "out").data(), n));
-  else if (out.dtype() == nb::dtype<std::uint32_t>())
+  else
     specdec::tree_mask_bitpacked_rows(tree, specdec::vector_view<std::uint32_t>(span_of<std::uint32_t>(out, "out").data(), n));
-  else throw nb::type_error("out: expected dtype uint8, uint16 or uint32; got another dtype");
 }
 
 /// FlashInfer's packed custom mask of a ragged batch: (bytes, indptr).
@@ -189,8 +190,10 @@ tree_arrays suffix_draft_tree(std::int32_t root, const array& token_ids, const a
 
 // ---- the EAGLE-2 builder ----------------------------------------------------------------------------
 
-/// The builder with the host backend it runs on (one per builder: a builder keeps a reference).
+/// The builder with the host backend it runs on (one per builder: a builder keeps a reference), and the
+/// lock every method takes (`locked`): threads sharing a builder are serialised.
 struct eagle2_builder {
+  mutable std::mutex mutex;
   specdec::eigen backend;
   specdec::eagle2_tree_builder<specdec::eigen> builder;
   eagle2_builder(index_t top_k, index_t depth, index_t total_tokens, bool probability, std::vector<std::int32_t> d2t, index_t batch)
@@ -210,7 +213,7 @@ using verify_result = std::tuple<std::vector<std::int32_t>, std::vector<std::int
 
 std::vector<index_t> target_rows_of(const array& target_rows, const std::vector<specdec::tree_view>& trees) {
   std::vector<index_t> rows(trees.size());
-  if (target_rows.ndim() == 1 && target_rows.shape(0) > 0) {
+  if (target_rows.size() > 0) {  // empty: the default; any other array is checked (a 2-D one was ignored)
     const auto given = span_of<const std::int64_t>(target_rows, "target_rows");
     if (given.size() != trees.size())
       throw nb::value_error(("target_rows: expected one entry per tree (" + std::to_string(trees.size()) + "); got " +
@@ -272,7 +275,7 @@ std::vector<verify_result> verify_speculative(const array& target, bool logits, 
   }
   specdec::sampling::speculative_rows<> in;
   in.target = t;
-  if (draft_probs.ndim() == 2 && draft_probs.size() > 0) in.draft = matrix_of<const float>(draft_probs, "draft_probs");
+  if (draft_probs.size() > 0) in.draft = matrix_of<const float>(draft_probs, "draft_probs");  // empty: deterministic drafts
   std::vector<specdec::sampling::speculative_result> got;
   without_gil([&] {
     got = logits ? specdec::sampling::verify_speculative_logits(host_backend(), in, requests)
@@ -378,34 +381,34 @@ void bind_drafting(nb::module_& m) {
   nb::class_<eagle2_builder>(m, "Eagle2Builder")
       .def(nb::init<index_t, index_t, index_t, bool, std::vector<std::int32_t>, index_t>(), nb::arg("top_k"), nb::arg("depth"),
            nb::arg("total_tokens"), nb::arg("probability"), nb::arg("d2t"), nb::arg("batch"))
-      .def_prop_ro("steps_done", [](const eagle2_builder& e) { return e.builder.steps_done(); })
-      .def_prop_ro("expansions_complete", [](const eagle2_builder& e) { return e.builder.expansions_complete(); })
+      .def_prop_ro("steps_done", [](const eagle2_builder& e) { return locked(e.mutex, [&] { return e.builder.steps_done(); }); })
+      .def_prop_ro("expansions_complete",
+                   [](const eagle2_builder& e) { return locked(e.mutex, [&] { return e.builder.expansions_complete(); }); })
       .def("begin",
            [](eagle2_builder& e, const array& root_logits, const array& root_tokens, index_t target_vocab) {
              const auto x = matrix_of<const float>(root_logits, "root_logits");
              const auto roots = span_of<const std::int32_t>(root_tokens, "root_tokens");
-             nb::gil_scoped_release released;
-             return e.builder.begin(x, roots, target_vocab);
+             return locked(e.mutex, [&] { return e.builder.begin(x, roots, target_vocab); });
            },
            nb::arg("root_logits"), nb::arg("root_tokens"), nb::arg("target_vocab"))
       .def("expand",
            [](eagle2_builder& e, const array& logits) {
              const auto x = matrix_of<const float>(logits, "frontier_logits");
-             nb::gil_scoped_release released;
-             return e.builder.expand(x);
+             return locked(e.mutex, [&] { return e.builder.expand(x); });
            },
            nb::arg("frontier_logits"))
       .def("expand_dual",
            [](eagle2_builder& e, const array& left, const array& right) {
              const auto l = matrix_of<const float>(left, "left_logits");
              const auto r = matrix_of<const float>(right, "right_logits");
-             nb::gil_scoped_release released;
-             return e.builder.expand_dual(l, r);
+             return locked(e.mutex, [&] { return e.builder.expand_dual(l, r); });
            },
            nb::arg("left_logits"), nb::arg("right_logits"))
       .def("finish", [](const eagle2_builder& e) {
+        // The trees are built under the lock without the GIL; their numpy arrays after, with it.
+        auto trees = locked(e.mutex, [&] { return e.builder.finish(); });
         std::vector<eagle2_result> out;
-        for (auto& r : e.builder.finish()) {
+        for (auto& r : trees) {
           auto [token, parent, depth, score] = arrays_of(std::move(r.tree));
           out.emplace_back(token, parent, depth, score, to_numpy(std::move(r.selected)), to_numpy(std::move(r.parent_list)));
         }

@@ -57,14 +57,12 @@ std::optional<specdec_python::cuda::place> device_of(const array& a, const char*
 }
 
 #if SPECDEC_PYTHON_CUDA
-/// A CUDA-resident argument of a call running on `at`: dtype, dimensions, contiguity as checked<T>, and
-/// the same device.
+/// A CUDA-resident argument of a call running on `at`: check_array on that device (`const T` an input,
+/// `T` an output).
 template <class T>
 T* on_device(const array& a, const char* name, std::size_t ndim, const specdec_python::cuda::place& at) {
-  if (a.device_type() != nb::device::cuda::value || a.device_id() != at.device)
-    throw nb::value_error((std::string(name) + ": expected an array on CUDA device " + std::to_string(at.device) +
-                           ", as the call's first array").c_str());
-  return checked<T>(a, name, ndim, true);
+  return static_cast<T*>(check_array(a, name, {nb::dtype<std::remove_const_t<T>>()}, static_cast<int>(ndim),
+                                     std::is_const_v<T> ? access::read : access::write, at.device));
 }
 #endif
 
@@ -91,24 +89,24 @@ void row_argmax(const array& logits, const array& index, const array& value, std
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
     const float* x = on_device<const float>(logits, "logits", 2, *at);
-    std::int32_t* i = on_device<std::int32_t>(index, "index", 1, *at);
-    expect_shape(index, "index", {static_cast<std::int64_t>(logits.shape(0))});
+    std::int32_t* i = on_device<std::int32_t>(index, "out", 1, *at);
+    expect_shape(index, "out", {static_cast<std::int64_t>(logits.shape(0))});
     float* v = nullptr;
-    if (value.ndim() == 1 && value.size() > 0) {
-      v = on_device<float>(value, "value", 1, *at);
-      expect_shape(value, "value", {static_cast<std::int64_t>(logits.shape(0))});
+    if (value.size() > 0) {
+      v = on_device<float>(value, "values", 1, *at);
+      expect_shape(value, "values", {static_cast<std::int64_t>(logits.shape(0))});
     }
     without_gil([&] { specdec_python::cuda::row_argmax(*at, x, logits.shape(0), logits.shape(1), i, v); });
 #endif
     return;
   }
   const auto x = matrix_of<const float>(logits, "logits");
-  const auto i = span_of<std::int32_t>(index, "index");
-  expect_shape(index, "index", {x.rows()});
+  const auto i = span_of<std::int32_t>(index, "out");
+  expect_shape(index, "out", {x.rows()});
   specdec::vector_view<float> v;
-  if (value.ndim() == 1 && value.size() > 0) {
-    const auto s = span_of<float>(value, "value");
-    expect_shape(value, "value", {x.rows()});
+  if (value.size() > 0) {  // empty: not asked for; any other array is checked, whatever its shape
+    const auto s = span_of<float>(value, "values");
+    expect_shape(value, "values", {x.rows()});
     v = specdec::vector_view<float>(s.data(), x.rows());
   }
   without_gil([&] {
@@ -214,13 +212,8 @@ void filter_rows(const array& rows, const array& out, const array& top_k, const 
 
 /// Bools as bytes (dtype bool or uint8), 1-dimensional and contiguous, on the call's device.
 const std::uint8_t* bool_bytes(const array& a, const char* name, const std::optional<specdec_python::cuda::place>& at) {
-  if (a.dtype() != nb::dtype<bool>() && a.dtype() != nb::dtype<std::uint8_t>())
-    throw nb::type_error((std::string(name) + ": expected dtype bool or uint8; got another dtype").c_str());
-  if (at ? a.device_type() != nb::device::cuda::value || a.device_id() != at->device : a.device_type() != nb::device::cpu::value)
-    throw nb::value_error((std::string(name) + ": expected an array on the call's device (its first array's)").c_str());
-  if (a.ndim() != 1 || (a.shape(0) > 1 && a.stride(0) != 1))
-    throw nb::value_error((std::string(name) + ": expected a contiguous 1-dimensional array; got shape " + shape_of(a)).c_str());
-  return static_cast<const std::uint8_t*>(a.data());
+  return static_cast<const std::uint8_t*>(
+      check_array(a, name, {nb::dtype<bool>(), nb::dtype<std::uint8_t>()}, 1, access::read, at ? at->device : host_memory));
 }
 
 /// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`;
@@ -322,7 +315,7 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
   expect_shape(accepted_token_num, "accepted_token_num", {bs});
   expect_shape(emitted_draft_token_num, "emitted_draft_token_num", {bs});
   specdec::matrix_view<const double> u;
-  if (uniforms.ndim() != 0 && uniforms.size() != 0) {
+  if (uniforms.size() != 0) {  // empty: Philox; any other array is checked (a 0-d one was ignored)
     u = matrix_of<const double>(uniforms, "uniforms");
     expect_shape(uniforms, "uniforms", {bs, -1});
   }
@@ -569,19 +562,16 @@ void build_tree_kernel_efficient(const array& parent_list, const array& selected
   a.depth = depth;
   a.mode = tree_mask_mode;
   // The mask: bools (one byte each) or, bit-packed, one 1 / 2 / 4-byte little-endian item per row.
-  if (at ? tree_mask.device_type() != nb::device::cuda::value || tree_mask.device_id() != at->device
-         : tree_mask.device_type() != nb::device::cpu::value)
-    throw nb::value_error("tree_mask: expected an array on the call's device (verified_seq_len's)");
-  const std::size_t item = tree_mask.itemsize();
   const bool packed = tree_mask_mode == static_cast<int>(specdec::sglang::tree_mask_mode::qlen_only_bitpacking);
-  if (!packed ? item != 1 : (item != 1 && item != 2 && item != 4))
-    throw nb::type_error("tree_mask: expected bool (or uint8) entries, or 1 / 2 / 4-byte items when bit-packed");
-  std::int64_t expected = 1;
-  for (std::size_t i = tree_mask.ndim(); i-- > 0;) {
-    if (tree_mask.shape(i) > 1 && tree_mask.stride(i) != expected) throw nb::value_error("tree_mask: expected a C-contiguous array");
-    expected *= static_cast<std::int64_t>(tree_mask.shape(i));
-  }
-  a.tree_mask = static_cast<std::uint8_t*>(tree_mask.data());
+  const int mask_device = at ? at->device : host_memory;
+  a.tree_mask = static_cast<std::uint8_t*>(
+      packed ? check_array(tree_mask, "tree_mask",
+                           {nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>(), nb::dtype<std::uint16_t>(), nb::dtype<std::int16_t>(),
+                            nb::dtype<std::uint32_t>(), nb::dtype<std::int32_t>()},
+                           -1, access::write, mask_device)
+             : check_array(tree_mask, "tree_mask", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>()}, -1,
+                           access::write, mask_device));
+  const std::size_t item = tree_mask.itemsize();
   a.mask_bytes = static_cast<std::int64_t>(tree_mask.size() * item);
   a.item_bytes = static_cast<std::int64_t>(item);
   if (at) {
@@ -602,21 +592,22 @@ void batch_tree_mask(const array& parents, const array& node_counts, index_t pre
   const auto batch = static_cast<std::int64_t>(parents.shape(0)), n = static_cast<std::int64_t>(parents.shape(1));
   const std::int32_t* counts = argument<const std::int32_t>(node_counts, "node_counts", {batch}, at, true);
   if (layout < 0 || layout > 3) throw nb::value_error(("layout: expected 0 .. 3; got " + std::to_string(layout)).c_str());
+  if (prefix_length < 0)
+    throw nb::value_error(("prefix_length: expected a length >= 0; got " + std::to_string(prefix_length)).c_str());
   // out's entries: the dtype decides (bool / uint8 0 / 1 bytes, float32, int32 words, 1 / 2 / 4-byte items).
-  const bool is_float = out.dtype() == nb::dtype<float>();
+  const int out_device = at ? at->device : host_memory;
+  if (layout == 0)
+    check_array(out, "out", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>(), nb::dtype<float>()}, -1, access::write,
+                out_device);
+  else if (layout == 1) check_array(out, "out", {nb::dtype<float>()}, -1, access::write, out_device);
+  else if (layout == 2) check_array(out, "out", {nb::dtype<std::int32_t>()}, -1, access::write, out_device);
+  else
+    check_array(out, "out",
+                {nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>(), nb::dtype<std::uint16_t>(), nb::dtype<std::int16_t>(),
+                 nb::dtype<std::uint32_t>(), nb::dtype<std::int32_t>()},
+                -1, access::write, out_device);
   const std::size_t item = out.itemsize();
-  const bool ok = layout == 0 ? (item == 1 || is_float) : layout == 1 ? is_float : layout == 2 ? out.dtype() == nb::dtype<std::int32_t>()
-                                                                                                : (item == 1 || item == 2 || item == 4) && !is_float;
-  if (!ok) throw nb::type_error("out: expected a dtype the layout writes (dense: bool, uint8 or float32; additive: float32; "
-                                "packed_int32: int32; bitpacked_rows: 1, 2 or 4-byte integers)");
-  if (at ? out.device_type() != nb::device::cuda::value || out.device_id() != at->device : out.device_type() != nb::device::cpu::value)
-    throw nb::value_error("out: expected an array on the call's device (parents')");
   const std::int64_t cols = layout <= 1 ? prefix_length + n : layout == 2 ? (n + 31) / 32 : 1;
-  std::int64_t expected = 1;
-  for (std::size_t i = out.ndim(); i-- > 0;) {
-    if (out.shape(i) > 1 && out.stride(i) != expected) throw nb::value_error("out: expected a C-contiguous array");
-    expected *= static_cast<std::int64_t>(out.shape(i));
-  }
   if (static_cast<std::int64_t>(out.size()) != batch * n * cols)
     throw nb::value_error(("out: expected " + std::to_string(batch * n * cols) + " entries (batch x N x " + std::to_string(cols) +
                            "); got shape " + shape_of(out)).c_str());
@@ -658,7 +649,8 @@ void flashinfer_mask(const array& parents, const array& node_counts, const array
 // ---- the device-resident EAGLE-2 build (specdec::eagle2_batch_builder) -----------------------------------
 
 /// eagle2_batch_builder on the host (specdec::eigen) or on CUDA device `device` (a CUDA build); each call's
-/// arrays on the builder's device, outputs allocated by the caller (specdec.Eagle2BatchBuilder).
+/// arrays on the builder's device, outputs allocated by the caller (specdec.Eagle2BatchBuilder). Each
+/// step runs under the builder's lock (`locked`): threads sharing a builder are serialised.
 class eagle2_batch {
  public:
   eagle2_batch(index_t top_k, index_t depth, index_t total_tokens, index_t batch, std::vector<std::int32_t> d2t, int device)
@@ -683,11 +675,11 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, 0, at);
     const auto rows = static_cast<std::int64_t>(root_logits.shape(0)), cols = static_cast<std::int64_t>(root_logits.shape(1));
     if (host_) {
-      without_gil([&] { host_->begin(x, rows, cols, roots, target_vocab, out, host_copy); });
+      locked(mutex_, [&] { host_->begin(x, rows, cols, roots, target_vocab, out, host_copy); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::eagle2_begin(*at, *dev_, x, rows, cols, roots, target_vocab, out); });
+    locked(mutex_, [&] { specdec_python::cuda::eagle2_begin(*at, *dev_, x, rows, cols, roots, target_vocab, out); });
 #endif
   }
 
@@ -698,11 +690,11 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
     const auto rows = static_cast<std::int64_t>(logits.shape(0)), cols = static_cast<std::int64_t>(logits.shape(1));
     if (host_) {
-      without_gil([&] { host_->expand(x, rows, cols, out, host_copy); });
+      locked(mutex_, [&] { host_->expand(x, rows, cols, out, host_copy); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::eagle2_expand(*at, *dev_, x, rows, cols, out); });
+    locked(mutex_, [&] { specdec_python::cuda::eagle2_expand(*at, *dev_, x, rows, cols, out); });
 #endif
   }
 
@@ -714,11 +706,11 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
     const auto rows = static_cast<std::int64_t>(left.shape(0)), cols = static_cast<std::int64_t>(left.shape(1));
     if (host_) {
-      without_gil([&] { host_->expand_dual(l, r, rows, cols, out, host_copy); });
+      locked(mutex_, [&] { host_->expand_dual(l, r, rows, cols, out, host_copy); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::eagle2_expand_dual(*at, *dev_, l, r, rows, cols, out); });
+    locked(mutex_, [&] { specdec_python::cuda::eagle2_expand_dual(*at, *dev_, l, r, rows, cols, out); });
 #endif
   }
 
@@ -733,11 +725,11 @@ class eagle2_batch {
     out.scores = argument<float>(scores, "scores", {b, t}, at, true);
     out.selected = argument<std::int32_t>(selected, "selected", {b, t - 1}, at, true);
     if (host_) {
-      without_gil([&] { host_->finish(out); });
+      locked(mutex_, [&] { host_->finish(out); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::eagle2_finish(*at, *dev_, out); });
+    locked(mutex_, [&] { specdec_python::cuda::eagle2_finish(*at, *dev_, out); });
 #endif
   }
 
@@ -758,9 +750,11 @@ class eagle2_batch {
     out.frontier = argument<std::int32_t>(frontier, "frontier", {b, k}, at);
     out.parent_slot = argument<std::int32_t>(parent_slot, "parent_slot", {b, k}, at);
     out.draft_mask = argument<std::uint8_t>(draft_mask, "draft_mask", {b * k, k * (step + 1)}, at);
+    out.step = step;
     return out;
   }
 
+  std::mutex mutex_;  // the session's state (its buffers, the step reached)
   std::vector<std::int32_t> d2t_;
   int device_;
   specdec_python::cuda::eagle2_config config_;
@@ -773,11 +767,9 @@ class eagle2_batch {
 /// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:
 /// uniform_double, float32: uniform).
 void philox_uniforms(std::uint64_t seed, std::uint64_t offset, const array& out) {
+  check_array(out, "out", {nb::dtype<double>(), nb::dtype<float>()}, 2, access::write);
   const bool wide = out.dtype() == nb::dtype<double>();
-  if (!wide && out.dtype() != nb::dtype<float>()) throw nb::type_error("out: expected dtype float64 or float32; got another dtype");
-  const index_t rows = static_cast<index_t>(out.ndim() == 2 ? out.shape(0) : 0), count = static_cast<index_t>(out.ndim() == 2 ? out.shape(1) : 0);
-  if (wide) checked<double>(out, "out", 2);
-  else checked<float>(out, "out", 2);
+  const auto rows = static_cast<index_t>(out.shape(0)), count = static_cast<index_t>(out.shape(1));
   without_gil([&] {
     for (index_t r = 0; r < rows; ++r) {
       const specdec::philox_stream s{seed, static_cast<std::uint64_t>(r)};

@@ -46,7 +46,7 @@ def test_device_calls_run_on_the_current_stream_and_raise_data_faults():
     x[2, 5] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         specdec.argmax(x)
-    with pytest.raises(ValueError, match="index: expected an array on CUDA device"):
+    with pytest.raises(ValueError, match="out: expected an array on CUDA device"):
         specdec.argmax(x.nan_to_num(), out=np.empty(4, dtype=np.int32))
 
 
