@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -303,6 +304,16 @@ TEST_CASE("apply_token_bitmask: vocab_size and logits rows checked, the mask's w
                 specdec::apply_token_bitmask(matrix_view<float>(x.data(), 2, 32, 0, 1), matrix_view<const std::int32_t>(mask.data(), 2, 1));
               }),
               "logits has row stride 0"));
+  // Found by fuzz_views: indices laid over the logits they index changed as the rows were masked (a
+  // row index read after its check, past the logits).
+  std::vector<float> both(64, 1.0f);
+  const index_t one = 1;
+  std::memcpy(both.data() + 40, &one, sizeof one);
+  CHECK(names(error_of([&] {
+                specdec::apply_token_bitmask(matrix_view<float>(both.data(), 2, 32), matrix_view<const std::int32_t>(mask.data(), 2, 1), 32,
+                                             std::span<const index_t>(reinterpret_cast<const index_t*>(both.data() + 40), 1));
+              }),
+              "logits overlaps indices"));
   // A mask of 2^60 words per row and no rows: 32 x words passed int64.
   CHECK(error_of([&] {
           specdec::apply_token_bitmask(matrix_view<float>(x.data(), 0, 32), matrix_view<const std::int32_t>(nullptr, 0, index_t{1} << 60));

@@ -25,6 +25,7 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/interop/sglang.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
 #include <specdec/mask/token_bitmask.hpp>
@@ -36,6 +37,7 @@
 #include <specdec/sampling/logprobs.hpp>
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/sampling/sampling.hpp>
+#include <specdec/tree/eagle2_batch.hpp>
 #include <specdec/tree/grammar.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -672,6 +674,101 @@ struct rejection_sample_host {
   }
 };
 
+struct batch_greedy_bitmask {
+  static constexpr const char* name = "verify_greedy (batch, bitmask)";
+  static void plan(call_plan& p) {
+    add<float>(p, "target_logits", 2, 6, 40, role::in, logits(p.input(), 240));
+    add_batch(p, 40);
+    add_outputs(p);
+    add<std::int32_t>(p, "bitmask", 2, 6, 2, role::in, ints(p.input(), 12, -3, 3));
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::verify_greedy(b, c.m<const float>(0), c.m<const std::int32_t>(8), batch_of(c, {1, 2, 3, 4}), outputs_of(c, 5));
+    return {};
+  }
+};
+
+struct flashinfer_batch_masks {
+  static constexpr const char* name = "tree_mask_flashinfer_offsets / _packed (batch)";
+  static void plan(call_plan& p) {
+    std::vector<double> par = parents(p.input(), 3), par2 = parents(p.input(), 3);
+    par.insert(par.end(), par2.begin(), par2.end());
+    add<std::int32_t>(p, "parents", 2, 2, 3, role::in, par);
+    add<std::int32_t>(p, "node_counts", 1, 2, 1, role::in, {3, 2});
+    add<std::int64_t>(p, "prefix_lengths", 1, 2, 1, role::in, {2, 5});
+    add<std::int32_t>(p, "indptr", 1, 3, 1, role::out, {});
+    add<std::uint8_t>(p, "out", 1, 4, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::tree_mask_flashinfer_offsets(b, c.m<const std::int32_t>(0), c.v<const std::int32_t>(1), c.v<const std::int64_t>(2),
+                                          c.v<std::int32_t>(3));
+    specdec::tree_mask_flashinfer_packed(b, c.m<const std::int32_t>(0), c.v<const std::int32_t>(1), c.v<const std::int64_t>(2),
+                                         vector_view<const std::int32_t>(c.v<std::int32_t>(3)), c.v<std::uint8_t>(4));
+    return {};
+  }
+};
+
+struct sglang_greedy {
+  static constexpr const char* name = "sglang::verify_tree_greedy (backend)";
+  static void plan(call_plan& p) {
+    // One request, a root with two children (node 2 under node 1): SGLang's link layout.
+    add<std::int64_t>(p, "candidates", 2, 1, 3, role::in, {9, 4, 6});
+    add<std::int64_t>(p, "retrive_index", 2, 1, 3, role::in, {0, 1, 2});
+    add<std::int64_t>(p, "next_token", 2, 1, 3, role::in, {1, 2, -1});
+    add<std::int64_t>(p, "next_sibling", 2, 1, 3, role::in, {-1, -1, -1});
+    add<std::int64_t>(p, "target_predict", 1, 3, 1, role::in, ints(p.input(), 3, 3, 7));
+    add<std::int32_t>(p, "predicts", 1, 3, 1, role::out, {});
+    add<std::int32_t>(p, "accept_index", 2, 1, 3, role::out, {});
+    add<std::int32_t>(p, "accept_token_num", 1, 1, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sglang::verify_tree_greedy(b, c.m<const std::int64_t>(0), c.m<const std::int64_t>(1), c.m<const std::int64_t>(2),
+                                        c.m<const std::int64_t>(3), c.v<const std::int64_t>(4), c.v<std::int32_t>(5),
+                                        c.m<std::int32_t>(6), c.v<std::int32_t>(7));
+    return {};
+  }
+};
+
+struct eagle2_batch_finish {
+  static constexpr const char* name = "eagle2_batch_builder::finish";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "out.tokens", 2, 2, 4, role::out, {});
+    add<std::int32_t>(p, "out.parents", 2, 2, 4, role::out, {});
+    add<std::int32_t>(p, "out.depths", 2, 2, 4, role::out, {});
+    add<float>(p, "out.scores", 2, 2, 4, role::out, {});
+    add<std::int32_t>(p, "out.selected", 2, 2, 3, role::out, {});
+    add<float>(p, "root_logits", 2, 2, 8, role::in, logits(p.input(), 16));
+    add<float>(p, "frontier_logits", 2, 4, 8, role::in, logits(p.input(), 32));
+    add<std::int32_t>(p, "root_tokens", 1, 2, 1, role::in, {3, 5});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::eagle2_batch_builder<B> builder(b, specdec::dynamic_tree_config{2, 1, 4}, 2);
+    (void)builder.begin(c.m<const float>(5), c.v<const std::int32_t>(7));
+    (void)builder.expand(c.m<const float>(6));
+    builder.finish({c.m<std::int32_t>(0), c.m<std::int32_t>(1), c.m<std::int32_t>(2), c.m<float>(3), c.m<std::int32_t>(4)});
+    return {};
+  }
+};
+
+struct prune_tree_bitmask {
+  static constexpr const char* name = "prune_tree (bitmask)";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "bitmask", 2, 4, 2, role::in, ints(p.input(), 8, -3, 3));
+    p.size(40);  // vocab
+    p.size(0);   // first_row
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    const specdec::draft_tree tree = specdec::make_tree({0, 3, 33, 7}, {-1, 0, 0, 1});
+    const specdec::pruned_tree kept = specdec::prune_tree(tree, c.sizes[0], c.m<const std::int32_t>(0), c.sizes[1]);
+    return digest(kept.tree.token.begin(), kept.tree.token.end());
+  }
+};
+
 /// Calls an entry on both backends (the harness picks one per input).
 struct entry {
   const char* name;
@@ -707,6 +804,11 @@ inline constexpr entry entries[] = {
     make<segment_packbits_host>(),
     make<segment_packbits_backend>(),
     make<rejection_sample_host>(),
+    make<batch_greedy_bitmask>(),
+    make<flashinfer_batch_masks>(),
+    make<sglang_greedy>(),
+    make<eagle2_batch_finish>(),
+    make<prune_tree_bitmask>(),
 };
 
 /// Runs `e` on backend B over `c`: its digest, or `threw` when it threw invalid_argument. Any other
