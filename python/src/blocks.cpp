@@ -158,7 +158,7 @@ void bind_cache(nb::class_<bound<Api>>& c) {
             const auto o = span_of<const std::int32_t>(offsets, "offsets");  // host offsets: the cache's bookkeeping
             locked(t.mutex, [&] { t.impl->keep(stream, prefix, o.data(), static_cast<std::int64_t>(o.size())); });
           },
-          nb::arg("prefix"), nb::arg("offsets"), nb::arg("stream"));
+          nb::arg("prefix"), nb::arg("offsets").none(), nb::arg("stream"));
 }
 
 /// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse), where the arrays are.
@@ -172,15 +172,18 @@ void eagle_fuse(const array& tokens, const array& feature, const array& embed, c
   const float* bias = on<const float>(fc_bias, "fc_bias", 1, device);
   const block::tensor b{bias, static_cast<std::int64_t>(fc_bias.shape(0)), 0, 1};
   float* o = output(out, "out", count, e.cols, device);
-  if (device < 0) {
-    without_gil([&] { block::eagle_fuse_on(host_backend(), t, count, f, e, w, b, o); });
-    return;
-  }
+  // The headers name the fusion's weights by their checkpoint names, and the tokens as the embedding's row_ids.
+  renaming({{"fc.weight", "fc_weight"}, {"fc.bias", "fc_bias"}, {"row_ids", "tokens"}}, [&] {
+    if (device < 0) {
+      without_gil([&] { block::eagle_fuse_on(host_backend(), t, count, f, e, w, b, o); });
+      return;
+    }
 #if SPECDEC_PYTHON_CUDA
-  without_gil([&] { specdec_python::cuda::eagle_fuse(specdec_python::cuda::place{device, stream}, t, count, f, e, w, b, o); });
+    without_gil([&] { specdec_python::cuda::eagle_fuse(specdec_python::cuda::place{device, stream}, t, count, f, e, w, b, o); });
 #else
-  (void)stream;
+    (void)stream;
 #endif
+  });
 }
 
 }  // namespace
@@ -205,7 +208,9 @@ void bind_blocks(nb::module_& m) {
              std::vector<block::tensor> k, v;
              for (const array& a : keys) k.push_back(tensor_of(a, "keys", b.device()));
              for (const array& a : values) v.push_back(tensor_of(a, "values", b.device()));
-             locked(b.mutex, [&] { b.impl->add_verified(stream, k, v, first, count); });
+             // The headers word its faults by rows ("2 tokens from 3 given", "layer 0 is [2 x 4]"): first and count's.
+             naming("first, count", {"keys", "values", "first", "count"},
+                    [&] { locked(b.mutex, [&] { b.impl->add_verified(stream, k, v, first, count); }); });
            },
            nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"), nb::arg("stream"))
       .def("forward",
@@ -219,7 +224,7 @@ void bind_blocks(nb::module_& m) {
                                static_cast<std::int64_t>(positions.shape(0)), f, static_cast<std::int64_t>(features.shape(0)), mk);
              });
            },
-           nb::arg("x"), nb::arg("positions"), nb::arg("features"), nb::arg("mask").none(), nb::arg("stream"));
+           nb::arg("x").none(), nb::arg("positions").none(), nb::arg("features").none(), nb::arg("mask").none(), nb::arg("stream"));
   bind_cache<false>(moa_class);
 
   using amphista = bound<block::amphista_heads>;
@@ -255,8 +260,9 @@ void bind_blocks(nb::module_& m) {
              float* pl = output(logits, "logits", k, b.impl->vocab(), d);
              locked(b.mutex, [&] { b.impl->forward(stream, f, em, pos, p1, p2, pz, pu, po, pl); });
            },
-           nb::arg("feature"), nb::arg("embedding"), nb::arg("positions"), nb::arg("s1"), nb::arg("s2"), nb::arg("z"), nb::arg("u"),
-           nb::arg("o"), nb::arg("logits"), nb::arg("stream"));
+           nb::arg("feature").none(), nb::arg("embedding").none(), nb::arg("positions").none(), nb::arg("s1").none(),
+           nb::arg("s2").none(), nb::arg("z").none(), nb::arg("u").none(), nb::arg("o").none(), nb::arg("logits").none(),
+           nb::arg("stream"));
   bind_cache<false>(amphista_class);
 
   using jakiro = bound<block::jakiro_layer>;
@@ -270,14 +276,15 @@ void bind_blocks(nb::module_& m) {
              const std::int32_t* t = on<const std::int32_t>(tokens, "tokens", 1, d);
              const auto count = static_cast<std::int64_t>(tokens.shape(0));
              const block::tensor f = tensor_of(feature, "feature", d);
+             expect_shape(feature, "feature", {count, -1});  // one row per token: before the outputs sized by it
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* l = output(left, "left", f.rows, b.impl->hidden(), d);
-             float* r = right.size() > 0 ? output(right, "right", f.rows, b.impl->hidden(), d) : nullptr;  // empty: not contrastive
+             float* r = absent(right) ? nullptr : output(right, "right", f.rows, b.impl->hidden(), d);  // empty: not contrastive
              const block::mask_arg mk = mask_of(mask, d);
-             locked(b.mutex, [&] { b.impl->forward(stream, t, count, f, pos, mk, l, r); });
+             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, f, pos, mk, l, r); }); });
            },
-           nb::arg("tokens"), nb::arg("feature"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("left"), nb::arg("right"),
-           nb::arg("stream"));
+           nb::arg("tokens").none(), nb::arg("feature").none(), nb::arg("positions").none(), nb::arg("mask").none(),
+           nb::arg("left").none(), nb::arg("right").none(), nb::arg("stream"));
   bind_cache<true>(jakiro_class);
 
   using mtp = bound<block::mtp_module>;
@@ -304,23 +311,23 @@ void bind_blocks(nb::module_& m) {
              const block::tensor h = tensor_of(hidden, "hidden", d);
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* o = output(out, "out", h.rows, b.impl->hidden(), d);
-             float* x = projected.size() > 0 ? output(projected, "projected", h.rows, b.impl->hidden(), d) : nullptr;  // empty: not asked for
+             float* x = absent(projected) ? nullptr : output(projected, "projected", h.rows, b.impl->hidden(), d);  // empty: none
              const block::mask_arg mk = mask_of(mask, d);
-             locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o, x); });
+             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o, x); }); });
            },
-           nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("out"), nb::arg("projected"),
-           nb::arg("stream"))
+           nb::arg("tokens").none(), nb::arg("hidden").none(), nb::arg("positions").none(), nb::arg("mask").none(),
+           nb::arg("out").none(), nb::arg("projected").none(), nb::arg("stream"))
       .def("logits",
            [](mtp& b, const array& o, const array& out, std::uintptr_t stream) {
              const block::tensor h = tensor_of(o, "o", b.device());
              float* r = output(out, "out", h.rows, b.impl->vocab(), b.device());
              locked(b.mutex, [&] { b.impl->logits(stream, h, r); });
            },
-           nb::arg("o"), nb::arg("out"), nb::arg("stream"));
+           nb::arg("o").none(), nb::arg("out").none(), nb::arg("stream"));
   bind_cache<false>(mtp_class);
 
-  m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens"), nb::arg("feature"), nb::arg("embed"), nb::arg("fc_weight"), nb::arg("fc_bias"),
-        nb::arg("out"), nb::arg("stream"));
+  m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens").none(), nb::arg("feature").none(), nb::arg("embed").none(),
+        nb::arg("fc_weight").none(), nb::arg("fc_bias").none(), nb::arg("out").none(), nb::arg("stream"));
 
   using layer = bound<block::decoder_layer>;
   nb::class_<layer> layer_class(m, "DecoderLayer");
@@ -347,7 +354,7 @@ void bind_blocks(nb::module_& m) {
                                static_cast<std::int64_t>(positions.shape(0)), mk);
              });
            },
-           nb::arg("x"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("stream"))
+           nb::arg("x").none(), nb::arg("positions").none(), nb::arg("mask").none(), nb::arg("stream"))
       .def("cached",
            [](layer& b, bool keys, const array& out, std::uintptr_t stream) {
              // out's shape is checked against the cache under the lock that the copy holds: checked before
@@ -357,7 +364,7 @@ void bind_blocks(nb::module_& m) {
                b.impl->cached_rows(stream, keys, o);
              });
            },
-           nb::arg("keys"), nb::arg("out"), nb::arg("stream"));
+           nb::arg("keys"), nb::arg("out").none(), nb::arg("stream"));
   bind_cache<true>(layer_class);
 
   using eagle3 = bound<block::eagle3_block>;
@@ -371,7 +378,7 @@ void bind_blocks(nb::module_& m) {
              float* o = output(out, "out", t.rows, b.impl->hidden(), b.device());
              locked(b.mutex, [&] { b.impl->fuse(stream, t, o); });
            },
-           nb::arg("taps"), nb::arg("out"), nb::arg("stream"))
+           nb::arg("taps").none(), nb::arg("out").none(), nb::arg("stream"))
       .def("forward",
            [](eagle3& b, const array& tokens, const array& hidden, const array& positions, const nb::object& mask, const array& out,
               std::uintptr_t stream) {
@@ -382,15 +389,16 @@ void bind_blocks(nb::module_& m) {
              const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
              float* o = output(out, "out", h.rows, b.impl->hidden(), d);
              const block::mask_arg mk = mask_of(mask, d);
-             locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o); });
+             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o); }); });
            },
-           nb::arg("tokens"), nb::arg("hidden"), nb::arg("positions"), nb::arg("mask").none(), nb::arg("out"), nb::arg("stream"))
+           nb::arg("tokens").none(), nb::arg("hidden").none(), nb::arg("positions").none(), nb::arg("mask").none(),
+           nb::arg("out").none(), nb::arg("stream"))
       .def("logits",
            [](eagle3& b, const array& h2, const array& out, std::uintptr_t stream) {
              const block::tensor h = tensor_of(h2, "h2", b.device());
              float* o = output(out, "out", h.rows, b.impl->draft_vocab(), b.device());
              locked(b.mutex, [&] { b.impl->logits(stream, h, o); });
            },
-           nb::arg("h2"), nb::arg("out"), nb::arg("stream"));
+           nb::arg("h2").none(), nb::arg("out").none(), nb::arg("stream"));
   bind_cache<true>(eagle3_class);
 }

@@ -8,7 +8,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <mutex>
 #include <span>
@@ -166,6 +168,10 @@ inline void* check_array(const array& a, const char* name, std::initializer_list
   return a.data();
 }
 
+/// Whether optional argument `a` is absent: an empty array (a list, None or anything else that is not
+/// an array is present, and check_array refuses it by name; nanobind gives it size 0).
+inline bool absent(const array& a) { return a.is_valid() && a.size() == 0; }
+
 /// check_array for one element type T: `const T` is an input, `T` an output; in CPU memory unless
 /// `device_memory` (the caller checked its device).
 template <class T>
@@ -218,6 +224,43 @@ decltype(auto) locked(std::mutex& mutex, F&& f) {
   nb::gil_scoped_release released;
   const std::lock_guard<std::mutex> hold(mutex);
   return f();
+}
+
+/// Runs `f`; a specdec error (the headers' invalid_argument) that names none of the call's arguments
+/// (`names`) leaves prefixed with `prefix`, the arguments it is about: for calls whose headers word a
+/// fault by their own name for the caller's argument ("logits row 1 contains NaN" of expand's
+/// frontier_logits, "a link of request 0" of SGLang's retrive_next_token / retrive_next_sibling).
+template <class F>
+decltype(auto) naming(const char* prefix, std::initializer_list<const char*> names, F&& f) {
+  try {
+    return f();
+  } catch (const specdec::invalid_argument& e) {
+    const std::string message = e.what();
+    for (const char* name : names)
+      if (message.find(name) != std::string::npos) throw;
+    throw nb::value_error((std::string(prefix) + ": " + message).c_str());
+  }
+}
+
+/// Runs `f`; a specdec error leaves with the headers' names of arguments replaced by the caller's, where
+/// they differ (`renames`: {header's, caller's} pairs, whole words: vLLM's uniform_probs is the header's
+/// uniforms, eagle_fuse's fc_weight its fc.weight).
+template <class F>
+decltype(auto) renaming(std::initializer_list<std::pair<const char*, const char*>> renames, F&& f) {
+  try {
+    return f();
+  } catch (const specdec::invalid_argument& e) {
+    std::string message = e.what();
+    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+    for (const auto& [from, to] : renames) {
+      const std::size_t n = std::strlen(from);
+      for (std::size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + 1)) {
+        if ((at > 0 && word(message[at - 1])) || (at + n < message.size() && word(message[at + n]))) continue;
+        message.replace(at, n, to);
+      }
+    }
+    throw nb::value_error(message.c_str());
+  }
 }
 
 /// The calling thread's backend: its scratch arena persists between calls (a backend object is not

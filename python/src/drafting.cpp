@@ -213,7 +213,7 @@ using verify_result = std::tuple<std::vector<std::int32_t>, std::vector<std::int
 
 std::vector<index_t> target_rows_of(const array& target_rows, const std::vector<specdec::tree_view>& trees) {
   std::vector<index_t> rows(trees.size());
-  if (target_rows.size() > 0) {  // empty: the default; any other array is checked (a 2-D one was ignored)
+  if (!absent(target_rows)) {  // empty: the default; any other array is checked (a 2-D one was ignored)
     const auto given = span_of<const std::int64_t>(target_rows, "target_rows");
     if (given.size() != trees.size())
       throw nb::value_error(("target_rows: expected one entry per tree (" + std::to_string(trees.size()) + "); got " +
@@ -243,7 +243,9 @@ std::vector<verify_result> verify_greedy(const array& logits, const tree_list& t
     requests[i].target_row = rows[i];
   }
   std::vector<specdec::sampling::speculative_result> got;
-  without_gil([&] { got = specdec::sampling::verify_greedy(host_backend(), x, requests); });
+  // The header calls the logits' width "V" ("V = 0; expected a vocabulary ...").
+  naming("logits", {"logits", "target_rows", "tree"},
+         [&] { without_gil([&] { got = specdec::sampling::verify_greedy(host_backend(), x, requests); }); });
   return results_of(std::move(got));
 }
 
@@ -253,7 +255,7 @@ std::vector<verify_result> verify_greedy(const array& logits, const tree_list& t
 std::vector<verify_result> verify_speculative(const array& target, bool logits, float temperature, const tree_list& trees,
                                               const array& target_rows, const array& draft_probs, const std::vector<array>& draft_rows,
                                               std::uint64_t seed, std::uint64_t offset) {
-  const auto t = matrix_of<const float>(target, logits ? "logits" : "target_probs");
+  const auto t = matrix_of<const float>(target, "target");
   const std::vector<specdec::tree_view> views = views_of(trees);
   const std::vector<index_t> rows = target_rows_of(target_rows, views);
   if (!draft_rows.empty() && draft_rows.size() != views.size())
@@ -275,11 +277,14 @@ std::vector<verify_result> verify_speculative(const array& target, bool logits, 
   }
   specdec::sampling::speculative_rows<> in;
   in.target = t;
-  if (draft_probs.size() > 0) in.draft = matrix_of<const float>(draft_probs, "draft_probs");  // empty: deterministic drafts
+  if (!absent(draft_probs)) in.draft = matrix_of<const float>(draft_probs, "draft_probs");  // empty: deterministic drafts
   std::vector<specdec::sampling::speculative_result> got;
-  without_gil([&] {
-    got = logits ? specdec::sampling::verify_speculative_logits(host_backend(), in, requests)
-                 : specdec::sampling::verify_speculative(host_backend(), in, requests);
+  // The header calls the target target_probs.
+  renaming({{"target_probs", "target"}}, [&] {
+    without_gil([&] {
+      got = logits ? specdec::sampling::verify_speculative_logits(host_backend(), in, requests)
+                   : specdec::sampling::verify_speculative(host_backend(), in, requests);
+    });
   });
   return results_of(std::move(got));
 }
@@ -287,20 +292,25 @@ std::vector<verify_result> verify_speculative(const array& target, bool logits, 
 }  // namespace
 
 void bind_drafting(nb::module_& m) {
-  m.def("make_tree", &make_tree, nb::arg("tokens"), nb::arg("parents"), nb::arg("vocab_size"));
-  m.def("validate_tree", &validate_tree, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("vocab_size"));
-  m.def("tree_mask_dense", &tree_mask_dense, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("prefix_length"),
-        nb::arg("out"), nb::arg("additive"));
-  m.def("tree_mask_packed_int32", &tree_mask_packed_int32, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("out"));
-  m.def("tree_mask_bitpacked_rows", &tree_mask_bitpacked_rows, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("out"));
-  m.def("tree_mask_flashinfer", &tree_mask_flashinfer, nb::arg("trees"), nb::arg("prefix_lengths"));
-  m.def("tree_positions", &tree_positions, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("prefix_length"));
-  m.def("retrieve_paths", &retrieve_paths, nb::arg("token"), nb::arg("parent"), nb::arg("depth"), nb::arg("order"));
-  m.def("child_links", &child_links, nb::arg("token"), nb::arg("parent"), nb::arg("depth"));
+  m.def("make_tree", &make_tree, nb::arg("tokens").none(), nb::arg("parents").none(), nb::arg("vocab_size"));
+  m.def("validate_tree", &validate_tree, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none(),
+        nb::arg("vocab_size"));
+  m.def("tree_mask_dense", &tree_mask_dense, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none(),
+        nb::arg("prefix_length"), nb::arg("out").none(), nb::arg("additive"));
+  m.def("tree_mask_packed_int32", &tree_mask_packed_int32, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none(),
+        nb::arg("out").none());
+  m.def("tree_mask_bitpacked_rows", &tree_mask_bitpacked_rows, nb::arg("token").none(), nb::arg("parent").none(),
+        nb::arg("depth").none(), nb::arg("out").none());
+  m.def("tree_mask_flashinfer", &tree_mask_flashinfer, nb::arg("trees"), nb::arg("prefix_lengths").none());
+  m.def("tree_positions", &tree_positions, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none(),
+        nb::arg("prefix_length"));
+  m.def("retrieve_paths", &retrieve_paths, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none(),
+        nb::arg("order"));
+  m.def("child_links", &child_links, nb::arg("token").none(), nb::arg("parent").none(), nb::arg("depth").none());
 
-  m.def("propose_ngram", &propose_ngram, nb::arg("history"), nb::arg("length"), nb::arg("max_ngram"), nb::arg("min_ngram"),
+  m.def("propose_ngram", &propose_ngram, nb::arg("history").none(), nb::arg("length"), nb::arg("max_ngram"), nb::arg("min_ngram"),
         nb::arg("branches"), nb::arg("max_history"));
-  m.def("ngram_match_length", &ngram_match_length, nb::arg("history"), nb::arg("max_ngram"), nb::arg("min_ngram"),
+  m.def("ngram_match_length", &ngram_match_length, nb::arg("history").none(), nb::arg("max_ngram"), nb::arg("min_ngram"),
         nb::arg("max_history"));
 
   nb::class_<suffix_tree>(m, "SuffixTree")
@@ -311,7 +321,7 @@ void bind_drafting(nb::module_& m) {
       .def_prop_ro("num_nodes", &suffix_tree::nodes)
       .def("contains", &suffix_tree::contains, nb::arg("seq_id"))
       .def("extend", [](suffix_tree& t, std::int32_t id, const array& tokens) { t.extend(id, tokens_of(tokens, "tokens")); },
-           nb::arg("seq_id"), nb::arg("tokens"))
+           nb::arg("seq_id"), nb::arg("tokens").none())
       .def("remove", &suffix_tree::remove, nb::arg("seq_id"))
       .def("speculate",
            [](const suffix_tree& t, const array& context, index_t max_spec_tokens, float max_spec_factor, float max_spec_offset,
@@ -319,7 +329,7 @@ void bind_drafting(nb::module_& m) {
              return result_of(t.speculate(tokens_of(context, "context"),
                                           suffix_options_of(max_spec_tokens, max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec)));
            },
-           nb::arg("context"), nb::arg("max_spec_tokens"), nb::arg("max_spec_factor"), nb::arg("max_spec_offset"),
+           nb::arg("context").none(), nb::arg("max_spec_tokens"), nb::arg("max_spec_factor"), nb::arg("max_spec_offset"),
            nb::arg("min_token_prob"), nb::arg("use_tree_spec"))
       .def("check_integrity", &suffix_tree::check_integrity)
       .def("memory_bytes", &suffix_tree::memory_bytes);
@@ -336,11 +346,11 @@ void bind_drafting(nb::module_& m) {
       .def_prop_ro("num_active", &suffix_cache::active_requests)
       .def_prop_ro("num_cached", &suffix_cache::cached_requests)
       .def("start_request", [](suffix_cache& c, std::int64_t id, const array& prompt) { c.start_request(id, tokens_of(prompt, "prompt_token_ids")); },
-           nb::arg("id"), nb::arg("prompt_token_ids"))
+           nb::arg("id"), nb::arg("prompt_token_ids").none())
       .def("stop_request", &suffix_cache::stop_request, nb::arg("id"))
       .def("add_active_response",
            [](suffix_cache& c, std::int64_t id, const array& tokens) { c.add_active_response(id, tokens_of(tokens, "token_ids")); },
-           nb::arg("id"), nb::arg("token_ids"))
+           nb::arg("id"), nb::arg("token_ids").none())
       .def("evict_cached_response", &suffix_cache::evict_cached_response, nb::arg("id"))
       .def("speculate",
            [](const suffix_cache& c, std::int64_t id, const array& context, index_t max_spec_tokens, float max_spec_factor,
@@ -348,10 +358,12 @@ void bind_drafting(nb::module_& m) {
              return result_of(c.speculate(id, tokens_of(context, "context"),
                                           suffix_options_of(max_spec_tokens, max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec)));
            },
-           nb::arg("id"), nb::arg("context"), nb::arg("max_spec_tokens"), nb::arg("max_spec_factor"), nb::arg("max_spec_offset"),
+           nb::arg("id"), nb::arg("context").none(), nb::arg("max_spec_tokens"), nb::arg("max_spec_factor"),
+           nb::arg("max_spec_offset"),
            nb::arg("min_token_prob"), nb::arg("use_tree_spec"))
       .def("memory_bytes", &suffix_cache::memory_bytes);
-  m.def("suffix_draft_tree", &suffix_draft_tree, nb::arg("root"), nb::arg("token_ids"), nb::arg("parents"), nb::arg("probs"));
+  m.def("suffix_draft_tree", &suffix_draft_tree, nb::arg("root"), nb::arg("token_ids").none(), nb::arg("parents").none(),
+        nb::arg("probs").none());
 
   nb::class_<specdec::draft_step>(m, "DraftStep")
       .def_ro("step", &specdec::draft_step::step)
@@ -388,22 +400,25 @@ void bind_drafting(nb::module_& m) {
            [](eagle2_builder& e, const array& root_logits, const array& root_tokens, index_t target_vocab) {
              const auto x = matrix_of<const float>(root_logits, "root_logits");
              const auto roots = span_of<const std::int32_t>(root_tokens, "root_tokens");
-             return locked(e.mutex, [&] { return e.builder.begin(x, roots, target_vocab); });
+             return naming("root_logits", {"root_logits", "root_tokens", "target_vocab"},
+                           [&] { return locked(e.mutex, [&] { return e.builder.begin(x, roots, target_vocab); }); });
            },
-           nb::arg("root_logits"), nb::arg("root_tokens"), nb::arg("target_vocab"))
+           nb::arg("root_logits").none(), nb::arg("root_tokens").none(), nb::arg("target_vocab"))
       .def("expand",
            [](eagle2_builder& e, const array& logits) {
              const auto x = matrix_of<const float>(logits, "frontier_logits");
-             return locked(e.mutex, [&] { return e.builder.expand(x); });
+             return naming("frontier_logits", {"frontier_logits"},
+                           [&] { return locked(e.mutex, [&] { return e.builder.expand(x); }); });
            },
-           nb::arg("frontier_logits"))
+           nb::arg("frontier_logits").none())
       .def("expand_dual",
            [](eagle2_builder& e, const array& left, const array& right) {
              const auto l = matrix_of<const float>(left, "left_logits");
              const auto r = matrix_of<const float>(right, "right_logits");
-             return locked(e.mutex, [&] { return e.builder.expand_dual(l, r); });
+             return naming("left_logits, right_logits", {"left_logits", "right_logits"},
+                           [&] { return locked(e.mutex, [&] { return e.builder.expand_dual(l, r); }); });
            },
-           nb::arg("left_logits"), nb::arg("right_logits"))
+           nb::arg("left_logits").none(), nb::arg("right_logits").none())
       .def("finish", [](const eagle2_builder& e) {
         // The trees are built under the lock without the GIL; their numpy arrays after, with it.
         auto trees = locked(e.mutex, [&] { return e.builder.finish(); });
@@ -434,7 +449,8 @@ void bind_drafting(nb::module_& m) {
            [](const draft_length_policy& p, index_t depth, index_t context) { return p.acceptance(context).rate(depth); },
            nb::arg("depth"), nb::arg("context") = 0);
 
-  m.def("verify_greedy", &verify_greedy, nb::arg("logits"), nb::arg("trees"), nb::arg("target_rows"));
-  m.def("verify_speculative", &verify_speculative, nb::arg("target"), nb::arg("logits"), nb::arg("temperature"), nb::arg("trees"),
-        nb::arg("target_rows"), nb::arg("draft_probs"), nb::arg("draft_rows"), nb::arg("seed"), nb::arg("offset"));
+  m.def("verify_greedy", &verify_greedy, nb::arg("logits").none(), nb::arg("trees"), nb::arg("target_rows").none());
+  m.def("verify_speculative", &verify_speculative, nb::arg("target").none(), nb::arg("logits"), nb::arg("temperature"),
+        nb::arg("trees"), nb::arg("target_rows").none(), nb::arg("draft_probs").none(), nb::arg("draft_rows"), nb::arg("seed"),
+        nb::arg("offset"));
 }

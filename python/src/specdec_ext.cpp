@@ -72,7 +72,7 @@ T* on_device(const array& a, const char* name, std::size_t ndim, const specdec_p
 template <class T>
 T* argument(const array& a, const char* name, std::initializer_list<std::int64_t> shape,
             const std::optional<specdec_python::cuda::place>& at, bool optional = false) {
-  if (optional && a.size() == 0) return nullptr;
+  if (optional && absent(a)) return nullptr;
   T* p = nullptr;
   if (at) {
 #if SPECDEC_PYTHON_CUDA
@@ -92,7 +92,7 @@ void row_argmax(const array& logits, const array& index, const array& value, std
     std::int32_t* i = on_device<std::int32_t>(index, "out", 1, *at);
     expect_shape(index, "out", {static_cast<std::int64_t>(logits.shape(0))});
     float* v = nullptr;
-    if (value.size() > 0) {
+    if (!absent(value)) {
       v = on_device<float>(value, "values", 1, *at);
       expect_shape(value, "values", {static_cast<std::int64_t>(logits.shape(0))});
     }
@@ -104,7 +104,7 @@ void row_argmax(const array& logits, const array& index, const array& value, std
   const auto i = span_of<std::int32_t>(index, "out");
   expect_shape(index, "out", {x.rows()});
   specdec::vector_view<float> v;
-  if (value.size() > 0) {  // empty: not asked for; any other array is checked, whatever its shape
+  if (!absent(value)) {  // empty: not asked for; any other array is checked, whatever its shape
     const auto s = span_of<float>(value, "values");
     expect_shape(value, "values", {x.rows()});
     v = specdec::vector_view<float>(s.data(), x.rows());
@@ -273,7 +273,7 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
   const auto p = matrix_of<const float>(probs, "probs");
   const auto t = span_of<std::int32_t>(out, "out");
   expect_shape(out, "out", {p.rows()});
-  if (uniforms.size() == 0 && p.rows() > 0) {
+  if (absent(uniforms) && p.rows() > 0) {
     // Row r's uniform is Philox stream (seed, r) at `offset`, drawn here rather than in an array the
     // caller allocates (a one-row call's fixed cost): the value philox_uniforms(seed, offset, rows, 1,
     // "float32") holds.
@@ -315,10 +315,17 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
   expect_shape(accepted_token_num, "accepted_token_num", {bs});
   expect_shape(emitted_draft_token_num, "emitted_draft_token_num", {bs});
   specdec::matrix_view<const double> u;
-  if (uniforms.size() != 0) {  // empty: Philox; any other array is checked (a 0-d one was ignored)
+  if (!absent(uniforms)) {  // empty: Philox; any other array is checked (a 0-d one was ignored)
     u = matrix_of<const double>(uniforms, "uniforms");
     expect_shape(uniforms, "uniforms", {bs, -1});
   }
+  // Named here: the chains built from them would word a bad id as "node i has token t".
+  for (index_t r = 0; r < bs; ++r)
+    for (index_t i = 0; i < k; ++i)
+      if (const std::int32_t t = ids.row(r)[i]; t < 0 || t >= v)
+        throw nb::value_error(("draft_token_ids[" + std::to_string(r) + ", " + std::to_string(i) + "] = " + std::to_string(t) +
+                               "; expected a token id in [0, V = " + std::to_string(v) + ")")
+                                  .c_str());
   without_gil([&] {
     // The request-based verifier: on the host its row passes are the SIMD kernels (the batched form's
     // team job is written for GPU blocks); its decisions are the same, bit for bit (tests/test_batch_verify.cpp).
@@ -390,11 +397,11 @@ void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_to
   a.output = argument<std::int32_t>(output, "output", {a.batch, a.width}, at);
   if (at) {
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::vllm_rejection_sample(*at, a); });
+    renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { specdec_python::cuda::vllm_rejection_sample(*at, a); }); });
 #endif
     return;
   }
-  without_gil([&] { vllm_rejection(host_backend(), a); });
+  renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { vllm_rejection(host_backend(), a); }); });
 }
 
 /// verify_batch: specdec::sampling::verify_greedy (`greedy`: `target` holds logits) or
@@ -407,8 +414,9 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
                   const array& bonus_tokens, const array& uniforms, const array& streams, const array& offsets,
                   const array& out_tokens, const array& out_accepted, const array& out_nodes, const array& out_consumed,
                   bool flashinfer, const array& out_retest, std::uintptr_t stream) {
-  const auto at = device_of(target, greedy ? "logits" : "target_probs", stream);
-  const char* target_name = greedy ? "logits" : "target_probs";
+  // The caller's name for it: chain_speculative_sampling's target_probs (`flashinfer`), verify_tree_batch's target.
+  const char* target_name = flashinfer ? "target_probs" : "target";
+  const auto at = device_of(target, target_name, stream);
   const float* t = argument<const float>(target, target_name, {-1, -1}, at);
   const std::int64_t rows = static_cast<std::int64_t>(target.shape(0)), vocab = static_cast<std::int64_t>(target.shape(1));
   if (tokens.ndim() != 2) throw nb::value_error(("tokens: expected 2 dimensions [batch x N]; got shape " + shape_of(tokens)).c_str());
@@ -433,7 +441,8 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
     in.uniforms = argument<const double>(uniforms, "uniforms", {b, -1}, at, true);
     in.uniform_count = in.uniforms == nullptr ? 0 : static_cast<std::int64_t>(uniforms.shape(1));
     in.streams = reinterpret_cast<const std::uint64_t*>(argument<const std::int64_t>(streams, "streams", {b, 2}, at, true));
-    in.offsets = reinterpret_cast<const std::uint64_t*>(argument<const std::int64_t>(offsets, "offsets", {b}, at, true));
+    // Named as verify_tree_batch's argument (its per-request offsets arrive here).
+    in.offsets = reinterpret_cast<const std::uint64_t*>(argument<const std::int64_t>(offsets, "offset", {b}, at, true));
   }
   specdec_python::cuda::batch_outputs out;
   out.tokens = argument<std::int32_t>(out_tokens, "out_tokens", {b, -1}, at);
@@ -488,18 +497,24 @@ specdec_python::cuda::sglang_arrays sglang_arrays_of(const array& predicts, cons
   return a;
 }
 
-/// SGLang's verifiers on the host (specdec::eigen) or, for CUDA arrays, on the device.
+/// SGLang's verifiers on the host (specdec::eigen) or, for CUDA arrays, on the device. The headers word a
+/// malformed tree as "the links of request r ...": those are retrive_next_token / retrive_next_sibling.
 void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optional<specdec_python::cuda::place>& at, bool greedy) {
-  if (at) {
+  naming("retrive_next_token, retrive_next_sibling",
+         {"retrive_next_token", "retrive_next_sibling", "retrive_index", "candidates", "predicts", "accept_index", "accept_token_num",
+          "target_predict", "uniform_samples", "target_probs"},
+         [&] {
+           if (at) {
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] {
-      if (greedy) specdec_python::cuda::sglang_verify_greedy(*at, a);
-      else specdec_python::cuda::sglang_verify_sampled(*at, a);
-    });
+             without_gil([&] {
+               if (greedy) specdec_python::cuda::sglang_verify_greedy(*at, a);
+               else specdec_python::cuda::sglang_verify_sampled(*at, a);
+             });
 #endif
-    return;
-  }
-  without_gil([&] { sglang_verify(host_backend(), a, greedy); });
+             return;
+           }
+           without_gil([&] { sglang_verify(host_backend(), a, greedy); });
+         });
 }
 
 /// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays (predicts at the
@@ -576,11 +591,14 @@ void build_tree_kernel_efficient(const array& parent_list, const array& selected
   a.item_bytes = static_cast<std::int64_t>(item);
   if (at) {
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::sglang_build_tree(*at, a); });
+    renaming({{"top_k", "topk"}, {"num_steps", "depth"}, {"num_draft_tokens", "draft_token_num"}},
+             [&] { without_gil([&] { specdec_python::cuda::sglang_build_tree(*at, a); }); });
 #endif
     return;
   }
-  without_gil([&] { sglang_build_on(host_backend(), a); });
+  // The header's names of SGLang's sizes: top_k, num_steps, num_draft_tokens.
+  renaming({{"top_k", "topk"}, {"num_steps", "depth"}, {"num_draft_tokens", "draft_token_num"}},
+           [&] { without_gil([&] { sglang_build_on(host_backend(), a); }); });
 }
 
 /// The tree masks of a padded batch into `out` (its dtype picks the entries: see batch_tree_mask_on), on
@@ -632,7 +650,7 @@ void flashinfer_mask(const array& parents, const array& node_counts, const array
   const std::int32_t* counts = argument<const std::int32_t>(node_counts, "node_counts", {batch}, at, true);
   const std::int64_t* prefixes = argument<const std::int64_t>(prefix_lengths, "prefix_lengths", {batch}, at);
   std::int32_t* ip = argument<std::int32_t>(indptr, "indptr", {batch + 1}, at);
-  std::uint8_t* bytes = out.size() == 0 ? nullptr : argument<std::uint8_t>(out, "out", {-1}, at);
+  std::uint8_t* bytes = absent(out) ? nullptr : argument<std::uint8_t>(out, "out", {-1}, at);
   const auto count = static_cast<std::int64_t>(out.size());
   if (at) {
 #if SPECDEC_PYTHON_CUDA
@@ -675,11 +693,13 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, 0, at);
     const auto rows = static_cast<std::int64_t>(root_logits.shape(0)), cols = static_cast<std::int64_t>(root_logits.shape(1));
     if (host_) {
-      locked(mutex_, [&] { host_->begin(x, rows, cols, roots, target_vocab, out, host_copy); });
+      naming("root_logits", {"root_logits", "root_tokens", "target_vocab"},
+             [&] { locked(mutex_, [&] { host_->begin(x, rows, cols, roots, target_vocab, out, host_copy); }); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    locked(mutex_, [&] { specdec_python::cuda::eagle2_begin(*at, *dev_, x, rows, cols, roots, target_vocab, out); });
+    naming("root_logits", {"root_logits", "root_tokens", "target_vocab"},
+           [&] { locked(mutex_, [&] { specdec_python::cuda::eagle2_begin(*at, *dev_, x, rows, cols, roots, target_vocab, out); }); });
 #endif
   }
 
@@ -690,11 +710,13 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
     const auto rows = static_cast<std::int64_t>(logits.shape(0)), cols = static_cast<std::int64_t>(logits.shape(1));
     if (host_) {
-      locked(mutex_, [&] { host_->expand(x, rows, cols, out, host_copy); });
+      naming("frontier_logits", {"frontier_logits", "step"},
+             [&] { locked(mutex_, [&] { host_->expand(x, rows, cols, out, host_copy); }); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    locked(mutex_, [&] { specdec_python::cuda::eagle2_expand(*at, *dev_, x, rows, cols, out); });
+    naming("frontier_logits", {"frontier_logits", "step"},
+           [&] { locked(mutex_, [&] { specdec_python::cuda::eagle2_expand(*at, *dev_, x, rows, cols, out); }); });
 #endif
   }
 
@@ -706,11 +728,13 @@ class eagle2_batch {
     const auto out = step_of(input_ids, frontier, parent_slot, draft_mask, step, at);
     const auto rows = static_cast<std::int64_t>(left.shape(0)), cols = static_cast<std::int64_t>(left.shape(1));
     if (host_) {
-      locked(mutex_, [&] { host_->expand_dual(l, r, rows, cols, out, host_copy); });
+      naming("left_logits, right_logits", {"left_logits", "right_logits", "step"},
+             [&] { locked(mutex_, [&] { host_->expand_dual(l, r, rows, cols, out, host_copy); }); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    locked(mutex_, [&] { specdec_python::cuda::eagle2_expand_dual(*at, *dev_, l, r, rows, cols, out); });
+    naming("left_logits, right_logits", {"left_logits", "right_logits", "step"},
+           [&] { locked(mutex_, [&] { specdec_python::cuda::eagle2_expand_dual(*at, *dev_, l, r, rows, cols, out); }); });
 #endif
   }
 
@@ -819,66 +843,77 @@ std::uintptr_t address(const array& a) { return reinterpret_cast<std::uintptr_t>
 
 }  // namespace
 
+// Array arguments are annotated .none(): nanobind refuses None before any caster runs (an unnamed
+// "incompatible function arguments"); so annotated, None reaches check_array, which names the argument.
 NB_MODULE(_specdec, m) {
-  m.def("flashinfer_mask", &flashinfer_mask, nb::arg("parents"), nb::arg("node_counts"), nb::arg("prefix_lengths"), nb::arg("indptr"),
-        nb::arg("out"), nb::arg("stream"));
-  m.def("batch_tree_mask", &batch_tree_mask, nb::arg("parents"), nb::arg("node_counts"), nb::arg("prefix_length"), nb::arg("layout"),
-        nb::arg("out"), nb::arg("stream"));
+  m.def("flashinfer_mask", &flashinfer_mask, nb::arg("parents").none(), nb::arg("node_counts").none(),
+        nb::arg("prefix_lengths").none(), nb::arg("indptr").none(), nb::arg("out").none(), nb::arg("stream"));
+  m.def("batch_tree_mask", &batch_tree_mask, nb::arg("parents").none(), nb::arg("node_counts").none(), nb::arg("prefix_length"),
+        nb::arg("layout"), nb::arg("out").none(), nb::arg("stream"));
   nb::class_<eagle2_batch>(m, "Eagle2Batch")
       .def(nb::init<index_t, index_t, index_t, index_t, std::vector<std::int32_t>, int>(), nb::arg("top_k"), nb::arg("depth"),
            nb::arg("total_tokens"), nb::arg("batch"), nb::arg("d2t"), nb::arg("device"))
-      .def("begin", &eagle2_batch::begin, nb::arg("root_logits"), nb::arg("root_tokens"), nb::arg("target_vocab"),
-           nb::arg("input_ids"), nb::arg("frontier"), nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("stream"))
-      .def("expand", &eagle2_batch::expand, nb::arg("frontier_logits"), nb::arg("input_ids"), nb::arg("frontier"),
-           nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("step"), nb::arg("stream"))
-      .def("expand_dual", &eagle2_batch::expand_dual, nb::arg("left_logits"), nb::arg("right_logits"), nb::arg("input_ids"),
-           nb::arg("frontier"), nb::arg("parent_slot"), nb::arg("draft_mask"), nb::arg("step"), nb::arg("stream"))
-      .def("finish", &eagle2_batch::finish, nb::arg("tokens"), nb::arg("parents"), nb::arg("depths"), nb::arg("scores"),
-           nb::arg("selected"), nb::arg("stream"));
+      .def("begin", &eagle2_batch::begin, nb::arg("root_logits").none(), nb::arg("root_tokens").none(), nb::arg("target_vocab"),
+           nb::arg("input_ids").none(), nb::arg("frontier").none(), nb::arg("parent_slot").none(), nb::arg("draft_mask").none(),
+           nb::arg("stream"))
+      .def("expand", &eagle2_batch::expand, nb::arg("frontier_logits").none(), nb::arg("input_ids").none(), nb::arg("frontier").none(),
+           nb::arg("parent_slot").none(), nb::arg("draft_mask").none(), nb::arg("step"), nb::arg("stream"))
+      .def("expand_dual", &eagle2_batch::expand_dual, nb::arg("left_logits").none(), nb::arg("right_logits").none(),
+           nb::arg("input_ids").none(), nb::arg("frontier").none(), nb::arg("parent_slot").none(), nb::arg("draft_mask").none(),
+           nb::arg("step"), nb::arg("stream"))
+      .def("finish", &eagle2_batch::finish, nb::arg("tokens").none(), nb::arg("parents").none(), nb::arg("depths").none(),
+           nb::arg("scores").none(), nb::arg("selected").none(), nb::arg("stream"));
   m.doc() = "specdec's C++ primitives (the package's public functions are in specdec/__init__.py)";
   m.attr("__version__") = nb::str((std::to_string(SPECDEC_VERSION_MAJOR) + "." + std::to_string(SPECDEC_VERSION_MINOR) + "." +
                                    std::to_string(SPECDEC_VERSION_PATCH))
                                       .c_str());
-  m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out"));
-  m.def("_address", &address, nb::arg("array"));
+  m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out").none());
+  m.def("_address", &address, nb::arg("array").none());
   m.def("_time_cpp", &time_cpp, nb::arg("op"), nb::arg("pool"), nb::arg("reps"));
   m.attr("cuda") = nb::bool_(SPECDEC_PYTHON_CUDA != 0);
-  m.def("row_argmax", &row_argmax, nb::arg("logits"), nb::arg("index"), nb::arg("value"), nb::arg("stream") = 0);
-  m.def("row_topk", &row_topk, nb::arg("logits"), nb::arg("k"), nb::arg("values"), nb::arg("indices"), nb::arg("stream") = 0);
-  m.def("row_softmax", &row_softmax, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("log"), nb::arg("stream") = 0);
-  m.def("row_logsumexp", &row_logsumexp, nb::arg("logits"), nb::arg("temperature"), nb::arg("out"), nb::arg("stream") = 0);
-  m.def("filter_rows", &filter_rows, nb::arg("rows"), nb::arg("out"), nb::arg("top_k"), nb::arg("top_p"), nb::arg("renormalise"),
+  m.def("row_argmax", &row_argmax, nb::arg("logits").none(), nb::arg("index").none(), nb::arg("value").none(), nb::arg("stream") = 0);
+  m.def("row_topk", &row_topk, nb::arg("logits").none(), nb::arg("k"), nb::arg("values").none(), nb::arg("indices").none(),
         nb::arg("stream") = 0);
-  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr"), nb::arg("new_indptr"), nb::arg("stream"));
-  m.def("segment_packbits", &segment_packbits, nb::arg("x"), nb::arg("indptr"), nb::arg("new_indptr"), nb::arg("little"),
-        nb::arg("out"), nb::arg("stream"));
-  m.def("sample_rows", &sample_rows, nb::arg("probs"), nb::arg("uniforms"), nb::arg("out"), nb::arg("stream") = 0,
+  m.def("row_softmax", &row_softmax, nb::arg("logits").none(), nb::arg("temperature"), nb::arg("out").none(), nb::arg("log"),
+        nb::arg("stream") = 0);
+  m.def("row_logsumexp", &row_logsumexp, nb::arg("logits").none(), nb::arg("temperature"), nb::arg("out").none(),
+        nb::arg("stream") = 0);
+  m.def("filter_rows", &filter_rows, nb::arg("rows").none(), nb::arg("out").none(), nb::arg("top_k").none(), nb::arg("top_p").none(),
+        nb::arg("renormalise"), nb::arg("stream") = 0);
+  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr").none(), nb::arg("new_indptr").none(),
+        nb::arg("stream"));
+  m.def("segment_packbits", &segment_packbits, nb::arg("x").none(), nb::arg("indptr").none(), nb::arg("new_indptr").none(),
+        nb::arg("little"), nb::arg("out").none(), nb::arg("stream"));
+  m.def("sample_rows", &sample_rows, nb::arg("probs").none(), nb::arg("uniforms").none(), nb::arg("out").none(), nb::arg("stream") = 0,
         nb::arg("seed") = 0, nb::arg("offset") = 0);
-  m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs"), nb::arg("draft_token_ids"),
-        nb::arg("target_probs"), nb::arg("uniforms"), nb::arg("seed"), nb::arg("offset"), nb::arg("output_token_ids"),
-        nb::arg("accepted_token_num"), nb::arg("emitted_draft_token_num"));
-  m.def("tree_speculative_sampling_target_only", &tree_speculative_sampling_target_only, nb::arg("predicts"),
-        nb::arg("accept_index"), nb::arg("accept_token_num"), nb::arg("candidates"), nb::arg("retrive_index"),
-        nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("uniform_samples"),
-        nb::arg("uniform_samples_for_final_sampling"), nb::arg("target_probs"), nb::arg("threshold_single"),
-        nb::arg("threshold_acc"), nb::arg("stream") = 0);
-  m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list"), nb::arg("selected_index"),
-        nb::arg("verified_seq_len"), nb::arg("tree_mask"), nb::arg("positions"), nb::arg("retrive_index"),
-        nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"), nb::arg("topk"), nb::arg("depth"),
+  m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs").none(), nb::arg("draft_token_ids").none(),
+        nb::arg("target_probs").none(), nb::arg("uniforms").none(), nb::arg("seed"), nb::arg("offset"),
+        nb::arg("output_token_ids").none(), nb::arg("accepted_token_num").none(), nb::arg("emitted_draft_token_num").none());
+  m.def("tree_speculative_sampling_target_only", &tree_speculative_sampling_target_only, nb::arg("predicts").none(),
+        nb::arg("accept_index").none(), nb::arg("accept_token_num").none(), nb::arg("candidates").none(),
+        nb::arg("retrive_index").none(), nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(),
+        nb::arg("uniform_samples").none(), nb::arg("uniform_samples_for_final_sampling").none(), nb::arg("target_probs").none(),
+        nb::arg("threshold_single"), nb::arg("threshold_acc"), nb::arg("stream") = 0);
+  m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list").none(), nb::arg("selected_index").none(),
+        nb::arg("verified_seq_len").none(), nb::arg("tree_mask").none(), nb::arg("positions").none(), nb::arg("retrive_index").none(),
+        nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("topk"), nb::arg("depth"),
         nb::arg("draft_token_num"), nb::arg("tree_mask_mode"), nb::arg("stream"));
-  m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids"), nb::arg("cu_num_draft_tokens"), nb::arg("max_spec_len"),
-        nb::arg("draft_probs"), nb::arg("target_probs"), nb::arg("bonus_token_ids"), nb::arg("is_greedy"), nb::arg("uniform_probs"),
-        nb::arg("exponentials"), nb::arg("output"), nb::arg("stream") = 0);
-  m.def("verify_batch", &verify_batch, nb::arg("target"), nb::arg("greedy"), nb::arg("tokens"), nb::arg("parents"),
-        nb::arg("node_counts"), nb::arg("target_rows"), nb::arg("draft_probs"), nb::arg("draft_rows"), nb::arg("max_accepted"),
-        nb::arg("bonus_tokens"), nb::arg("uniforms"), nb::arg("streams"), nb::arg("offsets"), nb::arg("out_tokens"),
-        nb::arg("out_accepted"), nb::arg("out_accepted_nodes"), nb::arg("out_uniforms_consumed"), nb::arg("flashinfer"),
-        nb::arg("out_retest_accepted"), nb::arg("stream") = 0);
+  m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids").none(), nb::arg("cu_num_draft_tokens").none(),
+        nb::arg("max_spec_len"), nb::arg("draft_probs").none(), nb::arg("target_probs").none(), nb::arg("bonus_token_ids").none(),
+        nb::arg("is_greedy").none(), nb::arg("uniform_probs").none(), nb::arg("exponentials").none(), nb::arg("output").none(),
+        nb::arg("stream") = 0);
+  m.def("verify_batch", &verify_batch, nb::arg("target").none(), nb::arg("greedy"), nb::arg("tokens").none(),
+        nb::arg("parents").none(), nb::arg("node_counts").none(), nb::arg("target_rows").none(), nb::arg("draft_probs").none(),
+        nb::arg("draft_rows").none(), nb::arg("max_accepted").none(), nb::arg("bonus_tokens").none(), nb::arg("uniforms").none(),
+        nb::arg("streams").none(), nb::arg("offsets").none(), nb::arg("out_tokens").none(), nb::arg("out_accepted").none(),
+        nb::arg("out_accepted_nodes").none(), nb::arg("out_uniforms_consumed").none(), nb::arg("flashinfer"),
+        nb::arg("out_retest_accepted").none(), nb::arg("stream") = 0);
   bind_drafting(m);
   bind_blocks(m);
-  m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits"), nb::arg("cu_num_draft_tokens"),
-        nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"));
-  m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts"), nb::arg("accept_index"), nb::arg("accept_token_num"),
-        nb::arg("candidates"), nb::arg("retrive_index"), nb::arg("retrive_next_token"), nb::arg("retrive_next_sibling"),
-        nb::arg("target_predict"), nb::arg("stream") = 0);
+  m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits").none(), nb::arg("cu_num_draft_tokens").none(),
+        nb::arg("temperature").none(), nb::arg("top_k").none(), nb::arg("top_p").none());
+  m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts").none(), nb::arg("accept_index").none(),
+        nb::arg("accept_token_num").none(), nb::arg("candidates").none(), nb::arg("retrive_index").none(),
+        nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("target_predict").none(),
+        nb::arg("stream") = 0);
 }

@@ -87,7 +87,7 @@ def test_eagle_fuse_is_the_embedding_and_feature_through_fc():
     got = specdec.eagle_fuse(tokens, feature, embed, weight, bias)
     want = np.concatenate([embed[tokens], feature], axis=1).astype(np.float64) @ weight.T.astype(np.float64) + bias
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="row_ids entry 0 = 50 is out of range"):
+    with pytest.raises(ValueError, match="tokens entry 0 = 50 is out of range"):
         specdec.eagle_fuse([50], feature[:1], embed, weight, bias)
     with pytest.raises(ValueError, match="fc.weight has shape"):
         specdec.eagle_fuse(tokens, feature, embed, weight[:, :e].copy(), bias)
