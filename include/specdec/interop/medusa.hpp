@@ -75,6 +75,18 @@ candidates fill_candidates(B& b, const buffers& buf, matrix_view<const float, ty
                   " rows (heads); the tree is ", buf.shape.tree.max_depth(), " deep and needs one head per level");
   SPECDEC_EXPECTS(base_logits.rows() == 1 && base_logits.cols() == head_logits.cols(), where, "base_logits is ",
                   base_logits.rows(), " x ", base_logits.cols(), "; expected 1 x ", head_logits.cols());
+  // The buffers are a public struct (make_buffers fills it; a caller may edit it): every index read
+  // below is checked against what it indexes before anything is read.
+  const index_t n = buf.nodes;
+  SPECDEC_EXPECTS(n >= 1 && static_cast<index_t>(buf.tree_indices.size()) == n, where, "buf.tree_indices has ",
+                  buf.tree_indices.size(), " entries and buf.nodes = ", n, "; expected one per node (make_buffers)");
+  const index_t flat = detail::checked_mul(where, head_logits.rows(), buf.top_k, "heads x top_k");
+  for (std::size_t i = 0; i < buf.tree_indices.size(); ++i)
+    SPECDEC_EXPECTS(buf.tree_indices[i] >= 0 && buf.tree_indices[i] <= flat, where, "buf.tree_indices[", i, "] = ",
+                    buf.tree_indices[i], "; expected 0 (the root) or 1 + a head's top-k slot, at most ", flat);
+  for (std::size_t j = 0; j < buf.retrieve_indices.size(); ++j)
+    SPECDEC_EXPECTS(buf.retrieve_indices[j] < n, where, "buf.retrieve_indices[", j, "] = ", buf.retrieve_indices[j],
+                    "; expected a node below ", n, " (or negative: padding)");
   candidates out;
   detail::host_topk<B> topk(b, head_logits.rows(), buf.top_k);
   topk.run(head_logits, detail::topk_scale::logits);
@@ -82,7 +94,6 @@ candidates fill_candidates(B& b, const buffers& buf, matrix_view<const float, ty
   auto root = b.template allocate<std::int32_t>(1);
   b.row_argmax(base_logits, root.view());
   out.root_token = b.download(vector_view<const std::int32_t, typename B::memory_space>(root.view().data(), 1))[0];
-  const index_t n = buf.nodes;
   out.tree_candidates.resize(static_cast<std::size_t>(n));
   for (index_t i = 0; i < n; ++i) {
     const auto g = buf.tree_indices[static_cast<std::size_t>(i)];

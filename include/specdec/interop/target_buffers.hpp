@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <specdec/core/checked.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/tree/tree.hpp>
@@ -40,7 +41,7 @@ inline void fill_target_buffers(valid_tree tree, path_order order, target_buffer
     out.draft_tokens[static_cast<std::size_t>(i)] = tree.token(i);
     out.position_ids[static_cast<std::size_t>(i)] = tree.depth(i);
   }
-  out.tree_mask.assign(static_cast<std::size_t>(n * n), 0.0f);
+  out.tree_mask.assign(detail::checked_count("specdec::make_target_buffers", {n, n}, "the tree mask [nodes x nodes]"), 0.0f);
   tree_mask_dense(tree, 0, matrix_view<float>(out.tree_mask.data(), n, n));
   const retrieve_paths_result paths = retrieve_paths(tree, order);
   out.leaves = paths.rows;

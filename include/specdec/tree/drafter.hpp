@@ -81,7 +81,10 @@ struct draft_request {
     constexpr const char* where = "specdec::draft_request::positions";
     SPECDEC_EXPECTS(root_position >= 0, where, "root_position = ", root_position, "; expected >= 0");
     SPECDEC_EXPECTS(out.rows() == rows(), where, "out has ", out.rows(), " entries; expected one per row (", rows(), ")");
-    detail::check_view(where, "out", out, detail::indexed_output);
+    // A request is a public struct a caller may fill by hand: its arrays must agree before they are read.
+    SPECDEC_EXPECTS(static_cast<index_t>(depth.size()) == rows(), where, "depth has ", depth.size(),
+                    " entries; expected one per row (", rows(), ")");
+    detail::check_arguments(where, detail::output("out", out), detail::input("depth", std::span<const std::int32_t>(depth)));
     for (index_t r = 0; r < rows(); ++r)
       out(r) = detail::checked_narrow<Int>(where, detail::checked_add(where, root_position, depth[static_cast<std::size_t>(r)], "position"),
                                            "a row's position");
@@ -103,6 +106,10 @@ struct draft_request {
     const index_t cols = detail::checked_add(where, prefix_length, mask_cols, "prefix_length + mask_cols");
     SPECDEC_EXPECTS(out.rows() == rows() && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(), "; expected ",
                     rows(), " x ", cols, " (rows x (prefix_length + mask_cols))");
+    SPECDEC_EXPECTS(mask_cols >= 0 && static_cast<index_t>(mask.size()) / (mask_cols > 0 ? mask_cols : 1) == rows() &&
+                        static_cast<index_t>(mask.size()) == (mask_cols > 0 ? rows() * mask_cols : 0),
+                    where, "mask has ", mask.size(), " entries with mask_cols = ", mask_cols, "; expected rows x mask_cols = ",
+                    rows(), " x ", mask_cols);
     detail::check_view(where, "out", out, detail::indexed_output);
     for (index_t r = 0; r < rows(); ++r) {
       for (index_t j = 0; j < prefix_length; ++j) out(r, j) = M(1);
