@@ -26,17 +26,22 @@ specdec's own drafting side (``specdec/drafting.py``): ``DraftTree`` and its mas
 Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
 ``(seed, row)``, read from ``offset``), a ``torch.Generator`` (one integer drawn from it seeds the call),
 or explicit ``uniforms``; with none of them a seed is drawn from numpy's global generator. Bad input
-raises ``TypeError`` (a dtype) or ``ValueError`` (a shape, stride, device or value), naming the
-argument; errors from the C++ side carry its message.
+raises ``TypeError`` (a dtype, or a value of the wrong kind: a float where an integer is expected) or
+``ValueError`` (a shape, stride, device, writability or value), naming the argument, before anything is
+allocated; errors from the C++ side carry its message. Integers are range-checked, never wrapped, and
+indices are never negative (docs/python.md, "Errors").
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
 
-from . import _specdec
+from . import _args, _specdec
+from ._args import is_torch as _is_torch
+from ._args import seed_offset as _seed_offset
 
 __version__ = _specdec.__version__
 #: Whether this build has the CUDA side (built where nvcc was found): the row primitives (``argmax``,
@@ -67,12 +72,6 @@ __all__ = [
 ]
 
 
-def _is_torch(x) -> bool:
-    # A torch tensor can only exist once torch is imported: no import here (specdec never needs torch).
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
 # The one-row call's fixed cost is mostly the output's allocation: torch.empty with the sizes as
 # separate integers and a cached dtype measured ~1.0 us where a shape tuple, a dtype looked up by name and
 # device= cost ~2.6 us (a CPU tensor's device is the default).
@@ -92,14 +91,18 @@ def _empty(like, shape, dtype: str):
     return np.empty(shape, dtype=dtype)
 
 
-def _empty_f32_like(like):
+def _empty_f32_like(like, name: str):
     """A new float32 array of `like`'s shape (and device), of the same kind: `like` is float32 where it is
-    used (the call checks it), and torch.empty_like is the cheapest torch allocation (~0.8 us)."""
+    used (the call checks it), and torch.empty_like is the cheapest torch allocation (~0.8 us). `like` is
+    argument `name`: not an array is a TypeError naming it (its size bounds the allocation)."""
     if _is_torch(like):
         # torch's default preserve_format: a dense row-major input gives a row-major output, a padded
         # one a contiguous output; any other layout of `like` is refused by the call before `out` is read.
         return sys.modules["torch"].empty_like(like)
-    return np.empty(like.shape, dtype=np.float32)
+    shape = getattr(like, "shape", None)
+    if shape is None:
+        _args.shape(name, like)
+    return np.empty(shape, dtype=np.float32)
 
 
 #: The zero-length array a C++ function reads as "no such output" (never written: it has no entries).
@@ -121,29 +124,17 @@ def _full(like, shape, dtype: str, value):
     return out
 
 
-def _small(x, dtype: str) -> np.ndarray:
-    """A scalar or a short per-row parameter as a contiguous numpy array (copied: a few numbers)."""
-    if _is_torch(x):
-        x = x.detach().cpu().numpy()
-    return np.ascontiguousarray(np.atleast_1d(np.asarray(x)), dtype=dtype)
-
-
-def _seed_offset(seed, offset, generator) -> tuple[int, int]:
-    if seed is not None:
-        return int(seed), int(offset or 0)
-    if generator is not None:
-        import torch
-
-        return int(torch.randint(0, 2**62, (1,), generator=generator).item()), int(offset or 0)
-    return int(np.random.randint(0, 2**62, dtype=np.int64)), int(offset or 0)
-
-
 def philox_uniforms(seed: int, offset: int, rows: int, count: int, dtype: str = "float64") -> np.ndarray:
     """``[rows x count]`` uniforms in [0, 1): row r is Philox-4x32-10 stream ``(seed, r)`` from position
     ``offset`` (specdec's ``philox_stream``: ``uniform_double`` for float64, ``uniform`` for float32), the
     streams the sampling functions read when given a seed."""
-    out = np.empty((rows, count), dtype=dtype)
-    _specdec.philox_uniforms(int(seed), int(offset), out)
+    seed = _args.integer("seed", seed, 0, _args.UINT64_END - 1)
+    offset = _args.integer("offset", offset, 0, _args.UINT64_END - 1)
+    shape = _args.elements("count", (_args.size("rows", rows), _args.size("count", count)))
+    if isinstance(dtype, (type, np.dtype)):  # np.float32, np.dtype("float64")
+        dtype = np.dtype(dtype).name
+    out = np.empty(shape, dtype=_args.choice("dtype", dtype, ("float64", "float32")))
+    _specdec.philox_uniforms(seed, offset, out)
     return out
 
 
@@ -154,9 +145,8 @@ def argmax(logits, out=None, values=None):
     """Row argmax of float32 ``[rows, V]``: int32 ``[rows]``, the lowest index of each row's maximum (an
     all -inf row gives 0). ``values`` (float32 ``[rows]``, optional) receives the maxima. NaN or +inf
     is a ValueError."""
-    rows = int(logits.shape[0])
     if out is None:
-        out = _empty(logits, (rows,), "int32")
+        out = _empty(logits, (_args.shape("logits", logits, 2)[0],), "int32")
     _specdec.row_argmax(logits, out, values if values is not None else _NONE_F32, _stream(logits))
     return out
 
@@ -165,12 +155,13 @@ def topk(logits, k, values=None, indices=None):
     """The k largest entries of each row of float32 ``[rows, V]``, descending, ties to the lower index:
     ``(values float32 [rows, k], indices int32 [rows, k])``, as ``torch.topk(logits, k)`` (which breaks
     ties differently and returns int64)."""
-    rows = int(logits.shape[0])
+    rows, v = _args.shape("logits", logits, 2)
+    k = _args.integer("k", k, 0, v, " (the row length)")
     if values is None:
-        values = _empty(logits, (rows, int(k)), "float32")
+        values = _empty(logits, (rows, k), "float32")
     if indices is None:
-        indices = _empty(logits, (rows, int(k)), "int32")
-    _specdec.row_topk(logits, int(k), values, indices, _stream(logits))
+        indices = _empty(logits, (rows, k), "int32")
+    _specdec.row_topk(logits, k, values, indices, _stream(logits))
     return values, indices
 
 
@@ -178,24 +169,24 @@ def softmax(logits, temperature=1.0, out=None):
     """``softmax(logits / temperature)`` per row of float32 ``[rows, V]`` (temperature 0: one-hot at the
     argmax); ``out`` may be ``logits`` itself."""
     if out is None:
-        out = _empty_f32_like(logits)
-    _specdec.row_softmax(logits, float(temperature), out, False, _stream(logits))
+        out = _empty_f32_like(logits, "logits")
+    _specdec.row_softmax(logits, _args.real("temperature", temperature), out, False, _stream(logits))
     return out
 
 
 def log_softmax(logits, temperature=1.0, out=None):
     """``log_softmax(logits / temperature)`` per row (temperature 0: 0 at the argmax, -inf elsewhere)."""
     if out is None:
-        out = _empty_f32_like(logits)
-    _specdec.row_softmax(logits, float(temperature), out, True, _stream(logits))
+        out = _empty_f32_like(logits, "logits")
+    _specdec.row_softmax(logits, _args.real("temperature", temperature), out, True, _stream(logits))
     return out
 
 
 def logsumexp(logits, temperature=1.0, out=None):
     """``log sum exp(logits / temperature)`` per row: float32 ``[rows]``."""
     if out is None:
-        out = _empty(logits, (int(logits.shape[0]),), "float32")
-    _specdec.row_logsumexp(logits, float(temperature), out, _stream(logits))
+        out = _empty(logits, (_args.shape("logits", logits, 2)[0],), "float32")
+    _specdec.row_logsumexp(logits, _args.real("temperature", temperature), out, _stream(logits))
     return out
 
 
@@ -211,20 +202,21 @@ def top_k_renorm_probs(probs, top_k, out=None):
     build) CUDA tensors: then one kernel, one block per row, on the current stream of ``probs``.
     """
     if out is None:
-        out = _empty_f32_like(probs)
-    _specdec.filter_rows(probs, out, _per_row(top_k, "int64", probs), _NO_P, True, _stream(probs))
+        out = _empty_f32_like(probs, "probs")
+    _specdec.filter_rows(probs, out, _per_row("top_k", top_k, "int64", probs), _NO_P, True, _stream(probs))
     return out
 
 
-def _per_row(value, dtype: str, rows):
-    """top_k / top_p (a number or one per row) as ``dtype`` where ``rows`` lives: on a CUDA tensor's
-    device, else numpy."""
+def _per_row(name: str, value, dtype: str, rows):
+    """top_k (int64) / top_p (float32), a number or one per row, as ``dtype`` where ``rows`` lives: on a
+    CUDA tensor's device, else numpy (a float top_k is a TypeError, not truncated)."""
     if _is_torch(rows) and rows.is_cuda:
-        import torch
-
-        v = value.reshape(-1) if _is_torch(value) else torch.from_numpy(_small(value, dtype))
-        return v.to(device=rows.device, dtype=getattr(torch, dtype)).contiguous()
-    return _small(value, dtype)
+        if dtype == "int64":
+            return _args.device_integers(name, value, dtype, rows, scalar=True)
+        return _args.device_reals(name, value, dtype, rows, scalar=True)
+    if dtype == "int64":
+        return _args.integers(name, value, dtype, scalar=True)
+    return _args.reals(name, value, dtype, scalar=True)
 
 
 _NO_K = np.empty(0, dtype=np.int64)  # a filter that is off (an empty array, wherever the rows are)
@@ -237,8 +229,8 @@ def top_p_renorm_probs(probs, top_p, out=None):
     rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes and devices as
     ``top_k_renorm_probs``; the masses above each token are double sums in specdec's canonical order."""
     if out is None:
-        out = _empty_f32_like(probs)
-    _specdec.filter_rows(probs, out, _NO_K, _per_row(top_p, "float32", probs), True, _stream(probs))
+        out = _empty_f32_like(probs, "probs")
+    _specdec.filter_rows(probs, out, _NO_K, _per_row("top_p", top_p, "float32", probs), True, _stream(probs))
     return out
 
 
@@ -247,8 +239,8 @@ def top_k_mask_logits(logits, top_k, out=None):
     row's ``top_k``-th largest becomes -inf (ties with the k-th kept); top_k an int or one per row.
     ``out`` may be ``logits`` itself; returned. Host arrays or CUDA tensors, as ``top_k_renorm_probs``."""
     if out is None:
-        out = _empty_f32_like(logits)
-    _specdec.filter_rows(logits, out, _per_row(top_k, "int64", logits), _NO_P, False, _stream(logits))
+        out = _empty_f32_like(logits, "logits")
+    _specdec.filter_rows(logits, out, _per_row("top_k", top_k, "int64", logits), _NO_P, False, _stream(logits))
     return out
 
 
@@ -260,20 +252,31 @@ def segment_packbits(x, indptr, bitorder="big"):
     kernels on the current stream, each checked as every device call is (one synchronisation), with the
     output's size read back between them (FlashInfer's wrapper reads it too); ``y`` and ``new_indptr`` on
     ``x``'s device."""
-    if bitorder not in ("big", "little"):
-        raise ValueError(f"bitorder: expected 'big' or 'little'; got {bitorder!r}")
-    little = bitorder == "little"
+    little = _args.choice("bitorder", bitorder, ("big", "little")) == "little"
+    (n,) = _args.shape("x", x, 1)
     if _is_torch(x) and x.is_cuda:
         import torch
 
-        ip = torch.as_tensor(indptr, device=x.device).to(torch.int32).contiguous()
+        ip = _args.device_integers("indptr", indptr, "int32", x, what="offsets")
         new_indptr = torch.empty_like(ip)
         stream = _stream(x)
         _specdec.segment_packbits_offsets(ip, new_indptr, stream)
-        y = torch.empty(int(new_indptr[-1].item()), dtype=torch.uint8, device=x.device)
+        total = int(new_indptr[-1].item()) if ip.numel() else 0
+        # Offsets within [0, n] pack into at most n / 8 + one byte per segment: a larger total (the
+        # offsets are out of range) is refused before it is allocated; the kernel names the segment.
+        if not 0 <= total <= (n + 7) // 8 + ip.numel():
+            raise ValueError(f"indptr: expected non-decreasing offsets within [0, {n}] (the length of x); they would pack into "
+                             f"{total} bytes")
+        y = torch.empty(total, dtype=torch.uint8, device=x.device)
         _specdec.segment_packbits(x.contiguous(), ip, new_indptr, little, y, stream)
         return y, new_indptr
-    ip = _small(indptr, "int32")
+    ip = _args.integers("indptr", indptr, "int32", what="offsets")
+    # Before y is sized by them (the C++ call checks the same, after): with the same message.
+    bad = (ip[:-1] < 0) | (ip[1:] < ip[:-1]) | (ip[1:] > n)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"indptr gives segment {i} elements [{ip[i]}, {ip[i + 1]}); expected a non-decreasing range within "
+                         f"[0, {n}]")
     new_indptr = np.empty(len(ip), dtype=np.int32)
     _specdec.segment_packbits_offsets(ip, new_indptr, 0)
     y = np.empty(int(new_indptr[-1]), dtype=np.uint8)
@@ -299,9 +302,8 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
     """
     del deterministic, check_nan
     if indices is not None:
-        rows = _small(indices, "int64")
-        probs = probs[rows] if not _is_torch(probs) else probs[_as_torch_index(rows, probs)]
-    n = int(probs.shape[0])
+        probs = _select_rows(probs, "probs", indices)
+    n = _args.shape("probs", probs, 2)[0]
     if uniforms is None:
         s, o = _seed_offset(seed, offset, generator)
         if not (_is_torch(probs) and probs.is_cuda):  # the host draws the Philox uniforms itself
@@ -330,25 +332,28 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
     top-k first).
     """
     del deterministic, check_nan
-    if filter_apply_order not in ("top_k_first", "joint"):
-        raise ValueError(f"filter_apply_order: expected 'top_k_first' or 'joint'; got {filter_apply_order!r}")
+    _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint"))
     if indices is not None:
-        rows = _small(indices, "int64")
-        logits = logits[rows] if not _is_torch(logits) else logits[_as_torch_index(rows, logits)]
+        logits = _select_rows(logits, "logits", indices)
     probs = softmax(logits)
     if filter_apply_order == "joint":
-        _specdec.filter_rows(probs, probs, _per_row(top_k, "int64", probs), _per_row(top_p, "float32", probs), True,
-                             _stream(probs))
+        _specdec.filter_rows(probs, probs, _per_row("top_k", top_k, "int64", probs), _per_row("top_p", top_p, "float32", probs),
+                             True, _stream(probs))
     else:
         top_k_renorm_probs(probs, top_k, out=probs)
         top_p_renorm_probs(probs, top_p, out=probs)
     return sampling_from_probs(probs, generator=generator, seed=seed, offset=offset, uniforms=uniforms)
 
 
-def _as_torch_index(rows, like):
-    import torch
-
-    return torch.from_numpy(rows).to(like.device)
+def _select_rows(rows, name: str, indices):
+    """Rows `indices` of 2-D argument `name` (FlashInfer's ``indices``): each index in [0, rows) — a
+    negative one is refused, not read from the end."""
+    batch = _args.shape(name, rows, 2)[0]
+    picked = _args.integers("indices", indices, "int64", lo=0, hi=batch - 1, what="row indices",
+                            why=f" (the rows of {name})")
+    if _is_torch(rows):
+        return rows[sys.modules["torch"].from_numpy(picked).to(rows.device)]
+    return rows[picked]
 
 
 def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
@@ -368,7 +373,12 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     order) replaces the random draw; otherwise row r reads Philox stream ``(seed, r)`` at ``offset``.
     """
     del deterministic
-    batch, k = int(draft_token_ids.shape[0]), int(draft_token_ids.shape[1])
+    batch, k = _args.shape("draft_token_ids", draft_token_ids, 2)
+    counters = (("maybe_output_accepted_token_num", maybe_output_accepted_token_num),
+                ("maybe_output_emitted_draft_token_num", maybe_output_emitted_draft_token_num))
+    for name, counter in counters:
+        if counter is not None:
+            _counter(name, counter, batch)
     if uniforms is None:
         s, o = _seed_offset(seed, offset, generator)
         u = np.empty((0, 0), dtype=np.float64)
@@ -391,6 +401,22 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     return out, accepted, emitted
 
 
+def _counter(name: str, counter, batch: int) -> None:
+    """FlashInfer's ``maybe_output_*`` counters, added to in place: `batch` integers, writable (checked
+    before the call, so that numpy's own errors, which name nothing, never arise)."""
+    if _args.shape(name, counter, 1) != (batch,):
+        raise ValueError(f"{name}: expected shape ({batch},); got {tuple(counter.shape)}")
+    if _is_torch(counter):
+        if counter.dtype.is_floating_point or counter.dtype.is_complex or counter.dtype == sys.modules["torch"].bool:
+            raise TypeError(f"{name}: expected integer counters; got {_args._kind(counter)}")
+        return
+    if not isinstance(counter, np.ndarray) or counter.dtype.kind != "i" or counter.dtype.itemsize < 4:
+        # The counts are int32 and added in place: into int32 or int64 (numpy refuses narrower or unsigned).
+        raise TypeError(f"{name}: expected int32 or int64 counters (a numpy array or torch tensor); got {_args._kind(counter)}")
+    if not counter.flags.writeable:
+        raise ValueError(f"{name}: expected a writable array (the counts are added to it); got a read-only one")
+
+
 def _philox_streams(like, batch: int, seed: int, offset):
     """The padded-batch verifier's randomness: request r reads Philox stream (seed, r) from `offset` (an
     int, or already an int64 array of one offset per request). Returns (streams int64 [batch x 2], the
@@ -399,10 +425,13 @@ def _philox_streams(like, batch: int, seed: int, offset):
     pairs[:, 0] = np.uint64(seed % 2**64)
     pairs[:, 1] = np.arange(batch, dtype=np.uint64)
     streams = pairs.view(np.int64)
-    if not np.isscalar(offset):
-        offsets = offset
+    if _is_torch(offset) or (isinstance(offset, np.ndarray) and offset.ndim > 0):
+        offsets = offset  # per request, int64 [batch]: the call checks it
+    elif isinstance(offset, (list, tuple)):
+        offsets = _args.integers("offset", offset, "int64", what="stream offsets")
     else:
-        offsets = np.full(batch, int(offset), dtype=np.int64)
+        o = _args.integer("offset", offset, 0, _args.UINT64_END - 1)
+        offsets = np.full(batch, o, dtype=np.uint64).view(np.int64)  # read back as the uint64 it holds
         if _is_torch(like):
             offsets = sys.modules["torch"].from_numpy(offsets).to(like.device)
     if _is_torch(like):
@@ -415,8 +444,8 @@ def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: 
     FlashInfer's conventions): the form CUDA tensors take (one kernel); the host runs the request-based
     verifier, whose decisions these are, bit for bit (python/tests/test_batch_verify.py runs this on the
     host against it). Returns (output_token_ids, accepted_token_num, emitted_draft_token_num)."""
-    batch, k = int(draft_token_ids.shape[0]), int(draft_token_ids.shape[1])
-    v = int(target_probs.shape[-1])
+    batch, k = _args.shape("draft_token_ids", draft_token_ids, 2)
+    v = _args.shape("target_probs", target_probs, 3)[-1]
     for name, x, want in (("draft_probs", draft_probs, (batch, k, v)), ("target_probs", target_probs, (batch, k + 1, v))):
         if tuple(x.shape) != want:
             raise ValueError(f"{name}: expected shape {want}; got {tuple(x.shape)}")
@@ -430,7 +459,8 @@ def _chain_as_batch(draft_probs, draft_token_ids, target_probs, uniforms, seed: 
         rows = torch.arange(batch, dtype=torch.int64, device=dev)[:, None] * k + torch.arange(-1, k, dtype=torch.int64, device=dev)
         rows[:, 0] = -1
     else:
-        tokens = np.concatenate([np.zeros((batch, 1), dtype=np.int32), np.asarray(draft_token_ids, dtype=np.int32)], axis=1)
+        tokens = np.concatenate([np.zeros((batch, 1), dtype=np.int32),
+                                 _args.integers("draft_token_ids", draft_token_ids, "int32", ndim=2, what="token ids")], axis=1)
         parents = np.tile(np.arange(-1, k, dtype=np.int32), (batch, 1))
         rows = np.arange(batch, dtype=np.int64)[:, None] * k + np.arange(-1, k, dtype=np.int64)
         rows[:, 0] = -1
@@ -475,45 +505,81 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     """
     del num_draft_tokens
     on_cuda = _is_torch(target_probs) and target_probs.is_cuda
+    max_spec_len = _args.integer("max_spec_len", max_spec_len, 0, _args.INT32_MAX - 1)
+    tokens, v = _args.shape("target_probs", target_probs, 2)
     cu = cu_num_draft_tokens
     if not on_cuda or uniform_probs is None:
-        cu = _small(cu_num_draft_tokens, "int64")
-    batch = len(cu)
-    v = int(target_probs.shape[1])
+        cu = _args.integers("cu_num_draft_tokens", cu_num_draft_tokens, "int64", scalar=True, what="cumulative counts")
+        _check_counts(cu, tokens, max_spec_len)
+    batch = _args.shape("cu_num_draft_tokens", cu, 1)[0]
+    shape = _args.elements("max_spec_len", (batch, max_spec_len + 1))
     if uniform_probs is None or exponentials is None:
         s, o = _seed_offset(seed, offset, generator)
         if uniform_probs is None:
-            per_request = philox_uniforms(s, o, batch, max(int(max_spec_len), 1))
-            starts = np.concatenate([[0], cu[:-1]]) if batch else cu
-            uniform_probs = np.concatenate([per_request[r, :cu[r] - starts[r]] for r in range(batch)]) if batch else \
-                np.empty(0)
+            # Request r's uniforms are Philox stream (seed, r) from `offset`, as many as it has drafts.
+            counts = np.diff(cu, prepend=0)
+            per_request = philox_uniforms(s, o, batch, max(int(counts.max(initial=0)), 1))
+            uniform_probs = np.concatenate([per_request[r, :counts[r]] for r in range(batch)]) if batch else np.empty(0)
         if exponentials is None:
-            exponentials = (-np.log1p(-philox_uniforms(s + 1, o, batch, v))).astype(np.float32)
-    out = _empty(target_probs, (batch, int(max_spec_len) + 1), "int32")
+            exponentials = (-np.log1p(-philox_uniforms((s + 1) % _args.UINT64_END, o, batch, v))).astype(np.float32)
+    out = _empty(target_probs, shape, "int32")
+    bonus_ndim = _args.ndim(bonus_token_ids)
+    stream = _args.integer("cuda_stream", cuda_stream, 0, _args.UINT64_END - 1) or _stream(target_probs)
     if on_cuda:
         import torch
 
-        def there(x, dtype):
-            t = x if _is_torch(x) else torch.from_numpy(np.ascontiguousarray(np.atleast_1d(np.asarray(x)), dtype=dtype))
-            return t.to(device=target_probs.device, dtype=getattr(torch, dtype)).contiguous()
-
         none_f32 = torch.empty((0, 0), dtype=torch.float32, device=target_probs.device)
         none_u8 = torch.empty(0, dtype=torch.uint8, device=target_probs.device)
-        _specdec.rejection_sample(there(draft_token_ids, "int32").reshape(-1), there(cu, "int64").reshape(-1), int(max_spec_len),
-                                  none_f32 if draft_probs is None else draft_probs, target_probs,
-                                  there(bonus_token_ids, "int32").reshape(-1),
-                                  none_u8 if is_greedy is None else there(is_greedy, "uint8").reshape(-1),
-                                  there(uniform_probs, "float64").reshape(-1), there(exponentials, "float32"), out,
-                                  int(cuda_stream) if cuda_stream else _stream(target_probs))
+        if is_greedy is None:
+            greedy = none_u8
+        elif _is_torch(is_greedy) and is_greedy.dtype == torch.bool:
+            greedy = is_greedy.to(device=target_probs.device, dtype=torch.uint8).reshape(-1).contiguous()
+        else:
+            greedy = _args.device_integers("is_greedy", is_greedy, "uint8", target_probs, scalar=True, lo=0, hi=1,
+                                           what="flags (bools, or 0 and 1)")
+        _specdec.rejection_sample(
+            _args.device_integers("draft_token_ids", draft_token_ids, "int32", target_probs, what="token ids"),
+            _args.device_integers("cu_num_draft_tokens", cu, "int64", target_probs, what="cumulative counts"), max_spec_len,
+            none_f32 if draft_probs is None else draft_probs, target_probs,
+            _bonus(_args.device_integers, bonus_token_ids, bonus_ndim, target_probs), greedy,
+            _args.device_reals("uniform_probs", uniform_probs, "float64", target_probs),
+            _args.device_reals("exponentials", exponentials, "float32", target_probs, ndim=2), out, stream)
         return out
-    bonus = _small(bonus_token_ids, "int32").reshape(-1)
-    greedy = np.empty(0, dtype=np.uint8) if is_greedy is None else _small(is_greedy, "uint8")
+    greedy = np.empty(0, dtype=np.uint8) if is_greedy is None else _args.flags("is_greedy", is_greedy)
     no_rows = np.empty((0, 0), dtype=np.float32)
-    _specdec.rejection_sample(draft_token_ids, cu, int(max_spec_len), no_rows if draft_probs is None else draft_probs,
-                              target_probs, bonus, greedy, np.ascontiguousarray(uniform_probs, dtype=np.float64)
-                              if not _is_torch(uniform_probs) else uniform_probs.double().contiguous(),
-                              exponentials, out)
+    _specdec.rejection_sample(draft_token_ids, cu, max_spec_len, no_rows if draft_probs is None else draft_probs,
+                              target_probs, _bonus(_args.integers, bonus_token_ids, bonus_ndim), greedy,
+                              _args.reals("uniform_probs", uniform_probs, "float64"), exponentials, out)
     return out
+
+
+def _bonus(convert, bonus_token_ids, ndim, *like):
+    """vLLM's bonus tokens, int ``[batch]`` or ``[batch, 1]``, as int32 ``[batch]`` (`convert`: to the host
+    or to `like`'s device)."""
+    if ndim == 2:
+        got = convert("bonus_token_ids", bonus_token_ids, "int32", *like, ndim=2, what="token ids")
+        if got.shape[1] != 1:
+            raise ValueError(f"bonus_token_ids: expected shape [batch] or [batch, 1]; got {tuple(got.shape)}")
+        return got.reshape(-1)
+    return convert("bonus_token_ids", bonus_token_ids, "int32", *like, what="token ids")
+
+
+def _check_counts(cu, tokens: int, max_spec_len: int) -> None:
+    """vLLM's cumulative draft counts, checked as the C++ call checks them (the same messages), before the
+    uniforms they lay out are drawn: non-decreasing ends within [0, tokens], at most max_spec_len each."""
+    if len(cu) == 0:
+        return
+    starts = np.concatenate([[0], cu[:-1]])
+    bad = (cu < starts) | (cu > tokens)
+    if bad.any():
+        r = int(np.argmax(bad))
+        raise ValueError(f"cu_num_draft_tokens gives request {r} entries [{starts[r]}, {cu[r]}); expected a non-decreasing range "
+                         f"within [0, {tokens}]")
+    over = cu - starts > max_spec_len
+    if over.any():
+        r = int(np.argmax(over))
+        raise ValueError(f"cu_num_draft_tokens gives request {r} {cu[r] - starts[r]} drafts; expected at most {max_spec_len} "
+                         "(max_spec_len)")
 
 
 def apply_sampling_constraints(logits, cu_num_draft_tokens, temperature, top_k=None, top_p=None, all_greedy=False):
@@ -527,12 +593,14 @@ def apply_sampling_constraints(logits, cu_num_draft_tokens, temperature, top_k=N
     ``all_greedy``: nothing done (vLLM's shortcut). logits: float32 ``[num_tokens, V]``, C-contiguous.
     Returns ``logits``. Then: ``target_probs = specdec.softmax(logits)`` and ``rejection_sample``.
     """
-    if all_greedy:
+    if _args.flag("all_greedy", all_greedy):
         return logits
     no_k, no_p = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-    _specdec.apply_sampling_constraints(logits, _small(cu_num_draft_tokens, "int64"), _small(temperature, "float32"),
-                                        no_k if top_k is None else _small(top_k, "int64"),
-                                        no_p if top_p is None else _small(top_p, "float32"))
+    _specdec.apply_sampling_constraints(logits, _args.integers("cu_num_draft_tokens", cu_num_draft_tokens, "int64", scalar=True,
+                                                               what="cumulative counts"),
+                                        _args.reals("temperature", temperature, scalar=True),
+                                        no_k if top_k is None else _args.integers("top_k", top_k, "int64", scalar=True),
+                                        no_p if top_p is None else _args.reals("top_p", top_p, scalar=True))
     return logits
 
 
@@ -540,8 +608,12 @@ def apply_top_k_top_p(logits, k=None, p=None):
     """vLLM v1's ``apply_top_k_top_p`` (``vllm/v1/sample/ops/topk_topp_sampler.py``): every row of float32
     ``[rows, V]`` logits filtered in place by its ``k[row]`` and ``p[row]`` (None: off), as
     ``apply_sampling_constraints`` does at temperature 1. Returns ``logits``."""
-    rows = int(logits.shape[0])
-    return apply_sampling_constraints(logits, np.arange(1, rows + 1, dtype=np.int64), np.ones(rows, dtype=np.float32), k, p)
+    rows = _args.shape("logits", logits, 2)[0]
+    try:
+        return apply_sampling_constraints(logits, np.arange(1, rows + 1, dtype=np.int64), np.ones(rows, dtype=np.float32), k, p)
+    except (TypeError, ValueError) as e:  # in this function's names for vLLM's per-request filters
+        renamed = re.sub(r"\btop_([kp])\b", r"\1", str(e))
+        raise (ValueError if isinstance(e, ValueError) else TypeError)(renamed) from None
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------
@@ -559,7 +631,7 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
     Host arrays, or (a CUDA build) CUDA tensors, all on one device: then one kernel, one block per
     request, on ``cuda_stream`` (0: the current stream of ``candidates``).
     """
-    stream = int(cuda_stream) if cuda_stream else _stream(candidates)
+    stream = _args.integer("cuda_stream", cuda_stream, 0, _args.UINT64_END - 1) or _stream(candidates)
     _specdec.verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                 retrive_next_token, retrive_next_sibling, target_predict, stream)
 
@@ -580,11 +652,12 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
     request, on ``cuda_stream`` (0: the current stream of ``candidates``).
     """
     del draft_probs, deterministic
-    stream = int(cuda_stream) if cuda_stream else _stream(candidates)
+    stream = _args.integer("cuda_stream", cuda_stream, 0, _args.UINT64_END - 1) or _stream(candidates)
     _specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                                    retrive_next_token, retrive_next_sibling, uniform_samples,
                                                    uniform_samples_for_final_sampling, target_probs,
-                                                   float(threshold_single), float(threshold_acc), stream)
+                                                   _args.real("threshold_single", threshold_single),
+                                                   _args.real("threshold_acc", threshold_acc), stream)
 
 
 def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
@@ -602,8 +675,9 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     tensors (one kernel on the current stream, one block per request).
     """
     _specdec.build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,
-                                         retrive_next_token, retrive_next_sibling, int(topk), int(depth),
-                                         int(draft_token_num), int(tree_mask_mode), _stream(verified_seq_len))
+                                         retrive_next_token, retrive_next_sibling, _args.integer("topk", topk),
+                                         _args.integer("depth", depth), _args.integer("draft_token_num", draft_token_num),
+                                         _args.integer("tree_mask_mode", tree_mask_mode, 0, 2), _stream(verified_seq_len))
 
 
 # specdec's own drafting side (trees, masks, n-gram and suffix drafts, EAGLE-2, the draft-length policy,

@@ -3,19 +3,23 @@
 the EAGLE-2 builder, the draft-length policy, and verification of specdec's trees.
 
 Every algorithm is the C++ headers' (specdec/tree, specdec/mask, specdec/policy, specdec/sampling);
-this module converts arguments and names results. Trees are :class:`DraftTree` (node 0 the root,
-parents before children, breadth-first); tokens are int32 (lists, numpy arrays or CPU torch tensors
-are accepted; an int32 numpy array is read without a copy).
+this module converts arguments (specdec/_args.py: checked, named, never wrapped) and names results.
+Trees are :class:`DraftTree` (node 0 the root, parents before children, breadth-first); tokens are int32
+(lists, numpy arrays or CPU torch tensors are accepted; an int32 numpy array is read without a copy).
+Stateful objects (the builders, the suffix structures, the blocks) may be shared between threads: each
+serialises its calls (docs/python.md, "Threads").
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from . import _specdec
+from . import _args, _specdec
 
 __all__ = [
     "DraftTree",
@@ -47,23 +51,25 @@ __all__ = [
     "MoaDrafter",
 ]
 
-_INT32_MAX = 2**31 - 1
+
+def _int32(name: str, x, what: str = "token ids", **bounds) -> np.ndarray:
+    """Argument `name` (token ids, parents, counts, offsets) as a contiguous int32 numpy array, checked
+    (specdec/_args.py): no copy when it already is one."""
+    return _args.integers(name, x, "int32", what=what, **bounds)
 
 
-def _tokens(x, name: str) -> np.ndarray:
-    """Token ids as a contiguous int32 numpy array (no copy when they already are one)."""
-    if type(x).__module__.split(".")[0] == "torch":
-        x = x.detach().cpu().numpy()
-    if isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and x.flags.c_contiguous:
-        return x
-    a = np.asarray(x)
-    if a.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name}: expected a 1-dimensional sequence of integer token ids; got {a.dtype} of shape {a.shape}")
-    if a.min() < -(2**31) or a.max() > _INT32_MAX:
-        raise ValueError(f"{name}: expected token ids that fit int32; got values in [{a.min()}, {a.max()}]")
-    return np.ascontiguousarray(a, dtype=np.int32)
+def _trees(name: str, trees) -> list:
+    """A DraftTree or a sequence of them, as a list (anything else a TypeError naming `name`)."""
+    if isinstance(trees, DraftTree):
+        return [trees]
+    try:
+        listed = list(trees)
+    except TypeError:
+        raise TypeError(f"{name}: expected a DraftTree or a sequence of them; got {type(trees).__name__}") from None
+    for t in listed:
+        if not isinstance(t, DraftTree):
+            raise TypeError(f"{name}: expected a DraftTree or a sequence of them; got a sequence holding {type(t).__name__}")
+    return listed
 
 
 # ---- draft trees --------------------------------------------------------------------------------------
@@ -86,68 +92,79 @@ class DraftTree:
     def from_parents(tokens, parents, vocab_size: int = 0) -> "DraftTree":
         """A tree from tokens and parents (depths computed, scores zero), validated: ``ValueError`` on a
         malformed tree, or a token outside [0, vocab_size) when vocab_size > 0."""
-        return DraftTree(*_specdec.make_tree(_tokens(tokens, "tokens"), _tokens(parents, "parents"), vocab_size))
+        return DraftTree(*_specdec.make_tree(_int32("tokens", tokens), _int32("parents", parents, "parents"),
+                                             _args.integer("vocab_size", vocab_size)))
 
     @staticmethod
     def chain(root: int, tokens) -> "DraftTree":
         """The root followed by ``tokens`` as a chain (prompt lookup's and vLLM's drafts)."""
-        t = _tokens(tokens, "tokens")
-        return DraftTree.from_parents(np.concatenate([[root], t]).astype(np.int32), np.arange(-1, len(t), dtype=np.int32))
+        t = _int32("tokens", tokens)
+        r = _args.integer("root", root, 0, _args.INT32_MAX, " (a token id)")
+        return DraftTree.from_parents(np.concatenate([np.array([r], dtype=np.int32), t]), np.arange(-1, len(t), dtype=np.int32))
 
     @property
     def size(self) -> int:
-        return int(self.token.shape[0])
+        return len(_int32("tree.token", self.token))
 
     @property
     def max_depth(self) -> int:
-        return int(self.depth.max()) if self.size else 0
+        depth = _int32("tree.depth", self.depth, "depths")
+        return int(depth.max()) if len(depth) else 0
 
-    def _arrays(self):
-        return (_tokens(self.token, "tree.token"), _tokens(self.parent, "tree.parent"), _tokens(self.depth, "tree.depth"))
+    def _arrays(self, name: str = "tree"):
+        """(token, parent, depth) as int32 arrays, checked; errors name `name`'s fields ("trees[2].token")."""
+        return (_int32(f"{name}.token", self.token), _int32(f"{name}.parent", self.parent, "parents"),
+                _int32(f"{name}.depth", self.depth, "depths"))
 
     def validate(self, vocab_size: int = 0) -> None:
         """``ValueError`` naming the first malformed node (specdec::validate)."""
-        _specdec.validate_tree(*self._arrays(), vocab_size)
+        _specdec.validate_tree(*self._arrays(), _args.integer("vocab_size", vocab_size))
 
     def mask(self, prefix_length: int = 0, dtype=np.bool_, additive: bool = False, out=None):
         """The tree-attention mask ``[n x (prefix_length + n)]``: node i attends the whole prefix, itself
         and its ancestors. ``dtype`` bool, uint8, float32 or float64 (1 / 0), or with ``additive`` a float
         mask of 0 / -inf. Written into ``out`` when given (numpy or torch, C-contiguous)."""
-        n = self.size
+        arrays = self._arrays()
+        n = len(arrays[0])
+        prefix_length = _args.size("prefix_length", prefix_length)
         if out is None:
-            out = np.empty((n, prefix_length + n), dtype=np.float32 if additive and dtype is np.bool_ else dtype)
-        _specdec.tree_mask_dense(*self._arrays(), prefix_length, out, additive)
+            try:
+                dtype = np.dtype(np.float32 if additive and dtype is np.bool_ else dtype)
+            except TypeError:
+                raise TypeError(f"dtype: expected bool, uint8, float32 or float64; got {dtype!r}") from None
+            out = np.empty(_args.elements("prefix_length", (n, prefix_length + n)), dtype=dtype)
+        _specdec.tree_mask_dense(*arrays, prefix_length, out, bool(additive))
         return out
 
     def mask_packed_int32(self) -> np.ndarray:
         """TensorRT-LLM's packed mask ``[n x ceil(n / 32)]`` int32: bit b of word w of row i set iff node i
         attends node 32 w + b."""
-        n = self.size
+        arrays = self._arrays()
+        n = len(arrays[0])
         out = np.empty((n, (n + 31) // 32), dtype=np.int32)
-        _specdec.tree_mask_packed_int32(*self._arrays(), out)
+        _specdec.tree_mask_packed_int32(*arrays, out)
         return out
 
     def mask_bitpacked_rows(self) -> np.ndarray:
         """SGLang's QLEN_ONLY_BITPACKING rows: one item per node (uint8 / uint16 / uint32 for n <= 8 / 16 /
         32), bit j = tree column j."""
-        n = self.size
+        arrays = self._arrays()
+        n = len(arrays[0])
         dtype = np.uint8 if n <= 8 else np.uint16 if n <= 16 else np.uint32
         out = np.empty(n, dtype=dtype)
-        _specdec.tree_mask_bitpacked_rows(*self._arrays(), out)
+        _specdec.tree_mask_bitpacked_rows(*arrays, out)
         return out
 
     def positions(self, prefix_length: int) -> np.ndarray:
         """Per-node positions ``prefix_length + depth`` (int64), the root at ``prefix_length``."""
-        return _specdec.tree_positions(*self._arrays(), prefix_length)
+        return _specdec.tree_positions(*self._arrays(), _args.integer("prefix_length", prefix_length))
 
     def retrieve_paths(self, order: str = "node_index") -> np.ndarray:
         """Root-to-leaf paths ``[leaves x (max_depth + 1)]`` int32, padded with -1; ``order``
         ``"node_index"`` (EAGLE-2), ``"lexicographic"`` (EAGLE-1, TensorRT-LLM) or ``"reverse_node_index"``
         (Medusa)."""
         orders = {"node_index": 0, "lexicographic": 1, "reverse_node_index": 2}
-        if order not in orders:
-            raise ValueError(f"order: expected one of {sorted(orders)}; got {order!r}")
-        return _specdec.retrieve_paths(*self._arrays(), orders[order])
+        return _specdec.retrieve_paths(*self._arrays(), orders[_args.choice("order", order, tuple(orders))])
 
     def child_links(self):
         """``(first_child, next_sibling)`` int32 ``[n]``, -1 for none (SGLang's retrive_next_token /
@@ -174,32 +191,29 @@ def batch_tree_mask(parents, node_counts=None, *, layout: str = "dense", prefix_
     from . import _empty, _is_torch, _stream
 
     layouts = {"dense": 0, "additive": 1, "packed_int32": 2, "bitpacked_rows": 3}
-    if layout not in layouts:
-        raise ValueError(f"layout: expected one of {sorted(layouts)}; got {layout!r}")
-    if dtype not in ("bool", "uint8", "float32"):
-        raise ValueError(f"dtype: expected 'bool', 'uint8' or 'float32'; got {dtype!r}")
-    batch, n = (int(parents.shape[0]), int(parents.shape[1])) if len(parents.shape) == 2 else (0, 0)
+    _args.choice("layout", layout, tuple(layouts))
+    _args.choice("dtype", dtype, ("bool", "uint8", "float32"))
+    batch, n = _args.shape("parents", parents, 2)
+    prefix_length = _args.size("prefix_length", prefix_length)
     on_cuda = _is_torch(parents) and parents.is_cuda
     if node_counts is None:
         counts = np.empty(0, dtype=np.int32)
     elif on_cuda:
-        import torch
-
-        counts = torch.as_tensor(node_counts, device=parents.device).to(torch.int32).contiguous()
+        counts = _args.device_integers("node_counts", node_counts, "int32", parents, what="node counts")
     else:
-        counts = node_counts if _is_torch(node_counts) else np.ascontiguousarray(np.asarray(node_counts), dtype=np.int32)
+        counts = _int32("node_counts", node_counts, "node counts")
     if out is None:
         if layout == "dense":
-            out = _empty(parents, (batch, n, prefix_length + n), dtype)
+            out = _empty(parents, _args.elements("prefix_length", (batch, n, prefix_length + n)), dtype)
         elif layout == "additive":
-            out = _empty(parents, (batch, n, prefix_length + n), "float32")
+            out = _empty(parents, _args.elements("prefix_length", (batch, n, prefix_length + n)), "float32")
         elif layout == "packed_int32":
             out = _empty(parents, (batch, n, (n + 31) // 32), "int32")
         else:
             torch_like = _is_torch(parents)
             item = "uint8" if n <= 8 else ("int16" if torch_like else "uint16") if n <= 16 else ("int32" if torch_like else "uint32")
             out = _empty(parents, (batch, n), item)
-    _specdec.batch_tree_mask(parents, counts, int(prefix_length), layouts[layout], out, _stream(parents))
+    _specdec.batch_tree_mask(parents, counts, prefix_length, layouts[layout], out, _stream(parents))
     return out
 
 
@@ -213,24 +227,25 @@ def batch_tree_mask_flashinfer(parents, node_counts=None, prefix_lengths=0):
     wrapper does after ``segment_packbits``)."""
     from . import _empty, _is_torch, _stream
 
-    batch = int(parents.shape[0]) if len(parents.shape) == 2 else 0
+    batch = _args.shape("parents", parents, 2)[0]
     stream = _stream(parents)
     if _is_torch(parents) and parents.is_cuda:
         import torch
 
-        def here(x, dtype):
-            return torch.as_tensor(x, device=parents.device).to(dtype).reshape(-1).contiguous()
-
-        counts = torch.empty(0, dtype=torch.int32) if node_counts is None else here(node_counts, torch.int32)
-        prefixes = here(prefix_lengths, torch.int64)
+        counts = torch.empty(0, dtype=torch.int32) if node_counts is None else \
+            _args.device_integers("node_counts", node_counts, "int32", parents, what="node counts")
+        prefixes = _args.device_integers("prefix_lengths", prefix_lengths, "int64", parents, scalar=True, hi=_args.INT32_MAX,
+                                         what="lengths")
         if prefixes.numel() == 1 and batch != 1:
             prefixes = prefixes.expand(batch).contiguous()
         indptr = torch.empty(batch + 1, dtype=torch.int32, device=parents.device)
         _specdec.flashinfer_mask(parents, counts, prefixes, indptr, torch.empty(0, dtype=torch.uint8), stream)
         packed = torch.empty(int(indptr[-1].item()), dtype=torch.uint8, device=parents.device)
     else:
-        counts = np.empty(0, dtype=np.int32) if node_counts is None else _tokens(node_counts, "node_counts")
-        prefixes = np.array(np.broadcast_to(np.asarray(prefix_lengths, dtype=np.int64), (batch,)))  # a writable copy
+        counts = np.empty(0, dtype=np.int32) if node_counts is None else _int32("node_counts", node_counts, "node counts")
+        prefixes = _args.integers("prefix_lengths", prefix_lengths, "int64", scalar=True, hi=_args.INT32_MAX, what="lengths")
+        if len(prefixes) == 1 and batch != 1:
+            prefixes = np.full(batch, prefixes[0], dtype=np.int64)
         indptr = _empty(parents, (batch + 1,), "int32")
         _specdec.flashinfer_mask(parents, counts, prefixes, indptr, np.empty(0, dtype=np.uint8), stream)
         packed = _empty(parents, (int(indptr[-1]),), "uint8")
@@ -243,8 +258,8 @@ def tree_mask_flashinfer(trees: Sequence[DraftTree], prefix_lengths):
     """FlashInfer's packed custom mask of a ragged batch: ``(packed, indptr)``, request r's
     ``[n_r x (prefix_r + n_r)]`` mask flattened and packed little-endian from byte ``indptr[r]`` (the
     ``custom_mask`` / ``mask_indptr`` pair of FlashInfer's prefill wrapper after ``segment_packbits``)."""
-    prefixes = np.ascontiguousarray(np.atleast_1d(np.asarray(prefix_lengths)), dtype=np.int64)
-    return _specdec.tree_mask_flashinfer([t._arrays() for t in trees], prefixes)
+    prefixes = _args.integers("prefix_lengths", prefix_lengths, "int64", scalar=True, hi=_args.INT32_MAX, what="lengths")
+    return _specdec.tree_mask_flashinfer(_tree_arrays(trees), prefixes)
 
 
 # ---- prompt lookup ---------------------------------------------------------------------------------------
@@ -257,12 +272,15 @@ def propose_ngram(history, length: int, *, max_ngram: int = 3, min_ngram: int = 
     tokens) that occurred before proposes the ``length`` tokens that followed it; with ``branches`` > 1
     the most recent distinct continuations merge into one tree. Rooted at ``history[-1]``; the root alone
     when nothing matches. Only the last ``max_history`` tokens are searched (0: all)."""
-    return DraftTree(*_specdec.propose_ngram(_tokens(history, "history"), length, max_ngram, min_ngram, branches, max_history))
+    return DraftTree(*_specdec.propose_ngram(_int32("history", history), _args.integer("length", length),
+                                             _args.integer("max_ngram", max_ngram), _args.integer("min_ngram", min_ngram),
+                                             _args.integer("branches", branches), _args.integer("max_history", max_history)))
 
 
 def ngram_match_length(history, *, max_ngram: int = 3, min_ngram: int = 2, max_history: int = 0) -> int:
     """The suffix length prompt lookup would match (0: none), a draft's quality known before verifying it."""
-    return _specdec.ngram_match_length(_tokens(history, "history"), max_ngram, min_ngram, max_history)
+    return _specdec.ngram_match_length(_int32("history", history), _args.integer("max_ngram", max_ngram),
+                                       _args.integer("min_ngram", min_ngram), _args.integer("max_history", max_history))
 
 
 # ---- SuffixDecoding --------------------------------------------------------------------------------------
@@ -284,16 +302,28 @@ class SuffixDecodingDraft:
         """The draft as a :class:`DraftTree` rooted at ``root`` (the last committed token), breadth-first,
         each level in the draft's order, scores the probabilities (specdec::suffix_draft_tree)."""
         return DraftTree(*_specdec.suffix_draft_tree(
-            root, _tokens(self.token_ids, "token_ids"), _tokens(self.parents, "parents"),
-            np.asarray(self.probs, dtype=np.float32)))
+            _args.integer("root", root, 0, _args.INT32_MAX, " (a token id)"), _int32("token_ids", self.token_ids),
+            _int32("parents", self.parents, "parents"), _args.reals("probs", self.probs)))
+
+
+def _seq_id(seq_id) -> int:
+    return _args.integer("seq_id", seq_id, 0, _args.INT32_MAX, " (sequence ids are int32)")
+
+
+def _speculation(max_spec_tokens, max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec) -> tuple:
+    """A suffix draft's options, checked (the C++ side checks their values)."""
+    return (_args.integer("max_spec_tokens", max_spec_tokens), _args.real("max_spec_factor", max_spec_factor),
+            _args.real("max_spec_offset", max_spec_offset), _args.real("min_token_prob", min_token_prob),
+            _args.flag("use_tree_spec", use_tree_spec))
 
 
 class SuffixTree:
     """Arctic Inference's ``SuffixTree``: every suffix of every stored sequence (int ids >= 0), cut to
-    ``max_depth`` tokens, with occurrence counts. Drafts are Arctic Inference 0.3.0's bit for bit."""
+    ``max_depth`` tokens, with occurrence counts. Drafts are Arctic Inference 0.3.0's bit for bit. Its
+    calls hold the GIL throughout: threads sharing a tree are serialised."""
 
     def __init__(self, max_depth: int):
-        self._tree = _specdec.SuffixTree(max_depth)
+        self._tree = _specdec.SuffixTree(_args.integer("max_depth", max_depth))
 
     @property
     def max_depth(self) -> int:
@@ -303,22 +333,31 @@ class SuffixTree:
         return self._tree.num_sequences
 
     def extend(self, seq_id: int, tokens) -> None:
-        self._tree.extend(seq_id, _tokens(tokens, "tokens"))
+        self._tree.extend(_seq_id(seq_id), _int32("tokens", tokens))
 
     def append(self, seq_id: int, token: int) -> None:
-        self._tree.extend(seq_id, np.asarray([token], dtype=np.int32))
+        self._tree.extend(_seq_id(seq_id), _int32("token", token, scalar=True))
 
     def remove(self, seq_id: int) -> None:
-        self._tree.remove(seq_id)
+        self._tree.remove(_seq_id(seq_id))
 
     def speculate(self, context, max_spec_tokens: int, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
                   min_token_prob: float = 0.1, use_tree_spec: bool = False) -> SuffixDecodingDraft:
-        return SuffixDecodingDraft(*self._tree.speculate(_tokens(context, "context"), max_spec_tokens, max_spec_factor,
-                                                         max_spec_offset, min_token_prob, use_tree_spec))
+        return SuffixDecodingDraft(*self._tree.speculate(_int32("context", context), *_speculation(
+            max_spec_tokens, max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec)))
 
     def check_integrity(self) -> str:
         """An empty string when every invariant holds, else the first violation."""
         return self._tree.check_integrity()
+
+
+def _request_id(req_id):
+    """A request id, hashable (a list is a TypeError naming req_id, not Python's unnamed one)."""
+    try:
+        hash(req_id)
+    except TypeError:
+        raise TypeError(f"req_id: expected a hashable request id; got {type(req_id).__name__}") from None
+    return req_id
 
 
 class SuffixDecodingCache:
@@ -326,13 +365,19 @@ class SuffixDecodingCache:
     ``suffix`` method calls): one tree per active request (its prompt and response) and a global tree of
     responses, evicted oldest first beyond ``max_cached_requests`` (-1: no bound; 0: no global tree).
     ``max_cached_tokens`` (specdec's addition, -1: off) bounds the global tree's tokens too. Request ids
-    are any hashable values. Drafts are Arctic Inference 0.3.0's bit for bit. Not thread-safe.
+    are any hashable values. Drafts are Arctic Inference 0.3.0's bit for bit. Threads may share a cache:
+    its calls are serialised by a lock of its own (the request-id maps are Python state).
     """
 
     def __init__(self, max_tree_depth: int = 64, max_cached_requests: int = -1, max_cached_tokens: int = -1):
-        if max_cached_requests > 0x7FFFFFFF:
-            raise ValueError("max_cached_requests must be at most 2^31")
-        self._cache = _specdec.SuffixCache(max_tree_depth, max_cached_requests, max_cached_tokens)
+        max_tree_depth = _args.integer("max_tree_depth", max_tree_depth)
+        max_cached_requests = _args.integer("max_cached_requests", max_cached_requests, hi=_args.INT32_MAX)
+        try:
+            self._cache = _specdec.SuffixCache(max_tree_depth, max_cached_requests,
+                                               _args.integer("max_cached_tokens", max_cached_tokens))
+        except ValueError as e:  # the header's tree calls it max_depth
+            raise ValueError(str(e).replace("max_depth", "max_tree_depth")) from None
+        self._lock = threading.RLock()
         self._max_tree_depth = max_tree_depth
         self._max_cached_requests = max_cached_requests
         self._id = {}  # request id -> the C++ cache's int64 id
@@ -349,15 +394,24 @@ class SuffixDecodingCache:
 
     @property
     def active_requests(self) -> List[Hashable]:
-        return [r for r, i in self._id.items() if self._cache.active(i)]
+        with self._lock:
+            return [r for r, i in self._id.items() if self._cache.active(i)]
 
     @property
     def cached_requests(self) -> List[Hashable]:
-        return [r for r, i in self._id.items() if self._cache.cached(i)]
+        with self._lock:
+            return [r for r, i in self._id.items() if self._cache.cached(i)]
 
     def _known(self, req_id: Hashable) -> int:
-        i = self._id.get(req_id)
+        i = self._id.get(_request_id(req_id))
         return -1 if i is None else i
+
+    def _active(self, req_id: Hashable) -> int:
+        """The C++ cache's id of active request `req_id` (named in the error when it is not active)."""
+        i = self._known(req_id)
+        if not self._cache.active(i):
+            raise ValueError(f"req_id: request {req_id!r} is not active; expected a started one")
+        return i
 
     def _forget_stale(self) -> None:
         # Evictions inside the C++ cache leave ids behind; a scan whenever they outnumber the live ones
@@ -370,26 +424,36 @@ class SuffixDecodingCache:
         """Stores the prompt of a new request and, unless max_cached_requests is 0, gives its response a
         slot in the global tree (evicting a cached response of the same id, then the oldest beyond the
         bounds). ``ValueError`` when ``req_id`` is already active."""
-        prompt = _tokens(prompt_token_ids, "prompt_token_ids")
-        if req_id not in self._id:
-            self._id[req_id] = self._next
-            self._request[self._next] = req_id
-            self._next += 1
-        self._cache.start_request(self._id[req_id], prompt)
-        self._forget_stale()
+        prompt = _int32("prompt_token_ids", prompt_token_ids)
+        with self._lock:
+            if self._cache.active(self._known(req_id)):
+                raise ValueError(f"req_id: request {req_id!r} is already active; expected a new one")
+            if req_id not in self._id:
+                self._id[req_id] = self._next
+                self._request[self._next] = req_id
+                self._next += 1
+            self._cache.start_request(self._id[req_id], prompt)
+            self._forget_stale()
 
     def stop_request(self, req_id: Hashable) -> None:
         """Drops the request's own tree; its response stays cached until evicted. ``ValueError`` when the
         request is not active."""
-        self._cache.stop_request(self._known(req_id))
+        with self._lock:
+            self._cache.stop_request(self._active(req_id))
 
     def add_active_response(self, req_id: Hashable, token_ids) -> None:
         """Appends newly accepted tokens to the request's tree and its cached response."""
-        self._cache.add_active_response(self._known(req_id), _tokens(token_ids, "token_ids"))
+        tokens = _int32("token_ids", token_ids)
+        with self._lock:
+            self._cache.add_active_response(self._active(req_id), tokens)
 
     def evict_cached_response(self, req_id: Hashable) -> None:
         """Removes the request's response from the global tree. ``ValueError`` when it is not cached."""
-        self._cache.evict_cached_response(self._known(req_id))
+        with self._lock:
+            i = self._known(req_id)
+            if not self._cache.cached(i):
+                raise ValueError(f"req_id: request {req_id!r}'s response is not cached; expected a cached one")
+            self._cache.evict_cached_response(i)
 
     def speculate(self, req_id: Hashable, context, max_spec_tokens: Optional[int] = None, max_spec_factor: float = 1.0,
                   max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
@@ -399,14 +463,28 @@ class SuffixDecodingCache:
         higher. ``max_spec_tokens`` None: max_tree_depth. ``ValueError`` when the request is not active."""
         if max_spec_tokens is None:
             max_spec_tokens = self._max_tree_depth
-        return SuffixDecodingDraft(*self._cache.speculate(self._known(req_id), _tokens(context, "context"), max_spec_tokens,
-                                                          max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec))
+        tokens = _int32("context", context)
+        options = _speculation(max_spec_tokens, max_spec_factor, max_spec_offset, min_token_prob, use_tree_spec)
+        with self._lock:
+            return SuffixDecodingDraft(*self._cache.speculate(self._active(req_id), tokens, *options))
 
     def memory_bytes(self) -> int:
-        return self._cache.memory_bytes()
+        with self._lock:
+            return self._cache.memory_bytes()
 
 
 # ---- EAGLE-2 ------------------------------------------------------------------------------------------
+
+
+def _eagle2_config(top_k, depth, total_tokens, batch) -> tuple:
+    """An EAGLE-2 builder's sizes, integers (the C++ side checks their ranges before allocating)."""
+    return (_args.integer("top_k", top_k), _args.integer("depth", depth), _args.integer("total_tokens", total_tokens),
+            _args.integer("batch", batch))
+
+
+def _d2t(d2t) -> list:
+    """EAGLE-3's draft-to-target offsets, one int32 per draft token (none: the identity)."""
+    return [] if d2t is None else _int32("d2t", d2t, "offsets").tolist()
 
 
 @dataclass
@@ -429,18 +507,19 @@ class Eagle2TreeBuilder:
     its drafter on ``input_ids`` and calls ``expand(frontier_logits)`` (``[batch top_k x V']``) ``depth``
     times; ``finish()`` reranks every candidate and returns one :class:`DynamicTree` per request with
     ``total_tokens`` nodes. ``score`` ``"log_probability"`` (EAGLE-2/3) or ``"probability"`` (SGLang);
-    ``d2t`` EAGLE-3's reduced-vocabulary offsets (target id = t + d2t[t]).
+    ``d2t`` EAGLE-3's reduced-vocabulary offsets (target id = t + d2t[t]). Threads may share a builder:
+    its steps are serialised by the builder's lock.
     """
 
     def __init__(self, top_k: int = 10, depth: int = 5, total_tokens: int = 60, *, batch: int = 1,
                  score: str = "log_probability", d2t=None):
-        if score not in ("log_probability", "probability"):
-            raise ValueError(f"score: expected 'log_probability' or 'probability'; got {score!r}")
-        d2t_list = [] if d2t is None else [int(v) for v in np.asarray(d2t).ravel()]
-        self._builder = _specdec.Eagle2Builder(top_k, depth, total_tokens, score == "probability", d2t_list, batch)
+        _args.choice("score", score, ("log_probability", "probability"))
+        top_k, depth, total_tokens, batch = _eagle2_config(top_k, depth, total_tokens, batch)
+        self._builder = _specdec.Eagle2Builder(top_k, depth, total_tokens, score == "probability", _d2t(d2t), batch)
 
     def begin(self, root_logits, root_tokens, target_vocab: int = 0):
-        return self._builder.begin(root_logits, _tokens(np.atleast_1d(np.asarray(root_tokens)), "root_tokens"), target_vocab)
+        return self._builder.begin(root_logits, _int32("root_tokens", root_tokens, scalar=True),
+                                   _args.integer("target_vocab", target_vocab))
 
     def expand(self, frontier_logits):
         return self._builder.expand(frontier_logits)
@@ -500,65 +579,76 @@ class Eagle2BatchBuilder:
 
     def __init__(self, top_k: int = 10, depth: int = 5, total_tokens: int = 60, *, batch: int = 1, d2t=None,
                  device=None):
-        d2t_list = [] if d2t is None else [int(v) for v in np.asarray(d2t).ravel()]
         self._device = _cuda_index(device)
-        self._top_k, self._depth, self._total, self._batch = int(top_k), int(depth), int(total_tokens), int(batch)
-        self._builder = _specdec.Eagle2Batch(self._top_k, self._depth, self._total, self._batch, d2t_list, self._device)
+        self._top_k, self._depth, self._total, self._batch = _eagle2_config(top_k, depth, total_tokens, batch)
+        self._builder = _specdec.Eagle2Batch(self._top_k, self._depth, self._total, self._batch, _d2t(d2t), self._device)
         self._like = None
         self._step = -1
+        # _like and _step are this object's Python state, read and advanced around each native step: one
+        # step at a time (the native builder serialises its own state too).
+        self._lock = threading.Lock()
 
-    def _step_arrays(self, step: int):
+    def _step_arrays(self, step: int, like=None):
         from . import _empty
 
         b, k = self._batch, self._top_k
-        return [_empty(self._like, (b, k), "int32") for _ in range(3)] + [_empty(self._like, (b * k, k * (step + 1)), "uint8")]
+        like = self._like if like is None else like
+        if like is None:  # expand before begin: the builder refuses it by name
+            like = np.empty(0, dtype=np.float32)
+        return [_empty(like, (b, k), "int32") for _ in range(3)] + [_empty(like, (b * k, k * (step + 1)), "uint8")]
 
-    def _tokens_here(self, root_tokens):
+    def _tokens_here(self, root_tokens, like):
         if self._device < 0:
-            return _tokens(np.atleast_1d(np.asarray(root_tokens)) if not _is_torch_tensor(root_tokens) else root_tokens, "root_tokens")
-        import torch
-
-        return torch.as_tensor(root_tokens, device=self._like.device).to(torch.int32).reshape(-1).contiguous()
+            return _int32("root_tokens", root_tokens, scalar=True)
+        return _args.device_integers("root_tokens", root_tokens, "int32", like, scalar=True, what="token ids")
 
     def begin(self, root_logits, root_tokens, target_vocab: int = 0) -> Eagle2BatchStep:
         from . import _stream
 
-        self._like = root_logits
-        out = self._step_arrays(0)
-        self._builder.begin(root_logits, self._tokens_here(root_tokens), int(target_vocab), *out, _stream(root_logits))
-        self._step = 0
-        return Eagle2BatchStep(0, *out)
+        if not hasattr(root_logits, "shape"):
+            _args.shape("root_logits", root_logits)
+        target_vocab = _args.integer("target_vocab", target_vocab)
+        with self._lock:
+            out = self._step_arrays(0, root_logits)
+            tokens = self._tokens_here(root_tokens, root_logits)
+            self._builder.begin(root_logits, tokens, target_vocab, *out, _stream(root_logits))
+            self._like, self._step = root_logits, 0
+            return Eagle2BatchStep(0, *out)
 
     def expand(self, frontier_logits) -> Eagle2BatchStep:
         from . import _stream
 
-        out = self._step_arrays(self._step + 1)
-        self._builder.expand(frontier_logits, *out, self._step + 1, _stream(frontier_logits))
-        self._step += 1
-        return Eagle2BatchStep(self._step, *out)
+        with self._lock:
+            out = self._step_arrays(self._step + 1)
+            self._builder.expand(frontier_logits, *out, self._step + 1, _stream(frontier_logits))
+            self._step += 1
+            return Eagle2BatchStep(self._step, *out)
 
     def expand_dual(self, left_logits, right_logits) -> Eagle2BatchStep:
         """Jakiro's penultimate dual-head step (consumes the last two expansions)."""
         from . import _stream
 
-        out = self._step_arrays(self._step + 2)
-        self._builder.expand_dual(left_logits, right_logits, *out, self._step + 2, _stream(left_logits))
-        self._step += 2
-        return Eagle2BatchStep(self._step, *out)
+        with self._lock:
+            out = self._step_arrays(self._step + 2)
+            self._builder.expand_dual(left_logits, right_logits, *out, self._step + 2, _stream(left_logits))
+            self._step += 2
+            return Eagle2BatchStep(self._step, *out)
 
     def finish(self) -> Eagle2BatchTrees:
         from . import _empty, _stream
 
-        b, t = self._batch, self._total
-        like = self._like if self._like is not None else np.empty(0, dtype=np.float32)
-        arrays = [_empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"),
-                  _empty(like, (b, t), "float32"), _empty(like, (b, t - 1), "int32")]
-        self._builder.finish(*arrays, _stream(like))
-        return Eagle2BatchTrees(*arrays)
+        with self._lock:
+            b, t = self._batch, self._total
+            like = self._like if self._like is not None else np.empty(0, dtype=np.float32)
+            arrays = [_empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"), _empty(like, (b, t), "int32"),
+                      _empty(like, (b, t), "float32"), _empty(like, (b, max(t - 1, 0)), "int32")]
+            self._builder.finish(*arrays, _stream(like))
+            return Eagle2BatchTrees(*arrays)
 
     @property
     def steps_done(self) -> int:
-        return max(self._step, 0)
+        with self._lock:
+            return max(self._step, 0)
 
 
 def _is_torch_tensor(x) -> bool:
@@ -569,28 +659,61 @@ def _cuda_index(device) -> int:
     """-1 for the host (None, "cpu"), else the CUDA device's index ("cuda" is the current one)."""
     if device is None:
         return -1
-    if isinstance(device, int):
-        return device
+    if isinstance(device, (int, np.integer)) and not isinstance(device, (bool, np.bool_)):
+        return _args.integer("device", device, 0, _args.INT32_MAX)
     text = str(device)
     if text == "cpu":
         return -1
-    if text == "cuda" or text.startswith("cuda:"):
-        if ":" in text:
-            return int(text.split(":", 1)[1])
+    if text == "cuda":
         import torch
 
         return int(torch.cuda.current_device())
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return _args.integer("device", int(text[5:]), 0, _args.INT32_MAX)
     raise ValueError(f"device: expected None, 'cpu', 'cuda', 'cuda:N' or an index; got {device!r}")
 
 
-DraftLengthPolicy = _specdec.DraftLengthPolicy
-DraftLengthPolicy.__doc__ = """How many tokens to draft, decided against the clock (specdec::policy::draft_length_policy).
+class DraftLengthPolicy:
+    """How many tokens to draft, decided against the clock (specdec::policy::draft_length_policy).
 
-``DraftLengthPolicy(longest, contexts=1)``; per step ``choose(context=0, available=None)`` gives the draft
-length (0: verify the root alone); report ``verified(accepted, drafted, context=0)`` after each
-verification, ``target_forward_timed(rows, seconds)`` for each target forward and, for drafters that
-run a model, ``draft_token_timed(seconds)``. ``expected_tokens(length, context=0)`` and
-``acceptance_rate(depth, context=0)`` read what it has measured. Out-of-range values raise ValueError."""
+    ``DraftLengthPolicy(longest, contexts=1)``; per step ``choose(context=0, available=None)`` gives the
+    draft length (0: verify the root alone); report ``verified(accepted, drafted, context=0)`` after each
+    verification, ``target_forward_timed(rows, seconds)`` for each target forward and, for drafters that
+    run a model, ``draft_token_timed(seconds)``. ``expected_tokens(length, context=0)`` and
+    ``acceptance_rate(depth, context=0)`` read what it has measured. Out-of-range values raise ValueError
+    naming them; a non-integer count a TypeError. Its calls hold the GIL throughout: threads sharing a
+    policy are serialised."""
+
+    def __init__(self, longest: int, contexts: int = 1):
+        self._policy = _specdec.DraftLengthPolicy(_args.integer("longest", longest), _args.integer("contexts", contexts))
+
+    @property
+    def longest(self) -> int:
+        return self._policy.longest
+
+    @property
+    def contexts(self) -> int:
+        return self._policy.contexts
+
+    def choose(self, context: int = 0, available: Optional[int] = None) -> int:
+        return self._policy.choose(_args.integer("context", context),
+                                   None if available is None else _args.integer("available", available))
+
+    def verified(self, accepted: int, drafted: int, context: int = 0) -> None:
+        self._policy.verified(_args.integer("accepted", accepted), _args.integer("drafted", drafted),
+                              _args.integer("context", context))
+
+    def target_forward_timed(self, rows: int, seconds: float) -> None:
+        self._policy.target_forward_timed(_args.integer("rows", rows), _args.real("seconds", seconds))
+
+    def draft_token_timed(self, seconds: float) -> None:
+        self._policy.draft_token_timed(_args.real("seconds", seconds))
+
+    def expected_tokens(self, length: int, context: int = 0) -> float:
+        return self._policy.expected_tokens(_args.integer("length", length), _args.integer("context", context))
+
+    def acceptance_rate(self, depth: int, context: int = 0) -> float:
+        return self._policy.acceptance_rate(_args.integer("depth", depth), _args.integer("context", context))
 
 
 # ---- verification of specdec's trees ---------------------------------------------------------------------
@@ -607,14 +730,13 @@ class VerifyResult:
     bonus: bool
 
 
-def _trees(trees) -> list:
-    if isinstance(trees, DraftTree):
-        trees = [trees]
-    return [t._arrays() for t in trees]
+def _tree_arrays(trees) -> list:
+    return [t._arrays(f"trees[{i}]") for i, t in enumerate(_trees("trees", trees))]
 
 
 def _rows(target_rows) -> np.ndarray:
-    return np.zeros(0, dtype=np.int64) if target_rows is None else np.ascontiguousarray(target_rows, dtype=np.int64)
+    return np.zeros(0, dtype=np.int64) if target_rows is None else _args.integers("target_rows", target_rows, "int64",
+                                                                                   what="row indices")
 
 
 def verify_greedy(logits, trees, target_rows=None) -> List[VerifyResult]:
@@ -623,7 +745,7 @@ def verify_greedy(logits, trees, target_rows=None) -> List[VerifyResult]:
     ``logits`` ``[rows x V]`` float32 (numpy or torch, CPU): node i of tree r reads row
     ``target_rows[r] + i`` (default: the trees' rows one after another). Rows the walk never visits are
     never read."""
-    return [VerifyResult(*r) for r in _specdec.verify_greedy(logits, _trees(trees), _rows(target_rows))]
+    return [VerifyResult(*r) for r in _specdec.verify_greedy(logits, _tree_arrays(trees), _rows(target_rows))]
 
 
 def verify_speculative(target, trees, *, logits: bool = False, temperature: float = 1.0, target_rows=None,
@@ -640,9 +762,15 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
 
     s, o = _seed_offset(seed, offset, generator)
     draft = np.zeros((0, 0), dtype=np.float32) if draft_probs is None else draft_probs
-    rows = [] if draft_rows is None else [np.ascontiguousarray(r, dtype=np.int64) for r in draft_rows]
-    return [VerifyResult(*r) for r in _specdec.verify_speculative(target, logits, temperature, _trees(trees), _rows(target_rows),
-                                                                 draft, rows, s, o)]
+    if draft_rows is None:
+        rows = []
+    elif isinstance(draft_rows, (list, tuple)):
+        rows = [_args.integers("draft_rows", r, "int64", what="row indices") for r in draft_rows]
+    else:
+        raise TypeError(f"draft_rows: expected one int64 array per tree (a list); got {type(draft_rows).__name__}")
+    return [VerifyResult(*r) for r in _specdec.verify_speculative(target, _args.flag("logits", logits),
+                                                                 _args.real("temperature", temperature), _tree_arrays(trees),
+                                                                 _rows(target_rows), draft, rows, s, o)]
 
 
 # ---- padded batches: verification where the batch lives (host or CUDA) ------------------------------------
@@ -652,17 +780,21 @@ def tree_batch(trees, nodes: Optional[int] = None):
     """The padded batch layout of ``verify_tree_batch`` from specdec's trees: ``(tokens, parents,
     node_counts)``, int32 ``[batch x N]``, ``[batch x N]`` and ``[batch]`` numpy arrays, N = ``nodes`` or
     the largest tree's size; padding entries are 0 (tokens) and 0 (parents) and are never read."""
-    trees = [trees] if isinstance(trees, DraftTree) else list(trees)
-    n = max((t.size for t in trees), default=1) if nodes is None else int(nodes)
-    if any(t.size > n for t in trees):
-        raise ValueError(f"nodes: expected at least the largest tree's size ({max(t.size for t in trees)}); got {n}")
-    tokens = np.zeros((len(trees), n), dtype=np.int32)
-    parents = np.zeros((len(trees), n), dtype=np.int32)
-    counts = np.zeros(len(trees), dtype=np.int32)
-    for r, t in enumerate(trees):
-        tokens[r, : t.size] = t.token
-        parents[r, : t.size] = t.parent
-        counts[r] = t.size
+    arrays = _tree_arrays(trees)  # int32, checked: a token past int32 is refused, not stored wrapped
+    largest = max((len(a[0]) for a in arrays), default=1)
+    n = largest if nodes is None else _args.size("nodes", nodes)
+    if largest > n:
+        raise ValueError(f"nodes: expected at least the largest tree's size ({largest}); got {n}")
+    shape = _args.elements("nodes", (len(arrays), n))
+    tokens = np.zeros(shape, dtype=np.int32)
+    parents = np.zeros(shape, dtype=np.int32)
+    counts = np.zeros(len(arrays), dtype=np.int32)
+    for r, (token, parent, _) in enumerate(arrays):
+        if len(parent) != len(token):
+            raise ValueError(f"trees: tree {r} has {len(token)} tokens and {len(parent)} parents; expected one parent per token")
+        tokens[r, : len(token)] = token
+        parents[r, : len(token)] = parent
+        counts[r] = len(token)
     return tokens, parents, counts
 
 
@@ -710,7 +842,8 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
     from the C++ side."""
     from . import _NONE_F32, _empty, _philox_streams, _seed_offset, _stream
 
-    b, n = int(tokens.shape[0]), int(tokens.shape[1]) if len(tokens.shape) == 2 else 0
+    b, n = _args.shape("tokens", tokens, 2)
+    greedy = _args.flag("greedy", greedy)
 
     def given(a):
         return _NONE_F32 if a is None else a
@@ -721,7 +854,7 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
         streams, offsets = _philox_streams(target, b, s, offset)
     out = BatchVerification(_empty(target, (b, max(n, 1)), "int32"), _empty(target, (b,), "int32"),
                             _empty(target, (b, max(n - 1, 0)), "int32"), _empty(target, (b,), "int32"))
-    _specdec.verify_batch(target, bool(greedy), tokens, parents, given(node_counts), given(target_rows), given(draft_probs),
+    _specdec.verify_batch(target, greedy, tokens, parents, given(node_counts), given(target_rows), given(draft_probs),
                           given(draft_rows), given(max_accepted), given(bonus_tokens), given(uniforms), streams, offsets,
                           out.tokens, out.accepted, out.accepted_nodes, out.uniforms_consumed, False, _NONE_F32, _stream(target))
     return out
@@ -730,22 +863,40 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
 # ---- drafter blocks ---------------------------------------------------------------------------------------
 
 
-def _f32(a):
+def _f32(a, name: str = "weights"):
     """A weight or input as float32 and C-contiguous where it is (a torch tensor stays on its device; no
-    copy when it already is one)."""
+    copy when it already is one); not numbers is a TypeError naming `name`."""
     if _is_torch_tensor(a):
+        if a.dtype.is_complex or a.dtype == sys.modules["torch"].bool:
+            raise TypeError(f"{name}: expected real numbers; got {_args._kind(a)}")
         return a.detach().float().contiguous()
-    return np.ascontiguousarray(a, dtype=np.float32)
+    return _args.reals(name, a, ndim=None)
+
+
+def _weights(weights, keep) -> dict:
+    """A block's weights by checkpoint name (those `keep(name)` selects) as float32 arrays."""
+    if not hasattr(weights, "items"):
+        raise TypeError(f"weights: expected a dict of arrays by checkpoint name; got {type(weights).__name__}")
+    out = {}
+    for name, a in weights.items():
+        if not isinstance(name, str):
+            raise TypeError(f"weights: expected str names; got {type(name).__name__} {name!r}")
+        if keep(name):
+            out[name] = _f32(a, f"weights[{name!r}]")
+    return out
 
 
 class _Block:
     """Where a block runs: on the host for host weights (outputs numpy arrays), on a CUDA device for CUDA
-    tensors (outputs CUDA tensors there, each call on the current stream)."""
+    tensors (outputs CUDA tensors there, each call on the current stream). The native block serialises
+    its calls (its lock); `_lock` makes a wrapper's reads of the cache and the call that follows one step
+    (keys() sizes its output by the cache, then copies it)."""
 
     def _place(self, weights) -> None:
         self._weights = weights
         first = next((a for a in weights.values() if _is_torch_tensor(a) and a.is_cuda), None)
         self._cuda = first  # a tensor on the block's device, or None
+        self._lock = threading.RLock()
 
     def _out(self, *shape):
         if self._cuda is None:
@@ -756,15 +907,15 @@ class _Block:
 
     def _index(self, x, dtype: str, name: str):
         """Positions (int64) or tokens (int32) where the block runs."""
+        what = "token ids" if dtype == "int32" else "positions"
         if self._cuda is None:
-            if dtype == "int32":
-                return _tokens(x, name)
-            if _is_torch_tensor(x):
-                x = x.detach().cpu().numpy()
-            return np.ascontiguousarray(x, dtype=np.int64)
-        import torch
+            return _args.integers(name, x, dtype, what=what)
+        return _args.device_integers(name, x, dtype, self._cuda, what=what)
 
-        return torch.as_tensor(x, device=self._cuda.device).to(getattr(torch, dtype)).reshape(-1).contiguous()
+    @staticmethod
+    def _rows(name: str, x) -> int:
+        """The rows of 2-D input `name` (the output's rows)."""
+        return _args.shape(name, x, 2)[0]
 
     def _stream(self) -> int:
         from . import _stream
@@ -777,6 +928,18 @@ class _Block:
         return "cpu" if self._cuda is None else str(self._cuda.device)
 
 
+def _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity) -> tuple:
+    """A block's layer shape, checked (the C++ side checks the values against the weights)."""
+    return (_args.integer("heads", heads), _args.integer("kv_heads", kv_heads), _args.integer("head_dim", head_dim),
+            _args.real("rms_eps", rms_eps), _args.real("rope_theta", rope_theta), _args.integer("capacity", capacity))
+
+
+def _prefix(prefix) -> str:
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix: expected a str (the checkpoint names' prefix); got {type(prefix).__name__}")
+    return prefix
+
+
 class _Cached(_Block):
     """A block's KV cache(s), held by the native object: rows cached so far, and cropping to the first n
     (the tokens verified so far)."""
@@ -786,14 +949,18 @@ class _Cached(_Block):
         return self._native.cache_size
 
     def crop(self, n: int) -> None:
-        self._native.crop(n)
+        n = _args.integer("n", n)
+        with self._lock:
+            self._native.crop(n)
 
 
 class _TreeCached(_Cached):
     def keep(self, prefix: int, offsets) -> None:
         """Keeps the cache's first ``prefix`` rows, then rows ``prefix + offsets[i]`` in order (a tree's
         accepted path, ascending), dropping the rest."""
-        self._native.keep(prefix, _tokens(offsets, "offsets"), self._stream())
+        prefix, offsets = _args.integer("prefix", prefix), _int32("offsets", offsets, "offsets")
+        with self._lock:
+            self._native.keep(prefix, offsets, self._stream())
 
 
 class DecoderLayer(_TreeCached):
@@ -816,24 +983,30 @@ class DecoderLayer(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, input_norm: bool = True, capacity: int = 4096, prefix: str = ""):
-        self._place({name: _f32(a) for name, a in weights.items() if name.startswith(prefix)})
-        self._native = _specdec.DecoderLayer(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
-                                            input_norm, capacity)
+        prefix = _prefix(prefix)
+        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._place(_weights(weights, lambda name: name.startswith(prefix)))
+        input_norm = _args.flag("input_norm", input_norm)
+        self._native = _specdec.DecoderLayer(self._weights, prefix, h, kv, d, eps, theta, input_norm, cap)
 
     def forward(self, x, positions, mask=None):
-        self._native.forward(x, self._index(positions, "int64", "positions"), mask, self._stream())
+        positions = self._index(positions, "int64", "positions")
+        with self._lock:
+            self._native.forward(x, positions, mask, self._stream())
         return x
 
     def keys(self):
         """The cached keys ``[cache_size x kv_heads head_dim]`` (after RoPE), a copy where the block runs."""
-        out = self._out(self._native.cache_size, self._native.cache_width)
-        self._native.cached(True, out, self._stream())
-        return out
+        return self._cached(True)
 
     def values(self):
-        out = self._out(self._native.cache_size, self._native.cache_width)
-        self._native.cached(False, out, self._stream())
-        return out
+        return self._cached(False)
+
+    def _cached(self, keys: bool):
+        with self._lock:  # the size read and the copy, one step (another thread's forward grows the cache)
+            out = self._out(self._native.cache_size, self._native.cache_width)
+            self._native.cached(keys, out, self._stream())
+            return out
 
 
 def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
@@ -845,16 +1018,17 @@ def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
     ``DecoderLayer(..., input_norm=False)`` on the result; the target's LM head gives the draft logits."""
     from . import _stream
 
+    cols = _args.shape("embed", embed, 2)[1]
     if _is_torch_tensor(embed) and embed.is_cuda:
         import torch
 
-        t = torch.as_tensor(tokens, device=embed.device).to(torch.int32).reshape(-1).contiguous()
+        t = _args.device_integers("tokens", tokens, "int32", embed, what="token ids")
         if out is None:
-            out = torch.empty((t.shape[0], int(embed.shape[1])), dtype=torch.float32, device=embed.device)
+            out = torch.empty((t.shape[0], cols), dtype=torch.float32, device=embed.device)
     else:
-        t = _tokens(tokens, "tokens")
+        t = _int32("tokens", tokens)
         if out is None:
-            out = np.empty((t.shape[0], int(embed.shape[1])), dtype=np.float32)
+            out = np.empty((t.shape[0], cols), dtype=np.float32)
     _specdec.eagle_fuse(t, feature, embed, fc_weight, fc_bias, out, _stream(embed))
     return out
 
@@ -877,23 +1051,25 @@ class Eagle3Block(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._place({name: _f32(a) for name, a in weights.items() if name != "d2t"})
-        self._native = _specdec.Eagle3Block(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._place(_weights(weights, lambda name: name != "d2t"))
+        self._native = _specdec.Eagle3Block(self._weights, *shape)
 
     def fuse(self, taps):
-        out = self._out(int(taps.shape[0]), self._native.hidden)
+        out = self._out(self._rows("taps", taps), self._native.hidden)
         self._native.fuse(taps, out, self._stream())
         return out
 
     def forward(self, tokens, hidden, positions, mask=None, out=None):
         if out is None:
-            out = self._out(int(hidden.shape[0]), self._native.hidden)
-        self._native.forward(self._index(tokens, "int32", "tokens"), hidden, self._index(positions, "int64", "positions"), mask,
-                             out, self._stream())
+            out = self._out(self._rows("hidden", hidden), self._native.hidden)
+        tokens, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
+        with self._lock:
+            self._native.forward(tokens, hidden, positions, mask, out, self._stream())
         return out
 
     def logits(self, h2):
-        out = self._out(int(h2.shape[0]), self._native.draft_vocab)
+        out = self._out(self._rows("h2", h2), self._native.draft_vocab)
         self._native.logits(h2, out, self._stream())
         return out
 
@@ -915,19 +1091,23 @@ class MtpModule(_Cached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, prefix: str = "", rms_eps: float = 1e-6,
                  rope_theta: float = 10000.0, zero_embedding_at_position_0: bool = True, capacity: int = 4096):
-        self._place({name: _f32(a) for name, a in weights.items() if name.startswith(prefix) or name == "embed_tokens.weight"})
-        self._native = _specdec.MtpModule(self._weights, prefix, heads, kv_heads, head_dim, rms_eps, rope_theta,
-                                          zero_embedding_at_position_0, capacity)
+        prefix = _prefix(prefix)
+        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._place(_weights(weights, lambda name: name.startswith(prefix) or name == "embed_tokens.weight"))
+        self._native = _specdec.MtpModule(self._weights, prefix, h, kv, d, eps, theta,
+                                          _args.flag("zero_embedding_at_position_0", zero_embedding_at_position_0), cap)
 
     def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
         if out is None:
-            out = self._out(int(hidden.shape[0]), self._native.hidden)
-        self._native.forward(self._index(tokens, "int32", "tokens"), hidden, self._index(positions, "int64", "positions"), mask,
-                             out, projected if projected is not None else np.empty(0, dtype=np.float32), self._stream())
+            out = self._out(self._rows("hidden", hidden), self._native.hidden)
+        tokens, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
+        with self._lock:
+            self._native.forward(tokens, hidden, positions, mask, out,
+                                 projected if projected is not None else np.empty(0, dtype=np.float32), self._stream())
         return out
 
     def logits(self, o):
-        out = self._out(int(o.shape[0]), self._native.vocab)
+        out = self._out(self._rows("o", o), self._native.vocab)
         self._native.logits(o, out, self._stream())
         return out
 
@@ -947,14 +1127,17 @@ class JakiroLayer(_TreeCached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._place({name: _f32(a) for name, a in weights.items()})
-        self._native = _specdec.JakiroLayer(self._weights, heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._place(_weights(weights, lambda name: True))
+        self._native = _specdec.JakiroLayer(self._weights, *shape)
 
     def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
-        t = self._index(tokens, "int32", "tokens")
+        contrastive = _args.flag("contrastive", contrastive)
+        t, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
         left = self._out(int(t.shape[0]), self._native.hidden)
         right = self._out(int(t.shape[0]), self._native.hidden) if contrastive else np.empty(0, dtype=np.float32)
-        self._native.forward(t, feature, self._index(positions, "int64", "positions"), mask, left, right, self._stream())
+        with self._lock:
+            self._native.forward(t, feature, positions, mask, left, right, self._stream())
         return (left, right) if contrastive else left
 
 
@@ -976,17 +1159,20 @@ class AmphistaHeads(_Cached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, stage1_heads=None, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        self._place({name: _f32(a) for name, a in weights.items()})
+        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        self._place(_weights(weights, lambda name: True))
         k = sum(1 for name in self._weights if name.startswith("auto.heads.") and name.endswith(".weight"))
-        self._native = _specdec.AmphistaHeads(self._weights, heads, kv_heads, head_dim, k, k // 2 if stage1_heads is None else stage1_heads,
-                                             rms_eps, rope_theta, capacity)
+        stage1 = k // 2 if stage1_heads is None else _args.integer("stage1_heads", stage1_heads)
+        self._native = _specdec.AmphistaHeads(self._weights, h, kv, d, k, stage1, eps, theta, cap)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
-        t, e, k = int(feature.shape[0]), self._native.hidden, self._native.heads
+        t, e, k = self._rows("feature", feature), self._native.hidden, self._native.heads
         out = {"s1": self._out(t, e), "s2": self._out(t, e), "z": self._out(k, e), "u": self._out(k, e), "o": self._out(k, e),
                "logits": self._out(k, self._native.vocab)}
-        self._native.forward(feature, embedding, self._index(positions, "int64", "positions"), out["s1"], out["s2"], out["z"],
-                            out["u"], out["o"], out["logits"], self._stream())
+        positions = self._index(positions, "int64", "positions")
+        with self._lock:
+            self._native.forward(feature, embedding, positions, out["s1"], out["s2"], out["z"], out["u"], out["o"], out["logits"],
+                                 self._stream())
         return out if intermediates else out["logits"]
 
 
@@ -1008,19 +1194,37 @@ class MoaDrafter(_Cached):
 
     def __init__(self, weights, *, lsa, sa, ca, target_layers: int, target_head_dim: int, rms_eps: float = 1e-5,
                  capacity: int = 4096):
-        def shape(part):
-            return (int(part["heads"]), int(part["kv_heads"]), int(part["head_dim"]), float(part.get("rope_theta", 10000.0)))
+        def shape(name, part):
+            if not hasattr(part, "get") or any(key not in part for key in ("heads", "kv_heads", "head_dim")):
+                raise TypeError(f"{name}: expected a dict with heads, kv_heads, head_dim (and rope_theta); got "
+                                f"{type(part).__name__}")
+            return (_args.integer(f"{name}['heads']", part["heads"]), _args.integer(f"{name}['kv_heads']", part["kv_heads"]),
+                    _args.integer(f"{name}['head_dim']", part["head_dim"]),
+                    _args.real(f"{name}['rope_theta']", part.get("rope_theta", 10000.0)))
 
-        self._place({name: _f32(a) for name, a in weights.items()})
-        self._native = _specdec.MoaDrafter(self._weights, shape(lsa), shape(sa), shape(ca), target_layers, target_head_dim,
-                                            rms_eps, capacity)
+        parts = shape("lsa", lsa), shape("sa", sa), shape("ca", ca)
+        self._place(_weights(weights, lambda name: True))
+        self._native = _specdec.MoaDrafter(self._weights, *parts, _args.integer("target_layers", target_layers),
+                                           _args.integer("target_head_dim", target_head_dim), _args.real("rms_eps", rms_eps),
+                                           _args.integer("capacity", capacity))
 
     def add_verified(self, keys, values, first: int, count: int) -> None:
-        self._native.add_verified([_f32(a) for a in keys], [_f32(a) for a in values], first, count, self._stream())
+        def layers(name, arrays):
+            if not isinstance(arrays, (list, tuple)):
+                raise TypeError(f"{name}: expected one array per target layer (a list); got {type(arrays).__name__}")
+            return [_f32(a, name) for a in arrays]
+
+        keys, values = layers("keys", keys), layers("values", values)
+        first, count = _args.integer("first", first), _args.integer("count", count)
+        with self._lock:
+            self._native.add_verified(keys, values, first, count, self._stream())
 
     def forward(self, x, positions, last: int = 1, mask=None):
+        last = _args.integer("last", last, 0, self._rows("x", x), " (the rows of x)")
         features = self._out(last, self._native.hidden)
-        self._native.forward(x, self._index(positions, "int64", "positions"), features, mask, self._stream())
+        positions = self._index(positions, "int64", "positions")
+        with self._lock:
+            self._native.forward(x, positions, features, mask, self._stream())
         return features
 
     @property
