@@ -127,13 +127,14 @@ class DraftTree:
         arrays = self._arrays()
         n = len(arrays[0])
         prefix_length = _args.size("prefix_length", prefix_length)
+        additive = _args.flag("additive", additive)
         if out is None:
             try:
                 dtype = np.dtype(np.float32 if additive and dtype is np.bool_ else dtype)
             except TypeError:
                 raise TypeError(f"dtype: expected bool, uint8, float32 or float64; got {dtype!r}") from None
             out = np.empty(_args.elements("prefix_length", (n, prefix_length + n)), dtype=dtype)
-        _specdec.tree_mask_dense(*arrays, prefix_length, out, bool(additive))
+        _specdec.tree_mask_dense(*arrays, prefix_length, out, additive)
         return out
 
     def mask_packed_int32(self) -> np.ndarray:
@@ -1166,6 +1167,7 @@ class AmphistaHeads(_Cached):
         self._native = _specdec.AmphistaHeads(self._weights, h, kv, d, k, stage1, eps, theta, cap)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
+        intermediates = _args.flag("intermediates", intermediates)
         t, e, k = self._rows("feature", feature), self._native.hidden, self._native.heads
         out = {"s1": self._out(t, e), "s2": self._out(t, e), "z": self._out(k, e), "u": self._out(k, e), "o": self._out(k, e),
                "logits": self._out(k, self._native.vocab)}
