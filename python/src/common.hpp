@@ -294,6 +294,11 @@ struct type_caster<specdec_python::array> {
   NB_TYPE_CASTER(specdec_python::array, const_name("ndarray"))
 
   bool from_python(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
+    if (src.is_none()) {  // no array (nanobind's importer would give an empty view of it): check_array names it
+      value = specdec_python::array();
+      value.other = "NoneType";
+      return true;
+    }
     if (const specdec_python::dl_exchange_api* api = specdec_python::exchange_api_of(src.ptr())) {
       specdec_python::dl_tensor t;
       if (api->dltensor_from_py_object_no_sync(src.ptr(), &t) == 0) {
