@@ -140,7 +140,7 @@ void bind_shape_init(nb::class_<bound<Api>>& c, MakeCuda make_cuda) {
   c.def("__init__",
         [make_cuda](bound<Api>* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps,
                     double rope_theta, index_t capacity) {
-          new (self) bound<Api>{weight_set(weights), {}};
+          new (self) bound<Api>{weight_set(weights), {}, {}};
           self->impl = make<Session, Api>(self->weights, make_cuda, shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity));
         },
         nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
@@ -195,7 +195,7 @@ void bind_blocks(nb::module_& m) {
       .def("__init__",
            [](moa* self, const nb::dict& weights, const block::part_shape& lsa, const block::part_shape& sa, const block::part_shape& ca,
               index_t target_layers, index_t target_head_dim, float rms_eps, index_t capacity) {
-             new (self) moa{weight_set(weights), {}};
+             new (self) moa{weight_set(weights), {}, {}};
              self->impl = make<block::moa_session, block::moa_drafter>(self->weights, SPECDEC_CUDA_FACTORY(make_moa_drafter), lsa, sa, ca,
                                                                        target_layers, target_head_dim, rms_eps, capacity);
            },
@@ -233,7 +233,7 @@ void bind_blocks(nb::module_& m) {
       .def("__init__",
            [](amphista* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, index_t k_heads,
               index_t stage1_heads, float rms_eps, double rope_theta, index_t capacity) {
-             new (self) amphista{weight_set(weights), {}};
+             new (self) amphista{weight_set(weights), {}, {}};
              self->impl = make<block::amphista_session, block::amphista_heads>(
                  self->weights, SPECDEC_CUDA_FACTORY(make_amphista_heads), shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity),
                  static_cast<std::int64_t>(k_heads), static_cast<std::int64_t>(stage1_heads));
@@ -293,7 +293,7 @@ void bind_blocks(nb::module_& m) {
       .def("__init__",
            [](mtp* self, const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
               float rms_eps, double rope_theta, bool zero_embedding_at_position_0, index_t capacity) {
-             new (self) mtp{weight_set(weights), {}};
+             new (self) mtp{weight_set(weights), {}, {}};
              self->impl = make<block::mtp_session, block::mtp_module>(self->weights, SPECDEC_CUDA_FACTORY(make_mtp_module), prefix,
                                                                       shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity),
                                                                       zero_embedding_at_position_0);
@@ -335,7 +335,7 @@ void bind_blocks(nb::module_& m) {
       .def("__init__",
            [](layer* self, const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
               float rms_eps, double rope_theta, bool input_norm, index_t capacity) {
-             new (self) layer{weight_set(weights), {}};
+             new (self) layer{weight_set(weights), {}, {}};
              self->impl = make<block::decoder_layer_session, block::decoder_layer>(
                  self->weights, SPECDEC_CUDA_FACTORY(make_decoder_layer), prefix,
                  shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity), input_norm);
