@@ -11,8 +11,8 @@
 #   4. specdec's plain decoding gives llama.cpp's own plain greedy program (examples/simple/simple.cpp,
 #      unmodified, at its fixed 4 threads) token for token: the same text after the same prompt;
 #   5. specdec's prompt-lookup chains and trees give the plain output token for token (the example exits
-#      1 otherwise). One thread: llama.cpp's kernels are batch-invariant there (docs/performance.md says
-#      where they are not).
+#      1 otherwise). One thread: llama.cpp's kernels are batch-invariant there; and with two threads past
+#      256 cells, one-token decodes on one thread (--decode-threads 1; docs/engine.md, step 9, says why);
 #   6. sampler-check: specdec's penalties in llama.cpp's convention equal llama.cpp's own penalties
 #      sampler bit for bit on every node of random trees (examples/llama_cpp/sampler_check.cpp);
 #   7. constrained: under a JSON schema (llama.cpp's converter) and under a GBNF grammar, each with
@@ -44,7 +44,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_LLAMA_CPP=ON -
 # llama.cpp's own sources warn under GCC; its build log is shown only when the build fails.
 mkdir -p "$logs"
 if ! cmake --build "$build" -j"$(nproc)" --target specdec_llama_cpp specdec_llama_cpp_tree_kv_check \
-  specdec_llama_cpp_sampler_check specdec_llama_cpp_simple >"$logs/build.log" 2>&1; then
+  specdec_llama_cpp_sampler_check specdec_llama_cpp_simple specdec_llama_cpp_batch_invariance_check >"$logs/build.log" 2>&1; then
   tail -n 60 "$logs/build.log"
   echo "check_llama_cpp.sh: FAILED at step 'build' (log: $logs/build.log)"
   exit 1
@@ -198,6 +198,29 @@ grep -E '^RESULT' "$logs/speculative.out"
 echo "chain, tree, suffix and suffix_tree: greedy outputs identical to plain decoding"
 grep -E '^RESULT' "$logs/shared-cache.out"
 echo "suffix and suffix_tree with --shared-cache: greedy outputs identical to plain decoding"
+
+# Batch invariance itself (docs/engine.md, step 9): 48 tokens decoded one per llama_decode, then again
+# as chains of 2..33 tokens per decode, every row bit for bit, two threads with one-token decodes on one;
+# SmolLM2 (Q4_1) as it loads, Gemma-3 (Q4_K_M, fetched once, ~242 MB) with --no-repack: its repacked
+# Q4_K product of 4 rows and more is not its one-row product.
+# The long summary's prompt: past 256 cells, where flash attention splits one-token decodes.
+long_prompt="$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline()))' tests/data/llama_cpp/long.txt)"
+step batch-invariance "$examples/specdec_llama_cpp_batch_invariance_check" --model "$model" --prompt "$long_prompt" \
+  --tokens 48 --threads 2 --decode-threads 1
+tail -1 "$logs/batch-invariance.out"
+gemma="$(scripts/fetch_gemma.sh)"
+step batch-invariance-gemma "$examples/specdec_llama_cpp_batch_invariance_check" --model "$gemma" --chat-template gemma \
+  --prompt "$long_prompt" --tokens 48 --threads 2 --decode-threads 1 --no-repack
+tail -1 "$logs/batch-invariance-gemma.out"
+
+# Two threads, past 256 cells (the long summary, 128 tokens): llama.cpp's flash attention splits a
+# one-token decode's keys across threads there and never a tree's, so one-token decodes run on one
+# thread (--decode-threads 1) and trees on two; every method must still equal plain decoding token for
+# token (without --decode-threads 1 all four differ on this prompt on a 2-core machine).
+step two-threads "$examples/specdec_llama_cpp" --model "$model" --prompts tests/data/llama_cpp/long.txt --tokens 128 \
+  --threads 2 --decode-threads 1 --methods plain,chain,tree,suffix,suffix_tree
+grep -E '^RESULT' "$logs/two-threads.out"
+echo "two threads past 256 cells (one-token decodes on one): greedy outputs identical to plain decoding"
 
 step sampler-check "$examples/specdec_llama_cpp_sampler_check" --cases 400
 tail -1 "$logs/sampler-check.out"

@@ -37,11 +37,17 @@ import math
 import os
 import re
 import statistics
+import os
 import subprocess
 import sys
 import tempfile
 
 END_OF_TURN = "<|im_end|>"
+
+# ggml's tiled K-quant product (8 rows and more) sums in another order than its one-row dot product;
+# every program compared here runs without it, so that a decode's rows do not depend on its row count
+# (specdec's example turns it off itself; llama.cpp's programs read the same variable).
+os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
 def run(cmd, **kw):
@@ -50,6 +56,12 @@ def run(cmd, **kw):
         sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}\n")
         raise SystemExit(1)
     return p.stdout, p.stderr
+
+
+def threads(a):
+    # llama.cpp's -t is its one-token decodes' threads, -tb its batches'; specdec's --decode-threads and
+    # --threads are the same two. --no-repack is the same flag in both.
+    return ["-t", str(a.decode_threads or a.threads), "-tb", str(a.threads)] + (["--no-repack"] if a.no_repack else [])
 
 
 def sampling(a):
@@ -73,7 +85,7 @@ def constraints(a, specdec_names=False):
 
 def completion(a, chat_file):
     out, err = run([a.bin + "/llama-completion", "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
-                    "-t", str(a.threads), "--seed", str(a.seed), "-no-cnv", "--no-display-prompt", "--no-escape",
+                    *threads(a), "--seed", str(a.seed), "-no-cnv", "--no-display-prompt", "--no-escape",
                     "--no-warmup", "-c", "4096"] + sampling(a) + constraints(a))
     m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", err.replace("prompt eval time", "prompt_eval"))
     seconds, runs = float(m.group(1)) / 1e3, int(m.group(2))
@@ -89,7 +101,7 @@ SPEC_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngra
 
 def speculative_tool(a, chat_file, program, extra):
     out, err = run([a.bin + "/" + program, "-m", a.model, "-f", chat_file, "-n", str(a.tokens),
-                    "-t", str(a.threads), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a)
+                    *threads(a), "--seed", str(a.seed), "--no-escape", "-c", "4096"] + sampling(a)
                    + constraints(a) + extra)
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", err)
     n_predict, seconds = int(m.group(1)), float(m.group(2))
@@ -106,7 +118,9 @@ def specdec(a):
     policies are kept across the prompts, as an engine keeps them across requests, after the warm-up
     prompts (other text than the measured prompts; untimed)."""
     cmd = [a.specdec, "--model", a.model, "--prompts", a.prompts, "--tokens", str(a.tokens), "--threads",
-           str(a.threads), "--temperature", str(a.temperature), "--seed", str(a.seed), "--quant", a.quant,
+           str(a.threads), "--decode-threads", str(a.decode_threads or a.threads), "--temperature", str(a.temperature),
+           *(["--no-repack"] if a.no_repack else []),
+           "--seed", str(a.seed), "--quant", a.quant,
            "--warmup", a.warmup, "--methods", "plain,chain,tree,suffix,suffix_tree"] + (["--shared-cache"] if a.shared_cache else []) \
         + (["--chat-template", a.chat_template] if a.chat_template else []) + constraints(a, specdec_names=True)
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
@@ -137,6 +151,10 @@ def main():
     ap.add_argument("--warmup", required=True, help="prompts specdec's example runs first, untimed")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-threads", type=int, default=0,
+                    help="threads of one-token decodes (0: --threads); 1 makes every program's tree and one-token rows agree")
+    ap.add_argument("--no-repack", action="store_true",
+                    help="no CPU_REPACK weights in any program (their 4-row product is not the one-row product)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)

@@ -2,7 +2,8 @@
 # specdec inside llama.cpp, side by side with llama.cpp's own speculative decoding, in one command:
 #
 #   scripts/compare_llama_cpp.sh [--model smollm2|gemma] [--prompts FILE] [--quant Q4_1|Q4_0|F16]
-#                                [--tokens 128] [--threads 2] [--repeats 3] [--temperature 0]
+#                                [--tokens 128] [--threads 2] [--decode-threads N] [--no-repack] [--repeats 3]
+#                                [--temperature 0]
 #                                [--shared-cache] [--llama-methods LIST] [--structured]
 #                                [--json-schema FILE | --grammar FILE] [--repeat-penalty R]
 #                                [--frequency-penalty F] [--presence-penalty P] [--repeat-last-n N]
@@ -27,11 +28,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-prompts="" quant="Q4_1" tokens=128 threads=2 repeats=3 temperature=0 shared=() which=smollm2 llama_methods=()
+prompts="" quant="Q4_1" tokens=128 threads=2 decode_threads=0 repack=() repeats=3 temperature=0 shared=() which=smollm2 llama_methods=()
 constrained=() warmup="examples/llama_cpp/warmup.txt" structured=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --shared-cache) shared=(--shared-cache); shift; continue ;;
+    --no-repack) repack=(--no-repack); shift; continue ;;
     --structured) structured=1; shift; continue ;;
     --json-schema|--grammar|--repeat-penalty|--frequency-penalty|--presence-penalty|--repeat-last-n)
       constrained+=("$1" "$2") ;;
@@ -41,9 +43,10 @@ while [ $# -gt 0 ]; do
     --quant) quant="$2" ;;
     --tokens) tokens="$2" ;;
     --threads) threads="$2" ;;
+    --decode-threads) decode_threads="$2" ;;
     --repeats) repeats="$2" ;;
     --temperature) temperature="$2" ;;
-    *) echo "usage: $0 [--model smollm2|gemma] [--prompts FILE] [--quant Q4_1|Q4_0|F16] [--tokens N] [--threads N]" \
+    *) echo "usage: $0 [--model smollm2|gemma] [--prompts FILE] [--quant Q4_1|Q4_0|F16] [--tokens N] [--threads N] [--decode-threads N] [--no-repack]" \
          "[--repeats N] [--temperature T] [--shared-cache] [--llama-methods LIST] [--structured]" \
          "[--json-schema FILE | --grammar FILE] [--repeat-penalty R] [--frequency-penalty F] [--presence-penalty P]" \
          "[--repeat-last-n N]" >&2
@@ -94,5 +97,5 @@ echo "llama.cpp $(grep -E '^LLAMA_CPP_COMMIT=' cmake/llama_cpp.pin | cut -d= -f2
   "$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores, $(date -u +%F)"
 python3 scripts/compare_llama_cpp.py --bin "$build/bin" --specdec "$build/examples/specdec_llama_cpp" \
   --model "$model" --quant "$quant" --prompts "$prompts" --warmup "$warmup" \
-  --tokens "$tokens" --threads "$threads" --static-cache "$static_cache" "${shared[@]}" "${template[@]}" \
+  --tokens "$tokens" --threads "$threads" --decode-threads "$decode_threads" "${repack[@]}" --static-cache "$static_cache" "${shared[@]}" "${template[@]}" \
   "${llama_methods[@]}" "${constrained[@]}" --repeats "$repeats" --temperature "$temperature"

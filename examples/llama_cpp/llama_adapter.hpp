@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -59,6 +60,25 @@ inline std::vector<std::string> cpu_extra_buffer_types() {
   return names;
 }
 
+/// Threads of one-token decodes, when not `threads` (0): `--decode-threads`. llama.cpp's flash attention
+/// splits a one-token decode's keys across its threads once the cache holds 512 cells (256 used, padded),
+/// and never a multi-token decode's, so a tree decode's rows equal one-token decodes' bit for bit only
+/// when those run on one thread (docs/engine.md, step 9).
+inline int decode_threads = 0;
+
+/// Whether one-token and multi-token decodes of a run of `cells` cells take the same reduction order:
+/// false when one-token decodes run on several threads with flash attention and the cache passes 256
+/// cells (ggml's split-KV path: ops.cpp of the pin, taken for one query row, an F16 cache and >= 512
+/// cells after padding to 256).
+inline bool batch_invariant(int threads, bool flash_attention, long long cells) {
+  const int one_token_threads = decode_threads > 0 ? decode_threads : threads;
+  return one_token_threads <= 1 || !flash_attention || cells <= 256;
+}
+
+/// Whether llama.cpp may repack weights into its CPU layouts (CPU_REPACK: Q4_0, Q4_K, IQ4_NL into 8x8
+/// blocks), `--no-repack` false. Off, every row count multiplies through the same dot product.
+inline bool repack_weights = true;
+
 class llama_engine {
  public:
   /// Loads the GGUF at `path`: a context of `n_ctx` tokens, `threads` threads, room for trees of up
@@ -77,8 +97,14 @@ class llama_engine {
       const std::size_t begin = line.find_first_not_of(' ', colon + 1);
       if (begin < tail) model_buffer_types().push_back(line.substr(begin, tail - begin));
     }, nullptr);
+    // ggml's tiled K-quant matrix product runs for 8 rows or more and sums each block in another order
+    // than its one-row dot product (ggml-cpu/tiled of the pin): a tree of 8 rows would then differ from
+    // one-token decodes in the last bits. Off unless the caller chose; llama.cpp's own programs must run
+    // with the same setting to give the same tokens (scripts/compare_llama_cpp.sh exports it).
+    setenv("GGML_CPU_TILED_MM", "0", /*overwrite=*/0);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
+    mp.use_extra_bufts = repack_weights;
     model_ = llama_model_load_from_file(path.c_str(), mp);
     if (model_ == nullptr) throw std::runtime_error("llama.cpp could not load " + path);
     llama_context_params cp = llama_context_default_params();
@@ -86,7 +112,7 @@ class llama_engine {
     cp.n_batch = static_cast<std::uint32_t>(n_ctx);
     cp.n_seq_max = static_cast<std::uint32_t>(1 + max_leaves);
     cp.kv_unified = true;
-    cp.n_threads = threads;
+    cp.n_threads = decode_threads > 0 ? decode_threads : threads;  // one-token decodes
     cp.n_threads_batch = threads;
     cp.no_perf = true;
     cp.flash_attn_type = flash_attention ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -186,6 +212,13 @@ class llama_engine {
     batch_.n_tokens = 0;
     for (std::size_t j = 0; j < pending_.size(); ++j)  // committed context for every leaf
       add(pending_[j], committed_ + static_cast<specdec::index_t>(j), ids[0], false);
+    // ggml's flash attention takes a tiled path for 64 query rows or more (GGML_FA_TILE_Q of the pin)
+    // that sums in another order than its path for fewer: a decode of the kept tokens and a tree that
+    // together reach 64 rows is made as two, which write the same cells and keep every row below 64.
+    if (!pending_.empty() && pending_.size() + n >= max_rows_per_decode) {
+      decode();
+      batch_.n_tokens = 0;
+    }
     const auto base = committed_ + static_cast<specdec::index_t>(pending_.size());
     for (std::size_t i = 0; i < n; ++i) add(tree.token[i], base + tree.depth[i], ids[i], true);
     decode();
@@ -268,6 +301,9 @@ class llama_engine {
     for (std::size_t k = 0; k < seqs.size(); ++k) batch_.seq_id[i][k] = seqs[k];
     batch_.logits[i] = logits ? 1 : 0;
   }
+  /// Query rows of one decode below which ggml's flash attention keeps its one-pass path (see decode_tree).
+  static constexpr std::size_t max_rows_per_decode = 64;
+
   void decode() {
     const int status = llama_decode(ctx_, batch_);
     if (status != 0) throw std::runtime_error("llama_decode failed with status " + std::to_string(status));

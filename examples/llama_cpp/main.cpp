@@ -7,11 +7,16 @@
 // prompt; the greedy ones are checked token for token against plain decoding, which is llama.cpp
 // decoding one token per call and taking the argmax, as its own greedy decoding does.
 //
-//   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1]
+//   specdec_llama_cpp --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens 64] [--threads 1] [--decode-threads N]
+//                     [--no-repack]
 //                     [--repeats 1] [--temperature 0] [--methods plain,chain,tree,suffix,suffix_tree] [--seed 1]
 //                     [--quant Q4_1] [--warmup FILE] [--shared-cache] [--chat-template NAME] [--print-chat]
 //                     [--suffix-factor 1] [--trace] [--system-info] [--grammar FILE.gbnf | --json-schema FILE.json]
 //                     [--repeat-penalty 1] [--frequency-penalty 0] [--presence-penalty 0] [--repeat-last-n 64]
+// --threads: llama.cpp's threads (both kinds of decode); --decode-threads: those of one-token decodes only
+// (1 makes tree rows bit-identical to one-token rows past 256 cells); --no-repack keeps llama.cpp from
+// repacking Q4_0 / Q4_K weights, whose 4-row product differs from the one-row one. A note on stderr says
+// when a run is outside these conditions (docs/engine.md, step 9).
 // --grammar / --json-schema / the penalties (llama.cpp's names and defaults): every method generates under
 // them; plain greedy decoding is then llama.cpp's own sampler chain (llama_grammar.hpp), the reference the
 // drafting methods are checked against.
@@ -220,6 +225,27 @@ run_result generate(const std::string& model, const std::vector<std::int32_t>& p
   }
   // Room for the longest draft and the kept tokens decoded again in front of it, with margin.
   llama_example::llama_engine engine(model, threads, static_cast<int>(prompt.size()) + new_tokens + 4 * longest_draft + 8, 8);
+  // Said once, at run time: where llama.cpp's kernels make tree rows differ from one-token rows, a
+  // greedy output may differ from plain decoding where two tokens are within that rounding.
+  static bool warned = false;
+  const long long cells = static_cast<long long>(prompt.size()) + new_tokens;
+  if (!warned && !llama_example::batch_invariant(threads, true, cells)) {
+    warned = true;
+    std::fprintf(stderr,
+                 "NOTE identity: a run reaches %lld cells with one-token decodes on %d threads: llama.cpp's flash attention "
+                 "then splits a one-token decode's keys across threads and not a tree's, so greedy outputs may differ from "
+                 "plain decoding in near-ties (--decode-threads 1 makes them bit-identical)\n",
+                 cells, llama_example::decode_threads > 0 ? llama_example::decode_threads : threads);
+  }
+  static bool warned_repack = false;
+  const std::vector<std::string>& buffers = llama_example::model_buffer_types();
+  if (!warned_repack && std::find(buffers.begin(), buffers.end(), "CPU_REPACK") != buffers.end()) {
+    warned_repack = true;
+    std::fprintf(stderr,
+                 "NOTE identity: llama.cpp repacked weights (CPU_REPACK): its product of 4 rows and more sums in another order "
+                 "than its one-row product, so greedy outputs may differ from plain decoding in near-ties (--no-repack makes "
+                 "tree rows bit-identical to one-token rows)\n");
+  }
   std::vector<std::int32_t> history = prompt;
   run_result out;
   const specdec::matrix_view<const float> prompt_logits = engine.prefill(prompt);
@@ -318,6 +344,11 @@ int main(int argc, char** argv) {
   std::string grammar_file, schema_file;
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
+    if (key == "--no-repack") {
+      llama_example::repack_weights = false;
+      --i;
+      continue;
+    }
     if (key == "--print-chat" || key == "--trace" || key == "--system-info" || key == "--shared-cache") {
       (key == "--trace" ? trace : key == "--print-chat" ? print_chat : key == "--shared-cache" ? shared_cache : system_info) = true;
       --i;
@@ -334,6 +365,7 @@ int main(int argc, char** argv) {
     else if (key == "--warmup") warmup_file = value;
     else if (key == "--tokens") tokens = std::atoi(value.c_str());
     else if (key == "--threads") threads = std::atoi(value.c_str());
+    else if (key == "--decode-threads") llama_example::decode_threads = std::atoi(value.c_str());
     else if (key == "--repeats") repeats = std::max(1, std::atoi(value.c_str()));
     else if (key == "--temperature") temperature = std::strtof(value.c_str(), nullptr);
     else if (key == "--methods") methods = value;
@@ -354,9 +386,9 @@ int main(int argc, char** argv) {
   }
   if (model.empty()) {
     std::fprintf(stderr,
-                 "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--repeats N]\n"
-                 "          [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME] [--warmup FILE]\n"
-                 "          [--shared-cache] [--chat-template NAME] [--suffix-factor F] [--print-chat] [--trace]\n"
+                 "usage: %s --model M.gguf [--prompt TEXT ... | --prompts FILE] [--tokens N] [--threads N] [--decode-threads N]\n"
+                 "          [--no-repack] [--repeats N] [--temperature T] [--methods plain,chain,tree,suffix,suffix_tree] [--quant NAME]\n"
+                 "          [--warmup FILE] [--shared-cache] [--chat-template NAME] [--suffix-factor F] [--print-chat] [--trace]\n"
                  "          [--system-info] [--grammar FILE.gbnf | --json-schema FILE.json] [--repeat-penalty R]\n"
                  "          [--frequency-penalty F] [--presence-penalty P] [--repeat-last-n N]\n",
                  argv[0]);
