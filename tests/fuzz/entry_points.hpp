@@ -34,6 +34,7 @@
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
+#include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/logprobs.hpp>
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/sampling/sampling.hpp>
@@ -769,6 +770,87 @@ struct prune_tree_bitmask {
   }
 };
 
+struct joint_renorm_backend {
+  static constexpr const char* name = "top_k_top_p_joint_renorm (backend)";
+  static void plan(call_plan& p) {
+    add<float>(p, "probs", 2, 3, 16, role::in, distributions(p.input(), 3, 16));
+    add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {3, 16, 1});
+    add<float>(p, "top_p", 1, 3, 1, role::in, {0.5, 1.0, 0.9});
+    add<float>(p, "out", 2, 3, 16, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::top_k_top_p_joint_renorm(b, c.m<const float>(0), c.v<const std::int64_t>(1), c.v<const float>(2), c.m<float>(3));
+    return {};
+  }
+};
+
+struct top_k_mask_logits_backend {
+  static constexpr const char* name = "top_k_mask_logits (backend)";
+  static void plan(call_plan& p) {
+    add<float>(p, "logits", 2, 3, 16, role::in, logits(p.input(), 48));
+    add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {3, 16, 1});
+    add<float>(p, "out", 2, 3, 16, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::top_k_mask_logits(b, c.m<const float>(0), c.v<const std::int64_t>(1), c.m<float>(2));
+    return {};
+  }
+};
+
+struct rejection_sample_backend {
+  static constexpr const char* name = "vllm::rejection_sample (backend)";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "draft_token_ids", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7));
+    add<std::int64_t>(p, "cu_num_draft_tokens", 1, 2, 1, role::in, {2, 3});
+    add<float>(p, "draft_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<float>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "bonus_token_ids", 1, 2, 1, role::in, {4, 6});
+    add<std::uint8_t>(p, "is_greedy", 1, 2, 1, role::in, {0, 1});
+    add<double>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.75});
+    add<float>(p, "exponentials", 2, 2, 8, role::in, {1, 2, 0.5, 1, 3, 1, 0.25, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+    add<std::int32_t>(p, "output", 2, 2, 3, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::vllm::rejection_sample(b, c.v<const std::int32_t>(0), c.v<const std::int64_t>(1), c.m<const float>(2), c.m<const float>(3),
+                                    c.v<const std::int32_t>(4), c.v<const std::uint8_t>(5), c.v<const double>(6), c.m<const float>(7),
+                                    c.m<std::int32_t>(8));
+    return {};
+  }
+};
+
+struct batch_tree_mask_packed {
+  static constexpr const char* name = "tree_mask_packed_int32 (batch)";
+  static void plan(call_plan& p) {
+    std::vector<double> par = parents(p.input(), 3), par2 = parents(p.input(), 3);
+    par.insert(par.end(), par2.begin(), par2.end());
+    add<std::int32_t>(p, "parents", 2, 2, 3, role::in, par);
+    add<std::int32_t>(p, "node_counts", 1, 2, 1, role::in, {3, 2});
+    add<std::int32_t>(p, "out", 2, 6, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::tree_mask_packed_int32(b, c.m<const std::int32_t>(0), c.v<const std::int32_t>(1), c.m<std::int32_t>(2));
+    return {};
+  }
+};
+
+struct gather_rows_entry {
+  static constexpr const char* name = "gather_rows";
+  static void plan(call_plan& p) {
+    add<float>(p, "x", 2, 4, 8, role::in, logits(p.input(), 32));
+    add<std::int32_t>(p, "row_ids", 1, 3, 1, role::in, ints(p.input(), 3, 0, 3));
+    add<float>(p, "out", 2, 3, 8, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    b.gather_rows(c.m<const float>(0), c.v<const std::int32_t>(1), c.m<float>(2));
+    return {};
+  }
+};
+
 /// Calls an entry on both backends (the harness picks one per input).
 struct entry {
   const char* name;
@@ -809,6 +891,11 @@ inline constexpr entry entries[] = {
     make<sglang_greedy>(),
     make<eagle2_batch_finish>(),
     make<prune_tree_bitmask>(),
+    make<joint_renorm_backend>(),
+    make<top_k_mask_logits_backend>(),
+    make<rejection_sample_backend>(),
+    make<batch_tree_mask_packed>(),
+    make<gather_rows_entry>(),
 };
 
 /// Runs `e` on backend B over `c`: its digest, or `threw` when it threw invalid_argument. Any other

@@ -252,8 +252,8 @@ inline void check_apart(const char* where, std::span<const checked_argument> all
 /// (check_disjoint; inputs may share memory with each other). Arguments with an empty view are
 /// accepted and never compared. Host code, O(1) per view and per written pair.
 ///
-///   check_arguments(where, input("rows", rows, packed), output("ranks", out.ranks),
-///                   output("token_ids", out.token_ids), in_place("logits", logits, packed, "logits"));
+///   check_arguments(where, input("x", x, packed), output("ranks", ranks), output("token_ids", token_ids),
+///                   in_place("out", out, packed, "x"));  // out may be x itself, nothing else
 template <class... Args>
 void check_arguments(const char* where, const Args&... args) {
   const std::array<checked_argument, sizeof...(Args)> all{checked(where, args)...};
