@@ -26,6 +26,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_tree.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
 #include <specdec/mask/token_bitmask.hpp>
@@ -851,6 +852,44 @@ struct gather_rows_entry {
   }
 };
 
+struct sglang_build_tree {
+  static constexpr const char* name = "sglang::build_tree (backend)";
+  static void plan(call_plan& p) {
+    // One request, top_k 2, 2 steps, 3 nodes (QLEN_ONLY masks: 3 x 3 bools).
+    add<std::int64_t>(p, "parent_list", 2, 1, 3, role::in, {-1, 0, 1});
+    add<std::int64_t>(p, "selected_index", 2, 1, 2, role::in, ints(p.input(), 2, 0, 5));
+    add<std::int64_t>(p, "verified_seq_len", 1, 1, 1, role::in, {5});
+    add<std::uint8_t>(p, "tree_mask", 1, 9, 1, role::out, {});
+    add<std::int64_t>(p, "positions", 1, 3, 1, role::out, {});
+    add<std::int64_t>(p, "retrive_index", 2, 1, 3, role::out, {});
+    add<std::int64_t>(p, "retrive_next_token", 2, 1, 3, role::out, {});
+    add<std::int64_t>(p, "retrive_next_sibling", 2, 1, 3, role::out, {});
+    p.size(2);  // top_k
+    p.size(2);  // num_steps
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sglang::build_tree(b, c.m<const std::int64_t>(0), c.m<const std::int64_t>(1), c.v<const std::int64_t>(2),
+                                c.v<std::uint8_t>(3), c.v<std::int64_t>(4), c.m<std::int64_t>(5), c.m<std::int64_t>(6),
+                                c.m<std::int64_t>(7), c.sizes[0], c.sizes[1], specdec::sglang::tree_mask_mode::qlen_only);
+    return {};
+  }
+};
+
+struct top_p_renorm_backend {
+  static constexpr const char* name = "top_p_renorm (backend)";
+  static void plan(call_plan& p) {
+    add<float>(p, "probs", 2, 3, 16, role::in, distributions(p.input(), 3, 16));
+    add<float>(p, "top_p", 1, 3, 1, role::in, {0.5, 1.0, 0.25});
+    add<float>(p, "out", 2, 3, 16, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::top_p_renorm(b, c.m<const float>(0), c.v<const float>(1), c.m<float>(2));
+    return {};
+  }
+};
+
 /// Calls an entry on both backends (the harness picks one per input).
 struct entry {
   const char* name;
@@ -896,6 +935,8 @@ inline constexpr entry entries[] = {
     make<rejection_sample_backend>(),
     make<batch_tree_mask_packed>(),
     make<gather_rows_entry>(),
+    make<sglang_build_tree>(),
+    make<top_p_renorm_backend>(),
 };
 
 /// Runs `e` on backend B over `c`: its digest, or `threw` when it threw invalid_argument. Any other
