@@ -298,9 +298,8 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
   detail::check_options(where, options);
   detail::check_input_rows(where, "rows.target", rows.target);
   detail::check_input_rows(where, "rows.draft", rows.draft);
-  // Masked stochastic verification of a batch is not implemented: a mask given here would be ignored
-  // and the walk run unconstrained (apply_token_bitmask on rows.target's logits, then row_softmax,
-  // gives the masked rows this walk takes).
+  // The batched walk reads probabilities, so a grammar's mask belongs in them: apply_token_bitmask on
+  // the logits, then row_softmax. A mask given here is refused rather than silently unused.
   SPECDEC_EXPECTS(rows.target_bitmask.empty(), where, "rows.target_bitmask is [", rows.target_bitmask.rows(), " x ",
                   rows.target_bitmask.cols(), "]; the batched form takes no bitmask (mask the logits with "
                   "apply_token_bitmask before row_softmax)");

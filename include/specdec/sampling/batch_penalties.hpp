@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
@@ -153,26 +154,6 @@ struct penalty_batch_job {
     return false;
   }
 
-  /// Sorts `n` tokens ascending in place (heap sort: O(n log n), no allocation, device code too).
-  SPECDEC_HOST_DEVICE static void sort_tokens(std::int32_t* a, index_t n) {
-    const auto sift = [a](index_t root, index_t end) {
-      for (index_t child = 2 * root + 1; child < end; child = 2 * root + 1) {
-        if (child + 1 < end && a[child] < a[child + 1]) ++child;
-        if (!(a[root] < a[child])) return;
-        const std::int32_t v = a[root];
-        a[root] = a[child];
-        a[child] = v;
-        root = child;
-      }
-    };
-    for (index_t i = n / 2; i-- > 0;) sift(i, n);
-    for (index_t end = n - 1; end > 0; --end) {
-      const std::int32_t v = a[0];
-      a[0] = a[end];
-      a[end] = v;
-      sift(0, end);
-    }
-  }
   /// First position in the sorted `a[0, n)` whose token is >= t (lower) or > t (upper).
   SPECDEC_HOST_DEVICE static index_t lower_bound(const std::int32_t* a, index_t n, std::int32_t t) {
     index_t lo = 0;
@@ -250,7 +231,7 @@ struct penalty_batch_job {
         // binary search, and the row costs O(entries log d + d log d), not O(entries x d).
         index_t k = 0;
         for (index_t c = i; c > 0; c = parent[c]) path[k++] = token[c];
-        sort_tokens(path, depth);
+        specdec::detail::heap_sort(path, depth, [](std::int32_t x, std::int32_t y) { return x < y; });
         // In order: a token biased twice adds in the caller's order.
         for (std::int64_t e = bias_begin; e < bias_end; ++e) x[pen.bias_tokens(e)] += pen.bias_values(e);
       }

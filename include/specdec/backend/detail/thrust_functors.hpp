@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <specdec/backend/detail/dense_kernels.hpp>
+#include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/backend/thrust_system.hpp>
 #include <specdec/config.hpp>
@@ -195,31 +196,6 @@ struct ranks_before_in_row {
   const T* row;
   SPECDEC_HOST_DEVICE bool operator()(std::int32_t a, std::int32_t b) const { return ranks_before(row[a], a, row[b], b); }
 };
-
-/// In-place heapsort of ids[0, n) into `before` order. Ours rather than thrust::sort(thrust::seq): the
-/// latter binds a reference to a null policy pointer inside Thrust 3.0 (reported by UBSan).
-template <class Before>
-SPECDEC_HOST_DEVICE inline void heap_sort(std::int32_t* ids, index_t n, Before before) {
-  // Max-heap on "comes later", so popping the root to the back leaves the earliest entries in front.
-  const auto sift_down = [&](index_t root, index_t end) {
-    while (2 * root + 1 < end) {
-      index_t child = 2 * root + 1;
-      if (child + 1 < end && before(ids[child], ids[child + 1])) ++child;
-      if (!before(ids[root], ids[child])) return;
-      const std::int32_t t = ids[root];
-      ids[root] = ids[child];
-      ids[child] = t;
-      root = child;
-    }
-  };
-  for (index_t start = n / 2; start-- > 0;) sift_down(start, n);
-  for (index_t end = n - 1; end > 0; --end) {
-    const std::int32_t t = ids[0];
-    ids[0] = ids[end];
-    ids[end] = t;
-    sift_down(0, end);
-  }
-}
 
 /// Each chunk leaves its best min(k, chunk length) entries, sorted, in a slot of `slot` entries, and
 /// its (max, NaN seen[, sum of exp]) in `stats`.
