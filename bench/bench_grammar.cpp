@@ -14,10 +14,10 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/core/rng.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/penalties.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 #include "paired.hpp"
 

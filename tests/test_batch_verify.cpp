@@ -24,7 +24,7 @@
 #include <specdec/interop/sglang.hpp>
 #include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/vllm.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
@@ -1048,8 +1048,15 @@ TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend names what is wrong
   CHECK(run(c, 8) == at + "target_predict[2] = -7; expected a token id in [0, 2^31 - 1]");
   c.target_predict = {5, 5, 5};
   c.retrive_index = {0, 9, 2};
-  CHECK(run(c, 8) == at + "retrive_index(0, 1) = 9; expected [0, 3)");
+  CHECK(run(c, 8) == at + "retrive_index(0, 1) = 9; expected [0, 3), request 0's own slots");
   c.retrive_index = {0, 1, 2};
+  {
+    // Request 1 accepting into request 0's slot 1: both teams would write predicts[1].
+    sglang_case two{2, 3, {5, 5, 5, 5, 5, 5}, {0, 1, 2, 3, 1, 5}, {1, 2, -1, 1, 2, -1}, {-1, -1, -1, -1, -1, -1}, {5, 5, 5, 5, 5, 5}};
+    CHECK(run(two, 8) == at + "retrive_index(1, 1) = 1; expected [3, 6), request 1's own slots");
+    two.retrive_index = {0, 1, 2, 3, 4, 5};
+    CHECK(run(two, 8) == "");
+  }
   c.next_token = {1, 3, -1};
   CHECK(run(c, 8) == at + "a link of request 0 points at node 3; expected [0, 3)");
   c.next_token = {1, -1, -1};
@@ -1252,7 +1259,7 @@ TEST_CASE_TEMPLATE("SGLang's tree_speculative_sampling_target_only on a backend 
                                            "their children (as build_tree_kernel_efficient does)");
   c = good;
   c.retrive_index[1] = 4;
-  CHECK(run(c, {0.1f, 0.1f, 0.1f, 0.1f}, finals, rows) == at + "retrive_index(0, 1) = 4; expected [0, 4)");
+  CHECK(run(c, {0.1f, 0.1f, 0.1f, 0.1f}, finals, rows) == at + "retrive_index(0, 1) = 4; expected [0, 4), request 0's own slots");
   CHECK(run(good, {0.5f, 1.0f, 0.5f, 0.5f}, finals, rows, 4, 0.1f) == at + "uniform_samples[0, 1] = 1; expected a value in [0, 1)");
   CHECK(run(good, coins, {-0.5f}, rows) == at + "uniform_samples_for_final_sampling[0] = -0.5; expected a value in [0, 1)");
   std::vector<float> bad = rows;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Verification driven by a grammar matcher (sampling/constrained.hpp) and pruning by one (tree/grammar.hpp)
+// Verification driven by a grammar matcher (sampling/constrained.hpp) and pruning by one (grammar/tree_grammar.hpp)
 // against the mask-based path they shortcut: fill_tree_bitmasks + apply_tree_penalties + the masked
 // verify_greedy, and prune_tree over those masks, on random trees, logits and grammars, every backend.
 #include <doctest/doctest.h>
@@ -12,11 +12,11 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/penalties.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 #include "backend_conformance.hpp"
 

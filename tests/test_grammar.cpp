@@ -20,11 +20,11 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 #include "backend_conformance.hpp"
 

@@ -179,7 +179,13 @@ TEST_CASE("tree_mask_flashinfer_packed: byte counts beyond int32 are rejected, n
   const std::vector<index_t> huge = {index_t{1} << 35};
   std::vector<std::int32_t> indptr;
   CHECK(contains(error_of([&] { (void)specdec::tree_mask_flashinfer_packed(root, huge, indptr); }),
-                 "more than the int32 mask_indptr can address"));
+                 "prefix_lengths[0] = 34359738368; expected a length in [0, 2147483647]"));
+  std::vector<std::int32_t> chain_tokens(16, 5), chain_parents(16);
+  for (std::int32_t i = 0; i < 16; ++i) chain_parents[static_cast<std::size_t>(i)] = i - 1;
+  const std::vector<specdec::draft_tree> chain = {specdec::make_tree(chain_tokens, chain_parents)};
+  const std::vector<index_t> longest = {std::numeric_limits<std::int32_t>::max()};  // 16 x (2^31 + 15) bits
+  CHECK(contains(error_of([&] { (void)specdec::tree_mask_flashinfer_packed(chain, longest, indptr); }),
+                 "bytes; expected at most 2147483647 (indptr is int32)"));
   const std::vector<index_t> overflow = {std::numeric_limits<index_t>::max()};
   CHECK(contains(error_of([&] { (void)specdec::tree_mask_flashinfer_packed(root, overflow, indptr); }), "prefix_lengths[0]"));
 }

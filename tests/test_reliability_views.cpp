@@ -20,7 +20,7 @@
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
@@ -28,7 +28,7 @@
 #include <specdec/sampling/logprobs.hpp>
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/tree/drafters.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 #include <specdec/tree/tree.hpp>
 
 #include "backend_conformance.hpp"
@@ -392,6 +392,30 @@ TEST_CASE_TEMPLATE("batch penalties: a count near INT32_MAX plus a path token st
   }
 }
 
+TEST_CASE_TEMPLATE("batch penalties: two requests placed over the same rows are refused (each row is penalised once)", B,
+                   specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
+  conformance::harness<B> h;
+  if constexpr (specdec::team_backend<B>) {
+    const std::vector<std::int32_t> tokens = {0, 3, 3, 0, 3, 3}, parents = {-1, 0, 1, -1, 0, 1}, counts = {3, 2};
+    sampling::penalty_batch_host pen;
+    for (int r = 0; r < 2; ++r) pen.add(sampling::penalty_history(), sampling::penalty_params{1.0f, 0.5f, 0.0f});
+    std::vector<index_t> first = {0, 2};  // request 0 on rows 0..2, request 1 on rows 2..3: row 2 twice
+    sampling::tree_batch<specdec::host_space> batch;
+    batch.tokens = matrix_view<const std::int32_t>(tokens.data(), 2, 3);
+    batch.parents = matrix_view<const std::int32_t>(parents.data(), 2, 3);
+    batch.node_counts = specdec::vector_view<const std::int32_t>(counts.data(), 2);
+    batch.target_rows = specdec::vector_view<const index_t>(first.data(), 2);
+    std::vector<float> x(6 * 8, 2.0f);
+    const auto run = [&] { sampling::apply_tree_penalties(h.b, matrix_view<float>(x.data(), 6, 8), batch, pen.view()); };
+    CHECK(error_of(run) == "specdec::sampling::apply_tree_penalties: requests 0 and 1 both write logits row 2; expected "
+                           "disjoint row ranges [target_rows(r), target_rows(r) + node_counts(r))");
+    first = {3, 1};  // request 1 on rows 1..2, request 0 on rows 3..5: apart
+    CHECK(error_of(run) == "");
+    CHECK(x[5 * 8 + 3] == 2.0f - 0.5f * 2.0f);  // request 0's node 2 saw token 3 twice on its path
+    CHECK(x[2 * 8 + 3] == 2.0f - 0.5f * 1.0f);  // request 1's node 1 once
+  }
+}
+
 TEST_CASE_TEMPLATE("batch verifiers: outputs apart from every per-request input, the argmax checked before it is written", B,
                    specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>) {
   conformance::harness<B> h;
@@ -471,4 +495,18 @@ TEST_CASE("heads_drafter: top_k checked at construction and against V before its
   const specdec::static_tree shape = specdec::make_static_tree({{0}, {0, 0}});
   CHECK(names(error_of([&] { specdec::heads_drafter<specdec::eigen> d(b, shape, 0); }), "top_k = 0"));
   CHECK(names(error_of([&] { specdec::heads_drafter<specdec::eigen> d(b, shape, index_t{1} << 40); }), "top_k"));
+}
+
+TEST_CASE_TEMPLATE("add_rows with per-row weights: weights laid over y are refused (found by fuzz_views)", B, specdec::eigen,
+                   specdec::thrust_backend<specdec::thrust_system::cpp>) {
+  B b;
+  std::vector<float> y(3 * 8, 1.0f), x(3 * 8, 2.0f), w = {0.5f, -1.0f, 2.0f};
+  // The weights were y's first three entries: row 0's write changed rows 1 and 2's weights.
+  CHECK(error_of([&] {
+          b.add_rows(matrix_view<float>(y.data(), 3, 8), matrix_view<const float>(x.data(), 3, 8), vector_view<const float>(y.data(), 3));
+        }).find("y overlaps scale") != std::string::npos);
+  b.add_rows(matrix_view<float>(y.data(), 3, 8), matrix_view<const float>(x.data(), 3, 8), vector_view<const float>(w.data(), 3));
+  CHECK(y[0] == 2.0f);
+  CHECK(y[8] == -1.0f);
+  CHECK(y[16] == 5.0f);
 }

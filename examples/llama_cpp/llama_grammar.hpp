@@ -18,7 +18,7 @@
 
 #include <llama.h>
 
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 
 namespace llama_example {
 

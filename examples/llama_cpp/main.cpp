@@ -61,7 +61,7 @@
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/sampling/sampling.hpp>
 #include <specdec/tree/drafters.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 #include "../engine/prompts.hpp"
 #include "json_schema.hpp"

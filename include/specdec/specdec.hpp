@@ -8,6 +8,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/blocks/blocks.hpp>
 #include <specdec/core/core.hpp>
+#include <specdec/grammar/grammar.hpp>
 #include <specdec/interop/interop.hpp>
 #include <specdec/io/safetensors.hpp>
 #include <specdec/mask/mask.hpp>

@@ -22,12 +22,12 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/constrained.hpp>
 #include <specdec/sampling/sampling.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 #include "fuzz_input.hpp"
 

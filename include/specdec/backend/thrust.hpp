@@ -548,8 +548,7 @@ class thrust_backend : private detail::thrust_runtime<System> {
   /// See eigen::add_rows (per-row weights).
   void add_rows(matrix_view<float, memory_space> y, matrix_view<const float, memory_space> x,
                 vector_view<const float, memory_space> scale) {
-    detail::check_add_rows("specdec::thrust_backend::add_rows", y, x);
-    detail::check_length("specdec::thrust_backend::add_rows", "scale", scale, y.rows(), "one weight per row of y");
+    detail::check_add_rows("specdec::thrust_backend::add_rows", y, x, scale);
     for_each(y.rows(), detail::add_rows_fn<float>{detail::untagged(y), detail::untagged(x), scale.data()});
   }
 

@@ -64,7 +64,7 @@ struct sglang_greedy_job {
 
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte* scratch) const {
-    const index_t n = candidates.cols(), total = target_predict.rows(), steps = accept_index.cols();
+    const index_t n = candidates.cols(), steps = accept_index.cols();
     auto* on_path = reinterpret_cast<unsigned char*>(scratch);
     team.sync();  // earlier readers of the scratch are done
     if (team.rank() == 0) {
@@ -72,9 +72,12 @@ struct sglang_greedy_job {
       on_path[0] = 1;
     }
     team.sync();
+    // A request writes `predicts` at its own slots only ([b N, (b + 1) N), as build_tree numbers them):
+    // a slot of another request would be written by two teams at once.
+    const std::int64_t own = b * n;
     std::int64_t last_global = retrive_index(b, 0);
-    if (last_global < 0 || last_global >= total)
-      return make_team_fault(team_error::link_index, arg_retrive_index, b, last_global, 0.0, total);
+    if (last_global < own || last_global >= own + n)
+      return make_team_fault(team_error::link_index, arg_retrive_index, b, last_global, 0.0, n);
     if (team.rank() == 0) {
       accept_index(b, 0) = static_cast<std::int32_t>(last_global);
       for (index_t s = 1; s < steps; ++s) accept_index(b, s) = -1;
@@ -98,8 +101,8 @@ struct sglang_greedy_job {
       if (on_path[match]) return make_team_fault(team_error::path_cycle, 0, b, last, static_cast<double>(match));
       if (want < 0 || want > INT32_MAX) return make_team_fault(team_error::predicted_token, arg_target_predict, last_global, want, 0.0);
       const std::int64_t match_global = retrive_index(b, match);
-      if (match_global < 0 || match_global >= total)
-        return make_team_fault(team_error::link_index, arg_retrive_index, b, match_global, static_cast<double>(match), total);
+      if (match_global < own || match_global >= own + n)
+        return make_team_fault(team_error::link_index, arg_retrive_index, b, match_global, static_cast<double>(match), n);
       team.sync();  // every thread has read on_path[match]
       if (team.rank() == 0) {
         on_path[match] = 1;
@@ -194,7 +197,9 @@ void name_greedy_arguments(Job& job, const char* where) {
 /// at the last accepted node.
 /// \param candidates `[bs x N]` token ids; \param retrive_index, next_token, next_sibling `[bs x N]`
 /// (build_tree's, global scope); \param target_predict `[bs * N]` target argmax per node, indexed by
-/// retrive_index. \throws invalid_argument on shapes that do not match, views null with a shape, links
+/// retrive_index; request r's slots must lie in its own block [r N, (r + 1) N) (build_tree's numbering:
+/// another request's slot would be written by two teams at once).
+/// \throws invalid_argument on shapes that do not match, views null with a shape, links
 /// out of range or links that cycle (a sibling list, or a path that comes back to a node it passed),
 /// an emitted target_predict outside [0, 2^31 - 1] (the outputs are int32), `bs * N` beyond int32,
 /// or `[bs x num_spec_step]` beyond specdec::max_elements.

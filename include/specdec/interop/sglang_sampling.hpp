@@ -121,10 +121,12 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     team.sync();
     if (const team_fault f = *verdict; f.code != 0) return f;
 
-    const index_t n = candidates.cols(), steps = accept_index.cols(), slots = predicts.rows();
+    const index_t n = candidates.cols(), steps = accept_index.cols();
     index_t node = 0;
+    // The request's own slots only (see sglang_greedy_job): another request's would be written twice.
+    const std::int64_t own = r * n;
     std::int64_t slot = retrive_index(r, 0);
-    if (slot < 0 || slot >= slots) return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, slot, 0.0, slots);
+    if (slot < own || slot >= own + n) return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, slot, 0.0, n);
     if (team.rank() == 0) {
       accept_index(r, 0) = static_cast<std::int32_t>(slot);
       for (index_t s = 1; s < steps; ++s) accept_index(r, s) = -1;
@@ -160,8 +162,8 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
       }
       if (accepted >= 0) {
         const std::int64_t next_slot = retrive_index(r, accepted);
-        if (next_slot < 0 || next_slot >= slots)
-          return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), slots);
+        if (next_slot < own || next_slot >= own + n)
+          return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), n);
         if (team.rank() == 0) {
           predicts(slot) = static_cast<std::int32_t>(candidates(r, accepted));
           accept_index(r, accepted_count + 1) = static_cast<std::int32_t>(next_slot);
@@ -205,8 +207,9 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
 /// \throws invalid_argument on shapes and thresholds (before any work) and, from the team that finds
 ///   it, on a candidate outside [0, V), a link outside [-1, N), a node linked twice or unreachable from
 ///   the root, a parent numbered after its child (SGLang numbers parents first), a retrive_index slot
-///   outside [0, bs * N), a uniform outside [0, 1), a probability read outside [0, 1] and a final row
-///   that is not a distribution (verify_coin_tree's checks). On CUDA with deferred faults those come
+///   outside request r's own slots [r N, (r + 1) N) (build_tree's numbering; another request's slot
+///   would be written by two teams at once), a uniform outside [0, 1), a probability read outside
+///   [0, 1] and a final row that is not a distribution (verify_coin_tree's checks). On CUDA with deferred faults those come
 ///   from `check_faults()`; outputs are then unspecified.
 template <team_backend B>
 void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t, typename B::memory_space> candidates,

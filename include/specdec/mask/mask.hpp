@@ -3,5 +3,4 @@
 /// \brief Umbrella header of the mask layer.
 #pragma once
 
-#include <specdec/mask/token_bitmask.hpp>
 #include <specdec/mask/tree_mask.hpp>

@@ -4,13 +4,16 @@
 /// additive float (0 / -inf), FlashInfer's packed little-endian bits with per-request `indptr`,
 /// TensorRT-LLM's packed int32 words, and SGLang's one-item-per-row bit-packing. Node i attends
 /// column j of the tree part iff j is i or an ancestor of i; every node attends the whole causal
-/// prefix (the committed sequence before the root). Host memory.
+/// prefix (the committed sequence before the root). Host memory; each layout is written once, as
+/// the team job of its batch form (tree_mask_batch.hpp), run here on one thread.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,16 +22,24 @@
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/mask/packbits.hpp>
+#include <specdec/mask/tree_mask_batch.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec {
 
 namespace detail {
-/// Calls visit(i, j) for every tree cell (i, j) that is set: j = i and each ancestor of i.
-template <class Visit>
-void for_each_ancestor_or_self(valid_tree tree, Visit&& visit) {
-  for (index_t i = 0; i < tree.size(); ++i)
-    for (index_t j = i; j >= 0; j = tree.parent(j)) visit(i, j);
+/// A valid tree as a padded batch of one request (its parents `[1 x n]`, no node counts): the host
+/// forms below run the batch forms' team jobs (tree_mask_batch.hpp) over it on one thread, so each
+/// layout is written once.
+inline matrix_view<const std::int32_t> as_batch_of_one(valid_tree tree) noexcept {
+  return {tree.view().parent.data(), 1, tree.size()};
+}
+
+template <batch_mask_layout Layout, class T>
+void host_tree_mask(const char* where, valid_tree tree, index_t prefix_length, matrix_view<T> out) {
+  batch_tree_mask_job<host_space, T, Layout> job{as_batch_of_one(tree), {}, out, prefix_length};
+  name_job(job, where, {{mask_arg_parents, "tree.parent"}});
+  run_serial(job, 1);
 }
 }  // namespace detail
 
@@ -46,11 +57,7 @@ void tree_mask_dense(valid_tree tree, index_t prefix_length, matrix_view<M> out)
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
                   "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
   detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
-  for (index_t i = 0; i < n; ++i) {
-    for (index_t j = 0; j < prefix_length; ++j) out(i, j) = M(1);
-    for (index_t j = 0; j < n; ++j) out(i, prefix_length + j) = M(0);
-  }
-  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i, prefix_length + j) = M(1); });
+  detail::host_tree_mask<detail::batch_mask_layout::dense>(where, tree, prefix_length, out);
 }
 
 /// tree_mask_dense as a new host `[n x (prefix_length + n)]` row-major uint8 buffer (1: attend), the
@@ -67,12 +74,19 @@ inline std::vector<std::uint8_t> tree_mask_dense(valid_tree tree, index_t prefix
 }
 
 /// Additive mask `[n x (prefix_length + n)]`: 0 where attention is allowed, -inf elsewhere (added to
-/// attention scores before the softmax). \throws invalid_argument as tree_mask_dense.
+/// attention scores before the softmax). F is float or double. \throws invalid_argument as
+/// tree_mask_dense.
 template <class F>
 void tree_mask_additive(valid_tree tree, index_t prefix_length, matrix_view<F> out) {
-  tree_mask_dense(tree, prefix_length, out);
-  for (index_t i = 0; i < out.rows(); ++i)
-    for (index_t j = 0; j < out.cols(); ++j) out(i, j) = out(i, j) == F(1) ? F(0) : -std::numeric_limits<F>::infinity();
+  static_assert(std::numeric_limits<F>::has_infinity, "an additive mask needs -inf");
+  constexpr const char* where = "specdec::tree_mask_additive";
+  const index_t n = tree.size();
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
+  SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
+                  "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
+  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
+  detail::host_tree_mask<detail::batch_mask_layout::additive>(where, tree, prefix_length, out);
 }
 
 /// TensorRT-LLM's packed mask of the tree part: `[n x ceil(n / 32)]` int32 words; bit b of word w of
@@ -80,20 +94,16 @@ void tree_mask_additive(valid_tree tree, index_t prefix_length, matrix_view<F> o
 /// (two's complement), as TensorRT-LLM stores it.
 /// \throws invalid_argument on a malformed tree (valid_tree) or when out is not `[n x ceil(n / 32)]`.
 inline void tree_mask_packed_int32(valid_tree tree, matrix_view<std::int32_t> out) {
+  constexpr const char* where = "specdec::tree_mask_packed_int32";
   const index_t n = tree.size(), words = (n + 31) / 32;
-  SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, "specdec::tree_mask_packed_int32", "out is ", out.rows(),
-                  " x ", out.cols(), "; expected ", n, " x ", words, " (nodes x ceil(nodes / 32))");
-  detail::check_tree_outputs("specdec::tree_mask_packed_int32", tree.view(), detail::output("out", out));
-  std::vector<std::uint32_t> bits(static_cast<std::size_t>(n * words), 0u);
-  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) {
-    bits[static_cast<std::size_t>(i * words + j / 32)] |= std::uint32_t(1) << (j % 32);
-  });
-  for (index_t i = 0; i < n; ++i)
-    for (index_t w = 0; w < words; ++w) out(i, w) = static_cast<std::int32_t>(bits[static_cast<std::size_t>(i * words + w)]);
+  SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, where, "out is ", out.rows(), " x ", out.cols(), "; expected ", n, " x ",
+                  words, " (nodes x ceil(nodes / 32))");
+  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
+  detail::host_tree_mask<detail::batch_mask_layout::packed_int32>(where, tree, 0, out);
 }
 
 /// SGLang's QLEN_ONLY_BITPACKING rows: one little-endian item per node, bit j = tree column j (bit 0 =
-/// root). `Item` is uint8_t, uint16_t or uint32_t, as SGLang picks for n <= 8, 16, 32.
+/// root). `Item` is an integer type: uint8_t, uint16_t or uint32_t, as SGLang picks for n <= 8, 16, 32.
 /// \param out host `[n]`. \throws invalid_argument on a malformed tree (valid_tree), when n exceeds the
 /// item's bits or on a length mismatch.
 template <class Item>
@@ -105,53 +115,48 @@ void tree_mask_bitpacked_rows(valid_tree tree, vector_view<Item> out) {
                   " (use a wider item, or the packed int32 / FlashInfer layouts)");
   SPECDEC_EXPECTS(out.rows() == n, where, "out has ", out.rows(), " entries; expected one per node (", n, ")");
   detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
-  for (index_t i = 0; i < n; ++i) out(i) = Item(0);
-  detail::for_each_ancestor_or_self(tree, [&](index_t i, index_t j) { out(i) = static_cast<Item>(out(i) | (Item(1) << j)); });
+  detail::host_tree_mask<detail::batch_mask_layout::bitpacked_rows>(where, tree, 0,
+                                                                    matrix_view<Item>(out.data(), n, 1, out.stride(0), 1));
 }
 
 /// FlashInfer's packed custom mask for a ragged batch. Request r's mask is `[n_r x (prefix_r + n_r)]`
 /// (as tree_mask_dense), flattened row-major and packed into bytes, bit b of byte m = element
 /// 8 m + b (`bitorder="little"`); each request starts on a byte boundary. `indptr` gets batch + 1
-/// byte offsets (FlashInfer's `mask_indptr` after `segment_packbits`).
+/// byte offsets (FlashInfer's `mask_indptr` after `segment_packbits`). The batch form's two jobs
+/// (tree_mask_flashinfer_offsets, then _packed) over the trees as a padded batch, on one thread.
 /// \returns the packed bytes; `indptr` is resized to batch + 1.
 /// \throws invalid_argument when the spans differ in length, a tree is malformed, a prefix length is
-///   negative, or the packed masks exceed the 2^31 - 1 bytes an int32 `indptr` addresses.
+///   outside [0, 2^31 - 1], or the packed masks exceed the 2^31 - 1 bytes an int32 `indptr` addresses.
 inline std::vector<std::uint8_t> tree_mask_flashinfer_packed(std::span<const tree_view> trees,
                                                              std::span<const index_t> prefix_lengths,
                                                              std::vector<std::int32_t>& indptr) {
   constexpr const char* where = "specdec::tree_mask_flashinfer_packed";
   SPECDEC_EXPECTS(trees.size() == prefix_lengths.size(), where, "prefix_lengths has ", prefix_lengths.size(),
                   " entries; expected one per tree (", trees.size(), ")");
-  // Built apart and moved into `indptr` at the end: a tree viewing indptr's own memory stays valid
-  // while it is read, and a rejected call leaves indptr as it was.
+  // The trees as a padded batch (validated first: a tree viewing indptr's own memory is read before
+  // indptr is replaced, and a rejected call leaves indptr as it was).
+  index_t width = 1;
+  for (const tree_view& t : trees) width = std::max(width, valid_tree(t).size());
+  const auto batch = static_cast<index_t>(trees.size());
+  std::vector<std::int32_t> parents(detail::checked_count(where, {batch, width}, "the padded parents [trees x nodes]"), -1);
+  std::vector<std::int32_t> counts(trees.size());
+  for (std::size_t r = 0; r < trees.size(); ++r) {
+    std::copy(trees[r].parent.begin(), trees[r].parent.end(), parents.begin() + static_cast<std::ptrdiff_t>(r) * width);
+    counts[r] = static_cast<std::int32_t>(trees[r].size());
+  }
+  const matrix_view<const std::int32_t> padded(parents.data(), batch, width);
+  const vector_view<const std::int32_t> node_counts(counts.data(), batch);
+  const vector_view<const std::int64_t> prefixes(prefix_lengths.data(), batch);
   std::vector<std::int32_t> offsets(trees.size() + 1, 0);
-  // Byte offsets are int32 (FlashInfer's mask_indptr), so the total is bounded before anything is
-  // multiplied: the bounds keep every product below 2^63.
-  constexpr index_t max_bytes = std::numeric_limits<std::int32_t>::max();
-  std::vector<valid_tree> valid;
-  valid.reserve(trees.size());
-  for (std::size_t r = 0; r < trees.size(); ++r) {
-    valid.emplace_back(trees[r]);
-    SPECDEC_EXPECTS(prefix_lengths[r] >= 0, where, "prefix_lengths[", r, "] = ", prefix_lengths[r], "; expected >= 0");
-    const index_t n = trees[r].size(), room = max_bytes - offsets[r];
-    SPECDEC_EXPECTS(prefix_lengths[r] <= 8 * room / n - n && n * (prefix_lengths[r] + n) <= 8 * room, where,
-                    "prefix_lengths[", r, "] = ", prefix_lengths[r], " with ", n, " nodes after ", offsets[r],
-                    " bytes of earlier requests needs more than the int32 mask_indptr can address (", max_bytes, " bytes)");
-    const index_t cells = n * (prefix_lengths[r] + n);
-    offsets[r + 1] = static_cast<std::int32_t>(offsets[r] + (cells + 7) / 8);
-  }
+  detail::flashinfer_offsets_job<host_space> sizes{padded, node_counts, prefixes, vector_view<std::int32_t>(offsets.data(), batch + 1)};
+  detail::name_flashinfer_arguments(sizes, where);
+  detail::run_serial(sizes, 1);
   std::vector<std::uint8_t> packed(static_cast<std::size_t>(offsets.back()), 0);
-  for (std::size_t r = 0; r < trees.size(); ++r) {
-    const index_t n = trees[r].size(), cols = prefix_lengths[r] + n;
-    std::uint8_t* bytes = packed.data() + offsets[r];
-    const auto set = [&](index_t i, index_t j) {
-      const index_t bit = i * cols + j;
-      bytes[bit / 8] = static_cast<std::uint8_t>(bytes[bit / 8] | (1u << (bit % 8)));
-    };
-    for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < prefix_lengths[r]; ++j) set(i, j);
-    detail::for_each_ancestor_or_self(valid[r], [&](index_t i, index_t j) { set(i, prefix_lengths[r] + j); });
-  }
+  detail::flashinfer_mask_job<host_space> bits{padded, node_counts, prefixes,
+                                               vector_view<const std::int32_t>(offsets.data(), batch + 1),
+                                               vector_view<std::uint8_t>(packed.data(), offsets.back())};
+  detail::name_flashinfer_arguments(bits, where);
+  detail::run_serial(bits, batch);
   indptr = std::move(offsets);
   return packed;
 }

@@ -239,7 +239,7 @@ void check_flashinfer_inputs(const char* where, const matrix_view<const std::int
 /// which a caller reads back once to allocate the output (FlashInfer's wrapper does the same).
 /// \param parents `[batch x N]` (its width bounds the node counts), \param node_counts `[batch]` or empty
 ///   (N each), \param prefix_lengths int64 `[batch]`, each in [0, 2^31 - 1].
-/// 	hrows invalid_argument on shapes or an `indptr` overlapping an input; from the team: a node count
+/// \throws invalid_argument on shapes or an `indptr` overlapping an input; from the team: a node count
 ///   or prefix length out of range, or masks beyond the 2^31 - 1 bytes an int32 offset addresses.
 template <team_backend B>
 void tree_mask_flashinfer_offsets(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,
@@ -264,7 +264,7 @@ void tree_mask_flashinfer_offsets(B& b, matrix_view<const std::int32_t, typename
 /// little-endian from byte `indptr[r]` of `out`; one team per request, one launch. The bytes equal the
 /// host form's over the same trees. \param indptr from tree_mask_flashinfer_offsets (each team checks
 ///   its link of the chain); \param out `indptr[batch]` bytes.
-/// 	hrows invalid_argument on shapes or an `out` overlapping an input; from the team: a node count,
+/// \throws invalid_argument on shapes or an `out` overlapping an input; from the team: a node count,
 ///   prefix length or parent out of range, or offsets that are not tree_mask_flashinfer_offsets'.
 template <team_backend B>
 void tree_mask_flashinfer_packed(B& b, matrix_view<const std::int32_t, typename B::memory_space> parents,

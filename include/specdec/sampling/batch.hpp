@@ -22,7 +22,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/speculative_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/request.hpp>
@@ -233,10 +233,10 @@ void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> targ
 /// them, which for a 64-node tree and five visited rows is 13x the traffic).
 /// \param target_logits backend `[rows x V]`, finite or -inf where read (-inf: a masked entry).
 /// \param bitmask backend `[rows x words]` int32, words >= ceil(V / 32), xgrammar's layout
-///   (mask/token_bitmask.hpp), row i constraining target row i; empty: every token allowed (the
+///   (grammar/token_bitmask.hpp), row i constraining target row i; empty: every token allowed (the
 ///   unconstrained walk, with row_argmax's conventions: an all -inf row gives token 0).
 /// \param outputs as the argmax form.
-/// 	hrows invalid_argument on shapes (before any work) and, from the team that finds it, as the argmax
+/// \throws invalid_argument on shapes (before any work) and, from the team that finds it, as the argmax
 ///   form, on NaN / +inf among a visited row's allowed entries, where node 0's bitmask row allows no
 ///   token, and where a visited row allows tokens but none above -inf (each naming the request and
 ///   node). On CUDA with deferred faults the latter come from `check_faults()`.

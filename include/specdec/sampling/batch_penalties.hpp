@@ -192,6 +192,18 @@ struct penalty_batch_job {
     const index_t first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
     if (first_row < 0 || first_row > logits.rows() - nodes)
       return make_team_fault(team_error::target_rows, parg_logits, r, nodes, double(first_row), logits.rows());
+    // Rows are written in place by one team each: a row in two requests' ranges would be penalised
+    // twice, by two teams at once. O(batch) per team, only when the caller places the rows.
+    if (!trees.target_rows.empty())
+      for (index_t s = 0; s < trees.tokens.rows(); ++s) {
+        const index_t other_nodes = trees.node_counts.empty() ? width : trees.node_counts(s);
+        if (s == r || other_nodes < 1 || other_nodes > width) continue;  // a bad count is team s's fault
+        const index_t other_first = trees.target_rows(s);
+        if (other_first < 0 || other_first > logits.rows() - other_nodes) continue;  // team s reports it
+        const index_t shared = first_row > other_first ? first_row : other_first;
+        const index_t end = first_row + nodes < other_first + other_nodes ? first_row + nodes : other_first + other_nodes;
+        if (shared < end) return make_team_fault(team_error::shared_row, parg_logits, r < s ? r : s, r < s ? s : r, double(shared));
+      }
     const float rep = pen.repetition(r), freq = pen.frequency(r), pres = pen.presence(r);
     if (!(finite(rep) && rep > 0.0f)) return make_team_fault(team_error::repetition_value, parg_repetition, r, 0, rep);
     if (!finite(freq)) return make_team_fault(team_error::finite_value, parg_frequency, r, 0, freq);
@@ -267,8 +279,8 @@ struct penalty_batch_job {
 /// \param logits backend `[rows x V]`, unit column stride, modified in place.
 /// \param penalties backend views (penalty_batch), one request per tree.
 /// \throws invalid_argument on shapes (before any work) and, from the team that finds it, a malformed
-///   tree, rows outside the logits, offsets out of order, a history token out of range or not sorted
-///   and distinct, a negative count, a bias token out of range, a repetition not finite and > 0, a
+///   tree, rows outside the logits, two requests whose row ranges share a row, offsets out of order, a
+///   history token out of range or not sorted and distinct, a negative count, a bias token out of range, a repetition not finite and > 0, a
 ///   frequency, presence or bias value not finite (on CUDA with deferred faults: from `check_faults()`).
 template <team_backend B>
 void apply_tree_penalties(B& b, matrix_view<float, typename B::memory_space> logits,

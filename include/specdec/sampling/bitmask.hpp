@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
 /// \brief Greedy verification under token bitmasks (structured output), reading the masks instead of a
-/// masked copy of the logits. Layout and application: specdec/mask/token_bitmask.hpp; the stochastic
+/// masked copy of the logits. Layout and application: specdec/grammar/token_bitmask.hpp; the stochastic
 /// verifiers take masks through `speculative_rows::target_bitmask` (specdec/sampling/speculative.hpp).
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/request.hpp>

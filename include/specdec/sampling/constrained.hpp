@@ -6,7 +6,7 @@
 /// sampling (sample first, check the token, apply the grammar only on a rejection: common/sampling.cpp)
 /// carried into a tree walk, for grammar engines whose full mask costs a pass over the vocabulary's
 /// strings (llama.cpp's, milliseconds per mask) where xgrammar's cached masks cost microseconds
-/// (those fill every node up front: tree/grammar.hpp's fill_tree_bitmasks and sampling/bitmask.hpp).
+/// (those fill every node up front: grammar/tree_grammar.hpp's fill_tree_bitmasks and sampling/bitmask.hpp).
 #pragma once
 
 #include <algorithm>
@@ -19,12 +19,12 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/penalties.hpp>
 #include <specdec/sampling/request.hpp>
-#include <specdec/tree/grammar.hpp>
+#include <specdec/grammar/tree_grammar.hpp>
 
 namespace specdec::sampling {
 

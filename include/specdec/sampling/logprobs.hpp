@@ -22,7 +22,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/request.hpp>
 

@@ -33,7 +33,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/randomness.hpp>
@@ -87,7 +87,7 @@ struct speculative_rows {
   /// `[rows'' x V]` Exp(1) noise that `speculative_request::noise_row` indexes (final_draw::exponential_race).
   matrix_view<const float, Space> exponential_noise = {};
   /// Optional token bitmasks of the target rows (structured output; verify_speculative_logits only):
-  /// host `[rows x ceil(V / 32)]` int32 in xgrammar's layout (specdec/mask/token_bitmask.hpp), row i
+  /// host `[rows x ceil(V / 32)]` int32 in xgrammar's layout (specdec/grammar/token_bitmask.hpp), row i
   /// constraining target row i. The walk then reads each target row as the softmax of the row with its
   /// disallowed logits at -inf (computed only for the rows it reads; the logits are not written), and
   /// greedy requests take the largest allowed logit. A walk that reaches a node whose row allows no

@@ -9,7 +9,6 @@
 #include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/eagle2_batch.hpp>
-#include <specdec/tree/grammar.hpp>
 #include <specdec/tree/jakiro.hpp>
 #include <specdec/tree/ngram.hpp>
 #include <specdec/tree/static_tree.hpp>

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <specdec/config.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
@@ -127,7 +129,15 @@ template <class T = float>
 
 /// Throws the error of a team job's fault (host).
 [[noreturn]] inline void throw_team_fault(const char* where, const char* name, const team_fault& f) {
-  const auto i = [](double v) { return static_cast<long long>(v); };
+  // A fault carries integers as doubles; those past the int64 range (an int64 value rounded up to
+  // 2^63) saturate rather than convert out of range.
+  const auto i = [](double v) {
+    constexpr double limit = 9223372036854775808.0;  // 2^63
+    if (!(v == v)) return 0LL;
+    if (v >= limit) return std::numeric_limits<long long>::max();
+    if (v < -limit) return std::numeric_limits<long long>::min();
+    return static_cast<long long>(v);
+  };
   switch (static_cast<team_error>(f.code)) {
     case team_error::node_count:
       throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a node count in [1, ", f.limit,
@@ -143,6 +153,9 @@ template <class T = float>
     case team_error::target_rows:
       throw_invalid_argument(where, "request ", f.row, " needs target rows [", i(f.value), ", ", i(f.value) + f.column,
                              ") but ", name, " has ", f.limit, " rows");
+    case team_error::shared_row:
+      throw_invalid_argument(where, "requests ", f.row, " and ", f.column, " both write ", name, " row ", i(f.value),
+                             "; expected disjoint row ranges [target_rows(r), target_rows(r) + node_counts(r))");
     case team_error::draft_row:
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected -1 (deterministic) or a row in [0, ",
                              f.limit, ")");
@@ -215,7 +228,8 @@ template <class T = float>
       throw_invalid_argument(where, "the links of request ", f.row, " lead from node ", f.column, " back to node ", i(f.value),
                              " on the accepted path; expected a tree (the links cycle)");
     case team_error::link_index:
-      throw_invalid_argument(where, name, "(", f.row, ", ", i(f.value), ") = ", f.column, "; expected [0, ", f.limit, ")");
+      throw_invalid_argument(where, name, "(", f.row, ", ", i(f.value), ") = ", f.column, "; expected [", f.row * f.limit, ", ",
+                             (f.row + 1) * f.limit, "), request ", f.row, "'s own slots");
     case team_error::predicted_token:
       throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected a token id in [0, 2^31 - 1]");
     case team_error::link_value:
@@ -266,6 +280,16 @@ template <class T = float>
   }
   const fault rf = static_cast<fault>(f.code);
   throw_invalid_argument(where, name, " row ", f.row, " ", describe(rf), "; ", expectation(rf));
+}
+
+/// A team job's host form: teams 0 .. teams - 1 one after another on the host's one-thread team (the
+/// same decisions a backend's `run_teams` makes), the first fault thrown as its error.
+template <class Job>
+void run_serial(const Job& job, index_t teams) {
+  std::vector<std::byte> scratch(job.scratch_bytes());
+  const serial_team team;
+  for (index_t t = 0; t < teams; ++t)
+    if (const team_fault f = job(team, t, scratch.data()); f.code != 0) throw_team_fault(job.where, job.names[f.arg], f);
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

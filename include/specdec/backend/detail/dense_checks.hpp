@@ -86,6 +86,15 @@ void check_add_rows(const char* where, const Y& y, const X& x) {
   check_apart(where, "y", y, "x", x, x.rows() == y.rows());
 }
 
+/// add_rows with per-row weights: as above, one weight per row of y, and the weights apart from y (a
+/// weight laid over y would change while the rows before it are written).
+template <class Y, class X, class S>
+void check_add_rows(const char* where, const Y& y, const X& x, const S& scale) {
+  check_add_rows(where, y, x);
+  check_length(where, "scale", scale, y.rows(), "one weight per row of y");
+  check_apart(where, "y", y, "scale", scale);
+}
+
 template <class Q, class K, class V, class Mask, class Out>
 void check_attention(const char* where, const Q& q, const K& k, const V& v, const attention_heads& shape,
                      const Mask& mask, const char* mask_name, const Out& out) {

@@ -96,8 +96,7 @@ class eigen_dense {
 
   /// `y(r, :) += scale[r] x(r, :)`: a per-row weighted sum (MoE expert mixing). \param scale host `[rows]`.
   void add_rows(matrix_view<float> y, matrix_view<const float> x, vector_view<const float> scale) {
-    detail::check_add_rows("specdec::eigen::add_rows", y, x);
-    detail::check_length("specdec::eigen::add_rows", "scale", scale, y.rows(), "one weight per row of y");
+    detail::check_add_rows("specdec::eigen::add_rows", y, x, scale);
     const detail::add_rows_fn<float> f{y, x, scale.data()};
     for (index_t r = 0; r < y.rows(); ++r) f(r);
   }

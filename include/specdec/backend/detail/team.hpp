@@ -72,7 +72,7 @@ enum class team_error : std::int32_t {
   link_node = 93,             ///< row = request, column = the node a link points at, limit = nodes per request
   sibling_cycle = 94,         ///< row = request, column = the node whose child list cycles
   path_cycle = 95,            ///< row = request, column = the last accepted node, value = the node revisited
-  link_index = 96,            ///< row = request, column = the index, value = the node, limit = the index range
+  link_index = 96,            ///< row = request, column = the slot, value = the node, limit = N (own slots [row N, (row + 1) N))
   predicted_token = 97,       ///< row = entry, column = the token (an int32 output must hold it)
   link_value = 98,            ///< row = request, column = node, limit = the link, value = nodes per request
   candidate_token = 99,       ///< row = request, column = node, limit = the token, value = V
@@ -90,6 +90,7 @@ enum class team_error : std::int32_t {
   segment_range = 111,        ///< row = segment, column = its start, value = its end, limit = elements
   packed_offset = 112,        ///< row = offset index, column = the offset, limit = the offset expected
   packed_size = 113,          ///< row = request, column = bytes requests 0..row need, limit = the most an int32 offset addresses
+  shared_row = 114,           ///< row = request, column = another request, value = a row both write
 };
 
 /// What a team job returns: `code` 0 when the team's work is done.

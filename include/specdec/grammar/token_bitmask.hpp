@@ -12,7 +12,7 @@
 /// Verification under masks: specdec/sampling/bitmask.hpp (greedy) and `speculative_rows::target_bitmask`
 /// (stochastic), and for a batch in the backend's memory the masked `verify_greedy` of
 /// specdec/sampling/batch.hpp and the backend form of apply_token_bitmask below; filling a tree's masks
-/// with a grammar matcher and pruning: specdec/tree/grammar.hpp.
+/// with a grammar matcher and pruning: specdec/grammar/tree_grammar.hpp.
 #pragma once
 
 #include <bit>
@@ -326,7 +326,7 @@ struct apply_bitmask_job {
 /// \param logits backend `[rows x V]` float, modified in place. \param bitmask backend `[rows' x words]`
 ///   int32; rows' == rows unless `indices` is given. \param vocab_size as the host form.
 /// \param indices backend `[n]`: rows to mask (each in [0, min(rows, rows'))); empty: every row.
-/// 	hrows invalid_argument as the host form; an index out of range comes from the team that reads it
+/// \throws invalid_argument as the host form; an index out of range comes from the team that reads it
 ///   (on CUDA with deferred faults, from `check_faults()`).
 template <team_backend B>
 void apply_token_bitmask(B& b, matrix_view<float, typename B::memory_space> logits,

@@ -4,7 +4,7 @@
 /// rollback fills every node's bitmask row (SGLang's `traverse_tree`, xgrammar's `traverse_draft_tree`),
 /// and pruning the nodes a mask forbids before the target forward (fewer rows to verify).
 ///
-/// Node i's bitmask row (layout: specdec/mask/token_bitmask.hpp) constrains the token *after* node i: it
+/// Node i's bitmask row (layout: specdec/grammar/token_bitmask.hpp) constrains the token *after* node i: it
 /// is the matcher's mask once node 0's committed state is extended by the tokens of nodes 1..i on the
 /// path to i. A node is valid when its parent is valid and its parent's row allows its token (node 0,
 /// the committed token, always is); an invalid node's subtree is invalid.
@@ -19,7 +19,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
-#include <specdec/mask/token_bitmask.hpp>
+#include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec {
