@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: Apache-2.0
+// The peers' kernels under their names: FlashInfer's filters, sampling, chain verification and
+// segment_packbits, vLLM's rejection sampler and constraints, SGLang's verifiers and build_tree (the
+// Python side: specdec/flashinfer.py, vllm.py, sglang.py). Host, or the CUDA device of the arrays.
+#include "batch_views.hpp"
+#include "common.hpp"
+#include "cuda_ops.hpp"
+#include "placement.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/distribution.hpp>
+#include <specdec/version.hpp>
+
+using namespace specdec_python;
+namespace {
+
+// ---- FlashInfer's sampling functions --------------------------------------------------------------
+
+/// A parameter given once for every row or once per row (FlashInfer's top_k / top_p): its count is
+/// checked (a ValueError naming it), and `at(r)` is the entry row r reads.
+struct per_row {
+  std::size_t count;
+  per_row(std::size_t n, index_t rows, const char* name) : count(n) {
+    if (n != 1 && static_cast<index_t>(n) != rows)
+      throw nb::value_error((std::string(name) + ": expected one value or one per row (" + std::to_string(rows) + "); got " +
+                             std::to_string(n)).c_str());
+  }
+  std::size_t at(index_t r) const { return count == 1 ? 0 : static_cast<std::size_t>(r); }
+};
+
+/// FlashInfer's row filters into `out` (which may be the input): top-k and / or top-p renormalisation of
+/// probabilities (`renormalise`; both: the joint order) or top-k masking of logits; one k / p per row or
+/// one for all, an empty array for a filter that is off; on the host or, for arrays in CUDA memory, on
+/// their device.
+void filter_rows(const array& rows, const array& out, const array& top_k, const array& top_p, bool renormalise,
+                 std::uintptr_t stream) {
+  const char* name = renormalise ? "probs" : "logits";
+  const auto at = device_of(rows, name, stream);
+  const float* x = argument<const float>(rows, name, {-1, -1}, at);
+  const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
+  float* y = argument<float>(out, "out", {n, v}, at);
+  const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at, true);
+  const float* p = argument<const float>(top_p, "top_p", {-1}, at, true);
+  const auto k_count = static_cast<std::int64_t>(top_k.size()), p_count = static_cast<std::int64_t>(top_p.size());
+  if (k != nullptr) per_row(static_cast<std::size_t>(k_count), n, "top_k");
+  if (p != nullptr) per_row(static_cast<std::size_t>(p_count), n, "top_p");
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::filter_rows(*at, x, n, v, k, k_count, p, p_count, y, renormalise); });
+#endif
+    return;
+  }
+  without_gil([&] { filter_rows_on(host_backend(), x, n, v, k, k_count, p, p_count, y, renormalise); });
+}
+
+/// Bools as bytes (dtype bool or uint8), 1-dimensional and contiguous, on the call's device.
+const std::uint8_t* bool_bytes(const array& a, const char* name, const std::optional<specdec_python::cuda::place>& at) {
+  return static_cast<const std::uint8_t*>(
+      check_array(a, name, {nb::dtype<bool>(), nb::dtype<std::uint8_t>()}, 1, access::read, at ? at->device : host_memory));
+}
+
+/// segment_packbits: the output offsets (`new_indptr`, indptr's length), then the bytes into `out`;
+/// host arrays, or CUDA arrays on `stream` (the offsets then stay on the device: the caller reads their
+/// last entry to size `out`, FlashInfer's one synchronisation).
+void segment_packbits_offsets(const array& indptr, const array& new_indptr, std::uintptr_t stream) {
+  if (const auto at = device_of(indptr, "indptr", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const std::int32_t* in = argument<const std::int32_t>(indptr, "indptr", {-1}, at);
+    std::int32_t* o = argument<std::int32_t>(new_indptr, "new_indptr", {static_cast<std::int64_t>(indptr.shape(0))}, at);
+    without_gil([&] { specdec_python::cuda::packbits_offsets(*at, in, static_cast<std::int64_t>(indptr.shape(0)), o); });
+#endif
+    return;
+  }
+  const auto in = span_of<const std::int32_t>(indptr, "indptr");
+  const auto o = span_of<std::int32_t>(new_indptr, "new_indptr");
+  expect_shape(new_indptr, "new_indptr", {static_cast<index_t>(in.size())});
+  const auto got = specdec::segment_packbits_offsets(in);
+  std::copy(got.begin(), got.end(), o.begin());
+}
+
+void segment_packbits(const array& x, const array& indptr, const array& new_indptr, bool little, const array& out,
+                      std::uintptr_t stream) {
+  const auto at = device_of(x, "x", stream);
+  const std::uint8_t* bits = bool_bytes(x, "x", at);
+  const std::int32_t* in = argument<const std::int32_t>(indptr, "indptr", {-1}, at);
+  const auto count = static_cast<std::int64_t>(indptr.shape(0));
+  const std::int32_t* offsets = argument<const std::int32_t>(new_indptr, "new_indptr", {count}, at);
+  std::uint8_t* bytes = argument<std::uint8_t>(out, "out", {-1}, at);
+  const auto x_count = static_cast<std::int64_t>(x.shape(0)), out_count = static_cast<std::int64_t>(out.shape(0));
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::packbits(*at, bits, x_count, in, offsets, count, little, bytes, out_count); });
+#endif
+    return;
+  }
+  without_gil([&] { packbits_on(host_backend(), bits, x_count, in, offsets, count, little, bytes, out_count); });
+}
+
+/// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
+/// sample_rows: one token per row of `probs` by the canonical inverse CDF, from `uniforms` (float32
+/// `[rows]`), or, on the host with `uniforms` empty, from Philox streams (seed, row) at `offset`.
+void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream, std::uint64_t seed,
+                 std::uint64_t offset) {
+  if (const auto at = device_of(probs, "probs", stream)) {
+#if SPECDEC_PYTHON_CUDA
+    const float* p = on_device<const float>(probs, "probs", 2, *at);
+    const float* u = on_device<const float>(uniforms, "uniforms", 1, *at);
+    std::int32_t* t = on_device<std::int32_t>(out, "out", 1, *at);
+    const auto rows = static_cast<std::int64_t>(probs.shape(0));
+    expect_shape(uniforms, "uniforms", {rows});
+    expect_shape(out, "out", {rows});
+    without_gil([&] { specdec_python::cuda::row_sample(*at, p, rows, probs.shape(1), u, t); });
+#endif
+    return;
+  }
+  const auto p = matrix_of<const float>(probs, "probs");
+  const auto t = span_of<std::int32_t>(out, "out");
+  expect_shape(out, "out", {p.rows()});
+  if (absent(uniforms) && p.rows() > 0) {
+    // Row r's uniform is Philox stream (seed, r) at `offset`, drawn here rather than in an array the
+    // caller allocates (a one-row call's fixed cost): the value philox_uniforms(seed, offset, rows, 1,
+    // "float32") holds.
+    without_gil([&] {
+      thread_local std::vector<float> drawn;
+      drawn.resize(static_cast<std::size_t>(p.rows()));
+      for (index_t r = 0; r < p.rows(); ++r)
+        drawn[static_cast<std::size_t>(r)] = specdec::philox_stream{seed, static_cast<std::uint64_t>(r)}.uniform(offset);
+      host_backend().row_sample(p, specdec::vector_view<const float>(drawn.data(), p.rows()),
+                                specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+    });
+    return;
+  }
+  const auto u = span_of<const float>(uniforms, "uniforms");
+  expect_shape(uniforms, "uniforms", {p.rows()});
+  without_gil([&] {
+    host_backend().row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+  });
+}
+
+/// chain_speculative_sampling: FlashInfer's chain verifier as verify_speculative over chains, its
+/// conventions set (strict product test, uniforms in (0, 1], re-tests counted, V - 1 for an
+/// empty residual). Uniforms: `uniforms` `[bs x (2k + 1)]` in consumption order, or (empty) Philox
+/// streams `(seed, r)` from `offset`.
+void chain_speculative_sampling(const array& draft_probs, const array& draft_token_ids, const array& target_probs,
+                                const array& uniforms, std::uint64_t seed, std::uint64_t offset, const array& output_token_ids,
+                                const array& accepted_token_num, const array& emitted_draft_token_num) {
+  checked<const float>(draft_probs, "draft_probs", 3);
+  checked<const float>(target_probs, "target_probs", 3);
+  const auto ids = matrix_of<const std::int32_t>(draft_token_ids, "draft_token_ids");
+  const index_t bs = ids.rows(), k = ids.cols();
+  const auto v = static_cast<index_t>(target_probs.shape(2));
+  expect_shape(draft_probs, "draft_probs", {bs, k, v});
+  expect_shape(target_probs, "target_probs", {bs, k + 1, v});
+  const auto out = matrix_of<std::int32_t>(output_token_ids, "output_token_ids");
+  expect_shape(output_token_ids, "output_token_ids", {bs, k + 1});
+  const auto accepted = span_of<std::int32_t>(accepted_token_num, "accepted_token_num");
+  const auto emitted = span_of<std::int32_t>(emitted_draft_token_num, "emitted_draft_token_num");
+  expect_shape(accepted_token_num, "accepted_token_num", {bs});
+  expect_shape(emitted_draft_token_num, "emitted_draft_token_num", {bs});
+  specdec::matrix_view<const double> u;
+  if (!absent(uniforms)) {  // empty: Philox; any other array is checked (a 0-d one was ignored)
+    u = matrix_of<const double>(uniforms, "uniforms");
+    expect_shape(uniforms, "uniforms", {bs, -1});
+  }
+  // Named here: the chains built from them would word a bad id as "node i has token t".
+  for (index_t r = 0; r < bs; ++r)
+    for (index_t i = 0; i < k; ++i)
+      if (const std::int32_t t = ids.row(r)[i]; t < 0 || t >= v)
+        throw nb::value_error(("draft_token_ids[" + std::to_string(r) + ", " + std::to_string(i) + "] = " + std::to_string(t) +
+                               "; expected a token id in [0, V = " + std::to_string(v) + ")")
+                                  .c_str());
+  without_gil([&] {
+    // The request-based verifier: on the host its row passes are the SIMD kernels (the batched form's
+    // team job is written for GPU blocks); its decisions are the same, bit for bit (tests/test_batch_verify.cpp).
+    std::vector<specdec::draft_tree> trees;
+    std::vector<std::vector<index_t>> draft_rows(static_cast<std::size_t>(bs));
+    std::vector<specdec::sampling::speculative_request> requests(static_cast<std::size_t>(bs));
+    trees.reserve(static_cast<std::size_t>(bs));
+    for (index_t r = 0; r < bs; ++r) {
+      trees.push_back(specdec::sampling::make_chain(0, std::span<const std::int32_t>(ids.row(r), static_cast<std::size_t>(k))));
+      auto& rows = draft_rows[static_cast<std::size_t>(r)];
+      rows.push_back(-1);
+      for (index_t i = 0; i < k; ++i) rows.push_back(r * k + i);
+      auto& q = requests[static_cast<std::size_t>(r)];
+      q.tree = trees.back();
+      q.target_row = r * (k + 1);
+      q.draft_rows = rows;
+      q.uniforms = u.rows() > 0 ? specdec::sampling::uniform_stream::values(
+                                      std::span<const double>(u.row(r), static_cast<std::size_t>(u.cols())))
+                                : specdec::sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(r)}, offset);
+    }
+    specdec::sampling::speculative_rows<> rows;
+    rows.target = specdec::matrix_view<const float>(static_cast<const float*>(target_probs.data()), bs * (k + 1), v);
+    rows.draft = specdec::matrix_view<const float>(static_cast<const float*>(draft_probs.data()), bs * k, v);
+    const specdec::sampling::speculative_options options = speculative_options_for(true);
+    specdec::sampling::verify_outputs<> o;
+    o.tokens = out;
+    o.accepted = specdec::vector_view<std::int32_t>(emitted.data(), bs);
+    o.retest_accepted = specdec::vector_view<std::int32_t>(accepted.data(), bs);
+    specdec::sampling::verify_speculative(host_backend(), rows, requests, options, o);
+  });
+}
+
+// ---- vLLM's rejection sampler -----------------------------------------------------------------------
+
+/// apply_sampling_constraints: vLLM's temperature, top-k and top-p over the flattened draft rows, in place.
+void apply_sampling_constraints(const array& logits, const array& cu_num_draft_tokens, const array& temperature, const array& top_k,
+                                const array& top_p) {
+  const auto x = matrix_of<float>(logits, "logits");
+  const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
+  const auto t = span_of<const float>(temperature, "temperature");
+  const auto k = span_of<const std::int64_t>(top_k, "top_k");
+  const auto p = span_of<const float>(top_p, "top_p");
+  without_gil([&] { specdec::vllm::apply_sampling_constraints(x, cu, t, k, p); });
+}
+
+/// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row), on the host
+/// (specdec::eigen) or, for arrays in CUDA memory, on their device; optional arrays empty when absent.
+void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
+                      const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
+                      const array& exponentials, const array& output, std::uintptr_t stream) {
+  const auto at = device_of(target_probs, "target_probs", stream);
+  specdec_python::cuda::rejection_arrays a;
+  a.target_probs = argument<const float>(target_probs, "target_probs", {-1, -1}, at);
+  a.tokens = static_cast<std::int64_t>(target_probs.shape(0));
+  a.vocab = static_cast<std::int64_t>(target_probs.shape(1));
+  a.cu_num_draft_tokens = argument<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens", {-1}, at);
+  a.batch = static_cast<std::int64_t>(cu_num_draft_tokens.shape(0));
+  a.draft_token_ids = argument<const std::int32_t>(draft_token_ids, "draft_token_ids", {a.tokens}, at);
+  a.draft_probs = argument<const float>(draft_probs, "draft_probs", {a.tokens, a.vocab}, at, true);
+  a.bonus_token_ids = argument<const std::int32_t>(bonus_token_ids, "bonus_token_ids", {a.batch}, at);
+  a.is_greedy = argument<const std::uint8_t>(is_greedy, "is_greedy", {a.batch}, at, true);
+  a.uniforms = argument<const double>(uniform_probs, "uniform_probs", {a.tokens}, at, true);
+  a.exponentials = argument<const float>(exponentials, "exponentials", {a.batch, a.vocab}, at, true);
+  a.width = max_spec_len + 1;
+  a.output = argument<std::int32_t>(output, "output", {a.batch, a.width}, at);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { specdec_python::cuda::vllm_rejection_sample(*at, a); }); });
+#endif
+    return;
+  }
+  renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { vllm_rejection(host_backend(), a); }); });
+}
+
+// ---- SGLang's speculative kernels ------------------------------------------------------------------
+
+/// SGLang's link-encoded trees and outputs, the arguments both of its verifiers take, host or CUDA as
+/// `at` says (argument<T>).
+specdec_python::cuda::sglang_arrays sglang_arrays_of(const array& predicts, const array& accept_index,
+                                                     const array& accept_token_num, const array& candidates,
+                                                     const array& retrive_index, const array& retrive_next_token,
+                                                     const array& retrive_next_sibling,
+                                                     const std::optional<specdec_python::cuda::place>& at) {
+  specdec_python::cuda::sglang_arrays a;
+  a.candidates = argument<const std::int64_t>(candidates, "candidates", {-1, -1}, at);
+  a.bs = static_cast<std::int64_t>(candidates.shape(0));
+  a.n = static_cast<std::int64_t>(candidates.shape(1));
+  a.retrive_index = argument<const std::int64_t>(retrive_index, "retrive_index", {a.bs, a.n}, at);
+  a.next_token = argument<const std::int64_t>(retrive_next_token, "retrive_next_token", {a.bs, a.n}, at);
+  a.next_sibling = argument<const std::int64_t>(retrive_next_sibling, "retrive_next_sibling", {a.bs, a.n}, at);
+  a.predicts = argument<std::int32_t>(predicts, "predicts", {a.bs * a.n}, at);
+  a.accept_index = argument<std::int32_t>(accept_index, "accept_index", {a.bs, -1}, at);
+  a.steps = static_cast<std::int64_t>(accept_index.shape(1));
+  a.accept_token_num = argument<std::int32_t>(accept_token_num, "accept_token_num", {a.bs}, at);
+  return a;
+}
+
+/// SGLang's verifiers on the host (specdec::eigen) or, for CUDA arrays, on the device. The headers word a
+/// malformed tree as "the links of request r ...": those are retrive_next_token / retrive_next_sibling.
+void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optional<specdec_python::cuda::place>& at, bool greedy) {
+  naming("retrive_next_token, retrive_next_sibling",
+         {"retrive_next_token", "retrive_next_sibling", "retrive_index", "candidates", "predicts", "accept_index", "accept_token_num",
+          "target_predict", "uniform_samples", "target_probs"},
+         [&] {
+           if (at) {
+#if SPECDEC_PYTHON_CUDA
+             without_gil([&] {
+               if (greedy) specdec_python::cuda::sglang_verify_greedy(*at, a);
+               else specdec_python::cuda::sglang_verify_sampled(*at, a);
+             });
+#endif
+             return;
+           }
+           without_gil([&] { sglang_verify(host_backend(), a, greedy); });
+         });
+}
+
+/// verify_tree_greedy: SGLang's outputs written into its caller's int32 arrays (predicts at the
+/// accepted path's slots only). target_predict holds one prediction per node, `[bs x N]` or `[bs * N]`.
+void verify_tree_greedy(const array& predicts, const array& accept_index, const array& accept_token_num, const array& candidates,
+                        const array& retrive_index, const array& retrive_next_token, const array& retrive_next_sibling,
+                        const array& target_predict, std::uintptr_t stream) {
+  const auto at = device_of(candidates, "candidates", stream);
+  auto a = sglang_arrays_of(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                            retrive_next_sibling, at);
+  if (target_predict.ndim() == 2) a.target_predict = argument<const std::int64_t>(target_predict, "target_predict", {a.bs, a.n}, at);
+  else a.target_predict = argument<const std::int64_t>(target_predict, "target_predict", {a.bs * a.n}, at);
+  run_sglang(a, at, true);
+}
+
+/// tree_speculative_sampling_target_only: SGLang's sampled tree verification (coin rule), outputs as
+/// verify_tree_greedy's.
+void tree_speculative_sampling_target_only(const array& predicts, const array& accept_index, const array& accept_token_num,
+                                           const array& candidates, const array& retrive_index, const array& retrive_next_token,
+                                           const array& retrive_next_sibling, const array& uniform_samples,
+                                           const array& uniform_samples_for_final_sampling, const array& target_probs,
+                                           float threshold_single, float threshold_acc, std::uintptr_t stream) {
+  const auto at = device_of(candidates, "candidates", stream);
+  auto a = sglang_arrays_of(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                            retrive_next_sibling, at);
+  a.uniform_samples = argument<const float>(uniform_samples, "uniform_samples", {a.bs, -1}, at);
+  a.uniform_cols = static_cast<std::int64_t>(uniform_samples.shape(1));
+  a.uniform_final = argument<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling", {a.bs}, at);
+  a.target_probs = argument<const float>(target_probs, "target_probs", {a.bs, a.n, -1}, at);
+  a.vocab = static_cast<std::int64_t>(target_probs.shape(2));
+  a.threshold_single = threshold_single;
+  a.threshold_acc = threshold_acc;
+  run_sglang(a, at, false);
+}
+
+/// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays (host arrays, or
+/// CUDA arrays: one kernel on `stream`).
+void build_tree_kernel_efficient(const array& parent_list, const array& selected_index, const array& verified_seq_len,
+                                 const array& tree_mask, const array& positions, const array& retrive_index,
+                                 const array& retrive_next_token, const array& retrive_next_sibling, index_t topk, index_t depth,
+                                 index_t draft_token_num, int tree_mask_mode, std::uintptr_t stream) {
+  const auto at = device_of(verified_seq_len, "verified_seq_len", stream);
+  if (draft_token_num < 1)
+    throw nb::value_error(("draft_token_num: expected >= 1 (the root); got " + std::to_string(draft_token_num)).c_str());
+  if (tree_mask_mode < 0 || tree_mask_mode > 2)
+    throw nb::value_error(("tree_mask_mode: expected 0 (FULL_MASK), 1 (QLEN_ONLY) or 2 (QLEN_ONLY_BITPACKING); got " +
+                           std::to_string(tree_mask_mode)).c_str());
+  specdec_python::cuda::build_tree_arrays a;
+  a.seq_lens = argument<const std::int64_t>(verified_seq_len, "verified_seq_len", {-1}, at);
+  a.bs = static_cast<std::int64_t>(verified_seq_len.shape(0));
+  a.n = draft_token_num;
+  a.parent_list = argument<const std::int64_t>(parent_list, "parent_list", {a.bs, -1}, at);
+  a.parent_cols = static_cast<std::int64_t>(parent_list.shape(1));
+  a.selected_index = argument<const std::int64_t>(selected_index, "selected_index", {a.bs, a.n - 1}, at);
+  a.positions = argument<std::int64_t>(positions, "positions", {a.bs * a.n}, at);
+  a.retrive_index = argument<std::int64_t>(retrive_index, "retrive_index", {a.bs, a.n}, at);
+  a.next_token = argument<std::int64_t>(retrive_next_token, "retrive_next_token", {a.bs, a.n}, at);
+  a.next_sibling = argument<std::int64_t>(retrive_next_sibling, "retrive_next_sibling", {a.bs, a.n}, at);
+  a.top_k = topk;
+  a.depth = depth;
+  a.mode = tree_mask_mode;
+  // The mask: bools (one byte each) or, bit-packed, one 1 / 2 / 4-byte little-endian item per row.
+  const bool packed = tree_mask_mode == static_cast<int>(specdec::sglang::tree_mask_mode::qlen_only_bitpacking);
+  const int mask_device = at ? at->device : host_memory;
+  a.tree_mask = static_cast<std::uint8_t*>(
+      packed ? check_array(tree_mask, "tree_mask",
+                           {nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>(), nb::dtype<std::uint16_t>(), nb::dtype<std::int16_t>(),
+                            nb::dtype<std::uint32_t>(), nb::dtype<std::int32_t>()},
+                           -1, access::write, mask_device)
+             : check_array(tree_mask, "tree_mask", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>()}, -1,
+                           access::write, mask_device));
+  const std::size_t item = tree_mask.itemsize();
+  a.mask_bytes = static_cast<std::int64_t>(tree_mask.size() * item);
+  a.item_bytes = static_cast<std::int64_t>(item);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    renaming({{"top_k", "topk"}, {"num_steps", "depth"}, {"num_draft_tokens", "draft_token_num"}},
+             [&] { without_gil([&] { specdec_python::cuda::sglang_build_tree(*at, a); }); });
+#endif
+    return;
+  }
+  // The header's names of SGLang's sizes: top_k, num_steps, num_draft_tokens.
+  renaming({{"top_k", "topk"}, {"num_steps", "depth"}, {"num_draft_tokens", "draft_token_num"}},
+           [&] { without_gil([&] { sglang_build_on(host_backend(), a); }); });
+}
+
+}  // namespace
+
+void bind_peers(nb::module_& m) {
+  m.def("filter_rows", &filter_rows, nb::arg("rows").none(), nb::arg("out").none(), nb::arg("top_k").none(), nb::arg("top_p").none(),
+        nb::arg("renormalise"), nb::arg("stream") = 0);
+  m.def("segment_packbits_offsets", &segment_packbits_offsets, nb::arg("indptr").none(), nb::arg("new_indptr").none(),
+        nb::arg("stream"));
+  m.def("segment_packbits", &segment_packbits, nb::arg("x").none(), nb::arg("indptr").none(), nb::arg("new_indptr").none(),
+        nb::arg("little"), nb::arg("out").none(), nb::arg("stream"));
+  m.def("sample_rows", &sample_rows, nb::arg("probs").none(), nb::arg("uniforms").none(), nb::arg("out").none(), nb::arg("stream") = 0,
+        nb::arg("seed") = 0, nb::arg("offset") = 0);
+  m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs").none(), nb::arg("draft_token_ids").none(),
+        nb::arg("target_probs").none(), nb::arg("uniforms").none(), nb::arg("seed"), nb::arg("offset"),
+        nb::arg("output_token_ids").none(), nb::arg("accepted_token_num").none(), nb::arg("emitted_draft_token_num").none());
+  m.def("tree_speculative_sampling_target_only", &tree_speculative_sampling_target_only, nb::arg("predicts").none(),
+        nb::arg("accept_index").none(), nb::arg("accept_token_num").none(), nb::arg("candidates").none(),
+        nb::arg("retrive_index").none(), nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(),
+        nb::arg("uniform_samples").none(), nb::arg("uniform_samples_for_final_sampling").none(), nb::arg("target_probs").none(),
+        nb::arg("threshold_single"), nb::arg("threshold_acc"), nb::arg("stream") = 0);
+  m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list").none(), nb::arg("selected_index").none(),
+        nb::arg("verified_seq_len").none(), nb::arg("tree_mask").none(), nb::arg("positions").none(), nb::arg("retrive_index").none(),
+        nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("topk"), nb::arg("depth"),
+        nb::arg("draft_token_num"), nb::arg("tree_mask_mode"), nb::arg("stream"));
+  m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids").none(), nb::arg("cu_num_draft_tokens").none(),
+        nb::arg("max_spec_len"), nb::arg("draft_probs").none(), nb::arg("target_probs").none(), nb::arg("bonus_token_ids").none(),
+        nb::arg("is_greedy").none(), nb::arg("uniform_probs").none(), nb::arg("exponentials").none(), nb::arg("output").none(),
+        nb::arg("stream") = 0);
+  m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits").none(), nb::arg("cu_num_draft_tokens").none(),
+        nb::arg("temperature").none(), nb::arg("top_k").none(), nb::arg("top_p").none());
+  m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts").none(), nb::arg("accept_index").none(),
+        nb::arg("accept_token_num").none(), nb::arg("candidates").none(), nb::arg("retrive_index").none(),
+        nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("target_predict").none(),
+        nb::arg("stream") = 0);
+}
