@@ -49,7 +49,7 @@ struct four_thread_eigen : specdec::eigen {
         });
       for (auto& th : threads) th.join();
       for (const auto& f : faults) CHECK(f.code == faults[0].code);  // every thread reaches the same verdict
-      if (faults[0].code != 0) specdec::detail::throw_team_fault(job.where, job.names[faults[0].arg], faults[0]);
+      if (faults[0].code != 0) specdec::detail::throw_job_fault(job, faults[0]);
     }
   }
 };

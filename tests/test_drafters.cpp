@@ -26,13 +26,14 @@ using conformance::error_of;
 
 #define SPECDEC_DRAFTER_BACKENDS specdec::eigen, specdec::thrust_backend<specdec::thrust_system::cpp>
 
-static_assert(specdec::drafter<specdec::ngram_drafter>);
-static_assert(specdec::drafter<specdec::chain_drafter<specdec::eigen>>);
-static_assert(specdec::drafter<specdec::eagle2_drafter<specdec::eigen>>);
-static_assert(specdec::drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
-static_assert(specdec::drafter<specdec::suffix_drafter<>>);
-static_assert(specdec::drafter<specdec::eagle1::tree_drafter<specdec::eigen>>);
-static_assert(specdec::drafter<specdec::jakiro::tree_drafter<specdec::eigen>>);
+// Model-free drafters are drafters without advance(); the others run a draft model.
+static_assert(specdec::drafter<specdec::ngram_drafter> && !specdec::model_drafter<specdec::ngram_drafter>);
+static_assert(specdec::drafter<specdec::suffix_drafter<>> && !specdec::model_drafter<specdec::suffix_drafter<>>);
+static_assert(specdec::model_drafter<specdec::chain_drafter<specdec::eigen>>);
+static_assert(specdec::model_drafter<specdec::eagle2_drafter<specdec::eigen>>);
+static_assert(specdec::model_drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
+static_assert(specdec::model_drafter<specdec::eagle1::tree_drafter<specdec::eigen>>);
+static_assert(specdec::model_drafter<specdec::jakiro::tree_drafter<specdec::eigen>>);
 
 TEST_CASE("cut_to_depth keeps the shallow nodes in order and renumbers their parents") {
   // 0 -> {1, 2}, 1 -> {3}, 2 -> {4}, 3 -> {5}

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -92,13 +93,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           [&](auto& drafter) {
             const specdec::draft_request* r = drafter.begin(ctx);
             index_t requests = 0;
-            while (r != nullptr) {
-              check_request(*r, vocab);
-              ++requests;
-              fuzz::require(requests <= 64, "a step that never ends", requests);
-              std::vector<float> logits(static_cast<std::size_t>(r->logits_rows() * vocab));
-              for (auto& v : logits) v = in.value();
-              r = drafter.advance(specdec::matrix_view<const float>(logits.data(), r->logits_rows(), vocab));
+            if constexpr (specdec::model_drafter<std::decay_t<decltype(drafter)>>) {
+              while (r != nullptr) {
+                check_request(*r, vocab);
+                ++requests;
+                fuzz::require(requests <= 64, "a step that never ends", requests);
+                std::vector<float> logits(static_cast<std::size_t>(r->logits_rows() * vocab));
+                for (auto& v : logits) v = in.value();
+                r = drafter.advance(specdec::matrix_view<const float>(logits.data(), r->logits_rows(), vocab));
+              }
+            } else {
+              fuzz::require(r == nullptr, "a drafter without advance() returned a request");
             }
             return drafter.finish();
           },

@@ -397,7 +397,7 @@ class eigen : public detail::eigen_dense {
     if (wide_blocks > 0) team.wide = reinterpret_cast<std::byte*>(team_scratch_.data() + blocks);
     for (index_t t = 0; t < count; ++t) {
       const detail::team_fault f = job(team, t, reinterpret_cast<std::byte*>(team_scratch_.data()));
-      if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+      if (f.code != 0) detail::throw_job_fault(job, f);
     }
   }
 

@@ -162,9 +162,13 @@ class thrust_backend : private detail::thrust_runtime<System> {
       if (host->code == 0) return;
       const detail::cuda_rows::fault_record got = *host;
       cuda_check("specdec::thrust_backend::check_faults", cudaMemsetAsync(record_.get(), 0, sizeof got, stream()));
-      if (got.code >= 64)  // a team job's (backend/detail/team.hpp)
-        detail::throw_team_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name),
-                                 detail::team_fault{got.code, 0, got.row, got.column, got.limit, got.value});
+      if (got.code >= detail::first_team_fault_code) {  // a team job's: its module describes it (team.hpp)
+        const auto* where = reinterpret_cast<const char*>(got.where);
+        const auto* name = reinterpret_cast<const char*>(got.name);
+        const detail::team_fault f{got.code, 0, got.row, got.column, got.limit, got.value};
+        if (got.describe != 0) reinterpret_cast<detail::fault_describer>(static_cast<std::uintptr_t>(got.describe))(where, name, f);
+        detail::throw_team_fault(where, name, f);
+      }
       detail::throw_fault(reinterpret_cast<const char*>(got.where), reinterpret_cast<const char*>(got.name), got.row,
                           static_cast<detail::fault>(got.code));
     }
@@ -448,7 +452,7 @@ class thrust_backend : private detail::thrust_runtime<System> {
       team.wide = s.wide;
       for (index_t t = 0; t < count; ++t) {
         const detail::team_fault f = job(team, t, s.scratch);
-        if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+        if (f.code != 0) detail::throw_job_fault(job, f);
       }
     } else {
 #if defined(__CUDACC__)
@@ -462,18 +466,18 @@ class thrust_backend : private detail::thrust_runtime<System> {
         if (wide_team)
           detail::cuda_rows::team_kernel<Job, detail::cuda_rows::wide_team_threads>
               <<<static_cast<unsigned>(count), detail::cuda_rows::wide_team_threads, shared ? stride : 0, stream()>>>(
-                  job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record);
+                  job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record, detail::describer_of<Job>());
       }
       if (!wide_team)
         detail::cuda_rows::team_kernel<Job, detail::cuda_rows::team_threads>
             <<<static_cast<unsigned>(count), detail::cuda_rows::team_threads, shared ? stride : 0, stream()>>>(
-                job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record);
+                job, 0, block_scratch, stride, s.wide, wide_stride, s.faults, record, detail::describer_of<Job>());
       cuda_launched(where);
       if (deferred_) return;
       std::vector<detail::team_fault> host(static_cast<std::size_t>(count));
       copy_to_host(s.faults, host.size(), host.data());
       for (const detail::team_fault& f : host)
-        if (f.code != 0) detail::throw_team_fault(job.where, job.names[f.arg], f);
+        if (f.code != 0) detail::throw_job_fault(job, f);
 #endif
     }
   }

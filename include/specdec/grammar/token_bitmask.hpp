@@ -28,6 +28,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/grammar/detail/faults.hpp>
 
 namespace specdec {
 
@@ -286,6 +287,9 @@ struct apply_bitmask_job {
   index_t vocab_size;
   const char* where;
   const char* names[team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_grammar_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
   template <class Team>
@@ -294,7 +298,7 @@ struct apply_bitmask_job {
     if (!indices.empty()) {
       r = indices(t);
       const index_t rows = bitmask.rows() < logits.rows() ? bitmask.rows() : logits.rows();
-      if (r < 0 || r >= rows) return make_team_fault(team_error::bitmask_index, 0, t, 0, static_cast<double>(r), rows);
+      if (r < 0 || r >= rows) return make_team_fault(grammar_fault::bitmask_index, 0, t, 0, static_cast<double>(r), rows);
     }
     float* x = logits.row(r);
     const std::int32_t* m = bitmask.row(r);

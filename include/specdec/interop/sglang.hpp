@@ -22,6 +22,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/interop/detail/faults.hpp>
 #include <specdec/interop/sglang_tree.hpp>
 
 namespace specdec::sglang {
@@ -36,7 +37,8 @@ struct greedy_verification {
 namespace detail {
 
 using specdec::detail::make_team_fault;
-using specdec::detail::team_error;
+using specdec::detail::interop_fault;
+using specdec::detail::sampling_fault;
 using specdec::detail::team_fault;
 
 /// Argument indices of sglang_greedy_job's fault names.
@@ -59,6 +61,9 @@ struct sglang_greedy_job {
   vector_view<std::int32_t, Space> accept_token_num;      // [bs]
   const char* where = "";
   const char* names[specdec::detail::team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_interop_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return static_cast<std::size_t>(candidates.cols()); }
 
@@ -77,7 +82,7 @@ struct sglang_greedy_job {
     const std::int64_t own = b * n;
     std::int64_t last_global = retrive_index(b, 0);
     if (last_global < own || last_global >= own + n)
-      return make_team_fault(team_error::link_index, arg_retrive_index, b, last_global, 0.0, n);
+      return make_team_fault(interop_fault::link_index, arg_retrive_index, b, last_global, 0.0, n);
     if (team.rank() == 0) {
       accept_index(b, 0) = static_cast<std::int32_t>(last_global);
       for (index_t s = 1; s < steps; ++s) accept_index(b, s) = -1;
@@ -89,8 +94,8 @@ struct sglang_greedy_job {
       index_t match = -1;
       index_t hops = 0;  // a sibling list visits each node once; more means the links cycle
       for (std::int64_t c = next_token(b, last); c != -1; c = next_sibling(b, c)) {
-        if (c < 0 || c >= n) return make_team_fault(team_error::link_node, 0, b, c, 0.0, n);
-        if (++hops > n) return make_team_fault(team_error::sibling_cycle, 0, b, last, 0.0);
+        if (c < 0 || c >= n) return make_team_fault(interop_fault::link_node, 0, b, c, 0.0, n);
+        if (++hops > n) return make_team_fault(interop_fault::sibling_cycle, 0, b, last, 0.0);
         if (candidates(b, c) == want) {
           match = c;
           break;
@@ -98,11 +103,11 @@ struct sglang_greedy_job {
       }
       if (match < 0) break;
       // A path through first-child links visits each node once; back at one, the links cycle.
-      if (on_path[match]) return make_team_fault(team_error::path_cycle, 0, b, last, static_cast<double>(match));
-      if (want < 0 || want > INT32_MAX) return make_team_fault(team_error::predicted_token, arg_target_predict, last_global, want, 0.0);
+      if (on_path[match]) return make_team_fault(interop_fault::path_cycle, 0, b, last, static_cast<double>(match));
+      if (want < 0 || want > INT32_MAX) return make_team_fault(interop_fault::predicted_token, arg_target_predict, last_global, want, 0.0);
       const std::int64_t match_global = retrive_index(b, match);
       if (match_global < own || match_global >= own + n)
-        return make_team_fault(team_error::link_index, arg_retrive_index, b, match_global, static_cast<double>(match), n);
+        return make_team_fault(interop_fault::link_index, arg_retrive_index, b, match_global, static_cast<double>(match), n);
       team.sync();  // every thread has read on_path[match]
       if (team.rank() == 0) {
         on_path[match] = 1;
@@ -115,7 +120,7 @@ struct sglang_greedy_job {
       ++accepted;
     }
     const std::int64_t bonus = target_predict(last_global);
-    if (bonus < 0 || bonus > INT32_MAX) return make_team_fault(team_error::predicted_token, arg_target_predict, last_global, bonus, 0.0);
+    if (bonus < 0 || bonus > INT32_MAX) return make_team_fault(interop_fault::predicted_token, arg_target_predict, last_global, bonus, 0.0);
     if (team.rank() == 0) {
       accept_token_num(b) = accepted;
       predicts(last_global) = static_cast<std::int32_t>(bonus);
@@ -230,7 +235,7 @@ inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> ca
   specdec::detail::serial_team team;
   for (index_t b = 0; b < bs; ++b)
     if (const specdec::detail::team_fault f = job(team, b, scratch.data()); f.code != 0)
-      specdec::detail::throw_team_fault(where, job.names[f.arg], f);
+      specdec::detail::throw_job_fault(job, f);
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/interop/detail/faults.hpp>
 #include <specdec/interop/sglang.hpp>
 #include <specdec/sampling/detail/residual_rows.hpp>
 #include <specdec/sampling/speculative.hpp>
@@ -76,6 +77,9 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
   float threshold_acc;  // clamped to >= 1e-9 by the caller
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_interop_fault(where, name, f);
+  }
 
   /// The rows' scratch, then the link check's verdict.
   SPECDEC_HOST_DEVICE std::size_t verdict_offset() const { return round16(base::scratch_bytes()); }
@@ -87,11 +91,11 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     const index_t n = candidates.cols();
     for (index_t i = 0; i < n; ++i) {
       const std::int64_t t = candidates(r, i);
-      if (t < 0 || t >= vocab()) return make_team_fault(team_error::candidate_token, coin_arg_candidates, r, i, double(vocab()), t);
+      if (t < 0 || t >= vocab()) return make_team_fault(interop_fault::candidate_token, coin_arg_candidates, r, i, double(vocab()), t);
       const std::int64_t first = next_token(r, i), sibling = next_sibling(r, i);
-      if (first < -1 || first >= n) return make_team_fault(team_error::link_value, coin_arg_next_token, r, i, double(n), first);
+      if (first < -1 || first >= n) return make_team_fault(interop_fault::link_value, coin_arg_next_token, r, i, double(n), first);
       if (sibling < -1 || sibling >= n)
-        return make_team_fault(team_error::link_value, coin_arg_next_sibling, r, i, double(n), sibling);
+        return make_team_fault(interop_fault::link_value, coin_arg_next_sibling, r, i, double(n), sibling);
     }
     std::int32_t* parent = ts.depth;
     std::int32_t* queue = ts.first_child;
@@ -102,13 +106,13 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     // Each node enters the queue once (a second link to it is refused), so the visit ends.
     for (index_t k = 0; k < reached; ++k)
       for (std::int64_t c = next_token(r, queue[k]); c >= 0; c = next_sibling(r, c)) {
-        if (parent[c] != -2) return make_team_fault(team_error::link_twice, 0, r, c, 0.0);
+        if (parent[c] != -2) return make_team_fault(interop_fault::link_twice, 0, r, c, 0.0);
         parent[c] = queue[k];
         queue[reached++] = static_cast<std::int32_t>(c);
       }
-    if (reached != n) return make_team_fault(team_error::link_unreached, 0, r, reached, 0.0, n);
+    if (reached != n) return make_team_fault(interop_fault::link_unreached, 0, r, reached, 0.0, n);
     for (index_t i = 1; i < n; ++i)
-      if (parent[i] >= i) return make_team_fault(team_error::link_order, 0, r, i, 0.0, parent[i]);
+      if (parent[i] >= i) return make_team_fault(interop_fault::link_order, 0, r, i, 0.0, parent[i]);
     return {};
   }
 
@@ -126,7 +130,7 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     // The request's own slots only (see sglang_greedy_job): another request's would be written twice.
     const std::int64_t own = r * n;
     std::int64_t slot = retrive_index(r, 0);
-    if (slot < own || slot >= own + n) return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, slot, 0.0, n);
+    if (slot < own || slot >= own + n) return make_team_fault(interop_fault::link_index, coin_arg_retrive_index, r, slot, 0.0, n);
     if (team.rank() == 0) {
       accept_index(r, 0) = static_cast<std::int32_t>(slot);
       for (index_t s = 1; s < steps; ++s) accept_index(r, s) = -1;
@@ -141,12 +145,12 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
       const std::int64_t first = next_token(r, node);
       if (accepted_count < steps - 1 && first >= 0) {
         const double coin = coins(r, node);
-        if (!(coin >= 0.0 && coin < 1.0)) return make_team_fault(team_error::uniform_value, coin_arg_uniforms, r, node, coin, 0);
+        if (!(coin >= 0.0 && coin < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_uniforms, r, node, coin, 0);
         float mass = 0.0f;  // SGLang's running sum, in float
         for (std::int64_t c = first; c >= 0; c = next_sibling(r, c)) {
           const auto x = static_cast<std::int32_t>(candidates(r, c));
           const float p_x = p[x];
-          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, coin_arg_target, row, x, p_x);
+          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, coin_arg_target, row, x, p_x);
           mass += p_x;
           if (coin <= static_cast<double>(mass / threshold_acc) || p_x >= threshold_single) {
             accepted = c;
@@ -163,7 +167,7 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
       if (accepted >= 0) {
         const std::int64_t next_slot = retrive_index(r, accepted);
         if (next_slot < own || next_slot >= own + n)
-          return make_team_fault(team_error::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), n);
+          return make_team_fault(interop_fault::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), n);
         if (team.rank() == 0) {
           predicts(slot) = static_cast<std::int32_t>(candidates(r, accepted));
           accept_index(r, accepted_count + 1) = static_cast<std::int32_t>(next_slot);
@@ -176,7 +180,7 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
       double base_total = 0.0;
       if (const team_fault f = check_row(team, l, l.base_masses, p, row, coin_arg_target, base_total); f.code != 0) return f;
       const double u = finals(r);
-      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(team_error::uniform_value, coin_arg_final, r, -1, u, 0);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_final, r, -1, u, 0);
       const std::int32_t final_token = draw(team, l, p, untouched, n_ops, base_total, u);
       if (team.rank() == 0) {
         predicts(slot) = final_token;

@@ -27,6 +27,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/interop/detail/faults.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 
 namespace specdec::sglang {
@@ -96,7 +97,7 @@ inline constexpr index_t max_sequence_length = index_t{1} << 40;
 namespace detail {
 
 using specdec::detail::make_team_fault;
-using specdec::detail::team_error;
+using specdec::detail::mask_fault;
 using specdec::detail::team_fault;
 
 /// Argument indices of sglang_build_job's fault names.
@@ -123,6 +124,9 @@ struct sglang_build_job {
   retrieve_scope scope = retrieve_scope::global;
   const char* where = "";
   const char* names[specdec::detail::team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_interop_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return static_cast<std::size_t>(retrive_index.cols()) * sizeof(index_t); }
 
@@ -132,7 +136,7 @@ struct sglang_build_job {
     auto* parent_of = reinterpret_cast<index_t*>(scratch);
     const index_t seq_len = seq_lens(b);
     if (seq_len < 0 || seq_len > max_sequence_length)
-      return make_team_fault(team_error::sequence_length, arg_verified_seq_len, b, 0, static_cast<double>(seq_len), max_sequence_length);
+      return make_team_fault(mask_fault::sequence_length, arg_verified_seq_len, b, 0, static_cast<double>(seq_len), max_sequence_length);
     // The request's region of the mask: FULL_MASK's requests are n x (seq_len + n) each, back to back,
     // so the start sums the earlier requests' (SGLang's kernel does the same); the comparisons are
     // written so that nothing overflows whatever the lengths.
@@ -141,10 +145,10 @@ struct sglang_build_job {
       for (index_t r = 0; r < b; ++r) {
         const index_t s = seq_lens(r);
         if (s < 0 || s > max_sequence_length)
-          return make_team_fault(team_error::sequence_length, arg_verified_seq_len, r, 0, static_cast<double>(s), max_sequence_length);
+          return make_team_fault(mask_fault::sequence_length, arg_verified_seq_len, r, 0, static_cast<double>(s), max_sequence_length);
         if (n * (s + n) > mask_size - start) {
           const index_t need = n * (s + n) > INT64_MAX - start ? INT64_MAX : start + n * (s + n);
-          return make_team_fault(team_error::mask_entries, arg_tree_mask, r, need, 0.0, mask_size);
+          return make_team_fault(mask_fault::mask_entries, arg_tree_mask, r, need, 0.0, mask_size);
         }
         start += n * (s + n);
       }
@@ -160,10 +164,10 @@ struct sglang_build_job {
     }
     if (bytes > mask_size - start) {
       const index_t need = bytes > INT64_MAX - start ? INT64_MAX : start + bytes;
-      return make_team_fault(team_error::mask_entries, arg_tree_mask, b, need, 0.0, mask_size);
+      return make_team_fault(mask_fault::mask_entries, arg_tree_mask, b, need, 0.0, mask_size);
     }
     if (mode == tree_mask_mode::full_mask && b == bs - 1 && start + bytes != mask_size)
-      return make_team_fault(team_error::mask_entries, arg_tree_mask, b, start + bytes, 1.0, mask_size);
+      return make_team_fault(mask_fault::mask_entries, arg_tree_mask, b, start + bytes, 1.0, mask_size);
 
     // Tree parent of node i >= 1: 0 = root, -1 = not among the selected nodes (the first selected
     // entry holding the parent's flat index wins).
@@ -333,7 +337,7 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
   specdec::detail::serial_team team;
   for (index_t b = 0; b < bs; ++b)
     if (const specdec::detail::team_fault f = job(team, b, scratch.data()); f.code != 0)
-      specdec::detail::throw_team_fault(where, job.names[f.arg], f);
+      specdec::detail::throw_job_fault(job, f);
   if (mode == tree_mask_mode::qlen_only_bitpacking) {
     out.tree_mask_bits.resize(sz);
     for (std::size_t i = 0; i < sz; ++i)

@@ -27,6 +27,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/interop/detail/faults.hpp>
 #include <specdec/sampling/detail/residual_rows.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/speculative.hpp>
@@ -150,7 +151,9 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
 namespace detail {
 
 using specdec::detail::make_team_fault;
-using specdec::detail::team_error;
+using specdec::detail::interop_fault;
+using specdec::detail::sampling_fault;
+using specdec::detail::tree_fault;
 using specdec::detail::team_fault;
 
 /// Argument indices of rejection_job's fault names.
@@ -194,6 +197,9 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
   matrix_view<std::int32_t, Space> output;                    // [batch x (max_spec_len + 1)]
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_interop_fault(where, name, f);
+  }
 
   SPECDEC_HOST_DEVICE std::size_t lanes_offset() const { return round16(base::scratch_bytes()); }
   std::size_t scratch_bytes() const {
@@ -208,14 +214,14 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
     const index_t tokens = draft_token_ids.rows(), width = output.cols();
     const std::int64_t start = r == 0 ? 0 : cu_num_draft_tokens(r - 1), end = cu_num_draft_tokens(r);
     if (!(start >= 0 && start <= end && end <= tokens))
-      return make_team_fault(team_error::entry_range, rej_arg_cu, r, start, static_cast<double>(end), tokens);
+      return make_team_fault(sampling_fault::entry_range, rej_arg_cu, r, start, static_cast<double>(end), tokens);
     const index_t k = end - start;
-    if (k > width - 1) return make_team_fault(team_error::draft_count, rej_arg_cu, r, k, 0.0, width - 1);
+    if (k > width - 1) return make_team_fault(interop_fault::draft_count, rej_arg_cu, r, k, 0.0, width - 1);
     for (index_t i = start; i < end; ++i)
       if (draft_token_ids(i) < 0 || draft_token_ids(i) >= vocab())
-        return make_team_fault(team_error::token_entry, rej_arg_ids, i, 0, draft_token_ids(i), vocab());
+        return make_team_fault(tree_fault::token_entry, rej_arg_ids, i, 0, draft_token_ids(i), vocab());
     const bool greedy = !is_greedy.empty() && is_greedy(r) != 0;
-    if (!greedy && k > 0 && uniforms.empty()) return make_team_fault(team_error::missing_argument, rej_arg_uniforms, r, 0, 0.0);
+    if (!greedy && k > 0 && uniforms.empty()) return make_team_fault(interop_fault::missing_argument, rej_arg_uniforms, r, 0, 0.0);
     index_t emitted = 0;
     const auto emit = [&](std::int32_t token) {
       if (team.rank() == 0) output(r, emitted) = token;
@@ -228,7 +234,7 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
     for (index_t i = 0;; ++i) {
       if (i == k) {  // every draft accepted: the bonus token, no row read
         const std::int32_t bonus = bonus_token_ids(r);
-        if (bonus < 0 || bonus >= vocab()) return make_team_fault(team_error::token_entry, rej_arg_bonus, r, 0, bonus, vocab());
+        if (bonus < 0 || bonus >= vocab()) return make_team_fault(tree_fault::token_entry, rej_arg_bonus, r, 0, bonus, vocab());
         emit(bonus);
         finish();
         return {};
@@ -246,15 +252,15 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
       }
       const float* p = target.row(row);
       const float p_x = p[x];
-      if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, rej_arg_target, row, x, p_x);
+      if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, rej_arg_target, row, x, p_x);
       const bool with_draft = !draft.empty();
       float q_x = 1.0f;
       if (with_draft) {
         q_x = draft(row, x);
-        if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, rej_arg_draft, row, x, q_x);
+        if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, rej_arg_draft, row, x, q_x);
       }
       const double u = uniforms(row);
-      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(team_error::uniform_value, rej_arg_uniforms, row, -1, u, 0);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(sampling_fault::uniform_value, rej_arg_uniforms, row, -1, u, 0);
       if (q_x > 0.0f && static_cast<double>(p_x / q_x) >= u) {
         emit(x);
         continue;
@@ -264,7 +270,7 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
       if (const team_fault f = check_row(team, l, l.base_masses, p, row, rej_arg_target, total); f.code != 0) return f;
       if (with_draft)
         if (const team_fault f = check_row(team, l, l.masses, draft.row(row), row, rej_arg_draft, total); f.code != 0) return f;
-      if (exponentials.empty()) return make_team_fault(team_error::missing_argument, rej_arg_noise, r, 0, 0.0);
+      if (exponentials.empty()) return make_team_fault(interop_fault::missing_argument, rej_arg_noise, r, 0, 0.0);
       team.sync();  // every thread is past the checks' reads of the scratch
       if (team.rank() == 0)
         l.ops[0] = with_draft ? sampling::detail::residual_op{1, x, row, 1.0f, 0.0} : sampling::detail::residual_op{0, x, -1, 1.0f, 0.0};
@@ -273,7 +279,7 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
       const auto bad_noise = [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); };  // finite, >= 0
       const auto w = this->template weigh<base::row_batch>(team, l, l.masses, e, typename base::as_is_t{}, bad_noise);
       if (w.first_bad >= 0)
-        return make_team_fault(team_error::noise_entry, rej_arg_noise, r, w.first_bad, static_cast<double>(e[w.first_bad]));
+        return make_team_fault(sampling_fault::noise_entry, rej_arg_noise, r, w.first_bad, static_cast<double>(e[w.first_bad]));
       emit(race_token(team, l, residual_source{p, 0}, 1, e));
       finish();
       return {};

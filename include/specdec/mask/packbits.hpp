@@ -18,6 +18,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/mask/detail/faults.hpp>
 
 namespace specdec {
 
@@ -43,6 +44,9 @@ struct packbits_offsets_job {
   vector_view<std::int32_t, Space> offsets;       // [segments + 1]
   const char* where = "";
   const char* names[team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_mask_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
 
@@ -53,7 +57,7 @@ struct packbits_offsets_job {
     for (index_t s = 0; s < segments; ++s) {
       const std::int32_t begin = indptr(s), end = indptr(s + 1);
       if (begin < 0 || end < begin)
-        return make_team_fault(team_error::segment_range, arg_indptr, s, begin, end, INT32_MAX);
+        return make_team_fault(mask_fault::segment_range, arg_indptr, s, begin, end, INT32_MAX);
       if (team.rank() == 0) offsets(s) = at;
       at += static_cast<std::int32_t>((static_cast<index_t>(end) - begin + 7) / 8);
     }
@@ -74,6 +78,9 @@ struct packbits_job {
   bool little = false;
   const char* where = "";
   const char* names[team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_mask_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
 
@@ -81,13 +88,13 @@ struct packbits_job {
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t s, std::byte*) const {
     const index_t segments = indptr.rows() - 1, size = out.rows();
     const index_t begin = indptr(s), end = indptr(s + 1);
-    if (begin < 0 || end < begin || end > x.rows()) return make_team_fault(team_error::segment_range, arg_indptr, s, begin, static_cast<double>(end), x.rows());
+    if (begin < 0 || end < begin || end > x.rows()) return make_team_fault(mask_fault::segment_range, arg_indptr, s, begin, static_cast<double>(end), x.rows());
     const index_t at = offsets(s), next = offsets(s + 1), bytes = (end - begin + 7) / 8;
-    if (s == 0 && at != 0) return make_team_fault(team_error::packed_offset, arg_offsets, 0, at, 0.0, 0);
-    if (next != at + bytes) return make_team_fault(team_error::packed_offset, arg_offsets, s + 1, next, 0.0, at + bytes);
-    if (s == segments - 1 && next != size) return make_team_fault(team_error::packed_offset, arg_offsets, s + 1, next, 0.0, size);
+    if (s == 0 && at != 0) return make_team_fault(mask_fault::packed_offset, arg_offsets, 0, at, 0.0, 0);
+    if (next != at + bytes) return make_team_fault(mask_fault::packed_offset, arg_offsets, s + 1, next, 0.0, at + bytes);
+    if (s == segments - 1 && next != size) return make_team_fault(mask_fault::packed_offset, arg_offsets, s + 1, next, 0.0, size);
     if (at < 0 || next > size)  // another team reports the broken link; this one stays inside out
-      return make_team_fault(team_error::packed_offset, arg_offsets, s + 1, next, 0.0, size);
+      return make_team_fault(mask_fault::packed_offset, arg_offsets, s + 1, next, 0.0, size);
     for (index_t m = team.rank(); m < bytes; m += team.size()) {
       unsigned byte = 0;
       for (index_t k = 0; k < 8 && 8 * m + k < end - begin; ++k)
@@ -140,7 +147,7 @@ inline void segment_packbits(std::span<const std::uint8_t> x, std::span<const st
   detail::name_packbits_arguments(job, where);
   const detail::serial_team team;
   for (index_t s = 0; s + 1 < static_cast<index_t>(indptr.size()); ++s)
-    if (const detail::team_fault f = job(team, s, nullptr); f.code != 0) detail::throw_team_fault(where, job.names[f.arg], f);
+    if (const detail::team_fault f = job(team, s, nullptr); f.code != 0) detail::throw_job_fault(job, f);
 }
 
 /// segment_packbits_offsets on a backend: `indptr` and `offsets` (int32, `[segments + 1]` each) in its

@@ -27,6 +27,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/mask/detail/faults.hpp>
 
 namespace specdec {
 
@@ -45,10 +46,10 @@ SPECDEC_HOST_DEVICE team_fault check_padded_tree(const matrix_view<const std::in
                                                  int parents_arg, int counts_arg, index_t& count) {
   const index_t n = parents.cols();
   count = node_counts.empty() ? n : node_counts(b);
-  if (count < 1 || count > n) return make_team_fault(team_error::node_count, counts_arg, b, 0, double(count), n);
-  if (parents(b, 0) != -1) return make_team_fault(team_error::root_parent, parents_arg, b, 0, parents(b, 0));
+  if (count < 1 || count > n) return make_team_fault(tree_fault::node_count, counts_arg, b, 0, double(count), n);
+  if (parents(b, 0) != -1) return make_team_fault(tree_fault::root_parent, parents_arg, b, 0, parents(b, 0));
   for (index_t i = 1; i < count; ++i)
-    if (parents(b, i) < 0 || parents(b, i) >= i) return make_team_fault(team_error::bad_parent, parents_arg, b, i, parents(b, i));
+    if (parents(b, i) < 0 || parents(b, i) >= i) return make_team_fault(tree_fault::bad_parent, parents_arg, b, i, parents(b, i));
   return {};
 }
 
@@ -63,6 +64,9 @@ struct batch_tree_mask_job {
   index_t prefix_length = 0;                           // dense / additive
   const char* where = "";
   const char* names[team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_mask_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
 
@@ -143,6 +147,9 @@ struct flashinfer_offsets_job {
   vector_view<std::int32_t, Space> indptr;                // [batch + 1]
   const char* where = "";
   const char* names[team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_mask_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
 
@@ -152,12 +159,12 @@ struct flashinfer_offsets_job {
     index_t at = 0;
     for (index_t r = 0; r < batch; ++r) {
       const index_t count = node_counts.empty() ? n : node_counts(r), prefix = prefix_lengths(r);
-      if (count < 1 || count > n) return make_team_fault(team_error::node_count, fmask_arg_node_counts, r, 0, double(count), n);
+      if (count < 1 || count > n) return make_team_fault(tree_fault::node_count, fmask_arg_node_counts, r, 0, double(count), n);
       if (prefix < 0 || prefix > INT32_MAX)
-        return make_team_fault(team_error::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
+        return make_team_fault(mask_fault::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
       if (team.rank() == 0) indptr(r) = static_cast<std::int32_t>(at);
       at += flashinfer_mask_bytes(count, prefix);
-      if (at > INT32_MAX) return make_team_fault(team_error::packed_size, fmask_arg_indptr, r, at, 0.0, INT32_MAX);
+      if (at > INT32_MAX) return make_team_fault(mask_fault::packed_size, fmask_arg_indptr, r, at, 0.0, INT32_MAX);
     }
     if (team.rank() == 0) indptr(batch) = static_cast<std::int32_t>(at);
     return {};
@@ -176,6 +183,9 @@ struct flashinfer_mask_job {
   vector_view<std::uint8_t, Space> out;
   const char* where = "";
   const char* names[team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_mask_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return 0; }
 
@@ -186,12 +196,12 @@ struct flashinfer_mask_job {
     if (const team_fault f = check_padded_tree(parents, node_counts, r, fmask_arg_parents, fmask_arg_node_counts, count); f.code != 0)
       return f;
     if (prefix < 0 || prefix > INT32_MAX)
-      return make_team_fault(team_error::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
+      return make_team_fault(mask_fault::sequence_length, fmask_arg_prefix_lengths, r, 0, double(prefix), INT32_MAX);
     const index_t at = indptr(r), next = indptr(r + 1), bytes = flashinfer_mask_bytes(count, prefix), size = out.rows();
-    if (r == 0 && at != 0) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, 0, at, 0.0, 0);
-    if (next != at + bytes) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, at + bytes);
-    if (r == batch - 1 && next != size) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
-    if (at < 0 || next > size) return make_team_fault(team_error::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
+    if (r == 0 && at != 0) return make_team_fault(mask_fault::packed_offset, fmask_arg_indptr, 0, at, 0.0, 0);
+    if (next != at + bytes) return make_team_fault(mask_fault::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, at + bytes);
+    if (r == batch - 1 && next != size) return make_team_fault(mask_fault::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
+    if (at < 0 || next > size) return make_team_fault(mask_fault::packed_offset, fmask_arg_indptr, r + 1, next, 0.0, size);
     const index_t cols = prefix + count, cells = count * cols;
     for (index_t m = team.rank(); m < bytes; m += team.size()) {
       unsigned byte = 0;

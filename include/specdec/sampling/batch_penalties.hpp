@@ -28,6 +28,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/sampling/batch.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/penalties.hpp>
 
 namespace specdec::sampling {
@@ -136,6 +137,9 @@ struct penalty_batch_job {
   penalty_batch<Space> pen;
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return sizeof(std::int32_t) * static_cast<std::size_t>(trees.tokens.cols()); }
 
@@ -177,21 +181,22 @@ struct penalty_batch_job {
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
     using specdec::detail::make_team_fault;
-    using specdec::detail::team_error;
+    using specdec::detail::sampling_fault;
+    using specdec::detail::tree_fault;
     const index_t width = trees.tokens.cols();
     const index_t nodes = trees.node_counts.empty() ? width : trees.node_counts(r);
-    if (nodes < 1 || nodes > width) return make_team_fault(team_error::node_count, parg_node_counts, r, 0, double(nodes), width);
+    if (nodes < 1 || nodes > width) return make_team_fault(tree_fault::node_count, parg_node_counts, r, 0, double(nodes), width);
     const std::int32_t* parent = trees.parents.row(r);
     const std::int32_t* token = trees.tokens.row(r);
-    if (parent[0] != -1) return make_team_fault(team_error::root_parent, parg_parents, r, 0, parent[0]);
+    if (parent[0] != -1) return make_team_fault(tree_fault::root_parent, parg_parents, r, 0, parent[0]);
     for (index_t i = 1; i < nodes; ++i) {
-      if (parent[i] < 0 || parent[i] >= i) return make_team_fault(team_error::bad_parent, parg_parents, r, i, parent[i]);
+      if (parent[i] < 0 || parent[i] >= i) return make_team_fault(tree_fault::bad_parent, parg_parents, r, i, parent[i]);
       if (token[i] < 0 || token[i] >= vocab())
-        return make_team_fault(team_error::token_range, parg_tree_tokens, r, i, token[i], vocab());
+        return make_team_fault(tree_fault::token_range, parg_tree_tokens, r, i, token[i], vocab());
     }
     const index_t first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
     if (first_row < 0 || first_row > logits.rows() - nodes)
-      return make_team_fault(team_error::target_rows, parg_logits, r, nodes, double(first_row), logits.rows());
+      return make_team_fault(tree_fault::target_rows, parg_logits, r, nodes, double(first_row), logits.rows());
     // Rows are written in place by one team each: a row in two requests' ranges would be penalised
     // twice, by two teams at once. O(batch) per team, only when the caller places the rows.
     if (!trees.target_rows.empty())
@@ -202,31 +207,31 @@ struct penalty_batch_job {
         if (other_first < 0 || other_first > logits.rows() - other_nodes) continue;  // team s reports it
         const index_t shared = first_row > other_first ? first_row : other_first;
         const index_t end = first_row + nodes < other_first + other_nodes ? first_row + nodes : other_first + other_nodes;
-        if (shared < end) return make_team_fault(team_error::shared_row, parg_logits, r < s ? r : s, r < s ? s : r, double(shared));
+        if (shared < end) return make_team_fault(sampling_fault::shared_row, parg_logits, r < s ? r : s, r < s ? s : r, double(shared));
       }
     const float rep = pen.repetition(r), freq = pen.frequency(r), pres = pen.presence(r);
-    if (!(finite(rep) && rep > 0.0f)) return make_team_fault(team_error::repetition_value, parg_repetition, r, 0, rep);
-    if (!finite(freq)) return make_team_fault(team_error::finite_value, parg_frequency, r, 0, freq);
-    if (!finite(pres)) return make_team_fault(team_error::finite_value, parg_presence, r, 0, pres);
+    if (!(finite(rep) && rep > 0.0f)) return make_team_fault(sampling_fault::repetition_value, parg_repetition, r, 0, rep);
+    if (!finite(freq)) return make_team_fault(sampling_fault::finite_value, parg_frequency, r, 0, freq);
+    if (!finite(pres)) return make_team_fault(sampling_fault::finite_value, parg_presence, r, 0, pres);
     const std::int64_t begin = pen.offsets(r), end = pen.offsets(r + 1);
     if (begin < 0 || end < begin || end > pen.tokens.rows())
-      return make_team_fault(team_error::entry_range, parg_offsets, r, begin, double(end), pen.tokens.rows());
+      return make_team_fault(sampling_fault::entry_range, parg_offsets, r, begin, double(end), pen.tokens.rows());
     for (std::int64_t e = begin; e < end; ++e) {
       const std::int32_t t = pen.tokens(e);
       if (t < 0 || t >= vocab() || (e > begin && t <= pen.tokens(e - 1)))
-        return make_team_fault(team_error::history_token, parg_tokens, e, r, t, vocab());
-      if (pen.output_counts(e) < 0) return make_team_fault(team_error::history_count, parg_counts, e, r, pen.output_counts(e));
+        return make_team_fault(sampling_fault::history_token, parg_tokens, e, r, t, vocab());
+      if (pen.output_counts(e) < 0) return make_team_fault(sampling_fault::history_count, parg_counts, e, r, pen.output_counts(e));
     }
     std::int64_t bias_begin = 0, bias_end = 0;
     if (!pen.bias_offsets.empty()) {
       bias_begin = pen.bias_offsets(r);
       bias_end = pen.bias_offsets(r + 1);
       if (bias_begin < 0 || bias_end < bias_begin || bias_end > pen.bias_tokens.rows())
-        return make_team_fault(team_error::entry_range, parg_bias_offsets, r, bias_begin, double(bias_end), pen.bias_tokens.rows());
+        return make_team_fault(sampling_fault::entry_range, parg_bias_offsets, r, bias_begin, double(bias_end), pen.bias_tokens.rows());
       for (std::int64_t e = bias_begin; e < bias_end; ++e) {
         if (pen.bias_tokens(e) < 0 || pen.bias_tokens(e) >= vocab())
-          return make_team_fault(team_error::token_entry, parg_bias_tokens, e, 0, pen.bias_tokens(e), vocab());
-        if (!finite(pen.bias_values(e))) return make_team_fault(team_error::finite_value, parg_bias_values, e, 0, pen.bias_values(e));
+          return make_team_fault(tree_fault::token_entry, parg_bias_tokens, e, 0, pen.bias_tokens(e), vocab());
+        if (!finite(pen.bias_values(e))) return make_team_fault(sampling_fault::finite_value, parg_bias_values, e, 0, pen.bias_values(e));
       }
     }
     const penalty_params params{rep, freq, pres, pen.rule, penalty_convention::vllm};

@@ -178,7 +178,7 @@ inline void filter_host(const char* where, const char* rows_name, matrix_view<fl
   const specdec::detail::serial_team team;
   for (index_t r = 0; r < rows.rows(); ++r)
     if (const specdec::detail::team_fault f = job(team, r, scratch.data()); f.code != 0)
-      specdec::detail::throw_team_fault(where, job.names[f.arg], f);
+      specdec::detail::throw_job_fault(job, f);
 }
 
 /// The backend forms' checks and launch (an empty top_k / top_p: that filter off).

@@ -151,27 +151,39 @@ struct draft_feedback {
   index_t target_rows = 0;
 };
 
-/// The drafting protocol. `D::memory_space` is where advance() reads logits (`[logits_rows x V]`,
-/// the draft vocabulary). begin() and advance() return null when no forward is pending; the pointer
-/// stays valid until the next call. finish() may be called once per begin(); feedback() once per
-/// finished draft, after its verification.
+/// The drafting protocol. begin() returns null when no forward is pending; the pointer stays valid
+/// until the next call. finish() may be called once per begin(); feedback() once per finished draft,
+/// after its verification. A drafter that runs no model (n-gram, suffix) is this alone: its begin()
+/// always returns null.
 template <class D>
-concept drafter = requires(D& d, const draft_context& context, const draft_feedback& feedback,
-                           matrix_view<const float, typename D::memory_space> logits) {
+concept drafter = requires(D& d, const draft_context& context, const draft_feedback& feedback) {
   typename D::memory_space;
   { d.begin(context) } -> std::same_as<const draft_request*>;
-  { d.advance(logits) } -> std::same_as<const draft_request*>;
   { d.finish() } -> std::same_as<drafted>;
   d.feedback(feedback);
 };
 
-/// One step of `d`: begin, then `run(request)` for each pending request (it runs the draft model and
-/// returns the logits, `matrix_view<const float, D::memory_space>` `[request.logits_rows() x V]`, valid
-/// until it is called again), then finish. \throws what the drafter and `run` throw.
+/// A drafter that runs a draft model: `advance(logits)` takes the model's logits for the pending
+/// request (`[logits_rows x V]` in `D::memory_space`, the draft vocabulary) and returns the next
+/// request, or null when the draft is complete.
+template <class D>
+concept model_drafter = drafter<D> && requires(D& d, matrix_view<const float, typename D::memory_space> logits) {
+  { d.advance(logits) } -> std::same_as<const draft_request*>;
+};
+
+/// One step of `d`: begin, then, for a model_drafter, `run(request)` for each pending request (it runs
+/// the draft model and returns the logits, `matrix_view<const float, D::memory_space>`
+/// `[request.logits_rows() x V]`, valid until it is called again), then finish. `run` is never called
+/// for a drafter that runs no model. \throws what the drafter and `run` throw, and invalid_argument
+/// when a drafter without advance() returns a request.
 template <drafter D, class Run>
 drafted run_drafter(D& d, const draft_context& context, Run&& run) {
   const draft_request* request = d.begin(context);
-  while (request != nullptr) request = d.advance(run(*request));
+  if constexpr (model_drafter<D>) {
+    while (request != nullptr) request = d.advance(run(*request));
+  } else {
+    SPECDEC_EXPECTS(request == nullptr, "specdec::run_drafter", "a drafter without advance() returned a draft request");
+  }
   return d.finish();
 }
 

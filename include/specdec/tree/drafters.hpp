@@ -134,11 +134,6 @@ class ngram_drafter {
                                       where);
     return nullptr;
   }
-  /// No forward is ever pending. \throws invalid_argument always.
-  const draft_request* advance(matrix_view<const float>) {
-    SPECDEC_EXPECTS(false, "specdec::ngram_drafter::advance", "no draft forward is pending (prompt lookup runs no model)");
-    return nullptr;
-  }
   drafted finish() { return {tree_, {}, {}}; }
   /// \throws invalid_argument on a path longer than the draft or times negative / not finite.
   void feedback(const draft_feedback& f) { detail::record_feedback(policy_, tree_, f, context_); }
@@ -469,11 +464,6 @@ class suffix_drafter {
     found.parent.resize(length);
     found.prob.resize(length);
     tree_ = suffix_draft_tree(context.root(), found);
-    return nullptr;
-  }
-  /// No forward is ever pending. \throws invalid_argument always.
-  const draft_request* advance(matrix_view<const float>) {
-    SPECDEC_EXPECTS(false, "specdec::suffix_drafter::advance", "no draft forward is pending (SuffixDecoding runs no model)");
     return nullptr;
   }
   drafted finish() { return {tree_, {}, {}}; }

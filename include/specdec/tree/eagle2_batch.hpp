@@ -24,6 +24,7 @@
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/tree/detail/faults.hpp>
 #include <specdec/tree/eagle2.hpp>
 
 namespace specdec {
@@ -65,7 +66,7 @@ template <class Space>
 SPECDEC_HOST_DEVICE inline team_fault map_token(const state<Space>& s, std::int32_t t, index_t r, std::int32_t& out) {
   const index_t mapped = s.d2t.empty() ? index_t{t} : index_t{t} + s.d2t(t);
   if (s.target_vocab > 0 && mapped >= s.target_vocab)
-    return make_team_fault(team_error::mapped_token, s.d2t.empty() ? arg_logits : arg_d2t, r, t, double(mapped), s.target_vocab);
+    return make_team_fault(tree_fault::mapped_token, s.d2t.empty() ? arg_logits : arg_d2t, r, t, double(mapped), s.target_vocab);
   out = static_cast<std::int32_t>(mapped);
   return {};
 }
@@ -80,13 +81,16 @@ struct begin_job {
   matrix_view<std::uint8_t, Space> mask;           // [batch k x k]
   const char* where;
   const char* names[team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_tree_fault(where, name, f);
+  }
   std::size_t scratch_bytes() const { return 0; }
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte*) const {
     const index_t k = s.top_k;
     const std::int32_t root = root_tokens(b);
     if (root < 0 || (s.target_vocab > 0 && root >= s.target_vocab))
-      return make_team_fault(team_error::token_entry, arg_root_tokens, b, 0, root,
+      return make_team_fault(tree_fault::token_entry, arg_root_tokens, b, 0, root,
                              s.target_vocab > 0 ? s.target_vocab : index_t{INT32_MAX});
     for (index_t c = 0; c < k; ++c) {  // every thread maps (the same verdict everywhere); rank 0 writes
       std::int32_t token = 0;
@@ -122,6 +126,9 @@ struct grow_job {
   index_t base;  // flat index of the grid's first candidate (k + steps k^2)
   const char* where;
   const char* names[team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_tree_fault(where, name, f);
+  }
   std::size_t scratch_bytes() const {
     return (sizeof(float) + sizeof(std::int32_t)) * static_cast<std::size_t>(s.top_k * s.top_k) +
            sizeof(std::int32_t) * static_cast<std::size_t>(s.top_k);
@@ -185,6 +192,9 @@ struct finish_job {
   index_t keep;        // T - 1
   const char* where;
   const char* names[team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_tree_fault(where, name, f);
+  }
   std::size_t scratch_bytes() const {
     return (sizeof(std::int32_t) + sizeof(float)) * static_cast<std::size_t>(candidates) +
            2 * sizeof(std::int32_t) * static_cast<std::size_t>(keep + 1);
@@ -219,7 +229,7 @@ struct finish_job {
     }
     team.sync();
     for (index_t f = 0; f < candidates; ++f)
-      if (orphan[f] != 0) return make_team_fault(team_error::unselected_parent, arg_tree, b, f, s.parents(b, f));
+      if (orphan[f] != 0) return make_team_fault(tree_fault::unselected_parent, arg_tree, b, f, s.parents(b, f));
     std::int32_t* node_parent = reinterpret_cast<std::int32_t*>(score + candidates);  // [keep + 1]
     std::int32_t* depth = node_parent + keep + 1;                                     // [keep + 1]
     for (index_t f = team.rank(); f < candidates; f += team.size()) {

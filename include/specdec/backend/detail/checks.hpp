@@ -127,159 +127,32 @@ template <class T = float>
   throw_invalid_argument(where, name, " row ", row, " ", describe(f), column, "; ", expectation(f));
 }
 
-/// Throws the error of a team job's fault (host).
+/// Throws the error of a row fault a team job reported (a code below 64: a row of argument `name`
+/// holds NaN, +inf, ...); the modules describe their own codes (team.hpp) before this is reached.
 [[noreturn]] inline void throw_team_fault(const char* where, const char* name, const team_fault& f) {
-  // A fault carries integers as doubles; those past the int64 range (an int64 value rounded up to
-  // 2^63) saturate rather than convert out of range.
-  const auto i = [](double v) {
-    constexpr double limit = 9223372036854775808.0;  // 2^63
-    if (!(v == v)) return 0LL;
-    if (v >= limit) return std::numeric_limits<long long>::max();
-    if (v < -limit) return std::numeric_limits<long long>::min();
-    return static_cast<long long>(v);
-  };
-  switch (static_cast<team_error>(f.code)) {
-    case team_error::node_count:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a node count in [1, ", f.limit,
-                             "] (node 0 is the root)");
-    case team_error::root_parent:
-      throw_invalid_argument(where, name, "[", f.row, ", 0] = ", i(f.value), "; expected -1 (node 0 is the root)");
-    case team_error::bad_parent:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected a parent in [0, ",
-                             f.column, ") (parents precede their children)");
-    case team_error::token_range:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected a token id in [0, V = ",
-                             f.limit, ")");
-    case team_error::target_rows:
-      throw_invalid_argument(where, "request ", f.row, " needs target rows [", i(f.value), ", ", i(f.value) + f.column,
-                             ") but ", name, " has ", f.limit, " rows");
-    case team_error::shared_row:
-      throw_invalid_argument(where, "requests ", f.row, " and ", f.column, " both write ", name, " row ", i(f.value),
-                             "; expected disjoint row ranges [target_rows(r), target_rows(r) + node_counts(r))");
-    case team_error::draft_row:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", i(f.value), "; expected -1 (deterministic) or a row in [0, ",
-                             f.limit, ")");
-    case team_error::noise_row:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a row in [0, ", f.limit, ")");
-    case team_error::max_accepted:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected -1 (no cap) or a cap >= 0");
-    case team_error::output_width:
-      throw_invalid_argument(where, name, " has ", f.limit, " columns; request ", f.row, " may emit ", i(f.value),
-                             " tokens (its deepest path, capped by max_accepted, plus the final token)");
-    case team_error::probability_entry:
-    case team_error::distribution_entry:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a probability in [0, 1]");
-    case team_error::uniform_value:
-      if (f.column < 0)
-        throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a value in ", f.limit == 0 ? "[0, 1)" : "(0, 1]");
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected a value in ",
-                             f.limit == 0 ? "[0, 1)" : "(0, 1]");
-    case team_error::too_few_uniforms:
-      throw_invalid_argument(where, "request ", f.row, " needs uniform ", f.column, " but ", name, " has ", f.limit,
-                             " columns");
-    case team_error::argmax_range:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a token in [0, V = ", f.limit, ")");
-    case team_error::bonus_range:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected -1 (none) or a token in [0, V = ",
-                             f.limit, ")");
-    case team_error::noise_entry:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value,
-                             "; expected a finite value >= 0 (an Exp(1) sample)");
-    case team_error::not_chain:
-      throw_invalid_argument(where, "request ", f.row, ": flashinfer_retest applies to chains; node ", f.column,
-                             " of this tree has several children");
-    case team_error::unselected_parent:
-      throw_invalid_argument(where, "request ", f.row, ": candidate ", f.column, " was selected without its parent ",
-                             i(f.value), " (scores must not increase along a path: NaN or positive log-probabilities?)");
-    case team_error::mapped_token:
-      if (name[0] != '\0')
-        throw_invalid_argument(where, "request ", f.row, ": ", name, " maps draft token ", f.column, " to ", i(f.value),
-                               "; expected a target id in [0, ", f.limit, ")");
-      throw_invalid_argument(where, "request ", f.row, ": draft token ", f.column, "; expected a target id in [0, ", f.limit, ")");
-    case team_error::token_entry:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a token id in [0, ", f.limit, ")");
-    case team_error::bitmask_index:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a row in [0, ", f.limit,
-                             ") (rows of both logits and bitmask)");
-    case team_error::mask_allows_none:
-      throw_invalid_argument(where, "request ", f.row, " node 0: ", name, " row ", i(f.value),
-                             " allows no token; expected at least one (node 0's row constrains the first token emitted)");
-    case team_error::mask_all_neg_inf:
-      throw_invalid_argument(where, "request ", f.row, " node ", f.column, ": ", name, " row ", i(f.value),
-                             " allows tokens but every one has logit -inf; expected at least one finite");
-    case team_error::repetition_value:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a finite value > 0 (1: none)");
-    case team_error::finite_value:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a finite value");
-    case team_error::entry_range:
-      throw_invalid_argument(where, name, " gives request ", f.row, " entries [", f.column, ", ", i(f.value),
-                             "); expected a non-decreasing range within [0, ", f.limit, "]");
-    case team_error::history_token:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), " (request ", f.column,
-                             "); expected token ids in [0, V = ", f.limit, "), sorted and distinct per request");
-    case team_error::history_count:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), " (request ", f.column, "); expected a count >= 0");
-    case team_error::link_node:
-      throw_invalid_argument(where, "a link of request ", f.row, " points at node ", f.column, "; expected [0, ", f.limit, ")");
-    case team_error::sibling_cycle:
-      throw_invalid_argument(where, "the sibling links of request ", f.row, " under node ", f.column,
-                             " cycle; expected each child list to end with -1");
-    case team_error::path_cycle:
-      throw_invalid_argument(where, "the links of request ", f.row, " lead from node ", f.column, " back to node ", i(f.value),
-                             " on the accepted path; expected a tree (the links cycle)");
-    case team_error::link_index:
-      throw_invalid_argument(where, name, "(", f.row, ", ", i(f.value), ") = ", f.column, "; expected [", f.row * f.limit, ", ",
-                             (f.row + 1) * f.limit, "), request ", f.row, "'s own slots");
-    case team_error::predicted_token:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected a token id in [0, 2^31 - 1]");
-    case team_error::link_value:
-      throw_invalid_argument(where, name, "(", f.row, ", ", f.column, ") = ", f.limit, "; expected -1 or a node in [0, ",
-                             i(f.value), ")");
-    case team_error::candidate_token:
-      throw_invalid_argument(where, name, "(", f.row, ", ", f.column, ") = ", f.limit, "; expected a token in [0, V = ",
-                             i(f.value), ")");
-    case team_error::link_twice:
-      throw_invalid_argument(where, "the links of request ", f.row, " reach node ", f.column,
-                             " twice; expected a tree (each node linked once)");
-    case team_error::link_unreached:
-      throw_invalid_argument(where, "the links of request ", f.row, " reach ", f.column, " of its ", f.limit,
-                             " nodes; expected every node under the root");
-    case team_error::link_order:
-      throw_invalid_argument(where, "the links of request ", f.row, " put node ", f.column, " under node ", f.limit,
-                             "; expected parents numbered before their children (as build_tree_kernel_efficient does)");
-    case team_error::draft_count:
-      throw_invalid_argument(where, name, " gives request ", f.row, " ", f.column, " drafts; expected at most ", f.limit,
-                             " (max_spec_len)");
-    case team_error::missing_argument:
-      throw_invalid_argument(where, "request ", f.row, " is random (not greedy) and reads ", name, "; got an empty one");
-    case team_error::top_k_value:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.limit, "; expected 1 <= k <= V = ", i(f.value));
-    case team_error::renorm_sum:
-      throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001");
-    case team_error::logit_value:
-      throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");
-    case team_error::top_p_value:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.value, "; expected a value in (0, 1]");
-    case team_error::sequence_length:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", i(f.value), "; expected a length in [0, ", f.limit, "]");
-    case team_error::mask_entries:
-      throw_invalid_argument(where, name, " has ", f.limit, " entries; the masks of requests 0..", f.row, " need ", f.column,
-                             f.value != 0.0 ? " (the whole batch's); expected exactly that" : "; expected at least that");
-    case team_error::segment_range:
-      throw_invalid_argument(where, name, " gives segment ", f.row, " elements [", f.column, ", ", i(f.value),
-                             "); expected a non-decreasing range within [0, ", f.limit, "]");
-    case team_error::packed_offset:
-      throw_invalid_argument(where, name, "[", f.row, "] = ", f.column, "; expected ", f.limit,
-                             " (offsets[0] = 0, each the previous plus the previous segment's bytes, the last the output's size)");
-    case team_error::packed_size:
-      throw_invalid_argument(where, "the packed masks of requests 0..", f.row, " need ", f.column, " bytes; expected at most ", f.limit,
-                             " (", name, " is int32)");
-    case team_error::distribution_sum:
-      throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
-                             probability_sum_tolerance);
-  }
+  if (f.code >= first_team_fault_code)
+    throw_invalid_argument(where, name, ": fault ", f.code, " (row ", f.row, ", column ", f.column, ", value ", f.value,
+                           ") that no module describes");
   const fault rf = static_cast<fault>(f.code);
   throw_invalid_argument(where, name, " row ", f.row, " ", describe(rf), "; ", expectation(rf));
+}
+
+/// The error of fault `f` of `job` (host): the job's module describes its codes (Job::describe), the
+/// backend the row faults.
+template <class Job>
+[[noreturn]] void throw_job_fault(const Job& job, const team_fault& f) {
+  const char* name = f.arg >= 0 && f.arg < team_job_names ? job.names[f.arg] : "";
+  if constexpr (requires { Job::describe(job.where, name, f); }) Job::describe(job.where, name, f);
+  throw_team_fault(job.where, name, f);
+}
+
+/// Job::describe as an integer a device record can hold (0 for a job without one).
+template <class Job>
+std::uint64_t describer_of() noexcept {
+  if constexpr (requires { static_cast<fault_describer>(&Job::describe); })
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(static_cast<fault_describer>(&Job::describe)));
+  else
+    return 0;
 }
 
 /// A team job's host form: teams 0 .. teams - 1 one after another on the host's one-thread team (the
@@ -289,7 +162,7 @@ void run_serial(const Job& job, index_t teams) {
   std::vector<std::byte> scratch(job.scratch_bytes());
   const serial_team team;
   for (index_t t = 0; t < teams; ++t)
-    if (const team_fault f = job(team, t, scratch.data()); f.code != 0) throw_team_fault(job.where, job.names[f.arg], f);
+    if (const team_fault f = job(team, t, scratch.data()); f.code != 0) throw_job_fault(job, f);
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

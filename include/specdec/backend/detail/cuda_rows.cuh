@@ -59,6 +59,7 @@ struct fault_record {
   std::int64_t column;
   std::int64_t limit;
   double value;
+  std::uint64_t describe;  ///< a team job's fault_describer (its module's messages), 0 for a row fault
 };
 
 /// Where a kernel's per-row faults go: `faults[r]` always; in deferred mode also the sticky record.

@@ -40,7 +40,7 @@ struct block_team {
 template <class Job, int Threads>
 __global__ void __launch_bounds__(Threads)
     team_kernel(Job job, index_t first, std::byte* scratch, std::size_t stride, std::byte* wide, std::size_t wide_stride,
-                team_fault* faults, fault_record* record) {
+                team_fault* faults, fault_record* record, std::uint64_t describe) {
   extern __shared__ float4 team_shared_words[];  // float4: 16-byte aligned, as the jobs' carving expects
   block_team team{wide == nullptr ? nullptr : wide + static_cast<std::size_t>(blockIdx.x) * wide_stride};
   const index_t t = first + blockIdx.x;
@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(Threads)
     record->column = f.column;
     record->limit = f.limit;
     record->value = f.value;
+    record->describe = describe;
   }
 }
 

@@ -37,61 +37,13 @@ namespace specdec::detail {
 /// Argument names a job can report faults against.
 inline constexpr int team_job_names = 16;
 
-/// Faults a team job reports beyond the row faults (codes below 64 are `fault` values, backend/detail/
-/// row_simd.hpp, found in row `row` of argument `arg`).
-enum class team_error : std::int32_t {
-  node_count = 64,            ///< row = request, value = node count, limit = nodes per request
-  root_parent = 65,           ///< row = request, value = node 0's parent
-  bad_parent = 66,            ///< row = request, column = node, value = its parent
-  token_range = 67,           ///< row = request, column = node, value = its token, limit = V
-  target_rows = 68,           ///< row = request, value = first target row, column = rows needed, limit = rows
-  draft_row = 69,             ///< row = request, column = node, value = draft row, limit = rows
-  noise_row = 70,             ///< row = request, value = noise row, limit = rows
-  max_accepted = 71,          ///< row = request, value = the cap
-  output_width = 72,          ///< row = request, value = tokens it may emit, limit = columns (arg: the output)
-  probability_entry = 73,     ///< row = matrix row, column = token, value = the entry
-  uniform_value = 74,         ///< row = request, column = position (-1: one per request), value = the uniform, limit = 0 [0,1) / 1 (0,1]
-  too_few_uniforms = 75,      ///< row = request, column = position needed, limit = columns supplied
-  argmax_range = 76,          ///< row = target row, value = the argmax, limit = V
-  bonus_range = 77,           ///< row = request, value = the bonus token, limit = V
-  noise_entry = 78,           ///< row = noise row, column = token, value = the entry
-  distribution_entry = 79,    ///< row = matrix row, column = token, value = the entry (a draft row's entry outside [0, 1])
-  distribution_sum = 80,      ///< row = matrix row, value = the row's sum
-  not_chain = 81,             ///< row = request, column = a node with several children (FlashInfer's re-tests)
-  unselected_parent = 82,     ///< row = request, column = a selected candidate, value = its unselected parent
-  mapped_token = 83,          ///< row = request, column = draft token, value = its target id, limit = V (arg: d2t or none)
-  token_entry = 84,           ///< row = entry, value = the token, limit = V
-  bitmask_index = 85,         ///< row = entry, value = the row index, limit = rows of logits and bitmask
-  mask_allows_none = 86,      ///< row = request, value = the bitmask row (node 0's: nothing could be emitted)
-  mask_all_neg_inf = 87,      ///< row = request, column = node, value = the bitmask row (allowed entries all -inf)
-  repetition_value = 88,      ///< row = request, value = the repetition penalty
-  finite_value = 89,          ///< row = entry, value = the entry (a penalty or bias that must be finite)
-  entry_range = 90,           ///< row = request, column = first entry, value = end, limit = entries
-  history_token = 91,         ///< row = entry, column = request, value = the token, limit = V
-  history_count = 92,         ///< row = entry, column = request, value = the count
-  link_node = 93,             ///< row = request, column = the node a link points at, limit = nodes per request
-  sibling_cycle = 94,         ///< row = request, column = the node whose child list cycles
-  path_cycle = 95,            ///< row = request, column = the last accepted node, value = the node revisited
-  link_index = 96,            ///< row = request, column = the slot, value = the node, limit = N (own slots [row N, (row + 1) N))
-  predicted_token = 97,       ///< row = entry, column = the token (an int32 output must hold it)
-  link_value = 98,            ///< row = request, column = node, limit = the link, value = nodes per request
-  candidate_token = 99,       ///< row = request, column = node, limit = the token, value = V
-  link_twice = 100,           ///< row = request, column = the node two links point at
-  link_unreached = 101,       ///< row = request, column = nodes the links reach, limit = nodes per request
-  link_order = 102,           ///< row = request, column = node, limit = the node it is linked under
-  draft_count = 103,          ///< row = request, column = its drafts, limit = the most allowed
-  missing_argument = 104,     ///< row = request (the argument, empty, is one the request reads)
-  top_k_value = 105,          ///< row = matrix row, limit = its k, value = V
-  renorm_sum = 106,           ///< row = matrix row, value = the row's sum (renormalisers' tolerance, 1e-3)
-  logit_value = 107,          ///< row = matrix row, column = token, value = the logit (NaN or +inf)
-  top_p_value = 108,          ///< row = matrix row, value = its p
-  sequence_length = 109,      ///< row = request, value = its length, limit = the longest allowed
-  mask_entries = 110,         ///< row = request, column = entries requests 0..row need, limit = entries given, value = 1: the total
-  segment_range = 111,        ///< row = segment, column = its start, value = its end, limit = elements
-  packed_offset = 112,        ///< row = offset index, column = the offset, limit = the offset expected
-  packed_size = 113,          ///< row = request, column = bytes requests 0..row need, limit = the most an int32 offset addresses
-  shared_row = 114,           ///< row = request, column = another request, value = a row both write
-};
+/// Fault codes of team jobs. Codes below 64 are the backends' row faults (`fault`, backend/detail/
+/// row_simd.hpp, found in row `row` of argument `arg`), described by the backend. Codes from 64 on
+/// belong to the module whose jobs report them, which describes them (a job's static `describe`, see
+/// below): 64-95 tree (tree/detail/faults.hpp), 96-127 mask (mask/detail/faults.hpp), 128-143 grammar
+/// (grammar/detail/faults.hpp), 144-207 sampling (sampling/detail/faults.hpp), 208-255 interop
+/// (interop/detail/faults.hpp). A new code goes into its module's range; the backends never change.
+inline constexpr std::int32_t first_team_fault_code = 64;
 
 /// What a team job returns: `code` 0 when the team's work is done.
 struct team_fault {
@@ -103,9 +55,27 @@ struct team_fault {
   double value = 0.0;
 };
 
-SPECDEC_HOST_DEVICE inline team_fault make_team_fault(team_error e, int arg, std::int64_t row, std::int64_t column,
-                                                      double value, std::int64_t limit = 0) noexcept {
+/// A fault of module code `e` (an enumerator of a module's fault enum).
+template <class Code>
+SPECDEC_HOST_DEVICE inline team_fault make_team_fault(Code e, int arg, std::int64_t row, std::int64_t column, double value,
+                                                      std::int64_t limit = 0) noexcept {
   return team_fault{static_cast<std::int32_t>(e), arg, row, column, limit, value};
+}
+
+/// How a module turns its fault codes into errors: throws `invalid_argument` for a code it owns (naming
+/// `where` and the argument `name`), returns for any other. A job names its module's describer as a
+/// static member `describe` with this signature; the backends call it, host side, before their own
+/// description of the row faults.
+using fault_describer = void (*)(const char* where, const char* name, const team_fault& f);
+
+/// An integer a fault carries as a double, for a message: NaN as 0, values past the int64 range
+/// (an int64 rounded up to 2^63) saturated rather than converted out of range.
+inline long long fault_integer(double v) noexcept {
+  constexpr double limit = 9223372036854775808.0;  // 2^63
+  if (!(v == v)) return 0;
+  if (v >= limit) return 9223372036854775807LL;
+  if (v < -limit) return -9223372036854775807LL - 1;
+  return static_cast<long long>(v);
 }
 
 /// The host's team: one thread, barriers are no-ops.

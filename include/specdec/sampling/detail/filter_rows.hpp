@@ -28,11 +28,12 @@
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
 using specdec::detail::make_team_fault;
-using specdec::detail::team_error;
+using specdec::detail::sampling_fault;
 using specdec::detail::team_fault;
 
 /// A key whose unsigned order is the floats' order (-0 just below +0; NaN is never keyed).
@@ -69,6 +70,9 @@ struct filter_rows_job {
   bool renormalise;                               // probabilities (renormalised) or logits (masked; top-k only)
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
 
   static constexpr index_t lanes = 8;    ///< items per chunk (the canonical lanes)
   static constexpr index_t digits = 16;  ///< buckets of a radix pass (4 bits)
@@ -254,17 +258,17 @@ struct filter_rows_job {
     const layout l = carve(scratch);
     const index_t n = vocab();
     const std::int64_t k = top_k.empty() ? n : top_k(top_k.rows() == 1 ? 0 : r);
-    if (k < 1 || k > n) return make_team_fault(team_error::top_k_value, filter_arg_k, r, 0, static_cast<double>(n), k);
+    if (k < 1 || k > n) return make_team_fault(sampling_fault::top_k_value, filter_arg_k, r, 0, static_cast<double>(n), k);
     const float p = top_p.empty() ? 1.0f : top_p(top_p.rows() == 1 ? 0 : r);
-    if (!(p > 0.0f && p <= 1.0f)) return make_team_fault(team_error::top_p_value, filter_arg_p, r, 0, static_cast<double>(p));
+    if (!(p > 0.0f && p <= 1.0f)) return make_team_fault(sampling_fault::top_p_value, filter_arg_p, r, 0, static_cast<double>(p));
     const float* x = in.row(r);
     const weighed checked = weigh(team, l, x, [](float) { return true; });
     if (checked.first_bad >= 0)
-      return make_team_fault(renormalise ? team_error::distribution_entry : team_error::logit_value, filter_arg_rows, r,
+      return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r,
                              checked.first_bad, x[checked.first_bad]);
     const double error = checked.total - 1.0;
     if (renormalise && !(error <= renorm_sum_tolerance && error >= -renorm_sum_tolerance))
-      return make_team_fault(team_error::renorm_sum, filter_arg_rows, r, 0, checked.total);
+      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, 0, checked.total);
     // k = V cuts nothing; without top-p the cut is key 0, below every entry.
     const float kth = k < n ? kth_largest(team, l, x, k) : 0.0f;  // not read when k = V (nothing cut)
     const std::uint32_t cut = top_p.empty() ? 0u : top_p_cut(team, l, x, p);

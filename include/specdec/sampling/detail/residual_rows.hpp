@@ -16,6 +16,7 @@
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/detail/staged_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 
@@ -206,10 +207,10 @@ struct residual_rows {
     const weighed w = weigh<row_batch>(team, l, masses, p, as_is_t{}, [](float v) { return !(v >= 0.0f && v <= 1.0f); });
     total = w.total;
     if (w.first_bad >= 0)
-      return make_team_fault(team_error::distribution_entry, arg, row, w.first_bad, static_cast<double>(p[w.first_bad]));
+      return make_team_fault(sampling_fault::distribution_entry, arg, row, w.first_bad, static_cast<double>(p[w.first_bad]));
     const double error = w.total - 1.0;
     if (!(error <= specdec::detail::probability_sum_tolerance && error >= -specdec::detail::probability_sum_tolerance))
-      return make_team_fault(team_error::distribution_sum, arg, row, 0, w.total);
+      return make_team_fault(sampling_fault::distribution_sum, arg, row, 0, w.total);
     return {};
   }
 

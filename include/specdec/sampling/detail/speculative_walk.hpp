@@ -20,6 +20,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/detail/residual_rows.hpp>
 #include <specdec/sampling/detail/staged_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
@@ -64,6 +65,9 @@ struct speculative_batch_job : residual_rows<Space> {
   bool retest;
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
 
   /// Wide scratch (team.wide_scratch()): the folded row, V floats, with draft rows only (deterministic
   /// drafts' operations read no row, so evaluating them per entry costs no memory traffic).
@@ -75,12 +79,12 @@ struct speculative_batch_job : residual_rows<Space> {
   SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
     if (!uniform_values.empty()) {
       if (static_cast<index_t>(position) >= uniform_values.cols())
-        return make_team_fault(team_error::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
+        return make_team_fault(sampling_fault::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
                                uniform_values.cols());
       u = uniform_values(r, static_cast<index_t>(position));
       const bool ok = range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
       if (!ok)
-        return make_team_fault(team_error::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
+        return make_team_fault(sampling_fault::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
                                range == uniform_range::closed_open ? 0 : 1);
       return {};
     }
@@ -104,15 +108,15 @@ struct speculative_batch_job : residual_rows<Space> {
     const std::int32_t* token = trees.tokens.row(r);
     for (index_t i = 1; i < q.nodes && !draft_rows.empty(); ++i) {
       const index_t row = draft_rows(r, i);
-      if (row < -1 || row >= draft.rows()) return make_team_fault(team_error::draft_row, arg_draft_rows, r, i, double(row), draft.rows());
+      if (row < -1 || row >= draft.rows()) return make_team_fault(sampling_fault::draft_row, arg_draft_rows, r, i, double(row), draft.rows());
     }
     if (retest)
       for (index_t i = 0; i < q.nodes; ++i)
         if (l.tree.first_child[i] >= 0 && l.tree.next_sibling[l.tree.first_child[i]] >= 0)
-          return make_team_fault(team_error::not_chain, arg_parents, r, i, 0.0);
+          return make_team_fault(sampling_fault::not_chain, arg_parents, r, i, 0.0);
     const index_t noise_row = race ? noise_rows(r) : -1;
     if (race && (noise_row < 0 || noise_row >= noise.rows()))
-      return make_team_fault(team_error::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
+      return make_team_fault(sampling_fault::noise_row, arg_noise_rows, r, 0, double(noise_row), noise.rows());
 
     float* const folded = draft_rows.empty() ? nullptr : reinterpret_cast<float*>(team.wide_scratch());
     path_writer<Space> path{&out, r};
@@ -151,11 +155,11 @@ struct speculative_batch_job : residual_rows<Space> {
             if (const team_fault f = load(); f.code != 0) return f;
             p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
           }
-          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_target, row, x, p_x);
+          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, arg_target, row, x, p_x);
           float q_x = 1.0f;
           if (q_row >= 0) {
             q_x = draft(q_row, x);
-            if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+            if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, arg_draft, q_row, x, q_x);
           }
           double u = 0.0;
           if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
@@ -215,10 +219,10 @@ struct speculative_batch_job : residual_rows<Space> {
           const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, i + 1);
           const float p_x = target(q.first_row + i, x);
           if (!(p_x >= 0.0f && p_x <= 1.0f))
-            return make_team_fault(team_error::probability_entry, arg_target, q.first_row + i, x, p_x);
+            return make_team_fault(sampling_fault::probability_entry, arg_target, q.first_row + i, x, p_x);
           const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
           if (q_row >= 0 && !(q_x >= 0.0f && q_x <= 1.0f))
-            return make_team_fault(team_error::probability_entry, arg_draft, q_row, x, q_x);
+            return make_team_fault(sampling_fault::probability_entry, arg_draft, q_row, x, q_x);
           double u = 0.0;
           if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
           retest_passes += passes(p_x, q_x, u) ? 1 : 0;
@@ -240,7 +244,7 @@ struct speculative_batch_job : residual_rows<Space> {
         const weighed w = this->template weigh<row_batch>(team, l, l.masses, e, as_is_t{},
                                 [](float v) { return !(v >= 0.0f && v <= 3.40282347e38f); });  // finite, >= 0
         if (w.first_bad >= 0)
-          return make_team_fault(team_error::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
+          return make_team_fault(sampling_fault::noise_entry, arg_noise, noise_row, w.first_bad, static_cast<double>(e[w.first_bad]));
         final_token = race_token(team, l, current, n_ops, e);
       } else {
         double u = 0.0;

@@ -18,13 +18,15 @@
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
 using specdec::detail::make_team_fault;
-using specdec::detail::team_error;
+using specdec::detail::sampling_fault;
+using specdec::detail::tree_fault;
 using specdec::detail::team_fault;
 
 /// Argument indices of the batch jobs' fault names (batch.hpp fills the names in this order).
@@ -100,21 +102,21 @@ SPECDEC_HOST_DEVICE team_fault check_and_link(Team& team, const batch_trees<Spac
                                               checked_request& q) {
   const index_t width = trees.tokens.cols();
   q.nodes = trees.node_counts.empty() ? width : trees.node_counts(r);
-  if (q.nodes < 1 || q.nodes > width) return make_team_fault(team_error::node_count, arg_node_counts, r, 0, double(q.nodes), width);
+  if (q.nodes < 1 || q.nodes > width) return make_team_fault(tree_fault::node_count, arg_node_counts, r, 0, double(q.nodes), width);
   const std::int32_t* parent = trees.parents.row(r);
   const std::int32_t* token = trees.tokens.row(r);
-  if (parent[0] != -1) return make_team_fault(team_error::root_parent, arg_parents, r, 0, parent[0]);
+  if (parent[0] != -1) return make_team_fault(tree_fault::root_parent, arg_parents, r, 0, parent[0]);
   for (index_t i = 1; i < q.nodes; ++i) {
-    if (parent[i] < 0 || parent[i] >= i) return make_team_fault(team_error::bad_parent, arg_parents, r, i, parent[i]);
-    if (token[i] < 0 || token[i] >= vocab) return make_team_fault(team_error::token_range, arg_tokens, r, i, token[i], vocab);
+    if (parent[i] < 0 || parent[i] >= i) return make_team_fault(tree_fault::bad_parent, arg_parents, r, i, parent[i]);
+    if (token[i] < 0 || token[i] >= vocab) return make_team_fault(tree_fault::token_range, arg_tokens, r, i, token[i], vocab);
   }
   q.first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
   if (q.first_row < 0 || q.first_row > target_rows - q.nodes)
-    return make_team_fault(team_error::target_rows, arg_target, r, q.nodes, double(q.first_row), target_rows);
+    return make_team_fault(tree_fault::target_rows, arg_target, r, q.nodes, double(q.first_row), target_rows);
   q.cap = trees.max_accepted.empty() ? -1 : trees.max_accepted(r);
-  if (q.cap < -1) return make_team_fault(team_error::max_accepted, arg_max_accepted, r, 0, q.cap);
+  if (q.cap < -1) return make_team_fault(sampling_fault::max_accepted, arg_max_accepted, r, 0, q.cap);
   q.bonus = trees.bonus_tokens.empty() ? -1 : trees.bonus_tokens(r);
-  if (q.bonus < -1 || q.bonus >= vocab) return make_team_fault(team_error::bonus_range, arg_bonus, r, 0, q.bonus, vocab);
+  if (q.bonus < -1 || q.bonus >= vocab) return make_team_fault(sampling_fault::bonus_range, arg_bonus, r, 0, q.bonus, vocab);
   // Depths in one pass by rank 0 (parents precede children), where every thread walking each node's
   // ancestors would make a long serial chain of dependent reads.
   team.sync();  // earlier readers of the scratch are done
@@ -132,9 +134,9 @@ SPECDEC_HOST_DEVICE team_fault check_and_link(Team& team, const batch_trees<Spac
   const std::int32_t deepest = ts.depth[0];
   const std::int32_t emitted = (q.cap >= 0 && q.cap < deepest ? q.cap : deepest) + 1;
   if (emitted > out.tokens.cols())
-    return make_team_fault(team_error::output_width, arg_out_tokens, r, 0, emitted, out.tokens.cols());
+    return make_team_fault(sampling_fault::output_width, arg_out_tokens, r, 0, emitted, out.tokens.cols());
   if (!out.accepted_nodes.empty() && emitted - 1 > out.accepted_nodes.cols())
-    return make_team_fault(team_error::output_width, arg_out_nodes, r, 0, emitted - 1, out.accepted_nodes.cols() + 1);
+    return make_team_fault(sampling_fault::output_width, arg_out_nodes, r, 0, emitted - 1, out.accepted_nodes.cols() + 1);
   if (team.rank() == 0) {
     for (index_t i = 0; i < q.nodes; ++i) ts.first_child[i] = ts.next_sibling[i] = -1;
     for (index_t i = q.nodes - 1; i >= 1; --i) {  // reverse, so each list ends up in node-index order
@@ -206,6 +208,9 @@ struct greedy_batch_job {
   index_t vocab;
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
 
   std::size_t scratch_bytes() const { return tree_scratch::bytes(trees.tokens.cols()); }
 
@@ -220,7 +225,7 @@ struct greedy_batch_job {
     for (;;) {
       const index_t row = q.first_row + node;
       const std::int32_t best = argmax(row);
-      if (best < 0 || best >= vocab) return make_team_fault(team_error::argmax_range, arg_target, row, 0, best, vocab);
+      if (best < 0 || best >= vocab) return make_team_fault(sampling_fault::argmax_range, arg_target, row, 0, best, vocab);
       node = greedy_step(team, out, ts, q, token, path, r, vocab, node, best);
       if (node < 0) return {};
     }
@@ -306,6 +311,9 @@ struct visited_greedy_batch_job {
   matrix_view<const std::int32_t, Space> bitmask;  // empty: every token allowed
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
 
   SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return logits.cols(); }
   SPECDEC_HOST_DEVICE index_t chunks() const noexcept {
@@ -331,12 +339,12 @@ struct visited_greedy_batch_job {
       const argmax_lane a = team_row_argmax(team, lanes, logits.row(row), bitmask.empty() ? nullptr : bitmask.row(row), vocab());
       if (a.bad >= 0) return argmax_fault(logits(row, a.bad), arg_target, row, a.bad);
       if (a.allowed == 0) {  // only a bitmask allows nothing
-        if (node == 0) return make_team_fault(team_error::mask_allows_none, arg_bitmask, r, 0, double(row));
+        if (node == 0) return make_team_fault(sampling_fault::mask_allows_none, arg_bitmask, r, 0, double(row));
         path.finish(team, -1, 0, path.count);  // the grammar terminated here: nothing may follow
         return {};
       }
       if (a.at < 0 && !bitmask.empty())
-        return make_team_fault(team_error::mask_all_neg_inf, arg_bitmask, r, node, double(row));
+        return make_team_fault(sampling_fault::mask_all_neg_inf, arg_bitmask, r, node, double(row));
       const std::int32_t best = a.at < 0 ? 0 : a.at;  // an unmasked all -inf row: index 0, as row_argmax
       node = greedy_step(team, out, ts, q, token, path, r, vocab(), node, best);
       if (node < 0) return {};
