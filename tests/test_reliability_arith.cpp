@@ -500,4 +500,16 @@ TEST_CASE("class 5: NaN draft scores, negative root and draft tokens are rejecte
   specdec::eagle1::static_drafter<specdec::eigen> d(b, buffers, 3, 0);
   const std::vector<std::int32_t> bad_row = {4, -3};
   CHECK(contains(error_of([&] { (void)d.begin_with(bad_row); }), "root_row[1] = -3"));
+  // Edited buffers: a negative group or rank indexed ss_token before its start.
+  auto edited = buffers;
+  edited.shape.rank[1] = -1;
+  CHECK(contains(error_of([&] { specdec::eagle1::static_drafter<specdec::eigen> e(b, edited, 3, 0); }),
+                 "node 1 is rank -1 in its parent's group 0"));
+  edited = buffers;
+  edited.group[0] = -1;
+  CHECK(contains(error_of([&] { specdec::eagle1::static_drafter<specdec::eigen> e(b, edited, 3, 0); }), "expected a group in [0, 0)"));
+  edited = specdec::eagle1::make_buffers(std::vector<specdec::choice>{{0}, {1}, {0, 0}}, 2);  // one level to expand
+  REQUIRE(!edited.levels.empty());
+  edited.levels[0].nodes[0] = 7;
+  CHECK(contains(error_of([&] { specdec::eagle1::static_drafter<specdec::eigen> e(b, edited, 3, 0); }), "a level expands node 7"));
 }

@@ -153,10 +153,11 @@ class static_drafter {
  public:
   using space = typename B::memory_space;
 
-  /// \throws invalid_argument on a negative root token, or a draft_position_base outside
-  ///   [0, 2^62] (positions are draft_position_base + level).
+  /// \throws invalid_argument on a negative root token, a draft_position_base outside [0, 2^62]
+  ///   (positions are draft_position_base + level), or buffers whose indices do not fit together (a
+  ///   caller may edit them: see checked_buffers).
   static_drafter(B& b, const buffers& buf, std::int32_t root_token, index_t draft_position_base)
-      : buf_(&buf), topk_(b, std::max<index_t>(1, max_level_rows(buf)), buf.top_k), root_token_(root_token),
+      : buf_(&checked_buffers(buf)), topk_(b, std::max<index_t>(1, max_level_rows(buf)), buf.top_k), root_token_(root_token),
         position_base_(draft_position_base) {
     constexpr const char* where = "specdec::eagle1::static_drafter";
     SPECDEC_EXPECTS(root_token >= 0, where, "root_token = ", root_token, "; expected a token id >= 0");
@@ -239,6 +240,34 @@ class static_drafter {
   static void check_tokens(const char* where, const char* name, std::span<const std::int32_t> tokens) {
     for (std::size_t i = 0; i < tokens.size(); ++i)
       SPECDEC_EXPECTS(tokens[i] >= 0, where, name, "[", i, "] = ", tokens[i], "; expected a token id >= 0");
+  }
+  /// The buffers' indices the drafter follows, checked once: one group and rank per node, every node
+  /// with children a group in [0, groups) and every rank in [0, top_k) (so each token's index lies in
+  /// ss_token), level nodes and retrieve indices in range. make_buffers' buffers always pass.
+  static const buffers& checked_buffers(const buffers& buf) {
+    constexpr const char* where = "specdec::eagle1::static_drafter";
+    const draft_tree& tree = buf.shape.tree;
+    const index_t n = tree.size();
+    SPECDEC_EXPECTS(buf.top_k >= 1 && static_cast<index_t>(buf.group.size()) == n &&
+                        static_cast<index_t>(buf.shape.rank.size()) == n && static_cast<index_t>(tree.parent.size()) == n,
+                    where, "buffers hold ", buf.group.size(), " groups and ", buf.shape.rank.size(), " ranks for ", n,
+                    " nodes (top_k = ", buf.top_k, "); expected one of each per node and top_k >= 1 (make_buffers)");
+    index_t groups = 0;
+    for (const std::int32_t g : buf.group) groups += g >= 0 ? 1 : 0;
+    for (index_t i = 1; i < n; ++i) {
+      const std::int32_t parent = tree.parent[static_cast<std::size_t>(i)];
+      SPECDEC_EXPECTS(parent >= 0 && parent < i, where, "buffers: node ", i, " has parent ", parent, "; expected an earlier node");
+      const std::int32_t g = buf.group[static_cast<std::size_t>(parent)], r = buf.shape.rank[static_cast<std::size_t>(i)];
+      SPECDEC_EXPECTS(g >= 0 && g < groups && r >= 0 && r < buf.top_k, where, "buffers: node ", i, " is rank ", r,
+                      " in its parent's group ", g, "; expected a group in [0, ", groups, ") and a rank in [0, top_k = ",
+                      buf.top_k, ")");
+    }
+    for (const draft_level& level : buf.levels)
+      for (const std::int32_t node : level.nodes)
+        SPECDEC_EXPECTS(node >= 0 && node < n, where, "buffers: a level expands node ", node, "; expected [0, ", n, ")");
+    for (const std::int64_t node : buf.retrieve_indices)
+      SPECDEC_EXPECTS(node >= -1 && node < n, where, "buffers: retrieve index ", node, "; expected -1 or a node in [0, ", n, ")");
+    return buf;
   }
   static index_t max_level_rows(const buffers& buf) {
     index_t rows = 1;

@@ -35,8 +35,18 @@ inline matrix_view<const std::int32_t> as_batch_of_one(valid_tree tree) noexcept
   return {tree.view().parent.data(), 1, tree.size()};
 }
 
+/// The checks every host layout shares (prefix_length >= 0, out `[n x cols]` with cols = prefix_length + n
+/// for dense rows, apart from the tree), then the layout's job on one thread.
 template <batch_mask_layout Layout, class T>
-void host_tree_mask(const char* where, valid_tree tree, index_t prefix_length, matrix_view<T> out) {
+void host_tree_mask(const char* where, valid_tree tree, index_t prefix_length, matrix_view<T> out, index_t cols = -1) {
+  const index_t n = tree.size();
+  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
+  if (cols < 0) {
+    cols = checked_add(where, prefix_length, n, "prefix_length + nodes");
+    SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(), "; expected ", n,
+                    " x ", cols, " (nodes x (prefix_length + nodes))");
+  }
+  check_tree_outputs(where, tree.view(), output("out", out));
   batch_tree_mask_job<host_space, T, Layout> job{as_batch_of_one(tree), {}, out, prefix_length};
   name_job(job, where, {{mask_arg_parents, "tree.parent"}});
   run_serial(job, 1);
@@ -50,14 +60,7 @@ void host_tree_mask(const char* where, valid_tree tree, index_t prefix_length, m
 /// or prefix_length < 0.
 template <class M>
 void tree_mask_dense(valid_tree tree, index_t prefix_length, matrix_view<M> out) {
-  constexpr const char* where = "specdec::tree_mask_dense";
-  const index_t n = tree.size();
-  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
-  const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
-  SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
-                  "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
-  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
-  detail::host_tree_mask<detail::batch_mask_layout::dense>(where, tree, prefix_length, out);
+  detail::host_tree_mask<detail::batch_mask_layout::dense>("specdec::tree_mask_dense", tree, prefix_length, out);
 }
 
 /// tree_mask_dense as a new host `[n x (prefix_length + n)]` row-major uint8 buffer (1: attend), the
@@ -79,14 +82,7 @@ inline std::vector<std::uint8_t> tree_mask_dense(valid_tree tree, index_t prefix
 template <class F>
 void tree_mask_additive(valid_tree tree, index_t prefix_length, matrix_view<F> out) {
   static_assert(std::numeric_limits<F>::has_infinity, "an additive mask needs -inf");
-  constexpr const char* where = "specdec::tree_mask_additive";
-  const index_t n = tree.size();
-  SPECDEC_EXPECTS(prefix_length >= 0, where, "prefix_length = ", prefix_length, "; expected >= 0");
-  const index_t cols = detail::checked_add(where, prefix_length, n, "prefix_length + nodes");
-  SPECDEC_EXPECTS(out.rows() == n && out.cols() == cols, where, "out is ", out.rows(), " x ", out.cols(),
-                  "; expected ", n, " x ", cols, " (nodes x (prefix_length + nodes))");
-  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
-  detail::host_tree_mask<detail::batch_mask_layout::additive>(where, tree, prefix_length, out);
+  detail::host_tree_mask<detail::batch_mask_layout::additive>("specdec::tree_mask_additive", tree, prefix_length, out);
 }
 
 /// TensorRT-LLM's packed mask of the tree part: `[n x ceil(n / 32)]` int32 words; bit b of word w of
@@ -98,8 +94,7 @@ inline void tree_mask_packed_int32(valid_tree tree, matrix_view<std::int32_t> ou
   const index_t n = tree.size(), words = (n + 31) / 32;
   SPECDEC_EXPECTS(out.rows() == n && out.cols() == words, where, "out is ", out.rows(), " x ", out.cols(), "; expected ", n, " x ",
                   words, " (nodes x ceil(nodes / 32))");
-  detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
-  detail::host_tree_mask<detail::batch_mask_layout::packed_int32>(where, tree, 0, out);
+  detail::host_tree_mask<detail::batch_mask_layout::packed_int32>(where, tree, 0, out, words);
 }
 
 /// SGLang's QLEN_ONLY_BITPACKING rows: one little-endian item per node, bit j = tree column j (bit 0 =
@@ -114,9 +109,10 @@ void tree_mask_bitpacked_rows(valid_tree tree, vector_view<Item> out) {
                   " nodes; a ", 8 * sizeof(Item), "-bit item holds at most ", 8 * sizeof(Item),
                   " (use a wider item, or the packed int32 / FlashInfer layouts)");
   SPECDEC_EXPECTS(out.rows() == n, where, "out has ", out.rows(), " entries; expected one per node (", n, ")");
+  // Checked as the vector the caller passed (the job sees it as an [n x 1] matrix).
   detail::check_tree_outputs(where, tree.view(), detail::output("out", out));
   detail::host_tree_mask<detail::batch_mask_layout::bitpacked_rows>(where, tree, 0,
-                                                                    matrix_view<Item>(out.data(), n, 1, out.stride(0), 1));
+                                                                    matrix_view<Item>(out.data(), n, 1, out.stride(0), 1), 1);
 }
 
 /// FlashInfer's packed custom mask for a ragged batch. Request r's mask is `[n_r x (prefix_r + n_r)]`
