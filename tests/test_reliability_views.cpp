@@ -17,6 +17,8 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
+#include <specdec/blocks/eagle.hpp>
+#include <specdec/blocks/layers.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
@@ -509,4 +511,28 @@ TEST_CASE_TEMPLATE("add_rows with per-row weights: weights laid over y are refus
   CHECK(y[0] == 2.0f);
   CHECK(y[8] == -1.0f);
   CHECK(y[16] == 5.0f);
+}
+
+TEST_CASE("a strided bias is refused, not read as packed (EAGLE's fuse, found by fuzz_views; every Linear's apply)") {
+  specdec::eigen b;
+  std::vector<float> embed(8 * 4, 0.25f), fc(4 * 8, 0.5f), bias(8, 1.0f), feature(3 * 4, 1.0f), out(3 * 4);
+  const std::vector<std::int32_t> tokens = {1, 2, 3};
+  specdec::blocks::eagle::weights<specdec::host_space> w;
+  w.embed = matrix_view<const float>(embed.data(), 8, 4);
+  w.fc.weight = matrix_view<const float>(fc.data(), 4, 8);
+  w.fc.bias = vector_view<const float>(bias.data(), 4, 2);  // every other entry
+  const auto fuse = [&] {
+    specdec::blocks::eagle::fuse(b, w, vector_view<const std::int32_t>(tokens.data(), 3), matrix_view<const float>(feature.data(), 3, 4),
+                                 matrix_view<float>(out.data(), 3, 4));
+  };
+  CHECK(error_of(fuse).find("fc.bias") != std::string::npos);
+  w.fc.bias = vector_view<const float>(bias.data(), 4);
+  CHECK(error_of(fuse).empty());
+  CHECK(out[0] == 0.25f * 0.5f * 4 + 1.0f * 0.5f * 4 + 1.0f);
+  specdec::blocks::linear<specdec::host_space> layer;
+  layer.weight = matrix_view<const float>(fc.data(), 4, 8);
+  layer.bias = vector_view<const float>(bias.data(), 4, -1);
+  std::vector<float> x(3 * 8, 1.0f);
+  CHECK(error_of([&] { specdec::blocks::apply(b, layer, matrix_view<const float>(x.data(), 3, 8), matrix_view<float>(out.data(), 3, 4)); })
+            .find("bias") != std::string::npos);
 }

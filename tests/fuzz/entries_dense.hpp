@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/layers.hpp>
 
 #include "entry_plan.hpp"
@@ -280,6 +281,27 @@ struct mlp_forward {
     w.up.weight = c.m<const float>(1);
     w.down.weight = c.m<const float>(2);
     specdec::blocks::mlp_forward(b, w, c.m<const float>(3), c.m<float>(4));
+    return {};
+  }
+};
+
+struct eagle_fuse {
+  static constexpr const char* name = "blocks::eagle::fuse";
+  static void plan(call_plan& p) {
+    add<float>(p, "w.embed", 2, 8, 4, role::in, weights(p.input(), 32));
+    add<float>(p, "w.fc.weight", 2, 4, 8, role::in, weights(p.input(), 32));
+    add<float>(p, "w.fc.bias", 1, 4, 1, role::in, weights(p.input(), 4));
+    add<std::int32_t>(p, "tokens", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7));
+    add<float>(p, "feature", 2, 3, 4, role::in, logits(p.input(), 12));
+    add<float>(p, "out", 2, 3, 4, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::blocks::eagle::weights<specdec::host_space> w;
+    w.embed = c.m<const float>(0);
+    w.fc.weight = c.m<const float>(1);
+    w.fc.bias = c.v<const float>(2);
+    specdec::blocks::eagle::fuse(b, w, c.v<const std::int32_t>(3), c.m<const float>(4), c.m<float>(5));
     return {};
   }
 };

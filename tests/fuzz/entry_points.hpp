@@ -64,6 +64,7 @@ inline constexpr entry entries[] = {
     make<attention<true>>(),
     make<attention_forward>(),
     make<mlp_forward>(),
+    make<eagle_fuse>(),
     make<request_greedy>(),
     make<request_greedy_argmax>(),
     make<request_speculative>(),

@@ -62,6 +62,10 @@ void stage_forward(B& b, const layer_config& c, const stage_weights<typename B::
                   "] for inputs of width ", e, "; expected [E x 2E] and equal input shapes");
   specdec::detail::check_view("specdec::blocks::amphista::stage_forward", "fuse.weight", w.fuse.weight,
                               specdec::detail::packed);
+  // The bias, when present, is added as one packed row of E entries.
+  SPECDEC_EXPECTS(w.fuse.bias.rows() == 0 || w.fuse.bias.rows() == e, "specdec::blocks::amphista::stage_forward",
+                  "fuse.bias has ", w.fuse.bias.rows(), " entries; expected none or E = ", e);
+  specdec::detail::check_view("specdec::blocks::amphista::stage_forward", "fuse.bias", w.fuse.bias, specdec::detail::packed);
   const matrix_view<const float, space> w_feature(w.fuse.weight.data(), e, e, w.fuse.weight.stride(0), 1);
   const matrix_view<const float, space> w_embedding(w.fuse.weight.data() + e, e, e, w.fuse.weight.stride(0), 1);
   b.gemm(feature, transpose::no, w_feature, transpose::yes, out);

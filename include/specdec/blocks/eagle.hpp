@@ -42,6 +42,8 @@ void fuse(B& b, const weights<typename B::memory_space>& w, vector_view<const st
   // fc's two halves are views into its weight: its shape must be [E x 2E] before they are formed.
   w.fc.validate("fc", e, 2 * e, true);
   specdec::detail::check_view("specdec::blocks::eagle::fuse", "fc.weight", w.fc.weight, specdec::detail::packed);
+  // The bias is added as one packed row (a strided one would be read as packed).
+  specdec::detail::check_view("specdec::blocks::eagle::fuse", "fc.bias", w.fc.bias, specdec::detail::packed);
   auto embedded = b.template allocate<float>(t * e);
   b.gather_rows(w.embed, tokens, embedded.matrix(t, e));
   const matrix_view<const float, space> w_embed(w.fc.weight.data(), e, e, w.fc.weight.stride(0), 1);

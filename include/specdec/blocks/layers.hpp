@@ -287,8 +287,11 @@ template <dense_backend B>
 void apply(B& b, const linear<typename B::memory_space>& layer, matrix_view<const float, typename B::memory_space> x,
            matrix_view<float, typename B::memory_space> y) {
   b.gemm(x, transpose::no, layer.weight, transpose::yes, y);
-  if (layer.bias.rows() > 0)
+  if (layer.bias.rows() > 0) {
+    // Added as one packed row: a strided bias would be read as packed.
+    specdec::detail::check_view("specdec::blocks::apply", "bias", layer.bias, specdec::detail::packed);
     b.add_rows(y, matrix_view<const float, typename B::memory_space>(layer.bias.data(), 1, layer.bias.rows()));
+  }
 }
 
 /// y = RMSNorm(x; norm) W^T (+ b): a final norm then a head (EAGLE-3's and MTP's logits).
