@@ -19,6 +19,7 @@
 #include <specdec/backend/thrust.hpp>
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/layers.hpp>
+#include <specdec/blocks/mtp.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
@@ -535,4 +536,85 @@ TEST_CASE("a strided bias is refused, not read as packed (EAGLE's fuse, found by
   std::vector<float> x(3 * 8, 1.0f);
   CHECK(error_of([&] { specdec::blocks::apply(b, layer, matrix_view<const float>(x.data(), 3, 8), matrix_view<float>(out.data(), 3, 4)); })
             .find("bias") != std::string::npos);
+}
+
+namespace {
+/// A decoder layer of E = 8 (two query heads over one kv head of 4, an MLP of 6) over one buffer.
+struct small_layer {
+  std::vector<float> buffer = std::vector<float>(8 + 8 + 64 + 32 + 32 + 64 + 48 + 48 + 48, 0.125f);
+  specdec::blocks::layer_config config() const {
+    specdec::blocks::layer_config c;
+    c.attention.hidden = 8;
+    c.attention.heads = 2;
+    c.attention.kv_heads = 1;
+    c.attention.head_dim = 4;
+    c.intermediate = 6;
+    return c;
+  }
+  specdec::blocks::layer_weights<specdec::host_space> weights() const {
+    specdec::blocks::layer_weights<specdec::host_space> w;
+    const float* p = buffer.data();
+    const auto next = [&](index_t rows, index_t cols) {
+      const matrix_view<const float> m(p, rows, cols);
+      p += rows * cols;
+      return m;
+    };
+    w.input_norm = vector_view<const float>(next(8, 1).data(), 8);
+    w.post_norm = vector_view<const float>(next(8, 1).data(), 8);
+    w.attention.q.weight = next(8, 8);
+    w.attention.k.weight = next(4, 8);
+    w.attention.v.weight = next(4, 8);
+    w.attention.o.weight = next(8, 8);
+    w.mlp.gate.weight = next(6, 8);
+    w.mlp.up.weight = next(6, 8);
+    w.mlp.down.weight = next(8, 6);
+    return w;
+  }
+};
+}  // namespace
+
+TEST_CASE("the drafter blocks' forwards refuse an output laid over a weight (MTP's, found by fuzz_views' new entries)") {
+  // MTP's project wrote its rows over the decoder layer's weights before the layer read them.
+  specdec::eigen b;
+  small_layer layer;
+  std::vector<float> embed(8 * 8, 0.5f), norms(16, 1.0f), eh_proj(8 * 16, 0.25f), hidden(3 * 8, 1.0f), out(3 * 8);
+  const std::vector<std::int32_t> tokens = {1, 2, 3};
+  const std::vector<std::int64_t> positions = {1, 2, 3};
+  specdec::blocks::mtp::config c;
+  c.layer = layer.config();
+  c.vocab = 8;
+  specdec::blocks::mtp::weights<specdec::host_space> w;
+  w.embed = matrix_view<const float>(embed.data(), 8, 8);
+  w.enorm = vector_view<const float>(norms.data(), 8);
+  w.hnorm = vector_view<const float>(norms.data() + 8, 8);
+  w.eh_proj.weight = matrix_view<const float>(eh_proj.data(), 8, 16);
+  w.layer = layer.weights();
+  const auto forward = [&](float* into) {
+    specdec::blocks::mtp::forward(b, c, w, vector_view<const std::int32_t>(tokens.data(), 3), matrix_view<const float>(hidden.data(), 3, 8),
+                                  vector_view<const std::int64_t>(positions.data(), 3), nullptr, {}, matrix_view<float>(into, 3, 8));
+  };
+  const std::string over_weight = error_of([&] { forward(layer.buffer.data() + 8); });  // over post_attention_layernorm
+  CHECK(over_weight.find("out") != std::string::npos);
+  CHECK(over_weight.find("post_attention_layernorm.weight") != std::string::npos);
+  CHECK(error_of([&] { forward(out.data()); }).empty());
+}
+
+TEST_CASE("a refused layer forward leaves its KV cache as it was") {
+  // The attention appends its rows before the MLP's shapes are checked: the cache is cropped back.
+  specdec::eigen b;
+  small_layer layer;
+  auto w = layer.weights();
+  w.mlp.down.weight = matrix_view<const float>(w.mlp.down.weight.data(), 8, 5);  // not [E x intermediate]
+  std::vector<float> x(3 * 8, 1.0f);
+  const std::vector<std::int64_t> positions = {0, 1, 2};
+  specdec::blocks::kv_cache<specdec::eigen> cache(b, 8, 4);
+  CHECK_FALSE(error_of([&] {
+                specdec::blocks::decoder_layer_forward(b, layer.config(), w, matrix_view<float>(x.data(), 3, 8),
+                                                       vector_view<const std::int64_t>(positions.data(), 3), &cache);
+              }).empty());
+  CHECK(cache.size() == 0);
+  w = layer.weights();
+  specdec::blocks::decoder_layer_forward(b, layer.config(), w, matrix_view<float>(x.data(), 3, 8),
+                                         vector_view<const std::int64_t>(positions.data(), 3), &cache);
+  CHECK(cache.size() == 3);
 }

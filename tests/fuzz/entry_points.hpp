@@ -4,6 +4,7 @@
 // point is one struct and one line here.
 #pragma once
 
+#include "entries_blocks.hpp"
 #include "entries_dense.hpp"
 #include "entries_requests.hpp"
 #include "entries_sampling.hpp"
@@ -76,6 +77,19 @@ inline constexpr entry entries[] = {
     make<sglang_sampling>(),
     make<sglang_greedy_host>(),
     make<medusa_fill_candidates>(),
+    make<decoder_layer>(),
+    make<eagle_forward>(),
+    make<eagle3_forward>(),
+    make<eagle3_fuse>(),
+    make<eagle3_logits>(),
+    make<mtp_forward>(),
+    make<moe_draft_layer>(),
+    make<moa_drafter>(),
+    make<moa_train_forward>(),
+    make<amphista_stage>(),
+    make<amphista_head_inputs>(),
+    make<amphista_auto_embedding>(),
+    make<kv_cache_keep>(),
 };
 
 /// One input of fuzz_views (`sizes` false) or fuzz_sizes: an entry, a backend, then the layouts.

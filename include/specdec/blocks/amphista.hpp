@@ -66,6 +66,11 @@ void stage_forward(B& b, const layer_config& c, const stage_weights<typename B::
   SPECDEC_EXPECTS(w.fuse.bias.rows() == 0 || w.fuse.bias.rows() == e, "specdec::blocks::amphista::stage_forward",
                   "fuse.bias has ", w.fuse.bias.rows(), " entries; expected none or E = ", e);
   specdec::detail::check_view("specdec::blocks::amphista::stage_forward", "fuse.bias", w.fuse.bias, specdec::detail::packed);
+  detail::arguments args("specdec::blocks::amphista::stage_forward");
+  detail::add_inputs(args, w.fuse, "fuse.weight", "fuse.bias");
+  detail::add_inputs(args, w.layer);
+  args.add(specdec::detail::input("feature", feature)).add(specdec::detail::input("embedding", embedding));
+  args.add(specdec::detail::input("positions", positions)).add(specdec::detail::output("out", out)).check();
   const matrix_view<const float, space> w_feature(w.fuse.weight.data(), e, e, w.fuse.weight.stride(0), 1);
   const matrix_view<const float, space> w_embedding(w.fuse.weight.data() + e, e, e, w.fuse.weight.stride(0), 1);
   b.gemm(feature, transpose::no, w_feature, transpose::yes, out);
@@ -93,6 +98,12 @@ void auto_embedding(B& b, const config& c, const weights<typename B::memory_spac
   SPECDEC_EXPECTS(logits.rows() == k && logits.cols() == c.vocab && c.vocab >= 1, where, "logits is [", logits.rows(), " x ",
                   logits.cols(), "]; expected [K x vocab] = [", k, " x ", c.vocab, "]");
   specdec::detail::check_view(where, "logits", logits, specdec::detail::packed);
+  detail::arguments args(where);
+  args.add(specdec::detail::input("z", z)).add(specdec::detail::input("position_embedding", w.position_embedding));
+  detail::add_inputs(args, w.auto_embedding);
+  for (const auto& head : w.heads) args.add(specdec::detail::input("a head's weight", head));
+  args.add(specdec::detail::output("logits", logits)).add(specdec::detail::output("u_out", u_out));
+  args.add(specdec::detail::output("o_out", o_out)).check();
   auto u = b.template allocate<float>(k * e);
   copy_rows(b, z, u.matrix(k, e));
   b.add_rows(u.matrix(k, e), w.position_embedding);
@@ -127,6 +138,9 @@ void head_inputs(B& b, const config& c, const weights<typename B::memory_space>&
                       (w.head_mlps.empty() || static_cast<index_t>(w.head_mlps.size()) == c.heads),
                   "specdec::blocks::amphista::head_inputs", "stage1_heads = ", c.stage1_heads, " of K = ", c.heads,
                   ", z has ", z.rows(), " rows, ", w.head_mlps.size(), " head MLPs; expected 0 <= stage1_heads <= K, K rows, 0 or K MLPs");
+  detail::arguments args("specdec::blocks::amphista::head_inputs");
+  for (const auto& mlp : w.head_mlps) detail::add_inputs(args, mlp, "a head MLP's weight", "a head MLP's bias");
+  args.add(specdec::detail::input("h1", h1)).add(specdec::detail::input("h2", h2)).add(specdec::detail::output("z", z)).check();
   auto hidden = b.template allocate<float>(e);
   auto ones = b.upload(std::span<const float>(std::vector<float>(static_cast<std::size_t>(w.head_mlps.empty() ? 0 : e), 1.0f)));
   for (index_t k = 0; k < c.heads; ++k) {

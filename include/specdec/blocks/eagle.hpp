@@ -29,6 +29,15 @@ struct weights {
   }
 };
 
+namespace detail {
+template <class Space>
+void add_inputs(blocks::detail::arguments& set, const weights<Space>& w) {
+  set.add(specdec::detail::input("embed_tokens.weight", w.embed));
+  blocks::detail::add_inputs(set, w.fc, "fc.weight", "fc.bias");
+  blocks::detail::add_inputs(set, w.layer);
+}
+}  // namespace detail
+
 /// fused = [embed(tokens) ; feature] fc^T + bias. \param tokens backend `[T]` int32 in [0, V).
 /// \param feature backend `[T x E]` (the target's last hidden state, after its final norm).
 /// \param out backend `[T x E]`. \throws invalid_argument on shapes or token ids outside the table.
@@ -39,6 +48,11 @@ void fuse(B& b, const weights<typename B::memory_space>& w, vector_view<const st
   const index_t t = tokens.rows(), e = w.embed.cols();
   SPECDEC_EXPECTS(feature.rows() == t && feature.cols() == e, "specdec::blocks::eagle::fuse", "feature has shape [",
                   feature.rows(), " x ", feature.cols(), "]; expected [", t, " x ", e, "]");
+  blocks::detail::arguments args("specdec::blocks::eagle::fuse");
+  args.add(specdec::detail::input("embed_tokens.weight", w.embed));
+  blocks::detail::add_inputs(args, w.fc, "fc.weight", "fc.bias");
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("feature", feature));
+  args.add(specdec::detail::output("out", out)).check();
   // fc's two halves are views into its weight: its shape must be [E x 2E] before they are formed.
   w.fc.validate("fc", e, 2 * e, true);
   specdec::detail::check_view("specdec::blocks::eagle::fuse", "fc.weight", w.fc.weight, specdec::detail::packed);
@@ -61,6 +75,12 @@ void forward(B& b, const layer_config& c, const weights<typename B::memory_space
              matrix_view<const float, typename B::memory_space> feature,
              vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
              const attention_mask<typename B::memory_space>& mask, matrix_view<float, typename B::memory_space> out) {
+  // The layer's weights too: the fused rows are written before the layer reads them.
+  blocks::detail::arguments args("specdec::blocks::eagle::forward");
+  detail::add_inputs(args, w);
+  blocks::detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("feature", feature));
+  args.add(specdec::detail::input("positions", positions)).add(specdec::detail::output("out", out)).check();
   fuse(b, w, tokens, feature, out);
   decoder_layer_forward(b, c, w.layer, out, positions, cache, mask);
 }

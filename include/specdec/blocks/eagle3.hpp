@@ -120,6 +120,15 @@ void forward(B& b, const config& c, const weights<typename B::memory_space>& w,
   SPECDEC_EXPECTS(hidden.rows() == t && hidden.cols() == e && out.rows() == t && out.cols() == e, where, "hidden is [",
                   hidden.rows(), " x ", hidden.cols(), "] and out [", out.rows(), " x ", out.cols(), "]; expected [", t,
                   " x ", e, "] each (one row per token)");
+  // out may be hidden itself; apart from every other argument (the weights are read after out is first written).
+  detail::arguments args(where);
+  args.add(specdec::detail::input("embed_tokens.weight", w.embed)).add(specdec::detail::input("hidden_norm.weight", w.hidden_norm));
+  detail::add_inputs(args, w.layer);
+  detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("hidden", hidden));
+  args.add(specdec::detail::input("positions", positions));
+  args.add(specdec::detail::in_place("out", out, specdec::detail::indexed_output, "hidden")).check();
+  const cache_rollback<B> rollback(cache);  // the MLP's checks run after the attention appended
   std::vector<typename B::template buffer<float>> keep;
   auto embedded = detail::scratch(b, keep, t, e);
   b.gather_rows(w.embed, tokens, embedded);

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <span>
 #include <string>
@@ -237,6 +238,26 @@ class kv_cache {
   typename B::template buffer<float> keys_, values_;
 };
 
+/// Restores a cache's length when the call that holds it throws, so that a refused forward leaves
+/// the cache as it was (the rows it appended before the failing check are dropped again): an engine
+/// that catches the error can retry the step or fall back to plain decoding.
+template <dense_backend B>
+class cache_rollback {
+ public:
+  explicit cache_rollback(kv_cache<B>* cache) noexcept
+      : cache_(cache), size_(cache ? cache->size() : 0), pending_(std::uncaught_exceptions()) {}
+  cache_rollback(const cache_rollback&) = delete;
+  cache_rollback& operator=(const cache_rollback&) = delete;
+  ~cache_rollback() {
+    if (cache_ && std::uncaught_exceptions() > pending_ && size_ <= cache_->size()) cache_->crop(size_);
+  }
+
+ private:
+  kv_cache<B>* cache_;
+  index_t size_;
+  int pending_;
+};
+
 namespace detail {
 
 template <class B>
@@ -255,6 +276,42 @@ mview<B> scratch(B& b, std::vector<typename B::template buffer<float>>& keep, in
   keep.push_back(b.template allocate<float>(
       static_cast<index_t>(specdec::detail::checked_count("specdec::blocks", {rows, cols}, "a scratch buffer"))));
   return keep.back().matrix(rows, cols);
+}
+
+/// A call's arguments for the one checked path (specdec::detail::check_arguments): the weights are
+/// inputs like any other, so an output laid over a weight (which a later sub-layer would read after
+/// the output was written) is refused at the call's boundary with the rest.
+using arguments = specdec::detail::argument_set;
+
+template <class Space>
+void add_inputs(arguments& set, const linear<Space>& l, const char* weight, const char* bias) {
+  set.add(specdec::detail::input(weight, l.weight));
+  set.add(specdec::detail::input(bias, l.bias));
+}
+template <class Space>
+void add_inputs(arguments& set, const attention_weights<Space>& w) {
+  add_inputs(set, w.q, "q_proj.weight", "q_proj.bias");
+  add_inputs(set, w.k, "k_proj.weight", "k_proj.bias");
+  add_inputs(set, w.v, "v_proj.weight", "v_proj.bias");
+  add_inputs(set, w.o, "o_proj.weight", "o_proj.bias");
+}
+template <class Space>
+void add_inputs(arguments& set, const mlp_weights<Space>& w) {
+  add_inputs(set, w.gate, "gate_proj.weight", "gate_proj.bias");
+  add_inputs(set, w.up, "up_proj.weight", "up_proj.bias");
+  add_inputs(set, w.down, "down_proj.weight", "down_proj.bias");
+}
+template <class Space>
+void add_inputs(arguments& set, const layer_weights<Space>& w) {
+  set.add(specdec::detail::input("input_layernorm.weight", w.input_norm));
+  set.add(specdec::detail::input("post_attention_layernorm.weight", w.post_norm));
+  add_inputs(set, w.attention);
+  add_inputs(set, w.mlp);
+}
+template <class Space>
+void add_inputs(arguments& set, const attention_mask<Space>& mask) {
+  set.add(specdec::detail::input("mask.allowed", mask.allowed));
+  set.add(specdec::detail::input("mask.additive", mask.additive));
 }
 
 /// The boolean mask of a causal call: `queries` rows over `past + queries` keys.
@@ -286,6 +343,9 @@ void copy_rows(B& b, matrix_view<const float, typename B::memory_space> src, mat
 template <dense_backend B>
 void apply(B& b, const linear<typename B::memory_space>& layer, matrix_view<const float, typename B::memory_space> x,
            matrix_view<float, typename B::memory_space> y) {
+  detail::arguments args("specdec::blocks::apply");
+  detail::add_inputs(args, layer, "weight", "bias");
+  args.add(specdec::detail::input("x", x)).add(specdec::detail::output("y", y)).check();
   b.gemm(x, transpose::no, layer.weight, transpose::yes, y);
   if (layer.bias.rows() > 0) {
     // Added as one packed row: a strided bias would be read as packed.
@@ -300,6 +360,9 @@ template <dense_backend B>
 void norm_then_apply(B& b, vector_view<const float, typename B::memory_space> norm, float eps,
                      const linear<typename B::memory_space>& layer, matrix_view<const float, typename B::memory_space> x,
                      matrix_view<float, typename B::memory_space> y) {
+  detail::arguments args("specdec::blocks::norm_then_apply");
+  detail::add_inputs(args, layer, "weight", "bias");
+  args.add(specdec::detail::input("norm", norm)).add(specdec::detail::input("x", x)).add(specdec::detail::output("y", y)).check();
   std::vector<typename B::template buffer<float>> keep;
   auto normed = detail::scratch(b, keep, x.rows(), x.cols());
   b.rms_norm(x, norm, eps, normed);
@@ -335,6 +398,13 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
                                     mask.type == attention_mask<space>::kind::causal)),
                   where, "segments of ", segment, " rows need equal query / source rows divisible by it, no cache, and a "
                   "none or causal mask");
+  detail::arguments args(where);
+  detail::add_inputs(args, w);
+  detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("query_in", query_in)).add(specdec::detail::input("source_in", source_in));
+  args.add(specdec::detail::input("query_positions", query_positions)).add(specdec::detail::input("source_positions", source_positions));
+  args.add(specdec::detail::output("out", out)).check();
+  const cache_rollback<B> rollback(cache);
   std::vector<typename B::template buffer<float>> keep;
   auto q = detail::scratch(b, keep, tq, c.heads * c.head_dim);
   apply(b, w.q, query_in, q);
@@ -394,6 +464,9 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
 template <dense_backend B>
 void mlp_forward(B& b, const mlp_weights<typename B::memory_space>& w, matrix_view<const float, typename B::memory_space> x,
                  matrix_view<float, typename B::memory_space> y) {
+  detail::arguments args("specdec::blocks::mlp_forward");
+  detail::add_inputs(args, w);
+  args.add(specdec::detail::input("x", x)).add(specdec::detail::output("y", y)).check();
   std::vector<typename B::template buffer<float>> keep;
   auto gate = detail::scratch(b, keep, x.rows(), w.gate.out());
   auto up = detail::scratch(b, keep, x.rows(), w.up.out());
@@ -423,6 +496,11 @@ void decoder_layer_forward(B& b, const layer_config& c, const layer_weights<type
                            vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
                            const attention_mask<typename B::memory_space>& mask = {}, layer_skip skip = {},
                            index_t segment = 0) {
+  detail::arguments args("specdec::blocks::decoder_layer_forward");
+  detail::add_inputs(args, w);
+  detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("positions", positions)).add(specdec::detail::output("x", x)).check();
+  const cache_rollback<B> rollback(cache);  // the MLP's checks run after the attention appended
   const index_t t = x.rows(), e = x.cols();
   std::vector<typename B::template buffer<float>> keep;
   auto normed = detail::scratch(b, keep, t, e);

@@ -45,13 +45,15 @@ void pack_kv(B& b, std::span<const matrix_view<const float, typename B::memory_s
   SPECDEC_EXPECTS(out.rows() == rows && out.cols() == e_kv, where, "out has shape [", out.rows(), " x ",
                   out.cols(), "]; expected [", rows, " x ", e_kv, "]");
   specdec::detail::check_view(where, "out", out, specdec::detail::packed);
+  detail::arguments args(where);
   for (index_t l = 0; l < layers; ++l)
     for (const auto* m : {&keys[static_cast<std::size_t>(l)], &values[static_cast<std::size_t>(l)]}) {
       SPECDEC_EXPECTS(m->cols() == width && specdec::detail::range_fits(first, tokens, m->rows()), where, "layer ", l,
                       " is [", m->rows(), " x ", m->cols(), "]; expected ", width, " columns and ", tokens,
                       " rows from row ", first);
-      specdec::detail::check_view(where, "a key or value layer", *m, specdec::detail::packed);
+      args.add(specdec::detail::input("a key or value layer", *m, specdec::detail::packed));
     }
+  args.add(specdec::detail::output("out", out, specdec::detail::packed)).check();
   for (index_t l = 0; l < layers; ++l)
     for (index_t h = 0; h < kv_heads; ++h)
       for (int part = 0; part < 2; ++part) {
@@ -74,8 +76,12 @@ void layer_self_attention(B& b, const layer_config& c, const layer_weights<typen
                           matrix_view<float, typename B::memory_space> x, matrix_view<float, typename B::memory_space> mean,
                           matrix_view<float, typename B::memory_space> out) {
   using space = typename B::memory_space;
-  SPECDEC_EXPECTS(layers >= 1 && x.rows() % layers == 0, "specdec::blocks::moa::layer_self_attention", x.rows(),
-                  " packed rows are not a multiple of L = ", layers);
+  constexpr const char* where = "specdec::blocks::moa::layer_self_attention";
+  SPECDEC_EXPECTS(layers >= 1 && x.rows() % layers == 0, where, x.rows(), " packed rows are not a multiple of L = ", layers);
+  detail::arguments args(where);
+  detail::add_inputs(args, w);
+  detail::add_inputs(args, ekv2e, "Ekv2E.weight", "Ekv2E.bias");
+  args.add(specdec::detail::output("x", x)).add(specdec::detail::output("mean", mean)).add(specdec::detail::output("out", out)).check();
   const index_t tokens = x.rows() / layers, e_kv = x.cols();
   std::vector<std::int64_t> positions(static_cast<std::size_t>(x.rows()));
   for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<std::int64_t>(i % static_cast<std::size_t>(layers));
@@ -105,6 +111,11 @@ void cross_attention(B& b, const layer_config& c, const layer_weights<typename B
                      matrix_view<const float, typename B::memory_space> source,
                      vector_view<const std::int64_t, typename B::memory_space> source_positions,
                      std::type_identity_t<kv_cache<B>>* cache, const attention_mask<typename B::memory_space>& mask) {
+  detail::arguments args("specdec::blocks::moa::cross_attention");
+  detail::add_inputs(args, w);
+  detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("query_positions", query_positions)).add(specdec::detail::input("source", source));
+  args.add(specdec::detail::input("source_positions", source_positions)).add(specdec::detail::output("query", query)).check();
   const index_t tq = query.rows(), tk = source.rows(), e = query.cols();
   std::vector<typename B::template buffer<float>> keep;
   auto nq = detail::scratch(b, keep, tq, e);
@@ -212,6 +223,21 @@ struct weights {
   }
 };
 
+/// A call's weights and the target's K/V layers as checked inputs (outputs are added by the caller).
+template <class Space>
+detail::arguments check_stream_arguments(const char* where, const weights<Space>& w,
+                                         std::span<const matrix_view<const float, Space>> keys,
+                                         std::span<const matrix_view<const float, Space>> values) {
+  detail::arguments args(where);
+  detail::add_inputs(args, w.layer_self_attention);
+  detail::add_inputs(args, w.ekv2e, "Ekv2E.weight", "Ekv2E.bias");
+  detail::add_inputs(args, w.self_attention);
+  detail::add_inputs(args, w.cross_attention);
+  for (const auto& m : keys) args.add(specdec::detail::input("a key layer", m));
+  for (const auto& m : values) args.add(specdec::detail::input("a value layer", m));
+  return args;
+}
+
 /// The cross-attention's key/value stream for target tokens [first, first + count): their K/V in every
 /// target layer packed (pack_kv), Layer Self-Attention, mean over layers, Ekv2E, into `out`
 /// `[count x E]`. \param keys, values per target layer, backend `[tokens x kv_heads head_dim]`.
@@ -224,6 +250,7 @@ void key_value_stream(B& b, const config& c, const weights<typename B::memory_sp
                   keys.size(), " target layers; the config says L = ", c.target_layers);
   SPECDEC_EXPECTS(count >= 0, "specdec::blocks::moa::key_value_stream", "count = ", count, "; expected >= 0");
   if (count == 0) return;
+  check_stream_arguments("specdec::blocks::moa::key_value_stream", w, keys, values).add(specdec::detail::output("out", out)).check();
   std::vector<typename B::template buffer<float>> keep;
   auto packed = detail::scratch(b, keep, count * c.target_layers, c.kv_width());
   auto mean = detail::scratch(b, keep, count, c.kv_width());
@@ -250,6 +277,13 @@ void train_forward(B& b, const config& c, const weights<typename B::memory_space
   SPECDEC_EXPECTS(static_cast<index_t>(response_mask.size()) == t && embeddings.cols() == c.hidden(),
                   "specdec::blocks::moa::train_forward", "embeddings are [", t, " x ", embeddings.cols(), "] with ",
                   response_mask.size(), " response_mask entries; expected [T x ", c.hidden(), "] and T entries");
+  check_stream_arguments("specdec::blocks::moa::train_forward", w, keys, values)
+      .add(specdec::detail::input("embeddings", embeddings))
+      .add(specdec::detail::input("response_mask", response_mask))
+      .add(specdec::detail::output("kv_stream", kv_stream))
+      .add(specdec::detail::output("self_attention_out", self_attention_out))
+      .add(specdec::detail::output("out", out))
+      .check();
   key_value_stream(b, c, w, keys, values, 0, t, kv_stream);
   const auto masks = make_training_masks(response_mask);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(t));
@@ -315,6 +349,15 @@ class drafter {
     const index_t n = x.rows(), q = features.rows(), e = config_.hidden();
     SPECDEC_EXPECTS(q >= 1 && q <= n && positions.size() == n, "specdec::blocks::moa::drafter::forward", "x has ", n,
                     " rows, positions ", positions.size(), ", features ", q, "; expected 1 <= features <= x = positions");
+    check_stream_arguments<space>("specdec::blocks::moa::drafter::forward", weights_, {}, {})
+        .add(specdec::detail::input("positions", positions))
+        .add(specdec::detail::input("mask.allowed", mask.allowed))
+        .add(specdec::detail::input("mask.additive", mask.additive))
+        .add(specdec::detail::output("x", x))
+        .add(specdec::detail::output("features", features))
+        .check();
+    // A refused step leaves both caches as they were (the queued stream stays queued).
+    const cache_rollback<B> self_rollback(&self_attention_cache_), cross_rollback(&cross_attention_cache_);
     decoder_layer_forward(*b_, config_.self_attention, weights_.self_attention, x, positions, &self_attention_cache_, mask);
     copy_rows(*b_, matrix_view<const float, space>(x.data() + (n - q) * x.stride(0), q, e, x.stride(0), 1), features);
     std::vector<std::int64_t> source(static_cast<std::size_t>(queued_rows_));

@@ -189,7 +189,17 @@ result<B> draft_layer_forward(B& b, const layer_config& c, const eagle::weights<
     specdec::detail::check_disjoint(where, specdec::detail::extent_of(where, "right_out", right_out),
                                     specdec::detail::extent_of(where, "left_out", left_out));
   }
+  blocks::detail::arguments args(where);
+  eagle::detail::add_inputs(args, w);
+  args.add(specdec::detail::input("moe.gate.weight", moe_weights.gate.weight));
+  args.add(specdec::detail::input("moe.gate.bias", moe_weights.gate.bias));
+  for (const auto& expert : moe_weights.experts) blocks::detail::add_inputs(args, expert);
+  blocks::detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("feature", feature));
+  args.add(specdec::detail::input("positions", positions));
+  args.add(specdec::detail::output("left_out", left_out)).add(specdec::detail::output("right_out", right_out)).check();
   const matrix_view<const float, space> left(left_out.data(), t, e, left_out.stride(0), 1);
+  const cache_rollback<B> rollback(cache);  // the MoE's checks run after the attention appended
   eagle::fuse(b, w, tokens, feature, left_out);
   decoder_layer_forward(b, c, w.layer, left_out, positions, cache, mask, layer_skip{false, true});
   auto normed = b.template allocate<float>(t * e);

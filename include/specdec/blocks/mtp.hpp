@@ -72,6 +72,14 @@ struct weights {
   }
 };
 
+/// The module's own tensors as inputs of a call's checked arguments.
+template <class Space>
+void add_module_inputs(detail::arguments& set, const weights<Space>& w) {
+  set.add(specdec::detail::input("embed_tokens.weight", w.embed)).add(specdec::detail::input("enorm.weight", w.enorm));
+  set.add(specdec::detail::input("hnorm.weight", w.hnorm));
+  detail::add_inputs(set, w.eh_proj, "eh_proj.weight", "eh_proj.bias");
+}
+
 /// The module's input `x = eh_proj([enorm(embed(tokens)) ; hnorm(hidden)])` into `out` `[T x E]`.
 /// \param tokens backend `[T]` int32 in [0, V). \param hidden backend `[T x E]`.
 /// \param positions backend `[T]` (read only for the position-0 rule; copied to the host when the rule
@@ -87,6 +95,10 @@ void project(B& b, const config& c, const weights<typename B::memory_space>& w,
   SPECDEC_EXPECTS(hidden.rows() == t && hidden.cols() == e && positions.rows() == t, where, "hidden is [", hidden.rows(),
                   " x ", hidden.cols(), "] and positions has ", positions.rows(), " entries; expected [", t, " x ", e,
                   "] and ", t, " (one per token)");
+  detail::arguments args(where);
+  add_module_inputs(args, w);
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("hidden", hidden));
+  args.add(specdec::detail::input("positions", positions)).add(specdec::detail::output("out", out)).check();
   std::vector<typename B::template buffer<float>> keep;
   auto embedded = detail::scratch(b, keep, t, e);
   b.gather_rows(w.embed, tokens, embedded);
@@ -135,6 +147,13 @@ void forward(B& b, const config& c, const weights<typename B::memory_space>& w,
              matrix_view<const float, typename B::memory_space> hidden,
              vector_view<const std::int64_t, typename B::memory_space> positions, std::type_identity_t<kv_cache<B>>* cache,
              const attention_mask<typename B::memory_space>& mask, matrix_view<float, typename B::memory_space> out) {
+  // The layer's weights too: project writes out before the layer reads them.
+  detail::arguments args("specdec::blocks::mtp::forward");
+  add_module_inputs(args, w);
+  detail::add_inputs(args, w.layer);
+  detail::add_inputs(args, mask);
+  args.add(specdec::detail::input("tokens", tokens)).add(specdec::detail::input("hidden", hidden));
+  args.add(specdec::detail::input("positions", positions)).add(specdec::detail::output("out", out)).check();
   forward_with(b, c, w, tokens, hidden, positions,
                [&](matrix_view<float, typename B::memory_space> x) { decoder_layer_forward(b, c.layer, w.layer, x, positions, cache, mask); },
                out);

@@ -231,11 +231,7 @@ inline greedy_verification verify_tree_greedy(matrix_view<const std::int64_t> ca
                                             matrix_view<std::int32_t>(out.accept_index.data(), bs, num_spec_step),
                                             vector_view<std::int32_t>(out.accept_token_num.data(), bs)};
   detail::name_greedy_arguments(job, where);
-  std::vector<std::byte> scratch(job.scratch_bytes());
-  specdec::detail::serial_team team;
-  for (index_t b = 0; b < bs; ++b)
-    if (const specdec::detail::team_fault f = job(team, b, scratch.data()); f.code != 0)
-      specdec::detail::throw_job_fault(job, f);
+  specdec::detail::run_serial(job, bs);
   return out;
 }
 

@@ -333,11 +333,7 @@ inline tree_buffers build_tree(matrix_view<const std::int64_t> parent_list, matr
                                            4,
                                            scope};
   detail::name_build_arguments(job, where);
-  std::vector<std::byte> scratch(job.scratch_bytes());
-  specdec::detail::serial_team team;
-  for (index_t b = 0; b < bs; ++b)
-    if (const specdec::detail::team_fault f = job(team, b, scratch.data()); f.code != 0)
-      specdec::detail::throw_job_fault(job, f);
+  specdec::detail::run_serial(job, bs);
   if (mode == tree_mask_mode::qlen_only_bitpacking) {
     out.tree_mask_bits.resize(sz);
     for (std::size_t i = 0; i < sz; ++i)

@@ -145,9 +145,7 @@ inline void segment_packbits(std::span<const std::uint8_t> x, std::span<const st
                                        {out.data(), static_cast<index_t>(out.size())},
                                        order == bit_order::little};
   detail::name_packbits_arguments(job, where);
-  const detail::serial_team team;
-  for (index_t s = 0; s + 1 < static_cast<index_t>(indptr.size()); ++s)
-    if (const detail::team_fault f = job(team, s, nullptr); f.code != 0) detail::throw_job_fault(job, f);
+  detail::run_serial(job, static_cast<index_t>(indptr.size()) - 1);
 }
 
 /// segment_packbits_offsets on a backend: `indptr` and `offsets` (int32, `[segments + 1]` each) in its

@@ -174,11 +174,7 @@ inline void filter_host(const char* where, const char* rows_name, matrix_view<fl
                                   where,
                                   {}};
   name_filter(job, where, rows_name, "k", "top_p");
-  std::vector<std::byte> scratch(job.scratch_bytes());
-  const specdec::detail::serial_team team;
-  for (index_t r = 0; r < rows.rows(); ++r)
-    if (const specdec::detail::team_fault f = job(team, r, scratch.data()); f.code != 0)
-      specdec::detail::throw_job_fault(job, f);
+  specdec::detail::run_serial(job, rows.rows());
 }
 
 /// The backend forms' checks and launch (an empty top_k / top_p: that filter off).
