@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,16 @@ std::string error_of(F&& f) {
   }
   return "";
 }
+
+/// Whether an error message names `part`.
+inline bool contains(const std::string& text, const std::string& part) {
+  INFO("message: ", text);
+  return text.find(part) != std::string::npos;
+}
+
+inline constexpr float nan_value = std::numeric_limits<float>::quiet_NaN();
+inline constexpr float inf_value = std::numeric_limits<float>::infinity();
+inline constexpr specdec::index_t int64_max = std::numeric_limits<specdec::index_t>::max();
 
 using specdec::index_t;
 using specdec::reference::matrix;

@@ -22,16 +22,9 @@
 using specdec::index_t;
 namespace sampling = specdec::sampling;
 using conformance::error_of;
-
-namespace {
-constexpr float nan_value = std::numeric_limits<float>::quiet_NaN();
-constexpr float inf_value = std::numeric_limits<float>::infinity();
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO("message: ", text);
-  return text.find(part) != std::string::npos;
-}
-}  // namespace
+using conformance::contains;
+using conformance::inf_value;
+using conformance::nan_value;
 
 TEST_CASE("target_probabilities: an empty vocabulary is rejected; -inf masks a token; a row with no finite logit is rejected") {
   std::vector<float> none;

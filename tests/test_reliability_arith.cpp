@@ -33,17 +33,13 @@ using specdec::matrix_view;
 using specdec::vector_view;
 namespace sampling = specdec::sampling;
 using conformance::error_of;
+using conformance::contains;
+using conformance::inf_value;
+using conformance::nan_value;
+using conformance::int64_max;
 
 namespace {
-constexpr index_t int64_max = std::numeric_limits<index_t>::max();
-constexpr float nan_value = std::numeric_limits<float>::quiet_NaN();
-constexpr float inf_value = std::numeric_limits<float>::infinity();
 using thrust_cpp = specdec::thrust_backend<specdec::thrust_system::cpp>;
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO("message: ", text);
-  return text.find(part) != std::string::npos;
-}
 
 /// Runs `f` and reports whether it threw anything but specdec::invalid_argument (a standard exception
 /// escaping is a defect of its own).

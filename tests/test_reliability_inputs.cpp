@@ -35,13 +35,9 @@
 
 using specdec::index_t;
 using conformance::error_of;
+using conformance::contains;
 
 namespace {
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO("message: ", text);
-  return text.find(part) != std::string::npos;
-}
 
 /// The n-gram proposer as it was before it became linear: a backward scan per end position for the
 /// match, a copy and a comparison with every kept continuation per occurrence, a scan of every node

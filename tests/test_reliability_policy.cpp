@@ -24,18 +24,14 @@
 
 using specdec::index_t;
 using conformance::error_of;
+using conformance::contains;
+using conformance::int64_max;
 namespace policy = specdec::policy;
 namespace admg = specdec::policy::admg;
 
 namespace {
-constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
-constexpr double inf_value = std::numeric_limits<double>::infinity();
-constexpr index_t int64_max = std::numeric_limits<index_t>::max();
-
-bool contains(const std::string& text, const std::string& part) {
-  INFO("message: ", text);
-  return text.find(part) != std::string::npos;
-}
+constexpr double nan_double = std::numeric_limits<double>::quiet_NaN();
+constexpr double inf_double = std::numeric_limits<double>::infinity();
 }  // namespace
 
 TEST_CASE("draft-length policy: longest and contexts are bounded before anything is sized by them") {
@@ -117,7 +113,7 @@ TEST_CASE("draft-length policy: prior and caution are checked wherever they are 
   cost.record(4, 1.5);
   // prior = 2 gave a "rate" of 2 before any trial; NaN made every rate 0 (std::max(0, NaN)) and the
   // policy never drafted; a negative caution pushed rates above 1.
-  for (const double prior : {-0.1, 1.5, 2.0, nan_value, inf_value, -inf_value}) {
+  for (const double prior : {-0.1, 1.5, 2.0, nan_double, inf_double, -inf_double}) {
     CAPTURE(prior);
     const std::string named = "prior = ";
     CHECK(contains(error_of([&] { (void)acceptance.pooled(prior); }), named));
@@ -127,8 +123,8 @@ TEST_CASE("draft-length policy: prior and caution are checked wherever they are 
     CHECK(contains(error_of([&] { (void)policy::acceptance_by_depth{}.pooled(prior); }), named));
   }
   CHECK(contains(error_of([&] { (void)acceptance.pooled(2.0); }), "prior = 2; expected a rate in [0, 1]"));
-  CHECK(contains(error_of([&] { (void)acceptance.rate(1, nan_value); }), "prior = nan"));
-  for (const double caution : {-10.0, -1e-300, nan_value, inf_value, -inf_value}) {
+  CHECK(contains(error_of([&] { (void)acceptance.rate(1, nan_double); }), "prior = nan"));
+  for (const double caution : {-10.0, -1e-300, nan_double, inf_double, -inf_double}) {
     CAPTURE(caution);
     const std::string named = "caution = ";
     CHECK(contains(error_of([&] { (void)acceptance.rate(1, 0.5, caution); }), named));
@@ -273,22 +269,22 @@ TEST_CASE("ADMG plan_layers: a rule_variant outside the enumeration throws") {
 TEST_CASE("Draft & Verify's exit rule: parameters are checked; a non-finite top-1 probability stops") {
   using parameters = admg::draft_exit::parameters;
   // smoothing = NaN made the threshold NaN after one update, and then stop() never fired on probability.
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.smoothing = nan_value}); }), "smoothing = nan; expected a weight in [0, 1]"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.smoothing = nan_double}); }), "smoothing = nan; expected a weight in [0, 1]"));
   CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.smoothing = 1.5}); }), "smoothing = 1.5"));
   CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.smoothing = -0.1}); }), "smoothing = -0.1"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_weight = nan_value}); }), "matchness_weight = nan"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_weight = nan_double}); }), "matchness_weight = nan"));
   CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_weight = 2.0}); }), "matchness_weight = 2"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_target = nan_value}); }), "matchness_target = nan"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_target = inf_value}); }), "matchness_target = inf"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.step = nan_value}); }), "step = nan; expected a finite value"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.step = -inf_value}); }), "step = -inf"));
-  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.initial_threshold = nan_value}); }), "initial_threshold = nan"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_target = nan_double}); }), "matchness_target = nan"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.matchness_target = inf_double}); }), "matchness_target = inf"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.step = nan_double}); }), "step = nan; expected a finite value"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.step = -inf_double}); }), "step = -inf"));
+  CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.initial_threshold = nan_double}); }), "initial_threshold = nan"));
   CHECK(contains(error_of([&] { admg::draft_exit e(parameters{.max_draft = 0}); }), "max_draft = 0"));
 
   admg::draft_exit rule(parameters{.initial_threshold = 0.6, .max_draft = 8});
-  CHECK(rule.stop(nan_value, 1));  // a NaN used to keep drafting
-  CHECK(rule.stop(inf_value, 1));
-  CHECK(rule.stop(-inf_value, 1));
+  CHECK(rule.stop(nan_double, 1));  // a NaN used to keep drafting
+  CHECK(rule.stop(inf_double, 1));
+  CHECK(rule.stop(-inf_double, 1));
   CHECK_FALSE(rule.stop(0.7, 1));
   CHECK(rule.stop(0.5, 1));
   // Extreme valid parameters keep the threshold a probability.

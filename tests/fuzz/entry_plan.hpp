@@ -337,6 +337,14 @@ constexpr entry make() {
   return {E::name, &E::plan, &E::template call<specdec::eigen>, &E::template call<thrust_cpp>};
 }
 
+/// Each group's entries (entries_<group>.cpp: one translation unit per group, so that the list
+/// compiles in parallel, once for both harnesses).
+std::span<const entry> dense_entries();
+std::span<const entry> blocks_entries();
+std::span<const entry> requests_entries();
+std::span<const entry> sampling_entries();
+std::span<const entry> trees_entries();
+
 /// Runs `e` on backend B over `c`: its digest, or `threw` when it threw invalid_argument. Any other
 /// exception escapes to libFuzzer, a finding.
 template <class B>
