@@ -48,60 +48,7 @@ class llama_model {
   /// back to the Hugging Face (rotate-half) order here. \throws gguf_error on a missing or
   /// mis-shaped tensor, an architecture other than llama, or counts out of range (block_count in
   /// [1, 2^16]; heads, kv heads, widths >= 1 and <= 2^40; heads dividing the width, kv heads the heads).
-  static llama_model load(const gguf_file& f) {
-    const auto& arch = f.get<std::string>("general.architecture");
-    if (arch != "llama") throw gguf_error("general.architecture is '" + arch + "'; the example engine runs 'llama'");
-    llama_model m;
-    auto& c = m.config_;
-    // A count from the file in [1, most]: checked before it divides, sizes a buffer or bounds a loop.
-    const auto count = [&](const std::string& key, std::int64_t value, std::int64_t most) {
-      if (value < 1 || value > most)
-        throw gguf_error(key + " = " + std::to_string(value) + "; expected 1 to " + std::to_string(most));
-      return value;
-    };
-    constexpr std::int64_t widest = std::int64_t{1} << 40;  // the reader's largest tensor extent
-    c.layers = count("llama.block_count", f.get<std::int64_t>("llama.block_count"), std::int64_t{1} << 16);
-    c.hidden = count("llama.embedding_length", f.get<std::int64_t>("llama.embedding_length"), widest);
-    c.heads = count("llama.attention.head_count", f.get<std::int64_t>("llama.attention.head_count"), c.hidden);
-    c.kv_heads = count("llama.attention.head_count_kv", f.get_or<std::int64_t>("llama.attention.head_count_kv", c.heads), c.heads);
-    if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0)
-      throw gguf_error("llama.embedding_length = " + std::to_string(c.hidden) + ", llama.attention.head_count = " +
-                       std::to_string(c.heads) + ", head_count_kv = " + std::to_string(c.kv_heads) +
-                       "; expected the heads to divide the width and the kv heads the heads");
-    c.head_dim = c.hidden / c.heads;
-    c.intermediate = count("llama.feed_forward_length", f.get<std::int64_t>("llama.feed_forward_length"), widest);
-    c.rope_theta = f.get_or<double>("llama.rope.freq_base", 10000.0);
-    c.rms_eps = static_cast<float>(f.get_or<double>("llama.attention.layer_norm_rms_epsilon", 1e-5));
-    const auto e = static_cast<std::uint64_t>(c.hidden), kv = static_cast<std::uint64_t>(c.kv_heads * c.head_dim),
-               ff = static_cast<std::uint64_t>(c.intermediate);
-    const auto embd = f.tensors().find("token_embd.weight");
-    if (embd == f.tensors().end()) throw gguf_error("tensor 'token_embd.weight' is missing");
-    if (embd->second.dims.size() != 2)
-      throw gguf_error("tensor 'token_embd.weight' has rank " + std::to_string(embd->second.dims.size()) +
-                       "; expected 2 ([hidden x vocabulary])");
-    if (embd->second.dims[1] > static_cast<std::uint64_t>(INT32_MAX))
-      throw gguf_error("tensor 'token_embd.weight' has a vocabulary of " + std::to_string(embd->second.dims[1]) +
-                       " tokens; expected at most 2^31 - 1 (token ids are int32)");
-    c.vocab = static_cast<index_t>(embd->second.dims[1]);
-    m.embedding_ = f.load("token_embd.weight", {e, static_cast<std::uint64_t>(c.vocab)});
-    if (f.has_tensor("output.weight")) m.output_ = f.load("output.weight", {e, static_cast<std::uint64_t>(c.vocab)});
-    m.final_norm_ = f.load("output_norm.weight", {e});
-    for (index_t l = 0; l < c.layers; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      owned_layer w;
-      w.attn_norm = f.load(p + "attn_norm.weight", {e});
-      w.ffn_norm = f.load(p + "ffn_norm.weight", {e});
-      w.q = unpermute(f.load(p + "attn_q.weight", {e, e}), c.heads, c.head_dim, c.hidden);
-      w.k = unpermute(f.load(p + "attn_k.weight", {e, kv}), c.kv_heads, c.head_dim, c.hidden);
-      w.v = f.load(p + "attn_v.weight", {e, kv});
-      w.o = f.load(p + "attn_output.weight", {e, e});
-      w.gate = f.load(p + "ffn_gate.weight", {e, ff});
-      w.up = f.load(p + "ffn_up.weight", {e, ff});
-      w.down = f.load(p + "ffn_down.weight", {ff, e});
-      m.layers_.push_back(std::move(w));
-    }
-    return m;
-  }
+  static llama_model load(const gguf_file& f);
 
   const llama_config& config() const noexcept { return config_; }
   host_matrix embedding() const { return {embedding_.data(), config_.vocab, config_.hidden}; }
@@ -183,50 +130,7 @@ class llama_session {
   /// attention writes no KV rows), null for the full model. \throws specdec::invalid_argument on
   /// shapes, token ids outside the vocabulary, a full cache.
   void forward(std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions, std::span<const std::uint8_t> allowed,
-               std::vector<float>& logits, const specdec::policy::admg::layer_plan* plan = nullptr, const forward_hooks* hooks = nullptr) {
-    namespace blocks = specdec::blocks;
-    const auto& c = model_->config();
-    const auto t = static_cast<index_t>(tokens.size());
-    SPECDEC_EXPECTS(t >= 1 && positions.size() == tokens.size(), "engine::llama_session::forward", "got ", tokens.size(),
-                    " tokens and ", positions.size(), " positions; expected the same number, at least one");
-    SPECDEC_EXPECTS(!plan || (static_cast<index_t>(plan->skip_attention.size()) == c.layers &&
-                              static_cast<index_t>(plan->skip_mlp.size()) == c.layers),
-                    "engine::llama_session::forward", "the layer plan covers ", plan ? plan->skip_attention.size() : 0,
-                    " attention and ", plan ? plan->skip_mlp.size() : 0, " MLP sub-layers; expected one of each per layer (",
-                    c.layers, ")");
-    hidden_.resize(static_cast<std::size_t>(t * c.hidden));
-    const specdec::matrix_view<float> x(hidden_.data(), t, c.hidden);
-    backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(tokens.data(), t), x);
-    const specdec::vector_view<const std::int64_t> pos(positions.data(), t);
-    const auto layer_config = c.layer();
-    for (index_t l = 0; l < c.layers; ++l) {
-      const bool skip_attention = plan && plan->skip_attention[static_cast<std::size_t>(l)];
-      const bool skip_mlp = plan && plan->skip_mlp[static_cast<std::size_t>(l)];
-      auto& cache = caches_[static_cast<std::size_t>(l)];
-      blocks::attention_mask<specdec::host_space> mask;
-      if (!allowed.empty()) {
-        SPECDEC_EXPECTS(skip_attention || static_cast<index_t>(allowed.size()) == t * (cache.size() + t),
-                        "engine::llama_session::forward", "the mask has ", allowed.size(), " entries; layer ", l, " expects [",
-                        t, " x ", cache.size() + t, "]");
-        mask = blocks::attention_mask<specdec::host_space>::from(
-            specdec::matrix_view<const std::uint8_t>(allowed.data(), t, cache.size() + t));
-      }
-      const auto& w = weights_[static_cast<std::size_t>(l)];
-      if (hooks && hooks->after_attention && !skip_attention) {
-        before_.assign(hidden_.begin(), hidden_.end());
-        blocks::decoder_layer_forward(backend_, layer_config, w, x, pos, &cache, mask, {false, true});
-        hooks->after_attention(l, host_matrix(before_.data(), t, c.hidden), host_matrix(hidden_.data(), t, c.hidden));
-        if (!skip_mlp) blocks::decoder_layer_forward(backend_, layer_config, w, x, pos, &cache, mask, {true, false});
-      } else {
-        blocks::decoder_layer_forward(backend_, layer_config, w, x, pos, &cache, mask, {skip_attention, skip_mlp});
-      }
-      if (hooks && hooks->after_layer) hooks->after_layer(l, host_matrix(hidden_.data(), t, c.hidden));
-    }
-    backend_.rms_norm(host_matrix(hidden_.data(), t, c.hidden), model_->final_norm(), c.rms_eps, x);
-    logits.resize(static_cast<std::size_t>(t * c.vocab));
-    backend_.gemm(host_matrix(hidden_.data(), t, c.hidden), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
-                  specdec::matrix_view<float>(logits.data(), t, c.vocab));
-  }
+               std::vector<float>& logits, const specdec::policy::admg::layer_plan* plan = nullptr, const forward_hooks* hooks = nullptr);
 
   /// Keeps the first n rows of every layer (drops a draft's rows).
   void crop(index_t n) {
