@@ -112,13 +112,26 @@ struct decoder_layer {
   }
 };
 
-struct eagle_forward {
-  static constexpr const char* name = "blocks::eagle::forward";
-  static void plan(call_plan& p) {
+/// EAGLE's weights (arguments 0-10): the embedding, fc with its bias, layer 0 without an input norm.
+inline void add_eagle_weights(call_plan& p) {
     add<float>(p, "w.embed", 2, 8, 8, role::in, weights(p.input(), 64));
     add<float>(p, "w.fc.weight", 2, 8, 16, role::in, weights(p.input(), 128));
     add<float>(p, "w.fc.bias", 1, 8, 1, role::in, weights(p.input(), 8));
     add_common_layer(p, 8, false);
+}
+inline blocks::eagle::weights<specdec::host_space> eagle_weights_of(const context& c) {
+  blocks::eagle::weights<specdec::host_space> w;
+  w.embed = c.m<const float>(0);
+  w.fc.weight = c.m<const float>(1);
+  w.fc.bias = c.v<const float>(2);
+  w.layer = layer_of(c, layer_args{-1, 3, 4, 5, 6, 7, 8, 9, 10});
+  return w;
+}
+
+struct eagle_forward {
+  static constexpr const char* name = "blocks::eagle::forward";
+  static void plan(call_plan& p) {
+    add_eagle_weights(p);
     add<std::int32_t>(p, "tokens", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7));
     add<float>(p, "feature", 2, 3, 8, role::in, logits(p.input(), 24));
     add<std::int64_t>(p, "positions", 1, 3, 1, role::in, {5, 6, 6});
@@ -127,11 +140,7 @@ struct eagle_forward {
   }
   template <class B>
   static digest call(B& b, const context& c) {
-    blocks::eagle::weights<specdec::host_space> w;
-    w.embed = c.m<const float>(0);
-    w.fc.weight = c.m<const float>(1);
-    w.fc.bias = c.v<const float>(2);
-    w.layer = layer_of(c, layer_args{-1, 3, 4, 5, 6, 7, 8, 9, 10});
+    const auto w = eagle_weights_of(c);
     blocks::eagle::forward(b, layer_config_of(0, false), w, c.v<const std::int32_t>(11), c.m<const float>(12),
                            c.v<const std::int64_t>(13), nullptr, blocks::attention_mask<specdec::host_space>::from(c.m<const std::uint8_t>(14)),
                            c.m<float>(15));
@@ -246,10 +255,7 @@ struct mtp_forward {
 struct moe_draft_layer {
   static constexpr const char* name = "blocks::moe::draft_layer_forward";
   static void plan(call_plan& p) {
-    add<float>(p, "w.embed", 2, 8, 8, role::in, weights(p.input(), 64));
-    add<float>(p, "w.fc.weight", 2, 8, 16, role::in, weights(p.input(), 128));
-    add<float>(p, "w.fc.bias", 1, 8, 1, role::in, weights(p.input(), 8));
-    add_common_layer(p, 8, false);  // its MLP views are the MoE's first expert
+    add_eagle_weights(p);  // its MLP views are the MoE's first expert
     add<float>(p, "moe.gate", 2, 4, 8, role::in, weights(p.input(), 32));
     add<float>(p, "moe.experts.1.gate", 2, 6, 8, role::in, weights(p.input(), 48));
     add<float>(p, "moe.experts.1.up", 2, 6, 8, role::in, weights(p.input(), 48));
@@ -262,11 +268,7 @@ struct moe_draft_layer {
   }
   template <class B>
   static digest call(B& b, const context& c) {
-    blocks::eagle::weights<specdec::host_space> w;
-    w.embed = c.m<const float>(0);
-    w.fc.weight = c.m<const float>(1);
-    w.fc.bias = c.v<const float>(2);
-    w.layer = layer_of(c, layer_args{-1, 3, 4, 5, 6, 7, 8, 9, 10});
+    const auto w = eagle_weights_of(c);
     blocks::moe::config moe;
     moe.hidden = 8;
     moe.expert_intermediate = 6;

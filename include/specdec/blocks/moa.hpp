@@ -223,20 +223,26 @@ struct weights {
   }
 };
 
-/// A call's weights and the target's K/V layers as checked inputs (outputs are added by the caller).
+}  // namespace specdec::blocks::moa
+
+namespace specdec::blocks::detail {
+/// A MoA call's weights and the target's K/V layers as inputs of its checked arguments (the call adds
+/// its outputs, then checks).
 template <class Space>
-detail::arguments check_stream_arguments(const char* where, const weights<Space>& w,
-                                         std::span<const matrix_view<const float, Space>> keys,
-                                         std::span<const matrix_view<const float, Space>> values) {
-  detail::arguments args(where);
-  detail::add_inputs(args, w.layer_self_attention);
-  detail::add_inputs(args, w.ekv2e, "Ekv2E.weight", "Ekv2E.bias");
-  detail::add_inputs(args, w.self_attention);
-  detail::add_inputs(args, w.cross_attention);
+arguments moa_arguments(const char* where, const moa::weights<Space>& w, std::span<const matrix_view<const float, Space>> keys,
+                        std::span<const matrix_view<const float, Space>> values) {
+  arguments args(where);
+  add_inputs(args, w.layer_self_attention);
+  add_inputs(args, w.ekv2e, "Ekv2E.weight", "Ekv2E.bias");
+  add_inputs(args, w.self_attention);
+  add_inputs(args, w.cross_attention);
   for (const auto& m : keys) args.add(specdec::detail::input("a key layer", m));
   for (const auto& m : values) args.add(specdec::detail::input("a value layer", m));
   return args;
 }
+}  // namespace specdec::blocks::detail
+
+namespace specdec::blocks::moa {
 
 /// The cross-attention's key/value stream for target tokens [first, first + count): their K/V in every
 /// target layer packed (pack_kv), Layer Self-Attention, mean over layers, Ekv2E, into `out`
@@ -250,7 +256,7 @@ void key_value_stream(B& b, const config& c, const weights<typename B::memory_sp
                   keys.size(), " target layers; the config says L = ", c.target_layers);
   SPECDEC_EXPECTS(count >= 0, "specdec::blocks::moa::key_value_stream", "count = ", count, "; expected >= 0");
   if (count == 0) return;
-  check_stream_arguments("specdec::blocks::moa::key_value_stream", w, keys, values).add(specdec::detail::output("out", out)).check();
+  detail::moa_arguments("specdec::blocks::moa::key_value_stream", w, keys, values).add(specdec::detail::output("out", out)).check();
   std::vector<typename B::template buffer<float>> keep;
   auto packed = detail::scratch(b, keep, count * c.target_layers, c.kv_width());
   auto mean = detail::scratch(b, keep, count, c.kv_width());
@@ -277,7 +283,7 @@ void train_forward(B& b, const config& c, const weights<typename B::memory_space
   SPECDEC_EXPECTS(static_cast<index_t>(response_mask.size()) == t && embeddings.cols() == c.hidden(),
                   "specdec::blocks::moa::train_forward", "embeddings are [", t, " x ", embeddings.cols(), "] with ",
                   response_mask.size(), " response_mask entries; expected [T x ", c.hidden(), "] and T entries");
-  check_stream_arguments("specdec::blocks::moa::train_forward", w, keys, values)
+  detail::moa_arguments("specdec::blocks::moa::train_forward", w, keys, values)
       .add(specdec::detail::input("embeddings", embeddings))
       .add(specdec::detail::input("response_mask", response_mask))
       .add(specdec::detail::output("kv_stream", kv_stream))
@@ -349,7 +355,7 @@ class drafter {
     const index_t n = x.rows(), q = features.rows(), e = config_.hidden();
     SPECDEC_EXPECTS(q >= 1 && q <= n && positions.size() == n, "specdec::blocks::moa::drafter::forward", "x has ", n,
                     " rows, positions ", positions.size(), ", features ", q, "; expected 1 <= features <= x = positions");
-    check_stream_arguments<space>("specdec::blocks::moa::drafter::forward", weights_, {}, {})
+    detail::moa_arguments<space>("specdec::blocks::moa::drafter::forward", weights_, {}, {})
         .add(specdec::detail::input("positions", positions))
         .add(specdec::detail::input("mask.allowed", mask.allowed))
         .add(specdec::detail::input("mask.additive", mask.additive))
