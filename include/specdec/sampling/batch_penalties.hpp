@@ -127,86 +127,45 @@ enum penalty_arg : int {
   parg_logits,
 };
 
-/// One team per request: checks its tree and entries, then penalises its nodes' rows one after the
-/// other (each row's touched entries split between the threads: every entry is written by one thread,
-/// once).
+/// The penalty job's source for a penalty_batch over a batch of trees: checks request r's tree, rows,
+/// parameters and entries (the team that finds a fault reports it), then describes it.
 template <class Space>
-struct penalty_batch_job {
+struct batch_penalty_source {
+  using space = Space;
   batch_trees<Space> trees;
-  matrix_view<float, Space> logits;
   penalty_batch<Space> pen;
-  const char* where;
-  const char* names[specdec::detail::team_job_names];
-  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
-    specdec::detail::describe_sampling_fault(where, name, f);
-  }
 
-  std::size_t scratch_bytes() const { return sizeof(std::int32_t) * static_cast<std::size_t>(trees.tokens.cols()); }
-
-  SPECDEC_HOST_DEVICE index_t vocab() const noexcept { return logits.cols(); }
+  SPECDEC_HOST_DEVICE index_t width() const noexcept { return trees.tokens.cols(); }
   SPECDEC_HOST_DEVICE static bool finite(float v) noexcept { return v - v == 0.0f; }
+  SPECDEC_HOST_DEVICE static bool negative(float v) noexcept { return v < 0.0f || (v == 0.0f && 1.0f / v < 0.0f); }
+  SPECDEC_HOST_DEVICE index_t nodes(index_t r) const { return trees.node_counts.empty() ? width() : trees.node_counts(r); }
+  SPECDEC_HOST_DEVICE index_t first_row(index_t r) const { return trees.target_rows.empty() ? r * width() : trees.target_rows(r); }
 
-  /// Whether `t` is among the sorted entries [begin, end).
-  SPECDEC_HOST_DEVICE bool committed(std::int64_t begin, std::int64_t end, std::int32_t t) const {
-    while (begin < end) {
-      const std::int64_t mid = begin + (end - begin) / 2;
-      const std::int32_t v = pen.tokens(mid);
-      if (v == t) return true;
-      if (v < t) begin = mid + 1;
-      else end = mid;
-    }
-    return false;
-  }
-
-  /// First position in the sorted `a[0, n)` whose token is >= t (lower) or > t (upper).
-  SPECDEC_HOST_DEVICE static index_t lower_bound(const std::int32_t* a, index_t n, std::int32_t t) {
-    index_t lo = 0;
-    while (lo < n) {
-      const index_t mid = lo + (n - lo) / 2;
-      if (a[mid] < t) lo = mid + 1;
-      else n = mid;
-    }
-    return lo;
-  }
-  SPECDEC_HOST_DEVICE static index_t upper_bound(const std::int32_t* a, index_t n, std::int32_t t) {
-    index_t lo = 0;
-    while (lo < n) {
-      const index_t mid = lo + (n - lo) / 2;
-      if (a[mid] <= t) lo = mid + 1;
-      else n = mid;
-    }
-    return lo;
-  }
-
-  template <class Team>
-  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+  SPECDEC_HOST_DEVICE specdec::detail::team_fault check(index_t r, const matrix_view<float, Space>& logits) const {
     using specdec::detail::make_team_fault;
     using specdec::detail::sampling_fault;
     using specdec::detail::tree_fault;
-    const index_t width = trees.tokens.cols();
-    const index_t nodes = trees.node_counts.empty() ? width : trees.node_counts(r);
-    if (nodes < 1 || nodes > width) return make_team_fault(tree_fault::node_count, parg_node_counts, r, 0, double(nodes), width);
+    const index_t vocab = logits.cols(), n = nodes(r);
+    if (n < 1 || n > width()) return make_team_fault(tree_fault::node_count, parg_node_counts, r, 0, double(n), width());
     const std::int32_t* parent = trees.parents.row(r);
     const std::int32_t* token = trees.tokens.row(r);
     if (parent[0] != -1) return make_team_fault(tree_fault::root_parent, parg_parents, r, 0, parent[0]);
-    for (index_t i = 1; i < nodes; ++i) {
+    for (index_t i = 1; i < n; ++i) {
       if (parent[i] < 0 || parent[i] >= i) return make_team_fault(tree_fault::bad_parent, parg_parents, r, i, parent[i]);
-      if (token[i] < 0 || token[i] >= vocab())
-        return make_team_fault(tree_fault::token_range, parg_tree_tokens, r, i, token[i], vocab());
+      if (token[i] < 0 || token[i] >= vocab) return make_team_fault(tree_fault::token_range, parg_tree_tokens, r, i, token[i], vocab);
     }
-    const index_t first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
-    if (first_row < 0 || first_row > logits.rows() - nodes)
-      return make_team_fault(tree_fault::target_rows, parg_logits, r, nodes, double(first_row), logits.rows());
+    const index_t first = first_row(r);
+    if (first < 0 || first > logits.rows() - n) return make_team_fault(tree_fault::target_rows, parg_logits, r, n, double(first), logits.rows());
     // Rows are written in place by one team each: a row in two requests' ranges would be penalised
     // twice, by two teams at once. O(batch) per team, only when the caller places the rows.
     if (!trees.target_rows.empty())
       for (index_t s = 0; s < trees.tokens.rows(); ++s) {
-        const index_t other_nodes = trees.node_counts.empty() ? width : trees.node_counts(s);
-        if (s == r || other_nodes < 1 || other_nodes > width) continue;  // a bad count is team s's fault
+        const index_t other_nodes = nodes(s);
+        if (s == r || other_nodes < 1 || other_nodes > width()) continue;  // a bad count is team s's fault
         const index_t other_first = trees.target_rows(s);
         if (other_first < 0 || other_first > logits.rows() - other_nodes) continue;  // team s reports it
-        const index_t shared = first_row > other_first ? first_row : other_first;
-        const index_t end = first_row + nodes < other_first + other_nodes ? first_row + nodes : other_first + other_nodes;
+        const index_t shared = first > other_first ? first : other_first;
+        const index_t end = first + n < other_first + other_nodes ? first + n : other_first + other_nodes;
         if (shared < end) return make_team_fault(sampling_fault::shared_row, parg_logits, r < s ? r : s, r < s ? s : r, double(shared));
       }
     const float rep = pen.repetition(r), freq = pen.frequency(r), pres = pen.presence(r);
@@ -218,60 +177,44 @@ struct penalty_batch_job {
       return make_team_fault(sampling_fault::entry_range, parg_offsets, r, begin, double(end), pen.tokens.rows());
     for (std::int64_t e = begin; e < end; ++e) {
       const std::int32_t t = pen.tokens(e);
-      if (t < 0 || t >= vocab() || (e > begin && t <= pen.tokens(e - 1)))
-        return make_team_fault(sampling_fault::history_token, parg_tokens, e, r, t, vocab());
+      if (t < 0 || t >= vocab || (e > begin && t <= pen.tokens(e - 1)))
+        return make_team_fault(sampling_fault::history_token, parg_tokens, e, r, t, vocab);
       if (pen.output_counts(e) < 0) return make_team_fault(sampling_fault::history_count, parg_counts, e, r, pen.output_counts(e));
     }
-    std::int64_t bias_begin = 0, bias_end = 0;
     if (!pen.bias_offsets.empty()) {
-      bias_begin = pen.bias_offsets(r);
-      bias_end = pen.bias_offsets(r + 1);
+      const std::int64_t bias_begin = pen.bias_offsets(r), bias_end = pen.bias_offsets(r + 1);
       if (bias_begin < 0 || bias_end < bias_begin || bias_end > pen.bias_tokens.rows())
         return make_team_fault(sampling_fault::entry_range, parg_bias_offsets, r, bias_begin, double(bias_end), pen.bias_tokens.rows());
       for (std::int64_t e = bias_begin; e < bias_end; ++e) {
-        if (pen.bias_tokens(e) < 0 || pen.bias_tokens(e) >= vocab())
-          return make_team_fault(tree_fault::token_entry, parg_bias_tokens, e, 0, pen.bias_tokens(e), vocab());
+        if (pen.bias_tokens(e) < 0 || pen.bias_tokens(e) >= vocab)
+          return make_team_fault(tree_fault::token_entry, parg_bias_tokens, e, 0, pen.bias_tokens(e), vocab);
         if (!finite(pen.bias_values(e))) return make_team_fault(sampling_fault::finite_value, parg_bias_values, e, 0, pen.bias_values(e));
       }
     }
-    const penalty_params params{rep, freq, pres, pen.rule, penalty_convention::vllm};
-    const float inv_r = 1.0f / rep;
-    const bool dense_zeros = (freq < 0.0f || (freq == 0.0f && 1.0f / freq < 0.0f)) || (pres < 0.0f || (pres == 0.0f && 1.0f / pres < 0.0f));
-    auto* path = reinterpret_cast<std::int32_t*>(scratch);
-    for (index_t i = 0; i < nodes; ++i) {
-      float* x = logits.row(first_row + i);
-      index_t depth = 0;
-      for (index_t c = i; c > 0; c = parent[c]) ++depth;
-      team.sync();  // the previous row's readers of `path` and writers of entries are done
-      if (team.rank() == 0) {
-        // The path's draft tokens (nodes 1..i), sorted: each token's count is then a run, found by a
-        // binary search, and the row costs O(entries log d + d log d), not O(entries x d).
-        index_t k = 0;
-        for (index_t c = i; c > 0; c = parent[c]) path[k++] = token[c];
-        specdec::detail::heap_sort(path, depth, [](std::int32_t x, std::int32_t y) { return x < y; });
-        // In order: a token biased twice adds in the caller's order.
-        for (std::int64_t e = bias_begin; e < bias_end; ++e) x[pen.bias_tokens(e)] += pen.bias_values(e);
-      }
-      team.sync();
-      if (dense_zeros)
-        for (index_t j = team.rank(); j < vocab(); j += team.size())
-          if (x[j] == 0.0f) x[j] = 0.0f;
-      team.sync();
-      for (std::int64_t e = begin + team.rank(); e < end; e += team.size()) {
-        const std::int32_t t = pen.tokens(e);
-        const index_t first = lower_bound(path, depth, t);
-        const std::int64_t count = std::int64_t{pen.output_counts(e)} + (upper_bound(path, depth, t) - first);
-        x[t] = vllm_penalised(x[t], pen.in_prompt(e) != 0, count, params, inv_r);
-      }
-      for (index_t k = team.rank(); k < depth; k += team.size()) {  // path tokens the history never saw, once each
-        const std::int32_t t = path[k];
-        if ((k > 0 && path[k - 1] == t) || committed(begin, end, t)) continue;  // a run's first entry acts
-        x[t] = vllm_penalised(x[t], false, upper_bound(path, depth, t) - k, params, inv_r);
-      }
-    }
-    team.sync();
     return {};
   }
+
+  SPECDEC_HOST_DEVICE penalty_request request(index_t r, const matrix_view<float, Space>&) const {
+    penalty_request q;
+    q.parent = trees.parents.row(r);
+    q.token = trees.tokens.row(r);
+    q.nodes = nodes(r);
+    q.first_row = first_row(r);
+    q.begin = pen.offsets(r);
+    q.end = pen.offsets(r + 1);
+    if (!pen.bias_offsets.empty()) {
+      q.bias_begin = pen.bias_offsets(r);
+      q.bias_end = pen.bias_offsets(r + 1);
+    }
+    q.params = {pen.repetition(r), pen.frequency(r), pen.presence(r), pen.rule, penalty_convention::vllm};
+    q.dense_zeros = negative(q.params.frequency) || negative(q.params.presence);
+    return q;
+  }
+  SPECDEC_HOST_DEVICE std::int32_t entry_token(std::int64_t e) const { return pen.tokens(e); }
+  SPECDEC_HOST_DEVICE std::int32_t entry_count(std::int64_t e) const { return pen.output_counts(e); }
+  SPECDEC_HOST_DEVICE bool entry_in_prompt(std::int64_t e) const { return pen.in_prompt(e) != 0; }
+  SPECDEC_HOST_DEVICE std::int32_t bias_token(std::int64_t k) const { return pen.bias_tokens(k); }
+  SPECDEC_HOST_DEVICE float bias_value(std::int64_t k) const { return pen.bias_values(k); }
 };
 
 }  // namespace detail
@@ -334,7 +277,7 @@ void apply_tree_penalties(B& b, matrix_view<float, typename B::memory_space> log
     for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, rows, input);
   }
   if (n == 0) return;
-  detail::penalty_batch_job<typename B::memory_space> job{detail::trees_of(batch), logits, penalties, where, {}};
+  detail::penalty_job<detail::batch_penalty_source<typename B::memory_space>> job{{detail::trees_of(batch), penalties}, logits, where, {}};
   job.names[detail::parg_offsets] = "penalties.offsets";
   job.names[detail::parg_tokens] = "penalties.tokens";
   job.names[detail::parg_counts] = "penalties.output_counts";

@@ -22,6 +22,9 @@
 /// llama.cpp's sampler run on the same rows (examples/llama_cpp/sampler_check.cpp, and its cases in
 /// tests/data/penalties/llama_cpp.json).
 ///
+/// Every row is penalised by one team job (`detail::penalty_job`): the functions here run it on one
+/// thread over a penalty_history, batch_penalties.hpp on any backend over a penalty_batch's views.
+///
 /// Products are rounded to float before they are added or subtracted, as both peers' builds do: a
 /// compiler that contracts `x - f * c` into one FMA (GCC in GNU mode with FMA enabled) would otherwise
 /// differ from them in the last bit.
@@ -29,17 +32,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/math.hpp>
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/faults.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec::sampling {
@@ -194,7 +202,7 @@ SPECDEC_HOST_DEVICE inline float vllm_penalised(float v, bool in_prompt, std::in
 }
 
 /// llama.cpp's penalties on one logit of a token counted `count` > 0 times in the window.
-inline float llama_cpp_penalised(float v, std::int64_t count, const penalty_params& p) noexcept {
+SPECDEC_HOST_DEVICE inline float llama_cpp_penalised(float v, std::int64_t count, const penalty_params& p) noexcept {
   const float quotient = v / p.repetition, product = v * p.repetition;  // both, then selected: no branch
   v = v <= 0.0f ? product : quotient;
   return v - (rounded_product(static_cast<float>(count), p.frequency) + p.presence);  // float(count > 0) * p is p
@@ -231,103 +239,187 @@ inline std::int32_t llama_cpp_window_change(const penalty_history& history, std:
                                    std::count(m.leaving.begin(), m.leaving.end(), t));
 }
 
-/// A path's tokens as (token, count) runs, ascending: one sort of the path (O(d log d)), so each
-/// touched token's path count is found by a merge, never by scanning the path per token.
-inline void count_path_tokens(std::span<const std::int32_t> path, std::vector<std::pair<std::int32_t, std::int32_t>>& runs) {
-  runs.clear();
-  std::vector<std::int32_t> sorted(path.begin(), path.end());
-  std::sort(sorted.begin(), sorted.end());
-  for (const std::int32_t t : sorted) {
-    if (!runs.empty() && runs.back().first == t) ++runs.back().second;
-    else runs.emplace_back(t, 1);
-  }
+/// One request of a penalty job as the row code reads it; every source (a penalty_history on the host,
+/// a penalty_batch's views on any backend) describes its requests this way.
+struct penalty_request {
+  const std::int32_t* parent = nullptr;  ///< the tree's parents; nullptr: plain rows, no draft path
+  const std::int32_t* token = nullptr;   ///< the tree's tokens
+  index_t nodes = 0;                     ///< rows first_row .. first_row + nodes - 1, node i's at first_row + i
+  index_t first_row = 0;
+  std::int64_t begin = 0, end = 0;            ///< the committed entries, ascending distinct tokens
+  std::int64_t bias_begin = 0, bias_end = 0;  ///< the bias entries, added in order
+  penalty_params params = {};
+  bool dense_zeros = false;              ///< vLLM with a negative frequency or presence: -0.0 to +0.0 everywhere
+  bool active = true;                    ///< false: llama.cpp's disabled sampler (the bias alone)
+  index_t window = -1;                   ///< llama.cpp: the window's length n; vLLM: -1
+  const std::int32_t* recent = nullptr;  ///< llama.cpp: the committed window's tokens, oldest first
+  index_t recent_size = 0;
+};
+
+/// How often t occurs in the ascending a[k, n), the cursor k first moved past the tokens below t and
+/// then past t's run: a thread's entries ascend, so a row costs it one pass over `a`, not a search per
+/// entry.
+SPECDEC_HOST_DEVICE inline index_t occurrences(const std::int32_t* a, index_t n, index_t& k, std::int32_t t) noexcept {
+  while (k < n && a[k] < t) ++k;
+  const index_t first = k;
+  while (k < n && a[k] == t) ++k;
+  return k - first;
 }
 
-/// Calls `both(entry, extra)` for every touched entry (extra: its run's count, 0 without one) and
-/// `runs_only(token, count)` for every run whose token no entry holds, merging two ascending lists:
-/// O(touched + runs).
-template <class Both, class RunsOnly>
-void merge_touched(std::span<const penalty_history::entry> touched, std::span<const std::pair<std::int32_t, std::int32_t>> runs,
-                   Both&& both, RunsOnly&& runs_only) {
-  std::size_t k = 0;
-  for (const penalty_history::entry& e : touched) {
-    for (; k < runs.size() && runs[k].first < e.token; ++k) runs_only(runs[k].first, runs[k].second);
-    const bool matched = k < runs.size() && runs[k].first == e.token;
-    both(e, matched ? runs[k++].second : 0);
+/// Whether `t` is among the request's committed entries (binary search: they ascend).
+template <class Source>
+SPECDEC_HOST_DEVICE bool committed(const Source& src, const penalty_request& q, std::int32_t t) {
+  std::int64_t lo = q.begin, hi = q.end;
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    const std::int32_t v = src.entry_token(mid);
+    if (v == t) return true;
+    if (v < t) lo = mid + 1;
+    else hi = mid;
   }
-  for (; k < runs.size(); ++k) runs_only(runs[k].first, runs[k].second);
+  return false;
 }
 
-/// vLLM's convention on the entries `x(t)` (a float& per token) of the history's `touched` tokens plus
-/// `path` (the node's draft tokens). The dense half (-0.0 to +0.0 where f or p is negative) is
-/// penalise_row's. Each entry is penalised once, with its committed count plus its path count:
-/// O(touched + d log d) for a path of d tokens.
-template <class Entry>
-void penalise_entries_vllm(Entry&& x, std::span<const penalty_history::entry> touched, std::span<const std::int32_t> path,
-                           const penalty_params& p) {
+/// Bias and penalties on row `x` (`vocab` entries) of a node whose draft path is `adds[0, depth)`, newest
+/// token first (team scratch that rank 0 wrote; `removes` has room for `depth` tokens). vLLM: the path
+/// joins the history. llama.cpp: the window after the path is its newest n tokens, so the path's newest
+/// min(depth, n) enter and as many of the committed window's oldest leave. Each committed entry is
+/// penalised once with its count plus its change along the path, each path token the history lacks once
+/// with its path count; the entries are split between the team's threads, every entry written by one
+/// thread. Ends with the team synchronised.
+template <class Team, class Source>
+SPECDEC_HOST_DEVICE void penalise_node_row(Team& team, const Source& src, const penalty_request& q, float* x, index_t vocab,
+                                          std::int32_t* adds, index_t depth, std::int32_t* removes) {
+  const bool llama_cpp = q.window >= 0;
+  index_t entering = depth, leaving = 0;
+  if (llama_cpp) {
+    entering = depth < q.window ? depth : q.window;
+    const index_t overflow = q.recent_size + entering - q.window;
+    leaving = overflow > 0 ? overflow : 0;
+  }
+  if (team.rank() == 0) {
+    const auto before = [](std::int32_t a, std::int32_t b) { return a < b; };
+    specdec::detail::heap_sort(adds, entering, before);
+    for (index_t k = 0; k < leaving; ++k) removes[k] = q.recent[k];
+    specdec::detail::heap_sort(removes, leaving, before);
+    for (std::int64_t k = q.bias_begin; k < q.bias_end; ++k) x[src.bias_token(k)] += src.bias_value(k);  // in order
+  }
+  team.sync();
+  if (!q.active) return;
+  if (q.dense_zeros) {
+    for (index_t j = team.rank(); j < vocab; j += team.size())
+      if (x[j] == 0.0f) x[j] = 0.0f;
+    team.sync();
+  }
+  const penalty_params& p = q.params;
   const float inv_r = 1.0f / p.repetition;
   const auto penalise = [&](std::int32_t t, bool in_prompt, std::int64_t count) {
-    float& e = x(t);
-    e = vllm_penalised(e, in_prompt, count, p, inv_r);
+    if (!llama_cpp) x[t] = vllm_penalised(x[t], in_prompt, count, p, inv_r);
+    else if (count > 0) x[t] = llama_cpp_penalised(x[t], count, p);  // outside the window: never touched
   };
-  std::vector<std::pair<std::int32_t, std::int32_t>> runs;
-  count_path_tokens(path, runs);
-  merge_touched(
-      touched, runs,
-      [&](const penalty_history::entry& e, std::int32_t extra) {
-        penalise(e.token, e.in_prompt, std::int64_t{e.output_count} + extra);
-      },
-      [&](std::int32_t t, std::int32_t count) { penalise(t, false, count); });
-}
-
-/// llama.cpp's convention on the entries `x(t)`: the window after `path` is the last n tokens of the
-/// committed window followed by the path, so the path's last n tokens enter and as many of the oldest
-/// leave. O(touched + d log d).
-template <class Entry>
-void penalise_entries_llama_cpp(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
-                                std::span<const std::int32_t> path, const penalty_params& p) {
-  if (llama_cpp_disabled(history, p)) return;
-  // The net change of each count along the path (entering +1, leaving -1), as ascending runs.
-  std::vector<std::pair<std::int32_t, std::int32_t>> delta;
-  const window_moves moves = llama_cpp_window_moves(history, path);
-  for (const std::int32_t t : moves.entering) delta.emplace_back(t, 1);
-  for (const std::int32_t t : moves.leaving) delta.emplace_back(t, -1);
-  std::sort(delta.begin(), delta.end());
-  std::vector<std::pair<std::int32_t, std::int32_t>> runs;
-  for (const auto& [t, d] : delta) {
-    if (!runs.empty() && runs.back().first == t) runs.back().second += d;
-    else runs.emplace_back(t, d);
+  index_t a = 0, d = 0;
+  for (std::int64_t e = q.begin + team.rank(); e < q.end; e += team.size()) {
+    const std::int32_t t = src.entry_token(e);
+    penalise(t, src.entry_in_prompt(e), std::int64_t{src.entry_count(e)} + occurrences(adds, entering, a, t) - occurrences(removes, leaving, d, t));
   }
-  const auto penalise = [&](std::int32_t t, std::int64_t count) {
-    if (count <= 0) return;  // outside the window: llama.cpp never touches it
-    float& e = x(t);
-    e = llama_cpp_penalised(e, count, p);
-  };
-  merge_touched(
-      touched, runs, [&](const penalty_history::entry& e, std::int32_t change) { penalise(e.token, std::int64_t{e.output_count} + change); },
-      [&](std::int32_t t, std::int32_t change) { penalise(t, change); });
+  // The path's tokens the history never counted (what leaves is in the window, so committed): one
+  // thread each, at its run's first entry.
+  for (index_t k = team.rank(); k < entering; k += team.size()) {
+    const std::int32_t t = adds[k];
+    if ((k > 0 && adds[k - 1] == t) || committed(src, q, t)) continue;
+    index_t from = k;
+    penalise(t, false, occurrences(adds, entering, from, t));
+  }
+  team.sync();
 }
 
-/// Logit bias then the params' penalties on the entries `x(t)` (committed history `touched` =
-/// history.touched(), plus `path`: the node's draft tokens, oldest first).
-template <class Entry>
-void penalise_entries(Entry&& x, std::span<const penalty_history::entry> touched, const penalty_history& history,
-                      std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
-  for (const logit_bias& b : bias) x(b.token) += b.bias;
-  if (p.convention == penalty_convention::vllm) penalise_entries_vllm(x, touched, path, p);
-  else penalise_entries_llama_cpp(x, touched, history, path, p);
+/// Bias and penalties on a batch's rows, one team per request: `Source::check` validates request r
+/// (a host source trusts its boundary's checks), then the request's rows are penalised one after the
+/// other, node i's with the draft tokens of nodes 1..i on its path (the path collected by rank 0).
+template <class Source>
+struct penalty_job {
+  Source src;
+  matrix_view<float, typename Source::space> logits;
+  const char* where;
+  const char* names[specdec::detail::team_job_names];
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_sampling_fault(where, name, f);
+  }
+  std::size_t scratch_bytes() const { return 2 * sizeof(std::int32_t) * static_cast<std::size_t>(src.width()); }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE specdec::detail::team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
+    if (const specdec::detail::team_fault f = src.check(r, logits); f.code != 0) return f;
+    const penalty_request q = src.request(r, logits);
+    auto* adds = reinterpret_cast<std::int32_t*>(scratch);
+    std::int32_t* removes = adds + src.width();
+    for (index_t i = 0; i < q.nodes; ++i) {
+      index_t depth = 0;
+      if (q.parent != nullptr)
+        for (index_t c = i; c > 0; c = q.parent[c]) ++depth;
+      team.sync();  // the previous row's readers of the scratch are done
+      if (team.rank() == 0 && q.parent != nullptr) {
+        index_t k = 0;
+        for (index_t c = i; c > 0; c = q.parent[c]) adds[k++] = q.token[c];  // newest first
+      }
+      penalise_node_row(team, src, q, logits.row(q.first_row + i), logits.cols(), adds, depth, removes);
+    }
+    return {};
+  }
+};
+
+/// A penalty job's host source: one request from a penalty_history (its `touched()` entries), its
+/// params and bias, over a tree (or plain rows: `parent` null). Checked by the public functions'
+/// boundary, so `check` finds nothing.
+struct history_penalty_source {
+  using space = host_space;
+  const penalty_history::entry* touched = nullptr;
+  std::int64_t touched_size = 0;
+  const logit_bias* bias = nullptr;
+  std::int64_t bias_size = 0;
+  penalty_request shape = {};  ///< tree, rows, params and window; the entry ranges are filled here
+
+  history_penalty_source(std::span<const penalty_history::entry> t, std::span<const logit_bias> b, const penalty_history& history,
+                         const penalty_params& p) noexcept
+      : touched(t.data()), touched_size(static_cast<std::int64_t>(t.size())), bias(b.data()), bias_size(static_cast<std::int64_t>(b.size())) {
+    shape.end = touched_size;
+    shape.bias_end = bias_size;
+    shape.params = p;
+    if (p.convention == penalty_convention::vllm) {
+      shape.dense_zeros = std::signbit(p.frequency) || std::signbit(p.presence);
+    } else {
+      shape.active = !llama_cpp_disabled(history, p);
+      shape.window = history.window();
+      shape.recent = history.recent().data();
+      shape.recent_size = static_cast<index_t>(history.recent().size());
+    }
+  }
+  SPECDEC_HOST_DEVICE index_t width() const noexcept { return shape.parent == nullptr ? 0 : shape.nodes; }
+  SPECDEC_HOST_DEVICE specdec::detail::team_fault check(index_t, const matrix_view<float>&) const noexcept { return {}; }
+  SPECDEC_HOST_DEVICE penalty_request request(index_t, const matrix_view<float>&) const noexcept { return shape; }
+  SPECDEC_HOST_DEVICE std::int32_t entry_token(std::int64_t e) const noexcept { return touched[e].token; }
+  SPECDEC_HOST_DEVICE std::int32_t entry_count(std::int64_t e) const noexcept { return touched[e].output_count; }
+  SPECDEC_HOST_DEVICE bool entry_in_prompt(std::int64_t e) const noexcept { return touched[e].in_prompt; }
+  SPECDEC_HOST_DEVICE std::int32_t bias_token(std::int64_t k) const noexcept { return bias[k].token; }
+  SPECDEC_HOST_DEVICE float bias_value(std::int64_t k) const noexcept { return bias[k].bias; }
+};
+
+/// Runs the penalty job over one host request on one thread.
+inline void run_history_penalties(const char* where, matrix_view<float> logits, const history_penalty_source& src) {
+  penalty_job<history_penalty_source> job{src, logits, where, {}};
+  for (const char*& name : job.names) name = "";
+  specdec::detail::run_serial(job, 1);
 }
 
-/// Penalises one row in place (see penalise_entries), vLLM's dense -0.0 rule included.
+/// Penalises one row in place as node `path` (its draft tokens, oldest first) of a tree would be:
+/// apply_tree_penalties' row, for callers that hold the row alone (references, benchmarks).
 inline void penalise_row(float* x, index_t vocab, std::span<const penalty_history::entry> touched, const penalty_history& history,
                          std::span<const std::int32_t> path, const penalty_params& p, std::span<const logit_bias> bias) {
-  // vLLM subtracts f * count and p * [count > 0] from every entry: where f or p is negative an untouched
-  // -0.0 becomes +0.0 (x - (-0.0)); nothing else changes for untouched entries.
-  for (const logit_bias& b : bias) x[b.token] += b.bias;
-  if (p.convention == penalty_convention::vllm && (std::signbit(p.frequency) || std::signbit(p.presence)))
-    for (index_t j = 0; j < vocab; ++j)
-      if (x[j] == 0.0f) x[j] = 0.0f;
-  penalise_entries([x](std::int32_t t) -> float& { return x[t]; }, touched, history, path, p, {});
+  history_penalty_source src(touched, bias, history, p);
+  std::vector<std::int32_t> scratch(2 * path.size());
+  std::reverse_copy(path.begin(), path.end(), scratch.begin());  // newest first
+  const specdec::detail::serial_team team;
+  penalise_node_row(team, src, src.shape, x, vocab, scratch.data(), static_cast<index_t>(path.size()), scratch.data() + path.size());
 }
 
 
@@ -384,13 +476,12 @@ inline void apply_tree_penalties(matrix_view<float> logits, tree_view tree, inde
   SPECDEC_EXPECTS(specdec::detail::range_fits(first_row, tree.size(), logits.rows()), where, "first_row = ", first_row, " with ",
                   tree.size(), " nodes; expected rows [first_row, first_row + nodes) within the logits' ", logits.rows());
   const std::vector<penalty_history::entry> touched = history.touched();
-  std::vector<std::int32_t> path;
-  for (index_t i = 0; i < tree.size(); ++i) {
-    path.clear();
-    for (index_t c = i; c > 0; c = tree.parent[static_cast<std::size_t>(c)]) path.push_back(tree.token[static_cast<std::size_t>(c)]);
-    std::reverse(path.begin(), path.end());  // oldest first: llama.cpp's window slides in this order
-    detail::penalise_row(logits.row(first_row + i), vocab, touched, history, path, params, bias);
-  }
+  detail::history_penalty_source src(touched, bias, history, params);
+  src.shape.parent = tree.parent.data();
+  src.shape.token = tree.token.data();
+  src.shape.nodes = tree.size();
+  src.shape.first_row = first_row;
+  detail::run_history_penalties(where, logits, src);
 }
 
 /// apply_tree_penalties for plain rows: each row penalised by the committed history alone (a chain's
@@ -403,7 +494,9 @@ inline void apply_penalties(matrix_view<float> logits, const penalty_history& hi
   detail::check_penalties(where, params, bias, vocab, history);
   detail::check_penalty_arguments(where, logits, bias, tree_view{});
   const std::vector<penalty_history::entry> touched = history.touched();
-  for (index_t r = 0; r < logits.rows(); ++r) detail::penalise_row(logits.row(r), vocab, touched, history, {}, params, bias);
+  detail::history_penalty_source src(touched, bias, history, params);
+  src.shape.nodes = logits.rows();
+  detail::run_history_penalties(where, logits, src);
 }
 
 }  // namespace specdec::sampling

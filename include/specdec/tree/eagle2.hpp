@@ -12,22 +12,28 @@
 /// (level order; within a level by the parent's frontier slot, then child rank), which is the order of
 /// EAGLE's `topK_genrate` and of SGLang's `organize_draft_results`.
 ///
+/// The bookkeeping (cumulative scores, frontiers, masks, the final reranking) is the team jobs of
+/// tree/detail/eagle2_jobs.hpp, run here on one thread over host storage and by eagle2_batch_builder
+/// (eagle2_batch.hpp) on its backend.
+///
 /// Ties: every top-k ranks equal scores by the lower index (row_topk), which also guarantees that a
 /// selected node's parent is selected (a child never scores above its parent).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
-#include <numeric>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view_checks.hpp>
+#include <specdec/tree/detail/eagle2_jobs.hpp>
 #include <specdec/tree/detail/host_topk.hpp>
 #include <specdec/tree/tree.hpp>
 
@@ -204,9 +210,7 @@ class eagle2_tree_builder {
   /// top-k buffers (batch k^2 values and indices) are allocated by the first begin(), once k has been
   /// checked against the vocabulary.
   eagle2_tree_builder(B& b, dynamic_tree_config config, index_t batch = 1)
-      : backend_(&b), cfg_(checked(std::move(config), batch)), batch_(batch) {
-    requests_.resize(static_cast<std::size_t>(batch));
-  }
+      : backend_(&b), cfg_(checked(std::move(config), batch)), batch_(batch) {}
 
   /// The constructor's checks of a configuration for `batch` requests (eagle2_batch_builder shares them).
   static void check_config(const dynamic_tree_config& config, index_t batch) { (void)checked(config, batch); }
@@ -228,32 +232,21 @@ class eagle2_tree_builder {
     constexpr const char* where = "specdec::eagle2_tree_builder::begin";
     detail::check_dynamic_begin(where, cfg_, batch_, root_logits.rows(), root_logits.cols(),
                                 static_cast<index_t>(root_tokens.size()), target_vocab);
-    for (index_t b = 0; b < batch_; ++b) {
-      const std::int32_t root = root_tokens[static_cast<std::size_t>(b)];
-      SPECDEC_EXPECTS(root >= 0 && (target_vocab == 0 || root < target_vocab), where, "root_tokens[", b, "] = ", root,
-                      "; expected a token id in [0, ", target_vocab > 0 ? target_vocab : index_t(INT32_MAX), ")");
-    }
     vocab_ = root_logits.cols();
     target_vocab_ = target_vocab;
-    if (!topk_) topk_.emplace(*backend_, batch_ * cfg_.top_k, cfg_.top_k);
+    if (!topk_) allocate(where);
     topk_->run(root_logits, scale());
     const index_t k = cfg_.top_k;
-    for (index_t b = 0; b < batch_; ++b) {
-      request& q = requests_[static_cast<std::size_t>(b)];
-      q = request{};
-      q.root_token = root_tokens[static_cast<std::size_t>(b)];
-      q.frontier.resize(static_cast<std::size_t>(k));
-      for (index_t c = 0; c < k; ++c) {
-        const auto j = static_cast<std::size_t>(b * k + c);
-        q.scores.push_back(topk_->values()[j]);
-        q.tokens.push_back(map(topk_->indices()[j]));
-        q.parents.push_back(-1);
-        q.frontier[static_cast<std::size_t>(c)] = static_cast<std::int32_t>(c);
-      }
-      q.mask.assign(static_cast<std::size_t>(k * k), 0);
-      for (index_t c = 0; c < k; ++c) q.mask[static_cast<std::size_t>(c * k + c)] = 1;
-      q.parent_slot.assign(static_cast<std::size_t>(k), -1);
-    }
+    detail::eagle2_jobs::begin_job<host_space> job{state(),
+                                                   matrix_view<const float>(topk_->values().data(), batch_, k),
+                                                   matrix_view<const std::int32_t>(topk_->indices().data(), batch_, k),
+                                                   vector_view<const std::int32_t>(root_tokens.data(), batch_),
+                                                   mask_of(0, 0),
+                                                   where,
+                                                   {}};
+    name(job.names);
+    began_ = false;  // a refused begin leaves no build to expand
+    detail::run_serial(job, batch_);
     began_ = true;
     steps_ = 0;
     return current_step();
@@ -271,7 +264,7 @@ class eagle2_tree_builder {
   draft_step expand(matrix_view<const float, space> frontier_logits) {
     check_expand("specdec::eagle2_tree_builder::expand", frontier_logits, steps_ < cfg_.depth);
     topk_->run(frontier_logits, scale());
-    grow(topk_->values(), topk_->indices());
+    grow("specdec::eagle2_tree_builder::expand", topk_->values(), topk_->indices());
     return current_step();
   }
 
@@ -288,8 +281,8 @@ class eagle2_tree_builder {
     const std::vector<float> right_values = topk_->values();
     const std::vector<std::int32_t> right_indices = topk_->indices();
     topk_->run(left_logits, scale());
-    grow(topk_->values(), topk_->indices());
-    grow(right_values, right_indices);
+    grow(where, topk_->values(), topk_->indices());
+    grow(where, right_values, right_indices);
     return current_step();
   }
 
@@ -299,33 +292,33 @@ class eagle2_tree_builder {
     constexpr const char* where = "specdec::eagle2_tree_builder::finish";
     SPECDEC_EXPECTS(began_, where, "called before begin()");
     SPECDEC_EXPECTS(steps_ == cfg_.depth, where, steps_, " expansions done; expected depth = ", cfg_.depth);
+    const index_t t = cfg_.total_tokens;
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch_ * t)), parents(tokens.size()), depths(tokens.size()),
+        selected(static_cast<std::size_t>(batch_ * (t - 1)));
+    std::vector<float> scores(tokens.size());
+    detail::eagle2_jobs::finish_job<host_space> job{state(),
+                                                    {matrix_view<std::int32_t>(tokens.data(), batch_, t),
+                                                     matrix_view<std::int32_t>(parents.data(), batch_, t),
+                                                     matrix_view<std::int32_t>(depths.data(), batch_, t),
+                                                     matrix_view<float>(scores.data(), batch_, t),
+                                                     matrix_view<std::int32_t>(selected.data(), batch_, t - 1)},
+                                                    candidates(),
+                                                    t - 1,
+                                                    where,
+                                                    {}};
+    name(job.names);
+    detail::run_serial(job, batch_);
     std::vector<dynamic_tree_result> out(static_cast<std::size_t>(batch_));
-    const index_t keep = cfg_.total_tokens - 1;
+    const index_t list = cfg_.depth > 0 ? 1 + cfg_.depth * cfg_.top_k : 0;
     for (index_t b = 0; b < batch_; ++b) {
-      const request& q = requests_[static_cast<std::size_t>(b)];
-      std::vector<std::int32_t> sel = detail::best_indices<std::int32_t>(q.scores, keep);
-      std::sort(sel.begin(), sel.end());
       dynamic_tree_result& r = out[static_cast<std::size_t>(b)];
-      r.selected = sel;
-      r.parent_list = q.parent_list;
-      draft_tree& t = r.tree;
-      t.token = {q.root_token};
-      t.parent = {-1};
-      t.depth = {0};
-      t.score = {0.0f};
-      std::vector<std::int32_t> node_of(q.scores.size(), -1);
-      for (std::size_t i = 0; i < sel.size(); ++i) {
-        const auto f = static_cast<std::size_t>(sel[i]);
-        node_of[f] = static_cast<std::int32_t>(i + 1);
-        const std::int32_t pf = q.parents[f];
-        const std::int32_t parent = pf < 0 ? 0 : node_of[static_cast<std::size_t>(pf)];
-        SPECDEC_EXPECTS(parent >= 0, where, "candidate ", f, " was selected without its parent ", pf,
-                        " (scores must not increase along a path: NaN or positive log-probabilities?)");
-        t.token.push_back(q.tokens[f]);
-        t.parent.push_back(parent);
-        t.depth.push_back(t.depth[static_cast<std::size_t>(parent)] + 1);
-        t.score.push_back(q.scores[f]);
-      }
+      const auto row = [&](const auto& v, index_t cols) { return std::vector(v.begin() + b * cols, v.begin() + (b + 1) * cols); };
+      r.tree.token = row(tokens, t);
+      r.tree.parent = row(parents, t);
+      r.tree.depth = row(depths, t);
+      r.tree.score = row(scores, t);
+      r.selected = row(selected, t - 1);
+      r.parent_list = row(parent_list_, list);
     }
     return out;
   }
@@ -338,27 +331,68 @@ class eagle2_tree_builder {
     return finish().front();
   }
 
-  /// Flat candidates of request b (for debugging and conformance): scores and target token ids.
+  /// Flat candidates of request b so far (for debugging and conformance): scores and target token ids,
+  /// k + steps_done() k^2 of each after begin(), none before.
   /// \throws invalid_argument when b is not a request of the builder.
-  const std::vector<float>& candidate_scores(index_t b) const { return checked_request(b, "candidate_scores").scores; }
-  const std::vector<std::int32_t>& candidate_tokens(index_t b) const { return checked_request(b, "candidate_tokens").tokens; }
+  std::vector<float> candidate_scores(index_t b) const { return candidates_of(scores_, b, "candidate_scores"); }
+  std::vector<std::int32_t> candidate_tokens(index_t b) const { return candidates_of(tokens_, b, "candidate_tokens"); }
 
  private:
-  struct request {
-    std::int32_t root_token = 0;
-    std::vector<float> scores;            // per flat candidate, cumulative
-    std::vector<std::int32_t> tokens;     // per flat candidate, target ids
-    std::vector<std::int32_t> parents;    // per flat candidate: parent flat index, -1 = root
-    std::vector<std::int32_t> frontier;   // flat index of each frontier slot
-    std::vector<std::int32_t> parent_slot;
-    std::vector<std::int32_t> parent_list;
-    std::vector<std::uint8_t> mask;       // k x k (steps + 1)
-  };
+  index_t candidates() const noexcept { return cfg_.top_k + cfg_.depth * cfg_.top_k * cfg_.top_k; }
 
-  const request& checked_request(index_t b, const char* what) const {
+  template <class T>
+  std::vector<T> candidates_of(const std::vector<T>& all, index_t b, const char* what) const {
     SPECDEC_EXPECTS(b >= 0 && b < batch_, "specdec::eagle2_tree_builder", what, "(b = ", b, "): expected one of the ",
                     batch_, " requests");
-    return requests_[static_cast<std::size_t>(b)];
+    if (!began_) return {};
+    const auto first = all.begin() + b * candidates();
+    return std::vector<T>(first, first + cfg_.top_k + steps_ * cfg_.top_k * cfg_.top_k);
+  }
+
+  /// The state's host storage, sized by the first begin() (a configuration's sizes are checked first).
+  void allocate(const char* where) {
+    const index_t k = cfg_.top_k;
+    const auto count = [&](std::initializer_list<index_t> dims, const char* what) {
+      return detail::checked_count(where, dims, what);
+    };
+    const std::size_t c = count({batch_, candidates()}, "the candidates [batch x (top_k + depth top_k^2)]");
+    scores_.resize(c);
+    tokens_.resize(c);
+    parents_.resize(c);
+    frontier_.resize(static_cast<std::size_t>(batch_ * k));
+    parent_slot_.resize(frontier_.size());
+    input_ids_.resize(frontier_.size());
+    roots_.resize(static_cast<std::size_t>(batch_));
+    if (cfg_.depth > 0) parent_list_.resize(count({batch_, 1 + cfg_.depth * k}, "the parent lists"));
+    for (auto& m : masks_) m.resize(count({batch_ * k, k * (cfg_.depth + 1)}, "the draft masks"));
+    topk_.emplace(*backend_, batch_ * k, k);
+  }
+
+  detail::eagle2_jobs::state<host_space> state() const {
+    const index_t k = cfg_.top_k;
+    auto& self = const_cast<eagle2_tree_builder&>(*this);  // the jobs take one state type for reads and writes
+    return {matrix_view<float>(self.scores_.data(), batch_, candidates()),
+            matrix_view<std::int32_t>(self.tokens_.data(), batch_, candidates()),
+            matrix_view<std::int32_t>(self.parents_.data(), batch_, candidates()),
+            matrix_view<std::int32_t>(self.frontier_.data(), batch_, k),
+            matrix_view<std::int32_t>(self.parent_slot_.data(), batch_, k),
+            matrix_view<std::int32_t>(self.input_ids_.data(), batch_, k),
+            vector_view<std::int32_t>(self.roots_.data(), batch_),
+            cfg_.depth > 0 ? matrix_view<std::int32_t>(self.parent_list_.data(), batch_, 1 + cfg_.depth * k) : matrix_view<std::int32_t>(),
+            cfg_.d2t.empty() ? vector_view<const std::int32_t>() : vector_view<const std::int32_t>(cfg_.d2t.data(), static_cast<index_t>(cfg_.d2t.size())),
+            k,
+            target_vocab_,
+            cfg_.score == tree_score::probability};
+  }
+  static void name(const char* (&names)[detail::team_job_names]) {
+    for (const char*& n : names) n = "";
+    names[detail::eagle2_jobs::arg_root_tokens] = "root_tokens";
+    names[detail::eagle2_jobs::arg_d2t] = "d2t";
+    names[detail::eagle2_jobs::arg_tree] = "candidate parents";
+  }
+  /// The draft mask of `step` (k (step + 1) columns) in ping-pong buffer `which`.
+  matrix_view<std::uint8_t> mask_of(int which, index_t step) {
+    return {masks_[which].data(), batch_ * cfg_.top_k, cfg_.top_k * (step + 1)};
   }
 
   static dynamic_tree_config checked(dynamic_tree_config cfg, index_t batch) {
@@ -390,57 +424,27 @@ class eagle2_tree_builder {
     return cfg_.score == tree_score::probability ? detail::topk_scale::probabilities : detail::topk_scale::log_probabilities;
   }
 
-  std::int32_t map(std::int32_t t) const {
-    // In range by the constructor's check of d2t, so the sum is an int32.
-    const index_t mapped = cfg_.d2t.empty() ? index_t{t} : index_t{t} + cfg_.d2t[static_cast<std::size_t>(t)];
-    SPECDEC_EXPECTS(target_vocab_ <= 0 || mapped < target_vocab_, "specdec::eagle2_tree_builder",
-                    cfg_.d2t.empty() ? "draft token " : "d2t maps draft token ", t, cfg_.d2t.empty() ? "" : " to ",
-                    cfg_.d2t.empty() ? index_t{t} : mapped, "; expected a target id in [0, ", target_vocab_, ")");
-    return static_cast<std::int32_t>(mapped);
-  }
-
   void check_expand(const char* where, matrix_view<const float, space> logits, bool step_left) const {
     detail::check_dynamic_expand(where, began_, steps_, cfg_.depth, step_left, batch_, cfg_.top_k, vocab_, logits.rows(),
                                  logits.cols());
   }
 
-  /// Appends one k x k grid per request. Row r of the grid hangs under frontier slot r; its children
-  /// are `values/indices` row `b k + r`. The new frontier is the top k of the grid by cumulative score.
-  /// For Jakiro's right head the rows are the previous frontier's, aligned with the new slots.
-  void grow(const std::vector<float>& values, const std::vector<std::int32_t>& indices) {
+  /// One expansion's bookkeeping from the top-k `[batch k x k]` of the frontier's rows (grow_job).
+  void grow(const char* where, const std::vector<float>& values, const std::vector<std::int32_t>& indices) {
     const index_t k = cfg_.top_k;
-    for (index_t b = 0; b < batch_; ++b) {
-      request& q = requests_[static_cast<std::size_t>(b)];
-      const auto base = static_cast<std::int32_t>(q.scores.size());
-      if (q.parent_list.empty()) q.parent_list.push_back(-1);  // the root group, once there is a grid
-      std::vector<float> grid(static_cast<std::size_t>(k * k));
-      for (index_t r = 0; r < k; ++r) {
-        const std::int32_t parent = q.frontier[static_cast<std::size_t>(r)];
-        const float parent_score = q.scores[static_cast<std::size_t>(parent)];
-        q.parent_list.push_back(parent);
-        for (index_t c = 0; c < k; ++c) {
-          const auto j = static_cast<std::size_t>((b * k + r) * k + c);
-          const float s = cfg_.score == tree_score::probability ? parent_score * values[j] : values[j] + parent_score;
-          grid[static_cast<std::size_t>(r * k + c)] = s;
-          q.scores.push_back(s);
-          q.tokens.push_back(map(indices[j]));
-          q.parents.push_back(parent);
-        }
-      }
-      // The next frontier: top k of the grid, ties to the lower flat index.
-      const std::vector<std::int32_t> order = detail::best_indices<std::int32_t>(grid, k);
-      const index_t old_cols = k * (steps_ + 1);
-      std::vector<std::uint8_t> mask(static_cast<std::size_t>(k * (old_cols + k)), 0);
-      for (index_t s = 0; s < k; ++s) {
-        const std::int32_t g = order[static_cast<std::size_t>(s)];
-        q.frontier[static_cast<std::size_t>(s)] = base + g;
-        q.parent_slot[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(g / k);
-        for (index_t c = 0; c < old_cols; ++c)
-          mask[static_cast<std::size_t>(s * (old_cols + k) + c)] = q.mask[static_cast<std::size_t>((g / k) * old_cols + c)];
-        mask[static_cast<std::size_t>(s * (old_cols + k) + old_cols + s)] = 1;
-      }
-      q.mask = std::move(mask);
-    }
+    const int from = static_cast<int>(steps_ % 2);
+    detail::eagle2_jobs::grow_job<host_space> job{state(),
+                                                  matrix_view<const float>(values.data(), batch_ * k, k),
+                                                  matrix_view<const std::int32_t>(indices.data(), batch_ * k, k),
+                                                  mask_of(from, steps_),
+                                                  mask_of(1 - from, steps_ + 1),
+                                                  k + steps_ * k * k,
+                                                  where,
+                                                  {}};
+    name(job.names);
+    began_ = false;  // a refused expansion leaves a build half grown: begin again
+    detail::run_serial(job, batch_);
+    began_ = true;
     ++steps_;
   }
 
@@ -450,23 +454,24 @@ class eagle2_tree_builder {
     s.step = steps_;
     s.top_k = k;
     s.mask_cols = k * (steps_ + 1);
-    for (const request& q : requests_) {
-      for (index_t r = 0; r < k; ++r) {
-        const std::int32_t f = q.frontier[static_cast<std::size_t>(r)];
-        s.frontier.push_back(f);
-        s.input_ids.push_back(q.tokens[static_cast<std::size_t>(f)]);
-        s.parent_slot.push_back(q.parent_slot[static_cast<std::size_t>(r)]);
-      }
-      s.draft_mask.insert(s.draft_mask.end(), q.mask.begin(), q.mask.end());
-    }
+    s.input_ids = input_ids_;
+    s.frontier = frontier_;
+    s.parent_slot = parent_slot_;
+    const std::vector<std::uint8_t>& mask = masks_[steps_ % 2];
+    s.draft_mask.assign(mask.begin(), mask.begin() + batch_ * k * s.mask_cols);
     return s;
   }
 
   B* backend_;
   dynamic_tree_config cfg_;
   index_t batch_;
-  std::optional<detail::host_topk<B>> topk_;  // allocated by the first begin()
-  std::vector<request> requests_;
+  std::optional<detail::host_topk<B>> topk_;  // allocated by the first begin(), with the state below
+  std::vector<float> scores_;                         // [batch x C] cumulative score per flat candidate
+  std::vector<std::int32_t> tokens_, parents_;        // [batch x C] target id, parent flat index (-1: root)
+  std::vector<std::int32_t> frontier_, parent_slot_, input_ids_;  // [batch x k]
+  std::vector<std::int32_t> roots_;                   // [batch]
+  std::vector<std::int32_t> parent_list_;             // [batch x (1 + depth k)], empty when depth = 0
+  std::vector<std::uint8_t> masks_[2];                // [batch k x k (depth + 1)], this step's and the next
   index_t vocab_ = 0;
   index_t target_vocab_ = 0;
   index_t steps_ = 0;
