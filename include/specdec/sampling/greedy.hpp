@@ -7,14 +7,17 @@
 /// The lenient greedy variant is in specdec/sampling/lenient.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/greedy_walk.hpp>
 #include <specdec/sampling/detail/rows.hpp>
 #include <specdec/sampling/request.hpp>
 #include <specdec/tree/tree.hpp>
@@ -23,50 +26,57 @@ namespace specdec::sampling {
 
 namespace detail {
 
-/// The greedy walk of one request (checked by checked_tree); `argmax_of(row)` gives the target argmax
-/// of a node row and is called only for the rows the walk visits. `request` is the request's index in
-/// its batch, for error messages (a greedy request inside a sampled batch keeps its place). Where
-/// `argmax_of` returns `end_without_token` (a value below 0; masked verification's terminated grammar)
-/// the walk ends at that node without a final token.
+/// The greedy walk of one request (checked by checked_tree) on the host: walk_greedy over the
+/// request's sibling order; `argmax_of(row)` gives the target argmax of a node row and is called only
+/// for the rows the walk visits. `request` is the request's index in its batch, for error messages (a
+/// greedy request inside a sampled batch keeps its place). Where `argmax_of` returns
+/// `end_without_token` (a value below 0; masked verification's terminated grammar) the walk ends at
+/// that node without a final token, and every row the walk ends at is read.
 template <class ArgmaxOf>
 speculative_result greedy_walk_one(const char* where, index_t vocab_size, const speculative_request& q, std::size_t request,
                                    tree_view tree, ArgmaxOf& argmax_of, std::int32_t end_without_token = 0) {
-  const auto children = children_of(where, q, request);
-  speculative_result out;
-  index_t node = 0;
-  for (;;) {
-    const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-    // Where the walk must end on the caller's bonus token, the row's argmax cannot change a thing: it is
-    // not read (vLLM's layout has no row for the last node). Under a grammar it is: a terminated state
-    // ends the walk without the bonus.
-    if (end_without_token == 0 && q.bonus_token && (children[static_cast<std::size_t>(node)].empty() || capped)) {
-      out.bonus = true;
-      out.tokens.push_back(checked_bonus_token(where, q, request, vocab_size));
-      break;
+  const std::vector<std::vector<std::int32_t>> children = children_of(where, q, request);
+  std::vector<std::int32_t> first_child(children.size(), -1), next_sibling(children.size(), -1);
+  for (std::size_t i = 0; i < children.size(); ++i)
+    for (std::size_t c = 0; c < children[i].size(); ++c) {
+      if (c == 0) first_child[i] = children[i][0];
+      else next_sibling[static_cast<std::size_t>(children[i][c - 1])] = children[i][c];
     }
-    const std::int32_t best = argmax_of(q.target_row + node);
-    if (end_without_token < 0 && best == end_without_token) break;
-    SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", q.target_row + node, " = ", best,
+  struct sink {
+    const char* where;
+    const speculative_request& q;
+    std::size_t request;
+    index_t vocab;
+    speculative_result out = {};
+    std::int32_t accepted() const { return static_cast<std::int32_t>(out.accepted_nodes.size()); }
+    std::int32_t bonus() const { return checked_bonus_token(where, q, request, vocab); }
+    void accept(const specdec::detail::serial_team&, std::int32_t node, std::int32_t token) {
+      out.accepted_nodes.push_back(node);
+      out.tokens.push_back(token);
+    }
+    void finish(const specdec::detail::serial_team&, std::int32_t token, bool ended) {
+      if (token < 0) return;  // a terminated grammar: nothing follows
+      out.bonus = ended;
+      out.tokens.push_back(token);
+    }
+  } path{where, q, request, vocab_size};
+  const auto argmax = [&](std::int32_t node, std::int32_t& best) -> specdec::detail::team_fault {
+    const index_t row = q.target_row + node;
+    best = argmax_of(row);
+    if (end_without_token < 0 && best == end_without_token) {
+      best = -1;
+      return {};
+    }
+    SPECDEC_EXPECTS(best >= 0 && best < vocab_size, where, "target argmax of row ", row, " = ", best,
                     "; expected a token in [0, ", vocab_size, ")");
-    std::int32_t accepted = -1;
-    if (!capped)
-      for (const std::int32_t c : children[static_cast<std::size_t>(node)])
-        if (tree.token[static_cast<std::size_t>(c)] == best) {
-          accepted = c;
-          break;
-        }
-    if (accepted >= 0) {
-      out.accepted_nodes.push_back(accepted);
-      out.tokens.push_back(best);
-      node = accepted;
-      continue;
-    }
-    out.bonus = children[static_cast<std::size_t>(node)].empty() || capped;
-    out.tokens.push_back(out.bonus && q.bonus_token ? checked_bonus_token(where, q, request, vocab_size) : best);
-    break;
-  }
-  out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
-  return out;
+    return {};
+  };
+  const specdec::detail::serial_team team;
+  (void)walk_greedy(team, {first_child.data(), next_sibling.data()}, tree.token.data(),
+                    q.max_accepted >= 0 ? static_cast<std::int32_t>(std::min<index_t>(q.max_accepted, INT32_MAX)) : -1,
+                    q.bonus_token.has_value(), end_without_token < 0, argmax, path);
+  path.out.retest_accepted = static_cast<index_t>(path.out.accepted_nodes.size());
+  return std::move(path.out);
 }
 
 /// The greedy walk over a batch; `argmax_of(row)` gives the target argmax of a node row and is called

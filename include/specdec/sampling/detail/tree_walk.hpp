@@ -19,6 +19,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/faults.hpp>
+#include <specdec/sampling/detail/greedy_walk.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/speculative.hpp>
 
@@ -175,31 +176,33 @@ struct path_writer {
   }
 };
 
-/// One step of the greedy walk at `node`, whose row chose `best`: the first child (node-index order)
-/// with that token is accepted and returned; otherwise the walk ends there (the bonus token after a leaf
-/// or the cap, else `best`; a zero final distribution: greedy draws from none) and -1 is returned.
-template <class Team, class Space>
-SPECDEC_HOST_DEVICE index_t greedy_step(Team& team, const batch_outputs<Space>& out, const tree_scratch& ts,
-                                        const checked_request& q, const std::int32_t* token, path_writer<Space>& path,
-                                        index_t r, index_t vocab, index_t node, std::int32_t best) {
-  const bool capped = q.cap >= 0 && path.count >= q.cap;
-  if (!capped)
-    for (std::int32_t c = ts.first_child[node]; c >= 0; c = ts.next_sibling[c])
-      if (token[c] == best) {
-        path.accept(team, c, best);
-        return c;
-      }
-  const bool bonus = ts.first_child[node] < 0 || capped;
-  if (!out.final_distributions.empty()) {
-    float* dst = out.final_distributions.row(r);
-    for (index_t j = team.rank(); j < vocab; j += team.size()) dst[j * out.final_distributions.stride(1)] = 0.0f;
+/// walk_greedy's sink in a team job: the emitted path through a path_writer, and a zero final
+/// distribution (greedy draws from none).
+template <class Space>
+struct greedy_path {
+  path_writer<Space> path;
+  const batch_outputs<Space>* out;
+  index_t vocab;
+  std::int32_t bonus_token;
+  SPECDEC_HOST_DEVICE std::int32_t accepted() const { return path.count; }
+  SPECDEC_HOST_DEVICE std::int32_t bonus() const { return bonus_token; }
+  template <class Team>
+  SPECDEC_HOST_DEVICE void accept(const Team& team, std::int32_t node, std::int32_t token) {
+    path.accept(team, node, token);
   }
-  path.finish(team, bonus && q.bonus >= 0 ? q.bonus : best, 0, path.count);
-  return -1;
-}
+  template <class Team>
+  SPECDEC_HOST_DEVICE void finish(const Team& team, std::int32_t token, bool) {
+    if (!out->final_distributions.empty()) {
+      float* dst = out->final_distributions.row(path.r);
+      for (index_t j = team.rank(); j < vocab; j += team.size()) dst[j * out->final_distributions.stride(1)] = 0.0f;
+    }
+    path.finish(team, token, 0, path.count);
+  }
+};
 
 /// Greedy verification of one request per team from the target argmax of every row
-/// (verify_greedy's walk: the first child, in node-index order, whose token is its parent's argmax).
+/// (walk_greedy, the walk of every greedy verifier: the first child, in node-index order, whose token is
+/// its parent's argmax).
 template <class Space>
 struct greedy_batch_job {
   batch_trees<Space> trees;
@@ -219,16 +222,14 @@ struct greedy_batch_job {
     const tree_scratch ts = tree_scratch::carve(scratch, trees.tokens.cols());
     checked_request q;
     if (const team_fault f = check_and_link(team, trees, out, r, vocab, argmax.rows(), ts, q); f.code != 0) return f;
-    const std::int32_t* token = trees.tokens.row(r);
-    path_writer<Space> path{&out, r};
-    index_t node = 0;
-    for (;;) {
+    greedy_path<Space> path{{&out, r}, &out, vocab, q.bonus};
+    const auto argmax_of = [&](std::int32_t node, std::int32_t& best) -> team_fault {
       const index_t row = q.first_row + node;
-      const std::int32_t best = argmax(row);
+      best = argmax(row);
       if (best < 0 || best >= vocab) return make_team_fault(sampling_fault::argmax_range, arg_target, row, 0, best, vocab);
-      node = greedy_step(team, out, ts, q, token, path, r, vocab, node, best);
-      if (node < 0) return {};
-    }
+      return {};
+    };
+    return walk_greedy(team, {ts.first_child, ts.next_sibling}, trees.tokens.row(r), q.cap, q.bonus >= 0, false, argmax_of, path);
   }
 };
 
@@ -331,24 +332,24 @@ struct visited_greedy_batch_job {
     auto* lanes = reinterpret_cast<argmax_lane*>(scratch + round16(tree_scratch::bytes(trees.tokens.cols())));
     checked_request q;
     if (const team_fault f = check_and_link(team, trees, out, r, vocab(), logits.rows(), ts, q); f.code != 0) return f;
-    const std::int32_t* token = trees.tokens.row(r);
-    path_writer<Space> path{&out, r};
-    index_t node = 0;
-    for (;;) {
+    greedy_path<Space> path{{&out, r}, &out, vocab(), q.bonus};
+    const auto argmax_of = [&](std::int32_t node, std::int32_t& best) -> team_fault {
       const index_t row = q.first_row + node;
       const argmax_lane a = team_row_argmax(team, lanes, logits.row(row), bitmask.empty() ? nullptr : bitmask.row(row), vocab());
       if (a.bad >= 0) return argmax_fault(logits(row, a.bad), arg_target, row, a.bad);
       if (a.allowed == 0) {  // only a bitmask allows nothing
         if (node == 0) return make_team_fault(sampling_fault::mask_allows_none, arg_bitmask, r, 0, double(row));
-        path.finish(team, -1, 0, path.count);  // the grammar terminated here: nothing may follow
+        best = -1;  // the grammar terminated here: nothing may follow
         return {};
       }
       if (a.at < 0 && !bitmask.empty())
         return make_team_fault(sampling_fault::mask_all_neg_inf, arg_bitmask, r, node, double(row));
-      const std::int32_t best = a.at < 0 ? 0 : a.at;  // an unmasked all -inf row: index 0, as row_argmax
-      node = greedy_step(team, out, ts, q, token, path, r, vocab(), node, best);
-      if (node < 0) return {};
-    }
+      best = a.at < 0 ? 0 : a.at;  // an unmasked all -inf row: index 0, as row_argmax
+      return {};
+    };
+    // Under a bitmask every row the walk ends at is read: a terminated grammar there emits nothing.
+    return walk_greedy(team, {ts.first_child, ts.next_sibling}, trees.tokens.row(r), q.cap, q.bonus >= 0, !bitmask.empty(),
+                       argmax_of, path);
   }
 };
 
