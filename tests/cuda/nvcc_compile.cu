@@ -5,7 +5,9 @@
 #include <thrust/device_vector.h>
 
 #include <specdec/backend/thrust.hpp>
+#ifndef SPECDEC_NVCC_COMPILE_DENSE_ONLY
 #include <specdec/specdec.hpp>
+#endif
 
 // Engines write this: nvcc's generated code names ::thrust unqualified, which a specdec class called
 // `thrust` would make ambiguous (the backend is specdec::thrust_backend for that reason).
@@ -16,6 +18,7 @@ using cuda_backend = specdec::thrust_backend<specdec::thrust_system::cuda>;
 static_assert(specdec::backend<cuda_backend>);
 static_assert(specdec::dense_backend<cuda_backend>);
 
+#ifndef SPECDEC_NVCC_COMPILE_DENSE_ONLY
 void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                  specdec::matrix_view<float, specdec::device_space> y,
                                  specdec::vector_view<float, specdec::device_space> v,
@@ -37,6 +40,8 @@ void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const flo
   b.gather_elements(x, cols, y);
 }
 
+#endif
+
 void instantiate_every_dense_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                        specdec::matrix_view<float, specdec::device_space> y,
                                        specdec::vector_view<const float, specdec::device_space> w,
@@ -52,6 +57,7 @@ void instantiate_every_dense_primitive(cuda_backend& b, specdec::matrix_view<con
   b.attention(x, x, x, {4, 2, 64, 0.125f}, x, y);
 }
 
+#ifndef SPECDEC_NVCC_COMPILE_DENSE_ONLY
 // The algorithms: each class template and function template once, for device memory.
 template class specdec::eagle2_tree_builder<cuda_backend>;
 template class specdec::eagle1::static_drafter<cuda_backend>;
@@ -95,3 +101,4 @@ void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
   specdec::blocks::moa::train_forward<cuda_backend>(b, moa_config, moa_weights, std::span(&kv, 1), std::span(&kv, 1), kv,
                                                std::vector<std::int32_t>(x.rows(), 0), false, x, x, x);
 }
+#endif
