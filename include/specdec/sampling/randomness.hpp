@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/rng.hpp>
 
@@ -21,6 +22,17 @@ enum class uniform_range {
   closed_open,  ///< [0, 1): vLLM (fp64 torch.rand), Leviathan, EAGLE's random.random(), specdec
   open_closed,  ///< (0, 1]: FlashInfer's curand_uniform
 };
+
+namespace detail {
+/// A Philox uniform `u` in [0, 1) in `range` (1 - u for (0, 1]): every verifier's mapping.
+SPECDEC_HOST_DEVICE inline double philox_in_range(double u, uniform_range range) noexcept {
+  return range == uniform_range::closed_open ? u : 1.0 - u;
+}
+/// Whether a caller-supplied uniform lies in `range`.
+SPECDEC_HOST_DEVICE inline bool uniform_in_range(double u, uniform_range range) noexcept {
+  return range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
+}
+}  // namespace detail
 
 /// A request's uniforms: either caller-supplied values (in consumption order) or Philox uniforms
 /// (53-bit doubles, `philox_stream::uniform_double` at `offset + i`; mapped to `1 - u` for the
@@ -46,17 +58,12 @@ class uniform_stream {
   /// the range, or when `i` is past the supplied values.
   double at(std::uint64_t i, uniform_range range = uniform_range::closed_open) const {
     constexpr const char* where = "specdec::sampling::uniform_stream";
-    if (is_philox_) {
-      const double u = rng_.uniform_double(offset_ + i);
-      return range == uniform_range::closed_open ? u : 1.0 - u;
-    }
+    if (is_philox_) return detail::philox_in_range(rng_.uniform_double(offset_ + i), range);
     SPECDEC_EXPECTS(i < values_.size(), where, "the verification needs uniform ", i, " but only ", values_.size(),
                     " were supplied");
     const double u = values_[static_cast<std::size_t>(i)];
-    if (range == uniform_range::closed_open)
-      SPECDEC_EXPECTS(u >= 0.0 && u < 1.0, where, "uniform ", i, " = ", u, "; expected a value in [0, 1)");
-    else
-      SPECDEC_EXPECTS(u > 0.0 && u <= 1.0, where, "uniform ", i, " = ", u, "; expected a value in (0, 1]");
+    SPECDEC_EXPECTS(detail::uniform_in_range(u, range), where, "uniform ", i, " = ", u, "; expected a value in ",
+                    range == uniform_range::closed_open ? "[0, 1)" : "(0, 1]");
     return u;
   }
 

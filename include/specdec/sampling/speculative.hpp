@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/grammar/token_bitmask.hpp>
@@ -101,7 +102,7 @@ namespace detail {
 
 /// Whether a child passes its acceptance test (acceptance_test) given the current target probability
 /// p = P(x), the draft probability q = Q(x) (1 for a deterministic draft), the lenience and a uniform.
-inline bool passes(acceptance_test test, float p, float q, float lenience, double u) {
+SPECDEC_HOST_DEVICE inline bool passes(acceptance_test test, float p, float q, float lenience, double u) {
   const float lq = lenience * q;
   if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
   return static_cast<float>(u) * lq < p;

@@ -32,6 +32,12 @@ struct sibling_links {
 /// token)`, `finish(team, token, ended)` (token -1: none; `ended`: the walk ended at a leaf or the
 /// cap, nothing rejected), `accepted()` (the count so far) and `bonus()` (the bonus token, read only
 /// when emitted). Every thread of the team walks; the sink writes from one.
+// The host forms pass host callables (a backend's argmax, a throwing range check): the walk is a
+// host-device template, so nvcc's check of calls across execution spaces is off for it alone; each
+// instantiation runs where its callables do.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
 template <class Team, class Argmax, class Sink>
 SPECDEC_HOST_DEVICE specdec::detail::team_fault walk_greedy(Team& team, sibling_links links, const std::int32_t* token,
                                                             std::int32_t cap, bool has_bonus, bool read_final_row,

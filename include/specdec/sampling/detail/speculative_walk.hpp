@@ -82,23 +82,17 @@ struct speculative_batch_job : residual_rows<Space> {
         return make_team_fault(sampling_fault::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
                                uniform_values.cols());
       u = uniform_values(r, static_cast<index_t>(position));
-      const bool ok = range == uniform_range::closed_open ? (u >= 0.0 && u < 1.0) : (u > 0.0 && u <= 1.0);
-      if (!ok)
+      if (!uniform_in_range(u, range))
         return make_team_fault(sampling_fault::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
                                range == uniform_range::closed_open ? 0 : 1);
       return {};
     }
     const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
-    const double v = uniform_streams(r).uniform_double(offset + position);
-    u = range == uniform_range::closed_open ? v : 1.0 - v;
+    u = philox_in_range(uniform_streams(r).uniform_double(offset + position), range);
     return {};
   }
 
-  SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const {
-    const float lq = lenience * q;
-    if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
-    return static_cast<float>(u) * lq < p;
-  }
+  SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const { return sampling::detail::passes(test, p, q, lenience, u); }
 
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
