@@ -139,10 +139,10 @@ class DecoderLayer(_TreeCached):
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, input_norm: bool = True, capacity: int = 4096, prefix: str = ""):
         prefix = _prefix(prefix)
-        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
         self._place(_weights(weights, lambda name: name.startswith(prefix)))
         input_norm = _args.flag("input_norm", input_norm)
-        self._native = _specdec.DecoderLayer(self._weights, prefix, h, kv, d, eps, theta, input_norm, cap)
+        self._native = _specdec.DecoderLayer(self._weights, prefix, shape, input_norm)
 
     def forward(self, x, positions, mask=None):
         positions = self._index(positions, "int64", "positions")
@@ -207,7 +207,7 @@ class Eagle3Block(_TreeCached):
                  rope_theta: float = 10000.0, capacity: int = 4096):
         shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
         self._place(_weights(weights, lambda name: name != "d2t"))
-        self._native = _specdec.Eagle3Block(self._weights, *shape)
+        self._native = _specdec.Eagle3Block(self._weights, shape)
 
     def fuse(self, taps):
         out = self._out(self._rows("taps", taps), self._native.hidden)
@@ -246,10 +246,10 @@ class MtpModule(_Cached):
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, prefix: str = "", rms_eps: float = 1e-6,
                  rope_theta: float = 10000.0, zero_embedding_at_position_0: bool = True, capacity: int = 4096):
         prefix = _prefix(prefix)
-        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
         self._place(_weights(weights, lambda name: name.startswith(prefix) or name == "embed_tokens.weight"))
-        self._native = _specdec.MtpModule(self._weights, prefix, h, kv, d, eps, theta,
-                                          _args.flag("zero_embedding_at_position_0", zero_embedding_at_position_0), cap)
+        self._native = _specdec.MtpModule(self._weights, prefix, shape,
+                                          _args.flag("zero_embedding_at_position_0", zero_embedding_at_position_0))
 
     def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
         if out is None:
@@ -283,7 +283,7 @@ class JakiroLayer(_TreeCached):
                  rope_theta: float = 10000.0, capacity: int = 4096):
         shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
         self._place(_weights(weights, lambda name: True))
-        self._native = _specdec.JakiroLayer(self._weights, *shape)
+        self._native = _specdec.JakiroLayer(self._weights, shape)
 
     def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
         contrastive = _args.flag("contrastive", contrastive)
@@ -313,11 +313,11 @@ class AmphistaHeads(_Cached):
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, stage1_heads=None, rms_eps: float = 1e-5,
                  rope_theta: float = 10000.0, capacity: int = 4096):
-        h, kv, d, eps, theta, cap = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
+        shape = _shape_args(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity)
         self._place(_weights(weights, lambda name: True))
         k = sum(1 for name in self._weights if name.startswith("auto.heads.") and name.endswith(".weight"))
         stage1 = k // 2 if stage1_heads is None else _args.integer("stage1_heads", stage1_heads)
-        self._native = _specdec.AmphistaHeads(self._weights, h, kv, d, k, stage1, eps, theta, cap)
+        self._native = _specdec.AmphistaHeads(self._weights, shape, k, stage1)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
         intermediates = _args.flag("intermediates", intermediates)

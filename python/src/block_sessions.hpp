@@ -5,12 +5,15 @@
 // KV caches in B's memory.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <specdec/blocks/amphista.hpp>
@@ -87,9 +90,36 @@ specdec::blocks::attention_mask<Space> mask_in(const mask_arg& m) {
       specdec::matrix_view<const std::uint8_t, Space>(static_cast<const std::uint8_t*>(m.data), m.rows, m.cols));
 }
 
+/// Argument `name` has shape `got`, where the block needs `want` (-1: any extent): a ValueError worded as
+/// the binding's other shape checks.
+inline void check_shape(const char* name, std::initializer_list<std::int64_t> got, std::initializer_list<std::int64_t> want) {
+  if (std::ranges::equal(got, want, [](std::int64_t g, std::int64_t w) { return w < 0 || g == w; })) return;
+  const auto text = [](std::initializer_list<std::int64_t> shape) {
+    std::string s = "(";
+    for (const std::int64_t n : shape) s += (s.size() > 1 ? ", " : "") + (n < 0 ? std::string("*") : std::to_string(n));
+    return s + (shape.size() == 1 ? ",)" : ")");
+  };
+  throw std::invalid_argument(std::string(name) + ": expected shape " + text(want) + "; got " + text(got));
+}
+
+template <class Space, class T>
+specdec::matrix_view<T, Space> view(const matrix_arg<T>& a) {
+  return {a.data, a.rows, a.cols};
+}
+/// `a` checked to be `[rows x cols]` (an output sized by the block or by another argument).
+template <class Space, class T>
+specdec::matrix_view<T, Space> view(const matrix_arg<T>& a, std::int64_t rows, std::int64_t cols) {
+  check_shape(a.name, {a.rows, a.cols}, {rows, cols});
+  return view<Space>(a);
+}
+/// An optional output: the empty view where the caller left it out.
 template <class Space>
-specdec::matrix_view<const float, Space> matrix_in(const tensor& t) {
-  return {t.data, t.rows, t.cols};
+specdec::matrix_view<float, Space> view(const optional_output& a, std::int64_t rows, std::int64_t cols) {
+  return a.data == nullptr ? specdec::matrix_view<float, Space>{} : view<Space, float>(a, rows, cols);
+}
+template <class Space, class T>
+specdec::vector_view<T, Space> view(const vector_arg<T>& a) {
+  return {a.data, a.size};
 }
 
 /// What every session holds: its backend (first: the caches and views below refer to it), the device it
@@ -107,9 +137,6 @@ class session_base {
                                                        bool input_norm = true) {
     return {{w.attention.o.out(), s.heads, s.kv_heads, s.head_dim, s.rope_theta, true, 0}, w.mlp.gate.out(), s.rms_eps, input_norm};
   }
-  static std::span<const std::int32_t> offsets_of(const std::int32_t* offsets, std::int64_t count) {
-    return {offsets, static_cast<std::size_t>(count)};
-  }
   std::unique_ptr<B> backend_;
   int device_;
 };
@@ -120,10 +147,6 @@ class one_cache_session : public Api, protected session_base<B> {
  public:
   std::int64_t cache_size() const override { return cache_->size(); }
   void crop(std::int64_t n) override { cache_->crop(n); }
-  void keep(std::uintptr_t stream, std::int64_t prefix, const std::int32_t* offsets, std::int64_t count) override {
-    (void)this->bind(stream);
-    cache_->keep(prefix, session_base<B>::offsets_of(offsets, count));
-  }
 
  protected:
   explicit one_cache_session(int device) : session_base<B>(device) {}
@@ -131,29 +154,45 @@ class one_cache_session : public Api, protected session_base<B> {
   std::optional<specdec::blocks::kv_cache<B>> cache_;
 };
 
+/// One KV cache and tree drafts: keep.
+template <class B, class Api>
+class tree_cache_session : public one_cache_session<B, Api> {
+ public:
+  void keep(std::int64_t prefix, host_offsets offsets, std::uintptr_t stream) override {
+    (void)this->bind(stream);
+    this->cache_->keep(prefix, std::span<const std::int32_t>(offsets.data, static_cast<std::size_t>(offsets.size)));
+  }
+
+ protected:
+  using one_cache_session<B, Api>::one_cache_session;
+};
+
+/// Api's implementation on backend B: its constructor takes the device, the weights and Api::init's
+/// arguments.
+template <class Api, class B>
+class session;
+
 template <class B>
-class decoder_layer_session final : public one_cache_session<B, decoder_layer> {
-  using base = one_cache_session<B, decoder_layer>;
+class session<decoder_layer, B> final : public tree_cache_session<B, decoder_layer> {
+  using base = tree_cache_session<B, decoder_layer>;
   using typename session_base<B>::space;
   using base::cache_;
 
  public:
-  decoder_layer_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool input_norm)
+  session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool input_norm)
       : base(device), weights_(weight_views<space>(weights).layer(prefix, "", input_norm)) {
     config_ = base::layer_config_of(weights_, s, input_norm);
     weights_.validate(config_, prefix);
     this->make_cache(s);
   }
   std::int64_t cache_width() const override { return cache_->width(); }
-  void forward(std::uintptr_t stream, float* x, std::int64_t rows, std::int64_t cols, const std::int64_t* positions,
-               std::int64_t count, const mask_arg& mask) override {
-    specdec::blocks::decoder_layer_forward(this->bind(stream), config_, weights_, specdec::matrix_view<float, space>(x, rows, cols),
-                                           specdec::vector_view<const std::int64_t, space>(positions, count), &*cache_,
+  void forward(output x, position_ids positions, const mask_arg& mask, std::uintptr_t stream) override {
+    specdec::blocks::decoder_layer_forward(this->bind(stream), config_, weights_, view<space>(x), view<space>(positions), &*cache_,
                                            mask_in<space>(mask));
   }
-  void cached_rows(std::uintptr_t stream, bool keys, float* out) override {
+  void cached_rows(bool keys, output out, std::uintptr_t stream) override {
     const auto m = keys ? cache_->keys() : cache_->values();
-    specdec::blocks::copy_rows(this->bind(stream), m, specdec::matrix_view<float, space>(out, m.rows(), m.cols()));
+    specdec::blocks::copy_rows(this->bind(stream), m, view<space>(out, m.rows(), m.cols()));
   }
 
  private:
@@ -162,13 +201,13 @@ class decoder_layer_session final : public one_cache_session<B, decoder_layer> {
 };
 
 template <class B>
-class eagle3_session final : public one_cache_session<B, eagle3_block> {
-  using base = one_cache_session<B, eagle3_block>;
+class session<eagle3_block, B> final : public tree_cache_session<B, eagle3_block> {
+  using base = tree_cache_session<B, eagle3_block>;
   using typename session_base<B>::space;
   using base::cache_;
 
  public:
-  eagle3_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
+  session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
     const weight_views<space> w(weights);
     const std::string p = "midlayer.";
     weights_ = {w.matrix("embed_tokens.weight"), w.linear("fc"), w.vector(p + "hidden_norm.weight"), {}, w.vector("norm.weight"),
@@ -186,19 +225,16 @@ class eagle3_session final : public one_cache_session<B, eagle3_block> {
   }
   std::int64_t hidden() const override { return config_.layer.attention.hidden; }
   std::int64_t draft_vocab() const override { return config_.draft_vocab; }
-  void fuse(std::uintptr_t stream, const tensor& taps, float* out) override {
-    specdec::blocks::eagle3::fuse(this->bind(stream), weights_, matrix_in<space>(taps),
-                                  specdec::matrix_view<float, space>(out, taps.rows, hidden()));
+  void fuse(input taps, output out, std::uintptr_t stream) override {
+    specdec::blocks::eagle3::fuse(this->bind(stream), weights_, view<space>(taps), view<space>(out, taps.rows, hidden()));
   }
-  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& hidden_rows,
-               const std::int64_t* positions, const mask_arg& mask, float* out) override {
-    specdec::blocks::eagle3::forward(this->bind(stream), config_, weights_, specdec::vector_view<const std::int32_t, space>(tokens, count),
-                                     matrix_in<space>(hidden_rows), specdec::vector_view<const std::int64_t, space>(positions, count),
-                                     &*cache_, mask_in<space>(mask), specdec::matrix_view<float, space>(out, hidden_rows.rows, hidden()));
+  void forward(token_ids tokens, input h, position_ids positions, const mask_arg& mask, output out, std::uintptr_t stream) override {
+    const auto o = view<space>(out, h.rows, hidden());
+    specdec::blocks::eagle3::forward(this->bind(stream), config_, weights_, view<space>(tokens), view<space>(h), view<space>(positions),
+                                     &*cache_, mask_in<space>(mask), o);
   }
-  void logits(std::uintptr_t stream, const tensor& h2, float* out) override {
-    specdec::blocks::eagle3::logits(this->bind(stream), config_, weights_, matrix_in<space>(h2),
-                                    specdec::matrix_view<float, space>(out, h2.rows, draft_vocab()));
+  void logits(input h2, output out, std::uintptr_t stream) override {
+    specdec::blocks::eagle3::logits(this->bind(stream), config_, weights_, view<space>(h2), view<space>(out, h2.rows, draft_vocab()));
   }
 
  private:
@@ -207,13 +243,13 @@ class eagle3_session final : public one_cache_session<B, eagle3_block> {
 };
 
 template <class B>
-class mtp_session final : public one_cache_session<B, mtp_module> {
+class session<mtp_module, B> final : public one_cache_session<B, mtp_module> {
   using base = one_cache_session<B, mtp_module>;
   using typename session_base<B>::space;
   using base::cache_;
 
  public:
-  mtp_session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool zero_embedding_at_position_0)
+  session(int device, const weight_map& weights, const std::string& prefix, const layer_shape& s, bool zero_embedding_at_position_0)
       : base(device) {
     const weight_views<space> w(weights);
     const std::string& p = prefix;
@@ -233,20 +269,18 @@ class mtp_session final : public one_cache_session<B, mtp_module> {
   }
   std::int64_t hidden() const override { return config_.layer.attention.hidden; }
   std::int64_t vocab() const override { return config_.vocab; }
-  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& hidden_rows,
-               const std::int64_t* positions, const mask_arg& mask, float* out, float* projected) override {
+  void forward(token_ids tokens, input h, position_ids positions, const mask_arg& mask, output out, optional_output projected,
+               std::uintptr_t stream) override {
+    const auto o = view<space>(out, h.rows, hidden());
+    const auto x = view<space>(projected, h.rows, hidden());
     B& b = this->bind(stream);
-    const specdec::vector_view<const std::int32_t, space> t(tokens, count);
-    const specdec::vector_view<const std::int64_t, space> p(positions, count);
-    if (projected != nullptr)
-      specdec::blocks::mtp::project(b, config_, weights_, t, matrix_in<space>(hidden_rows), p,
-                                    specdec::matrix_view<float, space>(projected, hidden_rows.rows, hidden()));
-    specdec::blocks::mtp::forward(b, config_, weights_, t, matrix_in<space>(hidden_rows), p, &*cache_, mask_in<space>(mask),
-                                  specdec::matrix_view<float, space>(out, hidden_rows.rows, hidden()));
+    if (projected.data != nullptr)
+      specdec::blocks::mtp::project(b, config_, weights_, view<space>(tokens), view<space>(h), view<space>(positions), x);
+    specdec::blocks::mtp::forward(b, config_, weights_, view<space>(tokens), view<space>(h), view<space>(positions), &*cache_,
+                                  mask_in<space>(mask), o);
   }
-  void logits(std::uintptr_t stream, const tensor& o, float* out) override {
-    specdec::blocks::mtp::logits(this->bind(stream), config_, weights_, matrix_in<space>(o),
-                                 specdec::matrix_view<float, space>(out, o.rows, vocab()));
+  void logits(input o, output out, std::uintptr_t stream) override {
+    specdec::blocks::mtp::logits(this->bind(stream), config_, weights_, view<space>(o), view<space>(out, o.rows, vocab()));
   }
 
  private:
@@ -255,13 +289,13 @@ class mtp_session final : public one_cache_session<B, mtp_module> {
 };
 
 template <class B>
-class jakiro_session final : public one_cache_session<B, jakiro_layer> {
-  using base = one_cache_session<B, jakiro_layer>;
+class session<jakiro_layer, B> final : public tree_cache_session<B, jakiro_layer> {
+  using base = tree_cache_session<B, jakiro_layer>;
   using typename session_base<B>::space;
   using base::cache_;
 
  public:
-  jakiro_session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
+  session(int device, const weight_map& weights, const layer_shape& s) : base(device) {
     const weight_views<space> w(weights);
     const std::string l = "layers.0.";
     eagle_.embed = w.matrix("embed_tokens.weight");
@@ -282,14 +316,13 @@ class jakiro_session final : public one_cache_session<B, jakiro_layer> {
     this->make_cache(s);
   }
   std::int64_t hidden() const override { return config_.attention.hidden; }
-  void forward(std::uintptr_t stream, const std::int32_t* tokens, std::int64_t count, const tensor& feature,
-               const std::int64_t* positions, const mask_arg& mask, float* left, float* right) override {
-    const specdec::index_t rows = feature.rows, e = hidden();
-    specdec::blocks::moe::draft_layer_forward(
-        this->bind(stream), config_, eagle_, moe_config_, moe_, specdec::vector_view<const std::int32_t, space>(tokens, count),
-        matrix_in<space>(feature), specdec::vector_view<const std::int64_t, space>(positions, count), &*cache_, mask_in<space>(mask),
-        specdec::matrix_view<float, space>(left, rows, e),
-        right == nullptr ? specdec::matrix_view<float, space>{} : specdec::matrix_view<float, space>(right, rows, e));
+  void forward(token_ids tokens, input feature, position_ids positions, const mask_arg& mask, output left, optional_output right,
+               std::uintptr_t stream) override {
+    check_shape(feature.name, {feature.rows, feature.cols}, {tokens.size, -1});  // one row per token: before the outputs sized by it
+    const auto l = view<space>(left, feature.rows, hidden());
+    const auto r = view<space>(right, feature.rows, hidden());
+    specdec::blocks::moe::draft_layer_forward(this->bind(stream), config_, eagle_, moe_config_, moe_, view<space>(tokens),
+                                              view<space>(feature), view<space>(positions), &*cache_, mask_in<space>(mask), l, r);
   }
 
  private:
@@ -300,12 +333,12 @@ class jakiro_session final : public one_cache_session<B, jakiro_layer> {
 };
 
 template <class B>
-class amphista_session final : public amphista_heads, session_base<B> {
+class session<amphista_heads, B> final : public amphista_heads, session_base<B> {
   using base = session_base<B>;
   using typename base::space;
 
  public:
-  amphista_session(int device, const weight_map& weights, const layer_shape& s, std::int64_t k_heads, std::int64_t stage1_heads)
+  session(int device, const weight_map& weights, const layer_shape& s, std::int64_t k_heads, std::int64_t stage1_heads)
       : base(device) {
     const weight_views<space> w(weights);
     for (auto* stage : {&weights_.stage1, &weights_.stage2}) {
@@ -336,23 +369,21 @@ class amphista_session final : public amphista_heads, session_base<B> {
     stage1_cache_->crop(n);
     stage2_cache_->crop(n);
   }
-  void keep(std::uintptr_t, std::int64_t, const std::int32_t*, std::int64_t) override {
-    throw std::invalid_argument("AmphistaHeads: keep is not offered (its heads draft chains)");
-  }
-  void forward(std::uintptr_t stream, const tensor& feature, const tensor& embedding, const std::int64_t* positions, float* s1, float* s2,
-               float* z, float* u, float* o, float* logits) override {
-    using mv = specdec::matrix_view<float, space>;
+  void forward(input feature, input embedding, position_ids positions, output s1, output s2, output z, output u, output o, output logits,
+               std::uintptr_t stream) override {
     using cmv = specdec::matrix_view<const float, space>;
     const specdec::index_t t = feature.rows, e = hidden(), k = heads();
+    const auto em = view<space>(embedding, t, e);
+    check_shape(positions.name, {positions.size}, {t});
+    const auto v1 = view<space>(s1, t, e), v2 = view<space>(s2, t, e), vz = view<space>(z, k, e), vu = view<space>(u, k, e),
+               vo = view<space>(o, k, e), vl = view<space>(logits, k, vocab());
     if (t < 1) throw std::invalid_argument("feature: expected at least one row");
     B& b = this->bind(stream);
-    const specdec::vector_view<const std::int64_t, space> p(positions, t);
-    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage1, matrix_in<space>(feature), matrix_in<space>(embedding),
-                                             p, &*stage1_cache_, mv(s1, t, e));
-    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage2, cmv(s1, t, e), matrix_in<space>(embedding), p,
-                                             &*stage2_cache_, mv(s2, t, e));
-    specdec::blocks::amphista::head_inputs(b, config_, weights_, cmv(s1 + (t - 1) * e, 1, e), cmv(s2 + (t - 1) * e, 1, e), mv(z, k, e));
-    specdec::blocks::amphista::auto_embedding(b, config_, weights_, cmv(z, k, e), mv(logits, k, vocab()), mv(u, k, e), mv(o, k, e));
+    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage1, view<space>(feature), em, view<space>(positions),
+                                             &*stage1_cache_, v1);
+    specdec::blocks::amphista::stage_forward(b, config_.stage, weights_.stage2, v1, em, view<space>(positions), &*stage2_cache_, v2);
+    specdec::blocks::amphista::head_inputs(b, config_, weights_, cmv(s1.data + (t - 1) * e, 1, e), cmv(s2.data + (t - 1) * e, 1, e), vz);
+    specdec::blocks::amphista::auto_embedding(b, config_, weights_, vz, vl, vu, vo);
   }
 
  private:
@@ -362,12 +393,12 @@ class amphista_session final : public amphista_heads, session_base<B> {
 };
 
 template <class B>
-class moa_session final : public moa_drafter, session_base<B> {
+class session<moa_drafter, B> final : public moa_drafter, session_base<B> {
   using base = session_base<B>;
   using typename base::space;
 
  public:
-  moa_session(int device, const weight_map& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca,
+  session(int device, const weight_map& weights, const part_shape& lsa, const part_shape& sa, const part_shape& ca,
               std::int64_t target_layers, std::int64_t target_head_dim, float rms_eps, std::int64_t capacity)
       : base(device) {
     const weight_views<space> w(weights);
@@ -387,22 +418,18 @@ class moa_session final : public moa_drafter, session_base<B> {
   std::int64_t verified() const override { return drafter_->verified(); }
   std::int64_t cache_size() const override { return drafter_->self_attention_cache().size(); }
   void crop(std::int64_t n) override { drafter_->crop(n); }
-  void keep(std::uintptr_t, std::int64_t, const std::int32_t*, std::int64_t) override {
-    throw std::invalid_argument("MoaDrafter: keep is not offered (crop after each verification)");
-  }
-  void add_verified(std::uintptr_t stream, const std::vector<tensor>& keys, const std::vector<tensor>& values, std::int64_t first,
-                    std::int64_t count) override {
+  void add_verified(const std::vector<input>& keys, const std::vector<input>& values, std::int64_t first, std::int64_t count,
+                    std::uintptr_t stream) override {
     std::vector<specdec::matrix_view<const float, space>> k, v;
-    for (const tensor& t : keys) k.push_back(matrix_in<space>(t));
-    for (const tensor& t : values) v.push_back(matrix_in<space>(t));
+    for (const input& t : keys) k.push_back(view<space>(t));
+    for (const input& t : values) v.push_back(view<space>(t));
     (void)this->bind(stream);
     drafter_->add_verified(k, v, first, count);
   }
-  void forward(std::uintptr_t stream, float* x, std::int64_t rows, std::int64_t cols, const std::int64_t* positions, std::int64_t count,
-               float* features, std::int64_t last, const mask_arg& mask) override {
+  void forward(output x, position_ids positions, output features, const mask_arg& mask, std::uintptr_t stream) override {
+    const auto f = view<space>(features, features.rows, hidden());
     (void)this->bind(stream);
-    drafter_->forward(specdec::matrix_view<float, space>(x, rows, cols), specdec::vector_view<const std::int64_t, space>(positions, count),
-                      specdec::matrix_view<float, space>(features, last, hidden()), mask_in<space>(mask));
+    drafter_->forward(view<space>(x), view<space>(positions), f, mask_in<space>(mask));
   }
 
  private:
@@ -411,16 +438,22 @@ class moa_session final : public moa_drafter, session_base<B> {
   mutable std::optional<specdec::blocks::moa::drafter<B>> drafter_;  // its cache accessor is not const
 };
 
-/// EAGLE's fusion (blocks::eagle::fuse) on backend `b`: out `[count x E]` = [embed(tokens) ; feature] fc^T + bias.
+/// Api's session on backend B over `weights`, made with its constructor's arguments.
+template <class Api, class B>
+std::unique_ptr<Api> make_session(int device, const weight_map& weights, const arguments_of<Api>& arguments) {
+  return std::apply([&](const auto&... a) -> std::unique_ptr<Api> {
+    return std::make_unique<session<Api, B>>(device, weights, a...);
+  }, arguments);
+}
+
+/// EAGLE's fusion (blocks::eagle::fuse) on backend `b`: out `[tokens x E]` = [embed(tokens) ; feature] fc^T + bias.
 template <class B>
-void eagle_fuse_on(B& b, const std::int32_t* tokens, std::int64_t count, const tensor& feature, const tensor& embed,
-                   const tensor& fc_weight, const tensor& fc_bias, float* out) {
+void eagle_fuse_on(B& b, token_ids tokens, input feature, input embed, input fc_weight, vector_arg<const float> fc_bias, output out) {
   using space = typename B::memory_space;
   specdec::blocks::eagle::weights<space> w;
-  w.embed = matrix_in<space>(embed);
-  w.fc = {matrix_in<space>(fc_weight), specdec::vector_view<const float, space>(fc_bias.data, fc_bias.rows)};
-  specdec::blocks::eagle::fuse(b, w, specdec::vector_view<const std::int32_t, space>(tokens, count), matrix_in<space>(feature),
-                               specdec::matrix_view<float, space>(out, count, embed.cols));
+  w.embed = view<space>(embed);
+  w.fc = {view<space>(fc_weight), view<space>(fc_bias)};
+  specdec::blocks::eagle::fuse(b, w, view<space>(tokens), view<space>(feature), view<space>(out, tokens.size, embed.cols));
 }
 
 }  // namespace specdec_python::block

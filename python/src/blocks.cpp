@@ -5,11 +5,13 @@
 // weights are: host arrays on specdec::eigen, CUDA tensors (a CUDA build) on that device with
 // specdec::thrust_backend<cuda> (block_sessions.hpp, the same code for both). Weights are the caller's
 // float32 arrays, viewed in place and kept alive by the block; every array of a call is on the block's
-// device.
+// device. Each class is made from its description in block_api.hpp: the argument conversions below are
+// chosen by the interface's parameter types.
 #include "block_api.hpp"
 #include "block_sessions.hpp"
 #include "common.hpp"
 #include "cuda_ops.hpp"
+#include "placement.hpp"
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -20,6 +22,8 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace specdec_python;
@@ -71,117 +75,176 @@ T* on(const array& a, const char* name, std::size_t ndim, int device) {
                                      std::is_const_v<T> ? access::read : access::write, device));
 }
 
-/// A float32 `[rows x cols]` input on the block's device.
-block::tensor tensor_of(const array& a, const char* name, int device) {
-  const float* p = on<const float>(a, name, 2, device);
-  return {p, static_cast<std::int64_t>(a.shape(0)), static_cast<std::int64_t>(a.shape(1)), 2};
-}
-
-/// A float32 output of the given shape on the block's device.
-float* output(const array& a, const char* name, std::int64_t rows, std::int64_t cols, int device) {
-  float* p = on<float>(a, name, 2, device);
-  expect_shape(a, name, {rows, cols});
-  return p;
-}
-
-/// An attention mask argument: None (causal), "none", a bool / uint8 allowed mask or a float32 additive
-/// one `[rows x cols]`, on the block's device.
-block::mask_arg mask_of(const nb::object& mask, int device) {
-  if (mask.is_none()) return {};
-  if (nb::isinstance<nb::str>(mask)) {
-    if (nb::cast<std::string>(mask) != "none") throw nb::value_error("mask: expected None (causal), \"none\" or an array");
-    return {block::mask_arg::none, nullptr, 0, 0};
+/// A parameter of a block's interface as Python passes it (`type`), checked and converted by `get` for
+/// the block's device. Scalars, strings and tuples are nanobind's.
+template <class T>
+struct from_python {
+  using type = T;
+  static const T& get(const T& value, const char*, int) { return value; }
+};
+template <class T>
+struct from_python<block::matrix_arg<T>> {
+  using type = array;
+  static block::matrix_arg<T> get(const array& a, const char* name, int device) {
+    T* p = on<T>(a, name, 2, device);
+    return {name, p, static_cast<std::int64_t>(a.shape(0)), static_cast<std::int64_t>(a.shape(1))};
   }
-  array a;
-  if (!nb::try_cast(mask, a)) throw nb::type_error("mask: expected None (causal), \"none\" or an array");
-  // bool is one byte, 0 or 1: read as uint8
-  const void* p = check_array(a, "mask", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<float>()}, 2, access::read, device);
-  const bool additive = a.dtype() == nb::dtype<float>();
-  return {additive ? block::mask_arg::additive : block::mask_arg::allowed, p, static_cast<std::int64_t>(a.shape(0)),
-          static_cast<std::int64_t>(a.shape(1))};
+};
+template <class T>
+struct from_python<block::vector_arg<T>> {
+  using type = array;
+  static block::vector_arg<T> get(const array& a, const char* name, int device) {
+    T* p = on<T>(a, name, 1, device);
+    return {name, p, static_cast<std::int64_t>(a.shape(0))};
+  }
+};
+template <>
+struct from_python<block::optional_output> : from_python<block::output> {
+  static block::optional_output get(const array& a, const char* name, int device) {
+    if (absent(a)) return {{name}};  // empty: left out
+    return {from_python<block::output>::get(a, name, device)};
+  }
+};
+template <>
+struct from_python<block::host_offsets> : from_python<block::vector_arg<const std::int32_t>> {
+  static block::host_offsets get(const array& a, const char* name, int) {
+    return {from_python<block::vector_arg<const std::int32_t>>::get(a, name, host_memory)};
+  }
+};
+/// None (causal), "none", a bool / uint8 allowed mask or a float32 additive one `[rows x cols]`.
+template <>
+struct from_python<block::mask_arg> {
+  using type = nb::object;
+  static block::mask_arg get(const nb::object& mask, const char*, int device) {
+    if (mask.is_none()) return {};
+    if (nb::isinstance<nb::str>(mask)) {
+      if (nb::cast<std::string>(mask) != "none") throw nb::value_error("mask: expected None (causal), \"none\" or an array");
+      return {block::mask_arg::none, nullptr, 0, 0};
+    }
+    array a;
+    if (!nb::try_cast(mask, a)) throw nb::type_error("mask: expected None (causal), \"none\" or an array");
+    // bool is one byte, 0 or 1: read as uint8
+    const void* p = check_array(a, "mask", {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<float>()}, 2, access::read, device);
+    const bool additive = a.dtype() == nb::dtype<float>();
+    return {additive ? block::mask_arg::additive : block::mask_arg::allowed, p, static_cast<std::int64_t>(a.shape(0)),
+            static_cast<std::int64_t>(a.shape(1))};
+  }
+};
+template <class T>
+struct from_python<std::vector<T>> {
+  using type = std::vector<typename from_python<T>::type>;
+  static std::vector<T> get(const type& values, const char* name, int device) {
+    std::vector<T> out;
+    for (const auto& v : values) out.push_back(from_python<T>::get(v, name, device));
+    return out;
+  }
+};
+template <>
+struct from_python<block::layer_shape> {
+  using type = std::tuple<std::int64_t, std::int64_t, std::int64_t, float, double, std::int64_t>;
+  static block::layer_shape get(const type& shape, const char*, int) {
+    return std::apply([](auto... field) { return block::layer_shape{field...}; }, shape);
+  }
+};
+template <class T>
+using conversion = from_python<std::remove_cvref_t<T>>;
+
+/// The nanobind argument `name` of parameter type T: an array or mask takes None too, for get to refuse
+/// it by name.
+template <class T>
+auto arg_of(const char* name) {
+  using type = typename conversion<T>::type;
+  if constexpr (std::is_same_v<type, array> || std::is_same_v<type, nb::object>) return nb::arg(name).none();
+  else return nb::arg(name);
 }
 
 /// A block as Python holds it: its weights (kept alive), its implementation on their device, and the
 /// lock every method that reads or writes its state (its KV caches, its backend's scratch) takes
-/// (`locked`): threads sharing a block are serialised. Its shape (hidden, vocab, heads, cache_width) is
-/// fixed at construction and read without it.
+/// (`locked`): threads sharing a block are serialised. Its shape (the `fixed` properties) is set at
+/// construction and read without it.
 template <class Api>
 struct bound {
   weight_set weights;
   std::unique_ptr<Api> impl;
   mutable std::mutex mutex;
-  int device() const { return weights.device(); }
 };
 
-/// Makes the block of `Session` on the host, or through `make_cuda` on the weights' CUDA device.
-template <template <class> class Session, class Api, class MakeCuda, class... Args>
-std::unique_ptr<Api> make(const weight_set& w, [[maybe_unused]] MakeCuda make_cuda, const Args&... args) {
-  if (w.device() < 0) return std::make_unique<Session<specdec::eigen>>(-1, w.map(), args...);
+/// Api's session on the weights' device: on the host here, on a CUDA device through cuda_ops.cu.
+template <class Api>
+std::unique_ptr<Api> make(const weight_set& w, const block::arguments_of<Api>& arguments) {
+  if (w.device() < 0) return block::make_session<Api, specdec::eigen>(host_memory, w.map(), arguments);
 #if SPECDEC_PYTHON_CUDA
-  return make_cuda(w.device(), w.map(), args...);
+  return specdec_python::cuda::device_block<Api>::make(w.device(), w.map(), arguments);
 #else
   throw nb::value_error("weights: CUDA tensors need a CUDA build of specdec");
 #endif
 }
 
-#if SPECDEC_PYTHON_CUDA
-#define SPECDEC_CUDA_FACTORY(f) [](auto&&... a) { return specdec_python::cuda::f(a...); }
-#else
-#define SPECDEC_CUDA_FACTORY(f) [](auto&&...) -> std::nullptr_t { return nullptr; }
-#endif
-
-block::layer_shape shape_of(index_t heads, index_t kv_heads, index_t head_dim, float rms_eps, double rope_theta, index_t capacity) {
-  return {heads, kv_heads, head_dim, rms_eps, rope_theta, capacity};
-}
-
-/// The constructor of a block made of its weights and one layer shape (EAGLE-3's block, Jakiro's layer).
-template <template <class> class Session, class Api, class MakeCuda>
-void bind_shape_init(nb::class_<bound<Api>>& c, MakeCuda make_cuda) {
+template <class Api, class... A, std::size_t... I>
+void def_init(nb::class_<bound<Api>>& c, const block::constructor<A...>& init, std::index_sequence<I...>) {
   c.def("__init__",
-        [make_cuda](bound<Api>* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, float rms_eps,
-                    double rope_theta, index_t capacity) {
-          new (self) bound<Api>{weight_set(weights), {}, {}};
-          self->impl = make<Session, Api>(self->weights, make_cuda, shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity));
+        [init](bound<Api>* self, const nb::dict& weights, const typename conversion<A>::type&... a) {
+          weight_set w(weights);
+          std::unique_ptr<Api> impl = make<Api>(w, {conversion<A>::get(a, init.names[I], w.device())...});
+          new (self) bound<Api>{std::move(w), std::move(impl), {}};
         },
-        nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"), nb::arg("rope_theta"),
-        nb::arg("capacity"));
+        nb::arg("weights"), arg_of<A>(init.names[I])...);
 }
 
-/// The cache methods of a block's class: cache_size, crop and (where the block takes tree drafts) keep.
-template <bool Keep, class Api>
-void bind_cache(nb::class_<bound<Api>>& c) {
-  c.def_prop_ro("cache_size", [](const bound<Api>& t) { return locked(t.mutex, [&] { return t.impl->cache_size(); }); });
-  c.def("crop", [](bound<Api>& t, index_t n) { locked(t.mutex, [&] { t.impl->crop(n); }); }, nb::arg("n"));
-  if constexpr (Keep)
-    c.def("keep",
-          [](bound<Api>& t, index_t prefix, const array& offsets, std::uintptr_t stream) {
-            const auto o = span_of<const std::int32_t>(offsets, "offsets");  // host offsets: the cache's bookkeeping
-            locked(t.mutex, [&] { t.impl->keep(stream, prefix, o.data(), static_cast<std::int64_t>(o.size())); });
-          },
-          nb::arg("prefix"), nb::arg("offsets").none(), nb::arg("stream"));
+/// A method: its arguments converted in order, then the call under the block's lock. The headers name
+/// the token ids an embedding gathers its rows by row_ids: the caller's are tokens.
+template <class Api, class R, class C, class... A, std::size_t N, std::size_t... I>
+void def_method(nb::class_<bound<Api>>& c, const block::method<R (C::*)(A...), N>& m, std::index_sequence<I...>) {
+  static_assert(N == sizeof...(A), "one name per argument");
+  c.def(m.name,
+        [m](bound<Api>& b, const typename conversion<A>::type&... a) -> R {
+          std::tuple<std::remove_cvref_t<A>...> arguments{conversion<A>::get(a, m.args[I], b.weights.device())...};
+          const auto call = [&] { return std::apply([&](const auto&... x) { return (b.impl.get()->*m.member)(x...); }, arguments); };
+          return locked(b.mutex, [&] {
+            return renaming({{"row_ids", "tokens"}}, [&] { return m.about ? naming(m.about, {m.args[I]...}, call) : call(); });
+          });
+        },
+        arg_of<A>(m.args[I])...);
 }
 
-/// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse), where the arrays are.
+template <class Api, class F, std::size_t N>
+void def_member(nb::class_<bound<Api>>& c, const block::method<F, N>& m) {
+  def_method(c, m, std::make_index_sequence<N>());
+}
+
+template <class Api, class F>
+void def_member(nb::class_<bound<Api>>& c, const block::property<F>& p) {
+  if (p.fixed)
+    c.def_prop_ro(p.name, [p](const bound<Api>& b) { return (b.impl.get()->*p.member)(); });
+  else
+    c.def_prop_ro(p.name, [p](const bound<Api>& b) { return locked(b.mutex, [&] { return (b.impl.get()->*p.member)(); }); });
+}
+
+template <class Api>
+void def_block(nb::module_& m) {
+  nb::class_<bound<Api>> c(m, Api::name);
+  def_init(c, Api::init, std::make_index_sequence<std::tuple_size_v<block::arguments_of<Api>>>());
+  std::apply([&](const auto&... member) { (def_member(c, member), ...); }, Api::members);
+}
+
+/// EAGLE's fusion: out = [embed(tokens) ; feature] fc^T + bias (blocks::eagle::fuse), where embed is.
 void eagle_fuse(const array& tokens, const array& feature, const array& embed, const array& fc_weight, const array& fc_bias,
                 const array& out, std::uintptr_t stream) {
-  const int device = embed.device_type() == nb::device::cuda::value ? embed.device_id() : -1;
-  const std::int32_t* t = on<const std::int32_t>(tokens, "tokens", 1, device);
-  const auto count = static_cast<std::int64_t>(tokens.shape(0));
-  const block::tensor f = tensor_of(feature, "feature", device), e = tensor_of(embed, "embed", device),
-                      w = tensor_of(fc_weight, "fc_weight", device);
-  const float* bias = on<const float>(fc_bias, "fc_bias", 1, device);
-  const block::tensor b{bias, static_cast<std::int64_t>(fc_bias.shape(0)), 0, 1};
-  float* o = output(out, "out", count, e.cols, device);
+  const auto at = device_of(embed, "embed", stream);
+  const int d = at ? at->device : host_memory;
+  const auto t = conversion<block::token_ids>::get(tokens, "tokens", d);
+  const auto f = conversion<block::input>::get(feature, "feature", d), e = conversion<block::input>::get(embed, "embed", d),
+             w = conversion<block::input>::get(fc_weight, "fc_weight", d);
+  const auto bias = conversion<block::vector_arg<const float>>::get(fc_bias, "fc_bias", d);
+  const auto o = conversion<block::output>::get(out, "out", d);
   // The headers name the fusion's weights by their checkpoint names, and the tokens as the embedding's row_ids.
   renaming({{"fc.weight", "fc_weight"}, {"fc.bias", "fc_bias"}, {"row_ids", "tokens"}}, [&] {
-    if (device < 0) {
-      without_gil([&] { block::eagle_fuse_on(host_backend(), t, count, f, e, w, b, o); });
+    if (d < 0) {
+      without_gil([&] { block::eagle_fuse_on(host_backend(), t, f, e, w, bias, o); });
       return;
     }
 #if SPECDEC_PYTHON_CUDA
-    without_gil([&] { specdec_python::cuda::eagle_fuse(specdec_python::cuda::place{device, stream}, t, count, f, e, w, b, o); });
-#else
-    (void)stream;
+    without_gil([&] { specdec_python::cuda::eagle_fuse(*at, t, f, e, w, bias, o); });
 #endif
   });
 }
@@ -189,216 +252,12 @@ void eagle_fuse(const array& tokens, const array& feature, const array& embed, c
 }  // namespace
 
 void bind_blocks(nb::module_& m) {
-  using moa = bound<block::moa_drafter>;
-  nb::class_<moa> moa_class(m, "MoaDrafter");
-  moa_class
-      .def("__init__",
-           [](moa* self, const nb::dict& weights, const block::part_shape& lsa, const block::part_shape& sa, const block::part_shape& ca,
-              index_t target_layers, index_t target_head_dim, float rms_eps, index_t capacity) {
-             new (self) moa{weight_set(weights), {}, {}};
-             self->impl = make<block::moa_session, block::moa_drafter>(self->weights, SPECDEC_CUDA_FACTORY(make_moa_drafter), lsa, sa, ca,
-                                                                       target_layers, target_head_dim, rms_eps, capacity);
-           },
-           nb::arg("weights"), nb::arg("lsa"), nb::arg("sa"), nb::arg("ca"), nb::arg("target_layers"), nb::arg("target_head_dim"),
-           nb::arg("rms_eps"), nb::arg("capacity"))
-      .def_prop_ro("hidden", [](const moa& b) { return b.impl->hidden(); })
-      .def_prop_ro("verified", [](const moa& b) { return locked(b.mutex, [&] { return b.impl->verified(); }); })
-      .def("add_verified",
-           [](moa& b, const std::vector<array>& keys, const std::vector<array>& values, index_t first, index_t count, std::uintptr_t stream) {
-             std::vector<block::tensor> k, v;
-             for (const array& a : keys) k.push_back(tensor_of(a, "keys", b.device()));
-             for (const array& a : values) v.push_back(tensor_of(a, "values", b.device()));
-             // The headers word its faults by rows ("2 tokens from 3 given", "layer 0 is [2 x 4]"): first and count's.
-             naming("first, count", {"keys", "values", "first", "count"},
-                    [&] { locked(b.mutex, [&] { b.impl->add_verified(stream, k, v, first, count); }); });
-           },
-           nb::arg("keys"), nb::arg("values"), nb::arg("first"), nb::arg("count"), nb::arg("stream"))
-      .def("forward",
-           [](moa& b, const array& x, const array& positions, const array& features, const nb::object& mask, std::uintptr_t stream) {
-             float* rows = on<float>(x, "x", 2, b.device());
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, b.device());
-             float* f = on<float>(features, "features", 2, b.device());
-             const block::mask_arg mk = mask_of(mask, b.device());
-             locked(b.mutex, [&] {
-               b.impl->forward(stream, rows, static_cast<std::int64_t>(x.shape(0)), static_cast<std::int64_t>(x.shape(1)), pos,
-                               static_cast<std::int64_t>(positions.shape(0)), f, static_cast<std::int64_t>(features.shape(0)), mk);
-             });
-           },
-           nb::arg("x").none(), nb::arg("positions").none(), nb::arg("features").none(), nb::arg("mask").none(), nb::arg("stream"));
-  bind_cache<false>(moa_class);
-
-  using amphista = bound<block::amphista_heads>;
-  nb::class_<amphista> amphista_class(m, "AmphistaHeads");
-  amphista_class
-      .def("__init__",
-           [](amphista* self, const nb::dict& weights, index_t heads, index_t kv_heads, index_t head_dim, index_t k_heads,
-              index_t stage1_heads, float rms_eps, double rope_theta, index_t capacity) {
-             new (self) amphista{weight_set(weights), {}, {}};
-             self->impl = make<block::amphista_session, block::amphista_heads>(
-                 self->weights, SPECDEC_CUDA_FACTORY(make_amphista_heads), shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity),
-                 static_cast<std::int64_t>(k_heads), static_cast<std::int64_t>(stage1_heads));
-           },
-           nb::arg("weights"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("k_heads"), nb::arg("stage1_heads"),
-           nb::arg("rms_eps"), nb::arg("rope_theta"), nb::arg("capacity"))
-      .def_prop_ro("hidden", [](const amphista& b) { return b.impl->hidden(); })
-      .def_prop_ro("heads", [](const amphista& b) { return b.impl->heads(); })
-      .def_prop_ro("vocab", [](const amphista& b) { return b.impl->vocab(); })
-      .def("forward",
-           [](amphista& b, const array& feature, const array& embedding, const array& positions, const array& s1, const array& s2,
-              const array& z, const array& u, const array& o, const array& logits, std::uintptr_t stream) {
-             const int d = b.device();
-             const block::tensor f = tensor_of(feature, "feature", d), em = tensor_of(embedding, "embedding", d);
-             const std::int64_t t = f.rows, e = b.impl->hidden(), k = b.impl->heads();
-             expect_shape(embedding, "embedding", {t, e});
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
-             expect_shape(positions, "positions", {t});
-             float* p1 = output(s1, "s1", t, e, d);
-             float* p2 = output(s2, "s2", t, e, d);
-             float* pz = output(z, "z", k, e, d);
-             float* pu = output(u, "u", k, e, d);
-             float* po = output(o, "o", k, e, d);
-             float* pl = output(logits, "logits", k, b.impl->vocab(), d);
-             locked(b.mutex, [&] { b.impl->forward(stream, f, em, pos, p1, p2, pz, pu, po, pl); });
-           },
-           nb::arg("feature").none(), nb::arg("embedding").none(), nb::arg("positions").none(), nb::arg("s1").none(),
-           nb::arg("s2").none(), nb::arg("z").none(), nb::arg("u").none(), nb::arg("o").none(), nb::arg("logits").none(),
-           nb::arg("stream"));
-  bind_cache<false>(amphista_class);
-
-  using jakiro = bound<block::jakiro_layer>;
-  nb::class_<jakiro> jakiro_class(m, "JakiroLayer");
-  bind_shape_init<block::jakiro_session>(jakiro_class, SPECDEC_CUDA_FACTORY(make_jakiro_layer));
-  jakiro_class.def_prop_ro("hidden", [](const jakiro& b) { return b.impl->hidden(); })
-      .def("forward",
-           [](jakiro& b, const array& tokens, const array& feature, const array& positions, const nb::object& mask, const array& left,
-              const array& right, std::uintptr_t stream) {
-             const int d = b.device();
-             const std::int32_t* t = on<const std::int32_t>(tokens, "tokens", 1, d);
-             const auto count = static_cast<std::int64_t>(tokens.shape(0));
-             const block::tensor f = tensor_of(feature, "feature", d);
-             expect_shape(feature, "feature", {count, -1});  // one row per token: before the outputs sized by it
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
-             float* l = output(left, "left", f.rows, b.impl->hidden(), d);
-             float* r = absent(right) ? nullptr : output(right, "right", f.rows, b.impl->hidden(), d);  // empty: not contrastive
-             const block::mask_arg mk = mask_of(mask, d);
-             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, f, pos, mk, l, r); }); });
-           },
-           nb::arg("tokens").none(), nb::arg("feature").none(), nb::arg("positions").none(), nb::arg("mask").none(),
-           nb::arg("left").none(), nb::arg("right").none(), nb::arg("stream"));
-  bind_cache<true>(jakiro_class);
-
-  using mtp = bound<block::mtp_module>;
-  nb::class_<mtp> mtp_class(m, "MtpModule");
-  mtp_class
-      .def("__init__",
-           [](mtp* self, const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
-              float rms_eps, double rope_theta, bool zero_embedding_at_position_0, index_t capacity) {
-             new (self) mtp{weight_set(weights), {}, {}};
-             self->impl = make<block::mtp_session, block::mtp_module>(self->weights, SPECDEC_CUDA_FACTORY(make_mtp_module), prefix,
-                                                                      shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity),
-                                                                      zero_embedding_at_position_0);
-           },
-           nb::arg("weights"), nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"),
-           nb::arg("rope_theta"), nb::arg("zero_embedding_at_position_0"), nb::arg("capacity"))
-      .def_prop_ro("hidden", [](const mtp& b) { return b.impl->hidden(); })
-      .def_prop_ro("vocab", [](const mtp& b) { return b.impl->vocab(); })
-      .def("forward",
-           [](mtp& b, const array& tokens, const array& hidden, const array& positions, const nb::object& mask, const array& out,
-              const array& projected, std::uintptr_t stream) {
-             const int d = b.device();
-             const std::int32_t* t = on<const std::int32_t>(tokens, "tokens", 1, d);
-             const auto count = static_cast<std::int64_t>(tokens.shape(0));
-             const block::tensor h = tensor_of(hidden, "hidden", d);
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
-             float* o = output(out, "out", h.rows, b.impl->hidden(), d);
-             float* x = absent(projected) ? nullptr : output(projected, "projected", h.rows, b.impl->hidden(), d);  // empty: none
-             const block::mask_arg mk = mask_of(mask, d);
-             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o, x); }); });
-           },
-           nb::arg("tokens").none(), nb::arg("hidden").none(), nb::arg("positions").none(), nb::arg("mask").none(),
-           nb::arg("out").none(), nb::arg("projected").none(), nb::arg("stream"))
-      .def("logits",
-           [](mtp& b, const array& o, const array& out, std::uintptr_t stream) {
-             const block::tensor h = tensor_of(o, "o", b.device());
-             float* r = output(out, "out", h.rows, b.impl->vocab(), b.device());
-             locked(b.mutex, [&] { b.impl->logits(stream, h, r); });
-           },
-           nb::arg("o").none(), nb::arg("out").none(), nb::arg("stream"));
-  bind_cache<false>(mtp_class);
-
+  def_block<block::moa_drafter>(m);
+  def_block<block::amphista_heads>(m);
+  def_block<block::jakiro_layer>(m);
+  def_block<block::mtp_module>(m);
   m.def("eagle_fuse", &eagle_fuse, nb::arg("tokens").none(), nb::arg("feature").none(), nb::arg("embed").none(),
         nb::arg("fc_weight").none(), nb::arg("fc_bias").none(), nb::arg("out").none(), nb::arg("stream"));
-
-  using layer = bound<block::decoder_layer>;
-  nb::class_<layer> layer_class(m, "DecoderLayer");
-  layer_class
-      .def("__init__",
-           [](layer* self, const nb::dict& weights, const std::string& prefix, index_t heads, index_t kv_heads, index_t head_dim,
-              float rms_eps, double rope_theta, bool input_norm, index_t capacity) {
-             new (self) layer{weight_set(weights), {}, {}};
-             self->impl = make<block::decoder_layer_session, block::decoder_layer>(
-                 self->weights, SPECDEC_CUDA_FACTORY(make_decoder_layer), prefix,
-                 shape_of(heads, kv_heads, head_dim, rms_eps, rope_theta, capacity), input_norm);
-           },
-           nb::arg("weights"), nb::arg("prefix"), nb::arg("heads"), nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("rms_eps"),
-           nb::arg("rope_theta"), nb::arg("input_norm"), nb::arg("capacity"))
-      .def_prop_ro("cache_width", [](const layer& b) { return b.impl->cache_width(); })
-      .def_prop_ro("device", [](const layer& b) { return b.device(); })
-      .def("forward",
-           [](layer& b, const array& x, const array& positions, const nb::object& mask, std::uintptr_t stream) {
-             float* rows = on<float>(x, "x", 2, b.device());
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, b.device());
-             const block::mask_arg mk = mask_of(mask, b.device());
-             locked(b.mutex, [&] {
-               b.impl->forward(stream, rows, static_cast<std::int64_t>(x.shape(0)), static_cast<std::int64_t>(x.shape(1)), pos,
-                               static_cast<std::int64_t>(positions.shape(0)), mk);
-             });
-           },
-           nb::arg("x").none(), nb::arg("positions").none(), nb::arg("mask").none(), nb::arg("stream"))
-      .def("cached",
-           [](layer& b, bool keys, const array& out, std::uintptr_t stream) {
-             // out's shape is checked against the cache under the lock that the copy holds: checked before
-             // it, another thread's forward could grow the cache in between and the copy overrun out.
-             locked(b.mutex, [&] {
-               float* o = output(out, "out", b.impl->cache_size(), b.impl->cache_width(), b.device());
-               b.impl->cached_rows(stream, keys, o);
-             });
-           },
-           nb::arg("keys"), nb::arg("out").none(), nb::arg("stream"));
-  bind_cache<true>(layer_class);
-
-  using eagle3 = bound<block::eagle3_block>;
-  nb::class_<eagle3> eagle3_class(m, "Eagle3Block");
-  bind_shape_init<block::eagle3_session>(eagle3_class, SPECDEC_CUDA_FACTORY(make_eagle3_block));
-  eagle3_class.def_prop_ro("hidden", [](const eagle3& b) { return b.impl->hidden(); })
-      .def_prop_ro("draft_vocab", [](const eagle3& b) { return b.impl->draft_vocab(); })
-      .def("fuse",
-           [](eagle3& b, const array& taps, const array& out, std::uintptr_t stream) {
-             const block::tensor t = tensor_of(taps, "taps", b.device());
-             float* o = output(out, "out", t.rows, b.impl->hidden(), b.device());
-             locked(b.mutex, [&] { b.impl->fuse(stream, t, o); });
-           },
-           nb::arg("taps").none(), nb::arg("out").none(), nb::arg("stream"))
-      .def("forward",
-           [](eagle3& b, const array& tokens, const array& hidden, const array& positions, const nb::object& mask, const array& out,
-              std::uintptr_t stream) {
-             const int d = b.device();
-             const std::int32_t* t = on<const std::int32_t>(tokens, "tokens", 1, d);
-             const auto count = static_cast<std::int64_t>(tokens.shape(0));
-             const block::tensor h = tensor_of(hidden, "hidden", d);
-             const std::int64_t* pos = on<const std::int64_t>(positions, "positions", 1, d);
-             float* o = output(out, "out", h.rows, b.impl->hidden(), d);
-             const block::mask_arg mk = mask_of(mask, d);
-             renaming({{"row_ids", "tokens"}}, [&] { locked(b.mutex, [&] { b.impl->forward(stream, t, count, h, pos, mk, o); }); });
-           },
-           nb::arg("tokens").none(), nb::arg("hidden").none(), nb::arg("positions").none(), nb::arg("mask").none(),
-           nb::arg("out").none(), nb::arg("stream"))
-      .def("logits",
-           [](eagle3& b, const array& h2, const array& out, std::uintptr_t stream) {
-             const block::tensor h = tensor_of(h2, "h2", b.device());
-             float* o = output(out, "out", h.rows, b.impl->draft_vocab(), b.device());
-             locked(b.mutex, [&] { b.impl->logits(stream, h, o); });
-           },
-           nb::arg("h2").none(), nb::arg("out").none(), nb::arg("stream"));
-  bind_cache<true>(eagle3_class);
+  def_block<block::decoder_layer>(m);
+  def_block<block::eagle3_block>(m);
 }

@@ -187,50 +187,24 @@ struct stream_binding<specdec::thrust_backend<specdec::thrust_system::cuda>> {
 }  // namespace specdec_python::block
 
 namespace specdec_python::cuda {
-namespace {
 
-/// A block session on the device: created with the device current (its backend and caches live there).
-template <template <class> class Session, class... Args>
-auto make_on(int device, const Args&... args) {
+/// Created with the device current: the session's backend and caches live there.
+template <class Api>
+std::unique_ptr<Api> device_block<Api>::make(int device, const block::weight_map& weights, const block::arguments_of<Api>& arguments) {
   const cudaError_t set = cudaSetDevice(device);
   SPECDEC_EXPECTS(set == cudaSuccess, "specdec (Python, CUDA)", "cudaSetDevice(", device, ") failed: ", cudaGetErrorString(set));
-  return std::make_unique<Session<backend>>(device, args...);
+  return block::make_session<Api, backend>(device, weights, arguments);
 }
+template struct device_block<block::decoder_layer>;
+template struct device_block<block::eagle3_block>;
+template struct device_block<block::mtp_module>;
+template struct device_block<block::jakiro_layer>;
+template struct device_block<block::amphista_heads>;
+template struct device_block<block::moa_drafter>;
 
-}  // namespace
-
-std::unique_ptr<block::decoder_layer> make_decoder_layer(int device, const block::weight_map& weights, const std::string& prefix,
-                                                         const block::layer_shape& shape, bool input_norm) {
-  return make_on<block::decoder_layer_session>(device, weights, prefix, shape, input_norm);
-}
-
-std::unique_ptr<block::eagle3_block> make_eagle3_block(int device, const block::weight_map& weights, const block::layer_shape& shape) {
-  return make_on<block::eagle3_session>(device, weights, shape);
-}
-
-std::unique_ptr<block::mtp_module> make_mtp_module(int device, const block::weight_map& weights, const std::string& prefix,
-                                                   const block::layer_shape& shape, bool zero_embedding_at_position_0) {
-  return make_on<block::mtp_session>(device, weights, prefix, shape, zero_embedding_at_position_0);
-}
-
-std::unique_ptr<block::jakiro_layer> make_jakiro_layer(int device, const block::weight_map& weights, const block::layer_shape& shape) {
-  return make_on<block::jakiro_session>(device, weights, shape);
-}
-
-std::unique_ptr<block::amphista_heads> make_amphista_heads(int device, const block::weight_map& weights, const block::layer_shape& shape,
-                                                           std::int64_t k_heads, std::int64_t stage1_heads) {
-  return make_on<block::amphista_session>(device, weights, shape, k_heads, stage1_heads);
-}
-
-std::unique_ptr<block::moa_drafter> make_moa_drafter(int device, const block::weight_map& weights, const block::part_shape& lsa,
-                                                     const block::part_shape& sa, const block::part_shape& ca, std::int64_t target_layers,
-                                                     std::int64_t target_head_dim, float rms_eps, std::int64_t capacity) {
-  return make_on<block::moa_session>(device, weights, lsa, sa, ca, target_layers, target_head_dim, rms_eps, capacity);
-}
-
-void eagle_fuse(place at, const std::int32_t* tokens, std::int64_t count, const block::tensor& feature, const block::tensor& embed,
-                const block::tensor& fc_weight, const block::tensor& fc_bias, float* out) {
-  block::eagle_fuse_on(on(at), tokens, count, feature, embed, fc_weight, fc_bias, out);
+void eagle_fuse(place at, block::token_ids tokens, block::input feature, block::input embed, block::input fc_weight,
+                block::vector_arg<const float> fc_bias, block::output out) {
+  block::eagle_fuse_on(on(at), tokens, feature, embed, fc_weight, fc_bias, out);
 }
 
 }  // namespace specdec_python::cuda

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 
 #include "block_api.hpp"
 
@@ -206,20 +205,14 @@ void eagle2_expand_dual(place at, eagle2_device& e, const float* left, const flo
                         const eagle2_step& out);
 void eagle2_finish(place at, eagle2_device& e, const eagle2_trees& out);
 
-/// The drafter blocks (block_api.hpp, block_sessions.hpp) on CUDA device `device`, their weights there.
-std::unique_ptr<block::decoder_layer> make_decoder_layer(int device, const block::weight_map& weights, const std::string& prefix,
-                                                         const block::layer_shape& shape, bool input_norm);
-std::unique_ptr<block::eagle3_block> make_eagle3_block(int device, const block::weight_map& weights, const block::layer_shape& shape);
-std::unique_ptr<block::mtp_module> make_mtp_module(int device, const block::weight_map& weights, const std::string& prefix,
-                                                   const block::layer_shape& shape, bool zero_embedding_at_position_0);
-std::unique_ptr<block::jakiro_layer> make_jakiro_layer(int device, const block::weight_map& weights, const block::layer_shape& shape);
-std::unique_ptr<block::amphista_heads> make_amphista_heads(int device, const block::weight_map& weights, const block::layer_shape& shape,
-                                                           std::int64_t k_heads, std::int64_t stage1_heads);
-std::unique_ptr<block::moa_drafter> make_moa_drafter(int device, const block::weight_map& weights, const block::part_shape& lsa,
-                                                     const block::part_shape& sa, const block::part_shape& ca, std::int64_t target_layers,
-                                                     std::int64_t target_head_dim, float rms_eps, std::int64_t capacity);
-/// EAGLE's fusion (blocks::eagle::fuse) on the device: out `[count x E]`.
-void eagle_fuse(place at, const std::int32_t* tokens, std::int64_t count, const block::tensor& feature, const block::tensor& embed,
-                const block::tensor& fc_weight, const block::tensor& fc_bias, float* out);
+/// A drafter block (block_api.hpp: Api's session) on CUDA device `device`, its weights there; cuda_ops.cu
+/// instantiates it for every block.
+template <class Api>
+struct device_block {
+  static std::unique_ptr<Api> make(int device, const block::weight_map& weights, const block::arguments_of<Api>& arguments);
+};
+/// EAGLE's fusion (blocks::eagle::fuse) on the device: out `[tokens x E]`.
+void eagle_fuse(place at, block::token_ids tokens, block::input feature, block::input embed, block::input fc_weight,
+                block::vector_arg<const float> fc_bias, block::output out);
 
 }  // namespace specdec_python::cuda
