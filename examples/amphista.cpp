@@ -31,7 +31,7 @@ class amphista_drafter : public engine::feature_drafter {
   /// (names, shapes, fp16) for this model and K = the tree's depth.
   amphista_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
       : feature_drafter(model),
-        tree_(specdec::heads_drafter<specdec::eigen>(backend_, specdec::make_static_tree(choices, top_k), top_k, /*adaptive=*/false)) {
+        tree_(backend_, specdec::make_static_tree(choices, top_k), top_k, /*adaptive=*/false) {
     const auto& c = model.config();
     const index_t e = c.hidden, kv = c.kv_heads * c.head_dim, ff = 2 * e;
     config_.stage = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, ff, c.rms_eps, true};
@@ -67,48 +67,41 @@ class amphista_drafter : public engine::feature_drafter {
     for (auto* cache : {&stage1_cache_, &stage2_cache_}) *cache = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, kv);
   }
   std::string name() const override { return "amphista"; }
-
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    feature_drafter::accepted_path(nodes);
-    tree_.accepted_path(nodes);
-  }
+  engine::drafter_ref drafter() override { return tree_; }
+  /// The stages need a committed row they have not run (the root's).
+  bool ready(const engine::step_state& at) const override { return at.cached - stage1_cache_->size() >= 1; }
 
   /// specdec::heads_drafter asks for the root's K head logits: the stages catch up on the committed
   /// context, then the heads read the root's row.
-  engine::draft propose(engine::draft_context& ctx) override {
+  engine::host_matrix run(const engine::step_state& at, const specdec::draft_request&) override {
     const auto& c = model_->config();
-    const index_t e = c.hidden, n = ctx.cached, first = stage1_cache_->size(), rows = n - first;
-    if (rows < 1) return engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>>::root_only(ctx);
-    return tree_.propose(ctx, [&](const specdec::draft_request&) {
-      // Stage rows for the committed context not yet seen: row p = [f_p ; embedding of x_{p+1}].
-      std::vector<std::int32_t> next_tokens(ctx.sequence.begin() + first + 1, ctx.sequence.begin() + n + 1);
-      std::vector<float> embedded(static_cast<std::size_t>(rows * e)), h1(embedded.size()), h2(embedded.size());
-      backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(next_tokens.data(), rows),
-                           specdec::matrix_view<float>(embedded.data(), rows, e));
-      std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));
-      for (index_t p = 0; p < rows; ++p) positions[static_cast<std::size_t>(p)] = first + p;
-      const specdec::vector_view<const std::int64_t> pos(positions.data(), rows);
-      const engine::host_matrix emb(embedded.data(), rows, e);
-      amphista::stage_forward(backend_, config_.stage, weights_.stage1, engine::host_matrix(features().data() + first * e, rows, e), emb,
-                              pos, stage1_cache_.get(), specdec::matrix_view<float>(h1.data(), rows, e));
-      amphista::stage_forward(backend_, config_.stage, weights_.stage2, engine::host_matrix(h1.data(), rows, e), emb, pos,
-                              stage2_cache_.get(), specdec::matrix_view<float>(h2.data(), rows, e));
-      // The K heads at the last position (the root's row), then the auto-embedding block.
-      const index_t k = config_.heads;
-      std::vector<float> z(static_cast<std::size_t>(k * e));
-      logits_.resize(static_cast<std::size_t>(k * c.vocab));
-      amphista::head_inputs(backend_, config_, weights_, engine::host_matrix(h1.data() + (rows - 1) * e, 1, e),
-                            engine::host_matrix(h2.data() + (rows - 1) * e, 1, e), specdec::matrix_view<float>(z.data(), k, e));
-      amphista::auto_embedding(backend_, config_, weights_, engine::host_matrix(z.data(), k, e),
-                               specdec::matrix_view<float>(logits_.data(), k, c.vocab));
-      ++ctx.stats.draft_calls;
-      return engine::host_matrix(logits_.data(), k, c.vocab);
-    });
+    const index_t e = c.hidden, n = at.cached, first = stage1_cache_->size(), rows = n - first;
+    // Stage rows for the committed context not yet seen: row p = [f_p ; embedding of x_{p+1}].
+    std::vector<std::int32_t> next_tokens(at.committed.begin() + first + 1, at.committed.begin() + n + 1);
+    std::vector<float> embedded(static_cast<std::size_t>(rows * e)), h1(embedded.size()), h2(embedded.size());
+    backend_.gather_rows(model_->embedding(), specdec::vector_view<const std::int32_t>(next_tokens.data(), rows),
+                         specdec::matrix_view<float>(embedded.data(), rows, e));
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(rows));
+    for (index_t p = 0; p < rows; ++p) positions[static_cast<std::size_t>(p)] = first + p;
+    const specdec::vector_view<const std::int64_t> pos(positions.data(), rows);
+    const engine::host_matrix emb(embedded.data(), rows, e);
+    amphista::stage_forward(backend_, config_.stage, weights_.stage1, engine::host_matrix(features().data() + first * e, rows, e), emb, pos,
+                            stage1_cache_.get(), specdec::matrix_view<float>(h1.data(), rows, e));
+    amphista::stage_forward(backend_, config_.stage, weights_.stage2, engine::host_matrix(h1.data(), rows, e), emb, pos, stage2_cache_.get(),
+                            specdec::matrix_view<float>(h2.data(), rows, e));
+    // The K heads at the last position (the root's row), then the auto-embedding block.
+    const index_t k = config_.heads;
+    std::vector<float> z(static_cast<std::size_t>(k * e));
+    logits_.resize(static_cast<std::size_t>(k * c.vocab));
+    amphista::head_inputs(backend_, config_, weights_, engine::host_matrix(h1.data() + (rows - 1) * e, 1, e),
+                          engine::host_matrix(h2.data() + (rows - 1) * e, 1, e), specdec::matrix_view<float>(z.data(), k, e));
+    amphista::auto_embedding(backend_, config_, weights_, engine::host_matrix(z.data(), k, e),
+                             specdec::matrix_view<float>(logits_.data(), k, c.vocab));
+    return engine::host_matrix(logits_.data(), k, c.vocab);
   }
 
  private:
-  engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>> tree_;
+  specdec::heads_drafter<specdec::eigen> tree_;
   specdec::io::safetensors file_;  // owns the weights the views below point into
   amphista::config config_;
   amphista::weights<specdec::host_space> weights_;

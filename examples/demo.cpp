@@ -36,7 +36,6 @@ struct method_total {
   std::string name;
   engine::generation_stats sum;
   bool identical = true;
-  double draft_cost = 0;  // one draft forward in target units (ADMG methods)
 };
 
 std::string chat(const std::string& user) {
@@ -142,9 +141,9 @@ int main(int argc, char** argv) {
     // One drafter per method for all prompts, as an engine keeps its policies across requests: what
     // the draft-length policies learn (measured acceptance and costs, ADMG's exit threshold) carries
     // over; ADMG's layer plan is re-measured on each prompt's prefill.
-    std::vector<std::unique_ptr<engine::drafter>> drafters;
+    std::vector<std::unique_ptr<engine::method>> drafters;
     for (const auto& name : names) {
-      totals.push_back({name, {}, true, 0});
+      totals.push_back({name, {}, true});
       if (name == "vanilla") drafters.push_back(nullptr);
       if (name == "admg") drafters.push_back(std::make_unique<engine::admg_drafter>(model, rules, exit));
       if (name == "prompt_lookup")
@@ -174,7 +173,6 @@ int main(int argc, char** argv) {
           const auto g = engine::generate(model, prompts[p], drafters[m].get(), options);
           if (m == 0) reference = g.tokens;
           else if (g.tokens != reference) totals[m].identical = false;
-          if (auto* a = dynamic_cast<engine::admg_drafter*>(drafters[m].get())) totals[m].draft_cost = a->self_draft().cost();
           runs[p][m].push_back(g.stats);
           if (m == 0 && r == 0)
             std::fprintf(stderr, "\r[prompt %zu/%zu] vanilla answer: %s\n", p + 1, prompt_count, tokenizer.decode(g.tokens).c_str());

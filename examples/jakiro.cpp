@@ -32,7 +32,7 @@ class jakiro_drafter : public engine::feature_drafter {
   /// (names, shapes, fp16) for this model.
   jakiro_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
       : feature_drafter(model),
-        tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), /*adaptive=*/false, /*dual_last_step=*/true)) {
+        tree_(backend_, std::move(tree), /*adaptive=*/false, /*dual_last_step=*/true) {
     const auto& c = model.config();
     const index_t e = c.hidden;
     layer_ = {{e, c.heads, c.kv_heads, c.head_dim, c.rope_theta, true}, e, c.rms_eps, false};
@@ -56,58 +56,54 @@ class jakiro_drafter : public engine::feature_drafter {
     cache_ = std::make_unique<blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
   }
   std::string name() const override { return "jakiro"; }
-
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    feature_drafter::accepted_path(nodes);
-    tree_.accepted_path(nodes);
+  engine::drafter_ref drafter() override { return tree_; }
+  /// A new request: the draft layer's cache starts empty.
+  void after_prefill() override {
+    feature_drafter::after_prefill();
+    context_rows_ = 0;
   }
+  /// The root x_n is draft row n - 1, fed the target's feature f_{n-1}.
+  bool ready(const engine::step_state& at) const override { return at.cached >= 1; }
 
   /// specdec::eagle2_drafter (with Jakiro's dual last step) asks for the rows. Draft row p fuses token
   /// x_{p+1} with the target feature f_p: the root is row n - 1, its frontiers follow at n, n + 1, ...
-  engine::draft propose(engine::draft_context& ctx) override {
+  engine::host_matrix run(const engine::step_state& at, const specdec::draft_request& r) override {
     const auto& c = model_->config();
-    const index_t e = c.hidden, n = ctx.cached;
-    if (n < 1) return engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
-    cache_->crop(std::min(cache_->size(), n - 1));
-    engine::draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
-      const index_t rows = r.rows();
-      ++ctx.stats.draft_calls;
-      std::vector<float> right;
-      if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one forward
-        const index_t first = cache_->size();
-        const auto [tokens, positions] = engine::shifted_context(ctx.sequence, first, n);
-        const auto left = run(tokens, engine::host_matrix(features().data() + first * e, n - first, e), positions, {}, false, right);
-        last_out_.assign(left.end() - e, left.end());
-      } else {  // a frontier: each row reads its parent's draft feature; the dual forward also the right output
-        std::vector<float> parents(static_cast<std::size_t>(rows * e));
-        for (index_t i = 0; i < rows; ++i) {
-          const auto parent = r.parent_row[static_cast<std::size_t>(i)];
-          std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, parents.begin() + i * e);
-        }
-        const bool dual = r.logits_per_row == 2;
-        last_out_ = run(r.tokens, engine::host_matrix(parents.data(), rows, e), r.positions(n - 1), r.attention_mask(n - 1), dual, right);
-        if (dual) {  // row i's left and right features, interleaved as the request asks
-          std::vector<float> both;
-          for (index_t i = 0; i < rows; ++i) {
-            both.insert(both.end(), last_out_.begin() + i * e, last_out_.begin() + (i + 1) * e);
-            both.insert(both.end(), right.begin() + i * e, right.begin() + (i + 1) * e);
-          }
-          head(both, 2 * rows, logits_);
-          return engine::host_matrix(logits_.data(), 2 * rows, c.vocab);
-        }
+    const index_t e = c.hidden, n = at.cached, rows = r.rows();
+    std::vector<float> right;
+    if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one forward
+      cache_->crop(context_rows_);  // the last draft's rows go
+      const auto [tokens, positions] = engine::shifted_context(at.committed, context_rows_, n);
+      const auto left =
+          forward(tokens, engine::host_matrix(features().data() + context_rows_ * e, n - context_rows_, e), positions, {}, false, right);
+      last_out_.assign(left.end() - e, left.end());
+      context_rows_ = n;
+    } else {  // a frontier: each row reads its parent's draft feature; the dual forward also the right output
+      std::vector<float> parents(static_cast<std::size_t>(rows * e));
+      for (index_t i = 0; i < rows; ++i) {
+        const auto parent = r.parent_row[static_cast<std::size_t>(i)];
+        std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, parents.begin() + i * e);
       }
-      head(last_out_, rows, logits_);
-      return engine::host_matrix(logits_.data(), rows, c.vocab);
-    });
-    cache_->crop(std::min(cache_->size(), n));  // the root row is context: it stays; the frontiers go
-    return out;
+      const bool dual = r.logits_per_row == 2;
+      last_out_ = forward(r.tokens, engine::host_matrix(parents.data(), rows, e), r.positions(n - 1), r.attention_mask(n - 1), dual, right);
+      if (dual) {  // row i's left and right features, interleaved as the request asks
+        std::vector<float> both;
+        for (index_t i = 0; i < rows; ++i) {
+          both.insert(both.end(), last_out_.begin() + i * e, last_out_.begin() + (i + 1) * e);
+          both.insert(both.end(), right.begin() + i * e, right.begin() + (i + 1) * e);
+        }
+        head(both, 2 * rows, logits_);
+        return engine::host_matrix(logits_.data(), 2 * rows, c.vocab);
+      }
+    }
+    head(last_out_, rows, logits_);
+    return engine::host_matrix(logits_.data(), rows, c.vocab);
   }
 
  private:
   /// One draft-layer forward: left output returned, right output into `right` when `dual`.
-  std::vector<float> run(std::span<const std::int32_t> tokens, engine::host_matrix features, std::span<const std::int64_t> positions,
-                         std::span<const std::uint8_t> allowed, bool dual, std::vector<float>& right) {
+  std::vector<float> forward(std::span<const std::int32_t> tokens, engine::host_matrix features, std::span<const std::int64_t> positions,
+                             std::span<const std::uint8_t> allowed, bool dual, std::vector<float>& right) {
     const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
     std::vector<float> left(static_cast<std::size_t>(t * e));
     if (dual) right.assign(static_cast<std::size_t>(t * e), 0.0f);
@@ -127,13 +123,14 @@ class jakiro_drafter : public engine::feature_drafter {
                   specdec::matrix_view<float>(logits.data(), rows, c.vocab));
   }
 
-  engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
+  specdec::eagle2_drafter<specdec::eigen> tree_;
   specdec::io::safetensors file_;  // owns the weights the views below point into
   blocks::layer_config layer_;
   blocks::moe::config moe_;
   blocks::eagle::weights<space> weights_;
   blocks::moe::weights<space> moe_weights_;
   std::unique_ptr<blocks::kv_cache<specdec::eigen>> cache_;
+  index_t context_rows_ = 0;              // the cache's rows of committed context (a draft's rows follow)
   std::vector<float> last_out_, logits_;  // the last request's draft features and logits
 };
 

@@ -31,7 +31,7 @@ class medusa_drafter : public engine::feature_drafter {
   /// with H >= the tree's depth.
   medusa_drafter(const engine::llama_model& model, std::vector<specdec::choice> choices, index_t top_k, const std::string& weights_path)
       : feature_drafter(model),
-        tree_(specdec::heads_drafter<specdec::eigen>(backend_, specdec::make_static_tree(choices, top_k), top_k, /*adaptive=*/false)) {
+        tree_(backend_, specdec::make_static_tree(choices, top_k), top_k, /*adaptive=*/false) {
     const index_t e = model.config().hidden;
     heads_ = specdec::make_static_tree(choices, top_k).tree.max_depth();
     const auto name = [](index_t k, const char* what) { return "medusa_head." + std::to_string(k) + ".0.linear." + what; };
@@ -53,41 +53,34 @@ class medusa_drafter : public engine::feature_drafter {
     }
   }
   std::string name() const override { return "medusa"; }
-
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    feature_drafter::accepted_path(nodes);
-    tree_.accepted_path(nodes);
-  }
+  engine::drafter_ref drafter() override { return tree_; }
+  /// The heads read the target's final hidden state of the token before the root.
+  bool ready(const engine::step_state& at) const override { return at.cached >= 1 && committed_features() >= at.cached; }
 
   /// specdec::heads_drafter asks for the root's per-head logits: the target's final hidden state of
   /// the token before the root through each head's ResBlock, then the shared LM head.
-  engine::draft propose(engine::draft_context& ctx) override {
+  engine::host_matrix run(const engine::step_state&, const specdec::draft_request&) override {
     const auto& c = model_->config();
     const index_t e = c.hidden;
-    if (committed_features() < ctx.cached) return engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>>::root_only(ctx);
-    return tree_.propose(ctx, [&](const specdec::draft_request&) {
-      const std::vector<float> h(features().end() - e, features().end());
-      std::vector<float> z(static_cast<std::size_t>(heads_ * e));
-      logits_.resize(static_cast<std::size_t>(heads_ * c.vocab));
-      for (index_t k = 0; k < heads_; ++k) {
-        float* out = z.data() + k * e;
-        backend_.gemm(engine::host_matrix(h.data(), 1, e), specdec::transpose::no,
-                      engine::host_matrix(weight_.data() + k * e * e, e, e), specdec::transpose::yes, specdec::matrix_view<float>(out, 1, e));
-        for (index_t j = 0; j < e; ++j) {
-          const float a = out[j] + bias_[static_cast<std::size_t>(k * e + j)];
-          out[j] = h[static_cast<std::size_t>(j)] + a / (1.0f + std::exp(-a));
-        }
+    const std::vector<float> h(features().end() - e, features().end());
+    std::vector<float> z(static_cast<std::size_t>(heads_ * e));
+    logits_.resize(static_cast<std::size_t>(heads_ * c.vocab));
+    for (index_t k = 0; k < heads_; ++k) {
+      float* out = z.data() + k * e;
+      backend_.gemm(engine::host_matrix(h.data(), 1, e), specdec::transpose::no, engine::host_matrix(weight_.data() + k * e * e, e, e),
+                    specdec::transpose::yes, specdec::matrix_view<float>(out, 1, e));
+      for (index_t j = 0; j < e; ++j) {
+        const float a = out[j] + bias_[static_cast<std::size_t>(k * e + j)];
+        out[j] = h[static_cast<std::size_t>(j)] + a / (1.0f + std::exp(-a));
       }
-      backend_.gemm(engine::host_matrix(z.data(), heads_, e), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
-                    specdec::matrix_view<float>(logits_.data(), heads_, c.vocab));
-      ++ctx.stats.draft_calls;
-      return engine::host_matrix(logits_.data(), heads_, c.vocab);
-    });
+    }
+    backend_.gemm(engine::host_matrix(z.data(), heads_, e), specdec::transpose::no, model_->lm_head(), specdec::transpose::yes,
+                  specdec::matrix_view<float>(logits_.data(), heads_, c.vocab));
+    return engine::host_matrix(logits_.data(), heads_, c.vocab);
   }
 
  private:
-  engine::protocol_drafter<specdec::heads_drafter<specdec::eigen>> tree_;
+  specdec::heads_drafter<specdec::eigen> tree_;
   index_t heads_ = 0;
   std::vector<float> weight_, bias_, logits_;
 };

@@ -63,63 +63,55 @@ class trained_moa {
 /// frontier's k tokens through self-attention under the tree mask (behind the committed tokens' rows)
 /// and cross-attention over the whole verified stream, and the target's LM head scores them. With
 /// k = 1 the tree is a greedy chain (tools/train/parity.py replays both).
-class moa_tree_drafter : public engine::drafter {
+class moa_tree_drafter : public engine::method {
  public:
   moa_tree_drafter(const engine::llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path)
-      : model_(&model), tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), /*adaptive=*/false)),
+      : model_(&model), tree_(backend_, std::move(tree), /*adaptive=*/false),
         weights_(model.config(), weights_path), drafter_(backend_, weights_.config(), weights_.weights(), 4096) {}
   std::string name() const override { return "moa"; }
-
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override { tree_.accepted_path(nodes); }
+  engine::drafter_ref drafter() override { return tree_; }
 
   /// specdec::eagle2_drafter asks for the rows: the root at position n, its frontiers at n + 1, ...
-  engine::draft propose(engine::draft_context& ctx) override {
+  engine::host_matrix run(const engine::step_state& at, const specdec::draft_request& r) override {
     const auto& c = model_->config();
-    const index_t n = ctx.cached, e = c.hidden;
-    // 1. The target's K/V of every newly verified token go into the cross-attention stream.
-    std::vector<specdec::matrix_view<const float>> keys, values;
-    for (index_t l = 0; l < c.layers; ++l) {
-      keys.push_back(ctx.session.cache(l).keys());
-      values.push_back(ctx.session.cache(l).values());
-    }
-    drafter_.add_verified(keys, values, drafter_.verified(), n - drafter_.verified());
-    engine::draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
-      const index_t rows = r.rows();
-      ++ctx.stats.draft_calls;
-      features_.resize(static_cast<std::size_t>(rows * e));
-      if (r.depth[0] == 0) {
-        // 2. Self-attention rows stay valid for the committed prefix they were computed on (the last
-        //    step's root row, and a whole prompt on a request's first step); the tokens committed
-        //    since then, the root last, are fed now.
-        index_t common = 0;
-        while (common < static_cast<index_t>(fed_.size()) && common <= n &&
-               fed_[static_cast<std::size_t>(common)] == ctx.sequence[static_cast<std::size_t>(common)])
-          ++common;
-        drafter_.crop(common);
-        fed_.resize(static_cast<std::size_t>(common));
-        std::vector<std::int32_t> feed(ctx.sequence.begin() + common, ctx.sequence.begin() + n + 1);
-        std::vector<std::int64_t> positions(feed.size());
-        for (std::size_t i = 0; i < feed.size(); ++i) positions[i] = common + static_cast<std::int64_t>(i);
-        run(feed, positions, {}, 1, features_);
-        fed_.insert(fed_.end(), feed.begin(), feed.end());
-      } else {
-        // 3. A frontier: its tokens at the root's position + depth, attending to the n committed rows,
-        //    the root and their tree ancestors.
-        run(r.tokens, r.positions(n), r.attention_mask(n), rows, features_);
+    const index_t n = at.cached, e = c.hidden, rows = r.rows();
+    features_.resize(static_cast<std::size_t>(rows * e));
+    if (r.depth[0] == 0) {
+      // 1. The target's K/V of every newly verified token go into the cross-attention stream.
+      std::vector<specdec::matrix_view<const float>> keys, values;
+      for (index_t l = 0; l < c.layers; ++l) {
+        keys.push_back(at.session.cache(l).keys());
+        values.push_back(at.session.cache(l).values());
       }
-      head(features_, rows, logits_);
-      return engine::host_matrix(logits_.data(), rows, c.vocab);
-    });
-    drafter_.crop(n + 1);  // the tree's rows go; the committed ones stay for the next step (a fixed tree: the root ran)
-    return out;
+      drafter_.add_verified(keys, values, drafter_.verified(), n - drafter_.verified());
+      // 2. Self-attention rows stay valid for the committed prefix they were computed on (the last
+      //    step's root row, and a whole prompt on a request's first step; the last draft's rows go);
+      //    the tokens committed since then, the root last, are fed now.
+      index_t common = 0;
+      while (common < static_cast<index_t>(fed_.size()) && common <= n &&
+             fed_[static_cast<std::size_t>(common)] == at.committed[static_cast<std::size_t>(common)])
+        ++common;
+      drafter_.crop(common);
+      fed_.resize(static_cast<std::size_t>(common));
+      std::vector<std::int32_t> feed(at.committed.begin() + common, at.committed.begin() + n + 1);
+      std::vector<std::int64_t> positions(feed.size());
+      for (std::size_t i = 0; i < feed.size(); ++i) positions[i] = common + static_cast<std::int64_t>(i);
+      forward(feed, positions, {}, 1, features_);
+      fed_.insert(fed_.end(), feed.begin(), feed.end());
+    } else {
+      // 3. A frontier: its tokens at the root's position + depth, attending to the n committed rows,
+      //    the root and their tree ancestors.
+      forward(r.tokens, r.positions(n), r.attention_mask(n), rows, features_);
+    }
+    head(features_, rows, logits_);
+    return engine::host_matrix(logits_.data(), rows, c.vocab);
   }
 
  private:
   /// moa::drafter over `tokens` at `positions` (causal, or the tree mask `allowed` `[T x (cached + T)]`):
   /// the features of its last `q` rows into `features` `[q x E]`.
-  void run(std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions, std::span<const std::uint8_t> allowed, index_t q,
-           std::vector<float>& features) {
+  void forward(std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions, std::span<const std::uint8_t> allowed, index_t q,
+               std::vector<float>& features) {
     using space = specdec::host_space;
     const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
     std::vector<float> x(static_cast<std::size_t>(t * e));
@@ -140,7 +132,7 @@ class moa_tree_drafter : public engine::drafter {
 
   const engine::llama_model* model_;
   specdec::eigen backend_;
-  engine::protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
+  specdec::eagle2_drafter<specdec::eigen> tree_;
   trained_moa weights_;
   blocks::moa::drafter<specdec::eigen> drafter_;
   std::vector<std::int32_t> fed_;  // the committed tokens whose self-attention rows the drafter holds

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <random>
 
+#include <specdec/mask/tree_mask.hpp>
+
 #include "backend_conformance.hpp"  // error_of
 
 #include "engine/checkpoint.hpp"
@@ -378,7 +380,7 @@ TEST_CASE("engine: every drafter's greedy output equals vanilla greedy decoding"
   const auto vanilla = engine::generate(model, prompt, nullptr, options);
   REQUIRE(vanilla.tokens.size() == 24);
   CHECK(vanilla.stats.target_calls == 24);
-  std::vector<std::unique_ptr<engine::drafter>> drafters;
+  std::vector<std::unique_ptr<engine::method>> drafters;
   drafters.push_back(std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, 4, 1, false}));
   drafters.push_back(std::make_unique<engine::prompt_lookup_drafter>(engine::prompt_lookup_drafter::parameters{3, 1, 4, 3, true}));
   specdec::policy::admg::rules rules;
@@ -419,6 +421,10 @@ TEST_CASE("engine: a trained EAGLE layer's checkpoint drafts trees whose greedy 
     CHECK(g.tokens == vanilla.tokens);
     CHECK(g.stats.drafted > 0);
     if (!adaptive) CHECK(g.stats.drafted == 4 * g.stats.target_calls);  // the configured 5-node tree every step
+    // The loop's feedback reached the library drafter: its policy priced the verify forwards and
+    // measured the acceptance.
+    CHECK(d.policy().target_cost()(5) > 0);
+    CHECK(!d.policy().acceptance().empty());
   }
   // The same request twice through one drafter (an engine keeps it across requests): the draft
   // layer's cache starts over, so the second run drafts exactly what a fresh drafter drafts.

@@ -614,7 +614,7 @@ TEST_CASE("example engine: a bad --max-new or --temperature is a usage error, no
     std::streambuf* const cerr = std::cerr.rdbuf(errors.rdbuf());
     const int code = engine::example_main(static_cast<int>(argv.size()), argv.data(), "test", [&](const engine::llama_model&) {
       ++made;
-      return std::unique_ptr<engine::drafter>();
+      return std::unique_ptr<engine::method>();
     });
     std::cerr.rdbuf(cerr);
     return code;

@@ -1,36 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief The example engine's generation loop and its drafters. One loop serves every method: each
-/// step a drafter proposes a draft tree rooted at the last committed token (vanilla decoding is the
-/// tree of the root alone), the target scores the whole tree in one forward under specdec's tree mask,
-/// specdec's verifier (greedy, or lossless speculative sampling) picks the accepted path and the next
-/// token, and the KV caches keep only that path.
+/// \brief The example engine's generation loop and its drafting methods. One loop serves every method:
+/// each step the method's library drafter (specdec::drafter) drafts a tree rooted at the last committed
+/// token through the library's protocol, the method's draft model answering its requests (vanilla
+/// decoding is the tree of the root alone); the target scores the whole tree in one forward under
+/// specdec's tree mask, specdec's verifier (greedy, or lossless speculative sampling) picks the
+/// accepted path and the next token, the KV caches keep only that path, and the drafter gets its
+/// feedback.
 ///
-/// Drafters here: prompt lookup (n-gram matches in the context, as a chain or as a tree of several
+/// Methods here: prompt lookup (n-gram matches in the context, as a chain or as a tree of several
 /// matches), ADMG self-speculation (the target with the sub-layers ADMG removes, stopping by Draft &
 /// Verify's exit rule), and EAGLE-2 dynamic trees drafted by the same ADMG self-draft.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
+#include <concepts>
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
-#include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/admg.hpp>
 #include <specdec/policy/draft_length.hpp>
-#include <specdec/sampling/greedy.hpp>
-#include <specdec/sampling/speculative.hpp>
 #include <specdec/tree/drafter.hpp>
 #include <specdec/tree/drafters.hpp>
-#include <specdec/tree/eagle2.hpp>
-#include <specdec/tree/ngram.hpp>
 #include <specdec/tree/tree.hpp>
 
 #include "llama.hpp"
@@ -87,40 +82,81 @@ struct generation {
   generation_stats stats;
 };
 
-/// What a drafter sees each step.
-struct draft_context {
+/// What a draft model reads of the engine while it runs a step's draft requests: the target's session
+/// (its caches hold `cached` rows: every committed token but the root) and the committed tokens, the
+/// last of which is the root.
+struct step_state {
   llama_session& session;
-  const std::vector<std::int32_t>& sequence;  ///< prompt + generated; its last token is the root
-  index_t cached;                             ///< rows every layer's cache holds (sequence.size() - 1)
-  float temperature;
-  specdec::philox_stream rng;  ///< for sampled drafts (subsequence per step)
-  generation_stats& stats;
+  std::span<const std::int32_t> committed;
+  index_t cached;
 };
 
-/// A draft tree and, for sampled drafts, the distribution each node was drawn from.
-struct draft {
-  specdec::draft_tree tree;
-  std::vector<float> probs;                 ///< `[rows x V]` draft distributions (empty: deterministic nodes)
-  std::vector<specdec::index_t> draft_rows;  ///< `[tree size]`: row of `probs` per node, -1 for deterministic
-};
-
-class drafter {
+/// Any library drafter (a specdec::drafter reading host logits), by reference: the protocol's four
+/// calls behind function pointers, so that generate() is compiled once, not once per drafter type. It
+/// is a specdec::model_drafter itself; a model-free drafter never returns a draft request, so its
+/// advance() is never reached.
+class drafter_ref {
  public:
-  virtual ~drafter() = default;
+  using memory_space = specdec::host_space;
+
+  template <specdec::drafter D>
+    requires std::same_as<typename D::memory_space, specdec::host_space>
+  drafter_ref(D& d) noexcept  // implicit: a method's drafter() returns its library drafter as it is
+      : d_(&d),
+        begin_([](void* p, const specdec::draft_context& c) { return static_cast<D*>(p)->begin(c); }),
+        advance_([](void* p, host_matrix logits) -> const specdec::draft_request* {
+          if constexpr (specdec::model_drafter<D>) return static_cast<D*>(p)->advance(logits);
+          else specdec::detail::throw_invalid_argument("engine::drafter_ref", "a drafter without advance() returned a draft request");
+        }),
+        finish_([](void* p) { return static_cast<D*>(p)->finish(); }),
+        feedback_([](void* p, const specdec::draft_feedback& f) { static_cast<D*>(p)->feedback(f); }) {}
+
+  const specdec::draft_request* begin(const specdec::draft_context& context) { return begin_(d_, context); }
+  const specdec::draft_request* advance(host_matrix logits) { return advance_(d_, logits); }
+  specdec::drafted finish() { return finish_(d_); }
+  void feedback(const specdec::draft_feedback& f) { feedback_(d_, f); }
+
+ private:
+  void* d_;
+  const specdec::draft_request* (*begin_)(void*, const specdec::draft_context&);
+  const specdec::draft_request* (*advance_)(void*, host_matrix);
+  specdec::drafted (*finish_)(void*);
+  void (*feedback_)(void*, const specdec::draft_feedback&);
+};
+static_assert(specdec::model_drafter<drafter_ref>);
+
+/// A drafting method on this engine: a library drafter, which generate() runs through the library's
+/// protocol (run_drafter, then feedback() after verification), and what the engine needs beside it:
+/// the draft model that answers the drafter's requests, and the hooks through which that model reads
+/// the target's forwards (the hidden states EAGLE, Medusa and the others draft from; ADMG's statistic).
+class method {
+ public:
+  method() = default;
+  method(const method&) = delete;  // drafter() refers into the method
+  method& operator=(const method&) = delete;
+  virtual ~method() = default;
+
   virtual std::string name() const = 0;
-  /// Hooks for the prompt's prefill (ADMG measures its statistic there), and the call after it.
+  /// The library drafter, owned by the method.
+  virtual drafter_ref drafter() = 0;
+  /// Whether the draft model can answer requests this step (a one-token prompt's first step has no
+  /// target state to draft from; ADMG has no layer plan yet). If not, the step verifies the root alone
+  /// and the drafter is not run.
+  virtual bool ready(const step_state&) const { return true; }
+  /// The draft model's logits `[request.logits_rows() x V']` for one request of the step, valid until
+  /// the next call; never called for a model-free drafter. A model with a cache of its own drops the
+  /// rows a draft appended when it next extends the committed context (the next step's root request);
+  /// rows appended to the target's caches are the loop's to drop.
+  virtual host_matrix run(const step_state&, const specdec::draft_request&) { return {}; }
+  /// A draft forward's share of a target forward's weights, for the accelerator projection (0: not counted).
+  virtual double forward_units() const { return 0.0; }
+  /// Hooks on the prompt's prefill, then the call after it (a new request: the method's per-request
+  /// state starts from the prefill); hooks on each verify forward, then the call after verification
+  /// with the verified tree and its accepted path (root excluded).
   virtual const forward_hooks* prefill_hooks() { return nullptr; }
-  virtual void after_prefill(llama_session&) {}
-  /// The draft for the root `ctx.sequence.back()`. The caches must hold `ctx.cached` rows on return.
-  virtual draft propose(draft_context& ctx) = 0;
-  /// Verification feedback: `accepted` of `drafted` draft tokens.
-  virtual void verified(index_t /*accepted*/, index_t /*drafted*/) {}
-  /// Wall time of the target forward that verified a draft of `rows` tree nodes (root included).
-  virtual void target_forward_timed(index_t /*rows*/, double /*seconds*/) {}
-  /// Hooks for every target forward (Medusa reads the target's last hidden state), and the accepted
-  /// nodes of the tree just verified (root excluded).
+  virtual void after_prefill() {}
   virtual const forward_hooks* target_hooks() { return nullptr; }
-  virtual void accepted_path(std::span<const std::int32_t> /*nodes*/) {}
+  virtual void committed(const specdec::draft_tree& /*tree*/, std::span<const std::int32_t> /*accepted_nodes*/) {}
 };
 
 /// Rows p in [first, n) of a draft model whose row p pairs position p's target state with token p + 1
@@ -130,59 +166,19 @@ struct shifted_rows {
   std::vector<std::int32_t> tokens;
   std::vector<std::int64_t> positions;
 };
-inline shifted_rows shifted_context(const std::vector<std::int32_t>& sequence, index_t first, index_t n) {
-  shifted_rows out{{sequence.begin() + first + 1, sequence.begin() + n + 1}, std::vector<std::int64_t>(static_cast<std::size_t>(n - first))};
+inline shifted_rows shifted_context(std::span<const std::int32_t> committed, index_t first, index_t n) {
+  shifted_rows out{{committed.begin() + first + 1, committed.begin() + n + 1}, std::vector<std::int64_t>(static_cast<std::size_t>(n - first))};
   for (index_t p = first; p < n; ++p) out.positions[static_cast<std::size_t>(p - first)] = p;
   return out;
 }
 
-/// The engine's side of specdec's drafting protocol (docs/drafters.md): a library drafter run against
-/// this engine's models, its draft-model forwards timed and its feedback (the accepted path, the
-/// target forward's and the drafts' wall times) handed back after verification. Each engine drafter
-/// below holds one and says only how a draft request runs on its model.
-template <specdec::drafter D>
-class protocol_drafter {
- public:
-  explicit protocol_drafter(D d) : d_(std::move(d)) {}
-
-  /// One step of the library drafter, `run(request)` giving the draft model's logits for a request
-  /// (`matrix_view<const float, D::memory_space>`).
-  template <class Run>
-  draft propose(draft_context& ctx, Run&& run) {
-    double seconds = 0;
-    specdec::drafted out = specdec::run_drafter(d_, {ctx.sequence, ctx.temperature, ctx.rng}, [&](const specdec::draft_request& r) {
-      const auto start = clock_type::now();
-      auto logits = run(r);
-      seconds += seconds_since(start);
-      return logits;
-    });
-    draft_seconds_ = seconds;
-    pending_ = true;
-    return {std::move(out.tree), std::move(out.probs), std::move(out.draft_rows)};
-  }
-  /// A step that does not run the protocol (nothing to draft with yet): nothing is fed back for it.
-  static draft root_only(const draft_context& ctx) { return {specdec::make_tree({ctx.sequence.back()}, {-1}), {}, {}}; }
-
-  void target_forward_timed(double seconds) { target_seconds_ = seconds; }
-  void accepted_path(std::span<const std::int32_t> nodes) {
-    if (pending_) d_.feedback({nodes, target_seconds_, draft_seconds_});
-    pending_ = false;
-  }
-  D& library() noexcept { return d_; }
-  const D& library() const noexcept { return d_; }
-
- private:
-  D d_;
-  double target_seconds_ = 0, draft_seconds_ = 0;
-  bool pending_ = false;
-};
-
-/// Generates up to `options.max_new_tokens` tokens after `prompt` (at least one token), with
-/// `drafter` (null: vanilla decoding). Greedy outputs are identical to vanilla greedy decoding by
-/// construction of the verifier; sampled outputs follow the target's distribution at the temperature.
-/// Defined in engine.cpp (compiled once for every example).
-generation generate(const llama_model& model, std::span<const std::int32_t> prompt, drafter* d,
-                    const generation_options& options);
+/// Generates up to `options.max_new_tokens` tokens after `prompt` (at least one token), drafting with
+/// `m` (null: vanilla decoding). Each step runs the method's library drafter (specdec::run_drafter, its
+/// draft model answering each request), one target forward over the draft tree, specdec's verifier,
+/// and the drafter's feedback. Greedy outputs are identical to vanilla greedy decoding by construction
+/// of the verifier; sampled outputs follow the target's distribution at the temperature. Defined in
+/// engine.cpp (compiled once for every example).
+generation generate(const llama_model& model, std::span<const std::int32_t> prompt, method* m, const generation_options& options);
 
 // ---------------------------------------------------------------------------------------------------
 // The draft-length policy (measured acceptance by depth against measured forward costs) is the
@@ -194,7 +190,7 @@ using specdec::policy::draft_length_policy;
 /// (max_ngram down to min_ngram tokens) that occurred before proposes the tokens that followed it;
 /// with `branches` > 1 the most recent distinct continuations are merged into a tree (a trie),
 /// verified in one forward. Free: no model runs. Deterministic drafts (q one-hot in sampled mode).
-class prompt_lookup_drafter : public drafter {
+class prompt_lookup_drafter : public method {
  public:
   struct parameters {
     index_t max_ngram = 3, min_ngram = 2;
@@ -206,25 +202,20 @@ class prompt_lookup_drafter : public drafter {
     bool cost_aware = true;
   };
   explicit prompt_lookup_drafter(parameters p)
-      : branches_(p.branches),
-        lookup_(specdec::ngram_drafter({{p.max_ngram, p.min_ngram, p.branches}, p.draft_length, p.cost_aware})) {}
+      : branches_(p.branches), lookup_(specdec::ngram_drafter::parameters{{p.max_ngram, p.min_ngram, p.branches}, p.draft_length, p.cost_aware}) {}
   std::string name() const override { return branches_ > 1 ? "prompt_lookup_tree" : "prompt_lookup"; }
-  draft propose(draft_context& ctx) override {
-    return lookup_.propose(ctx, [](const specdec::draft_request&) -> specdec::matrix_view<const float> { return {}; });
-  }
-  void target_forward_timed(index_t, double seconds) override { lookup_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override { lookup_.accepted_path(nodes); }
+  drafter_ref drafter() override { return lookup_; }
 
  private:
   index_t branches_;
-  protocol_drafter<specdec::ngram_drafter> lookup_;
+  specdec::ngram_drafter lookup_;
 };
 
 // ---------------------------------------------------------------------------------------------------
 /// ADMG's self-draft: the prompt's prefill measures, per layer, the cosine between the residual
 /// stream entering and leaving the attention sub-layer; Algorithm 1 turns it into a layer plan, and
-/// the draft is the target run with those sub-layers skipped, sharing the target's KV cache (its rows
-/// for draft tokens are dropped before verification).
+/// the draft is the target run with those sub-layers skipped, sharing the target's KV cache (the loop
+/// drops its rows for draft tokens before verification).
 class admg_self_draft {
  public:
   explicit admg_self_draft(specdec::policy::admg::rules rules) : rules_(rules) {
@@ -254,12 +245,11 @@ class admg_self_draft {
   const std::vector<double>& cosine() const { return cosine_; }
   /// Share of a target forward's weights one draft forward reads.
   double cost() const { return cost_; }
-  /// One draft forward of `tokens` at `positions` (mask as llama_session::forward).
-  void forward(draft_context& ctx, std::span<const std::int32_t> tokens, std::span<const std::int64_t> positions,
-               std::span<const std::uint8_t> allowed, std::vector<float>& logits) const {
-    ctx.session.forward(tokens, positions, allowed, logits, &plan_);
-    ++ctx.stats.draft_calls;
-    ctx.stats.draft_units += cost_;
+  /// One draft forward of a request's rows on the target's caches: at `request.positions(n)` under
+  /// `request.attention_mask(n)` (the n cached rows, then the step's rows the request's mask allows).
+  host_matrix forward(const step_state& at, const specdec::draft_request& r) {
+    at.session.forward(r.tokens, r.positions(at.cached), r.attention_mask(at.cached), logits_, &plan_);
+    return host_matrix(logits_.data(), r.rows(), at.session.model().config().vocab);
   }
 
  private:
@@ -268,6 +258,7 @@ class admg_self_draft {
   std::vector<double> cosine_;
   specdec::policy::admg::layer_plan plan_;
   double cost_ = 1.0;
+  std::vector<float> logits_;
 };
 
 /// ADMG self-speculative decoding, specdec::chain_drafter over the self-draft: a chain until Draft &
@@ -277,49 +268,36 @@ class admg_self_draft {
 /// machine it drafts nothing (and probes now and then), so the method is not slower than vanilla.
 /// Greedy: the draft's argmax; sampled: a draw from the draft's softmax at the temperature, whose
 /// distribution goes to the verifier.
-class admg_drafter : public drafter {
+class admg_drafter : public method {
  public:
   /// \param cost_aware whether the draft_length_policy chooses the length (else: up to max_draft,
   /// stopped by the exit rule alone).
   admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::policy::admg::draft_exit::parameters exit,
                bool cost_aware = true)
       : model_(&model), self_(rules), exit_(exit),
-        chain_(specdec::chain_drafter<specdec::eigen>(
-            backend_, {exit_.max_draft(), cost_aware, [this](double top1, index_t drafted) { return exit_.stop(top1, drafted); }})) {}
-  admg_drafter(const admg_drafter&) = delete;  // the stop rule refers to this drafter's exit rule
-  admg_drafter& operator=(const admg_drafter&) = delete;
+        chain_(backend_, {exit_.max_draft(), cost_aware, [this](double top1, index_t drafted) { return exit_.stop(top1, drafted); }}) {}
   std::string name() const override { return "admg"; }
+  drafter_ref drafter() override { return chain_; }
+  bool ready(const step_state&) const override { return self_.planned(); }
+  host_matrix run(const step_state& at, const specdec::draft_request& r) override { return self_.forward(at, r); }
+  double forward_units() const override { return self_.cost(); }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
-  void after_prefill(llama_session&) override { self_.plan(*model_); }
+  void after_prefill() override { self_.plan(*model_); }
   const forward_hooks* target_hooks() override { return self_.hooks_until_planned(); }
+  void committed(const specdec::draft_tree& tree, std::span<const std::int32_t> accepted_nodes) override {
+    if (!self_.planned()) self_.plan(*model_);  // measured by the target forward just verified
+    if (tree.max_depth() > 0) exit_.update(static_cast<index_t>(accepted_nodes.size()), tree.max_depth());
+  }
   const admg_self_draft& self_draft() const { return self_; }
   const specdec::policy::admg::draft_exit& exit_rule() const { return exit_; }
-
-  draft propose(draft_context& ctx) override {
-    if (!self_.planned()) return protocol_drafter<specdec::chain_drafter<specdec::eigen>>::root_only(ctx);
-    const index_t n = ctx.cached;
-    draft out = chain_.propose(ctx, [&](const specdec::draft_request& r) {
-      self_.forward(ctx, r.tokens, r.positions(n), r.attention_mask(n), logits_);
-      return specdec::matrix_view<const float>(logits_.data(), r.rows(), model_->config().vocab);
-    });
-    ctx.session.crop(n);
-    return out;
-  }
-  void verified(index_t accepted, index_t drafted) override {
-    if (!self_.planned()) self_.plan(*model_);  // measured by the target forward just verified
-    if (drafted > 0) exit_.update(accepted, drafted);
-  }
-  void target_forward_timed(index_t, double seconds) override { chain_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override { chain_.accepted_path(nodes); }
-  const draft_length_policy& policy() const { return chain_.library().policy(); }
+  const draft_length_policy& policy() const { return chain_.policy(); }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
   specdec::policy::admg::draft_exit exit_;
   specdec::eigen backend_;
-  protocol_drafter<specdec::chain_drafter<specdec::eigen>> chain_;
-  std::vector<float> logits_;
+  specdec::chain_drafter<specdec::eigen> chain_;  // its stop rule reads exit_
 };
 
 /// EAGLE-2 dynamic trees drafted by the ADMG self-draft, specdec::eagle2_drafter: the root's draft
@@ -328,40 +306,29 @@ class admg_drafter : public drafter {
 /// sizes each tree (L + 1 nodes at depth min(depth, L); nothing where drafting does not pay), else
 /// always the configured tree. Deterministic top-k nodes (sampled mode verifies them with the
 /// target-only rule, q one-hot).
-class eagle2_admg_drafter : public drafter {
+class eagle2_admg_drafter : public method {
  public:
   eagle2_admg_drafter(const llama_model& model, specdec::policy::admg::rules rules, specdec::dynamic_tree_config tree,
                       bool cost_aware = true)
-      : model_(&model), self_(rules), tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, std::move(tree), cost_aware)) {}
+      : model_(&model), self_(rules), tree_(backend_, std::move(tree), cost_aware) {}
   std::string name() const override { return "eagle2_admg"; }
+  drafter_ref drafter() override { return tree_; }
+  bool ready(const step_state&) const override { return self_.planned(); }
+  host_matrix run(const step_state& at, const specdec::draft_request& r) override { return self_.forward(at, r); }
+  double forward_units() const override { return self_.cost(); }
   const forward_hooks* prefill_hooks() override { return self_.hooks(); }
-  void after_prefill(llama_session&) override { self_.plan(*model_); }
+  void after_prefill() override { self_.plan(*model_); }
   const forward_hooks* target_hooks() override { return self_.hooks_until_planned(); }
-  void verified(index_t, index_t) override {
+  void committed(const specdec::draft_tree&, std::span<const std::int32_t>) override {
     if (!self_.planned()) self_.plan(*model_);
   }
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override { tree_.accepted_path(nodes); }
-
-  draft propose(draft_context& ctx) override {
-    if (!self_.planned()) return protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
-    const index_t n = ctx.cached;
-    // The root row and each frontier see the n cached rows and the step's rows their mask allows.
-    draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
-      self_.forward(ctx, r.tokens, r.positions(n), r.attention_mask(n), logits_);
-      return specdec::matrix_view<const float>(logits_.data(), r.rows(), model_->config().vocab);
-    });
-    ctx.session.crop(n);
-    return out;
-  }
-  const draft_length_policy& policy() const { return tree_.library().policy(); }
+  const draft_length_policy& policy() const { return tree_.policy(); }
 
  private:
   const llama_model* model_;
   admg_self_draft self_;
   specdec::eigen backend_;
-  protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
-  std::vector<float> logits_;
+  specdec::eagle2_drafter<specdec::eigen> tree_;
 };
 
 }  // namespace engine

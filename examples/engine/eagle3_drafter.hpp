@@ -31,14 +31,14 @@
 
 namespace engine {
 
-class eagle3_drafter : public drafter {
+class eagle3_drafter : public method {
  public:
   /// \throws specdec::invalid_argument when `weights_path` does not hold the layout above for this
   /// model (any name, shape or dtype), or d2t maps outside the target's vocabulary.
   eagle3_drafter(const llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path, bool adaptive = false)
       : model_(&model), file_(specdec::io::safetensors::open(weights_path)), config_(config_of(model, file_)),
         taps_(specdec::blocks::eagle3::tap_layers(model.config().layers)),
-        tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, checked(model, file_, weights_path, config_, std::move(tree)), adaptive)) {
+        tree_(backend_, checked(model, file_, weights_path, config_, std::move(tree)), adaptive) {
     weights_ = {model.embedding(), file_.linear("fc"), file_.vector("midlayer.hidden_norm.weight"), file_.layer("midlayer."),
                 file_.vector("norm.weight"), file_.linear("lm_head")};
     weights_.validate(config_);
@@ -56,58 +56,55 @@ class eagle3_drafter : public drafter {
     };
   }
   std::string name() const override { return "eagle3"; }
+  drafter_ref drafter() override { return tree_; }
   const forward_hooks* prefill_hooks() override { return &hooks_; }
   const forward_hooks* target_hooks() override { return &hooks_; }
   /// A new request: its prompt's taps, an empty draft cache (the policy carries over, as in an engine).
-  void after_prefill(llama_session&) override {
+  void after_prefill() override {
     committed_ = last_;
-    cache_->crop(0);
+    context_rows_ = 0;
   }
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
   /// The root and the accepted nodes are committed: their taps from the verify forward are kept.
-  void accepted_path(std::span<const std::int32_t> nodes) override {
+  void committed(const specdec::draft_tree&, std::span<const std::int32_t> nodes) override {
     const index_t w = 3 * model_->config().hidden;
     std::vector<std::int32_t> rows = {0};
     rows.insert(rows.end(), nodes.begin(), nodes.end());
     for (auto r : rows) committed_.insert(committed_.end(), last_.begin() + r * w, last_.begin() + (r + 1) * w);
-    tree_.accepted_path(nodes);
   }
-  const specdec::policy::draft_length_policy& policy() const { return tree_.library().policy(); }
+  /// The root x_n is draft row n - 1, fed the taps of position n - 1.
+  bool ready(const step_state& at) const override {
+    return at.cached >= 1 && static_cast<index_t>(committed_.size()) >= at.cached * 3 * model_->config().hidden;
+  }
+  const specdec::policy::draft_length_policy& policy() const { return tree_.policy(); }
 
   /// Draft row p pairs the taps of position p with token x_{p+1}: the root x_n is row n - 1 (at draft
   /// position n - 1), its frontier rows follow at n, n + 1, ...
-  draft propose(draft_context& ctx) override {
-    const index_t e = model_->config().hidden, n = ctx.cached;
-    if (n < 1 || static_cast<index_t>(committed_.size()) < n * 3 * e) return protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
-    cache_->crop(std::min(cache_->size(), n - 1));
-    draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
-      const index_t rows = r.rows();
-      ++ctx.stats.draft_calls;
-      if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
-        const index_t first = cache_->size(), t = n - first;
-        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
-        std::vector<float> h(static_cast<std::size_t>(t * e));
-        specdec::blocks::eagle3::fuse(backend_, weights_, host_matrix(committed_.data() + first * 3 * e, t, 3 * e),
-                                      specdec::matrix_view<float>(h.data(), t, e));
-        run(tokens, h, positions, {});
-        last_out_.assign(h.end() - e, h.end());
-      } else {  // a frontier: each row continues its parent row's h2
-        std::vector<float> h(static_cast<std::size_t>(rows * e));
-        for (index_t i = 0; i < rows; ++i) {
-          const auto parent = r.parent_row[static_cast<std::size_t>(i)];
-          std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, h.begin() + i * e);
-        }
-        run(r.tokens, h, r.positions(n - 1), r.attention_mask(n - 1));
-        last_out_ = std::move(h);
+  host_matrix run(const step_state& at, const specdec::draft_request& r) override {
+    const index_t e = model_->config().hidden, n = at.cached, rows = r.rows();
+    if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
+      cache_->crop(context_rows_);  // the last draft's rows go
+      const index_t first = context_rows_, t = n - first;
+      const auto [tokens, positions] = shifted_context(at.committed, first, n);
+      std::vector<float> h(static_cast<std::size_t>(t * e));
+      specdec::blocks::eagle3::fuse(backend_, weights_, host_matrix(committed_.data() + first * 3 * e, t, 3 * e),
+                                    specdec::matrix_view<float>(h.data(), t, e));
+      forward(tokens, h, positions, {});
+      last_out_.assign(h.end() - e, h.end());
+      context_rows_ = n;
+    } else {  // a frontier: each row continues its parent row's h2
+      std::vector<float> h(static_cast<std::size_t>(rows * e));
+      for (index_t i = 0; i < rows; ++i) {
+        const auto parent = r.parent_row[static_cast<std::size_t>(i)];
+        std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, h.begin() + i * e);
       }
-      const index_t vd = config_.draft_vocab;
-      logits_.resize(static_cast<std::size_t>(rows * vd));
-      specdec::blocks::eagle3::logits(backend_, config_, weights_, host_matrix(last_out_.data(), rows, e),
-                                      specdec::matrix_view<float>(logits_.data(), rows, vd));
-      return host_matrix(logits_.data(), rows, vd);
-    });
-    cache_->crop(std::min(cache_->size(), n));  // the root row is context: it stays; the frontiers go
-    return out;
+      forward(r.tokens, h, r.positions(n - 1), r.attention_mask(n - 1));
+      last_out_ = std::move(h);
+    }
+    const index_t vd = config_.draft_vocab;
+    logits_.resize(static_cast<std::size_t>(rows * vd));
+    specdec::blocks::eagle3::logits(backend_, config_, weights_, host_matrix(last_out_.data(), rows, e),
+                                    specdec::matrix_view<float>(logits_.data(), rows, vd));
+    return host_matrix(logits_.data(), rows, vd);
   }
 
  private:
@@ -143,8 +140,8 @@ class eagle3_drafter : public drafter {
   }
   /// EAGLE-3's layer over `tokens` at `positions` (causal over the cache, or `allowed`
   /// `[T x (cached + T)]`), in place on the states `h` `[T x E]`.
-  void run(std::span<const std::int32_t> tokens, std::vector<float>& h, std::span<const std::int64_t> positions,
-           std::span<const std::uint8_t> allowed) {
+  void forward(std::span<const std::int32_t> tokens, std::vector<float>& h, std::span<const std::int64_t> positions,
+               std::span<const std::uint8_t> allowed) {
     using space = specdec::host_space;
     const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
     const auto mask = allowed.empty() ? specdec::blocks::attention_mask<space>::causal()
@@ -160,11 +157,12 @@ class eagle3_drafter : public drafter {
   specdec::io::safetensors file_;  // owns the weights the views below point into
   specdec::blocks::eagle3::config config_;
   std::array<index_t, 3> taps_;
-  protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
+  specdec::eagle2_drafter<specdec::eigen> tree_;
   specdec::blocks::eagle3::weights<specdec::host_space> weights_;
   std::unique_ptr<specdec::blocks::kv_cache<specdec::eigen>> cache_;
   forward_hooks hooks_;
   std::vector<float> last_, committed_;   // taps of the last target forward's rows; of the committed tokens
+  index_t context_rows_ = 0;              // the cache's rows of committed context (a draft's rows follow)
   std::vector<float> last_out_, logits_;  // the last request's h2 and logits
 };
 

@@ -4,7 +4,7 @@
 /// `eagle2` row). The layer (specdec::blocks::eagle) fuses each token's embedding with the target's
 /// final hidden state of the token before it and runs one decoder layer over its own KV cache; a draft
 /// LM head over a reduced vocabulary (EAGLE-3: `d2t` maps draft ids to target ids) gives the draft
-/// logits, and specdec::eagle2_tree_builder grows the tree from them. With `adaptive`, the tree's size
+/// logits, and specdec::eagle2_drafter grows the tree from them. With `adaptive`, the tree's size
 /// is chosen per step by specdec::policy::draft_length_policy (a tree of L + 1 nodes, at most as deep
 /// as the configured one, priced as a chain of L drafts; L = 0 verifies the root alone and runs no
 /// draft forward): on a CPU a 10-node verification costs several single ones, and the policy drafts
@@ -17,7 +17,6 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <memory>
 #include <span>
@@ -40,7 +39,7 @@ class eagle_drafter : public feature_drafter {
   /// model (any name, shape or dtype), or d2t maps outside the target's vocabulary.
   eagle_drafter(const llama_model& model, specdec::dynamic_tree_config tree, const std::string& weights_path, bool adaptive = false)
       : feature_drafter(model), file_(specdec::io::safetensors::open(weights_path)),
-        tree_(specdec::eagle2_drafter<specdec::eigen>(backend_, checked(model, file_, weights_path, std::move(tree)), adaptive)),
+        tree_(backend_, checked(model, file_, weights_path, std::move(tree)), adaptive),
         layer_(layer_of(model)) {
     const auto& c = model.config();
     weights_.embed = model.embedding();
@@ -51,48 +50,38 @@ class eagle_drafter : public feature_drafter {
     cache_ = std::make_unique<specdec::blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
   }
   std::string name() const override { return "eagle"; }
+  drafter_ref drafter() override { return tree_; }
   /// A new request: the draft layer's cache starts empty (the policy carries over, as in an engine).
-  void after_prefill(llama_session& session) override {
-    feature_drafter::after_prefill(session);
-    cache_->crop(0);
+  void after_prefill() override {
+    feature_drafter::after_prefill();
+    context_rows_ = 0;
   }
-  void target_forward_timed(index_t, double seconds) override { tree_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    feature_drafter::accepted_path(nodes);
-    tree_.accepted_path(nodes);
-  }
-  const specdec::policy::draft_length_policy& policy() const { return tree_.library().policy(); }
+  /// The root x_n is draft row n - 1, fed the target's feature f_{n-1}: none before a token is committed.
+  bool ready(const step_state& at) const override { return at.cached >= 1; }
+  const specdec::policy::draft_length_policy& policy() const { return tree_.policy(); }
 
   /// Draft row p fuses token x_{p+1} with the target feature f_p, so the root x_n is row n - 1 (at
   /// draft position n - 1) and its frontier rows follow at n, n + 1, ...
-  draft propose(draft_context& ctx) override {
-    const index_t e = model_->config().hidden, n = ctx.cached;
-    // Rows of earlier steps stay cached; the context rows the cache lacks run with the root row, in
-    // one causal forward (they are not a draft's price, but one forward costs about what one row does).
-    if (n < 1) return protocol_drafter<specdec::eagle2_drafter<specdec::eigen>>::root_only(ctx);
-    cache_->crop(std::min(cache_->size(), n - 1));
-    draft out = tree_.propose(ctx, [&](const specdec::draft_request& r) {
-      const index_t rows = r.rows();
-      ++ctx.stats.draft_calls;
-      if (r.depth[0] == 0) {  // the root row: row n - 1, after the missing context rows
-        const index_t first = cache_->size();
-        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
-        const auto context = run(tokens, host_matrix(features().data() + first * e, n - first, e), positions, {});
-        last_out_.assign(context.end() - e, context.end());
-      } else {  // a frontier: each row reads its parent row's output
-        std::vector<float> fed(static_cast<std::size_t>(rows * e));
-        for (index_t i = 0; i < rows; ++i) {
-          const auto parent = r.parent_row[static_cast<std::size_t>(i)];
-          std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, fed.begin() + i * e);
-        }
-        last_out_ = run(r.tokens, host_matrix(fed.data(), rows, e), r.positions(n - 1), r.attention_mask(n - 1));
+  host_matrix run(const step_state& at, const specdec::draft_request& r) override {
+    const index_t e = model_->config().hidden, n = at.cached, rows = r.rows();
+    if (r.depth[0] == 0) {
+      // The root row, after the context rows the cache lacks, in one causal forward (they are not a
+      // draft's price, but one forward costs about what one row does); the last draft's rows go.
+      cache_->crop(context_rows_);
+      const auto [tokens, positions] = shifted_context(at.committed, context_rows_, n);
+      const auto context = forward(tokens, host_matrix(features().data() + context_rows_ * e, n - context_rows_, e), positions, {});
+      last_out_.assign(context.end() - e, context.end());
+      context_rows_ = n;
+    } else {  // a frontier: each row reads its parent row's output
+      std::vector<float> fed(static_cast<std::size_t>(rows * e));
+      for (index_t i = 0; i < rows; ++i) {
+        const auto parent = r.parent_row[static_cast<std::size_t>(i)];
+        std::copy(last_out_.begin() + parent * e, last_out_.begin() + (parent + 1) * e, fed.begin() + i * e);
       }
-      head(last_out_, rows, logits_);
-      return host_matrix(logits_.data(), rows, head_.rows());
-    });
-    // The root row is context (row n - 1 of the next step): it stays; the frontiers go.
-    cache_->crop(std::min(cache_->size(), n));
-    return out;
+      last_out_ = forward(r.tokens, host_matrix(fed.data(), rows, e), r.positions(n - 1), r.attention_mask(n - 1));
+    }
+    head(last_out_, rows, logits_);
+    return host_matrix(logits_.data(), rows, head_.rows());
   }
 
  private:
@@ -127,8 +116,8 @@ class eagle_drafter : public feature_drafter {
   }
   /// One draft-layer forward over `tokens` at `positions` (causal over the cache, or the tree mask
   /// `allowed` `[T x (cached + T)]`), its output features `[T x E]`.
-  std::vector<float> run(std::span<const std::int32_t> tokens, host_matrix parent, std::span<const std::int64_t> positions,
-                         std::span<const std::uint8_t> allowed) {
+  std::vector<float> forward(std::span<const std::int32_t> tokens, host_matrix parent, std::span<const std::int64_t> positions,
+                             std::span<const std::uint8_t> allowed) {
     using space = specdec::host_space;
     const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
     std::vector<float> out(static_cast<std::size_t>(t * e));
@@ -148,11 +137,12 @@ class eagle_drafter : public feature_drafter {
   }
 
   specdec::io::safetensors file_;  // owns the weights the views below point into
-  protocol_drafter<specdec::eagle2_drafter<specdec::eigen>> tree_;
+  specdec::eagle2_drafter<specdec::eigen> tree_;
   specdec::blocks::layer_config layer_;
   specdec::blocks::eagle::weights<specdec::host_space> weights_;
   host_matrix head_;
   std::unique_ptr<specdec::blocks::kv_cache<specdec::eigen>> cache_;
+  index_t context_rows_ = 0;              // the cache's rows of committed context (a draft's rows follow)
   std::vector<float> last_out_, logits_;  // the last request's draft features and logits
 };
 

@@ -6,8 +6,13 @@
 #include <charconv>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <specdec/mask/tree_mask.hpp>
+#include <specdec/sampling/greedy.hpp>
+#include <specdec/sampling/speculative.hpp>
 
 #include "decoding.hpp"
 #include "example_main.hpp"
@@ -120,8 +125,7 @@ void llama_session::forward(std::span<const std::int32_t> tokens, std::span<cons
                 specdec::matrix_view<float>(logits.data(), t, c.vocab));
 }
 
-generation generate(const llama_model& model, std::span<const std::int32_t> prompt, drafter* d,
-                    const generation_options& options) {
+generation generate(const llama_model& model, std::span<const std::int32_t> prompt, method* m, const generation_options& options) {
   SPECDEC_EXPECTS(!prompt.empty(), "engine::generate", "the prompt is empty; expected at least one token");
   generation out;
   auto& stats = out.stats;
@@ -134,18 +138,33 @@ generation generate(const llama_model& model, std::span<const std::int32_t> prom
   if (prompt.size() > 1) {
     std::vector<std::int64_t> positions(prompt.size() - 1);
     for (std::size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<std::int64_t>(i);
-    session.forward(prompt.first(prompt.size() - 1), positions, {}, logits, nullptr, d ? d->prefill_hooks() : nullptr);
-    if (d) d->after_prefill(session);
+    session.forward(prompt.first(prompt.size() - 1), positions, {}, logits, nullptr, m ? m->prefill_hooks() : nullptr);
+    if (m) m->after_prefill();
   }
   stats.prefill_seconds = seconds_since(start);
   index_t cached = static_cast<index_t>(prompt.size()) - 1;
   std::vector<std::int64_t> positions;
   std::vector<std::uint8_t> mask;
   for (std::uint64_t step = 0; stats.new_tokens < options.max_new_tokens; ++step) {
-    // 1. Draft.
+    // 1. Draft: the library drafter's protocol, the method's draft model running each request.
     auto t = clock_type::now();
-    draft_context ctx{session, sequence, cached, options.temperature, specdec::philox_stream{options.seed, 2 * step + 1}, stats};
-    draft dr = d ? d->propose(ctx) : draft{specdec::make_tree({sequence.back()}, {-1}), {}, {}};
+    const step_state at{session, sequence, cached};
+    std::optional<drafter_ref> drafter;  // none: vanilla decoding, or a step the method cannot draft
+    if (m && m->ready(at)) drafter = m->drafter();
+    specdec::drafted dr = {specdec::make_tree({sequence.back()}, {-1}), {}, {}};
+    double draft_seconds = 0;
+    if (drafter) {
+      dr = specdec::run_drafter(*drafter, {sequence, options.temperature, specdec::philox_stream{options.seed, 2 * step + 1}},
+                                [&](const specdec::draft_request& r) {
+                                  const auto forward_start = clock_type::now();
+                                  const host_matrix draft_logits = m->run(at, r);
+                                  draft_seconds += seconds_since(forward_start);
+                                  ++stats.draft_calls;
+                                  stats.draft_units += m->forward_units();
+                                  return draft_logits;
+                                });
+      session.crop(cached);  // a self-draft (ADMG) runs on the target's caches: its rows go
+    }
     stats.draft_seconds += seconds_since(t);
     const index_t n = dr.tree.size();
     // 2. One target forward over the tree (a chain needs no mask: causal is the same thing).
@@ -160,11 +179,10 @@ generation generate(const llama_model& model, std::span<const std::int32_t> prom
     stats.bookkeeping_seconds += seconds_since(t);
     t = clock_type::now();
     session.forward(dr.tree.token, positions, chain ? std::span<const std::uint8_t>() : std::span<const std::uint8_t>(mask), logits,
-                    nullptr, d ? d->target_hooks() : nullptr);
+                    nullptr, m ? m->target_hooks() : nullptr);
     ++stats.target_calls;
     const double forward_seconds = seconds_since(t);
     stats.verify_forward_seconds += forward_seconds;
-    if (d) d->target_forward_timed(n, forward_seconds);
     // 3. Verify.
     t = clock_type::now();
     specdec::sampling::speculative_request request;
@@ -182,7 +200,8 @@ generation generate(const llama_model& model, std::span<const std::int32_t> prom
       result = specdec::sampling::verify_speculative_logits(backend, {target, draft}, std::span(&request, 1)).at(0);
     }
     stats.sampling_seconds += seconds_since(t);
-    // 4. Keep the accepted path's KV rows; commit the emitted tokens.
+    // 4. Keep the accepted path's KV rows; the drafter's feedback (the path and the measured costs its
+    //    draft-length policy prices drafts with); commit the emitted tokens.
     t = clock_type::now();
     std::vector<std::int32_t> kept = {0};
     kept.insert(kept.end(), result.accepted_nodes.begin(), result.accepted_nodes.end());
@@ -190,10 +209,8 @@ generation generate(const llama_model& model, std::span<const std::int32_t> prom
     cached += static_cast<index_t>(kept.size());
     stats.drafted += n - 1;
     stats.accepted += static_cast<index_t>(result.accepted_nodes.size());
-    if (d) {
-      d->verified(static_cast<index_t>(result.accepted_nodes.size()), dr.tree.max_depth());
-      d->accepted_path(result.accepted_nodes);
-    }
+    if (drafter) drafter->feedback({result.accepted_nodes, forward_seconds, draft_seconds});
+    if (m) m->committed(dr.tree, result.accepted_nodes);
     bool stop = false;
     for (auto token : result.tokens) {
       if (stats.new_tokens >= options.max_new_tokens) break;
@@ -213,7 +230,7 @@ generation generate(const llama_model& model, std::span<const std::int32_t> prom
 }
 
 int example_main(int argc, char** argv, const std::string& title, const std::string& default_weights,
-                 const std::function<std::unique_ptr<drafter>(const llama_model&, const std::string&)>& make) {
+                 const std::function<std::unique_ptr<method>(const llama_model&, const std::string&)>& make) {
   std::string model_path, prompts_file, weights = default_weights;
   std::vector<std::string> prompts;
   index_t max_new = 48;
@@ -303,7 +320,7 @@ int example_main(int argc, char** argv, const std::string& title, const std::str
 }
 
 int example_main(int argc, char** argv, const std::string& title,
-                 const std::function<std::unique_ptr<drafter>(const llama_model&)>& make) {
+                 const std::function<std::unique_ptr<method>(const llama_model&)>& make) {
   return example_main(argc, argv, title, "", [&](const llama_model& model, const std::string&) { return make(model); });
 }
 

@@ -2,7 +2,7 @@
 /// \file
 /// \brief The shared main of the per-drafter examples: loads the model, runs one prompt greedily
 /// (checking the output against vanilla greedy decoding) and once sampled, and reports what it
-/// measured. Each example only says how to build its drafter.
+/// measured. Each example only says how to build its drafting method.
 #pragma once
 
 #include <charconv>
@@ -54,7 +54,7 @@ bool parse_number(const std::string& text, T& out, T lowest, T highest) {
   return true;
 }
 
-/// `make` builds a fresh drafter per generation from the model and the weights file (--weights, else
+/// `make` builds a fresh drafting method per generation from the model and the weights file (--weights, else
 /// `default_weights`; empty for drafters without weights). Arguments: --model PATH [--prompt TEXT |
 /// --prompts FILE] [--max-new N] [--temperature T] [--weights PATH] (and what `make` reads itself,
 /// e.g. tree_option's --tree). Each prompt (FILE: one per line,
@@ -65,10 +65,10 @@ bool parse_number(const std::string& text, T& out, T lowest, T highest) {
 /// tree costs one forward, as on a memory-bound accelerator). Returns the process exit code (1 when a
 /// greedy output differs from vanilla, or a file cannot be loaded).
 int example_main(int argc, char** argv, const std::string& title, const std::string& default_weights,
-                 const std::function<std::unique_ptr<drafter>(const llama_model&, const std::string&)>& make);
+                 const std::function<std::unique_ptr<method>(const llama_model&, const std::string&)>& make);
 
 /// For drafters without weights.
 int example_main(int argc, char** argv, const std::string& title,
-                 const std::function<std::unique_ptr<drafter>(const llama_model&)>& make);
+                 const std::function<std::unique_ptr<method>(const llama_model&)>& make);
 
 }  // namespace engine

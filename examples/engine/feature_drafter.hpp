@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief What the drafters that read the target's hidden states share (Medusa, Jakiro, Amphista):
+/// \brief What the methods that read the target's hidden states share (EAGLE, MTP, Medusa, Jakiro, Amphista):
 /// the target's final hidden state (after its final norm) of every committed token, collected by hooks
 /// on the prefill and on every verify forward.
 #pragma once
@@ -12,7 +12,7 @@
 
 namespace engine {
 
-class feature_drafter : public drafter {
+class feature_drafter : public method {
  public:
   explicit feature_drafter(const llama_model& model) : model_(&model) {
     hooks_.after_layer = [this](index_t layer, host_matrix x) {
@@ -23,9 +23,9 @@ class feature_drafter : public drafter {
   }
   const forward_hooks* prefill_hooks() override { return &hooks_; }
   const forward_hooks* target_hooks() override { return &hooks_; }
-  void after_prefill(llama_session&) override { features_ = last_rows_; }
+  void after_prefill() override { features_ = last_rows_; }
   /// The root and the accepted nodes are committed: their rows of the verify forward extend the features.
-  void accepted_path(std::span<const std::int32_t> nodes) override {
+  void committed(const specdec::draft_tree&, std::span<const std::int32_t> nodes) override {
     const index_t e = model_->config().hidden;
     std::vector<std::int32_t> rows = {0};
     rows.insert(rows.end(), nodes.begin(), nodes.end());

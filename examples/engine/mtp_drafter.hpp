@@ -35,7 +35,7 @@ class mtp_drafter : public feature_drafter {
   /// \param longest the most tokens a chain drafts. \throws specdec::invalid_argument when
   /// `weights_path` does not hold the layout above for this model (any name, shape or dtype).
   mtp_drafter(const llama_model& model, index_t longest, const std::string& weights_path, bool adaptive = false)
-      : feature_drafter(model), chain_(specdec::chain_drafter<specdec::eigen>(backend_, {longest, adaptive, {}})) {
+      : feature_drafter(model), chain_(backend_, {longest, adaptive, {}}) {
     const auto& c = model.config();
     const index_t e = c.hidden;
     const std::string m = "model.layers." + std::to_string(c.layers) + ".";
@@ -50,46 +50,39 @@ class mtp_drafter : public feature_drafter {
     cache_ = std::make_unique<specdec::blocks::kv_cache<specdec::eigen>>(backend_, 8192, c.kv_heads * c.head_dim);
   }
   std::string name() const override { return "mtp"; }
+  drafter_ref drafter() override { return chain_; }
   /// A new request: the module's cache starts empty (the policy carries over, as in an engine).
-  void after_prefill(llama_session& session) override {
-    feature_drafter::after_prefill(session);
-    cache_->crop(0);
+  void after_prefill() override {
+    feature_drafter::after_prefill();
+    context_rows_ = 0;
   }
-  void target_forward_timed(index_t, double seconds) override { chain_.target_forward_timed(seconds); }
-  void accepted_path(std::span<const std::int32_t> nodes) override {
-    feature_drafter::accepted_path(nodes);
-    chain_.accepted_path(nodes);
-  }
-  const specdec::policy::draft_length_policy& policy() const { return chain_.library().policy(); }
+  /// The root x_n is module row n - 1, fed h_{n-1}.
+  bool ready(const step_state& at) const override { return at.cached >= 1 && committed_features() >= at.cached; }
+  const specdec::policy::draft_length_policy& policy() const { return chain_.policy(); }
 
   /// The root x_n is row n - 1 (with h_{n-1}); draft token d's row follows at position n - 1 + d.
-  draft propose(draft_context& ctx) override {
-    const index_t e = model_->config().hidden, v = model_->config().vocab, n = ctx.cached;
-    if (n < 1 || committed_features() < n) return protocol_drafter<specdec::chain_drafter<specdec::eigen>>::root_only(ctx);
-    cache_->crop(std::min(cache_->size(), n - 1));
-    draft out = chain_.propose(ctx, [&](const specdec::draft_request& r) {
-      ++ctx.stats.draft_calls;
-      if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
-        const index_t first = cache_->size(), t = n - first;
-        const auto [tokens, positions] = shifted_context(ctx.sequence, first, n);
-        run(tokens, host_matrix(features().data() + first * e, t, e), positions, {});
-      } else {  // the chain's next token continues the previous row's o
-        const std::vector<float> h = last_out_;
-        run(r.tokens, host_matrix(h.data(), 1, e), r.positions(n - 1), r.attention_mask(n - 1));
-      }
-      logits_.resize(static_cast<std::size_t>(v));
-      specdec::blocks::mtp::logits(backend_, config_, weights_, host_matrix(last_out_.data(), 1, e), specdec::matrix_view<float>(logits_.data(), 1, v));
-      return host_matrix(logits_.data(), 1, v);
-    });
-    cache_->crop(std::min(cache_->size(), n));  // the root row is context: it stays; the draft's rows go
-    return out;
+  host_matrix run(const step_state& at, const specdec::draft_request& r) override {
+    const index_t e = model_->config().hidden, v = model_->config().vocab, n = at.cached;
+    if (r.depth[0] == 0) {  // the root row, after the context rows the cache lacks, in one causal forward
+      cache_->crop(context_rows_);  // the last draft's rows go
+      const index_t first = context_rows_, t = n - first;
+      const auto [tokens, positions] = shifted_context(at.committed, first, n);
+      forward(tokens, host_matrix(features().data() + first * e, t, e), positions, {});
+      context_rows_ = n;
+    } else {  // the chain's next token continues the previous row's o
+      const std::vector<float> h = last_out_;
+      forward(r.tokens, host_matrix(h.data(), 1, e), r.positions(n - 1), r.attention_mask(n - 1));
+    }
+    logits_.resize(static_cast<std::size_t>(v));
+    specdec::blocks::mtp::logits(backend_, config_, weights_, host_matrix(last_out_.data(), 1, e), specdec::matrix_view<float>(logits_.data(), 1, v));
+    return host_matrix(logits_.data(), 1, v);
   }
 
  private:
   /// The module over `tokens` at `positions` with incoming states `h` (causal over the cache, or
   /// `allowed` `[T x (cached + T)]`); keeps the last row's o in last_out_.
-  void run(std::span<const std::int32_t> tokens, host_matrix h, std::span<const std::int64_t> positions,
-           std::span<const std::uint8_t> allowed) {
+  void forward(std::span<const std::int32_t> tokens, host_matrix h, std::span<const std::int64_t> positions,
+               std::span<const std::uint8_t> allowed) {
     using space = specdec::host_space;
     const index_t t = static_cast<index_t>(tokens.size()), e = model_->config().hidden;
     const auto mask = allowed.empty() ? specdec::blocks::attention_mask<space>::causal()
@@ -102,11 +95,12 @@ class mtp_drafter : public feature_drafter {
     last_out_.assign(o.end() - e, o.end());
   }
 
-  protocol_drafter<specdec::chain_drafter<specdec::eigen>> chain_;
+  specdec::chain_drafter<specdec::eigen> chain_;
   specdec::blocks::mtp::config config_;
   specdec::io::safetensors file_;  // owns the weights the views below point into
   specdec::blocks::mtp::weights<specdec::host_space> weights_;
   std::unique_ptr<specdec::blocks::kv_cache<specdec::eigen>> cache_;
+  index_t context_rows_ = 0;  // the cache's rows of committed context (a draft's rows follow)
   std::vector<float> last_out_, logits_;
 };
 
