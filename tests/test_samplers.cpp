@@ -341,10 +341,10 @@ TEST_CASE_TEMPLATE("verifiers reject bad input with a clear error; no draft cons
   CHECK(error_of([&] { verify(lenient); }).find("lenience = 1.5") != std::string::npos);
   const std::vector<double> bad_u = {1.0, 0.5};
   request.uniforms = sampling::uniform_stream::values(bad_u);
-  CHECK(error_of([&] { verify(); }).find("uniform 0 = 1; expected a value in [0, 1)") != std::string::npos);
+  CHECK(error_of([&] { verify(); }).find("requests[].uniforms[0, 0] = 1; expected a value in [0, 1)") != std::string::npos);
   const std::vector<double> short_u = {};
   request.uniforms = sampling::uniform_stream::values(short_u);
-  CHECK(error_of([&] { verify(); }).find("needs uniform 0 but only 0 were supplied") != std::string::npos);
+  CHECK(error_of([&] { verify(); }).find("request 0 needs uniform 0 but requests[].uniforms has 0 columns") != std::string::npos);
   request.uniforms = sampling::uniform_stream::values(u);
   const specdec::draft_tree wide = sampling::make_chain(0, std::vector<std::int32_t>{7});
   request.tree = wide;

@@ -129,11 +129,11 @@ std::vector<specdec::detail::view_extent> batch_inputs(const char* where, const 
 
 template <class Space>
 sampling::detail::batch_trees<Space> trees_of(const tree_batch<Space>& b) {
-  return {b.tokens, b.parents, b.node_counts, b.target_rows, b.max_accepted, b.bonus_tokens};
+  return {b.tokens, b.parents, b.node_counts, b.target_rows, b.max_accepted, b.bonus_tokens, {}, {}, false};
 }
 template <class Space>
 sampling::detail::batch_outputs<Space> outputs_of(const verify_outputs<Space>& o) {
-  return {o.tokens, o.accepted, o.accepted_nodes, o.uniforms_consumed, o.retest_accepted, o.final_distributions};
+  return {o.tokens, o.accepted, o.accepted_nodes, o.uniforms_consumed, o.retest_accepted, o.final_distributions, {}, {}};
 }
 template <class Job>
 void name_arguments(Job& job, const char* where, const char* target) {
@@ -338,7 +338,8 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
                                            options.lenience,
                                            options.flashinfer_retest,
                                            where,
-                                           {}};
+                                           {},
+                                           {rows.target}};
   detail::name_arguments(job, where, "rows.target");
   b.run_teams(batch.size(), job);
 }

@@ -71,6 +71,9 @@ class uniform_stream {
   std::size_t supplied() const noexcept { return values_.size(); }
   /// The caller-supplied values (empty for Philox).
   std::span<const double> supplied_values() const noexcept { return values_; }
+  /// The Philox stream and the position of its first uniform (Philox streams only).
+  philox_stream philox_rng() const noexcept { return rng_; }
+  std::uint64_t philox_offset() const noexcept { return offset_; }
 
  private:
   std::span<const double> values_{};

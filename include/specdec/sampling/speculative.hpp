@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/checks.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/view.hpp>
@@ -39,117 +40,62 @@
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/request.hpp>
+#include <specdec/sampling/speculative_options.hpp>
+#include <specdec/sampling/detail/speculative_walk.hpp>
 #include <specdec/tree/tree.hpp>
 
 namespace specdec::sampling {
 
-/// The per-candidate acceptance test, given the current target probability p = P(x), the draft
-/// probability q = Q(x) (1 for deterministic drafts) and a uniform u. Peers differ at the boundary.
-enum class acceptance_test {
-  ratio,           ///< accept iff q > 0 and fp32(p / (l q)) >= u (vLLM v1, Leviathan's r <= p/q). Default.
-  strict_product,  ///< accept iff u l q < p in fp32 (FlashInfer, SGLang's classic chain): q = 0 < p accepts.
-};
-
-/// How the corrected / bonus token is drawn from the final distribution.
-enum class final_draw {
-  inverse_cdf,       ///< one uniform, canonical inverse CDF on the unnormalised entries (FlashInfer, SGLang). Default.
-  exponential_race,  ///< argmax of entry / E with E the request's Exp(1) noise row (vLLM); consumes no uniform.
-};
-
-/// Options shared by every request of a call.
-struct speculative_options {
-  acceptance_test test = acceptance_test::ratio;
-  uniform_range range = uniform_range::closed_open;
-  final_draw draw = final_draw::inverse_cdf;
-  /// What the final draw does when the distribution left is all zero (reachable only through rounding or
-  /// through q(x) = 0 rejections): draw from the node's target row (default), token 0 (vLLM), V - 1 (SGLang).
-  empty_residual fallback = empty_residual::sample_target;
-  /// Leviathan et al.'s lenience l in (0, 1]: accept with min(1, p / (l q)), residual max(0, p - l q).
-  /// 1 is lossless; smaller values trade fidelity for acceptance (no token is emitted with probability
-  /// above p(x) / l).
-  float lenience = 1.0f;
-  /// FlashInfer's `accepted_token_num`: after a rejection at chain position i, positions i..k-1 of the
-  /// chain are re-tested with fresh uniforms (i included) and the passes counted (consumes k - i
-  /// uniforms before the final draw). Chains only.
-  bool flashinfer_retest = false;
-  /// Fill `speculative_result::final_distribution` (the returning forms; the output forms fill
-  /// `verify_outputs::final_distributions` when that view is given).
-  bool keep_final_distribution = false;
-};
-
-/// The rows a stochastic verifier reads, in the backend's memory space.
-template <class Space = host_space>
-struct speculative_rows {
-  /// `[rows x V]`: target probabilities (verify_speculative) or raw logits (verify_speculative_logits).
-  matrix_view<const float, Space> target = {};
-  /// `[rows' x V]` draft probabilities that `speculative_request::draft_rows` index; empty when every
-  /// node is deterministic.
-  matrix_view<const float, Space> draft = {};
-  /// `[rows'' x V]` Exp(1) noise that `speculative_request::noise_row` indexes (final_draw::exponential_race).
-  matrix_view<const float, Space> exponential_noise = {};
-  /// Optional token bitmasks of the target rows (structured output; verify_speculative_logits only):
-  /// host `[rows x ceil(V / 32)]` int32 in xgrammar's layout (specdec/grammar/token_bitmask.hpp), row i
-  /// constraining target row i. The walk then reads each target row as the softmax of the row with its
-  /// disallowed logits at -inf (computed only for the rows it reads; the logits are not written), and
-  /// greedy requests take the largest allowed logit. A walk that reaches a node whose row allows no
-  /// token (a terminated grammar) ends there without a final token. Empty: unconstrained.
-  matrix_view<const std::int32_t> target_bitmask = {};
-};
-
 namespace detail {
 
-/// The walk's conventions, one function each; a new convention is an enumerator and a case here.
-
-/// Whether a child passes its acceptance test (acceptance_test) given the current target probability
-/// p = P(x), the draft probability q = Q(x) (1 for a deterministic draft), the lenience and a uniform.
-SPECDEC_HOST_DEVICE inline bool passes(acceptance_test test, float p, float q, float lenience, double u) {
-  const float lq = lenience * q;
-  if (test == acceptance_test::ratio) return lq > 0.0f && static_cast<double>(p / lq) >= u;
-  return static_cast<float>(u) * lq < p;
-}
-
-/// The target distribution after a rejected child with token x: norm(max(0, P - l Q)) with Q the
-/// child's draft row `q_values`, or, for a deterministic child (null `q_values`), P without x (l = 1;
-/// `removed` lists such tokens, so repeated siblings are skipped) or P - l delta_x.
-inline void reject(working_distribution& dist, const float* q_values, std::int32_t x, float lenience,
-                   std::vector<std::int32_t>& removed) {
-  if (q_values != nullptr) {
-    dist.subtract(q_values, lenience);
-  } else if (lenience == 1.0f) {
-    dist.remove(x);
-    removed.push_back(x);
-  } else {
-    dist.subtract_point(x, lenience);
+/// The request-based forms' target rows, a row source of speculative_batch_job: through a row_reader
+/// (in place, downloaded, or softened from logits on first use), masked by a grammar's bitmask (host
+/// `[rows x ceil(V / 32)]`, empty: every token allowed).
+template <backend B>
+struct reader_rows {
+  row_reader<B>* reader = nullptr;
+  matrix_view<const std::int32_t> bitmask = {};
+  index_t rows() const noexcept { return reader->rows(); }
+  const float* row(index_t r) const { return reader->row(r); }
+  float at(index_t r, index_t x) const { return reader->at(r, x); }
+  bool allows_any(index_t r) const {
+    if (bitmask.rows() == 0) return true;
+    const index_t vocab = reader->cols();
+    const std::int32_t* m = bitmask.row(r);
+    for (index_t w = 0; w < bitmask_words(vocab); ++w) {
+      const auto bits = static_cast<std::uint32_t>(m[w]);
+      const index_t left = vocab - 32 * w;
+      if ((left >= 32 ? bits : bits & ((1u << left) - 1u)) != 0) return true;
+    }
+    return false;
   }
+};
+
+/// Runs the stochastic job on one request (team 0 of a batch of one) on the host, its error naming
+/// the request by its index in the caller's batch.
+template <class Job>
+void run_request(const Job& job, std::size_t request) {
+  // Reused per thread: a walk with draft rows folds V floats, which a fresh allocation per request
+  // would page-fault on (V >= 32768 is above the allocator's mmap threshold).
+  thread_local std::vector<std::byte> scratch, wide;
+  if (scratch.size() < job.scratch_bytes()) scratch.resize(job.scratch_bytes());
+  if (wide.size() < job.wide_scratch_bytes()) wide.resize(job.wide_scratch_bytes());
+  specdec::detail::serial_team team;
+  team.wide = wide.data();
+  specdec::detail::team_fault f = job(team, 0, scratch.data());
+  if (f.code == 0) return;
+  using specdec::detail::sampling_fault;
+  const auto code = static_cast<sampling_fault>(f.code);
+  const bool matrix_row = f.code < specdec::detail::first_team_fault_code || code == sampling_fault::probability_entry ||
+                          code == sampling_fault::distribution_entry || code == sampling_fault::distribution_sum ||
+                          code == sampling_fault::noise_entry;
+  if (!matrix_row) f.row = static_cast<std::int64_t>(request);
+  specdec::detail::throw_job_fault(job, f);
 }
 
-/// The token drawn from the distribution the walk ends with (final_draw): the exponential race against
-/// the request's noise row, or the canonical inverse CDF at the next uniform.
-template <class NoiseRow, class NextUniform>
-std::int32_t final_token(const speculative_options& options, working_distribution& dist, NoiseRow&& noise_row,
-                         NextUniform&& next_uniform) {
-  if (options.draw == final_draw::exponential_race) return dist.race(noise_row());
-  return dist.draw(next_uniform(), options.fallback);
-}
-
-/// Checks the options every stochastic verifier takes (an enumerator outside its values would
-/// silently select another convention).
-inline void check_options(const char* where, const speculative_options& options) {
-  SPECDEC_EXPECTS(options.lenience > 0.0f && options.lenience <= 1.0f, where, "lenience = ", options.lenience,
-                  "; expected a value in (0, 1]");
-  SPECDEC_EXPECTS(options.test == acceptance_test::ratio || options.test == acceptance_test::strict_product, where,
-                  "options.test = ", static_cast<int>(options.test), "; expected an acceptance_test enumerator");
-  SPECDEC_EXPECTS(options.draw == final_draw::inverse_cdf || options.draw == final_draw::exponential_race, where,
-                  "options.draw = ", static_cast<int>(options.draw), "; expected a final_draw enumerator");
-  SPECDEC_EXPECTS(options.fallback == empty_residual::sample_target || options.fallback == empty_residual::token_zero ||
-                      options.fallback == empty_residual::last_token,
-                  where, "options.fallback = ", static_cast<int>(options.fallback), "; expected an empty_residual enumerator");
-  SPECDEC_EXPECTS(options.range == uniform_range::closed_open || options.range == uniform_range::open_closed, where,
-                  "options.range = ", static_cast<int>(options.range), "; expected a uniform_range enumerator");
-}
-
-/// The walk of the file comment over a batch, reading target rows through `target` (in place,
-/// downloaded, or softened from logits on first use).
+/// The walk of the file comment over a batch: greedy requests by the greedy walk, the others each by
+/// the batched form's team job on the host (speculative_batch_job, one source for every form), reading
+/// target rows through `target` (in place, downloaded, or softened from logits on first use).
 template <backend B>
 std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
                                             const speculative_rows<typename B::memory_space>& rows,
@@ -159,14 +105,15 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   const index_t vocab = target.cols();
   const auto draft_probs = rows.draft;
   const auto exponential_noise = rows.exponential_noise;
-  check_input_rows(where, target.softened() ? "target_logits" : "target_probs", rows.target);
+  const char* target_name = target.softened() ? "target_logits" : "target_probs";
+  check_input_rows(where, target_name, rows.target);
   check_input_rows(where, "draft_probs", draft_probs);
   check_input_rows(where, "exponential_noise", exponential_noise);
   SPECDEC_EXPECTS(draft_probs.size() == 0 || draft_probs.cols() == vocab, where, "draft_probs has ",
                   draft_probs.cols(), " columns; target_probs has ", vocab);
-  SPECDEC_EXPECTS(options.draw != final_draw::exponential_race || exponential_noise.cols() == vocab, where,
+  const bool race = options.draw == final_draw::exponential_race;
+  SPECDEC_EXPECTS(!race || exponential_noise.cols() == vocab, where,
                   "exponential_race needs exponential_noise with V = ", vocab, " columns; got ", exponential_noise.cols());
-  sampling::detail::row_reader<B> draft(b, draft_probs), noise(b, exponential_noise);
   const bool masked = rows.target_bitmask.rows() > 0;
   if (masked) {
     SPECDEC_EXPECTS(target.softened(), where, "rows.target_bitmask is given; expected logits rows "
@@ -177,25 +124,32 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     target.set_bitmask(rows.target_bitmask);
   }
   const bool any_greedy = std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; });
+  const bool any_sampled = std::any_of(requests.begin(), requests.end(), [](const auto& q) { return !q.greedy; });
   greedy_rows<B> argmax(b, rows.target, any_greedy && !masked);
   sampling::detail::row_reader<B> raw(b, rows.target);  // greedy requests under masks read raw rows
-  // Node 0's row must allow a token (the first token emitted); a later node's empty row means the
-  // grammar terminated there.
-  const auto allows_any = [&](index_t row) {
-    const std::int32_t* m = rows.target_bitmask.row(row);
-    for (index_t w = 0; w < bitmask_words(vocab); ++w) {
-      const auto bits = static_cast<std::uint32_t>(m[w]);
-      const index_t left = vocab - 32 * w;
-      if ((left >= 32 ? bits : bits & ((1u << left) - 1u)) != 0) return true;
-    }
-    return false;
-  };
+
+  // The job runs on the host: a device backend's draft and noise rows come over once per call.
+  using space = typename B::memory_space;
+  std::vector<float> draft_copy, noise_copy;
+  matrix_view<const float> draft_host, noise_host;
+  if constexpr (std::is_same_v<space, host_space>) {
+    draft_host = draft_probs;
+    noise_host = exponential_noise;
+  } else if (any_sampled) {
+    const auto whole = [&](matrix_view<const float, space> m, std::vector<float>& copy) {
+      if (!m.empty()) copy = b.download(vector_view<const float, space>(m.data(), m.size()));
+      return matrix_view<const float>(copy.data(), m.rows(), m.cols());
+    };
+    draft_host = whole(draft_probs, draft_copy);
+    if (race) noise_host = whole(exponential_noise, noise_copy);
+  }
+  const reader_rows<B> source{&target, rows.target_bitmask};
+
   return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
                                                                        tree_view tree) {
-    if (masked)
-      SPECDEC_EXPECTS(allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ", q.target_row,
-                      " allows no token; expected at least one (node 0's row constrains the first token emitted)");
     if (q.greedy && masked) {
+      SPECDEC_EXPECTS(source.allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ",
+                      q.target_row, " allows no token; expected at least one (node 0's row constrains the first token emitted)");
       const auto masked_argmax_of = [&](index_t row) {
         index_t bad = -1;
         const std::int32_t best = specdec::detail::masked_argmax(raw.row(row), vocab, rows.target_bitmask.row(row), bad);
@@ -221,120 +175,70 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     const index_t n = tree.size();
     SPECDEC_EXPECTS(q.draft_rows.empty() || static_cast<index_t>(q.draft_rows.size()) == n, where, "request ", r,
                     " has ", q.draft_rows.size(), " draft rows; expected 0 or one per node (", n, ")");
-    for (index_t i = 1; i < static_cast<index_t>(q.draft_rows.size()); ++i) {
-      const index_t row = q.draft_rows[static_cast<std::size_t>(i)];
-      SPECDEC_EXPECTS(row >= -1 && row < draft_probs.rows(), where, "request ", r, " node ", i, " has draft row ", row,
-                      "; draft_probs has ", draft_probs.rows(), " rows (-1: deterministic)");
-    }
-    const auto children = detail::children_of(where, q, r);
-    const bool is_chain = std::all_of(children.begin(), children.end(), [](const auto& c) { return c.size() <= 1; });
-    SPECDEC_EXPECTS(!options.flashinfer_retest || is_chain, where, "request ", r,
-                    ": flashinfer_retest applies to chains; this tree branches");
-    if (options.draw == final_draw::exponential_race)
-      SPECDEC_EXPECTS(q.noise_row >= 0 && q.noise_row < exponential_noise.rows(), where, "request ", r,
-                      " has noise_row ", q.noise_row, "; exponential_noise has ", exponential_noise.rows(), " rows");
+    const bool linked = !q.first_child.empty() || !q.next_sibling.empty();
+    if (linked) (void)children_of(where, q, r);  // the links, checked against the parents
+
+    // The request as a batch of one, over host views of its spans and of result buffers.
+    const std::int32_t cap = q.max_accepted >= 0 ? static_cast<std::int32_t>(std::min<index_t>(q.max_accepted, INT32_MAX)) : -1;
+    const std::int32_t bonus_token = q.bonus_token ? checked_bonus_token(where, q, r, vocab) : -1;
+    const philox_stream rng = q.uniforms.philox_rng();
+    const std::uint64_t offset = q.uniforms.philox_offset();
+    const std::span<const double> supplied = q.uniforms.supplied_values();
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n)), nodes(static_cast<std::size_t>(n));
+    std::int32_t counts[5] = {};  // accepted, uniforms, re-test passes, bonus, acceptance tests
+    std::vector<float> final_row(options.keep_final_distribution ? static_cast<std::size_t>(vocab) : 0);
+    const auto row_of = [n](const auto* data) { return matrix_view<const std::int32_t>(data, 1, n); };
+    speculative_batch_job<host_space, reader_rows<B>> job{
+        {matrix_view<const float>(rows.target.data(), rows.target.rows(), vocab), draft_host, options.fallback, n},
+        {row_of(tree.token.data()), row_of(tree.parent.data()), {}, vector_view<const index_t>(&q.target_row, 1),
+         vector_view<const std::int32_t>(&cap, 1), vector_view<const std::int32_t>(&bonus_token, 1),
+         linked ? row_of(q.first_child.data()) : matrix_view<const std::int32_t>{},
+         linked ? row_of(q.next_sibling.data()) : matrix_view<const std::int32_t>{}, !masked},
+        {matrix_view<std::int32_t>(tokens.data(), 1, n), vector_view<std::int32_t>(&counts[0], 1),
+         matrix_view<std::int32_t>(nodes.data(), 1, n), vector_view<std::int32_t>(&counts[1], 1),
+         vector_view<std::int32_t>(&counts[2], 1),
+         options.keep_final_distribution ? matrix_view<float>(final_row.data(), 1, vocab) : matrix_view<float>{},
+         vector_view<std::int32_t>(&counts[3], 1), vector_view<std::int32_t>(&counts[4], 1)},
+        q.draft_rows.empty() ? matrix_view<const index_t>{} : matrix_view<const index_t>(q.draft_rows.data(), 1, n),
+        noise_host,
+        race ? vector_view<const index_t>(&q.noise_row, 1) : vector_view<const index_t>{},
+        q.uniforms.is_philox() ? matrix_view<const double>{}
+                               : matrix_view<const double>(supplied.data(), 1, static_cast<index_t>(supplied.size())),
+        q.uniforms.is_philox() ? vector_view<const philox_stream>(&rng, 1) : vector_view<const philox_stream>{},
+        q.uniforms.is_philox() ? vector_view<const std::uint64_t>(&offset, 1) : vector_view<const std::uint64_t>{},
+        options.test,
+        options.range,
+        race,
+        options.lenience,
+        options.flashinfer_retest,
+        where,
+        {},
+        source};
+    specdec::detail::name_job(job, where,
+                              {{arg_parents, "requests[].tree.parent"},
+                               {arg_tokens, "requests[].tree.token"},
+                               {arg_target, target_name},
+                               {arg_draft_rows, "requests[].draft_rows"},
+                               {arg_draft, "draft_probs"},
+                               {arg_noise_rows, "requests[].noise_row"},
+                               {arg_noise, "exponential_noise"},
+                               {arg_max_accepted, "requests[].max_accepted"},
+                               {arg_uniforms, "requests[].uniforms"},
+                               {arg_bonus, "requests[].bonus_token"},
+                               {arg_bitmask, "rows.target_bitmask"}});
+    run_request(job, r);
+    target.recycle();  // requests rarely share rows; one that does reads them again
 
     speculative_result out;
-    std::uint64_t position = 0;
-    const auto next_uniform = [&] { return q.uniforms.at(position++, options.range); };
-    // The probabilities a test reads, checked: target row `row`'s entry x, draft row q_row's (1 when
-    // deterministic).
-    const auto target_entry = [&](index_t row, std::int32_t x) {
-      const float p_x = target.at(row, x);
-      sampling::detail::check_probability(where, "target_probs", row, x, p_x);
-      return p_x;
-    };
-    const auto draft_entry = [&](index_t q_row, std::int32_t x) {
-      if (q_row < 0) return 1.0f;
-      const float q_x = draft.at(q_row, x);
-      sampling::detail::check_probability(where, "draft_probs", q_row, x, q_x);
-      return q_x;
-    };
-    const auto draft_row_of = [&](std::int32_t c) { return q.draft_rows.empty() ? index_t{-1} : q.draft_rows[static_cast<std::size_t>(c)]; };
-    index_t node = 0;
-    bool rejected_here = false;
-    for (;;) {
-      const index_t row = q.target_row + node;
-      if (masked && !allows_any(row)) break;  // a terminated grammar: nothing may follow, no final token
-      sampling::detail::working_distribution dist(nullptr, vocab);
-      const float* p_row = nullptr;
-      // Every full row the walk reads is checked before use: a residual or a final draw from a row
-      // with NaN, negative entries or the wrong mass would otherwise be silently clamped or rescaled.
-      // Softened rows come from row_softmax, which has checked the logits.
-      const auto load = [&] {
-        if (!p_row) {
-          p_row = target.row(row);
-          dist = sampling::detail::working_distribution(p_row, vocab);
-          if (!target.softened()) sampling::detail::check_weighed_row(where, "target_probs", row, dist, p_row, vocab);
-        }
-      };
-      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-      std::int32_t accepted = -1;
-      rejected_here = false;
-      if (!capped) {
-        std::vector<std::int32_t> removed;
-        for (const std::int32_t c : children[static_cast<std::size_t>(node)]) {
-          const std::int32_t x = tree.token[static_cast<std::size_t>(c)];
-          const index_t q_row = draft_row_of(c);
-          if (q_row < 0 && std::find(removed.begin(), removed.end(), x) != removed.end()) continue;
-          // The untouched row is read one entry at a time; a residual needs the whole row.
-          float p_x;
-          if (!dist.modified() && !p_row) {
-            p_x = target_entry(row, x);
-          } else {
-            load();
-            p_x = dist.prob(x);
-            sampling::detail::check_probability(where, "target_probs", row, x, p_x);
-          }
-          const float q_x = draft_entry(q_row, x);
-          ++out.acceptance_tests;
-          if (detail::passes(options.test, p_x, q_x, options.lenience, next_uniform())) {
-            accepted = c;
-            break;
-          }
-          load();
-          rejected_here = true;
-          const float* q_values = nullptr;
-          if (q_row >= 0) {
-            q_values = draft.row(q_row);
-            sampling::detail::check_probability_row(where, "draft_probs", q_row, q_values, vocab);
-          }
-          detail::reject(dist, q_values, x, options.lenience, removed);
-        }
-      }
-      if (accepted >= 0) {
-        out.accepted_nodes.push_back(accepted);
-        out.tokens.push_back(tree.token[static_cast<std::size_t>(accepted)]);
-        node = accepted;
-        continue;
-      }
-      // The walk ends at `node`: FlashInfer's re-tests of the chain positions from the rejected one
-      // on (fresh uniforms, passes counted), then the final token.
-      if (options.flashinfer_retest && rejected_here)
-        for (index_t i = node; i + 1 < n; ++i) {
-          const std::int32_t x = tree.token[static_cast<std::size_t>(i + 1)];
-          const float p_x = target_entry(q.target_row + i, x);
-          const float q_x = draft_entry(draft_row_of(static_cast<std::int32_t>(i + 1)), x);
-          out.retest_accepted += detail::passes(options.test, p_x, q_x, options.lenience, next_uniform()) ? 1 : 0;
-        }
-      out.retest_accepted += static_cast<index_t>(out.accepted_nodes.size());
-      out.bonus = !rejected_here;
-      if (out.bonus && q.bonus_token) {
-        out.tokens.push_back(detail::checked_bonus_token(where, q, r, vocab));
-        break;
-      }
-      load();
-      if (options.keep_final_distribution) out.final_distribution = dist.entries();
-      const auto noise_row = [&] {
-        const float* e = noise.row(q.noise_row);
-        sampling::detail::check_noise_row(where, q.noise_row, e, vocab);
-        return e;
-      };
-      out.tokens.push_back(detail::final_token(options, dist, noise_row, next_uniform));
-      break;
-    }
-    out.uniforms_consumed = static_cast<index_t>(position);
-    target.recycle();  // requests rarely share rows; one that does reads them again
+    const auto accepted = static_cast<std::size_t>(counts[0]);
+    out.accepted_nodes.assign(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(accepted));
+    const bool emitted = tokens[accepted] >= 0;  // none where a grammar terminated
+    out.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(accepted + (emitted ? 1 : 0)));
+    out.bonus = counts[3] != 0;
+    out.acceptance_tests = counts[4];
+    out.uniforms_consumed = counts[1];
+    out.retest_accepted = counts[2];
+    if (emitted && !(out.bonus && q.bonus_token)) out.final_distribution = std::move(final_row);
     return out;
   }, /*last_node_has_row=*/true, /*first_request=*/0, /*bonus_leaf_without_row=*/!masked);
 }

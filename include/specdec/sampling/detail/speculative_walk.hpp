@@ -25,12 +25,26 @@
 #include <specdec/sampling/detail/staged_walk.hpp>
 #include <specdec/sampling/detail/tree_walk.hpp>
 #include <specdec/sampling/randomness.hpp>
-#include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/speculative_options.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
-/// The stochastic walk, one request per team, over target probabilities.
+/// Target rows as the batched form reads them: probabilities in the job's memory space, every token
+/// allowed. A row source gives a row (`row`), one entry without the row (`at`), and whether a row
+/// allows any token (a grammar's bitmask; none allows nothing here).
 template <class Space>
+struct probability_matrix {
+  matrix_view<const float, Space> m;
+  SPECDEC_HOST_DEVICE index_t rows() const noexcept { return m.rows(); }
+  SPECDEC_HOST_DEVICE const float* row(index_t r) const noexcept { return m.row(r); }
+  SPECDEC_HOST_DEVICE float at(index_t r, index_t x) const noexcept { return m(r, x); }
+  SPECDEC_HOST_DEVICE bool allows_any(index_t) const noexcept { return true; }
+};
+
+/// The stochastic walk, one request per team, over target rows from `Rows` (probability_matrix in the
+/// batched form; the request-based forms read theirs through a row_reader, softened from logits on
+/// first use and masked by a grammar's bitmask, speculative.hpp).
+template <class Space, class Rows = probability_matrix<Space>>
 struct speculative_batch_job : residual_rows<Space> {
   using base = residual_rows<Space>;
   using typename base::as_is_t;
@@ -46,7 +60,6 @@ struct speculative_batch_job : residual_rows<Space> {
   using base::op_batch;
   using base::race_token;
   using base::row_batch;
-  using base::target;
   using base::vocab;
   using base::weigh;
 
@@ -65,6 +78,7 @@ struct speculative_batch_job : residual_rows<Space> {
   bool retest;
   const char* where;
   const char* names[specdec::detail::team_job_names];
+  Rows source = {};  // the target rows
   static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
     specdec::detail::describe_sampling_fault(where, name, f);
   }
@@ -77,7 +91,7 @@ struct speculative_batch_job : residual_rows<Space> {
 
 
   SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
-    if (!uniform_values.empty()) {
+    if (uniform_streams.empty()) {  // supplied values (the callers check that exactly one source is given)
       if (static_cast<index_t>(position) >= uniform_values.cols())
         return make_team_fault(sampling_fault::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
                                uniform_values.cols());
@@ -94,11 +108,17 @@ struct speculative_batch_job : residual_rows<Space> {
 
   SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const { return sampling::detail::passes(test, p, q, lenience, u); }
 
+  // The request-based forms' rows are host callables (a row_reader): the job is a host-device
+  // template, so nvcc's check of calls across execution spaces is off for it alone; each instantiation
+  // runs where its row source does.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
     const layout l = carve(scratch);
     checked_request q;
-    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), target.rows(), l.tree, q); f.code != 0) return f;
+    if (const team_fault f = check_and_link(team, trees, out, r, vocab(), source.rows(), l.tree, q); f.code != 0) return f;
     const std::int32_t* token = trees.tokens.row(r);
     for (index_t i = 1; i < q.nodes && !draft_rows.empty(); ++i) {
       const index_t row = draft_rows(r, i);
@@ -117,17 +137,25 @@ struct speculative_batch_job : residual_rows<Space> {
     std::uint64_t position = 0;
     index_t node = 0;
     std::int32_t retest_passes = 0;
+    std::int32_t tests = 0;
     for (;;) {
       const index_t row = q.first_row + node;
-      const float* p = target.row(row);
+      if (!source.allows_any(row)) {  // a grammar's bitmask allows nothing here
+        if (node == 0) return make_team_fault(sampling_fault::mask_allows_none, arg_bitmask, r, 0, double(row));
+        finish(team, path, -1, false, position, path.count, tests, false);  // it terminated: nothing follows
+        return {};
+      }
+      const float* p = nullptr;  // the row, read whole once a residual or the final draw needs it
       int n_ops = 0;
-      residual_source current{p, 0};
+      residual_source current{nullptr, 0};
       double mass = 1.0;       // of the current entries once modified
       bool loaded = false;     // the row has been weighed and checked
       double base_total = 0.0;
       const auto load = [&]() -> team_fault {
         if (loaded) return {};
         loaded = true;
+        p = source.row(row);
+        current = residual_source{p, 0};
         return check_row(team, l, l.base_masses, p, row, arg_target, base_total);
       };
       const bool capped = q.cap >= 0 && path.count >= q.cap;
@@ -144,7 +172,7 @@ struct speculative_batch_job : residual_rows<Space> {
           }
           float p_x;
           if (n_ops == 0 && !loaded) {
-            p_x = p[x];
+            p_x = source.at(row, x);
           } else {
             if (const team_fault f = load(); f.code != 0) return f;
             p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
@@ -157,6 +185,7 @@ struct speculative_batch_job : residual_rows<Space> {
           }
           double u = 0.0;
           if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
+          ++tests;
           if (passes(p_x, q_x, u)) {
             accepted = c;
             break;
@@ -211,7 +240,7 @@ struct speculative_batch_job : residual_rows<Space> {
         for (index_t i = node; i + 1 < q.nodes; ++i) {
           const std::int32_t x = token[i + 1];
           const index_t q_row = draft_rows.empty() ? -1 : draft_rows(r, i + 1);
-          const float p_x = target(q.first_row + i, x);
+          const float p_x = source.at(q.first_row + i, x);
           if (!(p_x >= 0.0f && p_x <= 1.0f))
             return make_team_fault(sampling_fault::probability_entry, arg_target, q.first_row + i, x, p_x);
           const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
@@ -226,8 +255,7 @@ struct speculative_batch_job : residual_rows<Space> {
       const bool bonus = !rejected_here;
       const bool keep = !out.final_distributions.empty();
       if (bonus && q.bonus >= 0) {
-        if (keep) write_final(team, r, current, l.ops, 0, true);
-        path.finish(team, q.bonus, static_cast<std::int32_t>(position), retest_passes);
+        finish(team, path, q.bonus, true, position, retest_passes, tests, false);
         return {};
       }
       if (const team_fault f = load(); f.code != 0) return f;
@@ -245,9 +273,21 @@ struct speculative_batch_job : residual_rows<Space> {
         if (const team_fault f = uniform(r, position++, u); f.code != 0) return f;
         final_token = draw(team, l, p, current, n_ops, base_total, u);
       }
-      path.finish(team, final_token, static_cast<std::int32_t>(position), retest_passes);
+      finish(team, path, final_token, bonus, position, retest_passes, tests, true);
       return {};
     }
+  }
+
+  /// Writes a request's result: the final token (-1: none), counts, and without a draw (`drawn`
+  /// false) a zero final distribution.
+  template <class Team>
+  SPECDEC_HOST_DEVICE void finish(Team& team, path_writer<Space>& path, std::int32_t token, bool bonus, std::uint64_t position,
+                                  std::int32_t retest_passes, std::int32_t tests, bool drawn) const {
+    if (!drawn && !out.final_distributions.empty()) write_final(team, path.r, residual_source{nullptr, 0}, nullptr, 0, true);
+    path.finish(team, token, static_cast<std::int32_t>(position), retest_passes);
+    if (team.rank() != 0) return;
+    if (!out.bonus.empty()) out.bonus(path.r) = bonus ? 1 : 0;
+    if (!out.acceptance_tests.empty()) out.acceptance_tests(path.r) = tests;
   }
 
   /// The distribution the final token is drawn from, unnormalised (zeros when none was drawn).

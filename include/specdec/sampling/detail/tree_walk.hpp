@@ -21,7 +21,7 @@
 #include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/detail/greedy_walk.hpp>
 #include <specdec/sampling/randomness.hpp>
-#include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/speculative_options.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
@@ -59,6 +59,13 @@ struct batch_trees {
   vector_view<const index_t, Space> target_rows;       // empty: request r's node 0 is row r * nodes
   vector_view<const std::int32_t, Space> max_accepted;  // empty: no caps
   vector_view<const std::int32_t, Space> bonus_tokens;  // empty: none
+  /// Sibling order, `[batch x nodes]` each (request-local, -1 for none), checked against the parents by
+  /// the caller (children_of). Empty: children in node-index order.
+  matrix_view<const std::int32_t, Space> first_child;
+  matrix_view<const std::int32_t, Space> next_sibling;
+  /// A request with a bonus token needs no row for its last node, a leaf (vLLM's layout): a walk that
+  /// reaches a leaf emits the bonus without reading the leaf's row.
+  bool bonus_leaf_without_row;
 };
 
 /// Output views (verify_outputs' members, by value for the device).
@@ -70,6 +77,10 @@ struct batch_outputs {
   vector_view<std::int32_t, Space> uniforms_consumed;
   vector_view<std::int32_t, Space> retest_accepted;
   matrix_view<float, Space> final_distributions;
+  /// `[batch]` each, optional (the request-based forms' result fields): whether the final token is a
+  /// bonus token (1) or a corrected one (0), and the uniforms acceptance tests read.
+  vector_view<std::int32_t, Space> bonus;
+  vector_view<std::int32_t, Space> acceptance_tests;
 };
 
 /// Per-team scratch of the tree part: sibling links, `nodes` entries each.
@@ -111,13 +122,14 @@ SPECDEC_HOST_DEVICE team_fault check_and_link(Team& team, const batch_trees<Spac
     if (parent[i] < 0 || parent[i] >= i) return make_team_fault(tree_fault::bad_parent, arg_parents, r, i, parent[i]);
     if (token[i] < 0 || token[i] >= vocab) return make_team_fault(tree_fault::token_range, arg_tokens, r, i, token[i], vocab);
   }
-  q.first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
-  if (q.first_row < 0 || q.first_row > target_rows - q.nodes)
-    return make_team_fault(tree_fault::target_rows, arg_target, r, q.nodes, double(q.first_row), target_rows);
   q.cap = trees.max_accepted.empty() ? -1 : trees.max_accepted(r);
   if (q.cap < -1) return make_team_fault(sampling_fault::max_accepted, arg_max_accepted, r, 0, q.cap);
   q.bonus = trees.bonus_tokens.empty() ? -1 : trees.bonus_tokens(r);
   if (q.bonus < -1 || q.bonus >= vocab) return make_team_fault(sampling_fault::bonus_range, arg_bonus, r, 0, q.bonus, vocab);
+  q.first_row = trees.target_rows.empty() ? r * width : trees.target_rows(r);
+  const index_t rows = q.nodes - (trees.bonus_leaf_without_row && q.bonus >= 0 ? 1 : 0);
+  if (q.first_row < 0 || q.first_row > target_rows - rows)
+    return make_team_fault(tree_fault::target_rows, arg_target, r, rows, double(q.first_row), target_rows);
   // Depths in one pass by rank 0 (parents precede children), where every thread walking each node's
   // ancestors would make a long serial chain of dependent reads.
   team.sync();  // earlier readers of the scratch are done
@@ -139,10 +151,17 @@ SPECDEC_HOST_DEVICE team_fault check_and_link(Team& team, const batch_trees<Spac
   if (!out.accepted_nodes.empty() && emitted - 1 > out.accepted_nodes.cols())
     return make_team_fault(sampling_fault::output_width, arg_out_nodes, r, 0, emitted - 1, out.accepted_nodes.cols() + 1);
   if (team.rank() == 0) {
-    for (index_t i = 0; i < q.nodes; ++i) ts.first_child[i] = ts.next_sibling[i] = -1;
-    for (index_t i = q.nodes - 1; i >= 1; --i) {  // reverse, so each list ends up in node-index order
-      ts.next_sibling[i] = ts.first_child[parent[i]];
-      ts.first_child[parent[i]] = static_cast<std::int32_t>(i);
+    if (!trees.first_child.empty()) {
+      for (index_t i = 0; i < q.nodes; ++i) {
+        ts.first_child[i] = trees.first_child(r, i);
+        ts.next_sibling[i] = trees.next_sibling(r, i);
+      }
+    } else {
+      for (index_t i = 0; i < q.nodes; ++i) ts.first_child[i] = ts.next_sibling[i] = -1;
+      for (index_t i = q.nodes - 1; i >= 1; --i) {  // reverse, so each list ends up in node-index order
+        ts.next_sibling[i] = ts.first_child[parent[i]];
+        ts.first_child[parent[i]] = static_cast<std::int32_t>(i);
+      }
     }
   }
   team.sync();
