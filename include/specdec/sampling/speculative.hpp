@@ -19,7 +19,12 @@
 ///
 /// **Rows read.** Only the target rows of the nodes the walk visits (one entry per tested child, a
 /// full row where a residual is formed or the final token drawn) and the draft rows of rejected
-/// children. Device rows are downloaded one at a time, only those.
+/// children. Device target rows are downloaded one at a time, only those; the draft and noise matrices
+/// once per call.
+///
+/// **One walk.** A sampled request is walked by the batched form's team job
+/// (detail/speculative_walk.hpp) as a batch of one on this thread, its rows read through a source that
+/// loads a row on first use; greedy requests by the greedy walk (detail/greedy_walk.hpp).
 #pragma once
 
 #include <algorithm>
