@@ -23,24 +23,30 @@
 # names the step and the program, says whether it crashed (a signal: the stack the program printed,
 # and whether its innermost frames are llama.cpp's or specdec's) or found a difference (status 1),
 # and gives llama.cpp's system info line.
-# Usage: scripts/check_llama_cpp.sh [--prompts FILE] [--tokens N]
+# `--libraries-only` configures the same build and compiles llama.cpp's own libraries (llama, ggml), no
+# specdec program, and runs nothing: scripts/test.sh starts that early in the background.
+# Usage: scripts/check_llama_cpp.sh [--prompts FILE] [--tokens N] | --libraries-only
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-prompts="tests/data/llama_cpp/prompts.txt" tokens=48
+prompts="tests/data/llama_cpp/prompts.txt" tokens=48 libraries_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prompts) prompts="$2" ;;
     --tokens) tokens="$2" ;;
-    *) echo "usage: $0 [--prompts FILE] [--tokens N]" >&2; exit 2 ;;
+    --libraries-only) libraries_only=1; shift; continue ;;
+    *) echo "usage: $0 [--prompts FILE] [--tokens N] | --libraries-only" >&2; exit 2 ;;
   esac
   shift 2
 done
-model="${SPECDEC_MODEL:-$(scripts/fetch_model.sh)}"
 build="build/llama-check"
 logs="$build/logs"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_LLAMA_CPP=ON -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_BENCH=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+if [ "$libraries_only" = 1 ]; then
+  exec cmake --build "$build" -j"$(nproc)" --target llama ggml
+fi
+model="${SPECDEC_MODEL:-$(scripts/fetch_model.sh)}"
 # llama.cpp's own sources warn under GCC; its build log is shown only when the build fails.
 mkdir -p "$logs"
 if ! cmake --build "$build" -j"$(nproc)" --target specdec_llama_cpp specdec_llama_cpp_tree_kv_check \
