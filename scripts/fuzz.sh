@@ -14,7 +14,8 @@ if [ ${#harnesses[@]} -eq 0 ]; then
   harnesses=(safetensors gguf tokenizer trees builders verifiers primitives policy views sizes suffix drafters grammar distributions)
   targets=(specdec_fuzzers)  # all of them, built in parallel
 fi
-cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DSPECDEC_BUILD_TESTS=OFF \
+# Line tables only: a finding's stack still names file and line, at a fraction of full debug information.
+cmake -S . -B build/fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only -DSPECDEC_BUILD_TESTS=OFF \
   -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_FUZZERS=ON >/dev/null
 cmake --build build/fuzz -j"$(nproc)" --target "${targets[@]}"
 status=0
