@@ -2,10 +2,12 @@
 /// \file
 /// \brief SGLang's sampled tree verification in SGLang's own layout: `tree_speculative_sampling_target_only`
 /// (sgl-kernel), its link-encoded trees and outputs, as a team job (backend/detail/team.hpp) on any
-/// backend: one team per request (one CUDA block, one launch), the walk on the device. The rule is
-/// specdec's `verify_coin_tree` (sampling/tree_coin.hpp, where it is documented), decision for decision
-/// and draw for draw; the tests hold the two equal. A header of its own because it is built on the
-/// stochastic walk's row machinery, which sglang.hpp's bookkeeping and greedy walk do not need.
+/// backend: one team per request (one CUDA block, one launch), the walk on the device. The walk is
+/// specdec's coin walk (sampling/detail/coin_walk.hpp), the one `verify_coin_tree` runs
+/// (sampling/tree_coin.hpp, where the rule is documented); this header adds SGLang's layout: the links'
+/// checks, the coins and final uniforms as SGLang passes them, the `retrive_index` slots the path is
+/// written to. A header of its own because it is built on the stochastic walk's row machinery, which
+/// sglang.hpp's bookkeeping and greedy walk do not need.
 #pragma once
 
 #include <algorithm>
@@ -27,7 +29,7 @@
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/detail/faults.hpp>
 #include <specdec/interop/sglang.hpp>
-#include <specdec/sampling/detail/residual_rows.hpp>
+#include <specdec/sampling/detail/coin_walk.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::sglang {
@@ -44,24 +46,18 @@ enum sglang_coin_arg : int {
   coin_arg_target,
 };
 
-/// SGLang's coin walk (verify_coin_tree's rule) over link-encoded trees, one request per team. Rank 0
-/// first checks the request's links as a whole (tokens, link values, each node linked once and reached
-/// from the root, parents numbered first), so a malformed tree is refused whatever path the walk would
-/// take; the verdict is broadcast through the scratch. Then every thread walks: the coin of node i is
-/// `coins(r, i)`, children are visited in link order with their target probabilities summed in float,
-/// rejected candidates become removal operations on the node's row, and the final token is the
-/// canonical draw from the row minus them (residual_rows::draw) with `finals(r)`. Rank 0 writes.
+/// SGLang's coin walk (sampling::detail::coin_walk, verify_coin_tree's rule) over link-encoded trees,
+/// one request per team. Rank 0 first checks the request's links as a whole (tokens, link values, each
+/// node linked once and reached from the root, parents numbered first), so a malformed tree is refused
+/// whatever path the walk would take; the verdict is broadcast through the scratch. Then every thread
+/// walks: the coin of node i is `coins(r, i)`, children are visited in link order, the final uniform is
+/// `finals(r)`, and each emitted token goes to its node's `retrive_index` slot. Rank 0 writes.
 template <class Space>
-struct sglang_coin_job : sampling::detail::residual_rows<Space> {
-  using base = sampling::detail::residual_rows<Space>;
+struct sglang_coin_job : sampling::detail::coin_walk<Space> {
+  using base = sampling::detail::coin_walk<Space>;
   using typename base::layout;
-  using typename base::residual_source;
   using base::carve;
-  using base::check_row;
-  using base::draw;
-  using base::entry;
   using base::round16;
-  using base::target;
   using base::vocab;
 
   matrix_view<const std::int64_t, Space> candidates;
@@ -73,8 +69,6 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
   vector_view<std::int32_t, Space> predicts;  // [bs * N]
   matrix_view<std::int32_t, Space> accept_index;
   vector_view<std::int32_t, Space> accept_token_num;
-  float threshold_single;
-  float threshold_acc;  // clamped to >= 1e-9 by the caller
   const char* where;
   const char* names[specdec::detail::team_job_names];
   static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
@@ -116,6 +110,50 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     return {};
   }
 
+  /// coin_walk's view of request r: the links, coins and final uniform in SGLang's layout, and the
+  /// path written to the `retrive_index` slots (`slot`: the current node's).
+  struct request_view {
+    const sglang_coin_job* job;
+    index_t r;
+    std::int64_t slot;
+    std::int32_t accepted = 0;
+    SPECDEC_HOST_DEVICE std::int64_t first_child(std::int64_t node) const { return job->next_token(r, node); }
+    SPECDEC_HOST_DEVICE std::int64_t next_sibling(std::int64_t c) const { return job->next_sibling(r, c); }
+    SPECDEC_HOST_DEVICE std::int32_t token(std::int64_t c) const { return static_cast<std::int32_t>(job->candidates(r, c)); }
+    SPECDEC_HOST_DEVICE team_fault coin(std::int64_t node, double& u) const {
+      u = job->coins(r, node);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_uniforms, r, node, u, 0);
+      return {};
+    }
+    SPECDEC_HOST_DEVICE team_fault final_uniform(double& u) const {
+      u = job->finals(r);
+      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_final, r, -1, u, 0);
+      return {};
+    }
+    template <class Team>
+    SPECDEC_HOST_DEVICE team_fault accept(const Team& team, std::int64_t node, std::int32_t token) {
+      // The request's own slots only (see sglang_greedy_job): another request's would be written twice.
+      const index_t n = job->candidates.cols();
+      const std::int64_t next_slot = job->retrive_index(r, node);
+      if (next_slot < r * n || next_slot >= r * n + n)
+        return make_team_fault(interop_fault::link_index, coin_arg_retrive_index, r, next_slot, double(node), n);
+      if (team.rank() == 0) {
+        job->predicts(slot) = token;
+        job->accept_index(r, accepted + 1) = static_cast<std::int32_t>(next_slot);
+      }
+      ++accepted;
+      slot = next_slot;
+      return {};
+    }
+    template <class Team, class Entry>
+    SPECDEC_HOST_DEVICE void finish(const Team& team, std::int32_t token, bool, std::int32_t, std::int32_t, const Entry&) const {
+      if (team.rank() == 0) {
+        job->predicts(slot) = token;
+        job->accept_token_num(r) = accepted;
+      }
+    }
+  };
+
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
     const layout l = carve(scratch);
@@ -126,68 +164,16 @@ struct sglang_coin_job : sampling::detail::residual_rows<Space> {
     if (const team_fault f = *verdict; f.code != 0) return f;
 
     const index_t n = candidates.cols(), steps = accept_index.cols();
-    index_t node = 0;
     // The request's own slots only (see sglang_greedy_job): another request's would be written twice.
     const std::int64_t own = r * n;
-    std::int64_t slot = retrive_index(r, 0);
+    const std::int64_t slot = retrive_index(r, 0);
     if (slot < own || slot >= own + n) return make_team_fault(interop_fault::link_index, coin_arg_retrive_index, r, slot, 0.0, n);
     if (team.rank() == 0) {
       accept_index(r, 0) = static_cast<std::int32_t>(slot);
       for (index_t s = 1; s < steps; ++s) accept_index(r, s) = -1;
     }
-    std::int32_t accepted_count = 0;
-    for (;;) {
-      const index_t row = r * n + node;
-      const float* p = target.row(row);
-      const residual_source untouched{p, 0};
-      int n_ops = 0;
-      std::int64_t accepted = -1;
-      const std::int64_t first = next_token(r, node);
-      if (accepted_count < steps - 1 && first >= 0) {
-        const double coin = coins(r, node);
-        if (!(coin >= 0.0 && coin < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_uniforms, r, node, coin, 0);
-        float mass = 0.0f;  // SGLang's running sum, in float
-        for (std::int64_t c = first; c >= 0; c = next_sibling(r, c)) {
-          const auto x = static_cast<std::int32_t>(candidates(r, c));
-          const float p_x = p[x];
-          if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, coin_arg_target, row, x, p_x);
-          mass += p_x;
-          if (coin <= static_cast<double>(mass / threshold_acc) || p_x >= threshold_single) {
-            accepted = c;
-            break;
-          }
-          if (entry(untouched, l.ops, n_ops, x) > 0.0f) {  // a repeated token is already out
-            team.sync();  // every thread has read the operations before rank 0 appends one
-            if (team.rank() == 0) l.ops[n_ops] = sampling::detail::residual_op{0, x, -1, 1.0f, 0.0};
-            team.sync();
-            ++n_ops;
-          }
-        }
-      }
-      if (accepted >= 0) {
-        const std::int64_t next_slot = retrive_index(r, accepted);
-        if (next_slot < own || next_slot >= own + n)
-          return make_team_fault(interop_fault::link_index, coin_arg_retrive_index, r, next_slot, double(accepted), n);
-        if (team.rank() == 0) {
-          predicts(slot) = static_cast<std::int32_t>(candidates(r, accepted));
-          accept_index(r, accepted_count + 1) = static_cast<std::int32_t>(next_slot);
-        }
-        ++accepted_count;
-        node = accepted;
-        slot = next_slot;
-        continue;
-      }
-      double base_total = 0.0;
-      if (const team_fault f = check_row(team, l, l.base_masses, p, row, coin_arg_target, base_total); f.code != 0) return f;
-      const double u = finals(r);
-      if (!(u >= 0.0 && u < 1.0)) return make_team_fault(sampling_fault::uniform_value, coin_arg_final, r, -1, u, 0);
-      const std::int32_t final_token = draw(team, l, p, untouched, n_ops, base_total, u);
-      if (team.rank() == 0) {
-        predicts(slot) = final_token;
-        accept_token_num(r) = accepted_count;
-      }
-      return {};
-    }
+    request_view view{this, r, slot};
+    return this->walk(team, l, r * n, steps - 1, coin_arg_target, view);
   }
 };
 
@@ -251,9 +237,9 @@ void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t,
                   "; expected a finite value >= 0");
   SPECDEC_EXPECTS(acc > 0.0f && std::isfinite(acc), where, "threshold_acc = ", threshold_acc, "; expected a finite value");
   detail::sglang_coin_job<typename B::memory_space> job{
-      {target_probs, {}, empty_residual::last_token, n},
+      {{target_probs, {}, empty_residual::last_token, n}, threshold_single, acc, {target_probs}},
       candidates, retrive_index, next_token, next_sibling, uniform_samples, uniform_final, predicts, accept_index,
-      accept_token_num, threshold_single, acc, where, {}};
+      accept_token_num, where, {}};
   const char* names[] = {"candidates", "retrive_next_token", "retrive_next_sibling", "retrive_index", "uniform_samples",
                          "uniform_samples_for_final_sampling", "target_probs"};
   for (std::size_t k = 0; k < std::size(names); ++k) job.names[k] = names[k];

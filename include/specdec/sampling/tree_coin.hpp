@@ -4,23 +4,37 @@
 /// sampling path of sgl-kernel): one coin per level compared with the running target mass of the
 /// candidates, for deterministic (top-k) drafts.
 ///
-/// At the current node, with coin c, the children are visited in node-index order; each adds its target
-/// probability to a running mass m, and is accepted iff `c <= m / threshold_acc` or its own probability
-/// is `>= threshold_single`. On acceptance the walk descends and takes the child's coin. With thresholds
-/// (1, 1) this is an inverse-CDF draw from the target that happens to land on a candidate, so the
-/// acceptance probability at a node is the candidates' target mass and the output is lossless; smaller
-/// thresholds are lossy (SGLang's `--speculative-accept-threshold-single/acc`). When no child is accepted,
-/// or at a leaf, or at the depth cap, the final token is drawn from the node's target row minus the
-/// rejected candidates (FlashInfer's inverse CDF on the unnormalised residual).
+/// At the current node, with coin c, the children are visited in node-index order (or the order of the
+/// request's sibling links); each adds its target probability to a running mass m, and is accepted iff
+/// `c <= m / threshold_acc` or its own probability is `>= threshold_single`. On acceptance the walk
+/// descends and takes the child's coin. With thresholds (1, 1) this is an inverse-CDF draw from the
+/// target that happens to land on a candidate, so the acceptance probability at a node is the
+/// candidates' target mass and the output is lossless; smaller thresholds are lossy (SGLang's
+/// `--speculative-accept-threshold-single/acc`). When no child is accepted, or at a leaf, or at the
+/// depth cap, the final token is drawn from the node's target row minus the rejected candidates
+/// (FlashInfer's inverse CDF on the unnormalised residual).
+///
+/// The walk is written once (sampling/detail/coin_walk.hpp): verify_coin_tree runs it on the host, one
+/// request at a time, and SGLang's `tree_speculative_sampling_target_only` (interop/sglang_sampling.hpp)
+/// runs it on any backend over SGLang's link-encoded layout.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
+#include <specdec/backend/detail/team.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/memory_space.hpp>
+#include <specdec/core/rng.hpp>
+#include <specdec/core/view.hpp>
+#include <specdec/sampling/detail/coin_walk.hpp>
 #include <specdec/sampling/detail/rows.hpp>
+#include <specdec/sampling/request.hpp>
 #include <specdec/sampling/speculative.hpp>
 
 namespace specdec::sampling {
@@ -42,7 +56,8 @@ struct coin_options {
 /// the coin used at node i is position i of the request's stream; the final draw uses position n
 /// (= tree size, SGLang's `uniform_samples_for_final_sampling`). `acceptance_tests` counts candidates
 /// tested; `uniforms_consumed` counts distinct positions read. `speculative_request::draft_rows`,
-/// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction).
+/// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction). On a device
+/// backend only the rows the walk visits are downloaded.
 /// \param target_probs backend `[rows x V]`; node i of a request uses row `target_row + i`.
 /// \throws invalid_argument as verify_speculative, and on thresholds out of range (single >= 0,
 ///   accumulated > 0, both finite).
@@ -58,50 +73,60 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
   detail::check_input_rows(where, "target_probs", target_probs);
   const index_t vocab = target_probs.cols();
   sampling::detail::row_reader<B> target(b, target_probs);
+  const detail::reader_rows<B> source{&target};
   return detail::for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q,
                                                                                   std::size_t r, tree_view tree) {
     const index_t n = tree.size();
-    const auto children = detail::children_of(where, q, r);
+    const bool linked = !q.first_child.empty() || !q.next_sibling.empty();
+    if (linked) (void)detail::children_of(where, q, r);  // the links, checked against the parents
+
+    // The request as a batch of one (coin_request_job on the host), over host views of its spans and of
+    // result buffers.
+    const std::int32_t cap = q.max_accepted >= 0 ? static_cast<std::int32_t>(std::min<index_t>(q.max_accepted, INT32_MAX)) : -1;
+    const philox_stream rng = q.uniforms.philox_rng();
+    const std::uint64_t offset = q.uniforms.philox_offset();
+    const std::span<const double> supplied = q.uniforms.supplied_values();
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n)), nodes(static_cast<std::size_t>(n));
+    std::int32_t counts[5] = {};  // accepted, uniforms, re-test passes, bonus, acceptance tests
+    std::vector<float> final_row(options.keep_final_distribution ? static_cast<std::size_t>(vocab) : 0);
+    const auto row_of = [n](const auto* data) { return matrix_view<const std::int32_t>(data, 1, n); };
+    detail::coin_request_job<host_space, detail::reader_rows<B>> job{
+        {{matrix_view<const float>(target_probs.data(), target_probs.rows(), vocab), {}, options.fallback, n},
+         options.threshold_single,
+         options.threshold_accumulated,
+         source},
+        {row_of(tree.token.data()), row_of(tree.parent.data()), {}, vector_view<const index_t>(&q.target_row, 1),
+         vector_view<const std::int32_t>(&cap, 1), {}, linked ? row_of(q.first_child.data()) : matrix_view<const std::int32_t>{},
+         linked ? row_of(q.next_sibling.data()) : matrix_view<const std::int32_t>{}, false},
+        {matrix_view<std::int32_t>(tokens.data(), 1, n), vector_view<std::int32_t>(&counts[0], 1),
+         matrix_view<std::int32_t>(nodes.data(), 1, n), vector_view<std::int32_t>(&counts[1], 1),
+         vector_view<std::int32_t>(&counts[2], 1),
+         options.keep_final_distribution ? matrix_view<float>(final_row.data(), 1, vocab) : matrix_view<float>{},
+         vector_view<std::int32_t>(&counts[3], 1), vector_view<std::int32_t>(&counts[4], 1)},
+        q.uniforms.is_philox() ? matrix_view<const double>{}
+                               : matrix_view<const double>(supplied.data(), 1, static_cast<index_t>(supplied.size())),
+        q.uniforms.is_philox() ? vector_view<const philox_stream>(&rng, 1) : vector_view<const philox_stream>{},
+        q.uniforms.is_philox() ? vector_view<const std::uint64_t>(&offset, 1) : vector_view<const std::uint64_t>{},
+        where,
+        {}};
+    specdec::detail::name_job(job, where,
+                              {{detail::arg_parents, "requests[].tree.parent"},
+                               {detail::arg_tokens, "requests[].tree.token"},
+                               {detail::arg_target, "target_probs"},
+                               {detail::arg_max_accepted, "requests[].max_accepted"},
+                               {detail::arg_uniforms, "requests[].uniforms"}});
+    detail::run_request(job, r);
+    target.recycle();  // requests rarely share rows; one that does reads them again
+
     speculative_result out;
-    index_t node = 0;
-    for (;;) {
-      const index_t row = q.target_row + node;
-      const float* p = target.row(row);
-      sampling::detail::working_distribution dist(p, vocab);
-      const bool capped = q.max_accepted >= 0 && static_cast<index_t>(out.accepted_nodes.size()) >= q.max_accepted;
-      std::int32_t accepted = -1;
-      if (!capped && !children[static_cast<std::size_t>(node)].empty()) {
-        const double coin = q.uniforms.at(static_cast<std::uint64_t>(node));
-        ++out.uniforms_consumed;
-        float mass = 0.0f;
-        for (const std::int32_t c : children[static_cast<std::size_t>(node)]) {
-          const std::int32_t x = tree.token[static_cast<std::size_t>(c)];
-          const float p_x = p[x];
-          sampling::detail::check_probability(where, "target_probs", row, x, p_x);
-          mass += p_x;
-          ++out.acceptance_tests;
-          if (coin <= static_cast<double>(mass / options.threshold_accumulated) || p_x >= options.threshold_single) {
-            accepted = c;
-            break;
-          }
-          if (dist.entry(x) > 0.0f) dist.remove(x);
-        }
-      }
-      if (accepted >= 0) {
-        out.accepted_nodes.push_back(accepted);
-        out.tokens.push_back(tree.token[static_cast<std::size_t>(accepted)]);
-        node = accepted;
-        continue;
-      }
-      out.bonus = !dist.modified();
-      sampling::detail::check_weighed_row(where, "target_probs", row, dist, p, vocab);
-      if (options.keep_final_distribution) out.final_distribution = dist.entries();
-      const double u = q.uniforms.at(static_cast<std::uint64_t>(n));
-      ++out.uniforms_consumed;
-      out.tokens.push_back(dist.draw(u, options.fallback));
-      break;
-    }
-    out.retest_accepted = static_cast<index_t>(out.accepted_nodes.size());
+    const auto accepted = static_cast<std::size_t>(counts[0]);
+    out.accepted_nodes.assign(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(accepted));
+    out.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(accepted + 1));
+    out.bonus = counts[3] != 0;
+    out.acceptance_tests = counts[4];
+    out.uniforms_consumed = counts[1];
+    out.retest_accepted = counts[2];
+    out.final_distribution = std::move(final_row);
     return out;
   });
 }
