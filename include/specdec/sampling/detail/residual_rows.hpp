@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief The row machinery the verifiers' team jobs share (the stochastic batched walk,
-/// speculative_walk.hpp; SGLang's coin walk, interop/sglang_sampling.hpp; vLLM's rejection sampler,
-/// interop/vllm.hpp): a team's scratch layout, residual operations on a node's target row, passes over a
-/// row in the canonical order (split over the team by (chunk, lane) item, each item summed in index
-/// order, then combined in chunk order: the result does not depend on the team size), the canonical
-/// draw (backend/detail/sample_kernels.hpp) and the exponential race.
+/// \brief The row machinery the verifiers' team jobs share (the stochastic walk, speculative_walk.hpp;
+/// SGLang's coin walk, coin_walk.hpp; vLLM's rejection sampler, interop/vllm.hpp): a team's scratch
+/// layout, residual operations on a node's target row, passes over a row in the canonical order (split
+/// over the team by (chunk, lane) item, each item summed in index order, then combined in chunk order:
+/// the result does not depend on the team size), the canonical draw (backend/detail/sample_kernels.hpp)
+/// and the exponential race.
 #pragma once
 
 #include <cstddef>
@@ -23,9 +23,10 @@
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
-/// One operation applied to a node's target row after a rejection (working_distribution's, kept as a
-/// list): zero a token (a rejected deterministic draft, lenience 1), or replace the entries by
-/// max(0, current - scale q) with q a draft row or the point mass at `token`.
+/// One operation applied to a node's target row after a rejection (a node's residual is the list of
+/// them, evaluated per entry or folded into a row): zero a token (a rejected deterministic draft,
+/// lenience 1), or replace the entries by max(0, current - scale q) with q a draft row or the point
+/// mass at `token`.
 struct residual_op {
   std::int32_t kind;   // 0 remove, 1 subtract a draft row, 2 subtract a point mass
   std::int32_t token;  // remove / point mass
@@ -34,8 +35,8 @@ struct residual_op {
   double mass_before;  // the mass the entries were divided by before the subtraction (0: untouched row)
 };
 
-/// The row machinery of the tree walks (the stochastic walk below, SGLang's coin walk in
-/// interop/sglang_sampling.hpp): a team's scratch layout, residual operations on a node's target row,
+/// The row machinery of the tree walks (the stochastic walk, speculative_walk.hpp; SGLang's coin walk,
+/// coin_walk.hpp): a team's scratch layout, residual operations on a node's target row,
 /// row passes in the canonical order (weigh, check_row), the canonical draw (draw, locate) and the
 /// exponential race.
 template <class Space>
@@ -124,7 +125,7 @@ struct residual_rows {
         continue;
       }
       // The references subtract from the normalised distribution: the untouched row as is, a
-      // modified one divided by its mass (working_distribution::prob).
+      // modified one divided by the mass it had before this operation.
       const float current =
           k == 0 ? e : (op.mass_before > 0.0 ? static_cast<float>(static_cast<double>(e) / op.mass_before) : 0.0f);
       const float qv = op.kind == 1 ? draft(op.q_row, j) : (j == op.token ? 1.0f : 0.0f);
@@ -260,8 +261,6 @@ struct residual_rows {
     return {};
   }
 
-  /// working_distribution::draw: the untouched row from its weighing, a modified one from the chunk
-  /// masses of its current entries; the empty-distribution fallback as configured.
   /// The canonical search (locate_sample: choose_chunk, then walk_chunk) with the chosen chunk's
   /// entries first staged in scratch by the whole team, then walked by the team (walk_staged).
   using staged_source = sampling::detail::staged_source;
@@ -289,6 +288,10 @@ struct residual_rows {
     return walk_staged_chunk<segments>(team, l.stage, l.segment_sums, l.segment_marks, begin, end, before, chunk_mass, target);
   }
 
+  /// The final draw with uniform u from a node's current entries (`s` and operations [0, n_ops) on the
+  /// target row `p`): the untouched row from the chunk masses its check left (l.base_masses, total
+  /// `base_total`), a modified one from the chunk masses of its current entries; the empty-distribution
+  /// fallback as configured.
   template <class Team>
   SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, residual_source s, int n_ops,
                                         double base_total, double u) const {
@@ -367,7 +370,8 @@ struct residual_rows {
     return total;
   }
 
-  /// working_distribution::race: argmax of entry / noise, first index on ties, over (chunk, lane) items.
+  /// vLLM's exponential race: argmax over j of the current entry j / noise e[j], first index on ties,
+  /// over (chunk, lane) items.
   template <class Team>
   SPECDEC_HOST_DEVICE std::int32_t race_token(Team& team, const layout& l, residual_source s, int n_ops, const float* e) const {
     const index_t n = vocab();

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /// \file
-/// \brief What the verifiers share: reading only the rows a decision needs, and the distribution a
-/// verification walk carries from sibling to sibling (a target row, minus rejected candidates or
-/// draft rows), drawn from in the canonical order of backend/detail/row_kernels.hpp so that a draw
-/// here gives the token `row_sample` / `row_sample_residual` give for the same row and uniform.
+/// \brief What the request-based verifiers share on the host: reading only the rows a decision needs
+/// (`row_reader`: in place, downloaded, or softened from logits on first use), and the check of a
+/// probability row read in full.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <specdec/config.hpp>
@@ -171,204 +172,9 @@ class row_reader {
   std::map<index_t, specdec::detail::softmax_stats<float>> stats_;  // softened rows read entry by entry
 };
 
-/// Canonical chunk masses (8 lanes in double, lanes combined pairwise, see row_kernels.hpp) of the
-/// entries `entry(0..n)`; returns the total and fills `masses`.
-template <class Entry>
-double canonical_masses(const Entry& entry, index_t n, std::vector<double>& masses) {
-  const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
-  masses.assign(static_cast<std::size_t>(chunks), 0.0);
-  double total = 0.0;
-  for (index_t c = 0; c < chunks; ++c) {
-    const index_t begin = c * specdec::detail::sample_chunk;
-    const index_t len = std::min(specdec::detail::sample_chunk, n - begin);
-    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (index_t i = 0; i < len; ++i) lane[i % 8] += static_cast<double>(entry(begin + i));
-    masses[static_cast<std::size_t>(c)] = specdec::detail::combine_lanes(lane);
-    total += masses[static_cast<std::size_t>(c)];
-  }
-  return total;
-}
-
-/// The distribution at a tree node while its children are tested: starts as the target row p and
-/// loses each rejected candidate (deterministic drafts: the token is zeroed) or each rejected draft
-/// distribution (`p := max(0, p - scale q)`, materialised). `prob(x)` is the normalised current value;
-/// `draw` samples the current entries without normalising (inverse CDF on `u * mass`).
-class working_distribution {
- public:
-  working_distribution(const float* p, index_t n) : p_(p), n_(n) {}
-
-  /// Current probability of token x (the untouched row reads p(x) exactly, as the references do).
-  float prob(index_t x) const {
-    if (!modified_) return p_[x];
-    const float value = entry(x);
-    return mass_ > 0.0 ? static_cast<float>(static_cast<double>(value) / mass_) : 0.0f;
-  }
-  /// Unnormalised current entry of token x.
-  float entry(index_t x) const {
-    if (!w_.empty()) return w_[static_cast<std::size_t>(x)];
-    if (std::find(excluded_.begin(), excluded_.end(), x) != excluded_.end()) return 0.0f;
-    return p_[x];
-  }
-
-  /// Zeroes token x (a rejected deterministic candidate) and renormalises.
-  void remove(index_t x) {
-    if (!modified_) start();
-    const float removed = entry(x);
-    if (!w_.empty()) w_[static_cast<std::size_t>(x)] = 0.0f;
-    else excluded_.push_back(x);
-    mass_ -= static_cast<double>(removed);
-    if (mass_ < 0.0) mass_ = 0.0;
-  }
-  /// Replaces the distribution by max(0, current - scale * q) (a rejected sampled draft; scale is the
-  /// lenience, 1 for lossless verification). Normalisation is implicit in prob() and draw().
-  void subtract(const float* q, float scale = 1.0f) {
-    subtract_entries([q](index_t j) { return q[j]; }, scale);
-  }
-  /// Same with q the point mass at x (a rejected deterministic draft under lenience scale < 1; at
-  /// scale 1 remove(x) is the same thing without materialising the row).
-  void subtract_point(index_t x, float scale) {
-    subtract_entries([x](index_t j) { return j == x ? 1.0f : 0.0f; }, scale);
-  }
-
-  /// Weighs the untouched row once, in the canonical order: its chunk masses (kept for a later draw
-  /// or removal, which then need no pass of their own), total and NaN / negative flags. One pass
-  /// serves both the caller's validity check and the draw.
-  const specdec::detail::folded_row& weigh() {
-    if (!weighed_) {
-      const index_t chunks = (n_ + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
-      std::vector<specdec::detail::chunk_mass> partial(static_cast<std::size_t>(chunks));
-#if SPECDEC_HOST_SIMD
-      specdec::detail::probability_chunk_masses(p_, n_, partial.data());
-#else
-      for (index_t c = 0; c < chunks; ++c)
-        partial[static_cast<std::size_t>(c)] = specdec::detail::probability_chunk_mass(
-            p_ + c * specdec::detail::sample_chunk, std::min(specdec::detail::sample_chunk, n_ - c * specdec::detail::sample_chunk));
-#endif
-      base_masses_.resize(static_cast<std::size_t>(chunks));
-      base_ = specdec::detail::fold_chunks(partial.data(), chunks, base_masses_.data());
-      weighed_ = true;
-    }
-    return base_;
-  }
-
-  bool modified() const noexcept { return modified_; }
-  /// Mass of the current entries (1 for the untouched row, by definition of a distribution).
-  double mass() const noexcept { return modified_ ? mass_ : 1.0; }
-
-  /// Inverse-CDF draw from the current entries with uniform u, in the canonical order; when the mass
-  /// is zero, `fallback` decides (sample_target draws from the untouched row).
-  std::int32_t draw(double u, empty_residual fallback) {
-    // The shared search takes a host-device entry source, so excluded tokens are materialised first.
-    if (w_.empty() && !excluded_.empty()) w_ = entries();
-    const specdec::detail::probability_source<float> base{p_};
-    if (w_.empty()) {  // the untouched row: its weighing is the draw's mass table
-      const double total = weigh().total;
-      if (total > 0.0) return specdec::detail::locate_sample(base_masses_.data(), n_, base, u * total);
-    } else {
-      const specdec::detail::probability_source<float> current{w_.data()};
-      const double total = canonical_masses(current, n_, masses_);
-      if (total > 0.0) return specdec::detail::locate_sample(masses_.data(), n_, current, u * total);
-    }
-    switch (fallback) {
-      case empty_residual::sample_target: {
-        const double base_total = weigh().total;
-        return specdec::detail::locate_sample(base_masses_.data(), n_, base, u * base_total);
-      }
-      case empty_residual::token_zero: return 0;
-      case empty_residual::last_token: break;
-    }
-    return static_cast<std::int32_t>(n_ - 1);
-  }
-
-  /// vLLM's exponential race: argmax over j of entry(j) / noise[j] (first index on ties). An all-zero
-  /// current distribution gives token 0, as vLLM. `noise` must have passed check_noise_row: with every
-  /// entry finite and >= 0, a token of positive mass scores above every token of mass 0.
-  std::int32_t race(const float* noise) const {
-    std::int32_t best = 0;
-    float best_score = -1.0f;
-    for (index_t j = 0; j < n_; ++j) {
-      const float score = entry(j) / noise[j];
-      if (score > best_score) {
-        best_score = score;
-        best = static_cast<std::int32_t>(j);
-      }
-    }
-    return best;
-  }
-
-  /// The current entries, unnormalised (what the next token is drawn from).
-  std::vector<float> entries() const {
-    std::vector<float> out(static_cast<std::size_t>(n_));
-    for (index_t j = 0; j < n_; ++j) out[static_cast<std::size_t>(j)] = entry(j);
-    return out;
-  }
-
- private:
-  template <class Draft>
-  void subtract_entries(const Draft& q, float scale) {
-    std::vector<float> next(static_cast<std::size_t>(n_));
-    const bool normalised = !modified_;
-    for (index_t j = 0; j < n_; ++j) {
-      // The references subtract from the normalised distribution, in fp32.
-      const float current = normalised ? p_[j] : prob(j);
-      const float r = specdec::detail::scaled_difference(current, scale, q(j));
-      next[static_cast<std::size_t>(j)] = r > 0.0f ? r : 0.0f;
-    }
-    w_ = std::move(next);
-    excluded_.clear();
-    modified_ = true;
-    mass_ = canonical_masses([&](index_t j) { return w_[static_cast<std::size_t>(j)]; }, n_, masses_);
-  }
-
-  void start() {
-    mass_ = weigh().total;
-    modified_ = true;
-  }
-
-  const float* p_;
-  index_t n_;
-  bool modified_ = false;
-  double mass_ = 1.0;
-  std::vector<float> w_;
-  std::vector<index_t> excluded_;
-  std::vector<double> masses_;       // chunk masses of the modified entries (w_)
-  bool weighed_ = false;
-  specdec::detail::folded_row base_{0.0, false, false};
-  std::vector<double> base_masses_;  // chunk masses of the untouched row p_
-};
-
-/// Checks a probability value read from a row: finite and in [0, 1].
-inline void check_probability(const char* where, const char* what, index_t row, index_t column, float value) {
-  SPECDEC_EXPECTS(value >= 0.0f && value <= 1.0f, where, what, "[", row, ", ", column, "] = ", value,
-                  "; expected a probability in [0, 1]");
-}
-
-/// Checks the row `dist` was made from through its weighing (the pass a draw or removal needs
-/// anyway); only a row found wrong is read again, to name its first bad entry.
-inline void check_weighed_row(const char* where, const char* what, index_t row, working_distribution& dist, const float* p,
-                              index_t n);
-
 /// Checks a whole probability row: finite, non-negative, summing to 1 within the backends' tolerance.
 inline void check_probability_row(const char* where, const char* what, index_t row, const float* p, index_t n) {
   check_distribution(where, what, row, [p](index_t j) { return p[j]; }, n, specdec::detail::probability_sum_tolerance);
-}
-
-inline void check_weighed_row(const char* where, const char* what, index_t row, working_distribution& dist, const float* p,
-                              index_t n) {
-  if (dist.weigh().error() == specdec::detail::fault::none) return;
-  check_probability_row(where, what, row, p, n);
-  // The weighing and the entry check agree on what is wrong; this is reached only if they did not.
-  specdec::detail::throw_invalid_argument(where, what, " row ", row, " is not a probability distribution");
-}
-
-/// Checks row `row` of exponential_race noise: every entry finite and >= 0 (an Exp(1) sample; 0 can
-/// come out of a sampler's rounding). A negative, NaN or infinite entry would let a token of
-/// probability 0 win the race.
-inline void check_noise_row(const char* where, index_t row, const float* noise, index_t n) {
-  for (index_t j = 0; j < n; ++j)
-    if (!(noise[j] >= 0.0f && noise[j] < std::numeric_limits<float>::infinity()))
-      specdec::detail::throw_invalid_argument(where, "exponential_noise[", row, ", ", j, "] = ", noise[j],
-                                              "; expected a finite value >= 0 (an Exp(1) sample)");
 }
 
 }  // namespace specdec::sampling::detail::inline SPECDEC_ISA
