@@ -339,6 +339,33 @@ struct residual_rows {
         if (chunk_of(e) == chunk_of(k)) return false;
       return true;
     };
+    if constexpr (std::is_same_v<std::remove_cv_t<Team>, specdec::detail::serial_team>) {
+      // One thread: a chunk holding removed tokens is copied to the stage with them zeroed and its
+      // eight lanes summed side by side, the same sums in the same order as the (chunk, lane) items
+      // below, without testing every operation at every entry.
+      for (index_t c = 0; c < c_count; ++c) l.masses[c] = l.base_masses[c];
+      for (int k = 0; k < n_ops; ++k) {
+        if (!first_with_chunk(k)) continue;
+        const index_t chunk = chunk_of(k);
+        const index_t begin = chunk * specdec::detail::sample_chunk;
+        const index_t len = (begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n) - begin;
+        float* x = l.stage;
+        for (index_t i = 0; i < len; ++i) x[i] = p[begin + i];
+        for (int e = k; e < n_ops; ++e)  // no operation before k removes a token of this chunk
+          if (chunk_of(e) == chunk) x[l.ops[e].token - begin] = 0.0f;
+        double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        index_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+          SPECDEC_UNROLL
+          for (int u = 0; u < 8; ++u) lane[u] += static_cast<double>(x[i + u]);
+        }
+        for (; i < len; ++i) lane[i % 8] += static_cast<double>(x[i]);
+        l.masses[chunk] = specdec::detail::combine_lanes(lane);
+      }
+      double total = 0.0;
+      for (index_t c = 0; c < c_count; ++c) total += l.masses[c];
+      return total;
+    }
     team.sync();  // earlier readers of the masses and lanes are done
     for (index_t c = team.rank(); c < c_count; c += team.size()) l.masses[c] = l.base_masses[c];
     index_t distinct = 0;
