@@ -1070,8 +1070,8 @@ TEST_CASE_TEMPLATE("SGLang's verify_tree_greedy on a backend names what is wrong
 namespace {
 
 /// SGLang's sampled verification of a link-encoded batch through specdec's request-based
-/// verify_coin_tree on the host (the reference the team job is held to): parents recovered from the
-/// links, the links given as the sibling order, one coin per node then the final uniform.
+/// verify_coin_tree on the host (the request layout, which SGLang's layout must agree with): parents
+/// recovered from the links, the links given as the sibling order, one coin per node then the final uniform.
 specdec::sglang::greedy_verification coin_reference(const sglang_case& c, index_t vocab, const std::vector<float>& probs,
                                                     const std::vector<float>& coins, const std::vector<float>& finals,
                                                     index_t steps, float threshold_single, float threshold_acc) {

@@ -146,18 +146,8 @@ struct coin_request_job : coin_walk<Space, Rows> {
 
   /// Position `position` of request r's uniforms, in [0, 1).
   SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
-    if (uniform_streams.empty()) {
-      if (position >= static_cast<std::uint64_t>(uniform_values.cols()))
-        return make_team_fault(sampling_fault::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
-                               uniform_values.cols());
-      u = uniform_values(r, static_cast<index_t>(position));
-      if (!uniform_in_range(u, uniform_range::closed_open))
-        return make_team_fault(sampling_fault::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u, 0);
-      return {};
-    }
-    const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
-    u = philox_in_range(uniform_streams(r).uniform_double(offset + position), uniform_range::closed_open);
-    return {};
+    return batch_uniform(uniform_values, uniform_streams, uniform_offsets, uniform_range::closed_open, arg_uniforms, r,
+                         position, u);
   }
 
   /// coin_walk's view of request r.

@@ -89,21 +89,8 @@ struct speculative_batch_job : residual_rows<Space> {
     return draft_rows.empty() ? 0 : static_cast<std::size_t>(vocab()) * sizeof(float);
   }
 
-
   SPECDEC_HOST_DEVICE team_fault uniform(index_t r, std::uint64_t position, double& u) const {
-    if (uniform_streams.empty()) {  // supplied values (the callers check that exactly one source is given)
-      if (static_cast<index_t>(position) >= uniform_values.cols())
-        return make_team_fault(sampling_fault::too_few_uniforms, arg_uniforms, r, static_cast<std::int64_t>(position), 0.0,
-                               uniform_values.cols());
-      u = uniform_values(r, static_cast<index_t>(position));
-      if (!uniform_in_range(u, range))
-        return make_team_fault(sampling_fault::uniform_value, arg_uniforms, r, static_cast<std::int64_t>(position), u,
-                               range == uniform_range::closed_open ? 0 : 1);
-      return {};
-    }
-    const std::uint64_t offset = uniform_offsets.empty() ? 0 : uniform_offsets(r);
-    u = philox_in_range(uniform_streams(r).uniform_double(offset + position), range);
-    return {};
+    return batch_uniform(uniform_values, uniform_streams, uniform_offsets, range, arg_uniforms, r, position, u);
   }
 
   SPECDEC_HOST_DEVICE bool passes(float p, float q, double u) const { return sampling::detail::passes(test, p, q, lenience, u); }

@@ -30,6 +30,28 @@ using specdec::detail::sampling_fault;
 using specdec::detail::tree_fault;
 using specdec::detail::team_fault;
 
+/// Uniform `position` of request r in a sampled batch: a supplied value (`values` non-empty when
+/// `streams` is empty; checked: enough columns, inside `range`), else the request's Philox stream from
+/// its offset mapped into `range`. The one lookup of every sampled batch job (`arg`: its name index).
+template <class Space>
+SPECDEC_HOST_DEVICE inline team_fault batch_uniform(matrix_view<const double, Space> values,
+                                                    vector_view<const philox_stream, Space> streams,
+                                                    vector_view<const std::uint64_t, Space> offsets, uniform_range range,
+                                                    int arg, index_t r, std::uint64_t position, double& u) {
+  if (streams.empty()) {
+    if (position >= static_cast<std::uint64_t>(values.cols()))
+      return make_team_fault(sampling_fault::too_few_uniforms, arg, r, static_cast<std::int64_t>(position), 0.0, values.cols());
+    u = values(r, static_cast<index_t>(position));
+    if (!uniform_in_range(u, range))
+      return make_team_fault(sampling_fault::uniform_value, arg, r, static_cast<std::int64_t>(position), u,
+                             range == uniform_range::closed_open ? 0 : 1);
+    return {};
+  }
+  const std::uint64_t offset = offsets.empty() ? 0 : offsets(r);
+  u = philox_in_range(streams(r).uniform_double(offset + position), range);
+  return {};
+}
+
 /// Argument indices of the batch jobs' fault names (batch.hpp fills the names in this order).
 enum batch_arg : int {
   arg_node_counts,
