@@ -141,9 +141,12 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     draft_host = draft_probs;
     noise_host = exponential_noise;
   } else if (any_sampled) {
+    // Rows may be padded (row stride >= V): the copy spans first row to last and keeps the stride.
     const auto whole = [&](matrix_view<const float, space> m, std::vector<float>& copy) {
-      if (!m.empty()) copy = b.download(vector_view<const float, space>(m.data(), m.size()));
-      return matrix_view<const float>(copy.data(), m.rows(), m.cols());
+      if (m.empty()) return matrix_view<const float>{};
+      const index_t extent = (m.rows() - 1) * m.stride(0) + m.cols();
+      copy = b.download(vector_view<const float, space>(m.data(), extent));
+      return matrix_view<const float>(copy.data(), m.rows(), m.cols(), m.stride(0), 1);
     };
     draft_host = whole(draft_probs, draft_copy);
     if (race) noise_host = whole(exponential_noise, noise_copy);
