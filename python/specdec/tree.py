@@ -99,10 +99,15 @@ class DraftTree:
         prefix_length = _args.size("prefix_length", prefix_length)
         additive = _args.flag("additive", additive)
         if out is None:
+            asked = dtype
             try:
                 dtype = np.dtype(np.float32 if additive and dtype is np.bool_ else dtype)
             except TypeError:
-                raise TypeError(f"dtype: expected bool, uint8, float32 or float64; got {dtype!r}") from None
+                dtype = None
+            allowed = ("float32", "float64") if additive else ("bool", "uint8", "float32", "float64")
+            if dtype is None or dtype.name not in allowed:
+                got = dtype.name if dtype is not None else repr(asked)
+                raise TypeError(f"dtype: expected {', '.join(allowed)}{' (an additive mask)' if additive else ''}; got {got}")
             out = np.empty(_args.elements("prefix_length", (n, prefix_length + n)), dtype=dtype)
         _specdec.tree_mask_dense(*arrays, prefix_length, out, additive)
         return out

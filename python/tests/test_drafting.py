@@ -455,3 +455,15 @@ def test_draft_length_policy_follows_acceptance_and_cost():
     assert rejecting.choose() == 0 and rejecting.expected_tokens(4) < 1.05
     with pytest.raises(ValueError, match="accepted"):
         policy.verified(3, 2)
+
+
+def test_tree_mask_dtype_errors_name_dtype():
+    # A mask dtype the call cannot write is the `dtype` argument's fault (there is no `out` to blame),
+    # named as received; an additive mask needs -inf, so only float dtypes.
+    tree = specdec.DraftTree.from_parents(np.array([5, 6, 7], np.int32), np.array([-1, 0, 0], np.int32))
+    for dtype, additive, received in ((np.int32, False, "int32"), (np.float16, False, "float16"), ("foo", False, "'foo'"),
+                                      (np.uint8, True, "uint8")):
+        with pytest.raises(TypeError, match=rf"^dtype: expected .*; got {received}$"):
+            tree.mask(dtype=dtype, additive=additive)
+    assert tree.mask(dtype=np.float64, additive=True)[1, 2] == -np.inf
+    assert tree.mask(additive=True).dtype == np.float32
