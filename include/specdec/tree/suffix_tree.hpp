@@ -174,14 +174,16 @@ class suffix_tree {
   /// max_depth); for tests and fuzzing.
   std::string check_integrity() const;
 
-  /// Bytes held by the tree's arrays and tables (capacity, not size).
+  /// Bytes the tree occupies: the object itself and the capacity (not the size) of every array and
+  /// table it holds, the sequence-id map's nodes and buckets included; not the allocator's overhead.
   std::size_t memory_bytes() const noexcept {
-    std::size_t total = nodes_.capacity() * sizeof(node) + groups_.capacity() * sizeof(group) +
+    std::size_t total = sizeof(*this) + nodes_.capacity() * sizeof(node) + groups_.capacity() * sizeof(group) +
                         endpoints_.capacity() * sizeof(endpoint) + children_.memory_bytes() +
                         endpoint_index_.memory_bytes() + slots_.capacity() * sizeof(sequence_slot) +
                         (free_nodes_.capacity() + free_groups_.capacity() + free_endpoints_.capacity() +
                          free_slots_.capacity()) * sizeof(std::int32_t) +
-                        slot_of_.size() * (sizeof(std::pair<std::int32_t, std::int32_t>) + 2 * sizeof(void*));
+                        slot_of_.size() * (sizeof(std::pair<std::int32_t, std::int32_t>) + 2 * sizeof(void*)) +
+                        slot_of_.bucket_count() * sizeof(void*);
     for (const sequence_slot& q : slots_)
       total += q.tokens.capacity() * sizeof(Token) + q.active.capacity() * sizeof(std::int32_t);
     return total;
