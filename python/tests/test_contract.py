@@ -384,11 +384,20 @@ def targets():
         dict(max_depth="int"))
     add("SuffixTree.extend", specdec.SuffixTree.extend, lambda kw: suffix_tree().extend(**kw),
         lambda r: dict(seq_id=1, tokens=np.array([1, 2], np.int32)), dict(seq_id="int32", tokens="i32"))
+    add("SuffixTree.extend_ndarray", specdec.SuffixTree.extend_ndarray, lambda kw: suffix_tree().extend_ndarray(**kw),
+        lambda r: dict(seq_id=1, tokens=np.array([1, 2], np.int64)), dict(seq_id="int32", tokens="i32"))
     add("SuffixTree.append", specdec.SuffixTree.append, lambda kw: suffix_tree().append(**kw),
         lambda r: dict(seq_id=0, token=5), dict(seq_id="int32", token="int32"))
     add("SuffixTree.speculate", specdec.SuffixTree.speculate, lambda kw: suffix_tree().speculate(**kw),
         lambda r: dict(context=[1, 2], max_spec_tokens=4, max_spec_factor=1.0, max_spec_offset=0.0, min_token_prob=0.1,
                        use_tree_spec=True),
+        dict(context="i32", max_spec_tokens="int", max_spec_factor="float", max_spec_offset="float", min_token_prob="float",
+             use_tree_spec="flag"))
+
+    add("SuffixTree.speculate_ndarray", specdec.SuffixTree.speculate_ndarray,
+        lambda kw: suffix_tree().speculate_ndarray(**kw),
+        lambda r: dict(context=np.array([1, 2], np.int32), max_spec_tokens=4, max_spec_factor=1.0, max_spec_offset=0.0,
+                       min_token_prob=0.1, use_tree_spec=False),
         dict(context="i32", max_spec_tokens="int", max_spec_factor="float", max_spec_offset="float", min_token_prob="float",
              use_tree_spec="flag"))
 
