@@ -29,5 +29,9 @@ fi
 if ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 && ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
   "$venv/bin/python" -c 'import specdec, sys; sys.exit("test_python.sh: a CUDA side was built with no GPU visible" if specdec.cuda else 0)'
 fi
+# Arctic Inference's own suffix module as the oracle of SuffixTree's array methods (built once, cached;
+# scripts/test.sh's second phase builds the same).
+SPECDEC_SUFFIX_ORACLE="$(scripts/fetch_suffix_oracle.sh)"
+export SPECDEC_SUFFIX_ORACLE
 # From the repository root, so that `import specdec` finds the installed package, not python/specdec.
 "$venv/bin/python" -m pytest -q python/tests

@@ -967,22 +967,25 @@ TEST_CASE("vllm::apply_top_k_top_p is vLLM's top-k then top-p, ties with the k-t
 }
 
 TEST_CASE("vllm::apply_sampling_constraints divides each request's rows by its temperature, then filters them") {
-  // Two requests: 2 rows at temperature 0.5 with top-k 2, 1 greedy row (-1: temperature 1) with top-k 1.
-  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f,  4.0f, 3.0f, 2.0f, 1.0f,  0.5f, 1.5f, 1.0f, 0.0f};
-  const std::vector<std::int64_t> cu = {2, 3};
-  const std::vector<float> temperature = {0.5f, specdec::vllm::greedy_temperature};
-  const std::vector<std::int64_t> top_k = {2, 1};
-  specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), cu, temperature, top_k, {});
+  // Three requests: 2 rows at temperature 0.5 with top-k 2, 1 greedy row (vLLM's 0: temperature 1) with
+  // top-k 1, 1 greedy row of older vLLM (-1: temperature 1) with top-k 2.
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f,  4.0f, 3.0f, 2.0f, 1.0f,  0.5f, 1.5f, 1.0f, 0.0f,  2.0f, 0.5f, 1.0f, 3.0f};
+  const std::vector<std::int64_t> cu = {2, 3, 4};
+  const std::vector<float> temperature = {0.5f, specdec::vllm::greedy_temperature, specdec::vllm::legacy_greedy_temperature};
+  CHECK(specdec::vllm::greedy_temperature == 0.0f);  // vLLM's GREEDY_TEMPERATURE (rejection_sampler.py)
+  const std::vector<std::int64_t> top_k = {2, 1, 2};
+  specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 4, 4), cu, temperature, top_k, {});
   const float inf = std::numeric_limits<float>::infinity();
-  CHECK(logits == std::vector<float>{-inf, -inf, 6.0f, 8.0f, 8.0f, 6.0f, -inf, -inf, -inf, 1.5f, -inf, -inf});
-  const std::vector<float> zero = {0.5f, 0.0f};
+  CHECK(logits == std::vector<float>{-inf, -inf, 6.0f, 8.0f, 8.0f, 6.0f, -inf, -inf, -inf, 1.5f, -inf, -inf, 2.0f, -inf, -inf, 3.0f});
+  const std::vector<float> negative = {0.5f, -0.5f, 1.0f};
   CHECK(conformance::error_of([&] {
-          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), cu, zero, {}, {});
-        }) == "specdec::vllm::apply_sampling_constraints: temperature[1] = 0; expected a finite value > 0, or -1 for a greedy request");
-  const std::vector<std::int64_t> short_cu = {2, 2};
+          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 4, 4), cu, negative, {}, {});
+        }) == "specdec::vllm::apply_sampling_constraints: temperature[1] = -0.5; expected a finite value > 0, or 0 (older vLLM: -1) "
+              "for a greedy request");
+  const std::vector<std::int64_t> short_cu = {2, 2, 3};
   CHECK(conformance::error_of([&] {
-          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 3, 4), short_cu, temperature, {}, {});
-        }) == "specdec::vllm::apply_sampling_constraints: logits has 3 rows; expected one per draft token (cu_num_draft_tokens ends at 2)");
+          specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(logits.data(), 4, 4), short_cu, temperature, {}, {});
+        }) == "specdec::vllm::apply_sampling_constraints: logits has 4 rows; expected one per draft token (cu_num_draft_tokens ends at 3)");
 }
 
 TEST_CASE("top_k_top_p_joint_renorm keeps the tokens both filters keep on the original row (FlashInfer's joint order)") {

@@ -103,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }))
         break;
       std::vector<float> scaled = row;
-      for (float& x : scaled) x /= t == specdec::vllm::greedy_temperature ? 1.0f : t;
+      for (float& x : scaled) x /= specdec::vllm::is_greedy_temperature(t) ? 1.0f : t;
       specdec::vllm::apply_top_k_top_p(scaled, k, p);
       for (std::size_t j = 0; j < row.size(); ++j) {
         fuzz::require(batch[j] == scaled[j] || (std::isnan(batch[j]) && std::isnan(scaled[j])), "the batch form differs at its temperature",

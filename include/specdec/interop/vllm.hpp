@@ -34,9 +34,16 @@
 
 namespace specdec::vllm {
 
-/// vLLM's temperature of a greedy request in its sampling metadata (`GREEDY_TEMPERATURE`):
-/// apply_sampling_constraints leaves such rows at temperature 1.
-inline constexpr float greedy_temperature = -1.0f;
+/// vLLM's temperature of a greedy request in its sampling metadata (`GREEDY_TEMPERATURE`, 0 since vLLM
+/// moved its greedy requests to the value its kernels compare against): apply_sampling_constraints leaves
+/// such rows at temperature 1.
+inline constexpr float greedy_temperature = 0.0f;
+
+/// Older vLLM's `GREEDY_TEMPERATURE` (-1): still read as greedy, so metadata from either release works.
+inline constexpr float legacy_greedy_temperature = -1.0f;
+
+/// Whether `t` marks a greedy request (vLLM's current or older GREEDY_TEMPERATURE).
+constexpr bool is_greedy_temperature(float t) noexcept { return t == greedy_temperature || t == legacy_greedy_temperature; }
 
 /// vLLM v1's `apply_top_k_top_p` (vllm/v1/sample/ops/topk_topp_sampler.py, the PyTorch path) on one row
 /// of logits, in place:
@@ -95,13 +102,13 @@ inline void apply_top_k_top_p(std::span<float> row, index_t k, float p) {
 
 /// vLLM v1's `apply_sampling_constraints` (vllm/v1/sample/rejection_sampler.py) over its flattened draft
 /// rows, in place: request r's rows `[start_r, cu_num_draft_tokens[r])` are divided by `temperature[r]`
-/// (greedy_temperature, -1, gives 1), then apply_top_k_top_p with `top_k[r]` and `top_p[r]` (an empty
+/// (greedy_temperature, 0, or older vLLM's -1 give 1), then apply_top_k_top_p with `top_k[r]` and `top_p[r]` (an empty
 /// span: that filter is off for every request). vLLM skips the whole call when every request is greedy;
 /// so does the caller.
 /// \param logits host `[num_tokens x V]` target logits, num_tokens = cu_num_draft_tokens.back().
 /// \param temperature, top_k, top_p host `[batch]`.
 /// \throws invalid_argument on counts that decrease or do not end at num_tokens, a temperature that is
-///   neither > 0 nor -1, a length mismatch, and as apply_top_k_top_p.
+///   neither > 0 nor 0 / -1 (greedy), a length mismatch, and as apply_top_k_top_p.
 inline void apply_sampling_constraints(matrix_view<float> logits, std::span<const std::int64_t> cu_num_draft_tokens,
                                        std::span<const float> temperature, std::span<const std::int64_t> top_k,
                                        std::span<const float> top_p) {
@@ -127,8 +134,8 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
     SPECDEC_EXPECTS(end >= begin, where, "cu_num_draft_tokens[", r, "] = ", end, " after ", begin,
                     "; expected non-decreasing ends from 0");
     const float t = temperature[r];
-    SPECDEC_EXPECTS((t > 0.0f && std::isfinite(t)) || t == greedy_temperature, where, "temperature[", r, "] = ", t,
-                    "; expected a finite value > 0, or -1 for a greedy request");
+    SPECDEC_EXPECTS((t > 0.0f && std::isfinite(t)) || is_greedy_temperature(t), where, "temperature[", r, "] = ", t,
+                    "; expected a finite value > 0, or 0 (older vLLM: -1) for a greedy request");
     SPECDEC_EXPECTS(top_k.empty() || top_k[r] >= 1, where, "top_k[", r, "] = ", top_k.empty() ? 0 : top_k[r],
                     "; expected >= 1 (k >= V: no top-k)");
     SPECDEC_EXPECTS(top_p.empty() || (top_p[r] > 0.0f && top_p[r] <= 1.0f), where, "top_p[", r, "] = ",
@@ -138,7 +145,7 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
   for (std::size_t r = 0; r < batch; ++r) {
     const std::int64_t end = cu_num_draft_tokens[r];
     const float t = temperature[r];
-    const float divisor = t == greedy_temperature ? 1.0f : t;
+    const float divisor = is_greedy_temperature(t) ? 1.0f : t;
     for (std::int64_t i = start; i < end; ++i) {
       const std::span<float> row(logits.row(i), static_cast<std::size_t>(logits.cols()));
       for (float& x : row) x /= divisor;
