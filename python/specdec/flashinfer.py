@@ -14,20 +14,28 @@ from ._args import seed_offset as _seed_offset
 from ._common import _NONE_F32, _empty, _empty_f32_like, _stream, philox_uniforms
 from .rows import softmax
 
-__all__ = ["top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits", "segment_packbits", "sampling_from_probs", "top_k_top_p_sampling_from_logits", "chain_speculative_sampling"]
+__all__ = ["top_k_renorm_probs", "top_p_renorm_probs", "top_k_renorm_prob", "top_p_renorm_prob", "top_k_mask_logits",
+           "segment_packbits", "packbits", "sampling_from_probs", "sampling_from_logits", "top_k_sampling_from_probs",
+           "top_p_sampling_from_probs", "min_p_sampling_from_probs", "top_k_top_p_sampling_from_probs",
+           "top_k_top_p_sampling_from_logits", "chain_speculative_sampling"]
 
 
 # ---- FlashInfer --------------------------------------------------------------------------------------
 
 
-def top_k_renorm_probs(probs, top_k, out=None):
-    """FlashInfer's ``top_k_renorm_probs``: keep the ``top_k`` largest probabilities of each row (ties
-    with the k-th kept), zero the rest, renormalise.
+def top_k_renorm_probs(probs, top_k, is_deterministic=False, *, out=None):
+    """FlashInfer's ``top_k_renorm_probs`` (alias ``top_k_renorm_prob``): keep the ``top_k`` largest
+    probabilities of each row (ties with the k-th kept), zero the rest, renormalise.
 
-    probs: float32 ``[batch, V]``, rows summing to 1 (within 1e-3). top_k: an int, or one per row.
-    out: optional float32 ``[batch, V]`` (may be ``probs`` itself); returned. Host arrays, or (a CUDA
-    build) CUDA tensors: then one kernel, one block per row, on the current stream of ``probs``.
+    probs: float32 ``[batch, V]``, rows summing to 1 (within 1e-3; FlashInfer renormalises any row:
+    specdec refuses one that is not a distribution). top_k: an int, or one per row (``[batch]``; k >= V
+    keeps the row). ``is_deterministic`` is FlashInfer's (its multi-block sums): specdec's result is
+    always deterministic, bit for bit on every backend. out: optional float32 ``[batch, V]`` (may be
+    ``probs`` itself), keyword only; returned. Host arrays, or (a CUDA build) CUDA tensors: then one
+    kernel, one block per row, on the current stream of ``probs``. Raises TypeError (a dtype, named as
+    received) or ValueError (a shape, k < 1, a row that is not a distribution) naming the argument.
     """
+    _args.flag("is_deterministic", is_deterministic)
     if out is None:
         out = _empty_f32_like(probs, "probs")
     _specdec.filter_rows(probs, out, _per_row("top_k", top_k, "int64", probs), _NO_P, True, _stream(probs))
@@ -50,21 +58,24 @@ _NO_K = np.empty(0, dtype=np.int64)  # a filter that is off (an empty array, whe
 _NO_P = np.empty(0, dtype=np.float32)
 
 
-def top_p_renorm_probs(probs, top_p, out=None):
-    """FlashInfer's ``top_p_renorm_probs``: keep a token iff the mass of the strictly larger
-    probabilities is below ``top_p`` (the smallest set of largest tokens reaching it, ties kept), zero the
-    rest, renormalise. top_p: a float in (0, 1], or one per row. Shapes and devices as
-    ``top_k_renorm_probs``; the masses above each token are double sums in specdec's canonical order."""
+def top_p_renorm_probs(probs, top_p, is_deterministic=False, *, out=None):
+    """FlashInfer's ``top_p_renorm_probs`` (alias ``top_p_renorm_prob``): keep a token iff the mass of the
+    strictly larger probabilities is below ``top_p`` (the smallest set of largest tokens reaching it, ties
+    kept), zero the rest, renormalise. top_p: a float in (0, 1], or one per row. ``is_deterministic``,
+    ``out``, shapes, devices and errors as ``top_k_renorm_probs``; the masses above each token are double
+    sums in specdec's canonical order."""
+    _args.flag("is_deterministic", is_deterministic)
     if out is None:
         out = _empty_f32_like(probs, "probs")
     _specdec.filter_rows(probs, out, _NO_K, _per_row("top_p", top_p, "float32", probs), True, _stream(probs))
     return out
 
 
-def top_k_mask_logits(logits, top_k, out=None):
+def top_k_mask_logits(logits, top_k, *, out=None):
     """FlashInfer's ``top_k_mask_logits``: in each row of float32 ``[batch, V]``, every logit below the
     row's ``top_k``-th largest becomes -inf (ties with the k-th kept); top_k an int or one per row.
-    ``out`` may be ``logits`` itself; returned. Host arrays or CUDA tensors, as ``top_k_renorm_probs``."""
+    ``out`` (keyword only) may be ``logits`` itself; returned. Host arrays or CUDA tensors, as
+    ``top_k_renorm_probs``."""
     if out is None:
         out = _empty_f32_like(logits, "logits")
     _specdec.filter_rows(logits, out, _per_row("top_k", top_k, "int64", logits), _NO_P, False, _stream(logits))
@@ -116,71 +127,266 @@ def segment_packbits(x, indptr, bitorder="big"):
 
 
 def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
-                        offset=None, uniforms=None):
-    """FlashInfer's ``sampling_from_probs``: one token per row, int32 ``[batch]``.
+                        offset=None, return_valid=False, *, uniforms=None):
+    """FlashInfer's ``sampling_from_probs``: one token per output row.
 
-    The draw is specdec's canonical inverse CDF (the first token whose running sum in index order
-    exceeds ``u * sum``), so every backend returns the same token; FlashInfer's own kernel draws
-    differently, so the tokens follow the same distribution, not the same sequence. ``indices`` (int
-    ``[batch']``) selects the rows to sample, as in FlashInfer. ``uniforms`` (float32 ``[batch']`` in
-    [0, 1)) replaces the random draw; otherwise row i reads Philox stream ``(seed, i)`` at ``offset``.
-    ``deterministic`` and ``check_nan`` are accepted for compatibility (the draw is always
-    deterministic and NaN is always an error).
+    probs: float32 ``[batch, V]``, rows summing to 1 within 1e-4 (FlashInfer draws over whatever mass a
+    row has: specdec refuses a row that is not a distribution).
+    ``indices`` (int32 or int64 ``[batch']``): output row i samples row ``indices[i]``; the output's dtype
+    is ``indices``' (int32 without them), as FlashInfer's. The draw is specdec's canonical inverse CDF
+    (the first token whose running sum in index order exceeds ``u * sum``), so every backend returns the
+    same token; FlashInfer's kernel draws from other streams, so the tokens follow the same distribution,
+    not the same sequence. Randomness: ``uniforms`` (float32 ``[batch']`` in [0, 1), keyword only)
+    replaces the draw; else output row i reads Philox stream ``(seed, i)`` at ``offset``: ints, or (for
+    CUDA graphs) per-row int64 / uint64 arrays of length 1 or ``batch'`` (both arrays, FlashInfer's rule);
+    neither given: one seed drawn from ``generator`` (a torch.Generator) or numpy's global generator.
+    ``return_valid``: returns ``(samples, valid)``, ``valid`` bool ``[batch']`` False for a row without a
+    positive entry (its sample 0), as FlashInfer; without it such a row is a ValueError.
+    ``deterministic`` and ``check_nan`` are accepted for FlashInfer's signature (the draw is always
+    deterministic and NaN is always a ValueError). Host arrays or CUDA tensors (one kernel on the current
+    stream; uniforms drawn here are drawn on the host and uploaded).
     """
     del deterministic, check_nan
-    if indices is not None:
-        probs = _select_rows(probs, "probs", indices)
-    n = _args.shape("probs", probs, 2)[0]
-    if uniforms is None:
-        s, o = _seed_offset(seed, offset, generator)
-        if not (_is_torch(probs) and probs.is_cuda):  # the host draws the Philox uniforms itself
-            out = _empty(probs, (n,), "int32")
-            _specdec.sample_rows(probs, _NONE_F32, out, 0, s, o)
-            return out
-        uniforms = philox_uniforms(s, o, n, 1, "float32").reshape(n)
-        if _is_torch(probs) and probs.is_cuda:
-            import torch
+    return _sample("probs", probs, indices, None, (), generator, seed, offset, uniforms, return_valid)
 
-            uniforms = torch.from_numpy(uniforms).to(probs.device)
-    out = _empty(probs, (n,), "int32")
-    _specdec.sample_rows(probs, uniforms if not _is_torch(uniforms) else uniforms.contiguous(), out, _stream(probs))
-    return out
+
+def sampling_from_logits(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
+    """FlashInfer's ``sampling_from_logits``: one token per output row from ``softmax(logits)``
+    (temperature 1), as ``sampling_from_probs`` draws (FlashInfer adds Gumbel noise to the logits: the
+    same distribution, other draws). logits: float32 ``[batch, V]``; the other arguments, the output's
+    dtype and the errors as ``sampling_from_probs``."""
+    del deterministic, check_nan
+    return _sample("logits", logits, indices, None, (), generator, seed, offset, None, False, from_logits=True)
+
+
+def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                              offset=None, return_valid=False, *, uniforms=None):
+    """FlashInfer's ``top_k_sampling_from_probs``: one token per output row from the row restricted to the
+    tokens with fewer than ``top_k`` strictly larger probabilities (the top k, ties with the k-th kept),
+    renormalised: ``top_k_renorm_probs`` then the draw of ``sampling_from_probs``. top_k: an int, or one
+    per row of ``probs`` (read at ``indices[i]`` for output row i, as FlashInfer). Other arguments, the
+    output's dtype, devices and errors as ``sampling_from_probs``; rows must be distributions (as
+    ``top_k_renorm_probs``)."""
+    del deterministic, check_nan
+    return _sample("probs", probs, indices, _top_k, (("top_k", top_k, "int64"),), generator, seed, offset, uniforms,
+                   return_valid)
+
+
+def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                              offset=None, return_valid=False, *, uniforms=None):
+    """FlashInfer's ``top_p_sampling_from_probs``: one token per output row from the row restricted to the
+    tokens whose strictly larger probabilities weigh less than ``top_p`` (ties kept), renormalised:
+    ``top_p_renorm_probs`` then the draw of ``sampling_from_probs``. top_p: a float in (0, 1], or one per
+    row of ``probs`` (read at ``indices[i]``). Otherwise as ``top_k_sampling_from_probs``."""
+    del deterministic, check_nan
+    return _sample("probs", probs, indices, _top_p, (("top_p", top_p, "float32"),), generator, seed, offset, uniforms,
+                   return_valid)
+
+
+def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                              offset=None, return_valid=False, *, uniforms=None):
+    """FlashInfer's ``min_p_sampling_from_probs``: one token per output row from the row restricted to the
+    tokens with ``p >= min_p * max(p)`` (ties kept), renormalised (the draw is over the kept mass).
+    min_p: a float in [0, 1], or one per row of ``probs`` (read at ``indices[i]``). Otherwise as
+    ``sampling_from_probs``."""
+    del deterministic, check_nan
+    return _sample("probs", probs, indices, _min_p, (("min_p", min_p, "float32"),), generator, seed, offset, uniforms,
+                   return_valid)
+
+
+def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_apply_order="top_k_first", deterministic=True,
+                                    generator=None, check_nan=False, seed=None, offset=None, return_valid=False, *,
+                                    uniforms=None):
+    """FlashInfer's ``top_k_top_p_sampling_from_probs``: the top-k and top-p filters, then one draw.
+    ``filter_apply_order="top_k_first"``: ``top_k_renorm_probs``, then the top-p set of its result;
+    ``"joint"``: a token kept iff fewer than k probabilities are strictly larger and their mass is below
+    top_p, both on the row as given (never fewer tokens than top-k first). top_k / top_p: a number, or one
+    per row of ``probs`` (read at ``indices[i]``). Otherwise as ``sampling_from_probs``. (FlashInfer's
+    own fast path for an int top_k <= 256 at V >= 65536 keeps exactly k tokens at a tie: specdec keeps
+    the ties, as FlashInfer's general path.)"""
+    del deterministic, check_nan
+    joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
+    return _sample("probs", probs, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
+                   (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, return_valid)
 
 
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
-                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None,
+                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None, *,
                                      uniforms=None):
-    """FlashInfer's ``top_k_top_p_sampling_from_logits``: per row ``softmax(logits)``, the filters, one
-    draw (``sampling_from_probs``, same randomness arguments); int32 ``[batch]``. top_k / top_p: a number
-    or one per row. ``filter_apply_order="top_k_first"``: the top-k renormalisation
-    (``top_k_renorm_probs``), then the top-p one on its result (``top_p_renorm_probs``); ``"joint"``: both
-    judged on the softmax as given, a token kept iff fewer than k probabilities are strictly larger and
-    their mass is below top_p (``specdec::sampling::top_k_top_p_joint_renorm``; never fewer tokens than
-    top-k first).
-    """
+    """FlashInfer's ``top_k_top_p_sampling_from_logits``: per row ``softmax(logits)``, the filters of
+    ``top_k_top_p_sampling_from_probs`` (either ``filter_apply_order``), one draw. logits: float32
+    ``[batch, V]``; top_k / top_p a number or one per row of ``logits`` (read at ``indices[i]``); the
+    other arguments, the output's dtype and the errors as ``sampling_from_probs``."""
     del deterministic, check_nan
-    _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint"))
-    if indices is not None:
-        logits = _select_rows(logits, "logits", indices)
-    probs = softmax(logits)
-    if filter_apply_order == "joint":
-        _specdec.filter_rows(probs, probs, _per_row("top_k", top_k, "int64", probs), _per_row("top_p", top_p, "float32", probs),
-                             True, _stream(probs))
+    joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
+    return _sample("logits", logits, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
+                   (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, False,
+                   from_logits=True)
+
+
+def packbits(x, bitorder="big"):
+    """FlashInfer's ``packbits``: the entries of 1-D ``x`` (any dtype: nonzero is 1) packed 8 to a byte,
+    zero-padded: uint8 ``[(n + 7) // 8]``, as ``numpy.packbits``; ``bitorder`` "big" or "little". Host
+    arrays or a CUDA tensor (``segment_packbits`` with one segment)."""
+    order = _args.choice("bitorder", bitorder, ("big", "little"))
+    (n,) = _args.shape("x", x, 1)
+    if _is_torch(x):
+        torch = sys.modules["torch"]
+        bits = x if x.dtype == torch.bool else x != 0
+        indptr = torch.tensor([0, n], dtype=torch.int32, device=x.device) if x.is_cuda else np.array([0, n], np.int32)
     else:
-        top_k_renorm_probs(probs, top_k, out=probs)
-        top_p_renorm_probs(probs, top_p, out=probs)
-    return sampling_from_probs(probs, generator=generator, seed=seed, offset=offset, uniforms=uniforms)
+        bits = x if isinstance(x, np.ndarray) and x.dtype == np.bool_ else np.asarray(x) != 0
+        indptr = np.array([0, n], np.int32)
+    return segment_packbits(bits, indptr, order)[0]
 
 
-def _select_rows(rows, name: str, indices):
-    """Rows `indices` of 2-D argument `name` (FlashInfer's ``indices``): each index in [0, rows) — a
-    negative one is refused, not read from the end."""
-    batch = _args.shape(name, rows, 2)[0]
-    picked = _args.integers("indices", indices, "int64", lo=0, hi=batch - 1, what="row indices",
-                            why=f" (the rows of {name})")
+# FlashInfer's singular names (flashinfer.sampling exports both).
+top_k_renorm_prob = top_k_renorm_probs
+top_p_renorm_prob = top_p_renorm_probs
+
+
+# ---- the samplers' shared path -----------------------------------------------------------------------
+
+
+def _top_k(rows, k):
+    return top_k_renorm_probs(rows, k)
+
+
+def _top_p(rows, p):
+    return top_p_renorm_probs(rows, p)
+
+
+def _min_p(rows, p):
+    """The rows with every entry below ``min_p * max`` zeroed, renormalised (the kept mass summed in
+    float64)."""
     if _is_torch(rows):
-        return rows[sys.modules["torch"].from_numpy(picked).to(rows.device)]
-    return rows[picked]
+        torch = sys.modules["torch"]
+        p = p if _is_torch(p) else torch.from_numpy(p).to(rows.device)
+        kept = torch.where(rows >= rows.amax(dim=1, keepdim=True) * p.reshape(-1, 1), rows, 0)
+        return kept / kept.sum(dim=1, keepdim=True, dtype=torch.float64).to(torch.float32)
+    if p.size and (np.isnan(p).any() or p.min() < 0 or p.max() > 1):
+        bad = p[np.isnan(p) | (p < 0) | (p > 1)][0]
+        raise ValueError(f"min_p: expected values in [0, 1]; got {bad}")
+    kept = np.where(rows >= rows.max(axis=1, keepdims=True) * p.reshape(-1, 1), rows, np.float32(0))
+    kept /= kept.sum(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+    return kept
+
+
+def _top_k_then_top_p(rows, k, p):
+    kept = top_k_renorm_probs(rows, k)
+    return top_p_renorm_probs(kept, p, out=kept)
+
+
+def _top_k_top_p_joint(rows, k, p):
+    out = _empty_f32_like(rows, "probs")
+    _specdec.filter_rows(rows, out, k, p, True, _stream(rows))
+    return out
+
+
+def _sample(name, rows, indices, prepare, params, generator, seed, offset, uniforms, return_valid, from_logits=False):
+    """FlashInfer's sampling functions: output row i samples row ``indices[i]`` of ``rows`` (argument
+    `name`), after ``prepare(rows, *per-row params)`` (the filters; their per-row values read at
+    ``indices[i]``), by one uniform per output row. Returns int32 (or ``indices``' int64) ``[batch']``, and
+    the valid flags with ``return_valid``."""
+    batch = _args.shape(name, rows, 2)[0]
+    values = []
+    for pname, value, dtype in params:
+        v = _per_row(pname, value, dtype, rows)
+        if v.shape[0] not in (1, batch):
+            raise ValueError(f"{pname}: expected one value, or one per row of {name} ({batch}); got {v.shape[0]}")
+        values.append(v)
+    out_dtype = "int32"
+    if indices is not None:
+        out_dtype = _index_dtype(indices)
+        picked = _args.integers("indices", _host_index(indices), "int64", lo=0, hi=batch - 1, what="row indices",
+                                why=f" (the rows of {name})")
+        rows = _take(rows, picked)
+        values = [v if v.shape[0] == 1 else _take(v, picked) for v in values]
+    n = rows.shape[0]
+    return_valid = _args.flag("return_valid", return_valid)
+    u = _row_uniforms(n, rows, generator, seed, offset, uniforms)
+    if from_logits:
+        rows = softmax(rows)
+    valid = None
+    if return_valid:
+        valid = rows.amax(dim=1) > 0 if _is_torch(rows) else (rows.max(axis=1) > 0 if n else np.zeros(0, bool))
+        if not bool(valid.all()):
+            keep = valid
+            if u is None:  # row i's own stream, before the rows are compacted
+                s, o = _args.seed_offset(seed, offset, generator)
+                u = philox_uniforms(s, o, n, 1, "float32").reshape(n)
+                seed, offset = s, o
+            rows = rows[keep]
+            values = [v if v.shape[0] == 1 else v[keep] for v in values]
+            u = u[keep] if u is not None else None
+    if prepare is not None:
+        rows = prepare(rows, *values)
+    if u is None:  # the host draws row i's uniform itself: Philox stream (seed, i) at offset
+        s, o = _args.seed_offset(seed, offset, generator)
+        tokens = _empty(rows, (rows.shape[0],), "int32")
+        _specdec.sample_rows(rows, _NONE_F32, tokens, 0, s, o)
+    else:
+        tokens = _empty(rows, (rows.shape[0],), "int32")
+        _specdec.sample_rows(rows, u if not _is_torch(u) else u.contiguous(), tokens, _stream(rows))
+    if valid is not None and tokens.shape[0] != n:
+        full = _empty(tokens, (n,), "int32")
+        full[...] = 0
+        full[valid] = tokens
+        tokens = full
+    if out_dtype == "int64":
+        tokens = tokens.to(sys.modules["torch"].int64) if _is_torch(tokens) else tokens.astype(np.int64)
+    return (tokens, valid) if return_valid else tokens
+
+
+def _index_dtype(indices) -> str:
+    """The output dtype FlashInfer's samplers give with ``indices``: theirs when int64, else int32."""
+    dtype = getattr(indices, "dtype", None)
+    return "int64" if dtype is not None and str(dtype).replace("torch.", "") == "int64" else "int32"
+
+
+def _host_index(indices):
+    return indices.cpu() if _is_torch(indices) and indices.device.type != "cpu" else indices
+
+
+def _take(x, picked):
+    """Rows ``picked`` (int64 numpy) of ``x`` (numpy or torch, on its device)."""
+    if _is_torch(x):
+        return x[sys.modules["torch"].from_numpy(picked).to(x.device)]
+    return x[picked]
+
+
+def _row_uniforms(n: int, like, generator, seed, offset, uniforms):
+    """Output row i's uniform: ``uniforms`` as given; per-row seed / offset arrays (FlashInfer's tensors,
+    length 1 or n) drawn here (Philox stream (seed[i], i) at offset[i]); else None, the host drawing from
+    (seed, i) at offset itself (a CUDA tensor: drawn here and uploaded)."""
+    if uniforms is not None:
+        return uniforms
+    arrays = [_is_torch(x) or isinstance(x, (np.ndarray, list, tuple)) for x in (seed, offset)]
+    if arrays[0] != arrays[1] and seed is not None and offset is not None:
+        raise ValueError(f"seed and offset: expected both integers or both arrays of one per row (FlashInfer's rule); got "
+                         f"{_args._kind(seed)} and {_args._kind(offset)}")
+    if arrays[0] or arrays[1]:
+        per_row = []
+        for name, value in (("seed", seed), ("offset", offset)):
+            v = _host_index(value)
+            v = v.numpy() if _is_torch(v) else np.asarray(v)
+            if v.dtype.kind == "u" and v.dtype.itemsize == 8:
+                v = v.view(np.int64)
+            elif not (v.dtype == np.int64 or (v.dtype.kind in "iu" and not isinstance(value, np.ndarray) and not _is_torch(value))):
+                raise TypeError(f"{name}: expected an integer, or int64 / uint64 values of one per row; got {_args._kind(value)}")
+            v = v.astype(np.int64)
+            if v.ndim != 1 or v.shape[0] not in (1, n):
+                raise ValueError(f"{name}: expected 1 or {n} values (one per output row); got shape {tuple(v.shape)}")
+            per_row.append(np.ascontiguousarray(np.broadcast_to(v, (n,))))
+        u = np.empty(n, dtype=np.float32)
+        _specdec.row_uniforms(per_row[0], per_row[1], u)
+        if _is_torch(like) and like.is_cuda:
+            return sys.modules["torch"].from_numpy(u).to(like.device)
+        return u
+    if _is_torch(like) and like.is_cuda:
+        s, o = _seed_offset(seed, offset, generator)
+        return sys.modules["torch"].from_numpy(philox_uniforms(s, o, n, 1, "float32").reshape(n)).to(like.device)
+    return None
 
 
 def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,

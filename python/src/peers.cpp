@@ -118,6 +118,22 @@ void segment_packbits(const array& x, const array& indptr, const array& new_indp
 }
 
 /// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
+/// row_uniforms: FlashInfer's per-request seed and offset tensors: `out[r]` (float32 `[rows]`) is
+/// Philox stream (seeds[r], r) at offsets[r] (int64 `[rows]` each, read as the uint64 they hold), the
+/// uniform sample_rows draws for row r given one seed and offset.
+void row_uniforms(const array& seeds, const array& offsets, const array& out) {
+  const auto u = span_of<float>(out, "out");
+  const auto s = span_of<const std::int64_t>(seeds, "seed");
+  const auto o = span_of<const std::int64_t>(offsets, "offset");
+  expect_shape(seeds, "seed", {static_cast<std::int64_t>(u.size())});
+  expect_shape(offsets, "offset", {static_cast<std::int64_t>(u.size())});
+  without_gil([&] {
+    for (std::size_t r = 0; r < u.size(); ++r)
+      u[r] = specdec::philox_stream{static_cast<std::uint64_t>(s[r]), static_cast<std::uint64_t>(r)}.uniform(
+          static_cast<std::uint64_t>(o[r]));
+  });
+}
+
 /// sample_rows: one token per row of `probs` by the canonical inverse CDF, from `uniforms` (float32
 /// `[rows]`), or, on the host with `uniforms` empty, from Philox streams (seed, row) at `offset`.
 void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream, std::uint64_t seed,
@@ -400,6 +416,7 @@ void bind_peers(nb::module_& m) {
         nb::arg("stream"));
   m.def("segment_packbits", &segment_packbits, nb::arg("x").none(), nb::arg("indptr").none(), nb::arg("new_indptr").none(),
         nb::arg("little"), nb::arg("out").none(), nb::arg("stream"));
+  m.def("row_uniforms", &row_uniforms, nb::arg("seeds").none(), nb::arg("offsets").none(), nb::arg("out").none());
   m.def("sample_rows", &sample_rows, nb::arg("probs").none(), nb::arg("uniforms").none(), nb::arg("out").none(), nb::arg("stream") = 0,
         nb::arg("seed") = 0, nb::arg("offset") = 0);
   m.def("chain_speculative_sampling", &chain_speculative_sampling, nb::arg("draft_probs").none(), nb::arg("draft_token_ids").none(),

@@ -229,7 +229,7 @@ def targets():
         dict(probs="f32", uniforms="f32"), lambda res, kw: tokens_in(res, 0, V))
     add("top_k_top_p_sampling_from_logits", specdec.top_k_top_p_sampling_from_logits,
         lambda kw: specdec.top_k_top_p_sampling_from_logits(**kw),
-        lambda r: dict(logits=logits(r, 3, V), top_k=3, top_p=np.array([0.9, 0.5]), indices=[2, 1],
+        lambda r: dict(logits=logits(r, 3, V), top_k=3, top_p=np.array([0.9, 0.5, 0.7]), indices=[2, 1],
                        filter_apply_order="joint", seed=2, offset=0),
         dict(logits="f32", top_k="perrow_int", top_p="perrow_float", indices="index", filter_apply_order="str",
              seed="u64", offset="u64"), lambda res, kw: tokens_in(res, 0, V))

@@ -203,3 +203,116 @@ def test_joint_filter_order_keeps_what_both_filters_keep_on_the_softmax():
              for s in range(100)}
     first = {int(specdec.top_k_top_p_sampling_from_logits(logits, 2, 0.5, seed=s)[0]) for s in range(100)}
     assert joint == {0, 1} and first == {0}
+
+
+# ---- FlashInfer 0.7's sampling family: signatures, dtypes, per-row randomness --------------------------
+
+
+def _frequencies_match(tokens, want, n):
+    """Sampled frequencies within 5 standard errors of `want` (a distribution), and nothing outside it."""
+    freq = np.bincount(tokens, minlength=want.size) / n
+    assert not freq[want == 0].any(), np.nonzero(freq[want == 0])
+    assert np.all(np.abs(freq - want) <= 5 * np.sqrt(want * (1 - want) / n) + 1e-12), (freq, want)
+
+
+def _kept(p, mask):
+    w = np.where(mask, p, 0).astype(np.float64)
+    return w / w.sum()
+
+
+def test_filtered_samplers_draw_from_the_filtered_distribution():
+    # One row tiled n times with a fixed seed: each sampler's frequencies match the distribution its
+    # filter defines (FlashInfer's definitions: strictly larger counts / masses, ties kept; min_p against
+    # the row's maximum), within 5 standard errors.
+    p = np.array([0.05, 0.2, 0.1, 0.2, 0.3, 0.05, 0.1], dtype=np.float32)
+    n = 40000
+    rows = np.tile(p, (n, 1))
+    larger = np.array([(p > x).sum() for x in p])
+    mass = np.array([p[p > x].sum() for x in p])
+    cases = (
+        (specdec.top_k_sampling_from_probs(rows, 2, seed=1), _kept(p, larger < 2)),  # 0.3 and both 0.2 ties
+        (specdec.top_p_sampling_from_probs(rows, 0.6, seed=2), _kept(p, mass < 0.6)),
+        (specdec.min_p_sampling_from_probs(rows, 0.5, seed=3), _kept(p, p >= 0.5 * p.max())),
+        (specdec.top_k_top_p_sampling_from_probs(rows, 3, 0.45, seed=4), None),
+        (specdec.top_k_top_p_sampling_from_probs(rows, 3, 0.45, filter_apply_order="joint", seed=5),
+         _kept(p, (larger < 3) & (mass < 0.45))),
+        (specdec.sampling_from_logits(np.log(rows), seed=6), p.astype(np.float64) / p.sum()),
+    )
+    # top_k_first: top-p judged on the top-k renormalised row.
+    k_first = _kept(p, larger < 3)
+    k_mass = np.array([k_first[k_first > x].sum() for x in k_first])
+    for i, (tokens, want) in enumerate(cases):
+        assert tokens.dtype == np.int32 and tokens.shape == (n,)
+        _frequencies_match(tokens, _kept(k_first, (k_first > 0) & (k_mass < 0.45)) if want is None else want, n)
+
+
+def test_samplers_are_the_filter_then_the_draw_on_the_same_streams():
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.full(300, 0.2), 16).astype(np.float32)
+    k = rng.integers(1, 40, 16)
+    np.testing.assert_array_equal(specdec.top_k_sampling_from_probs(probs, k, seed=9, offset=2),
+                                  specdec.sampling_from_probs(specdec.top_k_renorm_probs(probs, k), seed=9, offset=2))
+    np.testing.assert_array_equal(specdec.top_p_sampling_from_probs(probs, 0.7, seed=9),
+                                  specdec.sampling_from_probs(specdec.top_p_renorm_probs(probs, 0.7), seed=9))
+    logits = np.log(probs)
+    np.testing.assert_array_equal(specdec.sampling_from_logits(logits, seed=5), specdec.sampling_from_probs(specdec.softmax(logits), seed=5))
+    # Per-row parameters belong to the rows of probs, read at indices[i] (FlashInfer's layout); the output
+    # takes the dtype of indices.
+    idx = np.array([5, 5, 0, 15], dtype=np.int64)
+    got = specdec.top_k_sampling_from_probs(probs, k, indices=idx, seed=9)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, specdec.top_k_sampling_from_probs(probs[idx], k[idx], seed=9))
+    assert specdec.sampling_from_probs(probs, indices=idx.astype(np.int32), seed=1).dtype == np.int32
+    with pytest.raises(ValueError, match=r"top_k: expected one value, or one per row of probs \(16\); got 4"):
+        specdec.top_k_sampling_from_probs(probs, k[:4], indices=idx, seed=9)
+
+
+def test_per_row_seed_and_offset_arrays():
+    # FlashInfer's int64 / uint64 tensors of one seed and offset per output row (what CUDA graphs
+    # capture): row i reads Philox stream (seed[i], i) at offset[i]; equal to the integer form where the
+    # values are equal; a length-1 array is broadcast.
+    rng = np.random.default_rng(4)
+    probs = rng.dirichlet(np.ones(50), 8).astype(np.float32)
+    same = specdec.sampling_from_probs(probs, seed=np.full(8, 7, np.int64), offset=np.full(8, 3, np.uint64))
+    np.testing.assert_array_equal(same, specdec.sampling_from_probs(probs, seed=7, offset=3))
+    np.testing.assert_array_equal(specdec.sampling_from_probs(probs, seed=np.array([7]), offset=np.array([3])), same)
+    seeds, offsets = rng.integers(0, 2**40, 8), rng.integers(0, 100, 8)
+    got = specdec.min_p_sampling_from_probs(probs, 0.0, seed=seeds, offset=offsets)
+    for i in range(8):
+        u = specdec.philox_uniforms(int(seeds[i]), int(offsets[i]), i + 1, 1, "float32")[i]
+        np.testing.assert_array_equal(got[i], specdec.sampling_from_probs(probs[i:i + 1], uniforms=u))
+    with pytest.raises(ValueError, match="seed and offset: expected both integers or both arrays"):
+        specdec.sampling_from_probs(probs, seed=np.arange(8), offset=0)
+    with pytest.raises(TypeError, match="seed: expected an integer, or int64 / uint64 values of one per row; got dtype int32"):
+        specdec.sampling_from_probs(probs, seed=np.arange(8, dtype=np.int32), offset=np.zeros(8, np.int64))
+    with pytest.raises(ValueError, match=r"offset: expected 1 or 8 values \(one per output row\); got shape \(3,\)"):
+        specdec.sampling_from_probs(probs, seed=np.zeros(8, np.int64), offset=np.zeros(3, np.int64))
+
+
+def test_return_valid_marks_rows_without_mass():
+    rng = np.random.default_rng(6)
+    probs = rng.dirichlet(np.ones(20), 5).astype(np.float32)
+    probs[2] = 0
+    tokens, valid = specdec.top_p_sampling_from_probs(probs, 0.9, seed=3, return_valid=True)
+    assert valid.tolist() == [True, True, False, True, True] and tokens[2] == 0
+    # The other rows keep their own streams (row i: stream (seed, i)).
+    for i in (0, 1, 3, 4):
+        u = specdec.philox_uniforms(3, 0, i + 1, 1, "float32")[i]
+        assert tokens[i] == specdec.sampling_from_probs(specdec.top_p_renorm_probs(probs[i:i + 1], 0.9), uniforms=u)[0]
+    tokens, valid = specdec.sampling_from_probs(probs[[0, 1]], seed=3, return_valid=True)
+    assert valid.all() and tokens.tolist() == specdec.sampling_from_probs(probs[[0, 1]], seed=3).tolist()
+
+
+def test_flashinfer_07_signatures():
+    probs = np.random.default_rng(1).dirichlet(np.ones(30), 3).astype(np.float32)
+    assert specdec.top_k_renorm_prob is specdec.top_k_renorm_probs and specdec.top_p_renorm_prob is specdec.top_p_renorm_probs
+    # The third positional argument is FlashInfer's is_deterministic; out is keyword only.
+    np.testing.assert_array_equal(specdec.top_k_renorm_probs(probs, 5, True), specdec.top_k_renorm_probs(probs, 5))
+    out = np.empty_like(probs)
+    assert specdec.top_p_renorm_probs(probs, 0.5, out=out) is out
+    with pytest.raises(TypeError, match="is_deterministic"):
+        specdec.top_k_renorm_probs(probs, 5, out)
+    x = np.random.default_rng(2).integers(-2, 3, 21)
+    for order in ("big", "little"):
+        np.testing.assert_array_equal(specdec.packbits(x, order), np.packbits(x != 0, bitorder=order))
+    assert specdec.packbits(np.zeros(0, np.float32)).shape == (0,)
