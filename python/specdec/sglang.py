@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
+
 from . import _args, _specdec
+from ._args import is_torch as _is_torch
 from ._common import _stream
 
-__all__ = ["verify_tree_greedy", "tree_speculative_sampling_target_only", "build_tree_kernel_efficient"]
+# segment_packbits (sgl-kernel's in-place form) stays in this module: specdec.segment_packbits is FlashInfer's.
+__all__ = ["verify_tree_greedy", "tree_speculative_sampling_target_only", "tree_speculative_sampling_target_only_rejmask",
+           "chain_speculative_sampling_target_only", "build_tree_kernel_efficient"]
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------
@@ -31,26 +38,107 @@ def verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, ret
 
 def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                           retrive_next_token, retrive_next_sibling, uniform_samples,
-                                          uniform_samples_for_final_sampling, target_probs, draft_probs=None,
+                                          uniform_samples_for_final_sampling, target_probs, *rest, draft_probs=None,
                                           threshold_single=1.0, threshold_acc=1.0, deterministic=True, cuda_stream=0):
     """SGLang's ``sgl_kernel.tree_speculative_sampling_target_only``: sampled verification of link-encoded
-    trees against the target alone (SGLang's coin rule; ``threshold_single = threshold_acc = 1`` is
-    lossless sampling), outputs written in place as ``verify_tree_greedy``'s.
+    trees against the target alone, outputs written in place as ``verify_tree_greedy``'s.
 
-    uniform_samples: float32 ``[batch, N]`` (the coin at node i is entry i);
-    uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N, V]``.
-    ``draft_probs`` is not read (target-only, as SGLang's kernel); ``threshold_acc`` is clamped to >= 1e-9
-    as SGLang's launcher does. Parents must precede their children in node order (build_tree's order).
+    Accept rule (sgl-kernel 0.3.21's): at each node the children are tried in sibling order, each adding
+    its target probability p to a running mass, and a child is accepted iff ``coin <= mass /
+    threshold_acc`` or ``p >= threshold_single`` (``threshold_single = threshold_acc = 1``: lossless
+    sampling); the final token is drawn from the last accepted node's target row with the rejected
+    children's tokens removed. uniform_samples: float32 ``[batch, N]`` in [0, 1) (the coin at node i is
+    entry i); uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N,
+    V]``; predicts int32 ``[batch * N]``, accept_index int32 ``[batch, num_spec_step]``, accept_token_num
+    int32 ``[batch]``; candidates, retrive_index, retrive_next_token, retrive_next_sibling int64 ``[batch,
+    N]``. ``threshold_acc`` is clamped to >= 1e-9 as SGLang's launcher does. Parents must precede their
+    children in node order (build_tree's order).
+
+    Both argument orders are taken: sgl-kernel 0.3.21's, whose 11th argument is ``draft_probs`` (an array:
+    neither read nor written here; SGLang passes zeros and discards them, which the removal of rejected
+    tokens reproduces), and the newer one without it, whose 11th is ``threshold_single`` (a number).
     Host arrays, or (a CUDA build) CUDA tensors, all on one device: then one kernel, one block per
-    request, on ``cuda_stream`` (0: the current stream of ``candidates``).
+    request, on ``cuda_stream`` (0: the current stream of ``candidates``). Raises TypeError / ValueError
+    naming the argument at fault (a coin outside [0, 1), a threshold outside [0, 1], a malformed tree).
     """
-    del draft_probs, deterministic
-    stream = _args.integer("cuda_stream", cuda_stream, 0, _args.UINT64_END - 1) or _stream(candidates)
+    given = {"draft_probs": draft_probs, "threshold_single": threshold_single, "threshold_acc": threshold_acc,
+             "deterministic": deterministic, "cuda_stream": cuda_stream}
+    if rest:
+        old_order = rest[0] is None or hasattr(rest[0], "shape") or isinstance(rest[0], (list, tuple))
+        names = ("draft_probs", "threshold_single", "threshold_acc", "deterministic", "cuda_stream")
+        names = names if old_order else names[1:]
+        if len(rest) > len(names):
+            raise TypeError(f"tree_speculative_sampling_target_only: at most {10 + len(names)} positional arguments; got "
+                            f"{10 + len(rest)}")
+        defaults = {"draft_probs": None, "threshold_single": 1.0, "threshold_acc": 1.0, "deterministic": True, "cuda_stream": 0}
+        for name, value in zip(names, rest):
+            if given[name] is not None if name == "draft_probs" else given[name] != defaults[name]:
+                raise TypeError(f"tree_speculative_sampling_target_only: {name} given twice (by position and by keyword)")
+            given[name] = value
+    _args.flag("deterministic", given["deterministic"])
+    stream = _args.integer("cuda_stream", given["cuda_stream"], 0, _args.UINT64_END - 1) or _stream(candidates)
     _specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
                                                    retrive_next_token, retrive_next_sibling, uniform_samples,
                                                    uniform_samples_for_final_sampling, target_probs,
-                                                   _args.real("threshold_single", threshold_single),
-                                                   _args.real("threshold_acc", threshold_acc), stream)
+                                                   _args.real("threshold_single", given["threshold_single"]),
+                                                   _args.real("threshold_acc", given["threshold_acc"]), stream)
+
+
+def tree_speculative_sampling_target_only_rejmask(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                                  retrive_next_token, retrive_next_sibling, uniform_samples,
+                                                  uniform_samples_for_final_sampling, target_probs, threshold_single=1.0,
+                                                  threshold_acc=1.0, deterministic=True, cuda_stream=0):
+    """sgl-kernel's ``tree_speculative_sampling_target_only_rejmask`` (sgl-kernel PR #15687, not in a
+    release yet): the tree verifier without ``draft_probs``, the rejected tokens removed from the final
+    draw by a mask. Its results equal ``tree_speculative_sampling_target_only``'s (the PR's tests assert
+    it), which this is; SGLang's kernel takes trees of at most 4 children per node, specdec's any tree.
+    Arguments, outputs and errors as ``tree_speculative_sampling_target_only`` (new order)."""
+    tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                                          retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling,
+                                          target_probs, threshold_single=threshold_single, threshold_acc=threshold_acc,
+                                          deterministic=deterministic, cuda_stream=cuda_stream)
+
+
+def chain_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                           retrive_next_token, retrive_next_sibling, uniform_samples,
+                                           uniform_samples_for_final_sampling, target_probs, threshold_single=1.0,
+                                           threshold_acc=1.0, deterministic=True, cuda_stream=0):
+    """sgl-kernel's ``chain_speculative_sampling_target_only`` (sgl-kernel PR #15687, not in a release
+    yet): the verifier of ``tree_speculative_sampling_target_only`` for chains (top-k 1): only
+    ``retrive_next_token`` is followed (``retrive_next_sibling`` is not read), the walk stops at the first
+    rejection, and the final token is drawn from the last accepted node's target row with the rejected
+    token removed. Arguments, outputs and errors as ``tree_speculative_sampling_target_only`` (new order).
+    (SGLang's kernel falls back to token V - 1 where that row has no mass left, which a distribution
+    never reaches: its rejected token would have carried the whole mass and been accepted.)"""
+    if _is_torch(retrive_next_sibling):
+        no_siblings = sys.modules["torch"].full_like(retrive_next_sibling, -1)
+    else:
+        no_siblings = np.full_like(_args.integers("retrive_next_sibling", retrive_next_sibling, "int64", ndim=_args.ndim(retrive_next_sibling)), -1)
+    tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+                                          no_siblings, uniform_samples, uniform_samples_for_final_sampling, target_probs,
+                                          threshold_single=threshold_single, threshold_acc=threshold_acc,
+                                          deterministic=deterministic, cuda_stream=cuda_stream)
+
+
+def segment_packbits(x, input_indptr, output_indptr, y, batch_size):
+    """sgl-kernel's ``segment_packbits``, in place: segment b of bool (or uint8) ``x``,
+    ``x[input_indptr[b]:input_indptr[b + 1]]``, packed little-endian (bit j of a byte is entry 8 i + j:
+    SGLang's masks) into ``y[output_indptr[b]:]`` (uint8), zero-padded, for the first ``batch_size``
+    segments. input_indptr / output_indptr: int32 ``[>= batch_size + 1]``, ``output_indptr`` the exclusive
+    sum of ``ceil(length / 8)`` (the caller's, as SGLang's). Host arrays or CUDA tensors (one device), on
+    the current stream. This is ``specdec.sglang.segment_packbits``; ``specdec.segment_packbits`` is
+    FlashInfer's (which returns its outputs). Raises ValueError naming the argument (offsets out of
+    range or not matching the segments, a ``y`` too short)."""
+    batch_size = _args.integer("batch_size", batch_size, 0, _args.INT32_MAX - 1)
+    for name, ip in (("input_indptr", input_indptr), ("output_indptr", output_indptr)):
+        if _args.shape(name, ip, 1)[0] < batch_size + 1:
+            raise ValueError(f"{name}: expected at least batch_size + 1 = {batch_size + 1} offsets; got {ip.shape[0]}")
+    # The packed segments end at output_indptr[batch_size]: y's bytes past it are not the call's (the C++
+    # call checks that the offsets end at its output's size). A CUDA offset is read back (one sync).
+    end = int(output_indptr[batch_size])
+    if _args.shape("y", y, 1)[0] < end:
+        raise ValueError(f"y: expected at least output_indptr[batch_size] = {end} bytes; got {y.shape[0]}")
+    _specdec.segment_packbits(x, input_indptr[:batch_size + 1], output_indptr[:batch_size + 1], True, y[:end], _stream(x))
 
 
 def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,

@@ -117,7 +117,6 @@ void segment_packbits(const array& x, const array& indptr, const array& new_indp
   without_gil([&] { packbits_on(host_backend(), bits, x_count, in, offsets, count, little, bytes, out_count); });
 }
 
-/// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
 /// row_uniforms: FlashInfer's per-request seed and offset tensors: `out[r]` (float32 `[rows]`) is
 /// Philox stream (seeds[r], r) at offsets[r] (int64 `[rows]` each, read as the uint64 they hold), the
 /// uniform sample_rows draws for row r given one seed and offset.
@@ -134,6 +133,7 @@ void row_uniforms(const array& seeds, const array& offsets, const array& out) {
   });
 }
 
+/// sampling_from_probs: the canonical inverse CDF of every row at its uniform.
 /// sample_rows: one token per row of `probs` by the canonical inverse CDF, from `uniforms` (float32
 /// `[rows]`), or, on the host with `uniforms` empty, from Philox streams (seed, row) at `offset`.
 void sample_rows(const array& probs, const array& uniforms, const array& out, std::uintptr_t stream, std::uint64_t seed,

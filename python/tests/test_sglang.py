@@ -180,3 +180,101 @@ def test_build_tree_kernel_efficient_packs_rows_into_1_2_and_4_byte_items():
     with pytest.raises(ValueError, match=r"the masks of requests 0\.\.1 need .* \(the whole batch's\); expected exactly that"):
         specdec.build_tree_kernel_efficient(parent_list, selected, seq, mask, np.zeros(18, dtype=np.int64),
                                             *[np.zeros((2, 9), dtype=np.int64) for _ in range(3)], k, steps, 9, 0)
+
+
+def _golden_tree_call(golden, fn, positional_order):
+    """SGLang's tree test (the golden above) through `fn`: `positional_order` "old" passes draft_probs as
+    the 11th argument and the thresholds after it, "new" the thresholds as the 11th and 12th."""
+    c = golden("samplers/sglang_tree_target_only_test.json")
+    i = c["inputs"]
+    candidates = np.array(i["candidates"], dtype=np.int64)
+    bs, n = candidates.shape
+    for case in c["cases"]:
+        predicts = np.full(i["predicts_len"], i["predicts_init"], dtype=np.int32)
+        accept_index = np.full((bs, i["num_spec_steps"]), -7, dtype=np.int32)
+        accept_token_num = np.full(bs, -7, dtype=np.int32)
+        target = np.array(i["target_probs"], dtype=np.float32)
+        args = [predicts, accept_index, accept_token_num, candidates, np.array(i["retrieve_index"], dtype=np.int64),
+                np.array(i["retrieve_next_token"], dtype=np.int64), np.array(i["retrieve_next_sibling"], dtype=np.int64),
+                np.array(i["uniform_samples"], dtype=np.float32), np.array(i["uniform_samples_for_final_sampling"], dtype=np.float32),
+                target]
+        args += [np.zeros_like(target)] if positional_order == "old" else []
+        fn(*args, case["threshold_single"], case["threshold_acc"], True)
+        np.testing.assert_array_equal(predicts, case["expected_predicts"])
+        np.testing.assert_array_equal(accept_index, case["expected_accept_index"])
+        np.testing.assert_array_equal(accept_token_num, case["expected_accept_token_num"])
+
+
+def test_tree_verifier_takes_both_argument_orders_and_the_rejmask_form(golden):
+    # sgl-kernel 0.3.21's order (draft_probs 11th) and the newer one without it give SGLang's results; a
+    # new-order positional call once shifted the thresholds into draft_probs' place.
+    _golden_tree_call(golden, specdec.tree_speculative_sampling_target_only, "old")
+    _golden_tree_call(golden, specdec.tree_speculative_sampling_target_only, "new")
+    _golden_tree_call(golden, specdec.tree_speculative_sampling_target_only_rejmask, "new")
+    with pytest.raises(TypeError, match="threshold_single given twice"):
+        _golden_tree_call(golden, lambda *a: specdec.tree_speculative_sampling_target_only(*a[:11], threshold_single=0.5), "new")
+
+
+def _chain_reference(candidates, next_token, coins, final_coin, target, ts, ta):
+    """The chain verifier of sgl-kernel PR #15687 for one request, transcribed: follow next_token, accept
+    iff coin <= mass / threshold_acc or p >= threshold_single (mass: this step's p), stop at the first
+    rejection; the final draw from the last accepted row without the rejected token (inverse CDF,
+    first index whose running sum exceeds u * sum)."""
+    accepted, cur, coin, row, rejected = [0], 0, coins[0], 0, -1
+    while next_token[cur] != -1:
+        child = next_token[cur]
+        tok = candidates[child]
+        p = target[row, tok]
+        if coin <= p / max(ta, 1e-9) or p >= ts:
+            accepted.append(child)
+            cur, row, coin = child, child, coins[child]
+        else:
+            rejected = tok
+            break
+    q = target[row].astype(np.float32).copy()
+    if rejected >= 0:
+        q[rejected] = 0
+    u = final_coin * q.sum(dtype=np.float32)
+    running = np.cumsum(q, dtype=np.float32)
+    final = int(np.argmax(running > u)) if (running > u).any() else q.size - 1
+    return accepted, final
+
+
+def test_chain_verifier_equals_the_reference_and_ignores_siblings():
+    rng = np.random.default_rng(12)
+    v, n, bs = 6, 5, 200
+    candidates = rng.integers(0, v, (bs, n)).astype(np.int64)
+    next_token = np.tile(np.array([1, 2, 3, 4, -1], dtype=np.int64), (bs, 1))
+    siblings = rng.integers(-1, n, (bs, n)).astype(np.int64)  # not read by the chain form
+    ri = np.arange(bs * n, dtype=np.int64).reshape(bs, n)
+    target = rng.dirichlet(np.full(v, 0.5), (bs, n)).astype(np.float32)
+    coins = rng.random((bs, n), dtype=np.float32)
+    final = rng.random(bs, dtype=np.float32)
+    for ts, ta in ((1.0, 1.0), (0.4, 0.7)):
+        predicts = np.full(bs * n, -1, dtype=np.int32)
+        accept_index = np.full((bs, n), -1, dtype=np.int32)
+        accept_token_num = np.zeros(bs, dtype=np.int32)
+        specdec.sglang.chain_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, ri, next_token,
+                                                              siblings, coins, final, target, ts, ta)
+        for b in range(bs):
+            accepted, token = _chain_reference(candidates[b], next_token[b], coins[b], final[b], target[b], ts, ta)
+            assert accept_token_num[b] == len(accepted) - 1
+            assert accept_index[b, :len(accepted)].tolist() == [b * n + a for a in accepted]
+            assert predicts[b * n + accepted[-1]] == token, b
+            for j in range(len(accepted) - 1):
+                assert predicts[b * n + accepted[j]] == candidates[b, accepted[j + 1]]
+
+
+def test_sglang_segment_packbits_in_place():
+    rng = np.random.default_rng(3)
+    lengths = np.array([5, 0, 17, 8, 9])
+    x = rng.random(lengths.sum()) < 0.5
+    ip = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    op = np.concatenate([[0], np.cumsum((lengths + 7) // 8)]).astype(np.int32)
+    y = np.full(op[-1], 0xAA, dtype=np.uint8)
+    specdec.sglang.segment_packbits(x, ip, op, y, 3)  # the first 3 segments only
+    for b in range(3):
+        np.testing.assert_array_equal(y[op[b]:op[b + 1]], np.packbits(x[ip[b]:ip[b + 1]], bitorder="little"))
+    assert (y[op[3]:] == 0xAA).all()
+    with pytest.raises(ValueError, match="output_indptr: expected at least batch_size \\+ 1 = 6 offsets; got 5"):
+        specdec.sglang.segment_packbits(x, ip, op[:5], y, 5)
