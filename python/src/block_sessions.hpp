@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <specdec/blocks/amphista.hpp>
@@ -102,6 +103,59 @@ inline void check_shape(const char* name, std::initializer_list<std::int64_t> go
   throw std::invalid_argument(std::string(name) + ": expected shape " + text(want) + "; got " + text(got));
 }
 
+/// A call's arguments checked against the block before the headers see them, each fault named by the
+/// caller's argument: the headers check the same things in their own words, which name what they compare
+/// the argument with ("rms_norm: weight has length 8; expected 9" for an `x` of the wrong width,
+/// "additive_mask has shape ..." for `mask`, a kv_cache for rows that do not fit it).
+
+/// `a` `[rows x cols]` has `cols` columns (`what`: where that width comes from).
+template <class T>
+void expect_cols(const matrix_arg<T>& a, std::int64_t cols, const char* what) {
+  if (a.cols == cols) return;
+  throw std::invalid_argument(std::string(a.name) + ": expected " + std::to_string(cols) + " columns (" + what + "); got shape (" +
+                              std::to_string(a.rows) + ", " + std::to_string(a.cols) + ")");
+}
+
+/// Arguments that hold one row (or entry) per new token, `{name, rows}` each, agree on the count; where
+/// they do not, the one that differs from the others is named (the count most of them hold, the first
+/// argument's on a tie: `tokens: expected 2 (one per token, as hidden and positions have); got 3`).
+inline void expect_same_rows(std::initializer_list<std::pair<const char*, std::int64_t>> args) {
+  std::int64_t want = args.begin()->second;
+  std::size_t most = 0;
+  for (const auto& [name, rows] : args) {
+    const auto n = static_cast<std::size_t>(std::ranges::count_if(args, [&](const auto& a) { return a.second == rows; }));
+    if (n > most) {
+      most = n;
+      want = rows;
+    }
+  }
+  for (const auto& [name, rows] : args) {
+    if (rows == want) continue;
+    std::string agree;
+    for (const auto& [other, n] : args)
+      if (n == want) agree += (agree.empty() ? "" : " and ") + std::string(other);
+    throw std::invalid_argument(std::string(name) + ": expected " + std::to_string(want) + " (one per token, as " + agree + " " +
+                                (agree.find(" and ") != std::string::npos ? "have" : "has") + "); got " + std::to_string(rows));
+  }
+}
+
+/// A forward's `mask` over `rows` new rows and a cache that holds `cached` rows: `[rows x (cached + rows)]`.
+inline void expect_mask(const mask_arg& m, std::int64_t rows, std::int64_t cached) {
+  if (m.kind != mask_arg::allowed && m.kind != mask_arg::additive) return;
+  if (m.rows == rows && m.cols == cached + rows) return;
+  throw std::invalid_argument("mask: expected shape (" + std::to_string(rows) + ", " + std::to_string(cached + rows) + ") (the " +
+                              std::to_string(rows) + " new rows by the " + std::to_string(cached) + " cached rows and the new ones); got (" +
+                              std::to_string(m.rows) + ", " + std::to_string(m.cols) + ")");
+}
+
+/// `rows` new rows (argument `name`'s) fit a KV cache of `capacity` rows that holds `cached`.
+inline void expect_room(const char* name, std::int64_t rows, std::int64_t cached, std::int64_t capacity) {
+  if (rows <= capacity - cached) return;
+  throw std::invalid_argument(std::string(name) + ": " + std::to_string(rows) + " new rows do not fit the KV cache (it holds " +
+                              std::to_string(cached) + " of its capacity " + std::to_string(capacity) +
+                              "; crop it, or make the block with a larger capacity)");
+}
+
 template <class Space, class T>
 specdec::matrix_view<T, Space> view(const matrix_arg<T>& a) {
   return {a.data, a.rows, a.cols};
@@ -187,6 +241,10 @@ class session<decoder_layer, B> final : public tree_cache_session<B, decoder_lay
   }
   std::int64_t cache_width() const override { return cache_->width(); }
   void forward(output x, position_ids positions, const mask_arg& mask, std::uintptr_t stream) override {
+    expect_cols(x, config_.attention.hidden, "the layer's hidden size");
+    expect_same_rows({{x.name, x.rows}, {positions.name, positions.size}});
+    expect_mask(mask, x.rows, cache_->size());
+    expect_room(x.name, x.rows, cache_->size(), cache_->capacity());
     specdec::blocks::decoder_layer_forward(this->bind(stream), config_, weights_, view<space>(x), view<space>(positions), &*cache_,
                                            mask_in<space>(mask));
   }
@@ -226,14 +284,20 @@ class session<eagle3_block, B> final : public tree_cache_session<B, eagle3_block
   std::int64_t hidden() const override { return config_.layer.attention.hidden; }
   std::int64_t draft_vocab() const override { return config_.draft_vocab; }
   void fuse(input taps, output out, std::uintptr_t stream) override {
+    expect_cols(taps, weights_.fc.in(), "3 E_t: fc.weight's columns");
     specdec::blocks::eagle3::fuse(this->bind(stream), weights_, view<space>(taps), view<space>(out, taps.rows, hidden()));
   }
   void forward(token_ids tokens, input h, position_ids positions, const mask_arg& mask, output out, std::uintptr_t stream) override {
+    expect_cols(h, hidden(), "the block's hidden size");
+    expect_same_rows({{tokens.name, tokens.size}, {h.name, h.rows}, {positions.name, positions.size}});
+    expect_mask(mask, h.rows, cache_->size());
+    expect_room(h.name, h.rows, cache_->size(), cache_->capacity());
     const auto o = view<space>(out, h.rows, hidden());
     specdec::blocks::eagle3::forward(this->bind(stream), config_, weights_, view<space>(tokens), view<space>(h), view<space>(positions),
                                      &*cache_, mask_in<space>(mask), o);
   }
   void logits(input h2, output out, std::uintptr_t stream) override {
+    expect_cols(h2, hidden(), "the block's hidden size");
     specdec::blocks::eagle3::logits(this->bind(stream), config_, weights_, view<space>(h2), view<space>(out, h2.rows, draft_vocab()));
   }
 
@@ -271,6 +335,10 @@ class session<mtp_module, B> final : public one_cache_session<B, mtp_module> {
   std::int64_t vocab() const override { return config_.vocab; }
   void forward(token_ids tokens, input h, position_ids positions, const mask_arg& mask, output out, optional_output projected,
                std::uintptr_t stream) override {
+    expect_cols(h, hidden(), "the module's hidden size");
+    expect_same_rows({{tokens.name, tokens.size}, {h.name, h.rows}, {positions.name, positions.size}});
+    expect_mask(mask, h.rows, cache_->size());
+    expect_room(h.name, h.rows, cache_->size(), cache_->capacity());
     const auto o = view<space>(out, h.rows, hidden());
     const auto x = view<space>(projected, h.rows, hidden());
     B& b = this->bind(stream);
@@ -280,6 +348,7 @@ class session<mtp_module, B> final : public one_cache_session<B, mtp_module> {
                                   mask_in<space>(mask), o);
   }
   void logits(input o, output out, std::uintptr_t stream) override {
+    expect_cols(o, hidden(), "the module's hidden size");
     specdec::blocks::mtp::logits(this->bind(stream), config_, weights_, view<space>(o), view<space>(out, o.rows, vocab()));
   }
 
@@ -318,7 +387,11 @@ class session<jakiro_layer, B> final : public tree_cache_session<B, jakiro_layer
   std::int64_t hidden() const override { return config_.attention.hidden; }
   void forward(token_ids tokens, input feature, position_ids positions, const mask_arg& mask, output left, optional_output right,
                std::uintptr_t stream) override {
-    check_shape(feature.name, {feature.rows, feature.cols}, {tokens.size, -1});  // one row per token: before the outputs sized by it
+    // One row per token: before the outputs sized by the tokens.
+    expect_same_rows({{tokens.name, tokens.size}, {feature.name, feature.rows}, {positions.name, positions.size}});
+    expect_cols(feature, hidden(), "the layer's hidden size");
+    expect_mask(mask, tokens.size, cache_->size());
+    expect_room(feature.name, tokens.size, cache_->size(), cache_->capacity());
     const auto l = view<space>(left, feature.rows, hidden());
     const auto r = view<space>(right, feature.rows, hidden());
     specdec::blocks::moe::draft_layer_forward(this->bind(stream), config_, eagle_, moe_config_, moe_, view<space>(tokens),
@@ -373,6 +446,9 @@ class session<amphista_heads, B> final : public amphista_heads, session_base<B> 
                std::uintptr_t stream) override {
     using cmv = specdec::matrix_view<const float, space>;
     const specdec::index_t t = feature.rows, e = hidden(), k = heads();
+    expect_cols(feature, e, "the heads' hidden size");
+    expect_same_rows({{feature.name, feature.rows}, {embedding.name, embedding.rows}, {positions.name, positions.size}});
+    expect_room(feature.name, t, stage1_cache_->size(), stage1_cache_->capacity());
     const auto em = view<space>(embedding, t, e);
     check_shape(positions.name, {positions.size}, {t});
     const auto v1 = view<space>(s1, t, e), v2 = view<space>(s2, t, e), vz = view<space>(z, k, e), vu = view<space>(u, k, e),
@@ -420,6 +496,15 @@ class session<moa_drafter, B> final : public moa_drafter, session_base<B> {
   void crop(std::int64_t n) override { drafter_->crop(n); }
   void add_verified(const std::vector<input>& keys, const std::vector<input>& values, std::int64_t first, std::int64_t count,
                     std::uintptr_t stream) override {
+    // The headers word these by "layers" and prefix them with first and count (their other faults).
+    if (static_cast<std::int64_t>(keys.size()) != config_.target_layers)
+      throw std::invalid_argument("keys: expected one array per target layer (" + std::to_string(config_.target_layers) + "); got " +
+                                  std::to_string(keys.size()));
+    if (values.size() != keys.size())
+      throw std::invalid_argument("values: expected one array per target layer (" + std::to_string(config_.target_layers) + "); got " +
+                                  std::to_string(values.size()));
+    for (const auto* layers : {&keys, &values})
+      for (const input& t : *layers) expect_cols(t, config_.kv_width() / 2, "the target's kv_heads x target_head_dim");
     std::vector<specdec::matrix_view<const float, space>> k, v;
     for (const input& t : keys) k.push_back(view<space>(t));
     for (const input& t : values) v.push_back(view<space>(t));
@@ -427,6 +512,11 @@ class session<moa_drafter, B> final : public moa_drafter, session_base<B> {
     drafter_->add_verified(k, v, first, count);
   }
   void forward(output x, position_ids positions, output features, const mask_arg& mask, std::uintptr_t stream) override {
+    const auto& cache = drafter_->self_attention_cache();
+    expect_cols(x, hidden(), "the drafter's hidden size");
+    expect_same_rows({{x.name, x.rows}, {positions.name, positions.size}});
+    expect_mask(mask, x.rows, cache.size());
+    expect_room(x.name, x.rows, cache.size(), cache.capacity());
     const auto f = view<space>(features, features.rows, hidden());
     (void)this->bind(stream);
     drafter_->forward(view<space>(x), view<space>(positions), f, mask_in<space>(mask));
@@ -450,6 +540,15 @@ std::unique_ptr<Api> make_session(int device, const weight_map& weights, const a
 template <class B>
 void eagle_fuse_on(B& b, token_ids tokens, input feature, input embed, input fc_weight, vector_arg<const float> fc_bias, output out) {
   using space = typename B::memory_space;
+  // E is the fusion's own width, fc_weight's rows ([E x 2E]); each other argument is checked against it,
+  // so that the one that differs is named (the headers measure E by embed's columns).
+  const std::int64_t e = fc_weight.rows;
+  if (fc_weight.cols != 2 * e)
+    throw std::invalid_argument("fc_weight: expected shape [E x 2E]; got (" + std::to_string(fc_weight.rows) + ", " +
+                                std::to_string(fc_weight.cols) + ")");
+  expect_cols(embed, e, "E: fc_weight's rows");
+  check_shape(feature.name, {feature.rows, feature.cols}, {tokens.size, e});
+  check_shape(fc_bias.name, {fc_bias.size}, {e});
   specdec::blocks::eagle::weights<space> w;
   w.embed = view<space>(embed);
   w.fc = {view<space>(fc_weight), view<space>(fc_bias)};

@@ -89,8 +89,11 @@ def test_eagle_fuse_is_the_embedding_and_feature_through_fc():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="tokens entry 0 = 50 is out of range"):
         specdec.eagle_fuse([50], feature[:1], embed, weight, bias)
-    with pytest.raises(ValueError, match="fc.weight has shape"):
+    with pytest.raises(ValueError, match=r"fc_weight: expected shape \[E x 2E\]; got \(16, 16\)"):
         specdec.eagle_fuse(tokens, feature, embed, weight[:, :e].copy(), bias)
+    # E is fc_weight's rows: the argument that differs from it is the one named.
+    with pytest.raises(ValueError, match=r"embed: expected 16 columns \(E: fc_weight's rows\); got shape \(50, 15\)"):
+        specdec.eagle_fuse(tokens, feature, embed[:, 1:].copy(), weight, bias)
 
 
 @pytest.mark.parametrize("index", range(4))
