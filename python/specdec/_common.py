@@ -66,15 +66,35 @@ def _full(like, shape, dtype: str, value):
     return out
 
 
+def _dtype_name(name: str, value, options) -> str:
+    """`value`, a dtype as numpy reads one (np.uint8, np.dtype("uint8"), "uint8"), as one of the names
+    `options`: a dtype not among them is a TypeError naming the dtype received; a string numpy does not
+    read as a dtype a ValueError, anything else a TypeError (both naming the options)."""
+    if isinstance(value, (type, np.dtype, str)):
+        try:
+            got = np.dtype(value).name
+        except TypeError:
+            got = None
+        if got in options:
+            return got
+        if got is not None:
+            raise TypeError(f"{name}: expected {', '.join(options)}; got {got}")
+    return _args.choice(name, value, options)
+
+
 def philox_uniforms(seed: int, offset: int, rows: int, count: int, dtype: str = "float64") -> np.ndarray:
     """``[rows x count]`` uniforms in [0, 1): row r is Philox-4x32-10 stream ``(seed, r)`` from position
     ``offset`` (specdec's ``philox_stream``: ``uniform_double`` for float64, ``uniform`` for float32), the
-    streams the sampling functions read when given a seed."""
+    streams the sampling functions read when given a seed.
+
+    ``seed``, ``offset``: integers in [0, 2^64). ``rows``, ``count``: sizes in [0, 2^31 - 1], their product
+    at most 2^40. ``dtype``: ``"float64"`` (default) or ``"float32"`` (also ``np.float32`` or a numpy
+    dtype). Returns a new host numpy array ``[rows, count]`` of ``dtype``. Raises ``TypeError`` (a
+    non-integer seed, offset or size; another dtype, named) or ``ValueError`` (a value out of range, a
+    string that names no dtype)."""
     seed = _args.integer("seed", seed, 0, _args.UINT64_END - 1)
     offset = _args.integer("offset", offset, 0, _args.UINT64_END - 1)
     shape = _args.elements("count", (_args.size("rows", rows), _args.size("count", count)))
-    if isinstance(dtype, (type, np.dtype)):  # np.float32, np.dtype("float64")
-        dtype = np.dtype(dtype).name
-    out = np.empty(shape, dtype=_args.choice("dtype", dtype, ("float64", "float32")))
+    out = np.empty(shape, dtype=_dtype_name("dtype", dtype, ("float64", "float32")))  # np.float32, "float64", ...
     _specdec.philox_uniforms(seed, offset, out)
     return out

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _args, _specdec
 from ._args import is_torch as _is_torch
-from ._common import _empty, _stream
+from ._common import _dtype_name, _empty, _stream
 from .tree import DraftTree, _int32, _tree_arrays
 
 __all__ = ["batch_tree_mask", "batch_tree_mask_flashinfer", "tree_mask_flashinfer"]
@@ -31,11 +31,22 @@ def batch_tree_mask(parents, node_counts=None, *, layout: str = "dense", prefix_
       8 / 16 / 32; numpy gives uint16 / uint32).
 
     Rows past a request's node count attend the prefix and themselves only. Written into ``out`` when
-    given. A malformed tree or count is a ``ValueError`` naming it."""
+    given. A malformed tree or count is a ``ValueError`` naming it.
+
+    ``parents``: int32 ``[batch, N]``, C-contiguous (numpy, CPU torch or a CUDA tensor). ``node_counts``:
+    None or ``[batch]`` integers in [1, N] (a list, an integer array, a tensor; converted to int32 where
+    ``parents`` is). ``prefix_length``: an int >= 0. ``dtype``: the dense layout's entries, a name or a
+    numpy dtype. ``out``: optional array of the layout's shape (any shape with that many entries) and
+    dtype (the dense layout: bool, uint8, int8 or float32; bitpacked rows: 1, 2 or 4-byte integers), in
+    ``parents``' memory; ``dtype`` is then ignored. Returns the mask (``out``, or a new array of
+    ``parents``' kind and device). Raises ``TypeError`` (``parents`` not an int32 array, ``out`` of
+    another dtype, ``layout`` or ``dtype`` of the wrong kind or a dtype not listed, counts not integers)
+    or ``ValueError`` (another ``layout``, a ``dtype`` string that names no dtype, shapes, strides,
+    devices, a read-only ``out``, a malformed tree or count, more than 32 nodes for bitpacked rows)."""
 
     layouts = {"dense": 0, "additive": 1, "packed_int32": 2, "bitpacked_rows": 3}
     _args.choice("layout", layout, tuple(layouts))
-    _args.choice("dtype", dtype, ("bool", "uint8", "float32"))
+    dtype = _dtype_name("dtype", dtype, ("bool", "uint8", "float32"))
     batch, n = _args.shape("parents", parents, 2)
     prefix_length = _args.size("prefix_length", prefix_length)
     on_cuda = _is_torch(parents) and parents.is_cuda
@@ -67,7 +78,14 @@ def batch_tree_mask_flashinfer(parents, node_counts=None, prefix_lengths=0):
     from byte ``indptr[r]``, as :func:`tree_mask_flashinfer` gives for the same trees. ``prefix_lengths``
     an int or one per request. On CUDA tensors: two kernels on the current stream, each checked as every
     device call is (one synchronisation), with the packed size read back between them (as FlashInfer's
-    wrapper does after ``segment_packbits``)."""
+    wrapper does after ``segment_packbits``).
+
+    ``parents``: int32 ``[batch, N]``, C-contiguous (numpy, CPU torch or a CUDA tensor). ``node_counts``:
+    None (N each) or ``[batch]`` integers in [1, N]. ``prefix_lengths``: an int or ``[batch]`` integers, each
+    in [0, 2^31 - 1]. Returns ``(packed, indptr)``: uint8 ``[indptr[-1]]`` and int32 ``[batch + 1]``, of
+    ``parents``' kind and device. Raises ``TypeError`` (``parents`` not an int32 array, counts or lengths
+    not integers) or ``ValueError`` (shapes, strides, a malformed tree, a count or length out of
+    range)."""
 
     batch = _args.shape("parents", parents, 2)[0]
     stream = _stream(parents)
@@ -99,6 +117,12 @@ def batch_tree_mask_flashinfer(parents, node_counts=None, prefix_lengths=0):
 def tree_mask_flashinfer(trees: Sequence[DraftTree], prefix_lengths):
     """FlashInfer's packed custom mask of a ragged batch: ``(packed, indptr)``, request r's
     ``[n_r x (prefix_r + n_r)]`` mask flattened and packed little-endian from byte ``indptr[r]`` (the
-    ``custom_mask`` / ``mask_indptr`` pair of FlashInfer's prefill wrapper after ``segment_packbits``)."""
+    ``custom_mask`` / ``mask_indptr`` pair of FlashInfer's prefill wrapper after ``segment_packbits``).
+
+    ``trees``: a :class:`DraftTree` or a sequence of them. ``prefix_lengths``: an int (every tree) or one
+    per tree, each in [0, 2^31 - 1]. Returns ``(packed, indptr)``: new numpy arrays, uint8
+    ``[indptr[-1]]`` and int32 ``[len(trees) + 1]``. Raises ``TypeError`` (not trees, lengths not
+    integers) or ``ValueError`` (a malformed tree, a length out of range, a count of lengths that is
+    neither one nor one per tree)."""
     prefixes = _args.integers("prefix_lengths", prefix_lengths, "int64", scalar=True, hi=_args.INT32_MAX, what="lengths")
     return _specdec.tree_mask_flashinfer(_tree_arrays(trees), prefixes)
