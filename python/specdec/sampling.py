@@ -42,7 +42,14 @@ def verify_greedy(logits, trees, target_rows=None) -> List[VerifyResult]:
     longest path whose every token is the target's argmax at its parent, then the argmax after it.
     ``logits`` ``[rows x V]`` float32 (numpy or torch, CPU): node i of tree r reads row
     ``target_rows[r] + i`` (default: the trees' rows one after another). Rows the walk never visits are
-    never read."""
+    never read.
+
+    ``logits``: float32 ``[rows, V]``, C-contiguous, host (numpy or CPU torch). ``trees``: a
+    :class:`DraftTree` or a sequence of them. ``target_rows``: None or one integer per tree (int64
+    range; a list or an integer array). Returns a list of :class:`VerifyResult`, one per tree. Raises
+    ``TypeError`` (``logits`` not a float32 array, not trees, rows not integers) or ``ValueError``
+    (shapes, strides, device; a malformed tree, a token outside [0, V), a tree's rows past the logits;
+    NaN or +inf in a visited row)."""
     return [VerifyResult(*r) for r in _specdec.verify_greedy(logits, _tree_arrays(trees), _rows(target_rows))]
 
 
@@ -55,7 +62,18 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
     ``temperature``. ``draft_probs`` ``[rows' x V]`` with ``draft_rows`` (per tree, int64 ``[n]``: the row
     each node was drawn from, -1 for a deterministic node); none: every draft is deterministic (prompt
     lookup, suffix drafts, top-k trees). Randomness: Philox stream ``(seed, r)`` for tree r from
-    ``offset`` (``generator``: a ``torch.Generator`` draws the seed; neither: numpy's global generator)."""
+    ``offset`` (``generator``: a ``torch.Generator`` draws the seed; neither: numpy's global generator).
+
+    ``target``: float32 ``[rows, V]``, C-contiguous, host (numpy or CPU torch); probabilities must sum to
+    1 (within 1e-4) in every row read. ``trees``: a :class:`DraftTree` or a sequence of them.
+    ``logits``: a bool. ``temperature``: a finite real > 0 (with ``logits``). ``target_rows``: None or one
+    integer per tree, node i of tree r reading row ``target_rows[r] + i`` (default: the trees' rows one
+    after another). ``draft_probs``: None or float32 ``[rows', V]``, host; ``draft_rows``: None or a list
+    of one integer array per tree. ``seed``, ``offset``: ints in [0, 2^64). Returns a list of
+    :class:`VerifyResult`, one per tree. Raises ``TypeError`` (an array's kind or dtype, not trees, a
+    ``draft_rows`` that is not a list, a ``generator`` that is not a ``torch.Generator``, integers
+    expected) or ``ValueError`` (shapes, strides, device; a malformed tree, a token outside [0, V), a row
+    out of range, a row that is not a distribution, NaN or +inf, a temperature out of range)."""
 
     s, o = _seed_offset(seed, offset, generator)
     draft = np.zeros((0, 0), dtype=np.float32) if draft_probs is None else draft_probs
@@ -76,7 +94,12 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
 def tree_batch(trees, nodes: Optional[int] = None):
     """The padded batch layout of ``verify_tree_batch`` from specdec's trees: ``(tokens, parents,
     node_counts)``, int32 ``[batch x N]``, ``[batch x N]`` and ``[batch]`` numpy arrays, N = ``nodes`` or
-    the largest tree's size; padding entries are 0 (tokens) and 0 (parents) and are never read."""
+    the largest tree's size; padding entries are 0 (tokens) and 0 (parents) and are never read.
+
+    ``trees``: a :class:`DraftTree` or a sequence of them (none: shape ``[0 x 1]``). ``nodes``: None or an
+    int >= the largest tree's size. Raises ``TypeError`` (not trees, a field or ``nodes`` not integers)
+    or ``ValueError`` (``nodes`` too small or too large, a field past int32, a tree whose fields differ in
+    length)."""
     arrays = _tree_arrays(trees)  # int32, checked: a token past int32 is refused, not stored wrapped
     largest = max((len(a[0]) for a in arrays), default=1)
     n = largest if nodes is None else _args.size("nodes", nodes)
@@ -134,9 +157,14 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
     read from ``offset`` (an int, or int64 ``[batch]`` per request; ``generator`` draws the seed; neither:
     numpy's global generator), as ``verify_speculative``.
 
-    Errors: shapes, dtypes and devices as ``ValueError`` / ``TypeError`` naming the argument; a malformed
-    tree, a token, row, cap or bonus out of range, a row that is not a distribution where it is read whole,
-    from the C++ side."""
+    Every array argument is viewed, not copied: C-contiguous, of the dtype given here exactly, and in
+    ``target``'s memory (a list where an array is expected is a ``TypeError``). ``greedy``: a bool.
+    ``seed``: an int in [0, 2^64). Returns a :class:`BatchVerification`.
+
+    Errors: a dtype or an argument that is not an array as ``TypeError`` (the dtype received named),
+    shapes, strides and devices as ``ValueError``, each naming the argument; a malformed tree, a token,
+    row, cap or bonus out of range, a row that is not a distribution where it is read whole, NaN or +inf
+    in a row read, as ``ValueError`` from the C++ side."""
 
     b, n = _args.shape("tokens", tokens, 2)
     greedy = _args.flag("greedy", greedy)
