@@ -1,6 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The drafter blocks (C++: specdec/blocks) as sessions: ``DecoderLayer``, ``eagle_fuse``,
-``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``."""
+``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``.
+
+A block runs where its weights are: numpy arrays or CPU tensors on the host (outputs numpy arrays), or
+in a CUDA build torch tensors on one CUDA device (outputs CUDA tensors there, each call on the current
+stream). Weights are a dict of arrays by checkpoint name, converted to float32 once (kept alive, viewed
+in place when already float32 and C-contiguous). A call's float arrays (``x``, ``hidden``, ``feature``,
+``taps``, ...) are viewed, not copied: float32, 2-D, C-contiguous and on the block's device; its
+``tokens`` and ``positions`` are converted (lists, integer arrays or tensors, range-checked to int32 /
+int64). Errors name the argument: ``TypeError`` for an argument of the wrong kind or dtype (the dtype
+received named), ``ValueError`` for a shape, stride, device, a read-only output, rows that do not fit
+the KV cache, or what the C++ side refuses (a token outside the vocabulary, a weight of the wrong
+shape)."""
 
 from __future__ import annotations
 
@@ -74,7 +85,7 @@ class _Block:
         return _args.shape(name, x, 2)[0]
 
     def _stream(self) -> int:
-
+        """The CUDA stream the block's calls are enqueued on (0 on the host)."""
         return 0 if self._cuda is None else _stream(self._cuda)
 
     @property
@@ -101,9 +112,14 @@ class _Cached(_Block):
 
     @property
     def cache_size(self) -> int:
+        """The rows held in the block's KV cache (each stage's, for :class:`AmphistaHeads`; the
+        self-attention cache's, for :class:`MoaDrafter`)."""
         return self._native.cache_size
 
     def crop(self, n: int) -> None:
+        """Keeps the first ``n`` rows of the block's KV cache(s) (the tokens verified so far) and drops
+        the rest. ``n``: an int in [0, cache_size]. Returns None. Raises ``TypeError`` (not an integer) or
+        ``ValueError`` (out of range)."""
         n = _args.integer("n", n)
         with self._lock:
             self._native.crop(n)
@@ -112,7 +128,11 @@ class _Cached(_Block):
 class _TreeCached(_Cached):
     def keep(self, prefix: int, offsets) -> None:
         """Keeps the cache's first ``prefix`` rows, then rows ``prefix + offsets[i]`` in order (a tree's
-        accepted path, ascending), dropping the rest."""
+        accepted path, ascending), dropping the rest.
+
+        ``prefix``: an int in [0, cache_size]. ``offsets``: ascending ints ``[m]``, each below ``cache_size -
+        prefix`` (a list, or a host integer array: host bookkeeping whatever the block's device). Returns
+        None. Raises ``TypeError`` (not integers) or ``ValueError`` (out of range, not ascending)."""
         prefix, offsets = _args.integer("prefix", prefix), _int32("offsets", offsets, "offsets")
         with self._lock:
             self._native.keep(prefix, offsets, self._stream())
@@ -134,6 +154,13 @@ class DecoderLayer(_TreeCached):
     additive one. The rows' keys and values are appended to the cache; ``crop(n)`` keeps the first n,
     ``keep(prefix, offsets)`` keeps the prefix and a tree's accepted rows. Shapes that do not match the
     configuration raise ValueError naming the tensor.
+
+    ``heads``, ``kv_heads``, ``head_dim``: the attention's shape (ints; the projections must be
+    ``[heads head_dim x E]`` and ``[kv_heads head_dim x E]``). ``rms_eps``, ``rope_theta``: reals.
+    ``input_norm``: a bool. ``capacity``: the KV cache's rows, an int in [1, 2^31 - 1]. ``prefix``: a str.
+    The constructor raises ``TypeError`` (``weights`` not a dict, a name that is not a str, an array that
+    is not real numbers, an argument of the wrong kind) or ``ValueError`` (a weight missing or of another
+    shape, weights on more than one device, a capacity out of range).
     """
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
@@ -145,6 +172,16 @@ class DecoderLayer(_TreeCached):
         self._native = _specdec.DecoderLayer(self._weights, prefix, shape, input_norm)
 
     def forward(self, x, positions, mask=None):
+        """The layer over ``x``'s rows, attending the cache and themselves; their keys and values are
+        appended to the cache.
+
+        ``x``: float32 ``[T, E]``, C-contiguous and writable, on the block's device: the residual stream,
+        updated in place and returned. ``positions``: ``[T]`` integers (RoPE positions; int64). ``mask``:
+        None (causal), ``"none"`` (every row attends every key), or ``[T, cache_size + T]`` on the block's
+        device: bool / uint8 (nonzero: allowed; ``DraftTree.mask(cache_size)`` for a tree) or float32
+        (added: 0 / -inf). Returns ``x``. Raises ``TypeError`` (``x`` or ``mask`` of another dtype or kind,
+        positions not integers) or ``ValueError`` (shapes, strides, device, a read-only ``x``, rows past
+        the cache's capacity, a row that attends nothing)."""
         positions = self._index(positions, "int64", "positions")
         with self._lock:
             self._native.forward(x, positions, mask, self._stream())
@@ -155,6 +192,7 @@ class DecoderLayer(_TreeCached):
         return self._cached(True)
 
     def values(self):
+        """The cached values ``[cache_size x kv_heads head_dim]``, a copy where the block runs."""
         return self._cached(False)
 
     def _cached(self, keys: bool):
@@ -170,7 +208,14 @@ def eagle_fuse(tokens, feature, embed, fc_weight, fc_bias, out=None):
     first. ``tokens`` int ``[T]`` in [0, V); ``feature`` float32 ``[T x E]`` (the target's last hidden state
     after its final norm); ``embed`` ``[V x E]`` (the target's embeddings); ``fc_weight`` ``[E x 2E]``,
     ``fc_bias`` ``[E]``; returns float32 ``[T x E]``. EAGLE's draft layer is this, then
-    ``DecoderLayer(..., input_norm=False)`` on the result; the target's LM head gives the draft logits."""
+    ``DecoderLayer(..., input_norm=False)`` on the result; the target's LM head gives the draft logits.
+
+    E is ``fc_weight``'s rows; every other argument is checked against it. The matrices are float32,
+    C-contiguous, in one memory: host (numpy or CPU torch) or, in a CUDA build, CUDA tensors on
+    ``embed``'s device (``tokens`` moved there). ``out``: optional float32 ``[T x E]``, writable; returned
+    (a new array of ``embed``'s kind otherwise). Raises ``TypeError`` (not an array, another dtype,
+    tokens not integers) or ``ValueError`` (a shape, strides, device, a read-only ``out``, a token outside
+    [0, V))."""
 
     cols = _args.shape("embed", embed, 2)[1]
     if _is_torch_tensor(embed) and embed.is_cuda:
@@ -201,6 +246,10 @@ class Eagle3Block(_TreeCached):
     (fused features first, the previous step's output after), self-attention over the cache and these rows
     (mask as DecoderLayer's), returning ``h2`` ``[T x E]``; ``logits(h2)``: ``[T x V_d]`` draft logits (draft id
     i is target id ``i + d2t[i]``: ``Eagle2TreeBuilder(d2t=...)`` maps them).
+
+    ``heads``, ``kv_heads``, ``head_dim``, ``rms_eps``, ``rope_theta`` and ``capacity`` as
+    :class:`DecoderLayer`'s (a checkpoint's ``d2t`` entry is ignored here). The constructor raises as
+    :class:`DecoderLayer`'s.
     """
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
@@ -210,11 +259,22 @@ class Eagle3Block(_TreeCached):
         self._native = _specdec.Eagle3Block(self._weights, shape)
 
     def fuse(self, taps):
+        """EAGLE-3's fusion of the target's tapped states: ``fc(taps)``, the draft layer's first
+        ``hidden``. ``taps``: float32 ``[T, 3 E_t]`` on the block's device. Returns a new float32 ``[T,
+        E]``. Raises ``TypeError`` (not a float32 array) or ``ValueError`` (shape, strides, device)."""
         out = self._out(self._rows("taps", taps), self._native.hidden)
         self._native.fuse(taps, out, self._stream())
         return out
 
     def forward(self, tokens, hidden, positions, mask=None, out=None):
+        """The draft layer over the cache and these rows; their keys and values join the cache.
+
+        ``tokens``: ``[T]`` target token ids in [0, V) (int32). ``hidden``: float32 ``[T, E]`` on the
+        block's device (the fused features, then the previous step's ``h2`` rows). ``positions``: ``[T]``
+        integers (int64). ``mask``: as :meth:`DecoderLayer.forward`'s, ``[T, cache_size + T]``. ``out``:
+        optional float32 ``[T, E]``, writable. Returns ``h2`` (``out``, or a new float32 ``[T, E]``).
+        Raises ``TypeError`` (another dtype or kind) or ``ValueError`` (shapes, strides, device, a token out
+        of range, rows past the cache's capacity)."""
         if out is None:
             out = self._out(self._rows("hidden", hidden), self._native.hidden)
         tokens, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
@@ -223,6 +283,9 @@ class Eagle3Block(_TreeCached):
         return out
 
     def logits(self, h2):
+        """The draft logits of ``h2`` (float32 ``[T, E]``, :meth:`forward`'s output, on the block's
+        device): a new float32 ``[T, V_d]`` (``norm`` then ``lm_head``). Raises ``TypeError`` (not a float32
+        array) or ``ValueError`` (shape, strides, device)."""
         out = self._out(self._rows("h2", h2), self._native.draft_vocab)
         self._native.logits(h2, out, self._stream())
         return out
@@ -241,6 +304,10 @@ class MtpModule(_Cached):
     hidden state after its final norm, then the previous step's ``o``), over the module's cache;
     ``projected=`` (an array ``[T x E]``) also receives the layer's input. ``logits(o)``: ``[T x V]``.
     ``zero_embedding_at_position_0``: vLLM's rule (rows at position 0 embed as zeros); SGLang's is False.
+
+    ``heads``, ``kv_heads``, ``head_dim``, ``rms_eps``, ``rope_theta`` and ``capacity`` as
+    :class:`DecoderLayer`'s; ``prefix`` a str; ``zero_embedding_at_position_0`` a bool. The constructor
+    raises as :class:`DecoderLayer`'s.
     """
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, prefix: str = "", rms_eps: float = 1e-6,
@@ -252,6 +319,14 @@ class MtpModule(_Cached):
                                           _args.flag("zero_embedding_at_position_0", zero_embedding_at_position_0))
 
     def forward(self, tokens, hidden, positions, mask=None, out=None, projected=None):
+        """The module over the cache and these rows; their keys and values join the cache.
+
+        ``tokens``: ``[T]`` token ids in [0, V) (int32). ``hidden``: float32 ``[T, E]`` on the module's
+        device. ``positions``: ``[T]`` integers (int64). ``mask``: as :meth:`DecoderLayer.forward`'s.
+        ``out``, ``projected``: optional float32 ``[T, E]``, writable (``projected`` receives the decoder
+        layer's input). Returns ``o`` (``out``, or a new float32 ``[T, E]``). Raises ``TypeError``
+        (another dtype or kind) or ``ValueError`` (shapes, strides, device, a token out of range, rows past
+        the cache's capacity)."""
         if out is None:
             out = self._out(self._rows("hidden", hidden), self._native.hidden)
         tokens, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
@@ -261,6 +336,9 @@ class MtpModule(_Cached):
         return out
 
     def logits(self, o):
+        """The target-vocabulary logits of ``o`` (float32 ``[T, E]``, :meth:`forward`'s output, on the
+        module's device): a new float32 ``[T, V]`` (``shared_head.norm`` then ``shared_head.head``). Raises
+        ``TypeError`` (not a float32 array) or ``ValueError`` (shape, strides, device)."""
         out = self._out(self._rows("o", o), self._native.vocab)
         self._native.logits(o, out, self._stream())
         return out
@@ -277,6 +355,9 @@ class JakiroLayer(_TreeCached):
     positions, mask=None, contrastive=False)``: the "left" output ``[T x E]`` (h + the router-weighted
     experts), or with ``contrastive`` (the penultimate forward of a tree, ``Eagle2TreeBuilder.expand_dual``)
     ``(left, right)``, right = h + the contrastive mix.
+
+    ``heads``, ``kv_heads``, ``head_dim``, ``rms_eps``, ``rope_theta`` and ``capacity`` as
+    :class:`DecoderLayer`'s. The constructor raises as :class:`DecoderLayer`'s.
     """
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, rms_eps: float = 1e-5,
@@ -286,6 +367,13 @@ class JakiroLayer(_TreeCached):
         self._native = _specdec.JakiroLayer(self._weights, shape)
 
     def forward(self, tokens, feature, positions, mask=None, contrastive: bool = False):
+        """The layer over the cache and these rows; their keys and values join the cache.
+
+        ``tokens``: ``[T]`` token ids in [0, V) (int32). ``feature``: float32 ``[T, E]`` on the layer's
+        device. ``positions``: ``[T]`` integers (int64). ``mask``: as :meth:`DecoderLayer.forward`'s.
+        ``contrastive``: a bool. Returns ``left`` (a new float32 ``[T, E]``) or ``(left, right)``. Raises
+        ``TypeError`` (another dtype or kind) or ``ValueError`` (shapes, strides, device, a token out of
+        range, rows past the cache's capacity)."""
         contrastive = _args.flag("contrastive", contrastive)
         t, positions = self._index(tokens, "int32", "tokens"), self._index(positions, "int64", "positions")
         left = self._out(int(t.shape[0]), self._native.hidden)
@@ -309,6 +397,11 @@ class AmphistaHeads(_Cached):
     (the next tokens' embeddings) ``[T x E]``, returns the heads' logits ``[K x V]`` for the last row;
     ``intermediates=True`` returns a dict with ``s1``, ``s2`` (the stages' outputs), ``z``, ``u``, ``o`` and
     ``logits``.
+
+    ``heads``, ``kv_heads``, ``head_dim``, ``rms_eps``, ``rope_theta`` and ``capacity`` as
+    :class:`DecoderLayer`'s (the stages' caches); K is the number of ``auto.heads.{k}.weight``;
+    ``stage1_heads``: None (K // 2) or an int in [0, K]. The constructor raises as
+    :class:`DecoderLayer`'s.
     """
 
     def __init__(self, weights, *, heads: int, kv_heads: int, head_dim: int, stage1_heads=None, rms_eps: float = 1e-5,
@@ -320,6 +413,13 @@ class AmphistaHeads(_Cached):
         self._native = _specdec.AmphistaHeads(self._weights, shape, k, stage1)
 
     def forward(self, feature, embedding, positions, intermediates: bool = False):
+        """The heads' logits for the last of these rows; the rows join both stages' caches.
+
+        ``feature``, ``embedding``: float32 ``[T, E]`` (T >= 1) on the heads' device. ``positions``: ``[T]``
+        integers (int64). ``intermediates``: a bool. Returns float32 ``[K, V]`` logits, or with
+        ``intermediates`` a dict of new arrays ``s1``, ``s2`` ``[T, E]``, ``z``, ``u``, ``o`` ``[K, E]`` and
+        ``logits`` ``[K, V]``. Raises ``TypeError`` (another dtype or kind) or ``ValueError`` (shapes,
+        strides, device, rows past the caches' capacity)."""
         intermediates = _args.flag("intermediates", intermediates)
         t, e, k = self._rows("feature", feature), self._native.hidden, self._native.heads
         out = {"s1": self._out(t, e), "s2": self._out(t, e), "z": self._out(k, e), "u": self._out(k, e), "o": self._out(k, e),
@@ -345,6 +445,14 @@ class MoaDrafter(_Cached):
     (causal, or a tree's mask), then cross-attention for the last ``last`` rows into the returned
     features ``[last x E]`` (the target's LM head gives the draft logits); ``crop(n)`` keeps n
     self-attention rows.
+
+    ``weights`` as the other blocks' (a dict by checkpoint name). ``lsa``, ``sa``, ``ca``: dicts with int
+    ``heads``, ``kv_heads``, ``head_dim`` and a real ``rope_theta`` (default 10000.0). ``target_layers``:
+    the target's layer count L (an int >= 1); ``target_head_dim``: its head_dim (an int >= 1).
+    ``rms_eps``: a real. ``capacity``: each cache's rows, an int in [1, 2^31 - 1]. The constructor raises
+    ``TypeError`` (a part that is not such a dict, an argument of the wrong kind, an array that is not real
+    numbers) or ``ValueError`` (a weight missing or of another shape, widths that disagree, a capacity
+    out of range).
     """
 
     def __init__(self, weights, *, lsa, sa, ca, target_layers: int, target_head_dim: int, rms_eps: float = 1e-5,
@@ -364,6 +472,15 @@ class MoaDrafter(_Cached):
                                            _args.integer("capacity", capacity))
 
     def add_verified(self, keys, values, first: int, count: int) -> None:
+        """Queues target tokens ``[first, first + count)`` as verified: their key/value stream is computed
+        now and joins the cross-attention at the next :meth:`forward`.
+
+        ``keys``, ``values``: lists of ``target_layers`` arrays, layer l's cache rows ``[tokens, kv_heads
+        head_dim]`` (post-RoPE, at least ``first + count`` rows; real numbers, converted to float32 on the
+        drafter's device). ``first``: the next unverified token (an int, :attr:`verified`). ``count``: an
+        int >= 0. Returns None. Raises ``TypeError`` (not lists of arrays, not real numbers, not integers)
+        or ``ValueError`` (a layer count or width, ``first`` not :attr:`verified`, rows short, the
+        capacity exceeded)."""
         def layers(name, arrays):
             if not isinstance(arrays, (list, tuple)):
                 raise TypeError(f"{name}: expected one array per target layer (a list); got {type(arrays).__name__}")
@@ -375,7 +492,15 @@ class MoaDrafter(_Cached):
             self._native.add_verified(keys, values, first, count, self._stream())
 
     def forward(self, x, positions, last: int = 1, mask=None):
-        last = _args.integer("last", last, 0, self._rows("x", x), " (the rows of x)")
+        """Self-attention over the new tokens (their rows join the self-attention cache), then
+        cross-attention of the last ``last`` rows over every verified token.
+
+        ``x``: float32 ``[n, E]``, C-contiguous and writable, on the drafter's device: the new tokens'
+        embeddings, updated in place. ``positions``: ``[n]`` integers (int64). ``last``: an int in [1, n].
+        ``mask``: as :meth:`DecoderLayer.forward`'s, ``[n, cache_size + n]``. Returns the features, a new
+        float32 ``[last, E]``. Raises ``TypeError`` (another dtype or kind) or ``ValueError`` (shapes,
+        strides, device, a read-only ``x``, ``last`` out of range, rows past the cache's capacity)."""
+        last = _args.integer("last", last, 1, self._rows("x", x), " (the rows of x)")
         features = self._out(last, self._native.hidden)
         positions = self._index(positions, "int64", "positions")
         with self._lock:
@@ -384,4 +509,6 @@ class MoaDrafter(_Cached):
 
     @property
     def verified(self) -> int:
+        """The target tokens whose key/value stream exists (cached or queued): the next
+        :meth:`add_verified`'s ``first``."""
         return self._native.verified
