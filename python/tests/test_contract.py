@@ -878,3 +878,243 @@ def test_threads_sharing_a_suffix_cache_do_not_crash():
         assert isinstance(cache.active_requests, list)
 
     _hammer(work, threads=4, seconds=0.3)
+
+
+# ---- float arrays of the wrong dtype or shape: TypeError / ValueError naming the argument (issue 57) ---------
+
+class FloatArg:
+    """A float array argument of a public function or method of specdec's own modules (rows, tree, mask,
+    sampling, blocks): `call(value)` calls it with `value` in place of argument `arg` (whose valid value is
+    `valid`), everything else valid and made afresh. `converted`: the argument is converted to float32 (a
+    block's weights, MoA's keys / values), so an integer dtype is accepted and only a non-real one is
+    refused. `shapes`: wrong shapes of the same number of dimensions that the call must refuse (an extra
+    dimension always is, unless `reshapes`: the argument may have any shape of the right size, as
+    batch_tree_mask's out). `names`: what the message may name for it besides `arg` (a weight's
+    checkpoint name). `signature_of`: whose parameters a message must not blame instead."""
+
+    def __init__(self, qualname, signature_of, arg, valid, call, shapes=(), converted=False, names=(), reshapes=False):
+        self.qualname, self.arg, self.valid, self.call, self.reshapes = qualname, arg, valid, call, reshapes
+        self.shapes, self.converted, self.names = list(shapes), converted, (arg,) + tuple(names)
+        self.params = [p for p in inspect.signature(signature_of).parameters if p != "self"]
+        assert arg in self.params, f"{qualname}: {arg} is not a parameter"
+
+
+def _float_args():
+    rng = np.random.default_rng(57)
+    out = []
+
+    def add(qualname, signature_of, arg, valid, call, shapes=(), **kw):
+        out.append(FloatArg(qualname, signature_of, arg, valid, call, shapes, **kw))
+
+    x = logits(rng, 3, V)
+    # specdec's row primitives
+    for fn in (specdec.argmax, specdec.topk, specdec.softmax, specdec.log_softmax, specdec.logsumexp):
+        extra = (2,) if fn is specdec.topk else ()
+        add(fn.__name__, fn, "logits", x, lambda a, fn=fn, extra=extra: fn(a, *extra))
+    add("argmax", specdec.argmax, "values", np.empty(3, np.float32), lambda a: specdec.argmax(x, values=a), [(4,)])
+    add("topk", specdec.topk, "values", np.empty((3, 2), np.float32), lambda a: specdec.topk(x, 2, values=a), [(3, 3), (2, 2)])
+    for fn in (specdec.softmax, specdec.log_softmax):
+        add(fn.__name__, fn, "out", np.empty((3, V), np.float32), lambda a, fn=fn: fn(x, out=a), [(3, V + 1), (4, V)])
+    add("logsumexp", specdec.logsumexp, "out", np.empty(3, np.float32), lambda a: specdec.logsumexp(x, out=a), [(2,)])
+    # trees and masks
+    tree = specdec.DraftTree.from_parents([3, 1, 4], [-1, 0, 0])
+    add("DraftTree.mask", specdec.DraftTree.mask, "out", np.empty((3, 5), np.float32), lambda a: tree.mask(2, out=a), [(3, 6), (4, 5)])
+    add("DraftTree.mask(additive)", specdec.DraftTree.mask, "out", np.empty((3, 5), np.float32),
+        lambda a: tree.mask(2, additive=True, out=a), [(3, 4)])
+    parents = np.array([[-1, 0, 0, 1], [-1, 0, 1, 2]], np.int32)
+    add("batch_tree_mask(additive)", specdec.batch_tree_mask, "out", np.empty((2, 4, 6), np.float32),
+        lambda a: specdec.batch_tree_mask(parents, layout="additive", prefix_length=2, out=a), [(2, 4, 7)], reshapes=True)
+    # EAGLE-2
+    for cls in (specdec.Eagle2TreeBuilder, specdec.Eagle2BatchBuilder):
+        def begun(cls=cls):
+            b = cls(2, 2, 4, batch=2)
+            b.begin(np.zeros((2, V), np.float32), [1, 2])
+            return b
+
+        name = cls.__name__
+        add(f"{name}.begin", cls.begin, "root_logits", logits(rng, 2, V), lambda a, cls=cls: cls(2, 2, 4, batch=2).begin(a, [1, 2]),
+            [(3, V)])
+        add(f"{name}.expand", cls.expand, "frontier_logits", logits(rng, 4, V), lambda a, begun=begun: begun().expand(a),
+            [(3, V), (4, V + 1)])
+        add(f"{name}.expand_dual", cls.expand_dual, "left_logits", logits(rng, 4, V),
+            lambda a, begun=begun: begun().expand_dual(a, np.zeros((4, V), np.float32)), [(3, V), (4, V + 1)])
+        add(f"{name}.expand_dual", cls.expand_dual, "right_logits", logits(rng, 4, V),
+            lambda a, begun=begun: begun().expand_dual(np.zeros((4, V), np.float32), a), [(3, V), (4, V + 1)])
+    # verification of specdec's trees
+    p = probs(rng, 6, V)
+    add("verify_greedy", specdec.verify_greedy, "logits", logits(rng, 6, V), lambda a: specdec.verify_greedy(a, [tree, tree]),
+        [(5, V)])
+    add("verify_speculative", specdec.verify_speculative, "target", p, lambda a: specdec.verify_speculative(a, [tree, tree], seed=1),
+        [(5, V)])
+    draft_rows = [np.array([-1, 0, 1]), np.array([-1, -1, 2])]
+    add("verify_speculative", specdec.verify_speculative, "draft_probs", probs(rng, 3, V),
+        lambda a: specdec.verify_speculative(p, [tree, tree], draft_probs=a, draft_rows=draft_rows, seed=1), [(3, V + 1)])
+    tokens, tree_parents, counts = specdec.tree_batch([tree, tree])
+    batch = dict(tokens=tokens, parents=tree_parents, node_counts=counts)
+    add("verify_tree_batch", specdec.verify_tree_batch, "target", p, lambda a: specdec.verify_tree_batch(a, **batch, seed=1),
+        [(5, V)])
+    add("verify_tree_batch(greedy)", specdec.verify_tree_batch, "target", logits(rng, 6, V),
+        lambda a: specdec.verify_tree_batch(a, **batch, greedy=True), [(5, V)])
+    add("verify_tree_batch", specdec.verify_tree_batch, "draft_probs", probs(rng, 3, V),
+        lambda a: specdec.verify_tree_batch(p, **batch, draft_probs=a, draft_rows=np.array([[-1, 0, 1], [-1, -1, 2]]), seed=1),
+        [(3, V + 1)])
+    add("verify_tree_batch", specdec.verify_tree_batch, "uniforms", rng.random((2, 5)),
+        lambda a: specdec.verify_tree_batch(p, **batch, uniforms=a), [(3, 5)])
+    # drafter blocks
+    weights = decoder_weights(np.random.default_rng(1))
+
+    def layer():
+        d = specdec.DecoderLayer(weights, heads=2, kv_heads=1, head_dim=4, capacity=16)
+        d.forward(np.ones((3, 8), np.float32), np.arange(3))
+        return d
+
+    add("DecoderLayer", specdec.DecoderLayer, "weights", weights["self_attn.q_proj.weight"],
+        lambda a: specdec.DecoderLayer(dict(weights, **{"self_attn.q_proj.weight": a}), heads=2, kv_heads=1, head_dim=4),
+        [(8, 9), (9, 8)], converted=True, names=("self_attn.q_proj.weight",))
+    add("DecoderLayer.forward", specdec.DecoderLayer.forward, "x", logits(rng, 2, 8), lambda a: layer().forward(a, [3, 4]),
+        [(2, 9)])
+    add("DecoderLayer.forward", specdec.DecoderLayer.forward, "mask", np.zeros((2, 5), np.float32),
+        lambda a: layer().forward(np.ones((2, 8), np.float32), [3, 4], mask=a), [(2, 6), (3, 5)])
+    fuse = dict(tokens=[1, 5], feature=logits(rng, 2, 4), embed=logits(rng, V, 4), fc_weight=logits(rng, 4, 8),
+                fc_bias=logits(rng, 4), out=np.empty((2, 4), np.float32))
+    for arg, shape in (("feature", [(2, 5), (3, 4)]), ("embed", [(V, 5)]), ("fc_weight", [(4, 9), (5, 8)]), ("fc_bias", [(5,)]),
+                       ("out", [(2, 5), (3, 4)])):
+        add("eagle_fuse", specdec.eagle_fuse, arg, fuse[arg], lambda a, arg=arg: specdec.eagle_fuse(**dict(fuse, **{arg: a})), shape)
+
+    out += _block_float_args(rng)
+    return out
+
+
+def _block_float_args(rng):
+    """FloatArg cases of the golden-weight blocks, one function per block (each closure its own names)."""
+    out = []
+
+    def add(qualname, signature_of, arg, valid, call, shapes=(), **kw):
+        out.append(FloatArg(qualname, signature_of, arg, valid, call, shapes, **kw))
+
+    def eagle3_cases():
+        case, weights = golden_weights("blocks/eagle3_layer_0.json")
+        d = case["dims"]
+        e, et = d["E"], d["E_t"]
+
+        def block():
+            return specdec.Eagle3Block(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                       head_dim=d["head_dim"], capacity=32)
+
+        add("Eagle3Block.fuse", specdec.Eagle3Block.fuse, "taps", logits(rng, 2, 3 * et), lambda a: block().fuse(a),
+            [(2, 3 * et + 1)])
+        add("Eagle3Block.forward", specdec.Eagle3Block.forward, "hidden", logits(rng, 2, e),
+            lambda a: block().forward([1, 2], a, [0, 1]), [(2, e + 1), (3, e)])
+        add("Eagle3Block.forward", specdec.Eagle3Block.forward, "out", np.empty((2, e), np.float32),
+            lambda a: block().forward([1, 2], np.ones((2, e), np.float32), [0, 1], out=a), [(2, e + 1), (3, e)])
+        add("Eagle3Block.forward", specdec.Eagle3Block.forward, "mask", np.zeros((2, 2), np.float32),
+            lambda a: block().forward([1, 2], np.ones((2, e), np.float32), [0, 1], mask=a), [(2, 3)])
+        add("Eagle3Block.logits", specdec.Eagle3Block.logits, "h2", logits(rng, 2, e), lambda a: block().logits(a), [(2, e + 1)])
+
+    def mtp_cases():
+        case, weights = golden_weights("blocks/mtp_module_0.json")
+        d = case["dims"]
+        e = d["E"]
+
+        def module():
+            return specdec.MtpModule(weights, prefix="layers.0.", heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                     head_dim=d["head_dim"], capacity=32)
+
+        for arg in ("hidden", "out", "projected"):
+            def call(a, arg=arg):
+                kw = {"hidden": np.ones((2, e), np.float32), arg: a}
+                return module().forward([1, 2], kw.pop("hidden"), [0, 1], **kw)
+
+            add("MtpModule.forward", specdec.MtpModule.forward, arg, np.empty((2, e), np.float32), call, [(2, e + 1), (3, e)])
+        add("MtpModule.logits", specdec.MtpModule.logits, "o", logits(rng, 2, e), lambda a: module().logits(a), [(2, e + 1)])
+
+    def jakiro_cases():
+        case, weights = golden_weights("blocks/jakiro_layer_0.json")
+        d = case["dims"]
+        add("JakiroLayer.forward", specdec.JakiroLayer.forward, "feature", logits(rng, 2, d["E"]),
+            lambda a: specdec.JakiroLayer(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                          head_dim=d["head_dim"], capacity=8).forward([1, 2], a, [0, 1]),
+            [(2, d["E"] + 1), (3, d["E"])])
+
+    def amphista_cases():
+        case, weights = golden_weights("blocks/amphista_staged_0.json")
+        d = case["dims"]
+        e = d["E"]
+
+        def heads():
+            return specdec.AmphistaHeads(weights, heads=d["num_attention_heads"], kv_heads=d["num_key_value_heads"],
+                                         head_dim=d["head_dim"], capacity=8)
+
+        add("AmphistaHeads.forward", specdec.AmphistaHeads.forward, "feature", logits(rng, 2, e),
+            lambda a: heads().forward(a, np.ones((2, e), np.float32), [0, 1]), [(2, e + 1)])
+        add("AmphistaHeads.forward", specdec.AmphistaHeads.forward, "embedding", logits(rng, 2, e),
+            lambda a: heads().forward(np.ones((2, e), np.float32), a, [0, 1]), [(2, e + 1), (3, e)])
+
+    def moa_cases():
+        case, weights = golden_weights("blocks/moa_pipeline_inf_0.json")
+        dims = case["dims"]
+        target = dims["target"]
+        layers, width = target["num_layers"], target["num_key_value_heads"] * target["head_dim"]
+        e = weights["model.embed_tokens.weight"].shape[1]
+
+        def part(q):
+            return dict(heads=q["num_attention_heads"], kv_heads=q["num_key_value_heads"], head_dim=q["head_dim"],
+                        rope_theta=q.get("rope_theta", target["rope_theta"]))
+
+        def drafter(primed=False):
+            m = specdec.MoaDrafter(weights, lsa=part(dims["lsa"]), sa=part(dims["sa"]), ca=part(dims["ca"]),
+                                   target_layers=layers, target_head_dim=target["head_dim"], capacity=16)
+            if primed:
+                m.add_verified([kv] * layers, [kv] * layers, 0, 2)
+            return m
+
+        kv = np.ones((2, width), np.float32)
+        add("MoaDrafter.add_verified", specdec.MoaDrafter.add_verified, "keys", logits(rng, 2, width),
+            lambda a: drafter().add_verified([kv] * (layers - 1) + [a], [kv] * layers, 0, 2), [(2, width + 1)], converted=True)
+        add("MoaDrafter.add_verified", specdec.MoaDrafter.add_verified, "values", logits(rng, 2, width),
+            lambda a: drafter().add_verified([kv] * layers, [a] + [kv] * (layers - 1), 0, 2), [(2, width + 1)], converted=True)
+        add("MoaDrafter.forward", specdec.MoaDrafter.forward, "x", logits(rng, 2, e), lambda a: drafter(True).forward(a, [0, 1]),
+            [(2, e + 1)])
+
+    for cases in (eagle3_cases, mtp_cases, jakiro_cases, amphista_cases, moa_cases):
+        cases()
+    return out
+
+
+FLOAT_ARGS = _float_args()
+_FLOAT_IDS = [f"{f.qualname}:{f.arg}" for f in FLOAT_ARGS]
+
+
+def _blamed(message, case):
+    """Whether `message` blames `case`'s argument: it names it, and of the call's parameters named in it
+    the first is that one (a message that opens with another argument's name blames that one)."""
+    def first(word):
+        found = re.search(rf"(?<![A-Za-z0-9_.]){re.escape(word)}(?![A-Za-z0-9_])", message)
+        return found.start() if found else None
+
+    mine = [at for at in map(first, case.names) if at is not None]
+    others = [at for at in map(first, [p for p in case.params if p not in case.names]) if at is not None]
+    return bool(mine) and (not others or min(mine) <= min(others))
+
+
+@pytest.mark.parametrize("case", FLOAT_ARGS, ids=_FLOAT_IDS)
+def test_a_float_array_of_another_dtype_is_a_type_error_naming_it_and_its_dtype(case):
+    case.call(case.valid.copy())  # the valid call succeeds
+    for dtype in ((np.complex64,) if case.converted else (np.int8, np.complex64)):
+        with np.errstate(all="ignore"):
+            bad = case.valid.astype(dtype)
+        with pytest.raises(TypeError) as got:
+            case.call(bad)
+        message = str(got.value)
+        assert _blamed(message, case) and np.dtype(dtype).name in message, f"{case.qualname}({case.arg}={dtype.__name__}): {message}"
+    if case.converted:  # an integer array converts
+        case.call(np.ones(case.valid.shape, np.int8))
+
+
+@pytest.mark.parametrize("case", FLOAT_ARGS, ids=_FLOAT_IDS)
+def test_a_float_array_of_another_shape_is_a_value_error_naming_it(case):
+    for shape in case.shapes + ([] if case.reshapes else [case.valid.shape + (1,)]):
+        with pytest.raises(ValueError) as got:
+            case.call(np.resize(case.valid, shape))  # the valid entries, repeated or cut: rows stay distributions
+        message = str(got.value)
+        assert _blamed(message, case), f"{case.qualname}({case.arg} of shape {shape}): {message}"
