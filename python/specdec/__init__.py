@@ -75,6 +75,10 @@ from .flashinfer import _chain_as_batch  # noqa: E402,F401 (tests call it)
 from .rows import *  # noqa: E402,F401,F403
 from .sglang import *  # noqa: E402,F401,F403
 from .vllm import *  # noqa: E402,F401,F403
+from . import flashinfer as _flashinfer, rows as _rows, sglang as _sglang, vllm as _vllm  # noqa: E402
+
+# Every name the peers' modules export (FlashInfer's whole sampling family, vLLM's constants, ...).
+__all__ += [name for m in (_rows, _flashinfer, _sglang, _vllm) for name in m.__all__ if name not in __all__]
 
 # specdec's own drafting side (trees, masks, n-gram and suffix drafts, EAGLE-2, the draft-length policy,
 # verification of specdec's trees, the blocks): specdec/drafting.py.

@@ -59,7 +59,7 @@ _NO_P = np.empty(0, dtype=np.float32)
 
 
 def top_p_renorm_probs(probs, top_p, is_deterministic=False, *, out=None):
-    """FlashInfer's ``top_p_renorm_probs`` (alias ``top_p_renorm_prob``): keep a token iff the mass of the
+    """FlashInfer's ``top_p_renorm_probs`` (alias ``top_p_renorm_prob``): in each row of ``probs``, keep a token iff the mass of the
     strictly larger probabilities is below ``top_p`` (the smallest set of largest tokens reaching it, ties
     kept), zero the rest, renormalise. top_p: a float in (0, 1], or one per row. ``is_deterministic``,
     ``out``, shapes, devices and errors as ``top_k_renorm_probs``; the masses above each token are double
@@ -154,7 +154,10 @@ def sampling_from_logits(logits, indices=None, deterministic=True, generator=Non
     """FlashInfer's ``sampling_from_logits``: one token per output row from ``softmax(logits)``
     (temperature 1), as ``sampling_from_probs`` draws (FlashInfer adds Gumbel noise to the logits: the
     same distribution, other draws). logits: float32 ``[batch, V]``; the other arguments, the output's
-    dtype and the errors as ``sampling_from_probs``."""
+    dtype and the errors as ``sampling_from_probs``.
+    ``indices``, ``deterministic``, ``generator``, ``check_nan``, ``seed`` and ``offset``: as
+    ``sampling_from_probs`` (FlashInfer's has no ``return_valid`` here).
+    """
     del deterministic, check_nan
     return _sample("logits", logits, indices, None, (), generator, seed, offset, None, False, from_logits=True)
 
@@ -166,7 +169,10 @@ def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, ge
     renormalised: ``top_k_renorm_probs`` then the draw of ``sampling_from_probs``. top_k: an int, or one
     per row of ``probs`` (read at ``indices[i]`` for output row i, as FlashInfer). Other arguments, the
     output's dtype, devices and errors as ``sampling_from_probs``; rows must be distributions (as
-    ``top_k_renorm_probs``)."""
+    ``top_k_renorm_probs``).
+    ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset``, ``return_valid`` and ``uniforms``:
+    as ``sampling_from_probs``.
+    """
     del deterministic, check_nan
     return _sample("probs", probs, indices, _top_k, (("top_k", top_k, "int64"),), generator, seed, offset, uniforms,
                    return_valid)
@@ -177,7 +183,10 @@ def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, ge
     """FlashInfer's ``top_p_sampling_from_probs``: one token per output row from the row restricted to the
     tokens whose strictly larger probabilities weigh less than ``top_p`` (ties kept), renormalised:
     ``top_p_renorm_probs`` then the draw of ``sampling_from_probs``. top_p: a float in (0, 1], or one per
-    row of ``probs`` (read at ``indices[i]``). Otherwise as ``top_k_sampling_from_probs``."""
+    row of ``probs`` (read at ``indices[i]``). Otherwise as ``top_k_sampling_from_probs``.
+    ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset``, ``return_valid`` and ``uniforms``:
+    as ``sampling_from_probs``.
+    """
     del deterministic, check_nan
     return _sample("probs", probs, indices, _top_p, (("top_p", top_p, "float32"),), generator, seed, offset, uniforms,
                    return_valid)
@@ -188,7 +197,10 @@ def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, ge
     """FlashInfer's ``min_p_sampling_from_probs``: one token per output row from the row restricted to the
     tokens with ``p >= min_p * max(p)`` (ties kept), renormalised (the draw is over the kept mass).
     min_p: a float in [0, 1], or one per row of ``probs`` (read at ``indices[i]``). Otherwise as
-    ``sampling_from_probs``."""
+    ``sampling_from_probs``.
+    ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset``, ``return_valid`` and ``uniforms``:
+    as ``sampling_from_probs``.
+    """
     del deterministic, check_nan
     return _sample("probs", probs, indices, _min_p, (("min_p", min_p, "float32"),), generator, seed, offset, uniforms,
                    return_valid)
@@ -203,7 +215,10 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
     top_p, both on the row as given (never fewer tokens than top-k first). top_k / top_p: a number, or one
     per row of ``probs`` (read at ``indices[i]``). Otherwise as ``sampling_from_probs``. (FlashInfer's
     own fast path for an int top_k <= 256 at V >= 65536 keeps exactly k tokens at a tie: specdec keeps
-    the ties, as FlashInfer's general path.)"""
+    the ties, as FlashInfer's general path.)
+    ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset``, ``return_valid`` and ``uniforms``:
+    as ``sampling_from_probs``.
+    """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
     return _sample("probs", probs, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
@@ -216,7 +231,10 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
     """FlashInfer's ``top_k_top_p_sampling_from_logits``: per row ``softmax(logits)``, the filters of
     ``top_k_top_p_sampling_from_probs`` (either ``filter_apply_order``), one draw. logits: float32
     ``[batch, V]``; top_k / top_p a number or one per row of ``logits`` (read at ``indices[i]``); the
-    other arguments, the output's dtype and the errors as ``sampling_from_probs``."""
+    other arguments, the output's dtype and the errors as ``sampling_from_probs``.
+    ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset`` and ``uniforms``: as
+    ``sampling_from_probs``.
+    """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
     return _sample("logits", logits, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
@@ -404,6 +422,11 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     counted in ``accepted_token_num``; the final token is drawn from ``relu(target - draft)`` (or the
     bonus row) by inverse CDF. ``uniforms`` (float64 ``[batch, >= 2k + 1]``, in (0, 1], consumption
     order) replaces the random draw; otherwise row r reads Philox stream ``(seed, r)`` at ``offset``.
+    
+    ``maybe_output_accepted_token_num`` / ``maybe_output_emitted_draft_token_num``: optional int32 or int64
+    ``[batch]`` counters (writable), added to in place. ``generator``: a torch.Generator the seed is drawn
+    from when ``seed`` is None. ``deterministic`` is accepted for FlashInfer's signature (always
+    deterministic). Host arrays or CUDA tensors (one kernel on the current stream).
     """
     del deterministic
     batch, k = _args.shape("draft_token_ids", draft_token_ids, 2)

@@ -51,7 +51,8 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
     entry i); uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N,
     V]``; predicts int32 ``[batch * N]``, accept_index int32 ``[batch, num_spec_step]``, accept_token_num
     int32 ``[batch]``; candidates, retrive_index, retrive_next_token, retrive_next_sibling int64 ``[batch,
-    N]``. ``threshold_acc`` is clamped to >= 1e-9 as SGLang's launcher does. Parents must precede their
+    N]``. ``threshold_acc`` is clamped to >= 1e-9 as SGLang's launcher does; ``deterministic`` (SGLang's
+    choice of prefix-sum kernel) changes nothing here: the draw is always deterministic. Parents must precede their
     children in node order (build_tree's order).
 
     Both argument orders are taken: sgl-kernel 0.3.21's, whose 11th argument is ``draft_probs`` (an array:
@@ -92,7 +93,12 @@ def tree_speculative_sampling_target_only_rejmask(predicts, accept_index, accept
     release yet): the tree verifier without ``draft_probs``, the rejected tokens removed from the final
     draw by a mask. Its results equal ``tree_speculative_sampling_target_only``'s (the PR's tests assert
     it), which this is; SGLang's kernel takes trees of at most 4 children per node, specdec's any tree.
-    Arguments, outputs and errors as ``tree_speculative_sampling_target_only`` (new order)."""
+    Arguments, outputs and errors as ``tree_speculative_sampling_target_only`` (new order).
+    Arguments: ``predicts``, ``accept_index``, ``accept_token_num`` (outputs), ``candidates``,
+    ``retrive_index``, ``retrive_next_token``, ``retrive_next_sibling``, ``uniform_samples``,
+    ``uniform_samples_for_final_sampling``, ``target_probs``, ``threshold_single``, ``threshold_acc``,
+    ``deterministic``, ``cuda_stream``.
+    """
     tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                                           retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling,
                                           target_probs, threshold_single=threshold_single, threshold_acc=threshold_acc,
@@ -109,7 +115,12 @@ def chain_speculative_sampling_target_only(predicts, accept_index, accept_token_
     rejection, and the final token is drawn from the last accepted node's target row with the rejected
     token removed. Arguments, outputs and errors as ``tree_speculative_sampling_target_only`` (new order).
     (SGLang's kernel falls back to token V - 1 where that row has no mass left, which a distribution
-    never reaches: its rejected token would have carried the whole mass and been accepted.)"""
+    never reaches: its rejected token would have carried the whole mass and been accepted.)
+    Arguments: ``predicts``, ``accept_index``, ``accept_token_num`` (outputs), ``candidates``,
+    ``retrive_index``, ``retrive_next_token``, ``retrive_next_sibling``, ``uniform_samples``,
+    ``uniform_samples_for_final_sampling``, ``target_probs``, ``threshold_single``, ``threshold_acc``,
+    ``deterministic``, ``cuda_stream``.
+    """
     if _is_torch(retrive_next_sibling):
         no_siblings = sys.modules["torch"].full_like(retrive_next_sibling, -1)
     else:
@@ -151,7 +162,8 @@ def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, t
     retrive_index / retrive_next_token / retrive_next_sibling: int64 ``[batch, N]``; tree_mask: for mode 0
     (FULL_MASK) bools of ``sum_b N (seq_len_b + N)``, mode 1 (QLEN_ONLY) ``batch * N * N`` bools, mode 2
     (QLEN_ONLY_BITPACKING) ``batch * N`` items of 1, 2 or 4 bytes (N <= 8, 16, 32). ``depth`` is SGLang's
-    ``spec_steps``. Every entry of the outputs is written, the whole mask included (SGLang's kernel
+    ``spec_steps``, ``draft_token_num`` its N (nodes per tree, root included), ``tree_mask_mode`` 0, 1 or
+    2 as above. Every entry of the outputs is written, the whole mask included (SGLang's kernel
     relies on its caller filling the mask with True first; the result is the same). Host arrays, or CUDA
     tensors (one kernel on the current stream, one block per request).
     """

@@ -200,7 +200,8 @@ def _request_id(req_id):
 class SuffixDecodingCache:
     """SuffixDecoding's two trees with Arctic Inference's ``SuffixDecodingCache`` interface (what vLLM's
     ``suffix`` method calls): one tree per active request (its prompt and response) and a global tree of
-    responses, evicted oldest first beyond ``max_cached_requests`` (-1: no bound; 0: no global tree).
+    responses, evicted oldest first beyond ``max_cached_requests`` (-1: no bound; 0: no global tree);
+    ``max_tree_depth`` bounds every tree's depth (the longest suffix stored, 64 by default).
     ``max_cached_tokens`` (specdec's addition, -1: off) bounds the global tree's tokens too. Request ids
     are any hashable values. Drafts are Arctic Inference 0.3.0's bit for bit. Threads may share a cache:
     its calls are serialised by a lock of its own (the request-id maps are Python state).
@@ -321,9 +322,9 @@ class SuffixDecodingCache:
     def speculate(self, req_id: Hashable, context, max_spec_tokens: Optional[int] = None, max_spec_factor: float = 1.0,
                   max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
                   use_tree_spec: bool = False) -> SuffixDecodingDraft:
-        """The draft after ``context`` (the request's committed tokens; the last max_tree_depth are used)
-        from the request's tree and the global tree (``SuffixTree.speculate`` on each, the same
-        options), the request's own unless the global one scores higher. ``max_spec_tokens`` None:
+        """The draft after ``context`` (request ``req_id``'s committed tokens; the last max_tree_depth are
+        used) from the request's tree and the global tree (``SuffixTree.speculate`` on each, the same
+        options ``max_spec_factor``, ``max_spec_offset``, ``min_token_prob``, ``use_tree_spec``), the request's own unless the global one scores higher. ``max_spec_tokens`` None:
         max_tree_depth (Arctic Inference 0.3.0's None reads a ``max_depth`` attribute its cache does not
         have, an ``AttributeError``). Returns a :class:`SuffixDecodingDraft`. ``ValueError`` when the
         request is not active, an option is out of range (see ``SuffixTree.speculate``) or ``context``

@@ -58,9 +58,10 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     it (``uniform_`` on its slice; a numpy ``Generator``: ``random``); the exponentials are one float32 row of
     V per request (``exponential_()``, then each such request's row from its generator;
     ``standard_exponential`` for a numpy ``Generator``). With torch tensors and no ``seed``, the tokens are
-    vLLM's own for the same generator states. vLLM's ``synthetic_mode``, ``use_fp64_gumbel`` and
-    ``fly_*`` options (its 9th-14th arguments) are not supported: anything but their defaults is a
-    ValueError naming it.
+    vLLM's own for the same generator states. vLLM's options (its 9th-14th arguments) ``synthetic_mode``,
+    ``synthetic_conditional_rates``, ``use_fp64_gumbel``, ``fly_window_size``, ``fly_entropy_threshold`` and
+    ``fly_entropy_top_k`` are not supported: anything but their defaults is a ValueError naming it
+    (``fly_entropy_top_k`` is read only with a window).
 
     **specdec's probabilities form** (the 8th argument None: every request random; or bool ``[batch]``:
     ``is_greedy`` per request, also by keyword): the 6th argument is ``target_probs`` (float32 ``[num_tokens, V]``; a
