@@ -535,6 +535,125 @@ TEST_CASE_TEMPLATE("SGLang build_tree on a backend equals a plain reference in e
   }
 }
 
+TEST_CASE_TEMPLATE("SGLang reconstruct_indices_from_tree_mask gives back build_tree's buffers and SGLang's kernel's on any bits", B,
+                   SPECDEC_TEAM_BACKENDS) {
+  using specdec::sglang::tree_mask_mode;
+  using space = typename B::memory_space;
+  std::uint64_t seed = 7300;
+  for (const auto& shape : {std::tuple<index_t, index_t, index_t, index_t>{1, 1, 1, 1}, {1, 3, 2, 2}, {2, 6, 2, 3}, {3, 12, 4, 4},
+                            {5, 17, 2, 9}}) {
+    const index_t bs = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape), steps = std::get<3>(shape);
+    for (int trial = 0; trial < 16; ++trial, ++seed) {
+      CAPTURE(seed);
+      const build_case c = make_build_case(seed, bs, n, k, steps, false);
+      const auto built = reference_build_tree(c.parent_list, c.parent_cols, c.selected, c.seq_lens, k, steps, n, tree_mask_mode::qlen_only,
+                                              false);
+      std::vector<std::uint8_t> mask(built.mask.begin(), built.mask.end());
+      specdec::philox_stream rng{seed, 1};
+      if (trial % 2 == 1)  // arbitrary bits: the kernel's definitions hold for any mask
+        for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = rng.uniform(i) < 0.4f ? 1 : 0;
+      // SGLang's kernel's definitions, transcribed: depth = marked entries before the diagonal, parent
+      // the last; next token the first later row marking the node; next sibling the first later row whose
+      // last marked entry before its diagonal is the same parent.
+      const auto marked = [&](index_t b, index_t i, index_t j) { return mask[static_cast<std::size_t>((b * n + i) * n + j)] != 0; };
+      const auto parent = [&](index_t b, index_t i) {
+        index_t p = -1;
+        for (index_t j = 0; j < i; ++j)
+          if (marked(b, i, j)) p = j;
+        return p;
+      };
+      auto want = built;
+      bool orphans = false;  // a node build_tree left unlinked (its parent not selected): not a tree
+      for (index_t b = 0; b < bs; ++b)
+        for (index_t i = 0; i < n; ++i) {
+          const auto at = static_cast<std::size_t>(b * n + i);
+          index_t depth = 0;
+          for (index_t j = 0; j < i; ++j) depth += marked(b, i, j) ? 1 : 0;
+          want.positions[at] = c.seq_lens[static_cast<std::size_t>(b)] + depth;
+          want.retrive_index[at] = b * n + i;
+          want.next_token[at] = want.next_sibling[at] = -1;
+          for (index_t m = n - 1; m > i; --m) {
+            if (marked(b, m, i)) want.next_token[at] = m;
+            if (parent(b, i) >= 0 && parent(b, m) == parent(b, i)) want.next_sibling[at] = m;
+          }
+          if (i > 0) {
+            const std::int64_t group = c.selected[static_cast<std::size_t>(b * (n - 1) + i - 1)] / k;
+            if (group != 0) {
+              const std::int64_t wanted = c.parent_list[static_cast<std::size_t>(b * c.parent_cols + group)];
+              bool found = false;
+              for (index_t j = 0; j + 1 < n; ++j) found = found || c.selected[static_cast<std::size_t>(b * (n - 1) + j)] == wanted;
+              orphans = orphans || !found;
+            }
+          }
+        }
+      if (trial % 2 == 0 && !orphans) {  // a tree: its mask gives back build_tree's buffers
+        CHECK(want.positions == built.positions);
+        CHECK(want.next_token == built.next_token);
+        CHECK(want.next_sibling == built.next_sibling);
+      }
+      B b;
+      auto m = b.upload(std::span<const std::uint8_t>(mask));
+      auto lens = b.upload(std::span<const std::int64_t>(c.seq_lens));
+      const std::vector<std::int64_t> junk(static_cast<std::size_t>(bs * n), -9);
+      auto positions = b.upload(std::span<const std::int64_t>(junk));
+      auto index = b.upload(std::span<const std::int64_t>(junk));
+      auto next_token = b.upload(std::span<const std::int64_t>(junk));
+      auto next_sibling = b.upload(std::span<const std::int64_t>(junk));
+      specdec::sglang::reconstruct_indices_from_tree_mask(b, specdec::vector_view<const std::uint8_t, space>(m.view()),
+                                                          specdec::vector_view<const std::int64_t, space>(lens.view()), positions.view(),
+                                                          index.matrix(bs, n), next_token.matrix(bs, n), next_sibling.matrix(bs, n));
+      CHECK(b.download(positions.view()) == want.positions);
+      CHECK(b.download(index.view()) == want.retrive_index);
+      CHECK(b.download(next_token.view()) == want.next_token);
+      CHECK(b.download(next_sibling.view()) == want.next_sibling);
+    }
+  }
+  {
+    // Two EAGLE trees (top-k 2, 3 steps, 6 nodes) whose selected candidates' parents are all selected:
+    // their QLEN_ONLY masks give back build_tree's buffers, links included.
+    const index_t bs = 2, n = 6, k = 2, steps = 3;
+    const build_case c{bs, n, k, steps, 5, {-1, 0, 1, 2, 4, -1, 0, 1, 2, 4}, {0, 1, 2, 4, 6, 0, 1, 2, 3, 5}, {7, 3}};
+    const auto built = reference_build_tree(c.parent_list, c.parent_cols, c.selected, c.seq_lens, k, steps, n, tree_mask_mode::qlen_only,
+                                            false);
+    CHECK(built.next_token == std::vector<std::int64_t>{1, 3, 4, 5, -1, -1, 1, 3, 5, -1, -1, -1});
+    CHECK(built.next_sibling == std::vector<std::int64_t>{-1, 2, -1, -1, -1, -1, -1, 2, -1, 4, -1, -1});
+    const std::vector<std::uint8_t> mask(built.mask.begin(), built.mask.end());
+    B b;
+    auto m = b.upload(std::span<const std::uint8_t>(mask));
+    auto lens = b.upload(std::span<const std::int64_t>(c.seq_lens));
+    auto positions = b.template allocate<std::int64_t>(bs * n);
+    auto index = b.template allocate<std::int64_t>(bs * n);
+    auto next_token = b.template allocate<std::int64_t>(bs * n);
+    auto next_sibling = b.template allocate<std::int64_t>(bs * n);
+    specdec::sglang::reconstruct_indices_from_tree_mask(b, specdec::vector_view<const std::uint8_t, space>(m.view()),
+                                                        specdec::vector_view<const std::int64_t, space>(lens.view()), positions.view(),
+                                                        index.matrix(bs, n), next_token.matrix(bs, n), next_sibling.matrix(bs, n));
+    CHECK(b.download(positions.view()) == built.positions);
+    CHECK(b.download(index.view()) == built.retrive_index);
+    CHECK(b.download(next_token.view()) == built.next_token);
+    CHECK(b.download(next_sibling.view()) == built.next_sibling);
+  }
+  // What is wrong, by name.
+  B b;
+  auto m = b.template allocate<std::uint8_t>(7);
+  auto lens = b.upload(std::span<const std::int64_t>(std::vector<std::int64_t>{1, -1}));
+  auto out = b.template allocate<std::int64_t>(4);
+  auto i1 = b.template allocate<std::int64_t>(4), i2 = b.template allocate<std::int64_t>(4), i3 = b.template allocate<std::int64_t>(4);
+  const std::string at = "specdec::sglang::reconstruct_indices_from_tree_mask: ";
+  CHECK(error_of([&] {
+          specdec::sglang::reconstruct_indices_from_tree_mask(b, specdec::vector_view<const std::uint8_t, space>(m.view()),
+                                                              specdec::vector_view<const std::int64_t, space>(lens.view()), out.view(),
+                                                              i1.matrix(2, 2), i2.matrix(2, 2), i3.matrix(2, 2));
+        }) == at + "tree_mask has 7 entries; expected bs * N * N = 8");
+  auto m8 = b.upload(std::span<const std::uint8_t>(std::vector<std::uint8_t>(8, 1)));
+  CHECK(error_of([&] {
+          specdec::sglang::reconstruct_indices_from_tree_mask(b, specdec::vector_view<const std::uint8_t, space>(m8.view()),
+                                                              specdec::vector_view<const std::int64_t, space>(lens.view()), out.view(),
+                                                              i1.matrix(2, 2), i2.matrix(2, 2), i3.matrix(2, 2));
+          (void)b.download(out.view());
+        }) == at + "verified_seq_len[1] = -1; expected a length in [0, 1099511627776]");
+}
+
 TEST_CASE_TEMPLATE("SGLang build_tree on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
   using specdec::sglang::tree_mask_mode;
   using space = typename B::memory_space;

@@ -335,8 +335,8 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
                 u = philox_uniforms(s, o, n, 1, "float32").reshape(n)
                 seed, offset = s, o
             rows = rows[keep]
-            values = [v if v.shape[0] == 1 else v[keep] for v in values]
-            u = u[keep] if u is not None else None
+            values = [v if v.shape[0] == 1 else _where(v, keep) for v in values]
+            u = _where(u, keep)
     if prepare is not None:
         rows = prepare(rows, *values)
     if u is None:  # the host draws row i's uniform itself: Philox stream (seed, i) at offset
@@ -354,6 +354,15 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
     if out_dtype == "int64":
         tokens = tokens.to(sys.modules["torch"].int64) if _is_torch(tokens) else tokens.astype(np.int64)
     return (tokens, valid) if return_valid else tokens
+
+
+def _where(x, keep):
+    """The entries of `x` (numpy or torch) where `keep` (bools, numpy or torch) holds."""
+    if _is_torch(keep) and not _is_torch(x):
+        keep = keep.cpu().numpy()
+    elif _is_torch(x) and not _is_torch(keep):
+        keep = sys.modules["torch"].from_numpy(keep).to(x.device)
+    return x[keep]
 
 
 def _index_dtype(indices) -> str:

@@ -13,7 +13,7 @@ from ._common import _stream
 
 # segment_packbits (sgl-kernel's in-place form) stays in this module: specdec.segment_packbits is FlashInfer's.
 __all__ = ["verify_tree_greedy", "tree_speculative_sampling_target_only", "tree_speculative_sampling_target_only_rejmask",
-           "chain_speculative_sampling_target_only", "build_tree_kernel_efficient"]
+           "chain_speculative_sampling_target_only", "build_tree_kernel_efficient", "reconstruct_indices_from_tree_mask"]
 
 
 # ---- SGLang ------------------------------------------------------------------------------------------
@@ -150,6 +150,25 @@ def segment_packbits(x, input_indptr, output_indptr, y, batch_size):
     if _args.shape("y", y, 1)[0] < end:
         raise ValueError(f"y: expected at least output_indptr[batch_size] = {end} bytes; got {y.shape[0]}")
     _specdec.segment_packbits(x, input_indptr[:batch_size + 1], output_indptr[:batch_size + 1], True, y[:end], _stream(x))
+
+
+def reconstruct_indices_from_tree_mask(tree_mask, verified_seq_len, positions, retrive_index, retrive_next_token,
+                                       retrive_next_sibling, batch_size, draft_token_num):
+    """SGLang's ``sgl_kernel.reconstruct_indices_from_tree_mask`` (its n-gram worker's tree buffers), written
+    in place: for request b's node i, with ``tree_mask[b, i, j]`` (bool or uint8, ``batch_size * N * N``
+    entries, N = ``draft_token_num``, C-contiguous; nonzero: j is an ancestor of i, only j < i read)
+    giving its ancestors: ``positions[b N + i]`` = ``verified_seq_len[b]`` + the number of ancestors,
+    ``retrive_index[b, i]`` = b N + i, ``retrive_next_token[b, i]`` the first later node descending from
+    it (its first child where ancestors precede descendants) or -1, ``retrive_next_sibling[b, i]`` the
+    first later node with the same parent (the last ancestor before it) or -1. verified_seq_len: int64
+    ``[batch_size]``; positions int64 ``[batch_size * N]``; the three ``retrive_*`` int64 ``[batch_size,
+    N]``. Host arrays, or (a CUDA build) CUDA tensors, all on one device: one kernel, one block per
+    request, on the current stream. Raises TypeError / ValueError naming the argument (a shape or dtype,
+    N outside [1, 2^16], a sequence length outside [0, 2^40], outputs overlapping)."""
+    _specdec.reconstruct_indices_from_tree_mask(tree_mask, verified_seq_len, positions, retrive_index, retrive_next_token,
+                                                retrive_next_sibling, _args.integer("batch_size", batch_size, 0, _args.INT32_MAX),
+                                                _args.integer("draft_token_num", draft_token_num, 1, 1 << 16),
+                                                _stream(verified_seq_len))
 
 
 def build_tree_kernel_efficient(parent_list, selected_index, verified_seq_len, tree_mask, positions, retrive_index,

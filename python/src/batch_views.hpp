@@ -177,6 +177,19 @@ void sglang_build_on(B& b, const cuda::build_tree_arrays& a) {
                               static_cast<index_t>(a.item_bytes));
 }
 
+/// SGLang's reconstruct_indices_from_tree_mask (its backend form) on backend `b`, the arrays in its memory.
+template <class B>
+void sglang_reconstruct_on(B& b, const cuda::reconstruct_arrays& a) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
+  const auto links = [&](std::int64_t* p) { return specdec::matrix_view<std::int64_t, space>(p, bs, n); };
+  specdec::sglang::reconstruct_indices_from_tree_mask(
+      b, specdec::vector_view<const std::uint8_t, space>(a.tree_mask, static_cast<index_t>(a.mask_bytes)),
+      specdec::vector_view<const std::int64_t, space>(a.seq_lens, bs), specdec::vector_view<std::int64_t, space>(a.positions, bs * n),
+      links(a.retrive_index), links(a.next_token), links(a.next_sibling));
+}
+
 /// The tree masks of a padded batch (their backend forms) on backend `b`, the arrays in its memory
 /// (cuda::batch_tree_mask's arguments).
 template <class B>

@@ -109,6 +109,8 @@ void packbits(place at, const std::uint8_t* x, std::int64_t x_count, const std::
 
 void sglang_build_tree(place at, const build_tree_arrays& a) { sglang_build_on(on(at), a); }
 
+void sglang_reconstruct(place at, const reconstruct_arrays& a) { sglang_reconstruct_on(on(at), a); }
+
 void batch_tree_mask(place at, const std::int32_t* parents, std::int64_t batch, std::int64_t n, const std::int32_t* node_counts,
                      std::int64_t prefix_length, int layout, int item, void* out) {
   batch_tree_mask_on(on(at), parents, batch, n, node_counts, prefix_length, layout, item, out);

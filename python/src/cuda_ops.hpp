@@ -131,6 +131,21 @@ void packbits_offsets(place at, const std::int32_t* indptr, std::int64_t count, 
 void packbits(place at, const std::uint8_t* x, std::int64_t x_count, const std::int32_t* indptr, const std::int32_t* offsets,
               std::int64_t count, bool little, std::uint8_t* out, std::int64_t out_count);
 
+/// SGLang's reconstruct_indices_from_tree_mask (its backend form) as plain pointers, all in the memory
+/// of the call: `tree_mask` bytes (`mask_bytes` = bs n n), int64 seq_lens and outputs.
+struct reconstruct_arrays {
+  std::int64_t bs = 0;
+  std::int64_t n = 0;                     ///< draft_token_num
+  const std::uint8_t* tree_mask = nullptr;
+  std::int64_t mask_bytes = 0;
+  const std::int64_t* seq_lens = nullptr;  ///< `[bs]`
+  std::int64_t* positions = nullptr;       ///< `[bs * n]`
+  std::int64_t* retrive_index = nullptr;   ///< `[bs x n]`
+  std::int64_t* next_token = nullptr;      ///< `[bs x n]`
+  std::int64_t* next_sibling = nullptr;    ///< `[bs x n]`
+};
+void sglang_reconstruct(place at, const reconstruct_arrays& a);
+
 /// SGLang's build_tree_kernel_efficient (specdec::sglang::build_tree, its backend form) as plain
 /// pointers, all in the memory of the call: int64 inputs, `tree_mask` bytes (`mask_bytes` of them:
 /// bools, or `item_bytes`-byte little-endian items when bit-packed), int64 outputs.

@@ -356,6 +356,36 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
   run_sglang(a, at, false);
 }
 
+/// reconstruct_indices_from_tree_mask: SGLang's tree buffers from its masks, written into its caller's
+/// arrays (host arrays, or CUDA arrays: one kernel on `stream`).
+void reconstruct_indices_from_tree_mask(const array& tree_mask, const array& verified_seq_len, const array& positions,
+                                        const array& retrive_index, const array& retrive_next_token,
+                                        const array& retrive_next_sibling, index_t batch_size, index_t draft_token_num,
+                                        std::uintptr_t stream) {
+  const auto at = device_of(verified_seq_len, "verified_seq_len", stream);
+  if (draft_token_num < 1)
+    throw nb::value_error(("draft_token_num: expected >= 1 (the root); got " + std::to_string(draft_token_num)).c_str());
+  specdec_python::cuda::reconstruct_arrays a;
+  a.bs = batch_size;
+  a.n = draft_token_num;
+  a.seq_lens = argument<const std::int64_t>(verified_seq_len, "verified_seq_len", {a.bs}, at);
+  a.tree_mask = static_cast<const std::uint8_t*>(check_array(tree_mask, "tree_mask",
+                                                             {nb::dtype<bool>(), nb::dtype<std::uint8_t>(), nb::dtype<std::int8_t>()},
+                                                             -1, access::read, at ? at->device : host_memory));
+  a.mask_bytes = static_cast<std::int64_t>(tree_mask.size());
+  a.positions = argument<std::int64_t>(positions, "positions", {a.bs * a.n}, at);
+  a.retrive_index = argument<std::int64_t>(retrive_index, "retrive_index", {a.bs, a.n}, at);
+  a.next_token = argument<std::int64_t>(retrive_next_token, "retrive_next_token", {a.bs, a.n}, at);
+  a.next_sibling = argument<std::int64_t>(retrive_next_sibling, "retrive_next_sibling", {a.bs, a.n}, at);
+  if (at) {
+#if SPECDEC_PYTHON_CUDA
+    without_gil([&] { specdec_python::cuda::sglang_reconstruct(*at, a); });
+#endif
+    return;
+  }
+  without_gil([&] { sglang_reconstruct_on(host_backend(), a); });
+}
+
 /// build_tree_kernel_efficient: SGLang's tree buffers written into its caller's arrays (host arrays, or
 /// CUDA arrays: one kernel on `stream`).
 void build_tree_kernel_efficient(const array& parent_list, const array& selected_index, const array& verified_seq_len,
@@ -427,6 +457,10 @@ void bind_peers(nb::module_& m) {
         nb::arg("retrive_index").none(), nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(),
         nb::arg("uniform_samples").none(), nb::arg("uniform_samples_for_final_sampling").none(), nb::arg("target_probs").none(),
         nb::arg("threshold_single"), nb::arg("threshold_acc"), nb::arg("stream") = 0);
+  m.def("reconstruct_indices_from_tree_mask", &reconstruct_indices_from_tree_mask, nb::arg("tree_mask").none(),
+        nb::arg("verified_seq_len").none(), nb::arg("positions").none(), nb::arg("retrive_index").none(),
+        nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("batch_size"),
+        nb::arg("draft_token_num"), nb::arg("stream") = 0);
   m.def("build_tree_kernel_efficient", &build_tree_kernel_efficient, nb::arg("parent_list").none(), nb::arg("selected_index").none(),
         nb::arg("verified_seq_len").none(), nb::arg("tree_mask").none(), nb::arg("positions").none(), nb::arg("retrive_index").none(),
         nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("topk"), nb::arg("depth"),

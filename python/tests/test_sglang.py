@@ -278,3 +278,59 @@ def test_sglang_segment_packbits_in_place():
     assert (y[op[3]:] == 0xAA).all()
     with pytest.raises(ValueError, match="output_indptr: expected at least batch_size \\+ 1 = 6 offsets; got 5"):
         specdec.sglang.segment_packbits(x, ip, op[:5], y, 5)
+
+
+def _reconstruct_reference(mask, seq_lens):
+    """SGLang's reconstructIndicesFromTreeMask kernel transcribed: mask [bs, N, N], only j < i read."""
+    bs, n, _ = mask.shape
+    pos = np.zeros(bs * n, np.int64)
+    ri, nt, ns = (np.full((bs, n), -1, np.int64) for _ in range(3))
+    for b in range(bs):
+        for i in range(n):
+            anc = [j for j in range(i) if mask[b, i, j]]
+            parent = anc[-1] if anc else -1
+            pos[b * n + i] = seq_lens[b] + len(anc)
+            ri[b, i] = b * n + i
+            nt[b, i] = next((k for k in range(i + 1, n) if mask[b, k, i]), -1)
+            if parent != -1:
+                ns[b, i] = next((k for k in range(i + 1, n)
+                                 if mask[b, k, parent] and not any(mask[b, k, j] for j in range(parent + 1, k))), -1)
+    return pos, ri, nt, ns
+
+
+def test_reconstruct_indices_from_tree_mask_equals_sglangs_kernel_and_build_tree():
+    rng = np.random.default_rng(8)
+    for trial in range(30):
+        bs, n = int(rng.integers(1, 4)), int(rng.integers(1, 12))
+        seq = rng.integers(0, 100, bs).astype(np.int64)
+        if trial % 2:  # arbitrary masks: the kernel's definition holds for any bits
+            mask = rng.random((bs, n, n)) < 0.4
+        else:  # trees, parents first: the mask is the ancestor relation
+            mask = np.zeros((bs, n, n), bool)
+            for b in range(bs):
+                parent = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+                for i in range(n):
+                    j = parent[i]
+                    while j != -1:
+                        mask[b, i, j] = True
+                        j = parent[j]
+                    mask[b, i, i] = True
+        out = (np.zeros(bs * n, np.int64), *(np.zeros((bs, n), np.int64) for _ in range(3)))
+        specdec.sglang.reconstruct_indices_from_tree_mask(mask.reshape(-1), seq, *out, bs, n)
+        for got, want in zip(out, _reconstruct_reference(mask, seq)):
+            np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+    # build_tree's own QLEN_ONLY masks give back build_tree's buffers: an EAGLE tree of top-k 2, 3 steps,
+    # whose selected candidates (flat 0, 1, 2, 4, 6) hang under the root, the root, flat 0, flat 1, flat 2.
+    k, steps, n = 2, 3, 6
+    parent_list = np.array([[-1, 0, 1, 2, 4]] * 2, np.int64)
+    selected = np.array([[0, 1, 2, 4, 6], [0, 1, 2, 3, 4]], np.int64)
+    seq = np.array([7, 3], np.int64)
+    mask, positions, (ri, nt, ns) = _build(parent_list, selected, seq, k, steps, n, 1, np.bool_)
+    assert nt[0].tolist() == [1, 3, 4, 5, -1, -1] and ns[0].tolist() == [-1, 2, -1, -1, -1, -1]
+    out = (np.zeros(2 * n, np.int64), *(np.zeros((2, n), np.int64) for _ in range(3)))
+    specdec.sglang.reconstruct_indices_from_tree_mask(mask, seq, *out, 2, n)
+    for got, want in zip(out, (positions, ri, nt, ns)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="tree_mask has 10 entries; expected bs \\* N \\* N = 8"):
+        specdec.sglang.reconstruct_indices_from_tree_mask(np.zeros(10, bool), np.zeros(2, np.int64), np.zeros(4, np.int64),
+                                                          *(np.zeros((2, 2), np.int64) for _ in range(3)), 2, 2)

@@ -20,6 +20,7 @@ std::span<const entry> trees_entries() {
       make<prune_tree_bitmask>(),
       make<batch_tree_mask_packed>(),
       make<sglang_build_tree>(),
+      make<sglang_reconstruct>(),
   };
   return list;
 }

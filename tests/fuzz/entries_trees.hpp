@@ -245,4 +245,23 @@ struct sglang_build_tree {
   }
 };
 
+struct sglang_reconstruct {
+  static constexpr const char* name = "sglang::reconstruct_indices_from_tree_mask";
+  static void plan(call_plan& p) {
+    // Two requests of 3 nodes: 2 x 3 x 3 mask bytes.
+    add<std::uint8_t>(p, "tree_mask", 1, 18, 1, role::in, {1, 0, 0, 1, 1, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1});
+    add<std::int64_t>(p, "verified_seq_len", 1, 2, 1, role::in, {5, 0});
+    add<std::int64_t>(p, "positions", 1, 6, 1, role::out, {});
+    add<std::int64_t>(p, "retrive_index", 2, 2, 3, role::out, {});
+    add<std::int64_t>(p, "retrive_next_token", 2, 2, 3, role::out, {});
+    add<std::int64_t>(p, "retrive_next_sibling", 2, 2, 3, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sglang::reconstruct_indices_from_tree_mask(b, c.v<const std::uint8_t>(0), c.v<const std::int64_t>(1), c.v<std::int64_t>(2),
+                                                        c.m<std::int64_t>(3), c.m<std::int64_t>(4), c.m<std::int64_t>(5));
+    return {};
+  }
+};
+
 }  // namespace fuzz::entry

@@ -4,7 +4,8 @@
 /// `build_tree_kernel_efficient` outputs (positions, retrive_index, retrive_next_token,
 /// retrive_next_sibling, and the tree mask in FULL_MASK, QLEN_ONLY and QLEN_ONLY_BITPACKING), for
 /// batches of requests with their own sequence lengths: on the host, and with SGLang's kernel signature
-/// on any team backend, every buffer in its memory. The dynamic draft loop itself is
+/// on any team backend, every buffer in its memory; and `reconstruct_indices_from_tree_mask`, the same
+/// buffers from the masks alone (SGLang's n-gram trees). The dynamic draft loop itself is
 /// eagle2_tree_builder with `tree_score::probability` and depth = `speculative_num_steps - 1`;
 /// verification of these buffers is in sglang.hpp.
 #pragma once
@@ -262,6 +263,61 @@ void check_build_shapes(const char* where, const matrix_view<const std::int64_t,
                   "; QLEN_ONLY_BITPACKING with ", item_bytes, "-byte items holds at most ", 8 * item_bytes, " nodes per row");
 }
 
+/// `reconstruct_indices_from_tree_mask`, one request per team: each thread takes nodes i, reads row i
+/// of the request's N x N mask for its depth and parent (the last ancestor before it) and column i for
+/// its first descendant; after a sync, its next sibling is the first later node with the same parent.
+/// Scratch: the parents (N entries).
+template <class Space>
+struct sglang_reconstruct_job {
+  vector_view<const std::uint8_t, Space> tree_mask;  // [bs * N * N]: row i of request b, column j nonzero iff j is an ancestor of i
+  vector_view<const std::int64_t, Space> seq_lens;   // [bs]
+  vector_view<std::int64_t, Space> positions;        // [bs * N]
+  matrix_view<std::int64_t, Space> retrive_index;    // [bs x N]
+  matrix_view<std::int64_t, Space> next_token;       // [bs x N]
+  matrix_view<std::int64_t, Space> next_sibling;     // [bs x N]
+  const char* where = "";
+  const char* names[specdec::detail::team_job_names] = {};
+  static void describe(const char* where, const char* name, const specdec::detail::team_fault& f) {
+    specdec::detail::describe_interop_fault(where, name, f);
+  }
+
+  std::size_t scratch_bytes() const { return static_cast<std::size_t>(retrive_index.cols()) * sizeof(index_t); }
+
+  template <class Team>
+  SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t b, std::byte* scratch) const {
+    const index_t n = retrive_index.cols();
+    auto* parent_of = reinterpret_cast<index_t*>(scratch);
+    const index_t seq_len = seq_lens(b);
+    if (seq_len < 0 || seq_len > max_sequence_length)
+      return make_team_fault(mask_fault::sequence_length, arg_verified_seq_len, b, 0, static_cast<double>(seq_len), max_sequence_length);
+    const index_t base = b * n * n;
+    const auto ancestor = [&](index_t i, index_t j) { return tree_mask(base + i * n + j) != 0; };
+    for (index_t i = team.rank(); i < n; i += team.size()) {
+      index_t depth = 0, parent = -1;
+      for (index_t j = 0; j < i; ++j)
+        if (ancestor(i, j)) ++depth, parent = j;
+      parent_of[i] = parent;
+      positions(b * n + i) = seq_len + depth;
+      retrive_index(b, i) = b * n + i;
+      index_t first = -1;
+      for (index_t k = i + 1; k < n && first < 0; ++k)
+        if (ancestor(k, i)) first = k;
+      next_token(b, i) = first;
+    }
+    team.sync();
+    for (index_t i = team.rank(); i < n; i += team.size()) {
+      const index_t parent = parent_of[i];
+      index_t sibling = -1;
+      if (parent >= 0)
+        for (index_t k = i + 1; k < n && sibling < 0; ++k)
+          if (parent_of[k] == parent) sibling = k;
+      next_sibling(b, i) = sibling;
+    }
+    team.sync();  // the scratch is read until here
+    return {};
+  }
+};
+
 template <class Job>
 void name_build_arguments(Job& job, const char* where) {
   specdec::detail::name_job(job, where, {{arg_verified_seq_len, "verified_seq_len"}, {arg_tree_mask, "tree_mask"}});
@@ -406,6 +462,60 @@ void build_tree(B& b, matrix_view<const std::int64_t, typename B::memory_space> 
                                                          num_steps,    mode,                 mask_item_bytes,
                                                          scope};
   detail::name_build_arguments(job, where);
+  b.run_teams(bs, job);
+}
+
+/// SGLang's `reconstruct_indices_from_tree_mask` (sgl-kernel; SGLang's n-gram worker) on a backend,
+/// every buffer in its memory: the tree buffers of a batch of trees given only as their masks. For
+/// request b and node i (N = `retrive_index.cols()` nodes per request, ancestors before descendants):
+/// `depth` = the number of j < i with `tree_mask[(b N + i) N + j]` nonzero and `parent` the last such j
+/// (-1: none); `positions[b N + i]` = `verified_seq_len[b]` + depth; `retrive_index(b, i)` = b N + i;
+/// `retrive_next_token(b, i)` = the first k > i whose row marks i (a descendant: its first child where
+/// ancestors precede descendants), else -1;
+/// `retrive_next_sibling(b, i)` = the first k > i with the same parent (-1 for the root or none). Only
+/// entries below the diagonal are read, as SGLang's kernel. The outputs are SGLang's, bit for bit.
+/// \param tree_mask `[bs * N * N]` bytes (nonzero: an ancestor), \param verified_seq_len `[bs]` int64.
+/// \param positions `[bs * N]`, \param retrive_index, retrive_next_token, retrive_next_sibling `[bs x N]`
+///   int64, every entry written.
+/// 	hrows invalid_argument on shapes that do not match, N outside [1, max_nodes], views null with a
+///   shape, outputs that overlap each other or an input; a seq_len outside [0, 2^40] from the team that
+///   finds it (on CUDA with deferred faults, from `check_faults()`); outputs are then unspecified.
+template <team_backend B>
+void reconstruct_indices_from_tree_mask(B& b, vector_view<const std::uint8_t, typename B::memory_space> tree_mask,
+                                        vector_view<const std::int64_t, typename B::memory_space> verified_seq_len,
+                                        vector_view<std::int64_t, typename B::memory_space> positions,
+                                        matrix_view<std::int64_t, typename B::memory_space> retrive_index,
+                                        matrix_view<std::int64_t, typename B::memory_space> retrive_next_token,
+                                        matrix_view<std::int64_t, typename B::memory_space> retrive_next_sibling) {
+  constexpr const char* where = "specdec::sglang::reconstruct_indices_from_tree_mask";
+  const index_t bs = verified_seq_len.rows(), n = retrive_index.cols();
+  specdec::detail::check_view(where, "verified_seq_len", verified_seq_len, 0);
+  specdec::detail::check_view(where, "tree_mask", tree_mask, 0);
+  SPECDEC_EXPECTS(n >= 1 && n <= max_nodes, where, "draft_token_num = ", n, "; expected 1 to ", max_nodes, " nodes per request");
+  using specdec::detail::extent_of;
+  const auto nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
+  const auto entries = specdec::detail::checked_mul(where, nodes, n, "bs * N * N");
+  SPECDEC_EXPECTS(tree_mask.rows() == entries, where, "tree_mask has ", tree_mask.rows(), " entries; expected bs * N * N = ", entries);
+  specdec::detail::check_view(where, "positions", positions, specdec::detail::indexed_output);
+  SPECDEC_EXPECTS(positions.rows() == nodes, where, "positions has ", positions.rows(), " entries; expected bs * N = ", nodes);
+  for (const auto& [m, name] : {std::pair{&retrive_index, "retrive_index"}, std::pair{&retrive_next_token, "retrive_next_token"},
+                                std::pair{&retrive_next_sibling, "retrive_next_sibling"}}) {
+    specdec::detail::check_view(where, name, *m, specdec::detail::indexed_output);
+    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, name, " is ", m->rows(), " x ", m->cols(), "; expected ", bs, " x ", n);
+  }
+  const specdec::detail::view_extent outputs[] = {extent_of(where, "positions", positions),
+                                                  extent_of(where, "retrive_index", retrive_index),
+                                                  extent_of(where, "retrive_next_token", retrive_next_token),
+                                                  extent_of(where, "retrive_next_sibling", retrive_next_sibling)};
+  const specdec::detail::view_extent inputs[] = {extent_of(where, "tree_mask", tree_mask),
+                                                 extent_of(where, "verified_seq_len", verified_seq_len)};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    for (std::size_t j = i + 1; j < std::size(outputs); ++j) specdec::detail::check_disjoint(where, outputs[i], outputs[j]);
+    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, outputs[i], input);
+  }
+  detail::sglang_reconstruct_job<typename B::memory_space> job{tree_mask, verified_seq_len, positions, retrive_index,
+                                                               retrive_next_token, retrive_next_sibling};
+  specdec::detail::name_job(job, where, {{detail::arg_verified_seq_len, "verified_seq_len"}, {detail::arg_tree_mask, "tree_mask"}});
   b.run_teams(bs, job);
 }
 
