@@ -78,3 +78,43 @@ def test_tensors_through_the_dlpack_exchange_api_keep_offsets_strides_and_dtypes
         specdec.argmax(x.double())
     tokens = torch.tensor([5, 6, 5, 6, 5], dtype=torch.int32)
     assert specdec.propose_ngram(tokens, 3, min_ngram=1).token.tolist() == [5, 6, 5]
+
+
+class _Metadata:
+    def __init__(self, temperature, generators):
+        self.temperature = temperature
+        self.all_greedy, self.all_random = False, bool((temperature != 0).all())
+        self.top_k = self.top_p = None
+        self.generators = generators
+
+
+def test_vllm_form_draws_as_vllm_from_torch_generators():
+    # vLLM 0.33's draws for torch tensors: torch.rand over every draft position, each seeded request's
+    # uniforms redrawn from its generator, then exponential_() over [batch, V] and the seeded requests'
+    # rows; given those numbers explicitly, specdec's probabilities form must emit the same tokens.
+    gen = torch.Generator().manual_seed(3)
+    counts, v = [2, 0, 3, 1], 40
+    tokens = sum(counts)
+    logits = torch.randn(tokens, v, generator=gen)
+    drafts = torch.randint(0, v, (tokens,), generator=gen, dtype=torch.int32)
+    draft_probs = torch.softmax(torch.randn(tokens, v, generator=gen), dim=1)
+    cu = torch.tensor(np.cumsum(counts))
+    bonus = torch.randint(0, v, (4, 1), generator=gen)
+    temperature = torch.ones(4)
+
+    def seeded():
+        return {0: torch.Generator().manual_seed(11), 2: torch.Generator().manual_seed(12)}
+
+    torch.manual_seed(5)
+    got = specdec.rejection_sample(drafts, counts, 3, cu, draft_probs, logits, bonus, _Metadata(temperature, seeded()))
+    torch.manual_seed(5)
+    gens = seeded()
+    u = torch.rand((tokens,), dtype=torch.float64)
+    u[0:2] = torch.empty(2, dtype=torch.float64).uniform_(generator=gens[0])
+    u[2:5] = torch.empty(3, dtype=torch.float64).uniform_(generator=gens[2])
+    q = torch.empty((4, v), dtype=torch.float32).exponential_()
+    q[0] = torch.empty(v).exponential_(generator=gens[0])
+    q[2] = torch.empty(v).exponential_(generator=gens[2])
+    want = specdec.rejection_sample(drafts, counts, 3, cu, draft_probs, None, bonus, None, target_probs=torch.softmax(logits, dim=-1),
+                                    uniform_probs=u, exponentials=q)
+    assert torch.equal(got, want)
