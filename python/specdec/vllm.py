@@ -121,6 +121,7 @@ def _rejection_sample_probs(draft_token_ids, max_spec_len, cu_num_draft_tokens, 
     on_cuda = _is_torch(target_probs) and target_probs.is_cuda
     max_spec_len = _args.integer("max_spec_len", max_spec_len, 0, _args.INT32_MAX - 1)
     tokens, v = _args.shape("target_probs", target_probs, 2)
+    _check_rows("target_probs", tokens, draft_token_ids)
     cu = cu_num_draft_tokens
     if not on_cuda or uniform_probs is None:
         cu = _args.integers("cu_num_draft_tokens", cu_num_draft_tokens, "int64", scalar=True, what="cumulative counts")
@@ -173,6 +174,14 @@ def _bonus(convert, bonus_token_ids, ndim, *like):
             raise ValueError(f"bonus_token_ids: expected shape [batch] or [batch, 1]; got {tuple(got.shape)}")
         return got.reshape(-1)
     return convert("bonus_token_ids", bonus_token_ids, "int32", *like, what="token ids")
+
+
+def _check_rows(name: str, tokens: int, draft_token_ids) -> None:
+    """One target row per draft token: the rows are the argument at fault when they differ (the drafts
+    and their counts agree among themselves, which the counts' check judges)."""
+    drafts = _args.shape("draft_token_ids", draft_token_ids, 1)[0]
+    if drafts != tokens:
+        raise ValueError(f"{name}: expected {drafts} rows (one per draft token: draft_token_ids has {drafts}); got {tokens}")
 
 
 def _check_counts(cu, tokens: int, max_spec_len: int) -> None:
@@ -283,6 +292,7 @@ def _vllm_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_n
                            bonus_token_ids, md, uniform_probs, exponentials, seed, offset, generator, cuda_stream):
     """vLLM 0.33's form of :func:`rejection_sample` (``SamplingMetadata``, target logits)."""
     tokens, v = _args.shape("target_logits", target_logits, 2)
+    _check_rows("target_logits", tokens, draft_token_ids)
     max_spec_len = _args.integer("max_spec_len", max_spec_len, 0, _args.INT32_MAX - 1)
     cu = _args.integers("cu_num_draft_tokens", _host_values(cu_num_draft_tokens), "int64", scalar=True, what="cumulative counts")
     _check_counts(cu, tokens, max_spec_len)

@@ -264,3 +264,12 @@ def test_vllm_form_names_what_is_wrong():
         specdec.rejection_sample(ids, [2], 2, np.array([2]), None, logits, bonus, Metadata([1.0, 1.0]))
     with pytest.raises(TypeError, match=r"sampling_metadata.generators\[0\]: expected a torch.Generator or numpy.random.Generator"):
         specdec.rejection_sample(ids, [2], 2, np.array([2]), None, logits, bonus, Metadata([1.0], generators={0: 5}))
+
+
+def test_wrong_target_row_counts_blame_the_rows():
+    ids, cu, bonus = np.array([1, 2, 3, 0], np.int32), np.array([4]), np.array([[0]])
+    rows = np.full((3, 4), 0.25, np.float32)
+    with pytest.raises(ValueError, match=r"^target_probs: expected 4 rows \(one per draft token: draft_token_ids has 4\); got 3$"):
+        specdec.rejection_sample(ids, None, 4, cu, None, None, bonus, target_probs=rows, seed=1)
+    with pytest.raises(ValueError, match=r"^target_logits: expected 4 rows \(one per draft token: draft_token_ids has 4\); got 3$"):
+        specdec.rejection_sample(ids, [4], 4, cu, None, rows, bonus, Metadata([1.0]), seed=1)
