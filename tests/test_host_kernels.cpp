@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host's vector forms against their plain definitions, bit for bit: Philox fills (uniform floats,
-// doubles, exponentials) against philox_stream's scalar values. Built for the portable target
-// (specdec_tests) and for this CPU (specdec_tests_native), so each instruction set's path is run.
+// doubles, exponentials) against philox_stream's scalar values, and FlashInfer's row filters on the
+// host's one-thread team (filter_host.hpp's passes) against the same job run as the device runs it (the
+// radix search, on a team type of its own) and against a sort-based reference. Built for the portable
+// target (specdec_tests) and for this CPU (specdec_tests_native), so each instruction set's path is run.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -100,3 +102,245 @@ TEST_CASE("The vector logarithm behind the exponentials is within 2^-44 of -log(
 }
 #endif
 
+namespace {
+
+/// A one-thread team of its own type: filter_rows_job runs its radix search on it, as on the device.
+struct radix_team {
+  index_t rank() const noexcept { return 0; }
+  index_t size() const noexcept { return 1; }
+  void sync() const noexcept {}
+  std::byte* wide_scratch() const noexcept { return nullptr; }
+};
+
+/// The job's output for rows x (`[rows x V]`), through the radix search.
+std::vector<float> radix_filter(const std::vector<float>& x, index_t rows, index_t v, std::int64_t k, float p, bool renormalise) {
+  std::vector<float> out(x.size());
+  const std::int64_t ks[1] = {k};
+  const float ps[1] = {p};
+  sampling::detail::filter_rows_job<specdec::host_space> job{
+      specdec::matrix_view<const float>(x.data(), rows, v), specdec::matrix_view<float>(out.data(), rows, v),
+      k > 0 ? specdec::vector_view<const std::int64_t>(ks, 1) : specdec::vector_view<const std::int64_t>{},
+      p > 0.0f ? specdec::vector_view<const float>(ps, 1) : specdec::vector_view<const float>{}, renormalise, "radix", {}};
+  std::vector<std::byte> scratch(job.scratch_bytes() + 16);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+  radix_team team;
+  for (index_t r = 0; r < rows; ++r) {
+    const auto f = job(team, r, base);
+    REQUIRE(f.code == 0);
+  }
+  return out;
+}
+
+/// The host's output (specdec::eigen: the one-thread team, filter_host.hpp's passes).
+std::vector<float> host_filter(const std::vector<float>& x, index_t rows, index_t v, std::int64_t k, float p, bool renormalise) {
+  std::vector<float> out(x.size());
+  specdec::eigen b;
+  const std::int64_t ks[1] = {k};
+  const float ps[1] = {p};
+  const specdec::matrix_view<const float> in(x.data(), rows, v);
+  const specdec::vector_view<const std::int64_t> kv(ks, 1);
+  const specdec::vector_view<const float> pv(ps, 1);
+  const specdec::matrix_view<float> o(out.data(), rows, v);
+  if (!renormalise) sampling::top_k_mask_logits(b, in, kv, o);
+  else if (k > 0 && p > 0.0f) sampling::top_k_top_p_joint_renorm(b, in, kv, pv, o);
+  else if (p > 0.0f) sampling::top_p_renorm(b, in, pv, o);
+  else sampling::top_k_renorm(b, in, kv, o);
+  // In place too: the same bits.
+  std::vector<float> again = x;
+  const specdec::matrix_view<float> io(again.data(), rows, v);
+  if (!renormalise) sampling::top_k_mask_logits(b, in, kv, io);
+  else if (k > 0 && p > 0.0f) sampling::top_k_top_p_joint_renorm(b, specdec::matrix_view<const float>(again.data(), rows, v), kv, pv, io);
+  else if (p > 0.0f) sampling::top_p_renorm(b, specdec::matrix_view<const float>(again.data(), rows, v), pv, io);
+  else sampling::top_k_renorm(b, specdec::matrix_view<const float>(again.data(), rows, v), kv, io);
+  REQUIRE(std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0);
+  return out;
+}
+
+bool same_rows(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// Row kinds: 0 softmax-like (a long tail), 1 ties (a few levels), 2 all equal, 3 zeros and -0 (-inf for
+/// logits), 4 a range of 2^45 (so that double sums round, and their order shows).
+std::vector<float> make_row(std::uint64_t seed, index_t v, int kind, bool probabilities) {
+  const specdec::philox_stream rng{seed, 77};
+  std::vector<float> x(static_cast<std::size_t>(v));
+  double total = 0.0;
+  for (index_t j = 0; j < v; ++j) {
+    const double u = rng.uniform_double(static_cast<std::uint64_t>(j));
+    double e = 0.0;
+    switch (kind) {
+      case 0: e = std::exp(6.0 * (u - 1.0) * (1.0 + 3.0 * rng.uniform_double(static_cast<std::uint64_t>(j + v)))); break;
+      case 1: e = std::floor(u * 5.0); break;
+      case 2: e = 1.0; break;
+      case 4: e = std::ldexp(0.5 + 0.5 * u, -static_cast<int>(45.0 * rng.uniform_double(static_cast<std::uint64_t>(j + v)))); break;
+      case 3: e = rng.uniform_double(static_cast<std::uint64_t>(j + v)) < 0.3 ? 0.0 : u * u; break;
+    }
+    float f = static_cast<float>(e);
+    if (!probabilities) {
+      f = static_cast<float>(std::log(e + 1e-30) * 3.0);
+      if (kind == 3 && e == 0.0) f = -std::numeric_limits<float>::infinity();
+      if (kind == 2) f = 1.5f;
+    }
+    x[static_cast<std::size_t>(j)] = f;
+    total += e;
+  }
+  if (probabilities) {
+    if (total == 0.0) x[0] = 1.0f, total = 1.0;
+    for (index_t j = 0; j < v; ++j) {
+      float& e = x[static_cast<std::size_t>(j)];
+      e = static_cast<float>(static_cast<double>(e) / total);
+      if (e == 0.0f && j % 2 == 0) e = -0.0f;
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("The host's top-k filters equal the radix search: ties, k = 1, k = V, all-equal rows, -inf") {
+  int compared = 0;
+  std::uint64_t seed = 1;
+  for (const index_t v : {index_t{1}, index_t{7}, index_t{100}, index_t{1030}, index_t{5000}, index_t{40000}, index_t{140000}})
+    for (int kind = 0; kind < 5; ++kind)
+      for (const bool probabilities : {true, false}) {
+        const std::vector<float> x = make_row(seed++, v, kind, probabilities);
+        std::vector<std::int64_t> ks = {1, v};
+        if (v > 1) ks.insert(ks.end(), {2, v - 1, (v + 1) / 2, std::min<std::int64_t>(50, v), std::max<std::int64_t>(1, v / 300), std::max<std::int64_t>(1, v / 40)});
+        for (const std::int64_t k : ks) {
+          CAPTURE(v);
+          CAPTURE(kind);
+          CAPTURE(probabilities);
+          CAPTURE(k);
+          const std::vector<float> want = radix_filter(x, 1, v, k, 0.0f, probabilities);
+          CHECK(same_rows(host_filter(x, 1, v, k, 0.0f, probabilities), want));
+          // The sort reference: every entry >= the k-th largest kept.
+          std::vector<float> sorted = x;
+          std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+          const float kth = sorted[static_cast<std::size_t>(k - 1)];
+          for (index_t j = 0; j < v; ++j) {
+            const float got = want[static_cast<std::size_t>(j)], in = x[static_cast<std::size_t>(j)];
+            if (in < kth) REQUIRE(got == (probabilities ? 0.0f : -std::numeric_limits<float>::infinity()));
+            else if (!probabilities) REQUIRE(same_bits(got, in));
+          }
+          ++compared;
+        }
+      }
+  CHECK(compared > 300);
+}
+
+TEST_CASE("The host's top-p and joint renormalisations equal the radix search: p near 0 and 1, ties, all-equal rows") {
+  int compared = 0;
+  std::uint64_t seed = 1000;
+  for (const index_t v : {index_t{1}, index_t{7}, index_t{100}, index_t{1030}, index_t{5000}, index_t{40000}, index_t{140000}})
+    for (int kind = 0; kind < 5; ++kind) {
+      const std::vector<float> x = make_row(seed++, v, kind, true);
+      // p just above and below partial masses of the sorted row (where the cut's test is closest), near
+      // 0 and 1, and 1 itself.
+      std::vector<float> sorted = x;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      double run = 0.0;
+      std::vector<float> ps = {1e-9f, 1e-3f, 0.3f, 0.5f, 0.9f, 0.95f, 0.999999f, 1.0f};
+      for (std::size_t i = 0; i < sorted.size() && i < 40; ++i) {
+        run += static_cast<double>(sorted[i]);
+        ps.push_back(static_cast<float>(run));
+        ps.push_back(std::nextafter(static_cast<float>(run), 0.0f));
+        ps.push_back(std::nextafter(static_cast<float>(run), 2.0f));
+      }
+      for (float& p : ps) p = std::min(1.0f, std::max(p, 1e-12f));
+      for (const float p : ps)
+        for (const std::int64_t k : {std::int64_t{0}, std::int64_t{1}, std::min<std::int64_t>(v, 20), v}) {
+          CAPTURE(v);
+          CAPTURE(kind);
+          CAPTURE(p);
+          CAPTURE(k);
+          const std::vector<float> want = radix_filter(x, 1, v, k, p, true);
+          REQUIRE(same_rows(host_filter(x, 1, v, k, p, true), want));
+          ++compared;
+        }
+    }
+  CHECK(compared > 1000);
+}
+
+TEST_CASE("The host's filters keep what the definitions keep, several rows at once") {
+  // A plain reference of the top-p rule: a token is kept iff the mass strictly above it (summed in
+  // double, any order; the rows here leave no mass within rounding of p) is below p.
+  const index_t rows = 5, v = 3000;
+  std::vector<float> x;
+  for (index_t r = 0; r < rows; ++r) {
+    const auto row = make_row(500 + static_cast<std::uint64_t>(r), v, 0, true);
+    x.insert(x.end(), row.begin(), row.end());
+  }
+  for (const float p : {0.2f, 0.7f, 0.97f}) {
+    const std::vector<float> got = host_filter(x, rows, v, 0, p, true);
+    CHECK(same_rows(got, radix_filter(x, rows, v, 0, p, true)));
+    for (index_t r = 0; r < rows; ++r) {
+      const float* in = x.data() + r * v;
+      std::vector<float> sorted(in, in + v);
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      for (index_t j = 0; j < v; j += 7) {
+        double above = 0.0;
+        for (const float s : sorted)
+          if (s > in[j]) above += static_cast<double>(s);
+        CHECK((got[static_cast<std::size_t>(r * v + j)] != 0.0f) == (above < static_cast<double>(p) && in[j] != 0.0f));
+      }
+    }
+  }
+}
+
+#if SPECDEC_FILTER_HOST_PASSES
+TEST_CASE("The host filter's passes sum in the canonical order: totals and masses equal a scalar walk of the lanes") {
+  namespace fp = sampling::detail::filter_passes;
+  // The canonical order written out: lane j % 8 of each 1024-entry chunk in index order, lanes combined
+  // ((0+1)+(2+3))+((4+5)+(6+7)), chunks added in order.
+  const auto canonical = [](const std::vector<float>& x, const auto& keep) {
+    double total = 0.0;
+    for (std::size_t c0 = 0; c0 < x.size(); c0 += 1024) {
+      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (std::size_t j = c0; j < std::min(x.size(), c0 + 1024); ++j)
+        if (keep(x[j])) lane[(j - c0) % 8] += static_cast<double>(x[j]);
+      total += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    }
+    return total;
+  };
+  int checked = 0;
+  for (const index_t v : {index_t{1}, index_t{7}, index_t{9}, index_t{63}, index_t{65}, index_t{1023}, index_t{1025}, index_t{2100},
+                          index_t{4096}, index_t{33333}})
+    for (int kind = 0; kind < 5; ++kind) {
+      const std::vector<float> x = make_row(7000 + static_cast<std::uint64_t>(v) * 5 + static_cast<std::uint64_t>(kind), v, kind, true);
+      std::vector<float> maxima(static_cast<std::size_t>(specdec::detail::maxima_blocks(v) + fp::maxima_padding));
+      const fp::row_check c = fp::check_row<true>(x.data(), v, maxima.data());
+      CAPTURE(v);
+      CAPTURE(kind);
+      CHECK(!c.bad);
+      CHECK(same_bits(c.total, canonical(x, [](float) { return true; })));
+      CHECK(c.max == *std::max_element(x.begin(), x.end()));
+      std::vector<float> sorted = x;
+      std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+      for (const std::size_t at : {std::size_t{0}, sorted.size() / 3, sorted.size() - 1}) {
+        const float t = sorted[at];
+        for (const float* m : {static_cast<const float*>(nullptr), static_cast<const float*>(maxima.data())}) {
+          const fp::mass_pair got = fp::canonical_masses(x.data(), v, t, m);
+          CHECK(same_bits(got.above, canonical(x, [t](float e) { return e > t; })));
+          CHECK(same_bits(got.at_or_above, canonical(x, [t](float e) { return e >= t; })));
+          ++checked;
+        }
+      }
+    }
+  CHECK(checked == 300);
+  // Short rows and tails, many of them: a few entries' sum rounds differently in another lane order only
+  // now and then.
+  for (index_t v = 1; v <= 80; ++v)
+    for (std::uint64_t seed = 0; seed < 30; ++seed) {
+      const std::vector<float> x = make_row(90000 + seed * 100 + static_cast<std::uint64_t>(v), v, 4, true);
+      CAPTURE(v);
+      CAPTURE(seed);
+      std::vector<float> maxima(static_cast<std::size_t>(specdec::detail::maxima_blocks(v) + fp::maxima_padding));
+      REQUIRE(same_bits(fp::check_row<true>(x.data(), v, maxima.data()).total, canonical(x, [](float) { return true; })));
+      const float t = x[static_cast<std::size_t>(v / 2)];
+      const fp::mass_pair got = fp::canonical_masses(x.data(), v, t, maxima.data());
+      REQUIRE(same_bits(got.above, canonical(x, [t](float e) { return e > t; })));
+      REQUIRE(same_bits(got.at_or_above, canonical(x, [t](float e) { return e >= t; })));
+    }
+}
+#endif

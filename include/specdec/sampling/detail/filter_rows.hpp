@@ -16,19 +16,28 @@
 /// chunk, lane) item in index order, lanes combined per chunk, chunks in order), as the samplers'
 /// masses are; M is then monotone in K (rounding is monotone and the entries are >= 0), so the kept set
 /// is exactly {x : M(key(x)) < p}.
+///
+/// Those definitions are the job's output. On the host's one-thread team (`serial_team` over host memory)
+/// the row goes to `host_row`, which reaches the same k-th largest entry and cut through vector passes
+/// (filter_host.hpp says how, and why the bits cannot differ); other teams (CUDA blocks, the tests'
+/// 4-thread host teams) search as above.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <specdec/backend/detail/math.hpp>
 #include <specdec/backend/detail/row_simd.hpp>
 #include <specdec/backend/detail/sample_kernels.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
+#include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/faults.hpp>
+#include <specdec/sampling/detail/filter_host.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
@@ -111,8 +120,12 @@ struct filter_rows_job {
   }
   std::size_t scratch_bytes() const {
     const auto items = static_cast<std::size_t>(row_pass_items());
-    return items * (sizeof(double) + sizeof(std::int64_t) + (digits - 1) * sizeof(double) + digits * sizeof(std::int32_t)) +
-           digits * (sizeof(std::int64_t) + sizeof(double));
+    const std::size_t radix = items * (sizeof(double) + sizeof(std::int64_t) + (digits - 1) * sizeof(double) + digits * sizeof(std::int32_t)) +
+                              digits * (sizeof(std::int64_t) + sizeof(double));
+#if SPECDEC_FILTER_HOST_PASSES
+    if constexpr (std::is_same_v<Space, host_space>) return std::max(radix, filter_passes::scratch_bytes(vocab()));
+#endif
+    return radix;
   }
 
   /// The item's entries: [begin, end) with stride `lanes`, from begin + item % lanes.
@@ -253,6 +266,53 @@ struct filter_rows_job {
     return prefix;
   }
 
+#if SPECDEC_FILTER_HOST_PASSES
+  /// Row r on the host's one-thread team: filter_host.hpp's vector passes, this job's bits (k and p
+  /// checked). A top-p cut they cannot settle is searched as the device searches it.
+  team_fault host_row(specdec::detail::serial_team& team, index_t r, std::int64_t k, float p, std::byte* scratch) const {
+    const index_t n = vocab();
+    const float* x = in.row(r);
+    float* maxima = reinterpret_cast<float*>(scratch);
+    float* buffer = maxima + specdec::detail::maxima_blocks(n) + filter_passes::maxima_padding;
+    const bool cuts_k = k < n;
+    const filter_passes::row_check checked =
+        renormalise ? filter_passes::check_row<true>(x, n, maxima) : filter_passes::check_row<false>(x, n, maxima);
+    if (checked.bad) {
+      const index_t j = renormalise ? filter_passes::first_bad<true>(x, n) : filter_passes::first_bad<false>(x, n);
+      return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r, j, x[j]);
+    }
+    const double error = checked.total - 1.0;
+    if (renormalise && !(error <= renorm_sum_tolerance && error >= -renorm_sum_tolerance))
+      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, 0, checked.total);
+    // Every kept entry is >= tau (filter_host.hpp: the kept set is one threshold's).
+    float tau = cuts_k ? filter_passes::kth_largest(x, n, static_cast<index_t>(k), checked.max, maxima, buffer)
+                       : specdec::detail::negative_infinity<float>();
+    double mass = checked.total;  // of the entries >= tau, once tau is final
+    bool weighed_tau = !cuts_k;
+    if (!top_p.empty()) {
+      filter_passes::cut_value cut = filter_passes::top_p_cut(x, n, p, checked.total, checked.max, maxima, buffer);
+      if (!cut.found) {
+        const std::uint32_t key = top_p_cut(team, carve(scratch), x, p);
+        cut.d = key == 0 ? specdec::detail::negative_infinity<float>() : from_order_key(key);
+        cut.kept_mass = key == 0 ? checked.total : filter_passes::canonical_masses(x, n, cut.d, maxima).at_or_above;
+      }
+      if (cut.d >= tau) {
+        tau = cut.d;
+        mass = cut.kept_mass;
+        weighed_tau = true;
+      }
+    }
+    float* y = out.row(r);
+    if (!renormalise) {
+      filter_passes::write_masked(x, n, tau, maxima, y);
+      return {};
+    }
+    if (!weighed_tau) mass = filter_passes::canonical_masses(x, n, tau, maxima).at_or_above;
+    filter_passes::write_renormalised(x, n, tau, mass, maxima, y);
+    return {};
+  }
+#endif
+
   template <class Team>
   SPECDEC_HOST_DEVICE team_fault operator()(Team& team, index_t r, std::byte* scratch) const {
     const layout l = carve(scratch);
@@ -261,6 +321,10 @@ struct filter_rows_job {
     if (k < 1 || k > n) return make_team_fault(sampling_fault::top_k_value, filter_arg_k, r, 0, static_cast<double>(n), k);
     const float p = top_p.empty() ? 1.0f : top_p(top_p.rows() == 1 ? 0 : r);
     if (!(p > 0.0f && p <= 1.0f)) return make_team_fault(sampling_fault::top_p_value, filter_arg_p, r, 0, static_cast<double>(p));
+#if SPECDEC_FILTER_HOST_PASSES
+    if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<Team, specdec::detail::serial_team>)
+      return host_row(team, r, k, p, scratch);
+#endif
     const float* x = in.row(r);
     const weighed checked = weigh(team, l, x, [](float) { return true; });
     if (checked.first_bad >= 0)
