@@ -65,11 +65,12 @@ __all__ = [
     "tree_speculative_sampling_target_only",
     "build_tree_kernel_efficient",
     "philox_uniforms",
+    "philox_exponentials",
 ]
 
 
 # The functions, by the layer or peer they serve (each module names its C++ counterpart).
-from ._common import philox_uniforms  # noqa: E402,F401
+from ._common import philox_exponentials, philox_uniforms  # noqa: E402,F401
 from .flashinfer import *  # noqa: E402,F401,F403
 from .flashinfer import _chain_as_batch  # noqa: E402,F401 (tests call it)
 from .rows import *  # noqa: E402,F401,F403

@@ -11,7 +11,7 @@ import numpy as np
 from . import _args, _specdec
 from ._args import is_torch as _is_torch
 
-__all__ = ["philox_uniforms"]
+__all__ = ["philox_uniforms", "philox_exponentials"]
 
 
 # The one-row call's fixed cost is mostly the output's allocation: torch.empty with the sizes as
@@ -97,4 +97,18 @@ def philox_uniforms(seed: int, offset: int, rows: int, count: int, dtype: str = 
     shape = _args.elements("count", (_args.size("rows", rows), _args.size("count", count)))
     out = np.empty(shape, dtype=_dtype_name("dtype", dtype, ("float64", "float32")))  # np.float32, "float64", ...
     _specdec.philox_uniforms(seed, offset, out)
+    return out
+
+
+def philox_exponentials(seed: int, offset: int, rows: int, count: int) -> np.ndarray:
+    """float32 ``[rows x count]`` Exp(1) samples: row r is ``-log1p(-u)`` of Philox stream ``(seed, r)``'s
+    float64 uniforms from ``offset`` (``philox_uniforms(seed, offset, rows, count)``), the double rounded
+    to float32: ``(-np.log1p(-philox_uniforms(...))).astype(np.float32)`` where numpy's log1p is the C
+    library's, computed in C++ (``specdec::sampling::philox_exponentials``). ``rejection_sample`` draws
+    its ``exponentials`` so from ``seed + 1``."""
+    seed = _args.integer("seed", seed, 0, _args.UINT64_END - 1)
+    offset = _args.integer("offset", offset, 0, _args.UINT64_END - 1)
+    shape = _args.elements("count", (_args.size("rows", rows), _args.size("count", count)))
+    out = np.empty(shape, dtype=np.float32)
+    _specdec.philox_exponentials(seed, offset, out)
     return out

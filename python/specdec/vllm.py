@@ -11,7 +11,7 @@ import numpy as np
 from . import _args, _specdec
 from ._args import is_torch as _is_torch
 from ._args import seed_offset as _seed_offset
-from ._common import _empty, _stream, philox_uniforms
+from ._common import _empty, _stream, philox_exponentials, philox_uniforms
 
 __all__ = ["rejection_sample", "apply_sampling_constraints", "apply_top_k_top_p", "GREEDY_TEMPERATURE", "MAX_SPEC_LEN"]
 
@@ -73,7 +73,7 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     (n-gram drafts: q = 1); bonus_token_ids int ``[batch]`` or ``[batch, 1]``. ``uniform_probs`` (float64
     ``[num_tokens]``) and ``exponentials`` (float32 ``[batch, V]``) replace the draws; ``seed`` / ``offset``
     (ints): request r reads Philox stream ``(seed, r)`` from ``offset`` for its uniforms and ``(seed + 1,
-    r)`` for its exponentials (``-log(1 - u)``). Host arrays, or (a CUDA build) ``target`` a CUDA tensor:
+    r)`` for its exponentials (``-log1p(-u)`` rounded to float32: ``philox_exponentials``). Host arrays, or (a CUDA build) ``target`` a CUDA tensor:
     then every array is taken to its device, one kernel runs with one block per request on
     ``cuda_stream`` (0: the current stream), and the output is a CUDA tensor, the host's tokens bit for
     bit. Raises TypeError / ValueError naming the argument at fault.
@@ -368,14 +368,15 @@ def _greedy_walk(argmax, drafts, counts, bonus, greedy, width: int, v: int) -> n
 
 def _philox_per_request(seed: int, offset: int, counts) -> np.ndarray:
     """Request r's uniforms: Philox stream (seed, r) from `offset`, as many as it has drafts, back to back."""
-    batch = len(counts)
-    per_request = philox_uniforms(seed, offset, batch, max(int(counts.max(initial=0)), 1))
-    return np.concatenate([per_request[r, :counts[r]] for r in range(batch)]) if batch else np.empty(0)
+    width = max(int(counts.max(initial=0)), 1)
+    per_request = philox_uniforms(seed, offset, len(counts), width)
+    return per_request[np.arange(width) < np.asarray(counts)[:, None]]  # row by row: request r's first counts[r]
 
 
 def _philox_exponentials(seed: int, offset: int, batch: int, v: int) -> np.ndarray:
-    """Exp(1) draws ``[batch, V]`` float32: request r's row from Philox stream (seed + 1, r) at `offset`."""
-    return (-np.log1p(-philox_uniforms((seed + 1) % _args.UINT64_END, offset, batch, v))).astype(np.float32)
+    """Exp(1) draws ``[batch, V]`` float32: request r's row from Philox stream (seed + 1, r) at `offset`
+    (``-log1p(-u)`` rounded to float32: ``philox_exponentials``)."""
+    return philox_exponentials((seed + 1) % _args.UINT64_END, offset, batch, v)
 
 
 def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata=None, top_k=None, top_p=None, all_greedy=False, *,

@@ -31,6 +31,7 @@
 #include <specdec/sampling/batch.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/distribution.hpp>
+#include <specdec/sampling/randomness.hpp>
 #include <specdec/version.hpp>
 
 using namespace specdec_python;
@@ -132,20 +133,29 @@ void row_logsumexp(const array& logits, float temperature, const array& out, std
 }
 
 /// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:
-/// uniform_double, float32: uniform).
+/// uniform_double, float32: uniform), filled several Philox blocks at a time (sampling::philox_uniforms).
 void philox_uniforms(std::uint64_t seed, std::uint64_t offset, const array& out) {
   check_array(out, "out", {nb::dtype<double>(), nb::dtype<float>()}, 2, access::write);
   const bool wide = out.dtype() == nb::dtype<double>();
-  const auto rows = static_cast<index_t>(out.shape(0)), count = static_cast<index_t>(out.shape(1));
+  const auto rows = static_cast<std::size_t>(out.shape(0)), count = static_cast<std::size_t>(out.shape(1));
   without_gil([&] {
-    for (index_t r = 0; r < rows; ++r) {
+    for (std::size_t r = 0; r < rows; ++r) {
       const specdec::philox_stream s{seed, static_cast<std::uint64_t>(r)};
-      for (index_t i = 0; i < count; ++i) {
-        const auto at = offset + static_cast<std::uint64_t>(i);
-        if (wide) static_cast<double*>(out.data())[r * count + i] = s.uniform_double(at);
-        else static_cast<float*>(out.data())[r * count + i] = s.uniform(at);
-      }
+      if (wide) specdec::sampling::philox_uniforms(s, offset, std::span<double>(static_cast<double*>(out.data()) + r * count, count));
+      else specdec::sampling::philox_uniforms(s, offset, std::span<float>(static_cast<float*>(out.data()) + r * count, count));
     }
+  });
+}
+
+/// `[rows x count]` float32 Exp(1) samples: row r is -log1p(-u) of philox_stream{seed, r}'s uniform_double
+/// from position `offset` (sampling::philox_exponentials).
+void philox_exponentials(std::uint64_t seed, std::uint64_t offset, const array& out) {
+  check_array(out, "out", {nb::dtype<float>()}, 2, access::write);
+  const auto rows = static_cast<std::size_t>(out.shape(0)), count = static_cast<std::size_t>(out.shape(1));
+  without_gil([&] {
+    for (std::size_t r = 0; r < rows; ++r)
+      specdec::sampling::philox_exponentials(specdec::philox_stream{seed, static_cast<std::uint64_t>(r)}, offset,
+                                             std::span<float>(static_cast<float*>(out.data()) + r * count, count));
   });
 }
 
@@ -195,6 +205,7 @@ NB_MODULE(_specdec, m) {
                                    std::to_string(SPECDEC_VERSION_PATCH))
                                       .c_str());
   m.def("philox_uniforms", &philox_uniforms, nb::arg("seed"), nb::arg("offset"), nb::arg("out").none());
+  m.def("philox_exponentials", &philox_exponentials, nb::arg("seed"), nb::arg("offset"), nb::arg("out").none());
   m.def("_address", &address, nb::arg("array").none());
   m.def("_time_cpp", &time_cpp, nb::arg("op"), nb::arg("pool"), nb::arg("reps"));
   m.attr("cuda") = nb::bool_(SPECDEC_PYTHON_CUDA != 0);

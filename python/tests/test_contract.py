@@ -325,6 +325,8 @@ def targets():
     add("philox_uniforms", specdec.philox_uniforms, lambda kw: specdec.philox_uniforms(**kw),
         lambda r: dict(seed=3, offset=2, rows=2, count=3, dtype="float32"),
         dict(seed="u64", offset="u64", rows="size", count="size", dtype="str"))
+    add("philox_exponentials", specdec.philox_exponentials, lambda kw: specdec.philox_exponentials(**kw),
+        lambda r: dict(seed=3, offset=2, rows=2, count=3), dict(seed="u64", offset="u64", rows="size", count="size"))
 
     # specdec's trees
     def tree(r):
@@ -717,6 +719,8 @@ def test_sizes_are_checked_before_anything_is_allocated():
     _raises(ValueError, "count", specdec.philox_uniforms, 1, 0, 1, 2**40)
     _raises(ValueError, "rows", specdec.philox_uniforms, 1, 0, -1, 1)
     _raises(ValueError, "count", specdec.philox_uniforms, 1, 0, 2**30, 2**30)  # each fits; the product does not
+    _raises(ValueError, "rows", specdec.philox_exponentials, 1, 0, -1, 1)
+    _raises(ValueError, "count", specdec.philox_exponentials, 1, 0, 2**30, 2**30)
     tree = specdec.DraftTree.from_parents([1, 2, 3], [-1, 0, 1])
     _raises(ValueError, "prefix_length", tree.mask, 2**40)
     _raises(ValueError, "prefix_length", tree.mask, -1)
