@@ -73,7 +73,8 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     (n-gram drafts: q = 1); bonus_token_ids int ``[batch]`` or ``[batch, 1]``. ``uniform_probs`` (float64
     ``[num_tokens]``) and ``exponentials`` (float32 ``[batch, V]``) replace the draws; ``seed`` / ``offset``
     (ints): request r reads Philox stream ``(seed, r)`` from ``offset`` for its uniforms and ``(seed + 1,
-    r)`` for its exponentials (``-log1p(-u)`` rounded to float32: ``philox_exponentials``). Host arrays, or (a CUDA build) ``target`` a CUDA tensor:
+    r)`` for its exponentials (``-log1p(-u)`` rounded to float32: ``philox_exponentials``). Host arrays,
+    or (a CUDA build) ``target`` a CUDA tensor:
     then every array is taken to its device, one kernel runs with one block per request on
     ``cuda_stream`` (0: the current stream), and the output is a CUDA tensor, the host's tokens bit for
     bit. Raises TypeError / ValueError naming the argument at fault.
