@@ -144,7 +144,7 @@ def vllm_rejection_sample(drafts, counts, max_spec_len, draft_probs, target_logi
     (``global_u`` [num_tokens] float64, ``global_q`` [batch, V] float32), then each seeded request's own
     from its generator in vLLM's order (uniforms, then exponentials); softmax in float32; greedy: the
     argmax of the logits."""
-    batch, (tokens, v) = len(counts), target_logits.shape
+    batch, v = len(counts), target_logits.shape[1]
     out = np.full((batch, max_spec_len + 1), -1, dtype=np.int32)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     is_greedy = np.ones(batch, bool) if md.all_greedy else md.temperature == 0
