@@ -15,13 +15,15 @@
 ///   bracket and gathers those inside it, and nth_element selects among them. Comparisons are exact, so
 ///   the value is the radix search's (as a float: -0 and +0 compare equal, as the kept test compares).
 /// - **top-p cut**: where the row's canonical total is at least p (else K* = 0, every entry kept), K*
-///   is the key of a positive entry: M changes only at entries' keys, and M(key(+0)) is the total. Vector
-///   passes of approximate masses (double sums in any order, within n 2^-52 of the total of the
-///   canonical ones) at seven thresholds narrow the values the cut can lie between, gathering the
-///   entries between them, until few remain; those are sorted, and the approximate masses name the
-///   candidate d. Then one exact pass: K* = key(d) iff M(key(d)) < p <= M(key(d) - 1), both canonical
-///   masses (the entries > d, and >= d); else the next value up or down is tried. Only a candidate the
-///   approximations missed entirely falls back to the radix search itself.
+///   is the key of a positive entry: M changes only at entries' keys, and M(key(+0)) is the total.
+///   Approximate masses narrow the values the cut can lie between: first float masses above seven
+///   fixed binades, taken in the check pass; then double masses (sums in any order, within n 2^-52 of
+///   the total of the canonical ones) at seven thresholds over the entries gathered between the bounds,
+///   until few remain. Every bound is kept only where its mass is farther from p than its error. The
+///   few are sorted and their approximate masses name the candidate d; then one exact pass: K* = key(d)
+///   iff M(key(d)) < p <= M(key(d) - 1), both canonical masses (the entries > d, and >= d); else the
+///   next value up or down is tried. Only a candidate the approximations missed entirely falls back to
+///   the radix search itself.
 ///
 /// The kept set is then {v >= tau} for one float tau (-inf: every entry): kth for top-k, d for top-p,
 /// the larger for both (as K* > key(+0), key(v) >= key(d) is v >= d); the masses and the writes are
@@ -79,73 +81,153 @@ inline float horizontal_max(const f8& m) noexcept {
   return r;
 }
 
+/// Appends the lanes of v selected by `keep` (a comparison mask) to out[0, ...) in lane order and
+/// returns how many: without a branch per lane (a gather whose lanes pass at random mispredicted one
+/// per vector, most of its time). Writes 8 floats at out (the unselected after the selected): `out`
+/// needs 8 floats of room, and may be at or before the vector's own place in the same array.
+inline index_t compress(const f8& v, const i8& keep, float* out) noexcept {
+  const auto bits = static_cast<unsigned>(specdec::detail::lane_bits(keep));
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  const f8 packed = __builtin_ia32_compresssf256_mask(v, v, static_cast<unsigned char>(bits));
+#elif defined(__AVX2__)
+  // The selected lanes' indices, packed low: lane l of the permutation for mask b.
+  static constexpr auto table = [] {
+    struct lut {
+      std::int32_t index[256][8];
+    } t{};
+    for (int b = 0; b < 256; ++b) {
+      int m = 0;
+      for (int l = 0; l < 8; ++l)
+        if ((b >> l) & 1) t.index[b][m++] = l;
+    }
+    return t;
+  }();
+  i8 order;
+  std::memcpy(&order, table.index[bits], sizeof order);
+  const f8 packed = __builtin_ia32_permvarsf256(v, order);
+#else
+  f8 packed = v;
+  int m = 0;
+  for (int l = 0; l < 8; ++l)
+    if ((bits >> l) & 1) packed[m++] = v[l];
+#endif
+  std::memcpy(out, &packed, sizeof packed);
+  return static_cast<index_t>(__builtin_popcount(bits));
+}
+
+/// Thresholds at which the check pass of a top-p row also weighs the entries above (ascending): 2^-21,
+/// 2^-18, ..., 2^-3, where a probability row's mass lies (its largest entry is not known yet).
+inline constexpr int binades = 7;
+inline float binade_threshold(int i) noexcept { return std::ldexp(1.0f, -21 + 3 * i); }
+
 /// What the check pass found: the canonical total (probabilities), whether an entry is bad (outside
-/// [0, 1] or NaN for probabilities; NaN or +inf for logits), and the largest entry.
+/// [0, 1] or NaN for probabilities; NaN or +inf for logits), the largest entry, and (when asked) the
+/// approximate mass above each binade_threshold: float sums in 8 lanes (n / 8 terms each: within
+/// (n / 8) 2^-24 of the total), then in double.
 struct row_check {
   double total;
   bool bad;
   float max;
+  double above[binades];
 };
 
-/// One pass over x[0, n): the check, the row's canonical total (probabilities only: `sum`) and, unless
+/// One pass over x[0, n): the check, the row's canonical total (probabilities only) and, unless
 /// `maxima` is null, the maximum of each 64-entry block (the last may be partial) followed by
-/// maxima_padding -inf.
-template <bool Probabilities>
+/// maxima_padding -inf; with Binades, the masses above the binade thresholds too. Their masked float
+/// adds are independent of the total's chain of double adds, so they fill its latency rather than
+/// adding a pass of their own.
+template <bool Probabilities, bool Binades = false>
 inline row_check check_row(const float* x, index_t n, float* maxima) noexcept {
-  d8 lanes{};
   double total = 0.0;
   i8 good = i8{} - 1;
   f8 row_max = f8{} + negative_infinity<float>();
   const f8 zero{}, one = f8{} + 1.0f, inf = f8{} - negative_infinity<float>();
-  index_t j = 0;
-  const auto vector_at = [&](index_t at, f8& m) {
+  f8 binade[binades] = {}, binade_t[binades];
+  for (int i = 0; i < binades; ++i) binade_t[i] = f8{} + binade_threshold(i);
+  // One vector: its checks, its lanes into `lanes` (a chunk's canonical lanes), its maximum into m.
+  const auto vector_at = [&](index_t at, f8& m, d8& lanes) {
     f8 v;
     std::memcpy(&v, x + at, sizeof v);
     if constexpr (Probabilities) {
       good &= (v >= zero) & (v <= one);
       lanes += __builtin_convertvector(v, d8);
+      if constexpr (Binades) {
+        SPECDEC_UNROLL
+        for (int i = 0; i < binades; ++i) binade[i] = v > binade_t[i] ? binade[i] + v : binade[i];
+      }
     } else {
       good &= v < inf;
     }
     m = m < v ? v : m;  // a NaN never replaces the maximum; `good` reports it
   };
-  const index_t full_blocks = n / block;
-  for (index_t b = 0; b < full_blocks; ++b) {
+  // Whole chunks two at a time: each chunk's lane sums are a chain of dependent double adds, which
+  // alone run slower than the loads; two chunks side by side are two chains. Rows past L2 are
+  // prefetched 8 KiB ahead (the hardware prefetcher left the adds waiting on memory).
+  constexpr index_t blocks_per_chunk = chunk / block;
+  const index_t chunks_whole = n / chunk;
+  index_t c = 0;
+  for (; c + 2 <= chunks_whole; c += 2) {
+    d8 lanes_a{}, lanes_b{};
+    for (index_t i = 0; i < blocks_per_chunk; ++i) {
+      const index_t a0 = c * chunk + i * block, b0 = a0 + chunk;
+      if (b0 + chunk + 2048 <= n)
+        for (index_t l = 0; l < block; l += 16) {
+          __builtin_prefetch(x + a0 + 2048 + l);
+          __builtin_prefetch(x + b0 + 2048 + l);
+        }
+      f8 ma = f8{} + negative_infinity<float>(), mb = ma;
+      for (index_t j = 0; j < block; j += 8) {
+        vector_at(a0 + j, ma, lanes_a);
+        vector_at(b0 + j, mb, lanes_b);
+      }
+      if (maxima != nullptr) {
+        maxima[a0 / block] = horizontal_max(ma);
+        maxima[b0 / block] = horizontal_max(mb);
+      }
+      row_max = row_max < ma ? ma : row_max;
+      row_max = row_max < mb ? mb : row_max;
+    }
+    if constexpr (Probabilities) total = (total + combine(lanes_a)) + combine(lanes_b);
+  }
+  // The rest one block at a time (the last may be partial: whole vectors, then entries into their lanes).
+  d8 lanes{};
+  row_check result{0.0, false, 0.0f, {}};
+  bool tail_good = true;
+  for (index_t b0 = c * chunk; b0 < n; b0 += block) {
+    const index_t end = std::min(n, b0 + block);
     f8 m = f8{} + negative_infinity<float>();
-    for (index_t i = 0; i < block; i += 8) vector_at(b * block + i, m);
-    if (maxima != nullptr) maxima[b] = horizontal_max(m);
+    index_t j = b0;
+    for (; j + 8 <= end; j += 8) vector_at(j, m, lanes);
+    float block_max = horizontal_max(m);
+    for (; j < end; ++j) {
+      const float v = x[j];
+      if constexpr (Probabilities) {
+        tail_good = tail_good && v >= 0.0f && v <= 1.0f;
+        lanes[j % 8] += static_cast<double>(v);
+        for (int i = 0; i < binades; ++i)
+          if (Binades && v > binade_threshold(i)) result.above[i] += static_cast<double>(v);
+      } else {
+        tail_good = tail_good && v < -negative_infinity<float>();
+      }
+      block_max = block_max < v ? v : block_max;
+    }
+    if (maxima != nullptr) maxima[b0 / block] = block_max;
     row_max = row_max < m ? m : row_max;
-    j = (b + 1) * block;
+    row_max = row_max < block_max ? f8{} + block_max : row_max;
     if constexpr (Probabilities)
-      if (j % chunk == 0) {
+      if (end % chunk == 0 || end == n) {
         total += combine(lanes);
         lanes = d8{};
       }
   }
-  // The partial last block: whole vectors, then one entry at a time into its lane.
-  f8 m = f8{} + negative_infinity<float>();
-  for (; j + 8 <= n; j += 8) vector_at(j, m);
-  float tail_max = horizontal_max(m);
-  bool tail_good = true;
-  for (; j < n; ++j) {
-    const float v = x[j];
-    if constexpr (Probabilities) {
-      tail_good = tail_good && v >= 0.0f && v <= 1.0f;
-      lanes[j % 8] += static_cast<double>(v);
-    } else {
-      tail_good = tail_good && v < -negative_infinity<float>();
-    }
-    tail_max = tail_max < v ? v : tail_max;
-  }
-  if (maxima != nullptr) {
-    index_t b = full_blocks;
-    if (full_blocks * block < n) maxima[b++] = tail_max;
-    for (index_t p = 0; p < maxima_padding; ++p) maxima[b + p] = negative_infinity<float>();
-  }
-  if constexpr (Probabilities)
-    if (n % chunk != 0) total += combine(lanes);
-  const float largest = std::max(horizontal_max(row_max), tail_max);
-  return row_check{total, specdec::detail::any_lane(~good) || !tail_good, largest};
+  if (maxima != nullptr)
+    for (index_t p = 0; p < maxima_padding; ++p) maxima[specdec::detail::maxima_blocks(n) + p] = negative_infinity<float>();
+  for (int i = 0; i < binades; ++i)
+    for (int l = 0; l < 8; ++l) result.above[i] += static_cast<double>(binade[i][l]);
+  result.total = total;
+  result.bad = specdec::detail::any_lane(~good) || !tail_good;
+  result.max = horizontal_max(row_max);
+  return result;
 }
 
 /// The first bad entry (the check found one): as filter_rows_job::weigh reports it.
@@ -238,7 +320,8 @@ inline void write_masked(const float* x, index_t n, float tau, const float* maxi
 }
 
 /// y[j] = x[j] >= tau ? float(double(x[j]) / mass) : 0 (y may be x): the quotient in double, rounded
-/// once, as filter_rows_job writes it.
+/// once, as filter_rows_job writes it. (A product with 1 / mass, checked for the rare quotients it could
+/// round differently, measured slower than the division: its checks cost more than the divider.)
 inline void write_renormalised(const float* x, index_t n, float tau, double mass, const float* maxima, float* y) noexcept {
   const d8 divisor = d8{} + mass;
   write_kept(x, n, tau, maxima, 0.0f,
@@ -268,11 +351,10 @@ inline float kth_largest(const float* x, index_t n, index_t k, float largest, co
       for (; j + 8 <= end; j += 8) {
         f8 v;
         std::memcpy(&v, x + j, sizeof v);
-        for (std::uint64_t bits = specdec::detail::lane_bits(v >= f); bits != 0; bits &= bits - 1)
-          if (c < capacity + 1) buffer[c++] = v[__builtin_ctzll(bits)];
+        c += compress(v, v >= f, buffer + c);
       }
       for (; j < end; ++j)
-        if (x[j] >= floor && c < capacity + 1) buffer[c++] = x[j];
+        if (x[j] >= floor) buffer[c++] = x[j];
     }
     if (c <= capacity) return select_kth(buffer, c, k);
   }
@@ -300,8 +382,7 @@ inline float kth_largest(const float* x, index_t n, index_t k, float largest, co
     f8 v;
     std::memcpy(&v, x + j, sizeof v);
     above += static_cast<index_t>(__builtin_popcountll(specdec::detail::lane_bits(v > vhi)));
-    for (std::uint64_t bits = specdec::detail::lane_bits((v >= vlo) & (v <= vhi)); bits != 0; bits &= bits - 1)
-      buffer[c++] = v[__builtin_ctzll(bits)];
+    c += compress(v, (v >= vlo) & (v <= vhi), buffer + c);
   }
   for (; j < n; ++j) {
     above += x[j] > hi;
@@ -344,18 +425,31 @@ inline void masses_above(const float* w, index_t c, const float (&thresholds)[7]
   }
 }
 
-/// Moves the entries of w[0, c) in (lo, hi] to the front of `into` (which may be w), in order; their count.
-inline index_t gather_between(const float* w, index_t c, float lo, float hi, float* into) noexcept {
+/// Moves the entries of w[0, c) in (lo, hi] to the front of `into` (which may be w), in order; their
+/// count. With `above`, also the mass of the entries above hi (double sums in 8 lanes).
+inline index_t gather_between(const float* w, index_t c, float lo, float hi, float* into, double* above = nullptr) noexcept {
   const f8 vlo = f8{} + lo, vhi = f8{} + hi;
+  d8 mass{};
+  const d8 dhi = d8{} + static_cast<double>(hi);
   index_t m = 0, j = 0;
   for (; j + 8 <= c; j += 8) {
     f8 v;
     std::memcpy(&v, w + j, sizeof v);
-    for (std::uint64_t bits = specdec::detail::lane_bits((v > vlo) & (v <= vhi)); bits != 0; bits &= bits - 1)
-      into[m++] = v[__builtin_ctzll(bits)];
+    if (above != nullptr) {
+      const d8 d = __builtin_convertvector(v, d8);
+      mass = d > dhi ? mass + d : mass;
+    }
+    m += compress(v, (v > vlo) & (v <= vhi), into + m);
   }
-  for (; j < c; ++j)
+  double tail = 0.0;
+  for (; j < c; ++j) {
     if (w[j] > lo && w[j] <= hi) into[m++] = w[j];
+    if (w[j] > hi) tail += static_cast<double>(w[j]);
+  }
+  if (above != nullptr) {
+    for (int l = 0; l < 8; ++l) tail += mass[l];
+    *above = tail;
+  }
   return m;
 }
 
@@ -423,31 +517,40 @@ inline index_t crossing_window(float* w, index_t c, double base, double target, 
   return m;
 }
 
-/// The top-p cut of probability row x[0, n) (checked: entries in [0, 1] or -0) whose canonical total
-/// is `total` and largest entry `largest`; `maxima`: check_row's block maxima; `buffer`: n floats.
-inline cut_value top_p_cut(const float* x, index_t n, float p, double total, float largest, const float* maxima, float* buffer) noexcept {
-  const double target = static_cast<double>(p);
+/// The top-p cut of probability row x[0, n) (checked: entries in [0, 1] or -0) from its check pass
+/// (check_row<true, true>: the canonical total, the largest entry and the masses above the binade
+/// thresholds); `maxima`: its block maxima; `buffer`: n floats.
+inline cut_value top_p_cut(const float* x, index_t n, float p, const row_check& checked, const float* maxima, float* buffer) noexcept {
+  const double target = static_cast<double>(p), total = checked.total;
   if (total < target) return cut_value{negative_infinity<float>(), total, true};
-  // Approximate masses are within n 2^-53 (their sum) of the exact ones, and so are the canonical
-  // ones: a mass this far from p is on the same side of p in both.
+  // Approximate masses in double are within n 2^-53 (their sum) of the exact ones, and so are the
+  // canonical ones: a mass this far from p is on the same side of p in both. The check pass's float
+  // masses are within (n / 8) 2^-24.
   const double margin = static_cast<double>(n + 64) * 0x1p-51 * total;
+  const double float_margin = (static_cast<double>(n) / 8.0 + 64.0) * 0x1p-23 * total;
   // K* lies in (key(lo), key(hi)]: M(hi) < p (at first hi is the largest entry: nothing is above it),
   // M(lo) >= p (at first lo = 0: M(key(+0)) is the total). `base` approximates M(hi); w[0, c) holds
-  // the entries in (lo, hi] once gathered (at first, the row itself).
-  float lo = 0.0f, hi = largest;
+  // the entries in (lo, hi] once gathered.
+  float lo = 0.0f, hi = checked.max;
   double base = 0.0;
-  const float* w = x;
-  index_t c = n;
-  bool gathered = false;
-  for (int pass = 0; pass < 32 && (!gathered || c > 256); ++pass) {
-    // Seven thresholds evenly spaced in the bits of the floats in (lo, hi) (the first pass: four
-    // binades apart below the largest entry, where a row's mass lies).
+  // The first narrowing, from the check pass's masses; the gather weighs the mass above hi in double.
+  for (int i = 0; i < binades; ++i) {
+    const float t = binade_threshold(i);
+    if (checked.above[i] >= target + float_margin && t > lo && t < hi) lo = t;
+  }
+  for (int i = binades - 1; i >= 0; --i) {
+    const float t = binade_threshold(i);
+    if (checked.above[i] < target - float_margin && t < hi && t > lo) hi = t;
+  }
+  float* w = buffer;
+  index_t c = gather_between(x, n, lo, hi, buffer, &base);
+  for (int pass = 0; pass < 32 && c > 256; ++pass) {
+    // Seven thresholds evenly spaced in the bits of the floats in (lo, hi).
     const std::int32_t top = float_bits(hi), bottom = float_bits(lo);
-    const std::int64_t step = pass == 0 ? std::int64_t{4} << 23 : (static_cast<std::int64_t>(top) - bottom) / 8;
+    const std::int64_t step = (static_cast<std::int64_t>(top) - bottom) / 8;
     if (step == 0) break;  // (lo, hi) holds too few floats to split
     float t[7];
-    for (int i = 0; i < 7; ++i)
-      t[6 - i] = bits_float(static_cast<std::int32_t>(std::max<std::int64_t>(bottom + 1, top - (i + 1) * step)));
+    for (int i = 0; i < 7; ++i) t[6 - i] = bits_float(static_cast<std::int32_t>(top - (i + 1) * step));
     double m[7];
     masses_above(w, c, t, base, m);
     // The new (lo, hi]: the largest threshold whose mass is surely >= p, the smallest above it surely < p.
@@ -462,10 +565,7 @@ inline cut_value top_p_cut(const float* x, index_t n, float p, double total, flo
     hi = new_hi;
     base = new_base;
     c = gather_between(w, c, lo, hi, buffer);
-    w = buffer;
-    gathered = true;
   }
-  if (!gathered) c = gather_between(x, n, lo, hi, buffer);
   // The candidates: (lo, hi]'s distinct values, and the approximate mass above each. K* is the key of
   // the smallest d whose mass above is below p.
   constexpr index_t most = 8;  // crossing_window's 4 above the candidate, it, 3 below

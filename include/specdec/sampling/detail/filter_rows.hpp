@@ -275,8 +275,9 @@ struct filter_rows_job {
     float* maxima = reinterpret_cast<float*>(scratch);
     float* buffer = maxima + specdec::detail::maxima_blocks(n) + filter_passes::maxima_padding;
     const bool cuts_k = k < n;
-    const filter_passes::row_check checked =
-        renormalise ? filter_passes::check_row<true>(x, n, maxima) : filter_passes::check_row<false>(x, n, maxima);
+    const filter_passes::row_check checked = !renormalise    ? filter_passes::check_row<false>(x, n, maxima)
+                                             : top_p.empty() ? filter_passes::check_row<true>(x, n, maxima)
+                                                             : filter_passes::check_row<true, true>(x, n, maxima);
     if (checked.bad) {
       const index_t j = renormalise ? filter_passes::first_bad<true>(x, n) : filter_passes::first_bad<false>(x, n);
       return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r, j, x[j]);
@@ -290,7 +291,7 @@ struct filter_rows_job {
     double mass = checked.total;  // of the entries >= tau, once tau is final
     bool weighed_tau = !cuts_k;
     if (!top_p.empty()) {
-      filter_passes::cut_value cut = filter_passes::top_p_cut(x, n, p, checked.total, checked.max, maxima, buffer);
+      filter_passes::cut_value cut = filter_passes::top_p_cut(x, n, p, checked, maxima, buffer);
       if (!cut.found) {
         const std::uint32_t key = top_p_cut(team, carve(scratch), x, p);
         cut.d = key == 0 ? specdec::detail::negative_infinity<float>() : from_order_key(key);
