@@ -3,9 +3,12 @@
 softmax, multinomial and a PyTorch transcription of FlashInfer's chain verifier, at V 32000 / 128256 /
 262144 and rows 1 / 8 / 64; 60-node draft trees verified greedily and stochastically (specdec's
 verify_greedy / verify_speculative against torch.argmax / torch.softmax over every node and the walk in
-Python) at batch 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax).
+Python) at batch 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax). Then, on numpy arrays
+and without torch (`--only filters,philox,rejection` runs them where torch is not installed): FlashInfer's
+row filters over the time of `specdec.topk` / `specdec.softmax` on the same rows, nanoseconds per Philox
+value, and vLLM's `rejection_sample` drawing from a seed over the same call given its draws.
 
-    python python/bench/bench_torch.py [--threads N] [--csv FILE]
+    python python/bench/bench_torch.py [--threads N] [--csv FILE] [--only argmax,...,filters,philox,rejection]
 
 Medians of repeated calls on fresh rows from a pool larger than the last-level cache (the inputs are
 read from memory, as a decoding step reads new logits). torch runs with `--threads` threads (default 1:
@@ -16,9 +19,10 @@ import statistics
 import time
 
 import numpy as np
-import torch
 
 import specdec
+
+torch = None  # imported by main() unless only the numpy sections run
 
 
 def median_us(fn, pool, reps):
@@ -153,21 +157,132 @@ def bench_trees(lines, reps):
                 print(f"{name:<22}{v:>8}{batch:>6}{a:>12.1f}{b:>12.1f}{b / a:>15.2f}")
 
 
+def interleaved_us(fns, pools, reps):
+    """Medians of each function in `fns`, called in turn on its own pool (each call on another entry, so
+    that every function sees the same machine state: the VM's drift moves separate loops apart)."""
+    times = [[] for _ in fns]
+    n = len(pools[0])
+    for i in range(reps):
+        for f, pool, into in zip(fns, pools, times):
+            x = pool[i % n]
+            t0 = time.perf_counter_ns()
+            f(x)
+            into.append((time.perf_counter_ns() - t0) / 1000.0)
+    return [statistics.median(t) for t in times]
+
+
+def bench_filters(lines, vocabs, rows_list):
+    """FlashInfer's filters on numpy rows, each over one specdec.topk(x, 50) and one specdec.softmax(x) on
+    the same rows: top_k_mask_logits(logits, 50), top_k_renorm_probs(probs, 50), top_p_renorm_probs(probs,
+    0.9), and top_k_top_p_sampling_from_logits' filtering with k = 50, p = 0.9 in both orders
+    ("top_k_first": the two renormalisations, in place; "joint": one pass of both)."""
+    from specdec.flashinfer import _per_row
+
+    print(f"{'filter (numpy rows)':<26}{'V':>8}{'rows':>6}{'us':>10}{'topk us':>10}{'softmax us':>12}{'/topk':>8}{'/softmax':>10}")
+    for v in vocabs:
+        for rows in rows_list:
+            pool_n = min(32, max(2, int(256e6 // (rows * v * 4 * 2))))
+            rng = np.random.default_rng(0)
+            logits = [rng.standard_normal((rows, v), dtype=np.float32) * 3 for _ in range(pool_n)]
+            probs = [specdec.softmax(x) for x in logits]
+            k50, p90 = _per_row("top_k", 50, "int64", probs[0]), _per_row("top_p", 0.9, "float32", probs[0])
+            out = np.empty((rows, v), np.float32)
+
+            def top_k_first(x):
+                specdec.top_k_renorm_probs(x, 50, out=out)
+                specdec.top_p_renorm_probs(out, 0.9, out=out)
+
+            cases = [("top_k_mask_logits k=50", logits, lambda x: specdec.top_k_mask_logits(x, 50, out=out)),
+                     ("top_k_renorm_probs k=50", probs, lambda x: specdec.top_k_renorm_probs(x, 50, out=out)),
+                     ("top_p_renorm_probs 0.9", probs, lambda x: specdec.top_p_renorm_probs(x, 0.9, out=out)),
+                     ("k=50,p=0.9 top_k_first", probs, top_k_first),
+                     ("k=50,p=0.9 joint", probs, lambda x: specdec._specdec.filter_rows(x, out, k50, p90, True, 0))]
+            reps = 60 if rows * v <= 8 * 128256 else 20
+            topk_out = (np.empty((rows, 50), np.float32), np.empty((rows, 50), np.int32))
+            for name, pool, fn in cases:
+                a, t, sm = interleaved_us([fn, lambda x: specdec.topk(x, 50, *topk_out), lambda x: specdec.softmax(x, out=out)],
+                                          [pool, logits, logits], reps)
+                lines.append(f"{name},{v},{rows},{a:.1f},,,{t:.1f},{a / t:.2f},{a / sm:.2f}")
+                print(f"{name:<26}{v:>8}{rows:>6}{a:>10.1f}{t:>10.1f}{sm:>12.1f}{a / t:>8.2f}{a / sm:>10.2f}")
+
+
+def bench_philox(lines):
+    """Nanoseconds per value of the Philox fills at 64 x 128256 (numpy's -log1p(-u) beside them: what
+    rejection_sample drew its exponentials with before)."""
+    rows, v = 64, 128256
+    u = specdec.philox_uniforms(1, 0, rows, v)
+    cases = [("philox_uniforms float64", lambda i: specdec.philox_uniforms(i, 3, rows, v)),
+             ("philox_uniforms float32", lambda i: specdec.philox_uniforms(i, 3, rows, v, "float32")),
+             ("philox_exponentials", lambda i: specdec.philox_exponentials(i, 3, rows, v)),
+             ("numpy -log1p(-u) float32", lambda i: (-np.log1p(-u)).astype(np.float32))]
+    times = interleaved_us([c[1] for c in cases], [list(range(8))] * len(cases), 11)
+    for (name, _), t in zip(cases, times):
+        ns = t * 1000.0 / (rows * v)
+        lines.append(f"{name},{v},{rows},{t:.1f},,,,{ns:.2f} ns/value,")
+        print(f"{name:<26}{v:>8}{rows:>6}{t:>10.1f} us{ns:>8.2f} ns per value")
+
+
+def bench_rejection(lines, vocabs):
+    """vLLM's rejection_sample at batch 64, 4 drafts per request (draft rows given): drawing its uniforms
+    and exponentials from a seed over the same call given them (precomputed)."""
+    batch, k = 64, 4
+    for v in vocabs:
+        rng = np.random.default_rng(1)
+        tokens = batch * k
+        target = [specdec.softmax(rng.standard_normal((tokens, v), dtype=np.float32) * 2) for _ in range(2)]
+        draft = [specdec.softmax(rng.standard_normal((tokens, v), dtype=np.float32) * 2) for _ in range(2)]
+        ids = rng.integers(0, v, tokens).astype(np.int32)
+        cu = np.arange(1, batch + 1, dtype=np.int64) * k
+        bonus = rng.integers(0, v, batch).astype(np.int32)
+        u = specdec.philox_uniforms(5, 0, batch, k).ravel()
+        e = specdec.philox_exponentials(6, 0, batch, v)
+        pairs = list(zip(draft, target))
+        seeded, given = interleaved_us(
+            [lambda dt: specdec.rejection_sample(ids, None, k, cu, dt[0], dt[1], bonus, seed=5, offset=0),
+             lambda dt: specdec.rejection_sample(ids, None, k, cu, dt[0], dt[1], bonus, uniform_probs=u, exponentials=e)],
+            [pairs, pairs], 9)
+        lines.append(f"rejection_sample seed vs given,{v},{batch},{seeded:.1f},,,{given:.1f},{seeded / given:.2f},")
+        print(f"{'rejection_sample seed=':<26}{v:>8}{batch:>6}{seeded:>10.1f} us; given its draws {given:.1f} us: "
+              f"{seeded / given:.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="one shape per function (a smoke run)")
-    ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain, tree)")
+    ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain, tree, "
+                                                  "filters, philox, rejection)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    host_sections = {"filters", "philox", "rejection"}
+    if args.only is None or set(args.only.split(",")) - host_sections:
+        global torch
+        import torch as _torch
+
+        torch = _torch
+        torch.set_num_threads(args.threads)
     rows_list = [1, 8, 64] if not args.quick else [8]
     vocabs = [32000, 128256, 262144] if not args.quick else [32000]
     lines = ["function,V,rows,specdec_us,torch_us,torch_over_specdec,cpp_us,python_over_cpp,python_out_given_over_cpp"]
+    only = None if args.only is None else set(args.only.split(","))
+    if torch is not None:
+        bench_torch_table(lines, args, only, rows_list, vocabs)
+    if only is None or "filters" in only:
+        bench_filters(lines, vocabs, rows_list)
+    if only is None or "philox" in only:
+        bench_philox(lines)
+    if only is None or "rejection" in only:
+        bench_rejection(lines, vocabs)
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def bench_torch_table(lines, args, only, rows_list, vocabs):
+    """The row functions, chains and trees against PyTorch, and the binding's cost per call."""
     print(f"torch {torch.__version__}, {args.threads} thread(s); specdec {specdec.__version__}")
     print(f"{'function':<22}{'V':>8}{'rows':>6}{'specdec us':>12}{'torch us':>12}{'torch/specdec':>15}"
           f"{'C++ us':>10}{'Python/C++':>12}{'(out given)':>12}")
-    only = None if args.only is None else set(args.only.split(","))
     row_functions = {"argmax", "topk", "softmax", "sample", "chain"}
     for v in vocabs if only is None or only & row_functions else []:
         for rows in rows_list:
@@ -225,9 +340,6 @@ def main():
     lines.append(f"call overhead numpy,1,1,{overhead:.2f},,")
     lines.append(f"call overhead torch,1,1,{overhead_t:.2f},,")
     lines.append(f"call overhead torch allocating,1,1,{allocating_t:.2f},,")
-    if args.csv:
-        with open(args.csv, "w") as f:
-            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
