@@ -108,7 +108,7 @@ class eigen : public detail::eigen_dense {
   /// \param max host `[rows]`.
   /// \throws invalid_argument on a shape mismatch, NaN or +inf.
   template <class T>
-  void row_max(matrix_view<T> logits, vector_view<std::remove_const_t<T>> max) {
+  void row_max(matrix_view<T> logits, vector_view<compute_t<T>> max) {
     constexpr const char* where = "specdec::eigen::row_max";
     detail::check_row_reduction(where, logits, max, "max");
     for (index_t r = 0; r < logits.rows(); ++r) {
@@ -116,7 +116,7 @@ class eigen : public detail::eigen_dense {
       raise_if(where, "logits", logits, r, detail::logits_fault(s));
       // A zero maximum takes the sign of its first occurrence, as row_argmax's value and every backend
       // (the vector scan's choice between +0 and -0 depends on the lane order).
-      max(r) = s.max == 0 ? logits(r, detail::find_first(logits.row(r), logits.cols(), s.max)) : s.max;
+      max(r) = s.max == 0 ? widen(logits(r, detail::find_first(logits.row(r), logits.cols(), s.max))) : s.max;
     }
   }
 
@@ -126,7 +126,7 @@ class eigen : public detail::eigen_dense {
   /// \throws invalid_argument on a shape mismatch, NaN or +inf.
   template <class T>
   void row_argmax(matrix_view<T> logits, vector_view<std::int32_t> index,
-                  vector_view<std::remove_const_t<T>> value = {}) {
+                  vector_view<compute_t<T>> value = {}) {
     constexpr const char* where = "specdec::eigen::row_argmax";
     detail::check_row_reduction(where, logits, index, "index");
     const bool with_value = value.data() != nullptr || !value.empty();
@@ -148,7 +148,7 @@ class eigen : public detail::eigen_dense {
   /// \param values host `[rows x k]`; \param indices host `[rows x k]` int32 column ids.
   /// \throws invalid_argument on k out of range, a shape mismatch, NaN or +inf.
   template <class T>
-  void row_topk(matrix_view<T> logits, index_t k, matrix_view<std::remove_const_t<T>> values,
+  void row_topk(matrix_view<T> logits, index_t k, matrix_view<compute_t<T>> values,
                 matrix_view<std::int32_t> indices) {
     constexpr const char* where = "specdec::eigen::row_topk";
     detail::check_topk(where, logits, k, values, indices);
@@ -164,10 +164,10 @@ class eigen : public detail::eigen_dense {
   /// \param temperature > 0. \param lse host `[rows]`. Other shapes as row_topk.
   /// \throws invalid_argument as row_topk, and for a row that is entirely -inf.
   template <class T>
-  void row_topk_logsumexp(matrix_view<T> logits, index_t k, std::remove_const_t<T> temperature,
-                          matrix_view<std::remove_const_t<T>> values, matrix_view<std::int32_t> indices,
-                          vector_view<std::remove_const_t<T>> lse) {
-    using V = std::remove_const_t<T>;
+  void row_topk_logsumexp(matrix_view<T> logits, index_t k, compute_t<T> temperature,
+                          matrix_view<compute_t<T>> values, matrix_view<std::int32_t> indices,
+                          vector_view<compute_t<T>> lse) {
+    using V = compute_t<T>;
     constexpr const char* where = "specdec::eigen::row_topk_logsumexp";
     detail::check_topk(where, logits, k, values, indices);
     detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
@@ -178,7 +178,7 @@ class eigen : public detail::eigen_dense {
     const V inv_t = V(1) / temperature;
     const index_t n = logits.cols();
     for (index_t r = 0; r < logits.rows(); ++r) {
-      const V* x = logits.row(r);
+      const auto* x = logits.row(r);
       V* vals = values.row(r);
       std::int32_t* ids = indices.row(r);
       const auto finish = [&](V max, V sum) {
@@ -229,9 +229,9 @@ class eigen : public detail::eigen_dense {
   /// (-inf for a row that is entirely -inf). \param temperature > 0. \param lse host `[rows]`.
   /// \throws invalid_argument on a shape mismatch, temperature <= 0, NaN or +inf.
   template <class T>
-  void row_logsumexp(matrix_view<T> logits, std::remove_const_t<T> temperature,
-                     vector_view<std::remove_const_t<T>> lse) {
-    using V = std::remove_const_t<T>;
+  void row_logsumexp(matrix_view<T> logits, compute_t<T> temperature,
+                     vector_view<compute_t<T>> lse) {
+    using V = compute_t<T>;
     constexpr const char* where = "specdec::eigen::row_logsumexp";
     detail::check_row_reduction(where, logits, lse, "lse");
     detail::check_temperature(where, temperature, false);
@@ -249,8 +249,8 @@ class eigen : public detail::eigen_dense {
   /// `out` may be `logits` itself (in place). \param logits, out host `[rows x V]`.
   /// \throws invalid_argument on a shape mismatch, temperature < 0, NaN, +inf or an all -inf row.
   template <class T>
-  void row_softmax(matrix_view<T> logits, std::remove_const_t<T> temperature,
-                   matrix_view<std::remove_const_t<T>> out) {
+  void row_softmax(matrix_view<T> logits, compute_t<T> temperature,
+                   matrix_view<compute_t<T>> out) {
     normalise<false>("specdec::eigen::row_softmax", logits, temperature, out);
   }
 
@@ -273,8 +273,8 @@ class eigen : public detail::eigen_dense {
   /// Row log-softmax with temperature: `out(r, j) = logits(r, j) / T - lse[r]`. Temperature 0 gives
   /// 0 at the argmax and -inf elsewhere. `out` may be `logits` itself. Errors as row_softmax.
   template <class T>
-  void row_log_softmax(matrix_view<T> logits, std::remove_const_t<T> temperature,
-                       matrix_view<std::remove_const_t<T>> out) {
+  void row_log_softmax(matrix_view<T> logits, compute_t<T> temperature,
+                       matrix_view<compute_t<T>> out) {
     normalise<true>("specdec::eigen::row_log_softmax", logits, temperature, out);
   }
 
@@ -418,7 +418,8 @@ class eigen : public detail::eigen_dense {
     V inv_t;
     bool has_nan = false;
 
-    void add(const V* x, index_t len, V chunk_max, const V* next = nullptr, index_t next_len = 0) {
+    template <class E>
+    void add(const E* x, index_t len, V chunk_max, const E* next = nullptr, index_t next_len = 0) {
       if (chunk_max > max) {
         sum *= detail::exp_((max - chunk_max) * inv_t);  // 0 while max is still -inf
         max = chunk_max;
@@ -434,8 +435,8 @@ class eigen : public detail::eigen_dense {
     }
   };
 
-  template <class V>
-  online_logsumexp<V> logsumexp_row(const V* x, index_t n, V inv_t) const {
+  template <class E, class V = compute_t<E>>
+  online_logsumexp<V> logsumexp_row(const E* x, index_t n, V inv_t) const {
     online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
 #if SPECDEC_HOST_SIMD
     // One read for the maximum and the sum (the fused top-k's pass, without block maxima). A row of
@@ -462,8 +463,8 @@ class eigen : public detail::eigen_dense {
     return acc;
   }
 
-  template <class V>
-  detail::max_scan<V> topk_row(const V* x, index_t n, index_t k, V* values, std::int32_t* indices) {
+  template <class E, class V = compute_t<E>>
+  detail::max_scan<V> topk_row(const E* x, index_t n, index_t k, V* values, std::int32_t* indices) {
 #if SPECDEC_HOST_SIMD
     if constexpr (std::is_same_v<V, float>) {
       if (k > streaming_topk_max_k && k <= small_k && detail::use_block_topk(n, k)) {
@@ -484,27 +485,27 @@ class eigen : public detail::eigen_dense {
   }
 
   /// Large k: partial sort of all column ids under the (value desc, index asc) order.
-  template <class V>
-  void topk_large(const V* x, index_t n, index_t k, V* values, std::int32_t* indices) {
+  template <class E, class V = compute_t<E>>
+  void topk_large(const E* x, index_t n, index_t k, V* values, std::int32_t* indices) {
     order_.resize(static_cast<std::size_t>(n));
     for (index_t j = 0; j < n; ++j) order_[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
     std::partial_sort(order_.begin(), order_.begin() + k, order_.end(),
-                      [x](std::int32_t a, std::int32_t b) { return detail::ranks_before(x[a], a, x[b], b); });
+                      [x](std::int32_t a, std::int32_t b) { return detail::ranks_before(widen(x[a]), a, widen(x[b]), b); });
     for (index_t i = 0; i < k; ++i) {
       indices[i] = order_[static_cast<std::size_t>(i)];
-      values[i] = x[indices[i]];
+      values[i] = widen(x[indices[i]]);
     }
   }
 
   template <bool Log, class T>
-  void normalise(const char* where, matrix_view<T> logits, std::remove_const_t<T> temperature,
-                 matrix_view<std::remove_const_t<T>> out) {
-    using V = std::remove_const_t<T>;
+  void normalise(const char* where, matrix_view<T> logits, compute_t<T> temperature,
+                 matrix_view<compute_t<T>> out) {
+    using V = compute_t<T>;
     detail::check_elementwise(where, logits, out);
     detail::check_temperature(where, temperature, true);
     const index_t n = logits.cols();
     for (index_t r = 0; r < logits.rows(); ++r) {
-      const V* x = logits.row(r);
+      const auto* x = logits.row(r);
       V* y = out.row(r);
       if (temperature == V(0)) {
         const auto best = detail::argmax_row(x, n);

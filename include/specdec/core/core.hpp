@@ -7,6 +7,7 @@
 #include <specdec/core/checked.hpp>
 #include <specdec/core/device_array.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>

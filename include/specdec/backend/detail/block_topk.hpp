@@ -65,7 +65,8 @@ inline float horizontal_max(simd<float>::vec m) noexcept {
 
 /// maxima[b] = max of x's block b (maxima_blocks(n) entries), and the row's maximum and NaN flag.
 /// A block holding NaN reports the maximum of its other entries; the flag says the row is unusable.
-inline max_scan<float> block_maxima(const float* x, index_t n, float* maxima) noexcept {
+template <class E>
+inline max_scan<float> block_maxima(const E* x, index_t n, float* maxima) noexcept {
   using vec = simd<float>::vec;
   using mask = simd<float>::mask;
   constexpr int w = simd_bytes / 4;
@@ -73,7 +74,7 @@ inline max_scan<float> block_maxima(const float* x, index_t n, float* maxima) no
   vec row_max = vec{} + negative_infinity<float>();
   mask nan{};
   for (index_t b = 0; b < full; ++b) {
-    const float* p = x + b * maxima_block;
+    const E* p = x + b * maxima_block;
     vec m0 = simd_load(p), m1 = simd_load(p + w);
     nan |= (m0 != m0) | (m1 != m1);
     for (index_t j = 2 * w; j < maxima_block; j += 2 * w) {
@@ -189,7 +190,8 @@ inline void rank_candidates(const float* cv, const std::int32_t* ci, index_t c, 
 /// The exact top-k of x[0, n) given its block maxima (block_maxima into ws.maxima; the row has no
 /// NaN and no +inf; `largest` is its maximum), into values[0, k), indices[0, k). Requires
 /// use_block_topk(n, k) and ws.reserve(n, k).
-inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float largest, block_topk_workspace& ws,
+template <class E>
+inline void topk_from_block_maxima(const E* x, index_t n, index_t k, float largest, block_topk_workspace& ws,
                                    float* values, std::int32_t* indices) noexcept {
   constexpr int w = simd_bytes / 4;
   const index_t blocks = maxima_blocks(n);
@@ -213,7 +215,7 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
           for (; bits != 0; bits &= bits - 1) take(b0 + __builtin_ctzll(bits));
         } else {
           for (index_t i = b0; i < n; ++i)
-            if (x[i] >= floor) take(i);
+            if (widen(x[i]) >= floor) take(i);
         }
       }
     }
@@ -221,7 +223,7 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
   index_t c = 0;
   visit([&](index_t i) {
     if (c < capacity) {
-      cv[c] = x[i];
+      cv[c] = widen(x[i]);
       ci[c] = static_cast<std::int32_t>(i);
     }
     ++c;
@@ -236,7 +238,7 @@ inline void topk_from_block_maxima(const float* x, index_t n, index_t k, float l
   }
   // Many entries tie at the floor (or it is -inf): a sorted insertion per candidate, in index order.
   topk_accumulator<float> acc{values, indices, k, 0};
-  visit([&](index_t i) { acc.offer(x[i], static_cast<std::int32_t>(i)); });
+  visit([&](index_t i) { acc.offer(widen(x[i]), static_cast<std::int32_t>(i)); });
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -266,8 +268,8 @@ struct block_sum_exp {
 /// summed again only when its maximum rises more than 2^64 above that. A row with NaN or +inf stops
 /// early and reports it (maxima and sum are then meaningless). Also the row log-sum-exp of the Eigen
 /// backend's softmax and log-softmax (rows longer than one chunk).
-template <class Terms = reference_terms>
-inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t, float* maxima) noexcept {
+template <class Terms = reference_terms, class E>
+inline block_sum_exp block_maxima_sum_exp(const E* x, index_t n, float inv_t, float* maxima) noexcept {
   using vec = simd<float>::vec;
   constexpr int w = simd_bytes / 4;
   constexpr index_t chunk_blocks = 32;                    // 8 KiB: the unit the reference is checked in
@@ -287,7 +289,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
   };
   for (index_t b0 = 0; b0 < full; b0 += chunk_blocks) {
     const index_t b1 = b0 + chunk_blocks < full ? b0 + chunk_blocks : full;
-    const float* chunk = x + b0 * maxima_block;
+    const E* chunk = x + b0 * maxima_block;
     const index_t len = (b1 - b0) * maxima_block;
     if (!referenced) {  // the first look at a chunk that may set the reference
       const max_scan<float> m = scan_max(chunk, len);
@@ -302,7 +304,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     }
     vec s0{}, s1{}, chunk_max = vec{} + negative_infinity<float>();
     // The maximum of `count` entries at p (lane-wise), their terms added to s0 / s1.
-    const auto scan = [&](const float* p, index_t count, const float* ahead) {
+    const auto scan = [&](const E* p, index_t count, const E* ahead) {
       vec m0 = vec{} + negative_infinity<float>(), m1 = m0;
       for (index_t j = 0; j < count; j += 2 * w) {
         if (ahead != nullptr && j % 16 == 0) __builtin_prefetch(ahead + j);
@@ -320,7 +322,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     if (maxima == nullptr)
       chunk_max = scan(chunk, len, b1 * maxima_block + prefetch_distance <= n ? chunk + prefetch_distance : nullptr);
     for (index_t b = b0; b < b1 && maxima != nullptr; ++b) {
-      const float* p = x + b * maxima_block;
+      const E* p = x + b * maxima_block;
       if (b * maxima_block + prefetch_distance + maxima_block <= n)
         for (index_t l = 0; l < maxima_block; l += 16) __builtin_prefetch(p + prefetch_distance + l);
       const vec m = scan(p, maxima_block, nullptr);
@@ -335,7 +337,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     if (terms.log2_reference_over(cm) < -headroom) {  // terms of this chunk may have overflowed
       if (!Terms::representable(cm, c)) return {result.scan, 0.0f, false};
       rebase(cm);
-      s0 = simd_sum_terms(chunk, len, nullptr, 0, terms);
+      s0 = simd_sum_terms(chunk, len, static_cast<const E*>(nullptr), 0, terms);
     }
     float chunk_sum = 0.0f;
     for (int l = 0; l < w; ++l) chunk_sum += s0[l];
@@ -343,7 +345,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
     total += chunk_sum;
   }
   if (full * maxima_block < n) {  // the partial last block
-    const float* tail = x + full * maxima_block;
+    const E* tail = x + full * maxima_block;
     const index_t len = n - full * maxima_block;
     const max_scan<float> m = scan_max(tail, len);
     if (m.has_nan || m.max == -negative_infinity<float>()) return faulty();
@@ -359,7 +361,7 @@ inline block_sum_exp block_maxima_sum_exp(const float* x, index_t n, float inv_t
           referenced = true;
         }
       }
-      for (index_t i = 0; i < len; ++i) total += terms.scalar(tail[i]);
+      for (index_t i = 0; i < len; ++i) total += terms.scalar(widen(tail[i]));
     }
   }
   if (referenced) result.sum = static_cast<float>(total * std::exp2(terms.log2_reference_over(result.scan.max)));

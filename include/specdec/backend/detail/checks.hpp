@@ -106,7 +106,11 @@ inline const char* expectation(fault f) {
 template <class T>
 index_t first_bad_column(const T* row, index_t n, fault f) {
   for (index_t j = 0; j < n; ++j) {
-    const double v = static_cast<double>(row[j]);
+    double v;
+    if constexpr (is_half_v<T>)
+      v = widen(row[j]);
+    else
+      v = static_cast<double>(row[j]);
     if (f == fault::nan && v != v) return j;
     if (f == fault::positive_infinity && v == HUGE_VAL) return j;
     if (f == fault::negative_probability && v < 0) return j;

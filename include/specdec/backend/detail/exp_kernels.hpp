@@ -66,12 +66,12 @@ inline simd<float>::vec simd_fma(const simd<float>::vec& a, const simd<float>::v
 
 /// Sum over x[0, n) (rounded down to a multiple of 2 vectors) of term(vector of x), two independent
 /// accumulators; `next` as in sum_exp_shifted.
-template <class Term>
-inline simd<float>::vec simd_sum_terms(const float* x, index_t n, const float* next, index_t next_n,
+template <class E, class Term>
+inline simd<float>::vec simd_sum_terms(const E* x, index_t n, const E* next, index_t next_n,
                                        const Term& term) noexcept {
   using vec = simd<float>::vec;
   constexpr int w = simd_bytes / 4;
-  constexpr index_t line = 64 / sizeof(float);
+  constexpr index_t line = 64 / sizeof(E);
   vec s0{}, s1{};
   for (index_t i = 0; i + 2 * w <= n; i += 2 * w) {
     if (next != nullptr) {
@@ -190,9 +190,9 @@ using reference_terms = shifted_reference_terms;
 /// `next`, when given, is the chunk the caller reads after this one: on the host its cache lines are
 /// prefetched while this chunk's exponentials are computed, so the memory stream keeps running under
 /// the arithmetic instead of pausing for it (the exp pass reads x from L1).
-template <class T>
-SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv_t,
-                                             const T* next = nullptr, index_t next_n = 0) noexcept {
+template <class E, class T = compute_t<E>>
+SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const E* x, index_t n, T max, T inv_t,
+                                             const E* next = nullptr, index_t next_n = 0) noexcept {
   index_t i = 0;
   T sum = T(0);
 #if SPECDEC_HOST_SIMD
@@ -213,7 +213,7 @@ SPECDEC_HOST_DEVICE inline T sum_exp_shifted(const T* x, index_t n, T max, T inv
     i = n / (2 * w) * (2 * w);
   }
 #endif
-  for (; i < n; ++i) sum += exp_((x[i] - max) * inv_t);
+  for (; i < n; ++i) sum += exp_((widen(x[i]) - max) * inv_t);
   return sum;
 }
 
@@ -227,6 +227,22 @@ typedef float wide_float_vec __attribute__((vector_size(64)));
 #else
 using wide_float_vec = simd<float>::vec;
 #endif
+/// A wide_float_vec of entries p[0, lanes): floats as they are, the 16-bit types widened.
+template <class E>
+inline wide_float_vec wide_load(const E* p) noexcept {
+  constexpr int lanes = sizeof(wide_float_vec) / 4;
+  wide_float_vec v;
+  if constexpr (std::is_same_v<E, float>) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    constexpr int w = simd_bytes / 4;
+    for (int part = 0; part < lanes / w; ++part) {
+      const simd<float>::vec narrow_part = simd_load(p + part * w);
+      for (int l = 0; l < w; ++l) v[part * w + l] = narrow_part[l];
+    }
+  }
+  return v;
+}
 #endif
 
 #if SPECDEC_HOST_SIMD && (defined(__x86_64__) || defined(__i386__))
@@ -264,9 +280,9 @@ inline void stream_fence() noexcept { __builtin_ia32_sfence(); }
 /// float alignment) for outputs larger than L2.
 /// Entries [0, n / w * w) (w = simd<float> lanes) are simd_exp's, the rest the scalar exp_'s, on
 /// every instruction set: exp_shifted_at reproduces each one.
-template <class T>
-SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, T inv_t, T scale, T* out,
-                                                  const T* next = nullptr, index_t next_n = 0,
+template <class E, class T>
+SPECDEC_HOST_DEVICE inline void write_exp_shifted(const E* x, index_t n, T max, T inv_t, T scale, T* out,
+                                                  const E* next = nullptr, index_t next_n = 0,
                                                   bool streaming = false) noexcept {
   (void)next;  // the hints serve the host's float vectors only
   (void)next_n;
@@ -276,13 +292,9 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
   if constexpr (std::is_same_v<T, float>) {
     using wide = wide_float_vec;
     constexpr int ww = sizeof(wide) / 4;
-    constexpr index_t line = 64 / sizeof(float);
+    constexpr index_t line = 64 / sizeof(E);
     static_assert(ww % line == 0 || line % ww == 0);
-    const auto wide_at = [&](index_t j) {
-      wide v;
-      std::memcpy(&v, x + j, sizeof v);
-      return simd_exp<wide>((v - max) * inv_t) * scale;
-    };
+    const auto wide_at = [&](index_t j) { return simd_exp<wide>((wide_load(x + j) - max) * inv_t) * scale; };
     const index_t vector_end = n / (simd_bytes / 4) * (simd_bytes / 4);  // entries simd_exp computes
 #if SPECDEC_HOST_STREAM_STORES
     // Streamed stores must be aligned to the vector; the entries need not be: simd_exp is lane-wise, so
@@ -333,15 +345,15 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const T* x, index_t n, T max, 
 #endif
   // Bounded by a pointer, not `i < n`: GCC 12 at -O2, with n known at the call site, misreads the
   // index form after the SIMD loop as running 2^62 times (-Waggressive-loop-optimizations).
-  for (const T* end = x + n; x + i < end; ++i) out[i] = exp_((x[i] - max) * inv_t) * scale;
+  for (const E* end = x + n; x + i < end; ++i) out[i] = exp_((widen(x[i]) - max) * inv_t) * scale;
 }
 
 /// out[j] = (x[j] - max) * inv_t - log_sum over [0, n) (a log-softmax row); out may alias x. Every
 /// entry is the same expression whether a vector or the scalar tail computes it. `streaming`: write
 /// with non-temporal stores (for outputs larger than the caches; the caller's next read of `out`
 /// then comes from memory).
-template <class T>
-SPECDEC_HOST_DEVICE inline void write_log_shifted(const T* x, index_t n, T max, T inv_t, T log_sum, T* out, bool streaming) noexcept {
+template <class E, class T>
+SPECDEC_HOST_DEVICE inline void write_log_shifted(const E* x, index_t n, T max, T inv_t, T log_sum, T* out, bool streaming) noexcept {
   index_t i = 0;
 #if SPECDEC_HOST_SIMD
   if constexpr (std::is_same_v<T, float>) {
@@ -349,7 +361,7 @@ SPECDEC_HOST_DEVICE inline void write_log_shifted(const T* x, index_t n, T max, 
     constexpr int w = simd_bytes / 4;
 #if SPECDEC_HOST_STREAM_STORES
     if (streaming) {
-      for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % simd_bytes != 0; ++i) out[i] = (x[i] - max) * inv_t - log_sum;
+      for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % simd_bytes != 0; ++i) out[i] = (widen(x[i]) - max) * inv_t - log_sum;
       for (; i + w <= n; i += w) stream_store(out + i, (simd_load(x + i) - max) * inv_t - log_sum);
       stream_fence();  // the streamed lines are visible before the caller reads them
     }
@@ -364,7 +376,7 @@ SPECDEC_HOST_DEVICE inline void write_log_shifted(const T* x, index_t n, T max, 
 #else
   (void)streaming;
 #endif
-  for (const T* end = x + n; x + i < end; ++i) out[i] = (x[i] - max) * inv_t - log_sum;
+  for (const E* end = x + n; x + i < end; ++i) out[i] = (widen(x[i]) - max) * inv_t - log_sum;
 }
 
 /// Bytes of output above which row_log_softmax streams its stores past the caches.
@@ -384,8 +396,8 @@ struct softmax_stats {
 /// Entry j of what write_exp_shifted writes over [0, n), computed alone (bit for bit the same: the
 /// same vector block, or the same scalar tail). What a softmax entry costs once the row's
 /// (max, sum) are known, without writing the row.
-template <class T>
-SPECDEC_HOST_DEVICE inline T exp_shifted_at(const T* x, index_t n, index_t j, T max, T inv_t, T scale) noexcept {
+template <class E, class T>
+SPECDEC_HOST_DEVICE inline T exp_shifted_at(const E* x, index_t n, index_t j, T max, T inv_t, T scale) noexcept {
 #if SPECDEC_HOST_SIMD
   if constexpr (std::is_same_v<T, float>) {
     constexpr int w = simd_bytes / 4;
@@ -396,7 +408,7 @@ SPECDEC_HOST_DEVICE inline T exp_shifted_at(const T* x, index_t n, index_t j, T 
     }
   }
 #endif
-  return exp_((x[j] - max) * inv_t) * scale;
+  return exp_((widen(x[j]) - max) * inv_t) * scale;
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

@@ -14,6 +14,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/math.hpp>
 #include <specdec/config.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view.hpp>
 
 namespace specdec::detail::inline SPECDEC_ISA {
@@ -71,6 +72,32 @@ inline typename simd<T>::vec simd_load(const T* p) noexcept {
   std::memcpy(&v, p, sizeof v);  // an unaligned load; compiles to one vmovups
   return v;
 }
+/// The 16-bit element types load as float vectors of simd<float>'s width: widened in the register,
+/// so a bf16 / fp16 row is read once at two bytes per entry and every kernel computes as on floats.
+template <>
+struct simd<bfloat16> : simd<float> {};
+template <>
+struct simd<float16> : simd<float> {};
+inline simd<float>::vec simd_load(const bfloat16* p) noexcept {
+  typedef std::uint16_t halves __attribute__((vector_size(simd_bytes / 2)));
+  typedef std::uint32_t words __attribute__((vector_size(simd_bytes)));
+  halves h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<simd<float>::vec>(__builtin_convertvector(h, words) << 16);
+}
+inline simd<float>::vec simd_load(const float16* p) noexcept {
+#if defined(__F16C__)
+  typedef short halves __attribute__((vector_size(16)));
+  static_assert(simd_bytes == 32);
+  halves h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_ia32_vcvtph2ps256(h);
+#else
+  simd<float>::vec v;
+  for (int l = 0; l < simd_bytes / 4; ++l) v[l] = widen(p[l]);
+  return v;
+#endif
+}
 /// Whether any lane of a comparison mask is set: two 64-bit ORs per 256 bits, then one test, in
 /// place of a lane-by-lane reduction.
 template <class M>
@@ -99,15 +126,21 @@ inline std::uint64_t lane_bits(const M& m) noexcept {
 #define SPECDEC_HOST_SIMD 0
 #endif
 
+/// Entries of element type T per host vector (the 16-bit types widen to float lanes).
+#if SPECDEC_HOST_SIMD
+template <class T>
+inline constexpr int simd_lanes = simd_bytes / static_cast<int>(sizeof(compute_t<T>));
+#endif
+
 /// One pass over x[0, n): the maximum (exact in any order, so vector lanes change no result) and
 /// whether a NaN was seen. On the host it runs 4 independent vector accumulators; in device code
 /// 16 scalar lanes.
-template <class T>
-SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const T* x, index_t n) noexcept {
+template <class E, class T = compute_t<E>>
+SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const E* x, index_t n) noexcept {
 #if SPECDEC_HOST_SIMD
   using vec = typename simd<T>::vec;
   using mask = typename simd<T>::mask;
-  constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+  constexpr int w = simd_lanes<E>;
   vec a0, a1, a2, a3;
   for (int l = 0; l < w; ++l) a0[l] = a1[l] = a2[l] = a3[l] = negative_infinity<T>();
   mask n0{}, n1{}, n2{}, n3{};
@@ -135,8 +168,8 @@ SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const T* x, index_t n) noexcept 
   }
   // Bounded by a pointer: GCC 12 at -O2, with n known at the call site, misreads the index form after
   // the vector loop as running 2^62 times (-Waggressive-loop-optimizations), as in write_exp_shifted.
-  for (const T* end = x + n; x + i < end; ++i) {
-    const T v = x[i];
+  for (const E* end = x + n; x + i < end; ++i) {
+    const T v = widen(x[i]);
     result.max = result.max < v ? v : result.max;
     result.has_nan = result.has_nan || v != v;
   }
@@ -149,14 +182,14 @@ SPECDEC_HOST_DEVICE inline max_scan<T> scan_max(const T* x, index_t n) noexcept 
   index_t i = 0;
   for (; i + lanes <= n; i += lanes) {
     for (int l = 0; l < lanes; ++l) {
-      const T v = x[i + l];
+      const T v = widen(x[i + l]);
       acc[l] = acc[l] < v ? v : acc[l];
       nan = nan || v != v;
     }
   }
   max_scan<T> result{negative_infinity<T>(), nan};
   for (; i < n; ++i) {
-    const T v = x[i];
+    const T v = widen(x[i]);
     result.max = result.max < v ? v : result.max;
     result.has_nan = result.has_nan || v != v;
   }

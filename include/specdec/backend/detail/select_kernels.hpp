@@ -27,10 +27,10 @@ SPECDEC_HOST_DEVICE inline fault logits_fault(const max_scan<T>& s) noexcept {
 }
 
 /// First index of `value` in x[0, n) (the caller knows it is there).
-template <class T>
-SPECDEC_HOST_DEVICE inline index_t find_first(const T* x, index_t n, T value) noexcept {
+template <class E, class T>
+SPECDEC_HOST_DEVICE inline index_t find_first(const E* x, index_t n, T value) noexcept {
   for (index_t j = 0; j < n; ++j)
-    if (x[j] == value) return j;
+    if (widen(x[j]) == value) return j;
   return 0;
 }
 
@@ -48,8 +48,8 @@ struct argmax_result {
 
 inline constexpr index_t argmax_chunk = 2048;
 
-template <class T>
-SPECDEC_HOST_DEVICE inline argmax_result<T> argmax_row(const T* x, index_t n) noexcept {
+template <class E, class T = compute_t<E>>
+SPECDEC_HOST_DEVICE inline argmax_result<T> argmax_row(const E* x, index_t n) noexcept {
   argmax_result<T> best{negative_infinity<T>(), 0, fault::none};
   bool has_nan = false;
   index_t best_chunk = -1;
@@ -67,7 +67,7 @@ SPECDEC_HOST_DEVICE inline argmax_result<T> argmax_row(const T* x, index_t n) no
     best.index = best_chunk + find_first(x + best_chunk, len, best.value);
     // The entry itself: a zero maximum then has the sign of its first occurrence on every backend (a
     // vector max's choice between +0 and -0 depends on the lane order).
-    best.value = x[best.index];
+    best.value = widen(x[best.index]);
   }
   best.error = logits_fault(max_scan<T>{best.value, has_nan});
   return best;
@@ -144,10 +144,10 @@ inline constexpr index_t topk_seed_blocks = 32;
 /// A floor under the top-k of x[0, topk_seed_blocks * topk_block):
 /// the k-th largest of the blocks' maxima (k <= topk_seed_blocks). k distinct entries reach it, so an
 /// entry below it cannot be among the k best. NaNs are passed over (the caller's scan reports them).
-template <class T>
-inline T topk_seed_floor(const T* x, index_t k) noexcept {
+template <class E, class T = compute_t<E>>
+inline T topk_seed_floor(const E* x, index_t k) noexcept {
   using vec = typename simd<T>::vec;
-  constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+  constexpr int w = simd_lanes<E>;
   T maxima[topk_seed_blocks];
   for (index_t b = 0; b < topk_seed_blocks; ++b) {
     vec m = simd_load(x + b * topk_block);
@@ -171,8 +171,8 @@ inline T topk_seed_floor(const T* x, index_t k) noexcept {
 }
 #endif
 
-template <class T, class Accumulator>
-SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t offset, Accumulator& acc) noexcept {
+template <class E, class Accumulator, class T = compute_t<E>>
+SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const E* x, index_t n, index_t offset, Accumulator& acc) noexcept {
   max_scan<T> total{negative_infinity<T>(), false};
   index_t b0 = 0;
 #if SPECDEC_HOST_SIMD
@@ -182,7 +182,7 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
   // the entries that reach it in (about k for random logits); the accumulator is full after them.
   if (acc.count == 0 && acc.k <= topk_seed_blocks && n >= topk_seed_blocks * topk_block) {
     using vec = typename simd<T>::vec;
-    constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+    constexpr int w = simd_lanes<E>;
     const T floor = topk_seed_floor(x, acc.k);
     for (; b0 < topk_seed_blocks * topk_block; b0 += w) {
       const vec v = simd_load(x + b0);
@@ -197,7 +197,7 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
 #endif
   // Until the accumulator is full every entry is a candidate.
   for (; b0 < n && !acc.full(); ++b0) {
-    const T v = x[b0];
+    const T v = widen(x[b0]);
     total.max = total.max < v ? v : total.max;
     total.has_nan = total.has_nan || v != v;
     acc.offer(v, static_cast<std::int32_t>(offset + b0));
@@ -213,7 +213,7 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
 #if SPECDEC_HOST_SIMD
   {
     using mask = typename simd<T>::mask;
-    constexpr int w = simd_bytes / static_cast<int>(sizeof(T));
+    constexpr int w = simd_lanes<E>;
     static_assert(topk_block % w == 0);
     for (; b0 + topk_block <= n; b0 += topk_block) {
       const T threshold = acc.threshold();
@@ -227,13 +227,13 @@ SPECDEC_HOST_DEVICE inline max_scan<T> topk_scan(const T* x, index_t n, index_t 
       for (index_t j = 0; j < topk_block; j += w) bits |= lane_bits(!(simd_load(x + b0 + j) <= threshold)) << j;
       for (; bits != 0; bits &= bits - 1) {
         const index_t i = b0 + __builtin_ctzll(bits);
-        offer_entry(x[i], i);
+        offer_entry(widen(x[i]), i);
       }
     }
   }
 #endif
   for (; b0 < n; ++b0) {
-    const T v = x[b0];
+    const T v = widen(x[b0]);
     if (!(v <= acc.threshold())) offer_entry(v, b0);
   }
   if (acc.full() && total.max < acc.best()) total.max = acc.best();

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: Apache-2.0
+// The 16-bit element types (core/half.hpp) and the row primitives over them. Conversions against plain
+// definitions over every bit pattern (widening) and against a nearest-value search (narrowing); the
+// Eigen backend's row primitives over bf16 / fp16 rows against the same primitives over the float rows
+// holding the same values, bit for bit (the contract: a half row gives the float row's decisions).
+// Built for the portable target (specdec_tests) and for this CPU (specdec_tests_native): the
+// widening vector loads differ by instruction set (F16C or not).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <specdec/backend/eigen.hpp>
+#include <specdec/core/half.hpp>
+#include <specdec/sampling/distribution.hpp>
+
+using specdec::bfloat16;
+using specdec::float16;
+using specdec::index_t;
+
+namespace {
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// fp16 by its definition: (-1)^s 2^(e-15) (1 + m / 1024), subnormals 2^-14 (m / 1024).
+double fp16_value(std::uint16_t bits) {
+  const int e = (bits >> 10) & 31;
+  const int m = bits & 1023;
+  const double sign = (bits & 0x8000) != 0 ? -1.0 : 1.0;
+  if (e == 31) return m == 0 ? sign * HUGE_VAL : std::numeric_limits<double>::quiet_NaN();
+  if (e == 0) return sign * std::ldexp(m, -24);
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+
+// Round-to-nearest-even onto a grid given as the sorted non-negative finite values with their bit
+// patterns; `overflow` is where +inf starts (halfway past the largest finite value, ties to inf).
+std::uint16_t nearest_even(double x, const std::vector<std::pair<double, std::uint16_t>>& grid, std::uint16_t infinity_bits) {
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(x);
+  const double top = grid.back().first;
+  const double ulp = top - grid[grid.size() - 2].first;
+  if (a >= top + ulp / 2) return static_cast<std::uint16_t>(sign | infinity_bits);
+  auto hi = std::lower_bound(grid.begin(), grid.end(), std::make_pair(a, std::uint16_t{0}));
+  if (hi == grid.end()) return static_cast<std::uint16_t>(sign | grid.back().second);
+  if (hi->first == a || hi == grid.begin()) return static_cast<std::uint16_t>(sign | hi->second);
+  const auto lo = hi - 1;
+  const double dl = a - lo->first, dh = hi->first - a;
+  if (dl < dh) return static_cast<std::uint16_t>(sign | lo->second);
+  if (dh < dl) return static_cast<std::uint16_t>(sign | hi->second);
+  return static_cast<std::uint16_t>(sign | ((lo->second & 1) == 0 ? lo->second : hi->second));
+}
+
+std::vector<float> interesting_floats() {
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e30f, -1e30f, 3.0e38f,
+                           std::ldexp(1.0f, -14), std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25),
+                           std::ldexp(1.0f, -26), std::ldexp(1.0f, -126), std::ldexp(1.0f, -149), 0.1f, 1.0f / 3.0f};
+  std::mt19937 g(7);
+  for (int i = 0; i < 200000; ++i) {
+    std::uint32_t b = g();
+    if ((b & 0x7F800000u) == 0x7F800000u) continue;  // NaN and inf separately
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    xs.push_back(f);
+  }
+  // The halfway points between neighbouring fp16 and bf16 values and one float ulp either side.
+  for (int i = 0; i < 0x7C00; i += 37) {
+    const float mid = static_cast<float>((fp16_value(static_cast<std::uint16_t>(i)) + fp16_value(static_cast<std::uint16_t>(i + 1))) / 2);
+    xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid});
+  }
+  for (std::uint32_t i = 0; i < 0x7F80; i += 29) {
+    float lo, hi;
+    const std::uint32_t lb = i << 16, hb = (i + 1) << 16;
+    std::memcpy(&lo, &lb, 4);
+    std::memcpy(&hi, &hb, 4);
+    const float mid = static_cast<float>((static_cast<double>(lo) + hi) / 2);
+    xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 3e38f), -mid});
+  }
+  return xs;
+}
+
+}  // namespace
+
+TEST_CASE("half: widening is exact for every bit pattern, and narrowing a widened value gives it back") {
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    CAPTURE(b);
+    const float h = specdec::widen(float16{bits});
+    const double want = fp16_value(bits);
+    if (want != want) {
+      REQUIRE(h != h);
+      REQUIRE(std::signbit(h) == ((bits & 0x8000) != 0));
+      REQUIRE(std::isnan(specdec::widen(specdec::to_float16(h))));
+    } else {
+      REQUIRE(static_cast<double>(h) == want);
+      REQUIRE(std::signbit(h) == ((bits & 0x8000) != 0));
+      REQUIRE(specdec::to_float16(h).bits == bits);
+    }
+    const float f = specdec::widen(bfloat16{bits});
+    const std::uint32_t fb = b << 16;
+    float expect;
+    std::memcpy(&expect, &fb, 4);
+    REQUIRE(same_bits(f, expect));
+    if (f == f) REQUIRE(specdec::to_bfloat16(f).bits == bits);
+    else REQUIRE(std::isnan(specdec::widen(specdec::to_bfloat16(f))));
+  }
+}
+
+TEST_CASE("half: narrowing rounds to the nearest value, ties to even, overflow to infinity") {
+  std::vector<std::pair<double, std::uint16_t>> fp16, bf16;
+  for (std::uint32_t b = 0; b < 0x7C00; ++b) fp16.emplace_back(fp16_value(static_cast<std::uint16_t>(b)), static_cast<std::uint16_t>(b));
+  for (std::uint32_t b = 0; b < 0x7F80; ++b) bf16.emplace_back(specdec::widen(bfloat16{static_cast<std::uint16_t>(b)}), static_cast<std::uint16_t>(b));
+  int checked = 0;
+  for (const float x : interesting_floats()) {
+    CAPTURE(x);
+    REQUIRE(specdec::to_float16(x).bits == nearest_even(x, fp16, 0x7C00));
+    REQUIRE(specdec::to_bfloat16(x).bits == nearest_even(x, bf16, 0x7F80));
+    ++checked;
+  }
+  CHECK(checked > 200000);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(specdec::to_float16(inf).bits == 0x7C00);
+  CHECK(specdec::to_float16(-inf).bits == 0xFC00);
+  CHECK(specdec::to_bfloat16(-inf).bits == 0xFF80);
+  CHECK(std::isnan(specdec::widen(specdec::to_float16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(specdec::widen(specdec::to_bfloat16(-std::numeric_limits<float>::quiet_NaN()))));
+}
+
+namespace {
+
+// Rows of logits-like values drawn in float and rounded to the half type (so they are exact in both),
+// with ties, -inf masks and a few very large and very small values.
+template <class H>
+std::vector<H> half_rows(index_t rows, index_t n, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  std::vector<H> out(static_cast<std::size_t>(rows * n));
+  for (auto& h : out) {
+    const std::uint32_t kind = g() % 64;
+    float v = logit(g);
+    if (kind == 0) v = -std::numeric_limits<float>::infinity();
+    if (kind == 1) v = 3.0f;  // ties across the row
+    if (kind == 2) v = std::is_same_v<H, bfloat16> ? 1e30f : 6e4f;
+    if (kind == 3) v = -0.0f;
+    h = specdec::narrow<H>(v);
+  }
+  return out;
+}
+
+template <class H>
+std::vector<float> widened(const std::vector<H>& h) {
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = specdec::widen(h[i]);
+  return f;
+}
+
+template <class H>
+void check_rows_match(index_t rows, index_t n, std::uint32_t seed) {
+  CAPTURE(n);
+  CAPTURE(rows);
+  CAPTURE(specdec::element_name<H>);
+  const std::vector<H> h = half_rows<H>(rows, n, seed);
+  const std::vector<float> f = widened(h);
+  specdec::eigen be;
+  const specdec::matrix_view<const H> hv(h.data(), rows, n);
+  const specdec::matrix_view<const float> fv(f.data(), rows, n);
+  const auto rs = static_cast<std::size_t>(rows);
+  {  // argmax with values, max
+    std::vector<std::int32_t> hi(rs), fi(rs);
+    std::vector<float> hval(rs), fval(rs), hmax(rs), fmax(rs);
+    be.row_argmax(hv, specdec::vector_view<std::int32_t>(hi.data(), rows), specdec::vector_view<float>(hval.data(), rows));
+    be.row_argmax(fv, specdec::vector_view<std::int32_t>(fi.data(), rows), specdec::vector_view<float>(fval.data(), rows));
+    be.row_max(hv, specdec::vector_view<float>(hmax.data(), rows));
+    be.row_max(fv, specdec::vector_view<float>(fmax.data(), rows));
+    for (std::size_t r = 0; r < rs; ++r) {
+      REQUIRE(hi[r] == fi[r]);
+      REQUIRE(same_bits(hval[r], fval[r]));
+      REQUIRE(same_bits(hmax[r], fmax[r]));
+    }
+  }
+  for (const index_t k : {index_t{1}, index_t{8}, index_t{50}, index_t{300}}) {
+    if (k > n) continue;
+    CAPTURE(k);
+    const auto ks = static_cast<std::size_t>(k);
+    std::vector<float> hvals(rs * ks), fvals(rs * ks), hl(rs * ks), fl(rs * ks), hlse(rs), flse(rs);
+    std::vector<std::int32_t> hidx(rs * ks), fidx(rs * ks), hli(rs * ks), fli(rs * ks);
+    be.row_topk(hv, k, specdec::matrix_view<float>(hvals.data(), rows, k), specdec::matrix_view<std::int32_t>(hidx.data(), rows, k));
+    be.row_topk(fv, k, specdec::matrix_view<float>(fvals.data(), rows, k), specdec::matrix_view<std::int32_t>(fidx.data(), rows, k));
+    be.row_topk_logsumexp(hv, k, 0.7f, specdec::matrix_view<float>(hl.data(), rows, k), specdec::matrix_view<std::int32_t>(hli.data(), rows, k),
+                          specdec::vector_view<float>(hlse.data(), rows));
+    be.row_topk_logsumexp(fv, k, 0.7f, specdec::matrix_view<float>(fl.data(), rows, k), specdec::matrix_view<std::int32_t>(fli.data(), rows, k),
+                          specdec::vector_view<float>(flse.data(), rows));
+    for (std::size_t i = 0; i < rs * ks; ++i) {
+      REQUIRE(hidx[i] == fidx[i]);
+      REQUIRE(same_bits(hvals[i], fvals[i]));
+      REQUIRE(hli[i] == fli[i]);
+      REQUIRE(same_bits(hl[i], fl[i]));
+    }
+    for (std::size_t r = 0; r < rs; ++r) REQUIRE(same_bits(hlse[r], flse[r]));
+  }
+  for (const float t : {1.0f, 0.6f, 0.0f}) {
+    CAPTURE(t);
+    std::vector<float> hs(rs * static_cast<std::size_t>(n)), fs(hs.size()), hls(hs.size()), fls(hs.size()), hlse(rs), flse(rs);
+    be.row_softmax(hv, t, specdec::matrix_view<float>(hs.data(), rows, n));
+    be.row_softmax(fv, t, specdec::matrix_view<float>(fs.data(), rows, n));
+    be.row_log_softmax(hv, t, specdec::matrix_view<float>(hls.data(), rows, n));
+    be.row_log_softmax(fv, t, specdec::matrix_view<float>(fls.data(), rows, n));
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      REQUIRE(same_bits(hs[i], fs[i]));
+      REQUIRE(same_bits(hls[i], fls[i]));
+    }
+    if (t > 0) {
+      be.row_logsumexp(hv, t, specdec::vector_view<float>(hlse.data(), rows));
+      be.row_logsumexp(fv, t, specdec::vector_view<float>(flse.data(), rows));
+      for (std::size_t r = 0; r < rs; ++r) REQUIRE(same_bits(hlse[r], flse[r]));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("half: the Eigen row primitives over bf16 and fp16 rows give the float rows' results bit for bit") {
+  std::uint32_t seed = 1;
+  for (const index_t n : {index_t{1}, index_t{7}, index_t{64}, index_t{300}, index_t{2048 + 13}, index_t{4096}, index_t{32000}, index_t{128256}}) {
+    const index_t rows = n >= 32000 ? 2 : 5;
+    check_rows_match<bfloat16>(rows, n, seed++);
+    check_rows_match<float16>(rows, n, seed++);
+  }
+}
+
+TEST_CASE("half: a NaN or +inf in a bf16 / fp16 row is refused as in a float row, naming the row and column") {
+  specdec::eigen be;
+  std::vector<bfloat16> b(3 * 40, specdec::to_bfloat16(0.5f));
+  b[2 * 40 + 17] = specdec::to_bfloat16(std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::int32_t> idx(3);
+  const auto call = [&] {
+    be.row_argmax(specdec::matrix_view<const bfloat16>(b.data(), 3, 40), specdec::vector_view<std::int32_t>(idx.data(), 3));
+  };
+  CHECK_THROWS_WITH_AS(call(), doctest::Contains("logits row 2"), specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(call(), doctest::Contains("column 17"), specdec::invalid_argument);
+  std::vector<float16> h(2 * 40, specdec::to_float16(0.5f));
+  h[1 * 40 + 3] = specdec::to_float16(std::numeric_limits<float>::infinity());
+  std::vector<float> out(2 * 40);
+  CHECK_THROWS_WITH_AS(be.row_softmax(specdec::matrix_view<const float16>(h.data(), 2, 40), 1.0f, specdec::matrix_view<float>(out.data(), 2, 40)),
+                       doctest::Contains("column 3"), specdec::invalid_argument);
+}
