@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python package: builds `pip install ./python` into a virtual environment of its own (numpy and
-# pytest from PyPI; never torch) and runs its tests (python/tests, the C++ tests' goldens among them).
+# pytest, and ml_dtypes for numpy bf16 arrays, from PyPI; never torch) and runs its tests (python/tests, the C++ tests' goldens among them).
 # The environment lives under build/python-venv; a fresh clone creates it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-"$venv/bin/python" -m pip install --quiet numpy pytest
+"$venv/bin/python" -m pip install --quiet numpy pytest "ml_dtypes==0.7.0"
 # The package as a user installs it (SPECDEC_PYTHON_CUDA left at AUTO: CPU only where no GPU is visible,
 # though nvcc may be installed), built incrementally in a directory of this script's under build/.
 # The install must write nothing into the source tree (a read-only checkout installs): python/ is listed

@@ -34,13 +34,16 @@ def _empty(like, shape, dtype: str):
 
 
 def _empty_f32_like(like, name: str):
-    """A new float32 array of `like`'s shape (and device), of the same kind: `like` is float32 where it is
-    used (the call checks it), and torch.empty_like is the cheapest torch allocation (~0.8 us). `like` is
-    argument `name`: not an array is a TypeError naming it (its size bounds the allocation)."""
+    """A new float32 array of `like`'s shape (and device), of the same kind: torch.empty_like is the
+    cheapest torch allocation (~0.8 us); a bf16 / fp16 `like` gets a float32 output all the same. `like`
+    is argument `name`: not an array is a TypeError naming it (its size bounds the allocation)."""
     if _is_torch(like):
         # torch's default preserve_format: a dense row-major input gives a row-major output, a padded
         # one a contiguous output; any other layout of `like` is refused by the call before `out` is read.
-        return sys.modules["torch"].empty_like(like)
+        torch = sys.modules["torch"]
+        if like.dtype == torch.float32:
+            return torch.empty_like(like)
+        return torch.empty_like(like, dtype=torch.float32)
     shape = getattr(like, "shape", None)
     if shape is None:
         _args.shape(name, like)

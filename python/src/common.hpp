@@ -200,6 +200,23 @@ specdec::matrix_view<T> matrix_of(const array& a, const char* name) {
   return {p, static_cast<index_t>(a.shape(0)), static_cast<index_t>(a.shape(1))};
 }
 
+/// The dtypes of rows the row primitives read: float32, float16 and bfloat16 (torch's bf16 tensors through
+/// DLPack; numpy arrays of ml_dtypes.bfloat16 through the caster below).
+inline constexpr nb::dlpack::dtype float16_dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+inline constexpr nb::dlpack::dtype bfloat16_dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+
+/// Calls `f` with the `[rows x V]` host view of input `a` in its own element type (`const float`, `const
+/// specdec::float16` or `const specdec::bfloat16`): a 16-bit row is read as it is, never copied to float32.
+/// Refuses any other dtype with a TypeError naming `name` and the dtype received.
+template <class F>
+decltype(auto) with_rows(const array& a, const char* name, F&& f) {
+  void* p = check_array(a, name, {nb::dtype<float>(), float16_dtype, bfloat16_dtype}, 2, access::read);
+  const auto rows = static_cast<index_t>(a.shape(0)), cols = static_cast<index_t>(a.shape(1));
+  if (a.dtype() == float16_dtype) return f(specdec::matrix_view<const specdec::float16>(static_cast<const specdec::float16*>(p), rows, cols));
+  if (a.dtype() == bfloat16_dtype) return f(specdec::matrix_view<const specdec::bfloat16>(static_cast<const specdec::bfloat16*>(p), rows, cols));
+  return f(specdec::matrix_view<const float>(static_cast<const float*>(p), rows, cols));
+}
+
 template <class T>
 std::span<T> span_of(const array& a, const char* name) {
   T* p = checked<T>(a, name, 1);
@@ -328,9 +345,48 @@ struct type_caster<specdec_python::array> {
       return true;
     }
     PyErr_Clear();
+    if (from_ml_dtypes_bfloat16(src, flags, cleanup)) return true;
     value = specdec_python::array();
     value.other = Py_TYPE(src.ptr())->tp_name;
     return true;
+  }
+
+  /// A numpy array of ml_dtypes.bfloat16 (what numpy code holds bf16 rows in): numpy exports it through
+  /// neither DLPack nor the buffer protocol, so its memory is imported as uint16 (a view, no copy) and
+  /// marked bfloat16. Tried only after the other importers failed, so other arrays pay nothing for it.
+  bool from_ml_dtypes_bfloat16(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
+    try {
+      if (!nanobind::hasattr(src, "dtype") || !nanobind::hasattr(src, "view")) return false;
+      const nanobind::object dtype = src.attr("dtype");
+      if (!nanobind::hasattr(dtype, "name") || nanobind::cast<std::string>(dtype.attr("name")) != "bfloat16" ||
+          nanobind::cast<int>(dtype.attr("itemsize")) != 2)
+        return false;
+      const nanobind::object bits = src.attr("view")("uint16");
+      make_caster<nanobind::ndarray<>> inner;
+      bool writable = true;
+      if (!inner.from_python(bits, flags, cleanup)) {
+        PyErr_Clear();
+        make_caster<nanobind::ndarray<nanobind::ro>> read_only;
+        if (!read_only.from_python(bits, flags, cleanup)) return false;
+        inner.value = nanobind::ndarray<>(read_only.value);
+        writable = false;
+      }
+      const nanobind::ndarray<>& u = inner.value;
+      size_t shape[8];
+      int64_t strides[8];
+      if (u.ndim() > 8) return false;
+      for (size_t i = 0; i < u.ndim(); ++i) {
+        shape[i] = u.shape(i);
+        strides[i] = u.stride(i);
+      }
+      value = specdec_python::array(nanobind::ndarray<>(u.data(), u.ndim(), shape, src, strides, specdec_python::bfloat16_dtype,
+                                                        u.device_type(), u.device_id()),
+                                    writable);
+      return true;
+    } catch (...) {
+      PyErr_Clear();
+      return false;
+    }
   }
 
   static handle from_cpp(const specdec_python::array& a, rv_policy policy, cleanup_list* cleanup) noexcept {

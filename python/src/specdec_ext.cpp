@@ -61,18 +61,19 @@ void row_argmax(const array& logits, const array& index, const array& value, std
 #endif
     return;
   }
-  const auto x = matrix_of<const float>(logits, "logits");
-  const auto i = span_of<std::int32_t>(index, "out");
-  expect_shape(index, "out", {x.rows()});
-  specdec::vector_view<float> v;
-  if (!absent(value)) {  // empty: not asked for; any other array is checked, whatever its shape
-    const auto s = span_of<float>(value, "values");
-    expect_shape(value, "values", {x.rows()});
-    v = specdec::vector_view<float>(s.data(), x.rows());
-  }
-  without_gil([&] {
-    if (v.rows() > 0) host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()), v);
-    else host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()));
+  with_rows(logits, "logits", [&](auto x) {
+    const auto i = span_of<std::int32_t>(index, "out");
+    expect_shape(index, "out", {x.rows()});
+    specdec::vector_view<float> v;
+    if (!absent(value)) {  // empty: not asked for; any other array is checked, whatever its shape
+      const auto s = span_of<float>(value, "values");
+      expect_shape(value, "values", {x.rows()});
+      v = specdec::vector_view<float>(s.data(), x.rows());
+    }
+    without_gil([&] {
+      if (v.rows() > 0) host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()), v);
+      else host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(i.data(), x.rows()));
+    });
   });
 }
 
@@ -89,12 +90,13 @@ void row_topk(const array& logits, index_t k, const array& values, const array& 
 #endif
     return;
   }
-  const auto x = matrix_of<const float>(logits, "logits");
-  const auto v = matrix_of<float>(values, "values");
-  const auto i = matrix_of<std::int32_t>(indices, "indices");
-  expect_shape(values, "values", {x.rows(), k});
-  expect_shape(indices, "indices", {x.rows(), k});
-  without_gil([&] { host_backend().row_topk(x, k, v, i); });
+  with_rows(logits, "logits", [&](auto x) {
+    const auto v = matrix_of<float>(values, "values");
+    const auto i = matrix_of<std::int32_t>(indices, "indices");
+    expect_shape(values, "values", {x.rows(), k});
+    expect_shape(indices, "indices", {x.rows(), k});
+    without_gil([&] { host_backend().row_topk(x, k, v, i); });
+  });
 }
 
 void row_softmax(const array& logits, float temperature, const array& out, bool log, std::uintptr_t stream) {
@@ -107,12 +109,13 @@ void row_softmax(const array& logits, float temperature, const array& out, bool 
 #endif
     return;
   }
-  const auto x = matrix_of<const float>(logits, "logits");
-  const auto o = matrix_of<float>(out, "out");
-  expect_shape(out, "out", {x.rows(), x.cols()});
-  without_gil([&] {
-    if (log) host_backend().row_log_softmax(x, temperature, o);
-    else host_backend().row_softmax(x, temperature, o);
+  with_rows(logits, "logits", [&](auto x) {
+    const auto o = matrix_of<float>(out, "out");
+    expect_shape(out, "out", {x.rows(), x.cols()});
+    without_gil([&] {
+      if (log) host_backend().row_log_softmax(x, temperature, o);
+      else host_backend().row_softmax(x, temperature, o);
+    });
   });
 }
 
@@ -126,10 +129,11 @@ void row_logsumexp(const array& logits, float temperature, const array& out, std
 #endif
     return;
   }
-  const auto x = matrix_of<const float>(logits, "logits");
-  const auto o = span_of<float>(out, "out");
-  expect_shape(out, "out", {x.rows()});
-  without_gil([&] { host_backend().row_logsumexp(x, temperature, specdec::vector_view<float>(o.data(), x.rows())); });
+  with_rows(logits, "logits", [&](auto x) {
+    const auto o = span_of<float>(out, "out");
+    expect_shape(out, "out", {x.rows()});
+    without_gil([&] { host_backend().row_logsumexp(x, temperature, specdec::vector_view<float>(o.data(), x.rows())); });
+  });
 }
 
 /// `[rows x count]` uniforms: row r is philox_stream{seed, r} from position `offset` (float64:

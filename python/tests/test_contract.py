@@ -694,7 +694,7 @@ def test_read_only_inputs_are_accepted_and_read_only_outputs_refused(tmp_path):
 
 def test_dtype_errors_name_the_dtype_received():
     x = np.zeros((2, 3), np.float64)
-    assert "logits: expected dtype float32; got float64" in _raises(TypeError, "logits", specdec.argmax, x)
+    assert "logits: expected dtype float32 or float16 or bfloat16; got float64" in _raises(TypeError, "logits", specdec.argmax, x)
     assert "got int64" in _raises(TypeError, "probs", specdec.top_k_renorm_probs, x.astype(np.int64), 1)
     assert "got list" in _raises(TypeError, "logits", specdec.softmax, [[1.0, 2.0]])
     case = load("trees/sglang_verify_tree_greedy_upstream_test.json")["inputs"]

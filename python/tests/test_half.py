@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bf16 and fp16 rows on the host: numpy float16 arrays and numpy arrays of ml_dtypes.bfloat16 (torch's bf16
+and fp16 CPU tensors reach the same C++ through DLPack). Each function gives, bit for bit, what it gives
+for the float32 array holding the same values, reads the 16-bit row where it is (no float32 copy: checked
+with tracemalloc, which sees numpy's allocations), and refuses other dtypes naming the dtype received."""
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import specdec
+
+BF16 = ml_dtypes.bfloat16
+HALVES = [np.float16, BF16]
+
+
+def half_rows(dtype, rows, v, seed):
+    """Logits-like rows in `dtype`: normal values, ties, -inf masks, signed zeros, large values."""
+    g = np.random.default_rng(seed)
+    x = g.normal(0.0, 4.0, size=(rows, v)).astype(np.float32)
+    kind = g.integers(0, 64, size=(rows, v))
+    x[kind == 0] = -np.inf
+    x[kind == 1] = 3.0
+    x[kind == 2] = 6e4
+    x[kind == 3] = -0.0
+    return x.astype(dtype)
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [1, 7, 300, 2061, 32000, 128256])
+def test_row_primitives_match_float32(dtype, v):
+    rows = 2 if v >= 32000 else 5
+    h = half_rows(dtype, rows, v, v)
+    f = h.astype(np.float32)
+    assert same_bits(specdec.argmax(h), specdec.argmax(f))
+    hv, fv = np.empty(rows, np.float32), np.empty(rows, np.float32)
+    specdec.argmax(h, values=hv)
+    specdec.argmax(f, values=fv)
+    assert same_bits(hv, fv)
+    for k in (1, 8, 50):
+        if k <= v:
+            for a, b in zip(specdec.topk(h, k), specdec.topk(f, k)):
+                assert same_bits(a, b)
+    for t in (1.0, 0.6, 0.0):
+        assert same_bits(specdec.softmax(h, t), specdec.softmax(f, t))
+        assert same_bits(specdec.log_softmax(h, t), specdec.log_softmax(f, t))
+    assert same_bits(specdec.logsumexp(h, 0.7), specdec.logsumexp(f, 0.7))
+    assert specdec.softmax(h).dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_half_rows_are_read_in_place(dtype):
+    """With the outputs given, a call allocates nothing near the size of a float32 copy of the rows."""
+    h = half_rows(dtype, 16, 128256, 3)
+    out, lse = np.empty(16, np.int32), np.empty(16, np.float32)
+    values, indices = np.empty((16, 8), np.float32), np.empty((16, 8), np.int32)
+    soft = np.empty(h.shape, np.float32)
+    specdec.argmax(h, out=out)  # the first call builds the thread's scratch
+    tracemalloc.start()
+    try:
+        specdec.argmax(h, out=out)
+        specdec.topk(h, 8, values=values, indices=indices)
+        specdec.logsumexp(h, 1.0, out=lse)
+        specdec.softmax(h, 1.0, out=soft)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < h.nbytes // 4, f"{peak} bytes allocated for a {h.nbytes}-byte {h.dtype} input"
+    assert same_bits(out, specdec.argmax(h.astype(np.float32)))
+
+
+def test_read_only_bfloat16_input_is_accepted_and_a_bfloat16_output_refused_by_name():
+    h = half_rows(BF16, 3, 100, 5)
+    h.setflags(write=False)
+    assert same_bits(specdec.argmax(h), specdec.argmax(h.astype(np.float32)))
+    with pytest.raises(TypeError, match=r"out: expected dtype float32; got bfloat16"):
+        specdec.softmax(h, 1.0, out=np.empty((3, 100), BF16))
+
+
+@pytest.mark.parametrize("fn", [specdec.argmax, specdec.softmax, specdec.log_softmax, specdec.logsumexp,
+                                lambda x: specdec.topk(x, 2)])
+def test_other_dtypes_are_refused_naming_the_dtype(fn):
+    for dtype, name in [(np.float64, "float64"), (np.int32, "int32"), (np.uint16, "uint16")]:
+        with pytest.raises(TypeError, match=rf"logits: expected dtype float32 or float16 or bfloat16; got {name}"):
+            fn(np.zeros((2, 4), dtype))
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_nan_in_a_half_row_names_row_and_column(dtype):
+    h = np.full((3, 40), 0.5, dtype)
+    h[2, 17] = np.nan
+    with pytest.raises(ValueError, match=r"logits row 2 .*column 17"):
+        specdec.argmax(h)
