@@ -4,11 +4,12 @@ softmax, multinomial and a PyTorch transcription of FlashInfer's chain verifier,
 262144 and rows 1 / 8 / 64; 60-node draft trees verified greedily and stochastically (specdec's
 verify_greedy / verify_speculative against torch.argmax / torch.softmax over every node and the walk in
 Python) at batch 1 / 8 / 64; plus the binding's own cost per call (a 1 x 1 argmax). Then, on numpy arrays
-and without torch (`--only filters,philox,rejection` runs them where torch is not installed): FlashInfer's
+and without torch (`--only filters,philox,rejection,half` runs them where torch is not installed): FlashInfer's
 row filters over the time of `specdec.topk` / `specdec.softmax` on the same rows, nanoseconds per Philox
-value, and vLLM's `rejection_sample` drawing from a seed over the same call given its draws.
+value, vLLM's `rejection_sample` drawing from a seed over the same call given its draws, and the row
+primitives on bf16 / fp16 rows over the same rows in float32.
 
-    python python/bench/bench_torch.py [--threads N] [--csv FILE] [--only argmax,...,filters,philox,rejection]
+    python python/bench/bench_torch.py [--threads N] [--csv FILE] [--only argmax,...,filters,philox,rejection,half]
 
 Medians of repeated calls on fresh rows from a pool larger than the last-level cache (the inputs are
 read from memory, as a decoding step reads new logits). torch runs with `--threads` threads (default 1:
@@ -206,6 +207,35 @@ def bench_filters(lines, vocabs, rows_list):
                 print(f"{name:<26}{v:>8}{rows:>6}{a:>10.1f}{t:>10.1f}{sm:>12.1f}{a / t:>8.2f}{a / sm:>10.2f}")
 
 
+def bench_half(lines, vocabs, rows_list):
+    """The row primitives on bf16 and fp16 rows (numpy: ml_dtypes.bfloat16, float16) against the same
+    rows in float32: the 16-bit rows are read in place, two bytes per entry, so a memory-bound primitive
+    should take about half the float32 time on rows that do not fit in the caches."""
+    import ml_dtypes
+
+    print(f"{'row primitive (numpy rows)':<26}{'V':>8}{'rows':>6}{'f32 us':>10}{'bf16 us':>10}{'fp16 us':>10}{'bf16/f32':>10}{'fp16/f32':>10}")
+    for v in vocabs:
+        for rows in rows_list:
+            pool_n = min(32, max(2, int(256e6 // (rows * v * 4))))
+            rng = np.random.default_rng(0)
+            f32 = [rng.standard_normal((rows, v), dtype=np.float32) * 3 for _ in range(pool_n)]
+            bf16 = [x.astype(ml_dtypes.bfloat16) for x in f32]
+            fp16 = [x.astype(np.float16) for x in f32]
+            idx, lse = np.empty(rows, np.int32), np.empty(rows, np.float32)
+            vals, ids = np.empty((rows, 50), np.float32), np.empty((rows, 50), np.int32)
+            soft = np.empty((rows, v), np.float32)
+            cases = [("argmax", lambda x: specdec.argmax(x, out=idx)),
+                     ("topk k=50", lambda x: specdec.topk(x, 50, vals, ids)),
+                     ("logsumexp", lambda x: specdec.logsumexp(x, 1.0, out=lse)),
+                     ("softmax (f32 out)", lambda x: specdec.softmax(x, 1.0, out=soft))]
+            reps = 60 if rows * v <= 8 * 128256 else 20
+            for name, fn in cases:
+                a, b, c = interleaved_us([fn, fn, fn], [f32, bf16, fp16], reps)
+                lines.append(f"{name} bf16,{v},{rows},{b:.1f},,,{a:.1f},{b / a:.2f},")
+                lines.append(f"{name} fp16,{v},{rows},{c:.1f},,,{a:.1f},{c / a:.2f},")
+                print(f"{name:<26}{v:>8}{rows:>6}{a:>10.1f}{b:>10.1f}{c:>10.1f}{b / a:>10.2f}{c / a:>10.2f}")
+
+
 def bench_philox(lines):
     """Nanoseconds per value of the Philox fills at 64 x 128256 (numpy's -log1p(-u) beside them: what
     rejection_sample drew its exponentials with before)."""
@@ -252,9 +282,9 @@ def main():
     ap.add_argument("--csv", default=None)
     ap.add_argument("--quick", action="store_true", help="one shape per function (a smoke run)")
     ap.add_argument("--only", default=None, help="comma-separated functions to run (argmax, topk, softmax, sample, chain, tree, "
-                                                  "filters, philox, rejection)")
+                                                  "filters, philox, rejection, half)")
     args = ap.parse_args()
-    host_sections = {"filters", "philox", "rejection"}
+    host_sections = {"filters", "philox", "rejection", "half"}
     if args.only is None or set(args.only.split(",")) - host_sections:
         global torch
         import torch as _torch
@@ -269,6 +299,8 @@ def main():
         bench_torch_table(lines, args, only, rows_list, vocabs)
     if only is None or "filters" in only:
         bench_filters(lines, vocabs, rows_list)
+    if only is None or "half" in only:
+        bench_half(lines, vocabs, rows_list)
     if only is None or "philox" in only:
         bench_philox(lines)
     if only is None or "rejection" in only:

@@ -79,11 +79,20 @@ struct simd<bfloat16> : simd<float> {};
 template <>
 struct simd<float16> : simd<float> {};
 inline simd<float>::vec simd_load(const bfloat16* p) noexcept {
-  typedef std::uint16_t halves __attribute__((vector_size(simd_bytes / 2)));
   typedef std::uint32_t words __attribute__((vector_size(simd_bytes)));
+#if defined(__AVX2__) && !defined(__clang__)
+  // GCC 12 splits the generic widening below into two 128-bit halves and an insert (3 extra uops per
+  // vector, measured ~1.3x slower on a memory-bound scan); one vpmovzxwd does it.
+  typedef short halves __attribute__((vector_size(16)));
+  halves h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<simd<float>::vec>(reinterpret_cast<words>(__builtin_ia32_pmovzxwd256(h)) << 16);
+#else
+  typedef std::uint16_t halves __attribute__((vector_size(simd_bytes / 2)));
   halves h;
   std::memcpy(&h, p, sizeof h);
   return reinterpret_cast<simd<float>::vec>(__builtin_convertvector(h, words) << 16);
+#endif
 }
 inline simd<float>::vec simd_load(const float16* p) noexcept {
 #if defined(__F16C__)
