@@ -7,6 +7,7 @@
 // widening vector loads differ by instruction set (F16C or not).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,13 +18,15 @@
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/core/half.hpp>
+#include <specdec/sampling/detail/filter_rows.hpp>
 #include <specdec/sampling/distribution.hpp>
 
 using specdec::bfloat16;
 using specdec::float16;
 using specdec::index_t;
 
-namespace {
+// Named, not anonymous: the unity build joins this file with others that have helpers of these names.
+namespace test_half {
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -83,7 +86,8 @@ std::vector<float> interesting_floats() {
   return xs;
 }
 
-}  // namespace
+}  // namespace test_half
+using namespace test_half;
 
 TEST_CASE("half: widening is exact for every bit pattern, and narrowing a widened value gives it back") {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
@@ -130,7 +134,7 @@ TEST_CASE("half: narrowing rounds to the nearest value, ties to even, overflow t
   CHECK(std::isnan(specdec::widen(specdec::to_bfloat16(-std::numeric_limits<float>::quiet_NaN()))));
 }
 
-namespace {
+namespace test_half {
 
 // Rows of logits-like values drawn in float and rounded to the half type (so they are exact in both),
 // with ties, -inf masks and a few very large and very small values.
@@ -221,7 +225,7 @@ void check_rows_match(index_t rows, index_t n, std::uint32_t seed) {
   }
 }
 
-}  // namespace
+}  // namespace test_half
 
 TEST_CASE("half: the Eigen row primitives over bf16 and fp16 rows give the float rows' results bit for bit") {
   std::uint32_t seed = 1;
@@ -247,4 +251,139 @@ TEST_CASE("half: a NaN or +inf in a bf16 / fp16 row is refused as in a float row
   std::vector<float> out(2 * 40);
   CHECK_THROWS_WITH_AS(be.row_softmax(specdec::matrix_view<const float16>(h.data(), 2, 40), 1.0f, specdec::matrix_view<float>(out.data(), 2, 40)),
                        doctest::Contains("column 3"), specdec::invalid_argument);
+}
+
+namespace test_half {
+
+/// A one-thread team of its own type: filter_rows_job runs the device's radix search on it.
+struct radix_team {
+  index_t rank() const noexcept { return 0; }
+  index_t size() const noexcept { return 1; }
+  void sync() const noexcept {}
+  std::byte* wide_scratch() const noexcept { return nullptr; }
+};
+
+/// FlashInfer's filters on rows of element type E (k = 0 / p = 0: that filter off), three ways that must
+/// agree: the Eigen backend's form out of place and in place (the host's vector passes), and the job on a
+/// radix team (the device's search).
+template <class E>
+std::vector<E> filtered(const std::vector<E>& x, index_t rows, index_t v, std::int64_t k, float p, bool renormalise) {
+  namespace sampling = specdec::sampling;
+  specdec::eigen b;
+  const std::int64_t ks[1] = {k};
+  const float ps[1] = {p};
+  const specdec::vector_view<const std::int64_t> kv(ks, k > 0 ? 1 : 0);
+  const specdec::vector_view<const float> pv(ps, p > 0.0f ? 1 : 0);
+  const auto run = [&](specdec::matrix_view<const E> in, specdec::matrix_view<E> out) {
+    if (!renormalise) sampling::top_k_mask_logits(b, in, kv, out);
+    else if (k > 0 && p > 0.0f) sampling::top_k_top_p_joint_renorm(b, in, kv, pv, out);
+    else if (p > 0.0f) sampling::top_p_renorm(b, in, pv, out);
+    else sampling::top_k_renorm(b, in, kv, out);
+  };
+  std::vector<E> out(x.size()), in_place = x, radix(x.size());
+  run(specdec::matrix_view<const E>(x.data(), rows, v), specdec::matrix_view<E>(out.data(), rows, v));
+  run(specdec::matrix_view<const E>(in_place.data(), rows, v), specdec::matrix_view<E>(in_place.data(), rows, v));
+  REQUIRE(std::memcmp(in_place.data(), out.data(), out.size() * sizeof(E)) == 0);
+  sampling::detail::filter_rows_job<specdec::host_space, E> job{specdec::matrix_view<const E>(x.data(), rows, v),
+                                                                specdec::matrix_view<E>(radix.data(), rows, v), kv, pv, renormalise, "radix", {}};
+  std::vector<std::byte> scratch(job.scratch_bytes() + 16);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+  radix_team team;
+  for (index_t r = 0; r < rows; ++r) REQUIRE(job(team, r, base).code == 0);
+  REQUIRE(std::memcmp(radix.data(), out.data(), out.size() * sizeof(E)) == 0);
+  return out;
+}
+
+/// Probability rows (a long tail, ties, zeros and -0) or logit rows, rounded to E.
+template <class E>
+std::vector<E> filter_rows_of(index_t rows, index_t v, int kind, bool probabilities, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<E> out(static_cast<std::size_t>(rows * v));
+  for (index_t r = 0; r < rows; ++r) {
+    std::vector<double> e(static_cast<std::size_t>(v));
+    double total = 0.0;
+    // A probability row is redrawn until its rounding to E sums to 1 within the float rows' tolerance, so
+    // that the float row of the same values is accepted too (E's own wider tolerance is tested apart).
+    for (double rounded = 0.0; probabilities ? std::fabs(rounded - 1.0) > 5e-4 : rounded == 0.0;) {
+      total = 0.0;
+      for (auto& x : e) {
+        x = kind == 0 ? std::exp(12.0 * (u(g) - 1.0)) : kind == 1 ? std::floor(u(g) * 4.0) + 1.0 : (u(g) < 0.3 ? 0.0 : u(g));
+        total += x;
+      }
+      rounded = 0.0;
+      for (const double x : e) rounded += static_cast<double>(specdec::widen(specdec::narrow<E>(static_cast<float>(x / total))));
+    }
+    for (index_t j = 0; j < v; ++j) {
+      const double x = e[static_cast<std::size_t>(j)];
+      float f = probabilities ? static_cast<float>(x / total) : static_cast<float>(std::log(x + 1e-30) * 3.0);
+      if (probabilities && f == 0.0f && j % 2 == 0) f = -0.0f;
+      if (!probabilities && x == 0.0) f = -std::numeric_limits<float>::infinity();
+      out[static_cast<std::size_t>(r * v + j)] = specdec::narrow<E>(f);
+    }
+  }
+  return out;
+}
+
+template <class E>
+void check_filters(index_t rows, index_t v, std::uint32_t seed) {
+  for (int kind = 0; kind < 3; ++kind) {
+    CAPTURE(kind);
+    CAPTURE(v);
+    CAPTURE(specdec::element_name<E>);
+    const std::vector<E> probs = filter_rows_of<E>(rows, v, kind, true, seed + static_cast<std::uint32_t>(kind));
+    const std::vector<E> logits = filter_rows_of<E>(rows, v, kind, false, seed + 7 + static_cast<std::uint32_t>(kind));
+    const std::vector<float> fprobs = widened(probs), flogits = widened(logits);
+    const std::int64_t ks[] = {1, 10, v / 3 + 1, v};
+    const float ps[] = {0.3f, 0.9f};
+    const auto expect_narrowed = [&](const std::vector<E>& h, const std::vector<float>& f) {
+      for (std::size_t i = 0; i < h.size(); ++i) REQUIRE(h[i].bits == specdec::narrow<E>(f[i]).bits);
+    };
+    for (const std::int64_t k : ks) {
+      if (k > v) continue;
+      CAPTURE(k);
+      expect_narrowed(filtered(probs, rows, v, k, 0.0f, true), filtered(fprobs, rows, v, k, 0.0f, true));
+      expect_narrowed(filtered(logits, rows, v, k, 0.0f, false), filtered(flogits, rows, v, k, 0.0f, false));
+      for (const float p : ps) {
+        CAPTURE(p);
+        expect_narrowed(filtered(probs, rows, v, k, p, true), filtered(fprobs, rows, v, k, p, true));
+      }
+    }
+    for (const float p : ps) expect_narrowed(filtered(probs, rows, v, 0, p, true), filtered(fprobs, rows, v, 0, p, true));
+    // The host forms (one k or p for every row, in place) give the backend form's bits.
+    std::vector<E> host = probs;
+    const index_t k10 = std::min<index_t>(10, v);
+    specdec::sampling::top_k_top_p_joint_renorm(specdec::matrix_view<E>(host.data(), rows, v), k10, 0.9f);
+    const std::vector<E> backend = filtered(probs, rows, v, k10, 0.9f, true);
+    REQUIRE(std::memcmp(host.data(), backend.data(), host.size() * sizeof(E)) == 0);
+  }
+}
+
+}  // namespace test_half
+
+TEST_CASE("half: FlashInfer's filters over bf16 / fp16 rows are the float rows' outputs rounded to the row's type") {
+  for (const index_t v : {index_t{5}, index_t{100}, index_t{2048 + 5}, index_t{32000}}) {
+    check_filters<bfloat16>(3, v, 11);
+    check_filters<float16>(3, v, 23);
+  }
+}
+
+TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's rounding, and says so when exceeded") {
+  // {0.5, 0.25, 0.25 + 2^-9} (exact in bf16) sums to 1 + 2^-9: outside 1e-3 as a float row, inside
+  // 1e-3 + 2^-9 as a bf16 row.
+  std::vector<bfloat16> h = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f), specdec::to_bfloat16(0.25f + 0x1p-9f)};
+  REQUIRE(specdec::widen(h[2]) == 0.25f + 0x1p-9f);
+  std::vector<float> f = widened(h);
+  CHECK_THROWS_WITH_AS(specdec::sampling::top_k_renorm(specdec::matrix_view<float>(f.data(), 1, 3), 1),
+                       "specdec::sampling::top_k_renorm: probs row 0 sums to 1.00195; expected 1 within 0.001", specdec::invalid_argument);
+  specdec::sampling::top_k_renorm(specdec::matrix_view<bfloat16>(h.data(), 1, 3), 1);
+  CHECK(specdec::widen(h[0]) == 1.0f);
+  CHECK(specdec::widen(h[1]) == 0.0f);
+  CHECK(specdec::widen(h[2]) == 0.0f);
+  std::vector<bfloat16> off = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.50390625f)};  // 1 + 2^-8
+  CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<bfloat16>(off.data(), 1, 2), 0.5f),
+                       doctest::Contains("expected 1 within 0.001 + 2^-9 (the rounding of its bfloat16 entries)"), specdec::invalid_argument);
+  std::vector<float16> off16 = {specdec::to_float16(0.5f), specdec::to_float16(0.5f + 5 * 0x1p-11f)};  // 1 + 2.4e-3
+  CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<float16>(off16.data(), 1, 2), 0.5f),
+                       doctest::Contains("expected 1 within 0.001 + 2^-11 (the rounding of its float16 entries)"), specdec::invalid_argument);
 }

@@ -50,6 +50,20 @@ def _empty_f32_like(like, name: str):
     return np.empty(shape, dtype=np.float32)
 
 
+def _empty_rows_like(like, name: str):
+    """A new array of `like`'s shape, dtype (float32, float16 or bfloat16: what FlashInfer's filters return)
+    and device, of the same kind; float32 for any other dtype (the call then refuses `like` by name)."""
+    if _is_torch(like):
+        return sys.modules["torch"].empty_like(like)
+    shape = getattr(like, "shape", None)
+    if shape is None:
+        _args.shape(name, like)
+    dtype = getattr(like, "dtype", None)
+    if dtype is not None and getattr(dtype, "name", None) in ("float16", "bfloat16"):
+        return np.empty(shape, dtype=dtype)
+    return np.empty(shape, dtype=np.float32)
+
+
 #: The zero-length array a C++ function reads as "no such output" (never written: it has no entries).
 _NONE_F32 = np.empty(0, dtype=np.float32)
 

@@ -11,7 +11,7 @@ import numpy as np
 from . import _args, _specdec
 from ._args import is_torch as _is_torch
 from ._args import seed_offset as _seed_offset
-from ._common import _NONE_F32, _empty, _empty_f32_like, _stream, philox_uniforms
+from ._common import _NONE_F32, _empty, _empty_f32_like, _empty_rows_like, _stream, philox_uniforms
 from .rows import softmax
 
 __all__ = ["top_k_renorm_probs", "top_p_renorm_probs", "top_k_renorm_prob", "top_p_renorm_prob", "top_k_mask_logits",
@@ -27,17 +27,19 @@ def top_k_renorm_probs(probs, top_k, is_deterministic=False, *, out=None):
     """FlashInfer's ``top_k_renorm_probs`` (alias ``top_k_renorm_prob``): keep the ``top_k`` largest
     probabilities of each row (ties with the k-th kept), zero the rest, renormalise.
 
-    probs: float32 ``[batch, V]``, rows summing to 1 (within 1e-3; FlashInfer renormalises any row:
+    probs: float32 ``[batch, V]`` (on the host also float16 or bfloat16, read as it is and filtered as
+    the float32 row of the same values), rows summing to 1 (within 1e-3; FlashInfer renormalises any row:
     specdec refuses one that is not a distribution). top_k: an int, or one per row (``[batch]``; k >= V
     keeps the row). ``is_deterministic`` is FlashInfer's (its multi-block sums): specdec's result is
-    always deterministic, bit for bit on every backend. out: optional float32 ``[batch, V]`` (may be
-    ``probs`` itself), keyword only; returned. Host arrays, or (a CUDA build) CUDA tensors: then one
+    always deterministic, bit for bit on every backend. out: optional ``[batch, V]`` of ``probs``' dtype
+    (may be ``probs`` itself; a new one by default, as FlashInfer returns), keyword only; returned, each
+    kept entry the float32 quotient rounded to that dtype. Host arrays, or (a CUDA build) CUDA tensors: then one
     kernel, one block per row, on the current stream of ``probs``. Raises TypeError (a dtype, named as
     received) or ValueError (a shape, k < 1, a row that is not a distribution) naming the argument.
     """
     _args.flag("is_deterministic", is_deterministic)
     if out is None:
-        out = _empty_f32_like(probs, "probs")
+        out = _empty_rows_like(probs, "probs")
     _specdec.filter_rows(probs, out, _per_row("top_k", top_k, "int64", probs), _NO_P, True, _stream(probs))
     return out
 
@@ -66,18 +68,19 @@ def top_p_renorm_probs(probs, top_p, is_deterministic=False, *, out=None):
     sums in specdec's canonical order."""
     _args.flag("is_deterministic", is_deterministic)
     if out is None:
-        out = _empty_f32_like(probs, "probs")
+        out = _empty_rows_like(probs, "probs")
     _specdec.filter_rows(probs, out, _NO_K, _per_row("top_p", top_p, "float32", probs), True, _stream(probs))
     return out
 
 
 def top_k_mask_logits(logits, top_k, *, out=None):
-    """FlashInfer's ``top_k_mask_logits``: in each row of float32 ``[batch, V]``, every logit below the
+    """FlashInfer's ``top_k_mask_logits``: in each row of float32 ``[batch, V]`` (on the host also float16 or
+    bfloat16, and ``out`` then of that dtype), every logit below the
     row's ``top_k``-th largest becomes -inf (ties with the k-th kept); top_k an int or one per row.
     ``out`` (keyword only) may be ``logits`` itself; returned. Host arrays or CUDA tensors, as
     ``top_k_renorm_probs``."""
     if out is None:
-        out = _empty_f32_like(logits, "logits")
+        out = _empty_rows_like(logits, "logits")
     _specdec.filter_rows(logits, out, _per_row("top_k", top_k, "int64", logits), _NO_P, False, _stream(logits))
     return out
 
@@ -296,7 +299,7 @@ def _top_k_then_top_p(rows, k, p):
 
 
 def _top_k_top_p_joint(rows, k, p):
-    out = _empty_f32_like(rows, "probs")
+    out = _empty_rows_like(rows, "probs")
     _specdec.filter_rows(rows, out, k, p, True, _stream(rows))
     return out
 

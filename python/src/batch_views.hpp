@@ -123,15 +123,15 @@ void vllm_rejection(B& b, const cuda::rejection_arrays& a) {
 
 /// FlashInfer's row filters (their backend forms) on backend `b`, the arrays in its memory: top-k and / or
 /// top-p renormalisation (`renormalise`), or top-k masking of logits.
-template <class B>
-void filter_rows_on(B& b, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
-                    const float* top_p, std::int64_t p_count, float* out, bool renormalise) {
+template <class B, class E>
+void filter_rows_on(B& b, const E* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
+                    const float* top_p, std::int64_t p_count, E* out, bool renormalise) {
   using space = typename B::memory_space;
   using specdec::index_t;
-  const specdec::matrix_view<const float, space> x(in, static_cast<index_t>(rows), static_cast<index_t>(cols));
+  const specdec::matrix_view<const E, space> x(in, static_cast<index_t>(rows), static_cast<index_t>(cols));
   const specdec::vector_view<const std::int64_t, space> k(top_k, top_k == nullptr ? 0 : static_cast<index_t>(k_count));
   const specdec::vector_view<const float, space> p(top_p, top_p == nullptr ? 0 : static_cast<index_t>(p_count));
-  const specdec::matrix_view<float, space> y(out, static_cast<index_t>(rows), static_cast<index_t>(cols));
+  const specdec::matrix_view<E, space> y(out, static_cast<index_t>(rows), static_cast<index_t>(cols));
   if (!renormalise) specdec::sampling::top_k_mask_logits(b, x, k, y);
   else if (top_k != nullptr && top_p != nullptr) specdec::sampling::top_k_top_p_joint_renorm(b, x, k, p, y);
   else if (top_p != nullptr) specdec::sampling::top_p_renorm(b, x, p, y);

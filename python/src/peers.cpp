@@ -57,21 +57,34 @@ void filter_rows(const array& rows, const array& out, const array& top_k, const 
                  std::uintptr_t stream) {
   const char* name = renormalise ? "probs" : "logits";
   const auto at = device_of(rows, name, stream);
-  const float* x = argument<const float>(rows, name, {-1, -1}, at);
-  const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
-  float* y = argument<float>(out, "out", {n, v}, at);
-  const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at, true);
-  const float* p = argument<const float>(top_p, "top_p", {-1}, at, true);
+  const auto parameters = [&](std::int64_t n) {
+    const std::int64_t* k = argument<const std::int64_t>(top_k, "top_k", {-1}, at, true);
+    const float* p = argument<const float>(top_p, "top_p", {-1}, at, true);
+    if (k != nullptr) per_row(top_k.size(), n, "top_k");
+    if (p != nullptr) per_row(top_p.size(), n, "top_p");
+    return std::pair{k, p};
+  };
   const auto k_count = static_cast<std::int64_t>(top_k.size()), p_count = static_cast<std::int64_t>(top_p.size());
-  if (k != nullptr) per_row(static_cast<std::size_t>(k_count), n, "top_k");
-  if (p != nullptr) per_row(static_cast<std::size_t>(p_count), n, "top_p");
   if (at) {
 #if SPECDEC_PYTHON_CUDA
+    const float* x = argument<const float>(rows, name, {-1, -1}, at);
+    const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
+    float* y = argument<float>(out, "out", {n, v}, at);
+    const auto [k, p] = parameters(n);
     without_gil([&] { specdec_python::cuda::filter_rows(*at, x, n, v, k, k_count, p, p_count, y, renormalise); });
 #endif
     return;
   }
-  without_gil([&] { filter_rows_on(host_backend(), x, n, v, k, k_count, p, p_count, y, renormalise); });
+  // On the host the rows may be float32, float16 or bfloat16, read as they are; the output is the rows'
+  // dtype (FlashInfer's convention), so in place works for each.
+  with_rows(rows, name, [&](auto x) {
+    using E = typename decltype(x)::value_type;
+    const auto n = static_cast<std::int64_t>(x.rows()), v = static_cast<std::int64_t>(x.cols());
+    void* o = check_array(out, "out", {rows.dtype()}, 2, access::write);
+    expect_shape(out, "out", {n, v});
+    const auto [k, p] = parameters(n);
+    without_gil([&] { filter_rows_on(host_backend(), x.data(), n, v, k, k_count, p, p_count, static_cast<E*>(o), renormalise); });
+  });
 }
 
 /// Bools as bytes (dtype bool or uint8), 1-dimensional and contiguous, on the call's device.

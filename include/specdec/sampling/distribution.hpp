@@ -20,6 +20,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
@@ -27,6 +28,7 @@
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
@@ -161,27 +163,28 @@ void name_filter(Job& job, const char* where, const char* rows, const char* k, c
 
 /// The host forms: one k and / or one p for every row (k = 0 / p = 0: that filter off), the job run on
 /// one thread, in place.
-inline void filter_host(const char* where, const char* rows_name, matrix_view<float> rows, index_t k, float p, bool renormalise) {
+template <class E>
+void filter_host(const char* where, const char* rows_name, matrix_view<E> rows, index_t k, float p, bool renormalise) {
   const index_t vocab = rows.cols();
   specdec::detail::check_vocabulary(where, "V", vocab);
   specdec::detail::check_view(where, rows_name, rows, specdec::detail::indexed_output | specdec::detail::contiguous_rows);
   const std::int64_t k64 = k;
-  filter_rows_job<host_space> job{rows,
-                                  rows,
-                                  k > 0 ? vector_view<const std::int64_t>(&k64, 1) : vector_view<const std::int64_t>{},
-                                  p > 0.0f ? vector_view<const float>(&p, 1) : vector_view<const float>{},
-                                  renormalise,
-                                  where,
-                                  {}};
+  filter_rows_job<host_space, E> job{rows,
+                                     rows,
+                                     k > 0 ? vector_view<const std::int64_t>(&k64, 1) : vector_view<const std::int64_t>{},
+                                     p > 0.0f ? vector_view<const float>(&p, 1) : vector_view<const float>{},
+                                     renormalise,
+                                     where,
+                                     {}};
   name_filter(job, where, rows_name, "k", "top_p");
   specdec::detail::run_serial(job, rows.rows());
 }
 
 /// The backend forms' checks and launch (an empty top_k / top_p: that filter off).
-template <team_backend B>
-void filter(B& b, const char* where, const char* rows_name, matrix_view<const float, typename B::memory_space> in,
+template <team_backend B, class E>
+void filter(B& b, const char* where, const char* rows_name, matrix_view<const E, typename B::memory_space> in,
             vector_view<const std::int64_t, typename B::memory_space> top_k, vector_view<const float, typename B::memory_space> top_p,
-            matrix_view<float, typename B::memory_space> out, bool renormalise) {
+            matrix_view<E, typename B::memory_space> out, bool renormalise) {
   const index_t vocab = in.cols();
   specdec::detail::check_vocabulary(where, "V", vocab);
   specdec::detail::check_view(where, rows_name, in, specdec::detail::contiguous_rows);
@@ -200,7 +203,7 @@ void filter(B& b, const char* where, const char* rows_name, matrix_view<const fl
   specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, rows_name, in), /*exact_alias_allowed=*/true);
   specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, "top_k", top_k));
   specdec::detail::check_disjoint(where, extent_of(where, "out", out), extent_of(where, "top_p", top_p));
-  filter_rows_job<typename B::memory_space> job{in, out, top_k, top_p, renormalise, where, {}};
+  filter_rows_job<typename B::memory_space, E> job{in, out, top_k, top_p, renormalise, where, {}};
   name_filter(job, where, rows_name, "top_k", "top_p");
   b.run_teams(in.rows(), job);
 }
@@ -212,7 +215,9 @@ void filter(B& b, const char* where, const char* rows_name, matrix_view<const fl
 /// entry divided by it and rounded to float). \param probs host `[rows x V]` (columns contiguous), in
 /// place. \throws invalid_argument on k outside [1, V], entries outside [0, 1] (NaN included), or a row
 ///   that does not sum to 1 within 1e-3.
-inline void top_k_renorm(matrix_view<float> probs, index_t k) {
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_renorm(matrix_view<E> probs, index_t k) {
   constexpr const char* where = "specdec::sampling::top_k_renorm";
   SPECDEC_EXPECTS(k >= 1 && k <= probs.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", probs.cols());
   detail::filter_host(where, "probs", probs, k, 0.0f, true);
@@ -223,7 +228,9 @@ inline void top_k_renorm(matrix_view<float> probs, index_t k) {
 /// reaching top_p, ties included), zero the rest, renormalise. \param probs host `[rows x V]` (columns
 /// contiguous), in place. \throws invalid_argument on top_p outside (0, 1], entries outside [0, 1] (NaN
 /// included), or a row that does not sum to 1 within 1e-3.
-inline void top_p_renorm(matrix_view<float> probs, float top_p) {
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_p_renorm(matrix_view<E> probs, float top_p) {
   constexpr const char* where = "specdec::sampling::top_p_renorm";
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
   detail::filter_host(where, "probs", probs, 0, top_p, true);
@@ -239,7 +246,9 @@ inline void top_p_renorm(matrix_view<float> probs, float top_p) {
 /// \param probs host `[rows x V]` (columns contiguous), in place. \throws invalid_argument on k outside
 ///   [1, V], top_p outside (0, 1], entries outside [0, 1] (NaN included), or a row that does not sum to 1
 ///   within 1e-3.
-inline void top_k_top_p_joint_renorm(matrix_view<float> probs, index_t k, float top_p) {
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_top_p_joint_renorm(matrix_view<E> probs, index_t k, float top_p) {
   constexpr const char* where = "specdec::sampling::top_k_top_p_joint_renorm";
   SPECDEC_EXPECTS(k >= 1 && k <= probs.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", probs.cols());
   SPECDEC_EXPECTS(top_p > 0.0f && top_p <= 1.0f, where, "top_p = ", top_p, "; expected a value in (0, 1]");
@@ -250,7 +259,9 @@ inline void top_k_top_p_joint_renorm(matrix_view<float> probs, index_t k, float 
 /// (ties with the k-th kept, as top_k_renorm); nothing is renormalised. \param logits host `[rows x V]`
 /// (columns contiguous), in place. \throws invalid_argument on k outside [1, V] or a NaN / +inf logit
 ///   (naming row and column).
-inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_mask_logits(matrix_view<E> logits, index_t k) {
   constexpr const char* where = "specdec::sampling::top_k_mask_logits";
   SPECDEC_EXPECTS(k >= 1 && k <= logits.cols(), where, "k = ", k, "; expected 1 <= k <= V = ", logits.cols());
   detail::filter_host(where, "logits", logits, k, 0.0f, false);
@@ -262,33 +273,33 @@ inline void top_k_mask_logits(matrix_view<float> logits, index_t k) {
 /// `[rows x V]`, or the input's own memory (in place). \throws invalid_argument on shapes and views
 /// (before any work) and, from the team of the row, as the host forms (naming `top_k[r]` / `top_p[r]`).
 /// On CUDA with deferred faults those come from `check_faults()`.
-template <team_backend B>
-void top_k_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
-                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<float, typename B::memory_space> out) {
+template <team_backend B, class E = float>
+void top_k_renorm(B& b, matrix_view<const std::type_identity_t<E>, typename B::memory_space> probs,
+                  vector_view<const std::int64_t, typename B::memory_space> top_k, matrix_view<E, typename B::memory_space> out) {
   SPECDEC_EXPECTS(!top_k.empty(), "specdec::sampling::top_k_renorm", "top_k is empty; expected 1 or one per row");
-  detail::filter(b, "specdec::sampling::top_k_renorm", "probs", probs, top_k, {}, out, true);
+  detail::filter<B, E>(b, "specdec::sampling::top_k_renorm", "probs", probs, top_k, {}, out, true);
 }
-template <team_backend B>
-void top_p_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
-                  vector_view<const float, typename B::memory_space> top_p, matrix_view<float, typename B::memory_space> out) {
+template <team_backend B, class E = float>
+void top_p_renorm(B& b, matrix_view<const std::type_identity_t<E>, typename B::memory_space> probs,
+                  vector_view<const float, typename B::memory_space> top_p, matrix_view<E, typename B::memory_space> out) {
   SPECDEC_EXPECTS(!top_p.empty(), "specdec::sampling::top_p_renorm", "top_p is empty; expected 1 or one per row");
-  detail::filter(b, "specdec::sampling::top_p_renorm", "probs", probs, {}, top_p, out, true);
+  detail::filter<B, E>(b, "specdec::sampling::top_p_renorm", "probs", probs, {}, top_p, out, true);
 }
-template <team_backend B>
-void top_k_top_p_joint_renorm(B& b, matrix_view<const float, typename B::memory_space> probs,
+template <team_backend B, class E = float>
+void top_k_top_p_joint_renorm(B& b, matrix_view<const std::type_identity_t<E>, typename B::memory_space> probs,
                               vector_view<const std::int64_t, typename B::memory_space> top_k,
-                              vector_view<const float, typename B::memory_space> top_p, matrix_view<float, typename B::memory_space> out) {
+                              vector_view<const float, typename B::memory_space> top_p, matrix_view<E, typename B::memory_space> out) {
   constexpr const char* where = "specdec::sampling::top_k_top_p_joint_renorm";
   SPECDEC_EXPECTS(!top_k.empty() && !top_p.empty(), where, "top_k has ", top_k.rows(), " and top_p ", top_p.rows(),
                   " entries; expected 1 or one per row each");
-  detail::filter(b, where, "probs", probs, top_k, top_p, out, true);
+  detail::filter<B, E>(b, where, "probs", probs, top_k, top_p, out, true);
 }
-template <team_backend B>
-void top_k_mask_logits(B& b, matrix_view<const float, typename B::memory_space> logits,
+template <team_backend B, class E = float>
+void top_k_mask_logits(B& b, matrix_view<const std::type_identity_t<E>, typename B::memory_space> logits,
                        vector_view<const std::int64_t, typename B::memory_space> top_k,
-                       matrix_view<float, typename B::memory_space> out) {
+                       matrix_view<E, typename B::memory_space> out) {
   SPECDEC_EXPECTS(!top_k.empty(), "specdec::sampling::top_k_mask_logits", "top_k is empty; expected 1 or one per row");
-  detail::filter(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, {}, out, false);
+  detail::filter<B, E>(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, {}, out, false);
 }
 
 }  // namespace specdec::sampling

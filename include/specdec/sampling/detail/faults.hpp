@@ -36,7 +36,7 @@ enum class sampling_fault : std::int32_t {
   history_token = 162,       ///< row = entry, column = request, value = the token, limit = V
   history_count = 163,       ///< row = entry, column = request, value = the count
   top_k_value = 164,         ///< row = matrix row, limit = its k, value = V
-  renorm_sum = 165,          ///< row = matrix row, value = the row's sum (renormalisers' tolerance, 1e-3)
+  renorm_sum = 165,          ///< row = matrix row, value = the row's sum, column = the rows' rounding bits (renormalisers' tolerance, 1e-3 + 2^-column)
   logit_value = 166,         ///< row = matrix row, column = token, value = the logit (NaN or +inf)
   top_p_value = 167,         ///< row = matrix row, value = its p
   shared_row = 168,          ///< row = request, column = another request, value = a row both write
@@ -103,6 +103,9 @@ inline void describe_sampling_fault(const char* where, const char* name, const t
     case sampling_fault::top_k_value:
       throw_invalid_argument(where, name, "[", f.row, "] = ", f.limit, "; expected 1 <= k <= V = ", i(f.value));
     case sampling_fault::renorm_sum:
+      if (f.column > 0)  // a 16-bit row: the tolerance includes its rounding (filter_rows.hpp)
+        throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001 + 2^-", f.column,
+                               " (the rounding of its ", f.column == 9 ? "bfloat16" : "float16", " entries)");
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001");
     case sampling_fault::logit_value:
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");

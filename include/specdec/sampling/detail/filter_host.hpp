@@ -57,6 +57,38 @@ typedef double d8 __attribute__((vector_size(64)));
 typedef std::int32_t i8 __attribute__((vector_size(32)));
 typedef std::int64_t l8 __attribute__((vector_size(64)));
 
+/// Eight entries of a row as floats (the 16-bit types widened, exactly), and eight floats stored as
+/// entries (rounded to nearest even for the 16-bit types: the device's conversion).
+/// (An output argument, not a returned vector: without AVX, GCC warns that a returned 32-byte vector
+/// changes the ABI.)
+template <class E>
+inline void load8(const E* p, f8& v) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    std::memcpy(&v, p, sizeof v);
+  } else if constexpr (specdec::detail::simd_bytes == 32) {
+    v = specdec::detail::simd_load(p);
+  } else {
+    for (int l = 0; l < 8; ++l) v[l] = widen(p[l]);
+  }
+}
+template <class E>
+inline void store8(E* p, const f8& v) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    std::memcpy(p, &v, sizeof v);
+  } else {
+    for (int l = 0; l < 8; ++l) p[l] = narrow<E>(v[l]);
+  }
+}
+/// buffer[0, n) = x[0, n) as floats.
+template <class E>
+inline void widen_into(float* buffer, const E* x, index_t n) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    std::memcpy(buffer, x, static_cast<std::size_t>(n) * sizeof(float));
+  } else {
+    for (index_t j = 0; j < n; ++j) buffer[j] = widen(x[j]);
+  }
+}
+
 /// Entries of a 64-entry block (the block maxima's), and of a canonical chunk.
 inline constexpr index_t block = specdec::detail::maxima_block;
 inline constexpr index_t chunk = specdec::detail::sample_chunk;
@@ -136,8 +168,8 @@ struct row_check {
 /// maxima_padding -inf; with Binades, the masses above the binade thresholds too. Their masked float
 /// adds are independent of the total's chain of double adds, so they fill its latency rather than
 /// adding a pass of their own.
-template <bool Probabilities, bool Binades = false>
-inline row_check check_row(const float* x, index_t n, float* maxima) noexcept {
+template <bool Probabilities, bool Binades = false, class E>
+inline row_check check_row(const E* x, index_t n, float* maxima) noexcept {
   double total = 0.0;
   i8 good = i8{} - 1;
   f8 row_max = f8{} + negative_infinity<float>();
@@ -147,7 +179,7 @@ inline row_check check_row(const float* x, index_t n, float* maxima) noexcept {
   // One vector: its checks, its lanes into `lanes` (a chunk's canonical lanes), its maximum into m.
   const auto vector_at = [&](index_t at, f8& m, d8& lanes) {
     f8 v;
-    std::memcpy(&v, x + at, sizeof v);
+    load8(x + at, v);
     if constexpr (Probabilities) {
       good &= (v >= zero) & (v <= one);
       lanes += __builtin_convertvector(v, d8);
@@ -200,7 +232,7 @@ inline row_check check_row(const float* x, index_t n, float* maxima) noexcept {
     for (; j + 8 <= end; j += 8) vector_at(j, m, lanes);
     float block_max = horizontal_max(m);
     for (; j < end; ++j) {
-      const float v = x[j];
+      const float v = widen(x[j]);
       if constexpr (Probabilities) {
         tail_good = tail_good && v >= 0.0f && v <= 1.0f;
         lanes[j % 8] += static_cast<double>(v);
@@ -231,10 +263,10 @@ inline row_check check_row(const float* x, index_t n, float* maxima) noexcept {
 }
 
 /// The first bad entry (the check found one): as filter_rows_job::weigh reports it.
-template <bool Probabilities>
-inline index_t first_bad(const float* x, index_t n) noexcept {
+template <bool Probabilities, class E>
+inline index_t first_bad(const E* x, index_t n) noexcept {
   for (index_t j = 0; j < n; ++j) {
-    const float v = x[j];
+    const float v = widen(x[j]);
     if (Probabilities ? !(v >= 0.0f && v <= 1.0f) : !(v < -negative_infinity<float>())) return j;
   }
   return 0;
@@ -248,7 +280,8 @@ struct mass_pair {
   double above;
   double at_or_above;
 };
-inline mass_pair canonical_masses(const float* x, index_t n, float t, const float* maxima) noexcept {
+template <class E>
+inline mass_pair canonical_masses(const E* x, index_t n, float t, const float* maxima) noexcept {
   d8 above{}, at{};
   mass_pair total{0.0, 0.0};
   const d8 threshold = d8{} + static_cast<double>(t);  // compared as doubles: the same answers, no mask widening
@@ -257,7 +290,7 @@ inline mass_pair canonical_masses(const float* x, index_t n, float t, const floa
     if (maxima == nullptr || !(maxima[b] < t))
       for (index_t j = b * block; j < (b + 1) * block; j += 8) {
         f8 v;
-        std::memcpy(&v, x + j, sizeof v);
+    load8(x + j, v);
         const d8 d = __builtin_convertvector(v, d8);
         above = d > threshold ? above + d : above;
         at = d >= threshold ? at + d : at;
@@ -270,7 +303,7 @@ inline mass_pair canonical_masses(const float* x, index_t n, float t, const floa
     }
   }
   for (index_t j = full_blocks * block; j < n; ++j) {
-    const float v = x[j];
+    const float v = widen(x[j]);
     if (v > t) above[j % 8] += static_cast<double>(v);
     if (v >= t) at[j % 8] += static_cast<double>(v);
   }
@@ -283,46 +316,49 @@ inline mass_pair canonical_masses(const float* x, index_t n, float t, const floa
 
 /// Writes y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n), where keep(v) is v >= tau: blocks whose
 /// maximum (`maxima`, or null) is below tau are filled without being read. y may be x.
-template <class Kept>
-inline void write_kept(const float* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, float* y) noexcept {
+template <class E, class Kept>
+inline void write_kept(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y) noexcept {
   const f8 threshold = f8{} + tau, fill = f8{} + dropped;
   const index_t full_blocks = n / block;
   for (index_t b = 0; b < full_blocks; ++b) {
     const index_t j0 = b * block;
     if (maxima != nullptr && maxima[b] < tau) {
-      for (index_t j = j0; j < j0 + block; j += 8) std::memcpy(y + j, &fill, sizeof fill);
+      for (index_t j = j0; j < j0 + block; j += 8) store8(y + j, fill);
       continue;
     }
     for (index_t j = j0; j < j0 + block; j += 8) {
-      f8 v, out;
-      std::memcpy(&v, x + j, sizeof v);
+      f8 v;
+    load8(x + j, v);
+      f8 out;
       kept(v, out);
       out = v >= threshold ? out : fill;
-      std::memcpy(y + j, &out, sizeof out);
+      store8(y + j, out);
     }
   }
   for (index_t j = full_blocks * block; j < n; ++j) {
-    const float v = x[j];
+    const float v = widen(x[j]);
     if (v >= tau) {
       const f8 one = {v, v, v, v, v, v, v, v};  // not f8{} + v: +0 + -0 would lose the sign
       f8 out;
       kept(one, out);
-      y[j] = out[0];
+      y[j] = narrow<E>(out[0]);
     } else {
-      y[j] = dropped;
+      y[j] = narrow<E>(dropped);
     }
   }
 }
 
 /// y[j] = x[j] >= tau ? x[j] : -inf (y may be x).
-inline void write_masked(const float* x, index_t n, float tau, const float* maxima, float* y) noexcept {
+template <class E>
+inline void write_masked(const E* x, index_t n, float tau, const float* maxima, E* y) noexcept {
   write_kept(x, n, tau, maxima, negative_infinity<float>(), [](const f8& v, f8& out) { out = v; }, y);
 }
 
 /// y[j] = x[j] >= tau ? float(double(x[j]) / mass) : 0 (y may be x): the quotient in double, rounded
 /// once, as filter_rows_job writes it. (A product with 1 / mass, checked for the rare quotients it could
 /// round differently, measured slower than the division: its checks cost more than the divider.)
-inline void write_renormalised(const float* x, index_t n, float tau, double mass, const float* maxima, float* y) noexcept {
+template <class E>
+inline void write_renormalised(const E* x, index_t n, float tau, double mass, const float* maxima, E* y) noexcept {
   const d8 divisor = d8{} + mass;
   write_kept(x, n, tau, maxima, 0.0f,
              [&](const f8& v, f8& out) { out = __builtin_convertvector(__builtin_convertvector(v, d8) / divisor, f8); }, y);
@@ -336,7 +372,8 @@ inline float select_kth(float* values, index_t c, index_t k) noexcept {
 
 /// The k-th largest entry of x[0, n) (1 <= k < n; no NaN, no +inf), exactly. `maxima`: check_row's
 /// block maxima; `largest`: the row's maximum; `buffer`: n floats.
-inline float kth_largest(const float* x, index_t n, index_t k, float largest, const float* maxima, float* buffer) noexcept {
+template <class E>
+inline float kth_largest(const E* x, index_t n, index_t k, float largest, const float* maxima, float* buffer) noexcept {
   if (specdec::detail::use_block_topk(n, k)) {
     // Entries at or above the k-th largest block maximum, from the blocks that reach it.
     const index_t blocks = specdec::detail::maxima_blocks(n);
@@ -350,23 +387,23 @@ inline float kth_largest(const float* x, index_t n, index_t k, float largest, co
       index_t j = begin;
       for (; j + 8 <= end; j += 8) {
         f8 v;
-        std::memcpy(&v, x + j, sizeof v);
+    load8(x + j, v);
         c += compress(v, v >= f, buffer + c);
       }
       for (; j < end; ++j)
-        if (x[j] >= floor) buffer[c++] = x[j];
+        if (widen(x[j]) >= floor) buffer[c++] = widen(x[j]);
     }
     if (c <= capacity) return select_kth(buffer, c, k);
   }
   if (n <= 4096) {
-    std::memcpy(buffer, x, static_cast<std::size_t>(n) * sizeof(float));
+    widen_into(buffer, x, n);
     return select_kth(buffer, n, k);
   }
   // A strided sample brackets the k-th largest: [lo, hi] around the sample's quantile, with room for
   // its spread; then one pass counts the entries above hi and gathers those in [lo, hi].
   constexpr index_t samples = 1024;
   float sample[samples];
-  for (index_t i = 0; i < samples; ++i) sample[i] = x[i * n / samples];
+  for (index_t i = 0; i < samples; ++i) sample[i] = widen(x[i * n / samples]);
   const double rank = static_cast<double>(k - 1) * samples / static_cast<double>(n);
   const double spread = 4.0 * std::sqrt(rank + 1.0) + 16.0;
   const auto hi_rank = static_cast<index_t>(std::max(0.0, rank - spread));
@@ -380,16 +417,17 @@ inline float kth_largest(const float* x, index_t n, index_t k, float largest, co
   index_t j = 0;
   for (; j + 8 <= n; j += 8) {
     f8 v;
-    std::memcpy(&v, x + j, sizeof v);
+    load8(x + j, v);
     above += static_cast<index_t>(__builtin_popcountll(specdec::detail::lane_bits(v > vhi)));
     c += compress(v, (v >= vlo) & (v <= vhi), buffer + c);
   }
   for (; j < n; ++j) {
-    above += x[j] > hi;
-    if (x[j] >= lo && x[j] <= hi) buffer[c++] = x[j];
+    const float v = widen(x[j]);
+    above += v > hi;
+    if (v >= lo && v <= hi) buffer[c++] = v;
   }
   if (above < k && k <= above + c) return select_kth(buffer, c, k - above);
-  std::memcpy(buffer, x, static_cast<std::size_t>(n) * sizeof(float));  // the sample misled: every entry
+  widen_into(buffer, x, n);  // the sample misled: every entry
   return select_kth(buffer, n, k);
 }
 
@@ -427,14 +465,15 @@ inline void masses_above(const float* w, index_t c, const float (&thresholds)[7]
 
 /// Moves the entries of w[0, c) in (lo, hi] to the front of `into` (which may be w), in order; their
 /// count. With `above`, also the mass of the entries above hi (double sums in 8 lanes).
-inline index_t gather_between(const float* w, index_t c, float lo, float hi, float* into, double* above = nullptr) noexcept {
+template <class E>
+inline index_t gather_between(const E* w, index_t c, float lo, float hi, float* into, double* above = nullptr) noexcept {
   const f8 vlo = f8{} + lo, vhi = f8{} + hi;
   d8 mass{};
   const d8 dhi = d8{} + static_cast<double>(hi);
   index_t m = 0, j = 0;
   for (; j + 8 <= c; j += 8) {
     f8 v;
-    std::memcpy(&v, w + j, sizeof v);
+    load8(w + j, v);
     if (above != nullptr) {
       const d8 d = __builtin_convertvector(v, d8);
       mass = d > dhi ? mass + d : mass;
@@ -443,8 +482,9 @@ inline index_t gather_between(const float* w, index_t c, float lo, float hi, flo
   }
   double tail = 0.0;
   for (; j < c; ++j) {
-    if (w[j] > lo && w[j] <= hi) into[m++] = w[j];
-    if (w[j] > hi) tail += static_cast<double>(w[j]);
+    const float v = widen(w[j]);
+    if (v > lo && v <= hi) into[m++] = v;
+    if (v > hi) tail += static_cast<double>(v);
   }
   if (above != nullptr) {
     for (int l = 0; l < 8; ++l) tail += mass[l];
@@ -520,7 +560,8 @@ inline index_t crossing_window(float* w, index_t c, double base, double target, 
 /// The top-p cut of probability row x[0, n) (checked: entries in [0, 1] or -0) from its check pass
 /// (check_row<true, true>: the canonical total, the largest entry and the masses above the binade
 /// thresholds); `maxima`: its block maxima; `buffer`: n floats.
-inline cut_value top_p_cut(const float* x, index_t n, float p, const row_check& checked, const float* maxima, float* buffer) noexcept {
+template <class E>
+inline cut_value top_p_cut(const E* x, index_t n, float p, const row_check& checked, const float* maxima, float* buffer) noexcept {
   const double target = static_cast<double>(p), total = checked.total;
   if (total < target) return cut_value{negative_infinity<float>(), total, true};
   // Approximate masses in double are within n 2^-53 (their sum) of the exact ones, and so are the

@@ -65,15 +65,26 @@ SPECDEC_HOST_DEVICE inline float from_order_key(std::uint32_t key) noexcept {
 /// examples, 4 decimals, sum to 1 +- 2.5e-4) and rejects rows that are not distributions at all.
 inline constexpr double renorm_sum_tolerance = 1e-3;
 
+/// Rows of a 16-bit type also carry their rounding: each entry of a distribution rounded to E moves by
+/// up to half an ulp, 2^-9 of it for bf16 and 2^-11 for fp16 (normal values), so the row's sum by up to
+/// that fraction of 1 (a bf16 softmax row with one token at 0.9 sums to 1 +- 1.8e-3). Those bits widen the
+/// tolerance: renorm_sum_tolerance + 2^-rounding_bits<E> (0: no term, float rows).
+template <class E>
+inline constexpr int rounding_bits = std::is_same_v<E, bfloat16> ? 9 : std::is_same_v<E, float16> ? 11 : 0;
+template <class E>
+inline constexpr double renorm_tolerance = renorm_sum_tolerance + (rounding_bits<E> > 0 ? 1.0 / static_cast<double>(1 << rounding_bits<E>) : 0.0);
+
 /// Argument indices of filter_rows_job's fault names.
 enum filter_arg : int { filter_arg_rows, filter_arg_k, filter_arg_p };
 
 /// One row per team: checks the row, finds its k-th largest entry and / or its top-p cut, and writes the
-/// filtered row.
-template <class Space>
+/// filtered row. Rows of element type E (float, specdec::bfloat16 or specdec::float16): every decision is
+/// made on the widened values (so a 16-bit row is filtered as the float row of the same values), and the
+/// output is written in E (a renormalised entry rounded once to float, then to E).
+template <class Space, class E = float>
 struct filter_rows_job {
-  matrix_view<const float, Space> in;
-  matrix_view<float, Space> out;                  // may be `in` itself: each entry is written last, by its reader
+  matrix_view<const E, Space> in;
+  matrix_view<E, Space> out;                      // may be `in` itself: each entry is written last, by its reader
   vector_view<const std::int64_t, Space> top_k;  // one entry, one per row, or empty: no top-k
   vector_view<const float, Space> top_p;          // one entry, one per row, or empty: no top-p
   bool renormalise;                               // probabilities (renormalised) or logits (masked; top-k only)
@@ -155,7 +166,7 @@ struct filter_rows_job {
     std::int64_t first_bad;
   };
   template <class Team, class Keep>
-  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, const float* x, const Keep& keep) const {
+  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, const E* x, const Keep& keep) const {
     const index_t items = row_pass_items();
     team.sync();  // earlier readers of the scratch are done
     for (index_t item = team.rank(); item < items; item += team.size()) {
@@ -164,7 +175,7 @@ struct filter_rows_job {
       double sum = 0.0;
       std::int64_t first = -1;
       for (; j < end; j += lanes) {
-        const float v = x[j];
+        const float v = widen(x[j]);
         const bool bad = renormalise ? !(v >= 0.0f && v <= 1.0f) : !(v < -specdec::detail::negative_infinity<float>());
         if (bad) {
           if (first < 0) first = j;
@@ -184,7 +195,7 @@ struct filter_rows_job {
 
   /// The k-th largest entry of row x (ties counted), exactly: a radix select over order_key.
   template <class Team>
-  SPECDEC_HOST_DEVICE float kth_largest(Team& team, const layout& l, const float* x, std::int64_t k) const {
+  SPECDEC_HOST_DEVICE float kth_largest(Team& team, const layout& l, const E* x, std::int64_t k) const {
     const index_t items = row_pass_items();
     std::uint32_t prefix = 0;  // the key's digits found so far
     std::int64_t above = 0;    // entries whose key is above every key with that prefix
@@ -196,7 +207,7 @@ struct filter_rows_job {
         std::int32_t* count = l.counts + item * digits;
         for (index_t d = 0; d < digits; ++d) count[d] = 0;
         for (; j < end; j += lanes) {
-          const std::uint32_t key = order_key(x[j]);
+          const std::uint32_t key = order_key(widen(x[j]));
           if (shift == 28 || (key >> (shift + 4)) == prefix) ++count[(key >> shift) & 15u];
         }
       }
@@ -225,7 +236,7 @@ struct filter_rows_job {
   /// whose key is larger. Each pass weighs M at the largest key of each of the prefix's first 15 digit
   /// ranges (the 16th range's largest is the whole range's, where M < p holds already).
   template <class Team>
-  SPECDEC_HOST_DEVICE std::uint32_t top_p_cut(Team& team, const layout& l, const float* x, float p) const {
+  SPECDEC_HOST_DEVICE std::uint32_t top_p_cut(Team& team, const layout& l, const E* x, float p) const {
     const index_t items = row_pass_items();
     constexpr index_t boundaries = digits - 1;
     std::uint32_t prefix = 0;
@@ -237,7 +248,7 @@ struct filter_rows_job {
         double mass[boundaries];
         for (index_t d = 0; d < boundaries; ++d) mass[d] = 0.0;
         for (; j < end; j += lanes) {
-          const float v = x[j];
+          const float v = widen(x[j]);
           const std::uint32_t key = order_key(v);
           // Entry v is above boundary d (the largest key with the prefix and digit d) for d < c.
           index_t c = 0;
@@ -271,7 +282,7 @@ struct filter_rows_job {
   /// checked). A top-p cut they cannot settle is searched as the device searches it.
   team_fault host_row(specdec::detail::serial_team& team, index_t r, std::int64_t k, float p, std::byte* scratch) const {
     const index_t n = vocab();
-    const float* x = in.row(r);
+    const E* x = in.row(r);
     float* maxima = reinterpret_cast<float*>(scratch);
     float* buffer = maxima + specdec::detail::maxima_blocks(n) + filter_passes::maxima_padding;
     const bool cuts_k = k < n;
@@ -280,11 +291,12 @@ struct filter_rows_job {
                                                              : filter_passes::check_row<true, true>(x, n, maxima);
     if (checked.bad) {
       const index_t j = renormalise ? filter_passes::first_bad<true>(x, n) : filter_passes::first_bad<false>(x, n);
-      return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r, j, x[j]);
+      return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r, j,
+                             widen(x[j]));
     }
     const double error = checked.total - 1.0;
-    if (renormalise && !(error <= renorm_sum_tolerance && error >= -renorm_sum_tolerance))
-      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, 0, checked.total);
+    if (renormalise && !(error <= renorm_tolerance<E> && error >= -renorm_tolerance<E>))
+      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
     // Every kept entry is >= tau (filter_host.hpp: the kept set is one threshold's).
     float tau = cuts_k ? filter_passes::kth_largest(x, n, static_cast<index_t>(k), checked.max, maxima, buffer)
                        : specdec::detail::negative_infinity<float>();
@@ -303,7 +315,7 @@ struct filter_rows_job {
         weighed_tau = true;
       }
     }
-    float* y = out.row(r);
+    E* y = out.row(r);
     if (!renormalise) {
       filter_passes::write_masked(x, n, tau, maxima, y);
       return {};
@@ -326,24 +338,24 @@ struct filter_rows_job {
     if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<Team, specdec::detail::serial_team>)
       return host_row(team, r, k, p, scratch);
 #endif
-    const float* x = in.row(r);
+    const E* x = in.row(r);
     const weighed checked = weigh(team, l, x, [](float) { return true; });
     if (checked.first_bad >= 0)
       return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r,
-                             checked.first_bad, x[checked.first_bad]);
+                             checked.first_bad, widen(x[checked.first_bad]));
     const double error = checked.total - 1.0;
-    if (renormalise && !(error <= renorm_sum_tolerance && error >= -renorm_sum_tolerance))
-      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, 0, checked.total);
+    if (renormalise && !(error <= renorm_tolerance<E> && error >= -renorm_tolerance<E>))
+      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
     // k = V cuts nothing; without top-p the cut is key 0, below every entry.
     const float kth = k < n ? kth_largest(team, l, x, k) : 0.0f;  // not read when k = V (nothing cut)
     const std::uint32_t cut = top_p.empty() ? 0u : top_p_cut(team, l, x, p);
     const auto kept = [kth, cut, k, n](float v) { return (k == n || v >= kth) && order_key(v) >= cut; };
-    float* y = out.row(r);
+    E* y = out.row(r);
     if (!renormalise) {
       team.sync();  // every thread is past its reads of the row
       for (index_t j = team.rank(); j < n; j += team.size()) {
-        const float v = x[j];
-        y[j] = kept(v) ? v : specdec::detail::negative_infinity<float>();
+        const float v = widen(x[j]);
+        y[j] = narrow<E>(kept(v) ? v : specdec::detail::negative_infinity<float>());
       }
       return {};
     }
@@ -351,8 +363,8 @@ struct filter_rows_job {
     // Each entry below is read and written by one thread (in place included), after every read of the
     // passes above.
     for (index_t j = team.rank(); j < n; j += team.size()) {
-      const float v = x[j];
-      y[j] = kept(v) ? static_cast<float>(static_cast<double>(v) / mass) : 0.0f;
+      const float v = widen(x[j]);
+      y[j] = narrow<E>(kept(v) ? static_cast<float>(static_cast<double>(v) / mass) : 0.0f);
     }
     return {};
   }
