@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <specdec/backend/detail/checks.hpp>
@@ -57,6 +58,33 @@ TEST_CASE("Philox fills equal the scalar stream bit for bit, at any offset and l
           }
         }
   CHECK(checked > 100000);
+}
+
+TEST_CASE("Philox fills take out through check_arguments and name it; every offset is valid") {
+  const specdec::philox_stream s{21, 4};
+  std::vector<float> f(8, -1.0f);
+  std::vector<double> d(8, -1.0);
+  const std::string uniforms = "specdec::sampling::philox_uniforms: ", exponentials = "specdec::sampling::philox_exponentials: ";
+  CHECK_THROWS_WITH_AS(sampling::philox_uniforms(s, 0, std::span<float>(static_cast<float*>(nullptr), 3)),
+                       (uniforms + "out is a null view of length 3").c_str(), specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::philox_uniforms(s, 0, std::span<double>(static_cast<double*>(nullptr), 3)),
+                       (uniforms + "out is a null view of length 3").c_str(), specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::philox_exponentials(s, 0, std::span<float>(static_cast<float*>(nullptr), 3)),
+                       (exponentials + "out is a null view of length 3").c_str(), specdec::invalid_argument);
+  // Lengths no buffer can have: past int64 as an extent, and past int64 in bytes. Only the span's two
+  // words are read, so these spans over 8 elements are safe to pass.
+  CHECK_THROWS_WITH_AS(sampling::philox_uniforms(s, 0, std::span<double>(d.data(), std::numeric_limits<std::size_t>::max())),
+                       (uniforms + "out has extent -1 in dimension 0; expected >= 0").c_str(), specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::philox_exponentials(s, 0, std::span<float>(f.data(), std::size_t{1} << 62)),
+                       (exponentials + "out's byte offsets = 4611686018427387903 * 4 overflows int64").c_str(), specdec::invalid_argument);
+  CHECK(std::all_of(f.begin(), f.end(), [](float x) { return x == -1.0f; }));
+  CHECK(std::all_of(d.begin(), d.end(), [](double x) { return x == -1.0; }));
+  // Empty, null or not, fills nothing; positions wrap at 2^64 as philox_stream's do, so no offset is refused.
+  CHECK_NOTHROW(sampling::philox_uniforms(s, ~0ull, std::span<float>(static_cast<float*>(nullptr), 0)));
+  CHECK_NOTHROW(sampling::philox_exponentials(s, ~0ull, std::span<float>(f.data(), 0)));
+  sampling::philox_uniforms(s, ~0ull - 1, std::span<double>(d.data(), 4));
+  CHECK(same_bits(d[2], s.uniform_double(0)));
+  CHECK(same_bits(d[3], s.uniform_double(1)));
 }
 
 TEST_CASE("Philox exponentials equal -log1p(-u) rounded to float over millions of values") {

@@ -25,6 +25,9 @@ std::span<const entry> sampling_entries() {
       make<rejection_sample_backend>(),
       make<gather_rows_entry>(),
       make<top_p_renorm_backend>(),
+      make<philox_uniforms_float>(),
+      make<philox_uniforms_double>(),
+      make<philox_exponentials_entry>(),
   };
   return list;
 }

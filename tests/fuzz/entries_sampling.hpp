@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points of the fuzz_views / fuzz_sizes list (entry_points.hpp): row primitives, verifiers,
-// penalties, bitmasks, logprobs and the peers' sampling forms.
+// penalties, bitmasks, logprobs, the peers' sampling forms and the host Philox fills.
 #pragma once
 
 #include "entry_plan.hpp"
@@ -331,6 +331,34 @@ struct top_p_renorm_backend {
     specdec::sampling::top_p_renorm(b, c.m<const float>(0), c.v<const float>(1), c.m<float>(2));
     return {};
   }
+};
+
+/// The host Philox fills. Their offset is a size so that fuzz_sizes draws it at the int64 edges: read as
+/// a position, a negative one lands just below 2^64 and the fill wraps to 0. 37 values leave a partial
+/// vector group at the end, an offset of 5 a partial block at the start.
+template <class T, bool Exponentials>
+struct philox_fill {
+  static void plan(call_plan& p) {
+    add<T>(p, "out", 1, 37, 1, role::out, {}, true);
+    p.size(5);  // offset
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    const specdec::philox_stream s{0x243f6a8885a308d3ull, 7};
+    const auto offset = static_cast<std::uint64_t>(c.sizes[0]);
+    if constexpr (Exponentials) specdec::sampling::philox_exponentials(s, offset, c.s<T>(0));
+    else specdec::sampling::philox_uniforms(s, offset, c.s<T>(0));
+    return {};
+  }
+};
+struct philox_uniforms_float : philox_fill<float, false> {
+  static constexpr const char* name = "sampling::philox_uniforms (float)";
+};
+struct philox_uniforms_double : philox_fill<double, false> {
+  static constexpr const char* name = "sampling::philox_uniforms (double)";
+};
+struct philox_exponentials_entry : philox_fill<float, true> {
+  static constexpr const char* name = "sampling::philox_exponentials";
 };
 
 }  // namespace fuzz::entry

@@ -15,6 +15,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
 #include <specdec/core/rng.hpp>
+#include <specdec/core/view_checks.hpp>
 
 namespace specdec::sampling {
 
@@ -86,15 +87,20 @@ class uniform_stream {
 /// Host fills of a Philox stream, several blocks per vector instruction (backend/detail/philox_kernels.hpp),
 /// bit for bit the scalar definitions: `out[i] = rng.uniform(offset + i)` (floats, one word each; as
 /// Python's `specdec.philox_uniforms(..., dtype="float32")`). ~0.7 ns per value with AVX-512, ~1 ns
-/// with AVX2 (a 3.6 GHz Zen 4 core, from L1).
-inline void philox_uniforms(philox_stream rng, std::uint64_t offset, std::span<float> out) noexcept {
+/// with AVX2 (a 3.6 GHz Zen 4 core, from L1). Positions are philox_stream's, modulo 2^64: a fill from
+/// near 2^64 continues at position 0, so every offset is valid with every length.
+/// \throws invalid_argument naming `out` when it is null with a nonzero length or reaches past the
+///   address space (an O(1) check before the fill).
+inline void philox_uniforms(philox_stream rng, std::uint64_t offset, std::span<float> out) {
+  specdec::detail::check_arguments("specdec::sampling::philox_uniforms", specdec::detail::output("out", out));
   specdec::detail::philox_fill_uniforms(rng, offset, out.data(), out.size());
 }
 
 /// `out[i] = rng.uniform_double(offset + i)`: 53-bit doubles from word pairs (the uniforms every
 /// verifier reads from a Philox stream; Python's `specdec.philox_uniforms`). ~1.2 ns per value with
-/// AVX-512, ~1.6 ns with AVX2.
-inline void philox_uniforms(philox_stream rng, std::uint64_t offset, std::span<double> out) noexcept {
+/// AVX-512, ~1.6 ns with AVX2. Positions and \throws as the float form's.
+inline void philox_uniforms(philox_stream rng, std::uint64_t offset, std::span<double> out) {
+  specdec::detail::check_arguments("specdec::sampling::philox_uniforms", specdec::detail::output("out", out));
   specdec::detail::philox_fill_uniforms(rng, offset, out.data(), out.size());
 }
 
@@ -104,8 +110,9 @@ inline void philox_uniforms(philox_stream rng, std::uint64_t offset, std::span<d
 /// `(-np.log1p(-u)).astype(np.float32)` where it calls the C library's log1p. A vector logarithm
 /// settles all but about one value in 2^17, which take the C library's own (the file comment of
 /// philox_kernels.hpp says why the floats are the same). ~2.5 ns per value with AVX-512, ~3.5 ns with
-/// AVX2.
-inline void philox_exponentials(philox_stream rng, std::uint64_t offset, std::span<float> out) noexcept {
+/// AVX2. Positions and \throws as philox_uniforms'.
+inline void philox_exponentials(philox_stream rng, std::uint64_t offset, std::span<float> out) {
+  specdec::detail::check_arguments("specdec::sampling::philox_exponentials", specdec::detail::output("out", out));
   specdec::detail::philox_fill_exponentials(rng, offset, out.data(), out.size());
 }
 
