@@ -652,6 +652,20 @@ TEST_CASE_TEMPLATE("SGLang reconstruct_indices_from_tree_mask gives back build_t
                                                               i1.matrix(2, 2), i2.matrix(2, 2), i3.matrix(2, 2));
           (void)b.download(out.view());
         }) == at + "verified_seq_len[1] = -1; expected a length in [0, 1099511627776]");
+  // Outputs apart from each other and from the inputs (the checks build_tree's backend form shares).
+  const std::string apart = "; expected an output that shares no element with another argument";
+  CHECK(error_of([&] {
+          specdec::sglang::reconstruct_indices_from_tree_mask(b, specdec::vector_view<const std::uint8_t, space>(m8.view()),
+                                                              specdec::vector_view<const std::int64_t, space>(lens.view()), out.view(),
+                                                              i1.matrix(2, 2), i2.matrix(2, 2), i1.matrix(2, 2));
+        }) == at + "retrive_index is the same memory as retrive_next_sibling" + apart);
+  auto lens_then_positions = b.upload(std::span<const std::int64_t>(std::vector<std::int64_t>{1, 2, 0, 0}));
+  CHECK(error_of([&] {
+          specdec::sglang::reconstruct_indices_from_tree_mask(
+              b, specdec::vector_view<const std::uint8_t, space>(m8.view()),
+              specdec::vector_view<const std::int64_t, space>(lens_then_positions.view().data(), 2), lens_then_positions.view(),
+              i1.matrix(2, 2), i2.matrix(2, 2), i3.matrix(2, 2));
+        }) == at + "positions overlaps verified_seq_len" + apart);
 }
 
 TEST_CASE_TEMPLATE("SGLang build_tree on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {
@@ -689,6 +703,34 @@ TEST_CASE_TEMPLATE("SGLang build_tree on a backend names what is wrong", B, SPEC
   CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 6, 1) == "");
   CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 6, 3) == at + "the bit-packed mask's items are 3 bytes; expected 1, 2 or 4");
   CHECK(run({4, 5}, tree_mask_mode::qlen_only_bitpacking, 12, 1) == at + "tree_mask has 12 bytes; expected 6 (bs * N items)");
+  // Outputs apart from each other and from the inputs (the checks reconstruct_indices_from_tree_mask
+  // shares), the mask first among the outputs.
+  const std::string apart = "; expected an output that shares no element with another argument";
+  const auto overlapping = [&](bool links, bool mask) {
+    return error_of([&] {
+      B b;
+      auto parents = b.upload(std::span<const std::int64_t>(parent_list));
+      auto sel = b.upload(std::span<const std::int64_t>(selected));
+      // verified_seq_len's two entries, then room for positions.
+      auto lens = b.upload(std::span<const std::int64_t>(std::vector<std::int64_t>{4, 5, 0, 0, 0, 0, 0, 0}));
+      auto positions = b.template allocate<std::int64_t>(bs * n);
+      auto mask_bytes = b.template allocate<std::uint8_t>(bs * n * n);
+      auto index = b.template allocate<std::int64_t>(bs * n);
+      auto next_token = b.template allocate<std::int64_t>(bs * n);
+      auto next_sibling = b.template allocate<std::int64_t>(bs * n);
+      specdec::sglang::build_tree(b, specdec::matrix_view<const std::int64_t, space>(parents.matrix(bs, 3)),
+                                  specdec::matrix_view<const std::int64_t, space>(sel.matrix(bs, n - 1)),
+                                  specdec::vector_view<const std::int64_t, space>(lens.view().data(), bs),
+                                  mask ? specdec::vector_view<std::uint8_t, space>(reinterpret_cast<std::uint8_t*>(index.view().data()), bs * n * n)
+                                       : mask_bytes.view(),
+                                  links ? positions.view() : specdec::vector_view<std::int64_t, space>(lens.view().data(), bs * n),
+                                  index.matrix(bs, n), next_token.matrix(bs, n), links ? index.matrix(bs, n) : next_sibling.matrix(bs, n),
+                                  2, 2, tree_mask_mode::qlen_only);
+    });
+  };
+  CHECK(overlapping(true, false) == at + "retrive_index is the same memory as retrive_next_sibling" + apart);
+  CHECK(overlapping(false, false) == at + "positions overlaps verified_seq_len" + apart);
+  CHECK(overlapping(true, true) == at + "tree_mask overlaps retrive_index" + apart);
 }
 
 TEST_CASE_TEMPLATE("segment_packbits on a backend equals the host form", B, SPECDEC_TEAM_BACKENDS) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
@@ -323,6 +324,39 @@ void name_build_arguments(Job& job, const char* where) {
   specdec::detail::name_job(job, where, {{arg_verified_seq_len, "verified_seq_len"}, {arg_tree_mask, "tree_mask"}});
 }
 
+/// The link buffers build_tree's and reconstruct_indices_from_tree_mask's backend forms both write,
+/// checked alike: `positions` `[bs * N]` (`nodes` = bs * N) and `retrive_index`, `retrive_next_token`,
+/// `retrive_next_sibling` `[bs x N]`, each written through operator(); then every output, `mask`
+/// first when the call writes one (build_tree's tree_mask), apart from each other and from `inputs`.
+template <class Space, std::size_t Inputs>
+void check_tree_outputs(const char* where, index_t bs, index_t n, index_t nodes, const vector_view<std::int64_t, Space>& positions,
+                        const matrix_view<std::int64_t, Space>& retrive_index,
+                        const matrix_view<std::int64_t, Space>& retrive_next_token,
+                        const matrix_view<std::int64_t, Space>& retrive_next_sibling,
+                        const std::array<specdec::detail::view_extent, Inputs>& inputs,
+                        const vector_view<std::uint8_t, Space>* mask = nullptr) {
+  using specdec::detail::extent_of;
+  specdec::detail::check_view(where, "positions", positions, specdec::detail::indexed_output);
+  SPECDEC_EXPECTS(positions.rows() == nodes, where, "positions has ", positions.rows(), " entries; expected bs * N = ", nodes);
+  for (const auto& [m, name] : {std::pair{&retrive_index, "retrive_index"}, std::pair{&retrive_next_token, "retrive_next_token"},
+                                std::pair{&retrive_next_sibling, "retrive_next_sibling"}}) {
+    specdec::detail::check_view(where, name, *m, specdec::detail::indexed_output);
+    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, name, " is ", m->rows(), " x ", m->cols(), "; expected ", bs, " x ", n);
+  }
+  // check_apart compares each output with the later outputs, then with every input: the order of the
+  // loops these calls had, so a call with several overlaps names the same pair as before.
+  using specdec::detail::argument_role;
+  std::array<specdec::detail::checked_argument, 5 + Inputs> all{};
+  std::size_t count = 0;
+  if (mask != nullptr) all[count++] = {extent_of(where, "tree_mask", *mask), argument_role::output};
+  all[count++] = {extent_of(where, "positions", positions), argument_role::output};
+  all[count++] = {extent_of(where, "retrive_index", retrive_index), argument_role::output};
+  all[count++] = {extent_of(where, "retrive_next_token", retrive_next_token), argument_role::output};
+  all[count++] = {extent_of(where, "retrive_next_sibling", retrive_next_sibling), argument_role::output};
+  for (const specdec::detail::view_extent& input : inputs) all[count++] = {input, argument_role::input};
+  specdec::detail::check_apart(where, std::span<const specdec::detail::checked_argument>(all.data(), count));
+}
+
 }  // namespace detail
 
 /// What `build_tree_kernel_efficient` computes, for `bs` requests of N nodes each.
@@ -431,31 +465,17 @@ void build_tree(B& b, matrix_view<const std::int64_t, typename B::memory_space> 
   detail::check_build_shapes(where, parent_list, selected_index, bs, n, top_k, num_steps, mode, mask_item_bytes);
   using specdec::detail::extent_of;
   const auto nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
-  specdec::detail::check_view(where, "positions", positions, specdec::detail::indexed_output);
   specdec::detail::check_view(where, "tree_mask", tree_mask, specdec::detail::indexed_output);
-  SPECDEC_EXPECTS(positions.rows() == nodes, where, "positions has ", positions.rows(), " entries; expected bs * N = ", nodes);
-  for (const auto& [m, name] : {std::pair{&retrive_index, "retrive_index"}, std::pair{&retrive_next_token, "retrive_next_token"},
-                                std::pair{&retrive_next_sibling, "retrive_next_sibling"}}) {
-    specdec::detail::check_view(where, name, *m, specdec::detail::indexed_output);
-    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, name, " is ", m->rows(), " x ", m->cols(), "; expected ", bs, " x ", n);
-  }
   if (mode != tree_mask_mode::full_mask) {
     const index_t entries = specdec::detail::checked_mul(where, nodes, mode == tree_mask_mode::qlen_only ? n : mask_item_bytes,
                                                          "the mask's bytes");
     SPECDEC_EXPECTS(tree_mask.rows() == entries, where, "tree_mask has ", tree_mask.rows(), " bytes; expected ", entries,
                     mode == tree_mask_mode::qlen_only ? " (bs * N * N)" : " (bs * N items)");
   }
-  const specdec::detail::view_extent outputs[] = {extent_of(where, "tree_mask", tree_mask), extent_of(where, "positions", positions),
-                                                  extent_of(where, "retrive_index", retrive_index),
-                                                  extent_of(where, "retrive_next_token", retrive_next_token),
-                                                  extent_of(where, "retrive_next_sibling", retrive_next_sibling)};
-  const specdec::detail::view_extent inputs[] = {extent_of(where, "parent_list", parent_list),
-                                                 extent_of(where, "selected_index", selected_index),
-                                                 extent_of(where, "verified_seq_len", verified_seq_len)};
-  for (std::size_t i = 0; i < std::size(outputs); ++i) {
-    for (std::size_t j = i + 1; j < std::size(outputs); ++j) specdec::detail::check_disjoint(where, outputs[i], outputs[j]);
-    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, outputs[i], input);
-  }
+  detail::check_tree_outputs(where, bs, n, nodes, positions, retrive_index, retrive_next_token, retrive_next_sibling,
+                             std::array{extent_of(where, "parent_list", parent_list), extent_of(where, "selected_index", selected_index),
+                                        extent_of(where, "verified_seq_len", verified_seq_len)},
+                             &tree_mask);
   detail::sglang_build_job<typename B::memory_space> job{parent_list,  selected_index,       verified_seq_len,
                                                          tree_mask,    positions,            retrive_index,
                                                          retrive_next_token, retrive_next_sibling, top_k,
@@ -477,7 +497,7 @@ void build_tree(B& b, matrix_view<const std::int64_t, typename B::memory_space> 
 /// \param tree_mask `[bs * N * N]` bytes (nonzero: an ancestor), \param verified_seq_len `[bs]` int64.
 /// \param positions `[bs * N]`, \param retrive_index, retrive_next_token, retrive_next_sibling `[bs x N]`
 ///   int64, every entry written.
-/// 	hrows invalid_argument on shapes that do not match, N outside [1, max_nodes], views null with a
+/// \throws invalid_argument on shapes that do not match, N outside [1, max_nodes], views null with a
 ///   shape, outputs that overlap each other or an input; a seq_len outside [0, 2^40] from the team that
 ///   finds it (on CUDA with deferred faults, from `check_faults()`); outputs are then unspecified.
 template <team_backend B>
@@ -496,23 +516,8 @@ void reconstruct_indices_from_tree_mask(B& b, vector_view<const std::uint8_t, ty
   const auto nodes = specdec::detail::checked_mul(where, bs, n, "bs * N");
   const auto entries = specdec::detail::checked_mul(where, nodes, n, "bs * N * N");
   SPECDEC_EXPECTS(tree_mask.rows() == entries, where, "tree_mask has ", tree_mask.rows(), " entries; expected bs * N * N = ", entries);
-  specdec::detail::check_view(where, "positions", positions, specdec::detail::indexed_output);
-  SPECDEC_EXPECTS(positions.rows() == nodes, where, "positions has ", positions.rows(), " entries; expected bs * N = ", nodes);
-  for (const auto& [m, name] : {std::pair{&retrive_index, "retrive_index"}, std::pair{&retrive_next_token, "retrive_next_token"},
-                                std::pair{&retrive_next_sibling, "retrive_next_sibling"}}) {
-    specdec::detail::check_view(where, name, *m, specdec::detail::indexed_output);
-    SPECDEC_EXPECTS(m->rows() == bs && m->cols() == n, where, name, " is ", m->rows(), " x ", m->cols(), "; expected ", bs, " x ", n);
-  }
-  const specdec::detail::view_extent outputs[] = {extent_of(where, "positions", positions),
-                                                  extent_of(where, "retrive_index", retrive_index),
-                                                  extent_of(where, "retrive_next_token", retrive_next_token),
-                                                  extent_of(where, "retrive_next_sibling", retrive_next_sibling)};
-  const specdec::detail::view_extent inputs[] = {extent_of(where, "tree_mask", tree_mask),
-                                                 extent_of(where, "verified_seq_len", verified_seq_len)};
-  for (std::size_t i = 0; i < std::size(outputs); ++i) {
-    for (std::size_t j = i + 1; j < std::size(outputs); ++j) specdec::detail::check_disjoint(where, outputs[i], outputs[j]);
-    for (const specdec::detail::view_extent& input : inputs) specdec::detail::check_disjoint(where, outputs[i], input);
-  }
+  detail::check_tree_outputs(where, bs, n, nodes, positions, retrive_index, retrive_next_token, retrive_next_sibling,
+                             std::array{extent_of(where, "tree_mask", tree_mask), extent_of(where, "verified_seq_len", verified_seq_len)});
   detail::sglang_reconstruct_job<typename B::memory_space> job{tree_mask, verified_seq_len, positions, retrive_index,
                                                                retrive_next_token, retrive_next_sibling};
   specdec::detail::name_job(job, where, {{detail::arg_verified_seq_len, "verified_seq_len"}, {detail::arg_tree_mask, "tree_mask"}});
