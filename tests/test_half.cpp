@@ -87,14 +87,13 @@ std::vector<float> interesting_floats() {
 }
 
 }  // namespace test_half
-using namespace test_half;
 
 TEST_CASE("half: widening is exact for every bit pattern, and narrowing a widened value gives it back") {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
     const auto bits = static_cast<std::uint16_t>(b);
     CAPTURE(b);
     const float h = specdec::widen(float16{bits});
-    const double want = fp16_value(bits);
+    const double want = test_half::fp16_value(bits);
     if (want != want) {
       REQUIRE(h != h);
       REQUIRE(std::signbit(h) == ((bits & 0x8000) != 0));
@@ -108,7 +107,7 @@ TEST_CASE("half: widening is exact for every bit pattern, and narrowing a widene
     const std::uint32_t fb = b << 16;
     float expect;
     std::memcpy(&expect, &fb, 4);
-    REQUIRE(same_bits(f, expect));
+    REQUIRE(test_half::same_bits(f, expect));
     if (f == f) REQUIRE(specdec::to_bfloat16(f).bits == bits);
     else REQUIRE(std::isnan(specdec::widen(specdec::to_bfloat16(f))));
   }
@@ -116,13 +115,13 @@ TEST_CASE("half: widening is exact for every bit pattern, and narrowing a widene
 
 TEST_CASE("half: narrowing rounds to the nearest value, ties to even, overflow to infinity") {
   std::vector<std::pair<double, std::uint16_t>> fp16, bf16;
-  for (std::uint32_t b = 0; b < 0x7C00; ++b) fp16.emplace_back(fp16_value(static_cast<std::uint16_t>(b)), static_cast<std::uint16_t>(b));
+  for (std::uint32_t b = 0; b < 0x7C00; ++b) fp16.emplace_back(test_half::fp16_value(static_cast<std::uint16_t>(b)), static_cast<std::uint16_t>(b));
   for (std::uint32_t b = 0; b < 0x7F80; ++b) bf16.emplace_back(specdec::widen(bfloat16{static_cast<std::uint16_t>(b)}), static_cast<std::uint16_t>(b));
   int checked = 0;
-  for (const float x : interesting_floats()) {
+  for (const float x : test_half::interesting_floats()) {
     CAPTURE(x);
-    REQUIRE(specdec::to_float16(x).bits == nearest_even(x, fp16, 0x7C00));
-    REQUIRE(specdec::to_bfloat16(x).bits == nearest_even(x, bf16, 0x7F80));
+    REQUIRE(specdec::to_float16(x).bits == test_half::nearest_even(x, fp16, 0x7C00));
+    REQUIRE(specdec::to_bfloat16(x).bits == test_half::nearest_even(x, bf16, 0x7F80));
     ++checked;
   }
   CHECK(checked > 200000);
@@ -231,8 +230,8 @@ TEST_CASE("half: the Eigen row primitives over bf16 and fp16 rows give the float
   std::uint32_t seed = 1;
   for (const index_t n : {index_t{1}, index_t{7}, index_t{64}, index_t{300}, index_t{2048 + 13}, index_t{4096}, index_t{32000}, index_t{128256}}) {
     const index_t rows = n >= 32000 ? 2 : 5;
-    check_rows_match<bfloat16>(rows, n, seed++);
-    check_rows_match<float16>(rows, n, seed++);
+    test_half::check_rows_match<bfloat16>(rows, n, seed++);
+    test_half::check_rows_match<float16>(rows, n, seed++);
   }
 }
 
@@ -303,9 +302,9 @@ std::vector<E> filter_rows_of(index_t rows, index_t v, int kind, bool probabilit
   for (index_t r = 0; r < rows; ++r) {
     std::vector<double> e(static_cast<std::size_t>(v));
     double total = 0.0;
-    // A probability row is redrawn until its rounding to E sums to 1 within the float rows' tolerance, so
-    // that the float row of the same values is accepted too (E's own wider tolerance is tested apart).
-    for (double rounded = 0.0; probabilities ? std::fabs(rounded - 1.0) > 5e-4 : rounded == 0.0;) {
+    // A probability row is redrawn until its rounding to E sums to 1 within the float rows' tolerances
+    // (the samplers' 1e-4), so that the float row of the same values is accepted too (E's own wider tolerance is tested apart).
+    for (double rounded = 0.0; probabilities ? !(std::fabs(rounded - 1.0) <= 5e-5) : rounded == 0.0;) {  // NaN: redraw
       total = 0.0;
       for (auto& x : e) {
         x = kind == 0 ? std::exp(12.0 * (u(g) - 1.0)) : kind == 1 ? std::floor(u(g) * 4.0) + 1.0 : (u(g) < 0.3 ? 0.0 : u(g));
@@ -363,8 +362,8 @@ void check_filters(index_t rows, index_t v, std::uint32_t seed) {
 
 TEST_CASE("half: FlashInfer's filters over bf16 / fp16 rows are the float rows' outputs rounded to the row's type") {
   for (const index_t v : {index_t{5}, index_t{100}, index_t{2048 + 5}, index_t{32000}}) {
-    check_filters<bfloat16>(3, v, 11);
-    check_filters<float16>(3, v, 23);
+    test_half::check_filters<bfloat16>(3, v, 11);
+    test_half::check_filters<float16>(3, v, 23);
   }
 }
 
@@ -373,7 +372,7 @@ TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's roundi
   // 1e-3 + 2^-9 as a bf16 row.
   std::vector<bfloat16> h = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f), specdec::to_bfloat16(0.25f + 0x1p-9f)};
   REQUIRE(specdec::widen(h[2]) == 0.25f + 0x1p-9f);
-  std::vector<float> f = widened(h);
+  std::vector<float> f = test_half::widened(h);
   CHECK_THROWS_WITH_AS(specdec::sampling::top_k_renorm(specdec::matrix_view<float>(f.data(), 1, 3), 1),
                        "specdec::sampling::top_k_renorm: probs row 0 sums to 1.00195; expected 1 within 0.001", specdec::invalid_argument);
   specdec::sampling::top_k_renorm(specdec::matrix_view<bfloat16>(h.data(), 1, 3), 1);
@@ -386,4 +385,39 @@ TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's roundi
   std::vector<float16> off16 = {specdec::to_float16(0.5f), specdec::to_float16(0.5f + 5 * 0x1p-11f)};  // 1 + 2.4e-3
   CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<float16>(off16.data(), 1, 2), 0.5f),
                        doctest::Contains("expected 1 within 0.001 + 2^-11 (the rounding of its float16 entries)"), specdec::invalid_argument);
+}
+
+TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; the sum tolerance adds the rounding") {
+  specdec::eigen be;
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (const index_t v : {index_t{3}, index_t{1000}, index_t{2048 * 3 + 7}}) {
+    const index_t rows = 6;
+    const auto bf = test_half::filter_rows_of<bfloat16>(rows, v, 0, true, 41);
+    const auto fp = test_half::filter_rows_of<float16>(rows, v, 2, true, 43);
+    std::vector<float> u(static_cast<std::size_t>(rows));
+    for (int draw = 0; draw < 20; ++draw) {
+      for (auto& x : u) x = uniform(g);
+      u[0] = 0.0f;
+      u[1] = 1.0f - 0x1p-24f;
+      const auto tokens = [&](auto view) {
+        std::vector<std::int32_t> t(static_cast<std::size_t>(rows));
+        be.row_sample(view, specdec::vector_view<const float>(u.data(), rows), specdec::vector_view<std::int32_t>(t.data(), rows));
+        return t;
+      };
+      const auto fbf = test_half::widened(bf), ffp = test_half::widened(fp);
+      REQUIRE(tokens(specdec::matrix_view<const bfloat16>(bf.data(), rows, v)) == tokens(specdec::matrix_view<const float>(fbf.data(), rows, v)));
+      REQUIRE(tokens(specdec::matrix_view<const float16>(fp.data(), rows, v)) == tokens(specdec::matrix_view<const float>(ffp.data(), rows, v)));
+    }
+  }
+  // {0.5, 0.25, 0.25 + 2^-9}: 1 + 2^-9 is inside bf16's 1e-4 + 2^-9, not float's 1e-4.
+  std::vector<bfloat16> h = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f), specdec::to_bfloat16(0.25f + 0x1p-9f)};
+  const std::vector<float> f = test_half::widened(h);
+  const float u = 0.9f;
+  std::int32_t t = -1;
+  be.row_sample(specdec::matrix_view<const bfloat16>(h.data(), 1, 3), specdec::vector_view<const float>(&u, 1), specdec::vector_view<std::int32_t>(&t, 1));
+  CHECK(t == 2);
+  CHECK_THROWS_WITH_AS(be.row_sample(specdec::matrix_view<const float>(f.data(), 1, 3), specdec::vector_view<const float>(&u, 1),
+                                     specdec::vector_view<std::int32_t>(&t, 1)),
+                       doctest::Contains("probs row 0"), specdec::invalid_argument);
 }

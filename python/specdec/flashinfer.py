@@ -134,7 +134,8 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
     """FlashInfer's ``sampling_from_probs``: one token per output row.
 
     probs: float32 ``[batch, V]``, rows summing to 1 within 1e-4 (FlashInfer draws over whatever mass a
-    row has: specdec refuses a row that is not a distribution).
+    row has: specdec refuses a row that is not a distribution); on the host also float16 / bfloat16, read
+    as it is, the float32 row's token, the tolerance widened by the type's rounding (1e-4 + 2^-11 / 2^-9).
     ``indices`` (int32 or int64 ``[batch']``): output row i samples row ``indices[i]``; the output's dtype
     is ``indices``' (int32 without them), as FlashInfer's. The draw is specdec's canonical inverse CDF
     (the first token whose running sum in index order exceeds ``u * sum``), so every backend returns the
@@ -156,7 +157,8 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
 def sampling_from_logits(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None, offset=None):
     """FlashInfer's ``sampling_from_logits``: one token per output row from ``softmax(logits)``
     (temperature 1), as ``sampling_from_probs`` draws (FlashInfer adds Gumbel noise to the logits: the
-    same distribution, other draws). logits: float32 ``[batch, V]``; the other arguments, the output's
+    same distribution, other draws). logits: float32 ``[batch, V]`` (on the host also float16 / bfloat16:
+    softmax reads them as they are, into float32 probabilities); the other arguments, the output's
     dtype and the errors as ``sampling_from_probs``.
     ``indices``, ``deterministic``, ``generator``, ``check_nan``, ``seed`` and ``offset``: as
     ``sampling_from_probs`` (FlashInfer's has no ``return_valid`` here).

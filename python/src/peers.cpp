@@ -163,27 +163,29 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
 #endif
     return;
   }
-  const auto p = matrix_of<const float>(probs, "probs");
-  const auto t = span_of<std::int32_t>(out, "out");
-  expect_shape(out, "out", {p.rows()});
-  if (absent(uniforms) && p.rows() > 0) {
-    // Row r's uniform is Philox stream (seed, r) at `offset`, drawn here rather than in an array the
-    // caller allocates (a one-row call's fixed cost): the value philox_uniforms(seed, offset, rows, 1,
-    // "float32") holds.
+  with_rows(probs, "probs", [&](auto p) {  // float32, float16 or bfloat16 rows, read as they are
+    const auto t = span_of<std::int32_t>(out, "out");
+    expect_shape(out, "out", {p.rows()});
+    if (absent(uniforms) && p.rows() > 0) {
+      // Row r's uniform is Philox stream (seed, r) at `offset`, drawn here rather than in an array the
+      // caller allocates (a one-row call's fixed cost): the value philox_uniforms(seed, offset, rows, 1,
+      // "float32") holds.
+      without_gil([&] {
+        thread_local std::vector<float> drawn;
+        drawn.resize(static_cast<std::size_t>(p.rows()));
+        for (index_t r = 0; r < p.rows(); ++r)
+          drawn[static_cast<std::size_t>(r)] = specdec::philox_stream{seed, static_cast<std::uint64_t>(r)}.uniform(offset);
+        host_backend().row_sample(p, specdec::vector_view<const float>(drawn.data(), p.rows()),
+                                  specdec::vector_view<std::int32_t>(t.data(), p.rows()));
+      });
+      return;
+    }
+    const auto u = span_of<const float>(uniforms, "uniforms");
+    expect_shape(uniforms, "uniforms", {p.rows()});
     without_gil([&] {
-      thread_local std::vector<float> drawn;
-      drawn.resize(static_cast<std::size_t>(p.rows()));
-      for (index_t r = 0; r < p.rows(); ++r)
-        drawn[static_cast<std::size_t>(r)] = specdec::philox_stream{seed, static_cast<std::uint64_t>(r)}.uniform(offset);
-      host_backend().row_sample(p, specdec::vector_view<const float>(drawn.data(), p.rows()),
+      host_backend().row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()),
                                 specdec::vector_view<std::int32_t>(t.data(), p.rows()));
     });
-    return;
-  }
-  const auto u = span_of<const float>(uniforms, "uniforms");
-  expect_shape(uniforms, "uniforms", {p.rows()});
-  without_gil([&] {
-    host_backend().row_sample(p, specdec::vector_view<const float>(u.data(), p.rows()), specdec::vector_view<std::int32_t>(t.data(), p.rows()));
   });
 }
 

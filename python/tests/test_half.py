@@ -97,3 +97,81 @@ def test_nan_in_a_half_row_names_row_and_column(dtype):
     h[2, 17] = np.nan
     with pytest.raises(ValueError, match=r"logits row 2 .*column 17"):
         specdec.argmax(h)
+
+
+def half_probs(dtype, rows, v, seed):
+    """Softmax rows rounded to `dtype` (spread enough that their rounding moves the sum by < 1e-3, so the
+    float32 rows of the same values are accepted too)."""
+    g = np.random.default_rng(seed)
+    x = g.normal(0.0, 2.0, size=(rows, v)).astype(np.float32)
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [1000, 32000])
+def test_flashinfer_filters_return_the_rows_dtype_with_the_float32_results_rounded(dtype, v):
+    """Each filter's output is the float32 rows' output rounded to the input's dtype by numpy / ml_dtypes
+    (an independent rounding: round to nearest even), in a new array or in place."""
+    h = half_probs(dtype, 4, v, v)
+    f = h.astype(np.float32)
+    assert abs(f.astype(np.float64).sum(axis=1) - 1).max() < 1e-3
+    logits = half_rows(dtype, 4, v, v + 1)
+    cases = [(specdec.top_k_renorm_probs, h, f, (50,)), (specdec.top_p_renorm_probs, h, f, (0.9,)),
+             (specdec.top_k_mask_logits, logits, logits.astype(np.float32), (50,)),
+             (specdec.top_k_renorm_probs, h, f, (np.array([1, 7, 50, v], np.int64),))]
+    for fn, rows, rows32, args in cases:
+        got = fn(rows, *args)
+        assert got.dtype == rows.dtype
+        assert same_bits(got, fn(rows32, *args).astype(dtype))
+        again = rows.copy()
+        fn(again, *args, out=again)
+        assert same_bits(again, got)
+
+
+def test_flashinfer_filters_refuse_an_out_of_another_dtype_and_a_bf16_row_beyond_its_rounding():
+    h = half_probs(BF16, 2, 100, 9)
+    with pytest.raises(TypeError, match=r"out: expected dtype bfloat16; got float32"):
+        specdec.top_k_renorm_probs(h, 5, out=np.empty((2, 100), np.float32))
+    # 1 + 2^-9 is inside bf16's tolerance (1e-3 + 2^-9), outside float32's.
+    row = np.array([[0.5, 0.25, 0.25 + 2.0 ** -9]], np.float32)
+    assert same_bits(specdec.top_k_renorm_probs(row.astype(BF16), 1), np.array([[1, 0, 0]], BF16))
+    with pytest.raises(ValueError, match=r"sums to 1.00195; expected 1 within 0.001$"):
+        specdec.top_k_renorm_probs(row, 1)
+    with pytest.raises(ValueError, match=r"expected 1 within 0.001 \+ 2\^-9 \(the rounding of its bfloat16 entries\)"):
+        specdec.top_k_renorm_probs(np.array([[0.5, 0.50390625]], BF16), 1)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_sampling_from_half_rows_draws_the_float32_rows_tokens(dtype):
+    h = half_probs(dtype, 64, 3000, 4)
+    f = h.astype(np.float32)
+    keep = np.abs(f.astype(np.float64).sum(axis=1) - 1) < 1e-4  # rows the float32 sampler accepts too
+    h, f = h[keep], f[keep]
+    assert len(h) >= 8
+    for seed in range(5):
+        assert same_bits(specdec.sampling_from_probs(h, seed=seed, offset=3), specdec.sampling_from_probs(f, seed=seed, offset=3))
+    u = np.linspace(0, 1, len(h), endpoint=False, dtype=np.float32)
+    assert same_bits(specdec.sampling_from_probs(h, uniforms=u), specdec.sampling_from_probs(f, uniforms=u))
+    logits = half_rows(dtype, 6, 3000, 8)
+    logits[logits == 6e4] = 5.0  # finite, and not one dominant token
+    assert same_bits(specdec.sampling_from_logits(logits, seed=2), specdec.sampling_from_logits(logits.astype(np.float32), seed=2))
+    # The filtered samplers filter in the rows' dtype, as FlashInfer's (its renormalised rows are of the
+    # input's dtype), then draw from the rounded rows.
+    first = specdec.top_k_top_p_sampling_from_probs(h, 50, 0.9, seed=7)  # FlashInfer's default order, top_k_first
+    assert same_bits(first, specdec.sampling_from_probs(specdec.top_p_renorm_probs(specdec.top_k_renorm_probs(h, 50), 0.9), seed=7))
+    joint = specdec.top_k_top_p_sampling_from_probs(h, 50, 0.9, seed=7, filter_apply_order="joint")
+    assert same_bits(joint, specdec.sampling_from_probs(_joint(h, 50, 0.9), seed=7))
+
+
+def _joint(rows, k, p):
+    out = np.empty_like(rows)
+    specdec._specdec.filter_rows(rows, out, np.array([k], np.int64), np.array([p], np.float32), True, 0)
+    return out
+
+
+def test_verifiers_refuse_half_rows_naming_the_dtype():
+    """The verifiers read float32 rows only (16-bit rows there are not built yet)."""
+    draft = half_probs(BF16, 2, 100, 3)
+    with pytest.raises(TypeError, match=r"expected dtype float32; got bfloat16"):
+        specdec.chain_speculative_sampling(draft[None], np.zeros((1, 2), np.int32), half_probs(BF16, 3, 100, 4)[None], seed=1)

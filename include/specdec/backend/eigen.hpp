@@ -281,12 +281,14 @@ class eigen : public detail::eigen_dense {
   /// Inverse-CDF sampling, one uniform per row: `tokens[r]` is the first j with probs(r, j) > 0 whose
   /// running sum exceeds `uniforms[r] * sum_j probs(r, j)`, accumulated in the canonical order of
   /// row_kernels.hpp, so every backend returns the same token. Consumes exactly one uniform per row.
-  /// \param probs host `[rows x V]` rows of probabilities (>= 0, summing to 1 within 1e-4).
+  /// \param probs host `[rows x V]` rows of probabilities (>= 0, summing to 1 within 1e-4), float, double,
+  ///   or bfloat16 / float16 (read as they are; the float row's token; the sum tolerance widened by the
+  ///   type's rounding, 1e-4 + 2^-9 / 2^-11).
   /// \param uniforms host `[rows]` in [0, 1). \param tokens host `[rows]` int32.
   /// \throws invalid_argument on a shape mismatch, NaN, negative or unnormalised rows, bad uniforms.
   template <class T>
   void row_sample(matrix_view<T> probs, vector_view<const float> uniforms, vector_view<std::int32_t> tokens) {
-    using V = std::remove_const_t<T>;
+    using V = std::remove_cv_t<T>;  // the element type: float, double, bfloat16 or float16
     constexpr const char* where = "specdec::eigen::row_sample";
     detail::check_sample(where, probs, uniforms, tokens);
     const index_t n = probs.cols();
@@ -308,7 +310,7 @@ class eigen : public detail::eigen_dense {
         }
       }
       const detail::folded_row row = detail::fold_chunks(partials_.data(), chunks, masses_.data());
-      raise_if(where, "probs", probs, r, row.error());
+      raise_if(where, "probs", probs, r, row.error(detail::probability_tolerance<V>));
       check_uniform(where, uniforms, r);
       tokens(r) = detail::locate_sample(masses_.data(), n, detail::probability_source<V>{p},
                                         static_cast<double>(uniforms(r)) * row.total);

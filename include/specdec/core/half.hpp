@@ -116,6 +116,16 @@ SPECDEC_HOST_DEVICE inline T narrow(compute_t<T> x) noexcept {
     return static_cast<T>(x);
 }
 
+/// How far rounding to T can move a value, relative: 2^-rounding_bits<T> (half an ulp of a normal value:
+/// 2^-9 for bf16, 2^-11 for fp16); 0 for the types kernels compute in as they are. A distribution rounded
+/// to T sums to 1 within 2^-rounding_bits<T>, which the checks of probability rows add to their tolerance.
+template <class T>
+inline constexpr int rounding_bits = std::is_same_v<std::remove_cv_t<T>, bfloat16> ? 9 : std::is_same_v<std::remove_cv_t<T>, float16> ? 11 : 0;
+
+/// 2^-rounding_bits<T>, or 0.
+template <class T>
+inline constexpr double rounding_error = rounding_bits<T> > 0 ? 1.0 / static_cast<double>(1 << rounding_bits<T>) : 0.0;
+
 /// The element types' names as numpy and torch spell them, for messages.
 template <class T>
 inline constexpr const char* element_name = std::is_same_v<std::remove_cv_t<T>, bfloat16>  ? "bfloat16"

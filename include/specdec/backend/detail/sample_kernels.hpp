@@ -46,7 +46,7 @@ struct chunk_mass {
 template <class T>
 struct probability_source {
   const T* p;
-  SPECDEC_HOST_DEVICE T operator()(index_t j) const noexcept { return p[j]; }
+  SPECDEC_HOST_DEVICE compute_t<T> operator()(index_t j) const noexcept { return widen(p[j]); }
 };
 template <class T>
 struct residual_source {
@@ -78,22 +78,23 @@ SPECDEC_HOST_DEVICE inline double combine_lanes(const double (&lane)[8]) noexcep
 }
 
 /// Canonical mass of x[0, n) (n <= sample_chunk) with NaN / negative flags.
-template <class T>
-SPECDEC_HOST_DEVICE inline chunk_mass probability_chunk_mass(const T* x, index_t n) noexcept {
+template <class E>
+SPECDEC_HOST_DEVICE inline chunk_mass probability_chunk_mass(const E* x, index_t n) noexcept {
+  using T = compute_t<E>;
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int32_t nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int32_t neg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   index_t i = 0;
   for (; i + 8 <= n; i += 8) {
     for (int l = 0; l < 8; ++l) {
-      const T v = x[i + l];
+      const T v = widen(x[i + l]);
       lane[l] += static_cast<double>(v);
       nan[l] |= static_cast<std::int32_t>(v != v);
       neg[l] |= static_cast<std::int32_t>(v < T(0));
     }
   }
   for (int l = 0; i + l < n; ++l) {
-    const T v = x[i + l];
+    const T v = widen(x[i + l]);
     lane[l] += static_cast<double>(v);
     nan[l] |= static_cast<std::int32_t>(v != v);
     neg[l] |= static_cast<std::int32_t>(v < T(0));
@@ -321,11 +322,13 @@ SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses
 }
 
 /// Fault of a probability row given the flags and the total mass of its chunks.
-SPECDEC_HOST_DEVICE inline fault probability_fault(bool has_nan, bool has_negative, double total) noexcept {
+/// `tolerance`: probability_tolerance<E> for rows of element type E.
+SPECDEC_HOST_DEVICE inline fault probability_fault(bool has_nan, bool has_negative, double total,
+                                                   double tolerance = probability_sum_tolerance) noexcept {
   if (has_nan) return fault::nan;
   if (has_negative) return fault::negative_probability;
   const double error = total - 1.0;
-  if (!(error <= probability_sum_tolerance && error >= -probability_sum_tolerance)) return fault::not_normalised;
+  if (!(error <= tolerance && error >= -tolerance)) return fault::not_normalised;
   return fault::none;
 }
 
@@ -334,7 +337,9 @@ struct folded_row {
   double total;
   bool has_nan;
   bool has_negative;
-  SPECDEC_HOST_DEVICE fault error() const noexcept { return probability_fault(has_nan, has_negative, total); }
+  SPECDEC_HOST_DEVICE fault error(double tolerance = probability_sum_tolerance) const noexcept {
+    return probability_fault(has_nan, has_negative, total, tolerance);
+  }
 };
 
 /// Folds a row's chunk masses in chunk order and copies them into the mass table `masses`.

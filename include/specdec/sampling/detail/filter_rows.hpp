@@ -65,14 +65,10 @@ SPECDEC_HOST_DEVICE inline float from_order_key(std::uint32_t key) noexcept {
 /// examples, 4 decimals, sum to 1 +- 2.5e-4) and rejects rows that are not distributions at all.
 inline constexpr double renorm_sum_tolerance = 1e-3;
 
-/// Rows of a 16-bit type also carry their rounding: each entry of a distribution rounded to E moves by
-/// up to half an ulp, 2^-9 of it for bf16 and 2^-11 for fp16 (normal values), so the row's sum by up to
-/// that fraction of 1 (a bf16 softmax row with one token at 0.9 sums to 1 +- 1.8e-3). Those bits widen the
-/// tolerance: renorm_sum_tolerance + 2^-rounding_bits<E> (0: no term, float rows).
+/// Rows of a 16-bit type also carry their rounding (a bf16 softmax row with one token at 0.9 sums to
+/// 1 +- 1.8e-3): the tolerance adds it, renorm_sum_tolerance + 2^-rounding_bits<E> (core/half.hpp).
 template <class E>
-inline constexpr int rounding_bits = std::is_same_v<E, bfloat16> ? 9 : std::is_same_v<E, float16> ? 11 : 0;
-template <class E>
-inline constexpr double renorm_tolerance = renorm_sum_tolerance + (rounding_bits<E> > 0 ? 1.0 / static_cast<double>(1 << rounding_bits<E>) : 0.0);
+inline constexpr double renorm_tolerance = renorm_sum_tolerance + rounding_error<E>;
 
 /// Argument indices of filter_rows_job's fault names.
 enum filter_arg : int { filter_arg_rows, filter_arg_k, filter_arg_p };
