@@ -20,6 +20,7 @@
 #include <specdec/core/half.hpp>
 #include <specdec/sampling/detail/filter_rows.hpp>
 #include <specdec/sampling/distribution.hpp>
+#include <specdec/sampling/greedy.hpp>
 
 using specdec::bfloat16;
 using specdec::float16;
@@ -420,4 +421,31 @@ TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; 
   CHECK_THROWS_WITH_AS(be.row_sample(specdec::matrix_view<const float>(f.data(), 1, 3), specdec::vector_view<const float>(&u, 1),
                                      specdec::vector_view<std::int32_t>(&t, 1)),
                        doctest::Contains("probs row 0"), specdec::invalid_argument);
+}
+
+TEST_CASE("half: verify_greedy over bf16 / fp16 target logits accepts what the float logits accept") {
+  specdec::eigen be;
+  const index_t v = 500;
+  // A chain of 4 drafted tokens: node i's row decides token i + 1. Rows built so that the argmax of row i
+  // is the drafted token i + 1 for the first two rows, not for the third.
+  const auto h = test_half::half_rows<bfloat16>(5, v, 3);
+  std::vector<bfloat16> rows = h;
+  const std::vector<float> f0 = test_half::widened(rows);
+  std::vector<std::int32_t> argmax(5);
+  be.row_argmax(specdec::matrix_view<const float>(f0.data(), 5, v), specdec::vector_view<std::int32_t>(argmax.data(), 5));
+  const std::int32_t tokens[5] = {7, argmax[0], argmax[1], (argmax[2] + 1) % static_cast<std::int32_t>(v), 3};
+  const std::int32_t parents[5] = {-1, 0, 1, 2, 3}, depths[5] = {0, 1, 2, 3, 4};
+  specdec::sampling::speculative_request q;
+  q.tree = specdec::tree_view{std::span<const std::int32_t>(tokens, 5), std::span<const std::int32_t>(parents, 5),
+                              std::span<const std::int32_t>(depths, 5)};
+  q.target_row = 0;
+  const auto half = specdec::sampling::verify_greedy(be, specdec::matrix_view<const bfloat16>(rows.data(), 5, v),
+                                                     std::span<const specdec::sampling::speculative_request>(&q, 1));
+  const auto full = specdec::sampling::verify_greedy(be, specdec::matrix_view<const float>(f0.data(), 5, v),
+                                                     std::span<const specdec::sampling::speculative_request>(&q, 1));
+  REQUIRE(half.size() == 1);
+  CHECK(half[0].accepted_nodes == full[0].accepted_nodes);
+  CHECK(half[0].tokens == full[0].tokens);
+  CHECK(half[0].accepted_nodes == std::vector<std::int32_t>{1, 2});  // two drafted tokens (the root excluded)
+  CHECK(half[0].tokens == std::vector<std::int32_t>{argmax[0], argmax[1], argmax[2]});
 }

@@ -224,13 +224,19 @@ def bench_half(lines, vocabs, rows_list):
             idx, lse = np.empty(rows, np.int32), np.empty(rows, np.float32)
             vals, ids = np.empty((rows, 50), np.float32), np.empty((rows, 50), np.int32)
             soft = np.empty((rows, v), np.float32)
+            outs = {t: np.empty((rows, v), t) for t in (np.float32, ml_dtypes.bfloat16, np.float16)}
+            probs = {t: [specdec.softmax(x).astype(t) for x in f32[:4]] for t in outs}
             cases = [("argmax", lambda x: specdec.argmax(x, out=idx)),
                      ("topk k=50", lambda x: specdec.topk(x, 50, vals, ids)),
                      ("logsumexp", lambda x: specdec.logsumexp(x, 1.0, out=lse)),
-                     ("softmax (f32 out)", lambda x: specdec.softmax(x, 1.0, out=soft))]
+                     ("softmax (f32 out)", lambda x: specdec.softmax(x, 1.0, out=soft)),
+                     ("top_k_mask_logits k=50", lambda x: specdec.top_k_mask_logits(x, 50, out=outs[x.dtype.type])),
+                     ("top_k_renorm_probs k=50", lambda x: specdec.top_k_renorm_probs(x, 50, out=outs[x.dtype.type]), probs),
+                     ("sampling_from_probs", lambda x: specdec.sampling_from_probs(x, seed=1), probs)]
             reps = 60 if rows * v <= 8 * 128256 else 20
-            for name, fn in cases:
-                a, b, c = interleaved_us([fn, fn, fn], [f32, bf16, fp16], reps)
+            for name, fn, *pools in cases:
+                pool = pools[0] if pools else {np.float32: f32, ml_dtypes.bfloat16: bf16, np.float16: fp16}
+                a, b, c = interleaved_us([fn, fn, fn], [pool[np.float32], pool[ml_dtypes.bfloat16], pool[np.float16]], reps)
                 lines.append(f"{name} bf16,{v},{rows},{b:.1f},,,{a:.1f},{b / a:.2f},")
                 lines.append(f"{name} fp16,{v},{rows},{c:.1f},,,{a:.1f},{c / a:.2f},")
                 print(f"{name:<26}{v:>8}{rows:>6}{a:>10.1f}{b:>10.1f}{c:>10.1f}{b / a:>10.2f}{c / a:>10.2f}")

@@ -44,10 +44,11 @@ def verify_greedy(logits, trees, target_rows=None) -> List[VerifyResult]:
     ``target_rows[r] + i`` (default: the trees' rows one after another). Rows the walk never visits are
     never read.
 
-    ``logits``: float32 ``[rows, V]``, C-contiguous, host (numpy or CPU torch). ``trees``: a
+    ``logits``: float32, float16 or bfloat16 ``[rows, V]`` (a 16-bit row read as it is: the float32
+    row's argmax), C-contiguous, host (numpy or CPU torch). ``trees``: a
     :class:`DraftTree` or a sequence of them. ``target_rows``: None or one integer per tree (int64
     range; a list or an integer array). Returns a list of :class:`VerifyResult`, one per tree. Raises
-    ``TypeError`` (``logits`` not a float32 array, not trees, rows not integers) or ``ValueError``
+    ``TypeError`` (``logits`` not a float32 / float16 / bfloat16 array, not trees, rows not integers) or ``ValueError``
     (shapes, strides, device; a malformed tree, a token outside [0, V), a tree's rows past the logits;
     NaN or +inf in a visited row)."""
     return [VerifyResult(*r) for r in _specdec.verify_greedy(logits, _tree_arrays(trees), _rows(target_rows))]

@@ -234,18 +234,20 @@ std::vector<verify_result> results_of(std::vector<specdec::sampling::speculative
 }
 
 std::vector<verify_result> verify_greedy(const array& logits, const tree_list& trees, const array& target_rows) {
-  const auto x = matrix_of<const float>(logits, "logits");
-  const std::vector<specdec::tree_view> views = views_of(trees);
-  const std::vector<index_t> rows = target_rows_of(target_rows, views);
-  std::vector<specdec::sampling::speculative_request> requests(views.size());
-  for (std::size_t i = 0; i < views.size(); ++i) {
-    requests[i].tree = views[i];
-    requests[i].target_row = rows[i];
-  }
   std::vector<specdec::sampling::speculative_result> got;
-  // The header calls the logits' width "V" ("V = 0; expected a vocabulary ...").
-  naming("logits", {"logits", "target_rows", "tree"},
-         [&] { without_gil([&] { got = specdec::sampling::verify_greedy(host_backend(), x, requests); }); });
+  with_rows(logits, "logits", [&](auto x) {  // float32, float16 or bfloat16, read as they are
+    const std::vector<specdec::tree_view> views = views_of(trees);
+    const std::vector<index_t> rows = target_rows_of(target_rows, views);
+    std::vector<specdec::sampling::speculative_request> requests(views.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      requests[i].tree = views[i];
+      requests[i].target_row = rows[i];
+    }
+    // The header calls the logits' width "V" ("V = 0; expected a vocabulary ...").
+    naming("logits", {"logits", "target_rows", "tree"}, [&] {
+      without_gil([&] { got = specdec::sampling::verify_greedy(host_backend(), x, std::span<const specdec::sampling::speculative_request>(requests)); });
+    });
+  });
   return results_of(std::move(got));
 }
 

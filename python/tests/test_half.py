@@ -175,3 +175,35 @@ def test_verifiers_refuse_half_rows_naming_the_dtype():
     draft = half_probs(BF16, 2, 100, 3)
     with pytest.raises(TypeError, match=r"expected dtype float32; got bfloat16"):
         specdec.chain_speculative_sampling(draft[None], np.zeros((1, 2), np.int32), half_probs(BF16, 3, 100, 4)[None], seed=1)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_verify_greedy_on_half_logits_matches_float32(dtype):
+    logits = half_rows(dtype, 12, 700, 12)
+    f = logits.astype(np.float32)
+    best = specdec.argmax(f)
+    # Two chains of 6 nodes: the first drafts the target's argmaxes for 3 steps, then a wrong token.
+    trees = [specdec.DraftTree.chain(5, [int(best[0]), int(best[1]), int(best[2]), (int(best[3]) + 1) % 700, 4]),
+             specdec.DraftTree.chain(9, [int(best[6]), 3, 2, 1, 0])]
+    got, want = specdec.verify_greedy(logits, trees), specdec.verify_greedy(f, trees)
+    for g, w in zip(got, want):
+        assert list(g.tokens) == list(w.tokens) and list(g.accepted_nodes) == list(w.accepted_nodes)
+    assert list(got[0].tokens) == [int(best[0]), int(best[1]), int(best[2]), int(best[3])]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_vllm_rejection_sample_takes_half_target_logits(dtype):
+    """vLLM converts its target logits to float32 before rejection_sample; given 16-bit logits, specdec's
+    softmax reads them as they are (float32 probabilities): the float32 logits' tokens."""
+    from types import SimpleNamespace
+
+    g = np.random.default_rng(3)
+    batch, k, v = 4, 3, 300
+    logits = (g.normal(size=(batch * k, v)) * 2).astype(dtype)
+    draft = specdec.softmax(g.normal(size=(batch * k, v)).astype(np.float32))
+    ids = g.integers(0, v, batch * k).astype(np.int32)
+    meta = SimpleNamespace(all_greedy=False, all_random=True, temperature=np.ones(batch, np.float32), generators={})
+    cu = np.arange(1, batch + 1, dtype=np.int64) * k
+    bonus = np.zeros(batch, np.int32)
+    run = lambda t: specdec.rejection_sample(ids, [k] * batch, k, cu, draft, t, bonus, meta, seed=11)
+    assert same_bits(run(logits), run(logits.astype(np.float32)))

@@ -16,6 +16,7 @@
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/greedy_walk.hpp>
 #include <specdec/sampling/detail/rows.hpp>
@@ -94,10 +95,10 @@ std::vector<speculative_result> greedy_walk(const char* where, index_t vocab_siz
 /// greedy requests of a sampled batch). Host backends take a row's argmax when the walk visits it;
 /// device backends run one batched `row_argmax` over all rows and download it once (one
 /// synchronisation instead of one per visited row), when `needed`.
-template <backend B>
+template <backend B, class E = float>
 class greedy_rows {
  public:
-  greedy_rows(B& b, matrix_view<const float, typename B::memory_space> rows, bool needed = true) : backend_(&b), rows_(rows) {
+  greedy_rows(B& b, matrix_view<const E, typename B::memory_space> rows, bool needed = true) : backend_(&b), rows_(rows) {
     if constexpr (!std::is_same_v<typename B::memory_space, host_space>) {
       if (needed) {
         auto argmax = b.template allocate<std::int32_t>(rows.rows());
@@ -109,7 +110,7 @@ class greedy_rows {
   std::int32_t operator()(index_t row) {
     if constexpr (std::is_same_v<typename B::memory_space, host_space>) {
       std::int32_t best = 0;
-      backend_->row_argmax(matrix_view<const float>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
+      backend_->row_argmax(matrix_view<const E>(rows_.row(row), 1, rows_.cols()), vector_view<std::int32_t>(&best, 1));
       return best;
     } else {
       // Rows come from checked_tree's range; an error, not std::out_of_range, if that ever breaks.
@@ -121,9 +122,19 @@ class greedy_rows {
 
  private:
   B* backend_;
-  matrix_view<const float, typename B::memory_space> rows_;
+  matrix_view<const E, typename B::memory_space> rows_;
   std::vector<std::int32_t> all_;
 };
+
+/// verify_greedy's body for rows of any element type the backend's row_argmax reads.
+template <backend B, class E>
+std::vector<speculative_result> verify_greedy_rows(B& b, matrix_view<const E, typename B::memory_space> target_logits,
+                                                   std::span<const speculative_request> requests) {
+  check_input_rows("specdec::sampling::verify_greedy", "target_logits", target_logits);
+  greedy_rows<B, E> argmax(b, target_logits);
+  return greedy_walk("specdec::sampling::verify_greedy", target_logits.cols(), target_logits.rows(), requests,
+                     [&](index_t row) { return argmax(row); });
+}
 
 }  // namespace detail
 
@@ -151,10 +162,16 @@ inline std::vector<speculative_result> verify_greedy(std::span<const std::int32_
 template <backend B>
 std::vector<speculative_result> verify_greedy(B& b, matrix_view<const float, typename B::memory_space> target_logits,
                                               std::span<const speculative_request> requests) {
-  detail::check_input_rows("specdec::sampling::verify_greedy", "target_logits", target_logits);
-  detail::greedy_rows<B> argmax(b, target_logits);
-  return detail::greedy_walk("specdec::sampling::verify_greedy", target_logits.cols(), target_logits.rows(), requests,
-                             [&](index_t row) { return argmax(row); });
+  return detail::verify_greedy_rows(b, target_logits, requests);
+}
+
+/// verify_greedy from bf16 / fp16 target logits (core/half.hpp), on a backend whose row_argmax reads
+/// them (specdec::eigen): each row read as it is, the float rows' results for the same values.
+template <backend B, class E>
+  requires is_half_v<E>
+std::vector<speculative_result> verify_greedy(B& b, matrix_view<const E, typename B::memory_space> target_logits,
+                                              std::span<const speculative_request> requests) {
+  return detail::verify_greedy_rows(b, target_logits, requests);
 }
 
 /// verify_greedy of one request (an engine decoding one sequence).
