@@ -382,10 +382,10 @@ TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's roundi
   CHECK(specdec::widen(h[2]) == 0.0f);
   std::vector<bfloat16> off = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.50390625f)};  // 1 + 2^-8
   CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<bfloat16>(off.data(), 1, 2), 0.5f),
-                       doctest::Contains("expected 1 within 0.001 + 2^-9 (the rounding of its bfloat16 entries)"), specdec::invalid_argument);
+                       doctest::Contains("expected 1 within 0.001 plus the rounding of its bfloat16 entries (2^-9 of the sum)"), specdec::invalid_argument);
   std::vector<float16> off16 = {specdec::to_float16(0.5f), specdec::to_float16(0.5f + 5 * 0x1p-11f)};  // 1 + 2.4e-3
   CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<float16>(off16.data(), 1, 2), 0.5f),
-                       doctest::Contains("expected 1 within 0.001 + 2^-11 (the rounding of its float16 entries)"), specdec::invalid_argument);
+                       doctest::Contains("expected 1 within 0.001 plus the rounding of its float16 entries (2^-11 of the sum and 2^-25 per entry)"), specdec::invalid_argument);
 }
 
 TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; the sum tolerance adds the rounding") {

@@ -283,7 +283,7 @@ class eigen : public detail::eigen_dense {
   /// row_kernels.hpp, so every backend returns the same token. Consumes exactly one uniform per row.
   /// \param probs host `[rows x V]` rows of probabilities (>= 0, summing to 1 within 1e-4), float, double,
   ///   or bfloat16 / float16 (read as they are; the float row's token; the sum tolerance widened by the
-  ///   type's rounding, 1e-4 + 2^-9 / 2^-11).
+  ///   type's rounding, core/half.hpp's rounding_tolerance).
   /// \param uniforms host `[rows]` in [0, 1). \param tokens host `[rows]` int32.
   /// \throws invalid_argument on a shape mismatch, NaN, negative or unnormalised rows, bad uniforms.
   template <class T>
@@ -298,7 +298,7 @@ class eigen : public detail::eigen_dense {
     for (index_t r = 0; r < probs.rows(); ++r) {
       const V* p = probs.row(r);
 #if SPECDEC_HOST_SIMD
-      if constexpr (std::is_same_v<V, float>) {
+      if constexpr (std::is_same_v<V, float> || is_half_v<V>) {
         detail::probability_chunk_masses(p, n, partials_.data());
       } else
 #endif
@@ -310,7 +310,7 @@ class eigen : public detail::eigen_dense {
         }
       }
       const detail::folded_row row = detail::fold_chunks(partials_.data(), chunks, masses_.data());
-      raise_if(where, "probs", probs, r, row.error(detail::probability_tolerance<V>));
+      raise_if(where, "probs", probs, r, row.error(detail::probability_tolerance<V>(n)));
       check_uniform(where, uniforms, r);
       tokens(r) = detail::locate_sample(masses_.data(), n, detail::probability_source<V>{p},
                                         static_cast<double>(uniforms(r)) * row.total);

@@ -116,15 +116,24 @@ SPECDEC_HOST_DEVICE inline T narrow(compute_t<T> x) noexcept {
     return static_cast<T>(x);
 }
 
-/// How far rounding to T can move a value, relative: 2^-rounding_bits<T> (half an ulp of a normal value:
-/// 2^-9 for bf16, 2^-11 for fp16); 0 for the types kernels compute in as they are. A distribution rounded
-/// to T sums to 1 within 2^-rounding_bits<T>, which the checks of probability rows add to their tolerance.
+/// How far rounding to T can move a normal value, relative: 2^-rounding_bits<T> (half an ulp: 2^-9 for
+/// bf16, 2^-11 for fp16); 0 for the types kernels compute in as they are.
 template <class T>
 inline constexpr int rounding_bits = std::is_same_v<std::remove_cv_t<T>, bfloat16> ? 9 : std::is_same_v<std::remove_cv_t<T>, float16> ? 11 : 0;
 
-/// 2^-rounding_bits<T>, or 0.
+/// How far from 1 a distribution of n entries rounded to T can sum: 2^-rounding_bits<T> of the sum, plus
+/// half the smallest subnormal per entry (2^-25 for fp16, whose subnormals start at 6.1e-5, where most
+/// entries of a large vocabulary's softmax lie: a 262144-entry row rounded to fp16 sums to 1 - 5.9e-4;
+/// 2^-134 for bf16); 0 for float and double. The checks of probability rows add it to their tolerance.
 template <class T>
-inline constexpr double rounding_error = rounding_bits<T> > 0 ? 1.0 / static_cast<double>(1 << rounding_bits<T>) : 0.0;
+constexpr double rounding_tolerance(std::int64_t n) noexcept {
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, float16>)
+    return 0x1p-11 + static_cast<double>(n) * 0x1p-25;
+  else if constexpr (std::is_same_v<std::remove_cv_t<T>, bfloat16>)
+    return 0x1p-9 + static_cast<double>(n) * 0x1p-134;
+  else
+    return 0.0;
+}
 
 /// The element types' names as numpy and torch spell them, for messages.
 template <class T>

@@ -35,10 +35,12 @@ enum class fault : std::int32_t {
 /// Probability rows must sum to 1 within this absolute tolerance (fp32 softmax rows of 262144
 /// entries sum to 1 within ~1e-6; 1e-4 leaves room for a caller's own renormalisation).
 inline constexpr double probability_sum_tolerance = 1e-4;
-/// The same for rows of element type E: a distribution rounded to a 16-bit type moves its sum by up to
-/// 2^-rounding_bits<E> (core/half.hpp), which is added.
+/// The same for rows of n entries of element type E: what rounding a distribution to a 16-bit type can
+/// move its sum by (core/half.hpp's rounding_tolerance) is added.
 template <class E>
-inline constexpr double probability_tolerance = probability_sum_tolerance + rounding_error<E>;
+constexpr double probability_tolerance(index_t n) noexcept {
+  return probability_sum_tolerance + rounding_tolerance<E>(n);
+}
 
 /// Maximum of a span and whether it holds a NaN. NaNs are skipped by the maximum (the comparison
 /// `acc < v` is false for them) and reported through `has_nan`; +inf shows up as the maximum.

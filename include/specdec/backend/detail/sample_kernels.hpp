@@ -174,14 +174,16 @@ inline double combine(const d4& lo, const d4& hi) noexcept {
 }
 }  // namespace simd_mass
 
-/// Canonical masses of every chunk of a float row `x[0, n)` into `out[chunks]`.
-inline void probability_chunk_masses(const float* x, index_t n, chunk_mass* out) noexcept {
+/// Canonical masses of every chunk of a row `x[0, n)` (float, or a 16-bit type widened in the register)
+/// into `out[chunks]`.
+template <class E>
+inline void probability_chunk_masses(const E* x, index_t n, chunk_mass* out) noexcept {
   using namespace simd_mass;
   const index_t chunks = (n + sample_chunk - 1) / sample_chunk;
   index_t c = 0;
   for (; c + 1 < chunks && (c + 2) * sample_chunk <= n; c += 2) {  // two full chunks side by side
-    const float* a = x + c * sample_chunk;
-    const float* b = a + sample_chunk;
+    const E* a = x + c * sample_chunk;
+    const E* b = a + sample_chunk;
     d4 a_lo = {0, 0, 0, 0}, a_hi = a_lo, b_lo = a_lo, b_hi = a_lo;
     // The flags take one compare and one minimum per 8 entries: NaN through v != v, negatives
     // through the running minimum (a NaN never replaces it: the comparison is false).
@@ -195,12 +197,27 @@ inline void probability_chunk_masses(const float* x, index_t n, chunk_mass* out)
       if (i < ahead) __builtin_prefetch(a + 2 * sample_chunk + i);
       if (i + sample_chunk < ahead) __builtin_prefetch(b + 2 * sample_chunk + i);
       f8 av, bv;  // 32-byte vectors stay in the function (no by-value ABI crossing)
-      std::memcpy(&av, a + i, sizeof av);
-      std::memcpy(&bv, b + i, sizeof bv);
-      a_lo += SPECDEC_WIDEN4(load4(a + i));
-      a_hi += SPECDEC_WIDEN4(load4(a + i + 4));
-      b_lo += SPECDEC_WIDEN4(load4(b + i));
-      b_hi += SPECDEC_WIDEN4(load4(b + i + 4));
+      if constexpr (std::is_same_v<E, float>) {
+        std::memcpy(&av, a + i, sizeof av);
+        std::memcpy(&bv, b + i, sizeof bv);
+        a_lo += SPECDEC_WIDEN4(load4(a + i));
+        a_hi += SPECDEC_WIDEN4(load4(a + i + 4));
+        b_lo += SPECDEC_WIDEN4(load4(b + i));
+        b_hi += SPECDEC_WIDEN4(load4(b + i + 4));
+      } else {  // eight widened entries, their halves into the same lanes
+        if constexpr (simd_bytes == 32) {
+          av = simd_load(a + i);
+          bv = simd_load(b + i);
+        } else {
+          for (int l = 0; l < 8; ++l) av[l] = widen(a[i + l]), bv[l] = widen(b[i + l]);
+        }
+        const f4 a0 = __builtin_shufflevector(av, av, 0, 1, 2, 3), a1 = __builtin_shufflevector(av, av, 4, 5, 6, 7);
+        const f4 b0 = __builtin_shufflevector(bv, bv, 0, 1, 2, 3), b1 = __builtin_shufflevector(bv, bv, 4, 5, 6, 7);
+        a_lo += SPECDEC_WIDEN4(a0);
+        a_hi += SPECDEC_WIDEN4(a1);
+        b_lo += SPECDEC_WIDEN4(b0);
+        b_hi += SPECDEC_WIDEN4(b1);
+      }
       a_nan |= av != av;
       b_nan |= bv != bv;
       a_min = av < a_min ? av : a_min;
@@ -322,7 +339,7 @@ SPECDEC_HOST_DEVICE inline std::int32_t locate_sample(const double* chunk_masses
 }
 
 /// Fault of a probability row given the flags and the total mass of its chunks.
-/// `tolerance`: probability_tolerance<E> for rows of element type E.
+/// `tolerance`: probability_tolerance<E>(n) for rows of n entries of element type E.
 SPECDEC_HOST_DEVICE inline fault probability_fault(bool has_nan, bool has_negative, double total,
                                                    double tolerance = probability_sum_tolerance) noexcept {
   if (has_nan) return fault::nan;

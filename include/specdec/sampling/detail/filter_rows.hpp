@@ -66,9 +66,11 @@ SPECDEC_HOST_DEVICE inline float from_order_key(std::uint32_t key) noexcept {
 inline constexpr double renorm_sum_tolerance = 1e-3;
 
 /// Rows of a 16-bit type also carry their rounding (a bf16 softmax row with one token at 0.9 sums to
-/// 1 +- 1.8e-3): the tolerance adds it, renorm_sum_tolerance + 2^-rounding_bits<E> (core/half.hpp).
+/// 1 +- 1.8e-3): the tolerance of n-entry rows adds it (core/half.hpp's rounding_tolerance).
 template <class E>
-inline constexpr double renorm_tolerance = renorm_sum_tolerance + rounding_error<E>;
+constexpr double renorm_tolerance(index_t n) noexcept {
+  return renorm_sum_tolerance + rounding_tolerance<E>(n);
+}
 
 /// Argument indices of filter_rows_job's fault names.
 enum filter_arg : int { filter_arg_rows, filter_arg_k, filter_arg_p };
@@ -291,7 +293,7 @@ struct filter_rows_job {
                              widen(x[j]));
     }
     const double error = checked.total - 1.0;
-    if (renormalise && !(error <= renorm_tolerance<E> && error >= -renorm_tolerance<E>))
+    if (renormalise && !(error <= renorm_tolerance<E>(n) && error >= -renorm_tolerance<E>(n)))
       return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
     // Every kept entry is >= tau (filter_host.hpp: the kept set is one threshold's).
     float tau = cuts_k ? filter_passes::kth_largest(x, n, static_cast<index_t>(k), checked.max, maxima, buffer)
@@ -340,7 +342,7 @@ struct filter_rows_job {
       return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r,
                              checked.first_bad, widen(x[checked.first_bad]));
     const double error = checked.total - 1.0;
-    if (renormalise && !(error <= renorm_tolerance<E> && error >= -renorm_tolerance<E>))
+    if (renormalise && !(error <= renorm_tolerance<E>(n) && error >= -renorm_tolerance<E>(n)))
       return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
     // k = V cuts nothing; without top-p the cut is key 0, below every entry.
     const float kth = k < n ? kth_largest(team, l, x, k) : 0.0f;  // not read when k = V (nothing cut)
