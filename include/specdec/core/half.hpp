@@ -126,7 +126,7 @@ inline constexpr int rounding_bits = std::is_same_v<std::remove_cv_t<T>, bfloat1
 /// entries of a large vocabulary's softmax lie: a 262144-entry row rounded to fp16 sums to 1 - 5.9e-4;
 /// 2^-134 for bf16); 0 for float and double. The checks of probability rows add it to their tolerance.
 template <class T>
-constexpr double rounding_tolerance(std::int64_t n) noexcept {
+SPECDEC_HOST_DEVICE constexpr double rounding_tolerance(std::int64_t n) noexcept {
   if constexpr (std::is_same_v<std::remove_cv_t<T>, float16>)
     return 0x1p-11 + static_cast<double>(n) * 0x1p-25;
   else if constexpr (std::is_same_v<std::remove_cv_t<T>, bfloat16>)

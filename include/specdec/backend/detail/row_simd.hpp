@@ -38,7 +38,7 @@ inline constexpr double probability_sum_tolerance = 1e-4;
 /// The same for rows of n entries of element type E: what rounding a distribution to a 16-bit type can
 /// move its sum by (core/half.hpp's rounding_tolerance) is added.
 template <class E>
-constexpr double probability_tolerance(index_t n) noexcept {
+SPECDEC_HOST_DEVICE constexpr double probability_tolerance(index_t n) noexcept {
   return probability_sum_tolerance + rounding_tolerance<E>(n);
 }
 

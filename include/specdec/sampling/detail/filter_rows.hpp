@@ -68,7 +68,7 @@ inline constexpr double renorm_sum_tolerance = 1e-3;
 /// Rows of a 16-bit type also carry their rounding (a bf16 softmax row with one token at 0.9 sums to
 /// 1 +- 1.8e-3): the tolerance of n-entry rows adds it (core/half.hpp's rounding_tolerance).
 template <class E>
-constexpr double renorm_tolerance(index_t n) noexcept {
+SPECDEC_HOST_DEVICE constexpr double renorm_tolerance(index_t n) noexcept {
   return renorm_sum_tolerance + rounding_tolerance<E>(n);
 }
 
