@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
+#include <specdec/backend/thrust.hpp>
 #include <specdec/core/half.hpp>
 #include <specdec/sampling/detail/filter_rows.hpp>
 #include <specdec/sampling/distribution.hpp>
@@ -162,14 +163,14 @@ std::vector<float> widened(const std::vector<H>& h) {
   return f;
 }
 
-template <class H>
+template <class H, class B = specdec::eigen>
 void check_rows_match(index_t rows, index_t n, std::uint32_t seed) {
   CAPTURE(n);
   CAPTURE(rows);
   CAPTURE(specdec::element_name<H>);
   const std::vector<H> h = half_rows<H>(rows, n, seed);
   const std::vector<float> f = widened(h);
-  specdec::eigen be;
+  B be;
   const specdec::matrix_view<const H> hv(h.data(), rows, n);
   const specdec::matrix_view<const float> fv(f.data(), rows, n);
   const auto rs = static_cast<std::size_t>(rows);
@@ -234,6 +235,32 @@ TEST_CASE("half: the Eigen row primitives over bf16 and fp16 rows give the float
     test_half::check_rows_match<bfloat16>(rows, n, seed++);
     test_half::check_rows_match<float16>(rows, n, seed++);
   }
+}
+
+TEST_CASE("half: the Thrust host systems' row primitives over bf16 / fp16 rows give their float rows' results bit for bit") {
+  using cpp = specdec::thrust_backend<specdec::thrust_system::cpp>;
+  using omp = specdec::thrust_backend<specdec::thrust_system::omp>;
+  std::uint32_t seed = 101;
+  for (const index_t n : {index_t{7}, index_t{300}, index_t{2048 + 13}, index_t{32000}}) {  // no all -inf rows
+    test_half::check_rows_match<bfloat16, cpp>(3, n, seed++);
+    test_half::check_rows_match<float16, cpp>(3, n, seed++);
+    test_half::check_rows_match<bfloat16, omp>(3, n, seed++);
+    test_half::check_rows_match<float16, omp>(3, n, seed++);
+  }
+  // Integer outputs agree across backends: the Eigen backend's argmax and top-k of the same 16-bit rows.
+  const auto h = test_half::half_rows<bfloat16>(4, 5000, 7);
+  const specdec::matrix_view<const bfloat16> hv(h.data(), 4, 5000);
+  std::vector<std::int32_t> a(4), b(4), ia(4 * 60), ib(4 * 60);
+  std::vector<float> va(4 * 60), vb(4 * 60);
+  specdec::eigen e;
+  cpp t;
+  e.row_argmax(hv, specdec::vector_view<std::int32_t>(a.data(), 4));
+  t.row_argmax(hv, specdec::vector_view<std::int32_t>(b.data(), 4));
+  CHECK(a == b);
+  e.row_topk(hv, 60, specdec::matrix_view<float>(va.data(), 4, 60), specdec::matrix_view<std::int32_t>(ia.data(), 4, 60));
+  t.row_topk(hv, 60, specdec::matrix_view<float>(vb.data(), 4, 60), specdec::matrix_view<std::int32_t>(ib.data(), 4, 60));
+  CHECK(ia == ib);
+  CHECK(va == vb);
 }
 
 TEST_CASE("half: a NaN or +inf in a bf16 / fp16 row is refused as in a float row, naming the row and column") {
@@ -408,6 +435,13 @@ TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; 
       };
       const auto fbf = test_half::widened(bf), ffp = test_half::widened(fp);
       REQUIRE(tokens(specdec::matrix_view<const bfloat16>(bf.data(), rows, v)) == tokens(specdec::matrix_view<const float>(fbf.data(), rows, v)));
+      {  // the Thrust host system draws the same tokens from the 16-bit rows
+        specdec::thrust_backend<specdec::thrust_system::cpp> t;
+        std::vector<std::int32_t> tt(static_cast<std::size_t>(rows));
+        t.row_sample(specdec::matrix_view<const bfloat16>(bf.data(), rows, v), specdec::vector_view<const float>(u.data(), rows),
+                     specdec::vector_view<std::int32_t>(tt.data(), rows));
+        REQUIRE(tt == tokens(specdec::matrix_view<const bfloat16>(bf.data(), rows, v)));
+      }
       REQUIRE(tokens(specdec::matrix_view<const float16>(fp.data(), rows, v)) == tokens(specdec::matrix_view<const float>(ffp.data(), rows, v)));
     }
   }

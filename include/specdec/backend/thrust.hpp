@@ -239,14 +239,14 @@ class thrust_backend : private detail::thrust_runtime<System> {
   /// See eigen::row_max. All buffers in `memory_space`. On CUDA, synchronises to read the fault flags
   /// (not with deferred faults); so does every primitive below.
   template <class T>
-  void row_max(matrix_view<T, memory_space> logits, vector_view<std::remove_const_t<T>, memory_space> max) {
-    this->template argmax_impl<std::remove_const_t<T>>("specdec::thrust_backend::row_max", logits, nullptr, max.data(), &max);
+  void row_max(matrix_view<T, memory_space> logits, vector_view<compute_t<T>, memory_space> max) {
+    this->template argmax_impl<compute_t<T>>("specdec::thrust_backend::row_max", logits, nullptr, max.data(), &max);
   }
 
   /// See eigen::row_argmax.
   template <class T>
   void row_argmax(matrix_view<T, memory_space> logits, vector_view<std::int32_t, memory_space> index,
-                  vector_view<std::remove_const_t<T>, memory_space> value = {}) {
+                  vector_view<compute_t<T>, memory_space> value = {}) {
     constexpr const char* where = "specdec::thrust_backend::row_argmax";
     detail::check_row_reduction(where, logits, index, "index");
     const bool with_value = value.data() != nullptr || !value.empty();
@@ -255,25 +255,25 @@ class thrust_backend : private detail::thrust_runtime<System> {
       detail::check_apart(where, "value", value, "logits", logits);
       detail::check_apart(where, "value", value, "index", index);
     }
-    this->template argmax_impl<std::remove_const_t<T>>(where, logits, index.data(), value.data(), nullptr);
+    this->template argmax_impl<compute_t<T>>(where, logits, index.data(), value.data(), nullptr);
   }
 
   /// See eigen::row_topk.
   template <class T>
   void row_topk(matrix_view<T, memory_space> logits, index_t k,
-                matrix_view<std::remove_const_t<T>, memory_space> values,
+                matrix_view<compute_t<T>, memory_space> values,
                 matrix_view<std::int32_t, memory_space> indices) {
     constexpr const char* where = "specdec::thrust_backend::row_topk";
     detail::check_topk(where, logits, k, values, indices);
-    this->template topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, nullptr, std::remove_const_t<T>(0));
+    this->template topk_impl<compute_t<T>>(where, logits, k, values, indices, nullptr, compute_t<T>(0));
   }
 
   /// See eigen::row_topk_logsumexp.
   template <class T>
-  void row_topk_logsumexp(matrix_view<T, memory_space> logits, index_t k, std::remove_const_t<T> temperature,
-                          matrix_view<std::remove_const_t<T>, memory_space> values,
+  void row_topk_logsumexp(matrix_view<T, memory_space> logits, index_t k, compute_t<T> temperature,
+                          matrix_view<compute_t<T>, memory_space> values,
                           matrix_view<std::int32_t, memory_space> indices,
-                          vector_view<std::remove_const_t<T>, memory_space> lse) {
+                          vector_view<compute_t<T>, memory_space> lse) {
     constexpr const char* where = "specdec::thrust_backend::row_topk_logsumexp";
     detail::check_topk(where, logits, k, values, indices);
     detail::check_length(where, "lse", lse, logits.rows(), "one entry per row of logits");
@@ -281,15 +281,15 @@ class thrust_backend : private detail::thrust_runtime<System> {
     detail::check_apart(where, "lse", lse, "values", values);
     detail::check_apart(where, "lse", lse, "indices", indices);
     detail::check_temperature(where, temperature, false);
-    this->template topk_impl<std::remove_const_t<T>>(where, logits, k, values, indices, lse.data(),
-                                      std::remove_const_t<T>(1) / temperature);
+    this->template topk_impl<compute_t<T>>(where, logits, k, values, indices, lse.data(),
+                                      compute_t<T>(1) / temperature);
   }
 
   /// See eigen::row_logsumexp.
   template <class T>
-  void row_logsumexp(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
-                     vector_view<std::remove_const_t<T>, memory_space> lse) {
-    using V = std::remove_const_t<T>;
+  void row_logsumexp(matrix_view<T, memory_space> logits, compute_t<T> temperature,
+                     vector_view<compute_t<T>, memory_space> lse) {
+    using V = compute_t<T>;
     constexpr const char* where = "specdec::thrust_backend::row_logsumexp";
     detail::check_row_reduction(where, logits, lse, "lse");
     detail::check_temperature(where, temperature, false);
@@ -298,9 +298,9 @@ class thrust_backend : private detail::thrust_runtime<System> {
 
   /// See eigen::row_softmax.
   template <class T>
-  void row_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
-                   matrix_view<std::remove_const_t<T>, memory_space> out) {
-    this->template normalise<false, std::remove_const_t<T>>("specdec::thrust_backend::row_softmax", logits, temperature, out);
+  void row_softmax(matrix_view<T, memory_space> logits, compute_t<T> temperature,
+                   matrix_view<compute_t<T>, memory_space> out) {
+    this->template normalise<false, compute_t<T>>("specdec::thrust_backend::row_softmax", logits, temperature, out);
   }
 
   /// See eigen::row_softmax_stats (host memory spaces only: a device caller downloads whole rows).
@@ -318,23 +318,23 @@ class thrust_backend : private detail::thrust_runtime<System> {
 
   /// See eigen::row_log_softmax.
   template <class T>
-  void row_log_softmax(matrix_view<T, memory_space> logits, std::remove_const_t<T> temperature,
-                       matrix_view<std::remove_const_t<T>, memory_space> out) {
-    this->template normalise<true, std::remove_const_t<T>>("specdec::thrust_backend::row_log_softmax", logits, temperature, out);
+  void row_log_softmax(matrix_view<T, memory_space> logits, compute_t<T> temperature,
+                       matrix_view<compute_t<T>, memory_space> out) {
+    this->template normalise<true, compute_t<T>>("specdec::thrust_backend::row_log_softmax", logits, temperature, out);
   }
 
   /// See eigen::row_sample. Same canonical order, hence the same tokens as every other backend.
   template <class T>
   void row_sample(matrix_view<T, memory_space> probs, vector_view<const float, memory_space> uniforms,
                   vector_view<std::int32_t, memory_space> tokens) {
-    using V = std::remove_const_t<T>;
+    using V = std::remove_cv_t<T>;  // the element type: float, double, or a 16-bit type (the items below)
     constexpr const char* where = "specdec::thrust_backend::row_sample";
     detail::check_sample(where, probs, uniforms, tokens);
     const detail::row_chunks rc{probs.rows(), probs.cols(), detail::sample_chunk};
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::sample, rc.rows, rc.cols, 1);
 #if defined(__CUDACC__)
-    if constexpr (is_cuda) {
+    if constexpr (is_cuda && !is_half_v<V>) {
       if (cuda_fits(rc.count(), 1536)) {  // the last block keeps 24 bytes per chunk in shared memory
         namespace cr = detail::cuda_rows;
         const index_t groups = (rc.count() + cr::sample_chunks_per_block - 1) / cr::sample_chunks_per_block;

@@ -50,9 +50,10 @@ struct row_chunks {
 };
 
 // --- argmax / max ----------------------------------------------------------------------------------
-template <class T>
+/// T: the compute type; E: the rows' element type (T, or a 16-bit type read through widen).
+template <class T, class E = T>
 struct argmax_partial_fn {
-  matrix_view<const T, host_space> x;  // the space tag is irrelevant inside kernels: only pointers are used
+  matrix_view<const E, host_space> x;  // the space tag is irrelevant inside kernels: only pointers are used
   row_chunks rc;
   argmax_result<T>* partial;
   SPECDEC_HOST_DEVICE void operator()(index_t item) const {
@@ -96,8 +97,8 @@ struct lse_partial {
   bool has_nan;
 };
 
-template <class T>
-SPECDEC_HOST_DEVICE inline lse_partial<T> chunk_logsumexp(const T* x, index_t n, T inv_t) {
+template <class E, class T>
+SPECDEC_HOST_DEVICE inline lse_partial<T> chunk_logsumexp(const E* x, index_t n, T inv_t) {
   const max_scan<T> s = scan_max(x, n);
   lse_partial<T> p{s.max, T(0), s.has_nan};
   if (s.max != negative_infinity<T>() && s.max != -negative_infinity<T>() && !s.has_nan)
@@ -124,9 +125,9 @@ SPECDEC_HOST_DEVICE inline lse_partial<T> combine_logsumexp(const lse_partial<T>
   return total;
 }
 
-template <class T>
+template <class T, class E = T>
 struct lse_partial_fn {
-  matrix_view<const T, host_space> x;
+  matrix_view<const E, host_space> x;
   row_chunks rc;
   T inv_t;
   lse_partial<T>* partial;
@@ -155,9 +156,9 @@ struct lse_combine_fn {
   }
 };
 
-template <class T, bool Log>
+template <class T, bool Log, class E = T>
 struct normalise_fn {
-  matrix_view<const T, host_space> x;
+  matrix_view<const E, host_space> x;
   matrix_view<T, host_space> out;
   row_chunks rc;
   T inv_t;
@@ -165,7 +166,7 @@ struct normalise_fn {
   bool streaming = false;  // non-temporal stores (host, outputs larger than the caches)
   SPECDEC_HOST_DEVICE void operator()(index_t item) const {
     const index_t r = item / rc.count(), c = item % rc.count();
-    const T* in = x.row(r) + rc.begin(c);
+    const E* in = x.row(r) + rc.begin(c);
     T* y = out.row(r) + rc.begin(c);
     const lse_partial<T> s = row_stats[r];
     if constexpr (Log) {
@@ -191,17 +192,19 @@ struct one_hot_fn {
 
 // --- top-k -----------------------------------------------------------------------------------------
 /// Orders column ids of one row by (value descending, index ascending).
-template <class T>
+template <class E>
 struct ranks_before_in_row {
-  const T* row;
-  SPECDEC_HOST_DEVICE bool operator()(std::int32_t a, std::int32_t b) const { return ranks_before(row[a], a, row[b], b); }
+  const E* row;
+  SPECDEC_HOST_DEVICE bool operator()(std::int32_t a, std::int32_t b) const {
+    return ranks_before(widen(row[a]), a, widen(row[b]), b);
+  }
 };
 
 /// Each chunk leaves its best min(k, chunk length) entries, sorted, in a slot of `slot` entries, and
 /// its (max, NaN seen[, sum of exp]) in `stats`.
-template <class T>
+template <class T, class E = T>
 struct topk_partial_fn {
-  matrix_view<const T, host_space> x;
+  matrix_view<const E, host_space> x;
   row_chunks rc;
   index_t k;
   index_t slot;
@@ -212,7 +215,7 @@ struct topk_partial_fn {
   lse_partial<T>* stats;
   SPECDEC_HOST_DEVICE void operator()(index_t item) const {
     const index_t r = item / rc.count(), c = item % rc.count();
-    const T* in = x.row(r) + rc.begin(c);
+    const E* in = x.row(r) + rc.begin(c);
     const index_t len = rc.length(c);
     T* vals = values + item * slot;
     std::int32_t* ids = indices + item * slot;
@@ -224,9 +227,9 @@ struct topk_partial_fn {
     } else {
       s = scan_max(in, len);
       for (index_t j = 0; j < len; ++j) ids[j] = static_cast<std::int32_t>(rc.begin(c) + j);
-      const T* row = x.row(r);
-      heap_sort(ids, len, ranks_before_in_row<T>{row});
-      for (index_t j = 0; j < kc; ++j) vals[j] = row[ids[j]];
+      const E* row = x.row(r);
+      heap_sort(ids, len, ranks_before_in_row<E>{row});
+      for (index_t j = 0; j < kc; ++j) vals[j] = widen(row[ids[j]]);
     }
     lse_partial<T> p{s.max, T(0), s.has_nan};
     if (inv_t != T(0) && s.max != negative_infinity<T>() && s.max != -negative_infinity<T>() && !s.has_nan)
@@ -306,7 +309,7 @@ struct sample_fn {
   SPECDEC_HOST_DEVICE void operator()(index_t r) const {
     const index_t chunks = rc.count();
     const folded_row row = fold_chunks(partial + r * chunks, chunks, masses + r * chunks);
-    fault f = row.error();
+    fault f = row.error(probability_tolerance<T>(rc.cols));
     if (f == fault::none && !is_unit_uniform(uniforms[r])) f = fault::uniform_out_of_range;
     faults[r] = f;
     if (f != fault::none) return;

@@ -356,8 +356,9 @@ class thrust_runtime {
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::argmax, rc.rows, rc.cols, 1);
     auto* partial = static_cast<detail::argmax_result<V>*>(s.argmax);
+    using E = std::remove_const_t<T>;  // the rows' element type (V, or a 16-bit type widened to V)
 #if defined(__CUDACC__)
-    if constexpr (is_cuda) {
+    if constexpr (is_cuda && std::is_same_v<E, V>) {  // the dedicated kernels read float rows; 16-bit rows take the items below
       static_assert(reduce_chunk == detail::cuda_rows::slice);
       if (cuda_fits(rc.count(), 2048)) {
         detail::cuda_rows::argmax_kernel<V>
@@ -371,8 +372,8 @@ class thrust_runtime {
       }
     }
 #endif
-    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
-    for_each(rc.items(), detail::argmax_partial_fn<V>{x, rc, partial});
+    const auto x = detail::untagged(matrix_view<const E, memory_space>(logits));
+    for_each(rc.items(), detail::argmax_partial_fn<V, E>{x, rc, partial});
     for_each(rc.rows, detail::argmax_combine_fn<V>{rc, partial, index, value, s.faults});
     raise_faults(where, "logits", logits, s.faults, rc.rows);
   }
@@ -384,8 +385,9 @@ class thrust_runtime {
     if (rc.rows == 0) return;
     scratch_layout s = scratch(layout_kind::logsumexp, rc.rows, rc.cols, 1);
     auto* partial = static_cast<detail::lse_partial<V>*>(s.lse);
+    using E = std::remove_const_t<T>;
 #if defined(__CUDACC__)
-    if constexpr (is_cuda) {
+    if constexpr (is_cuda && std::is_same_v<E, V>) {
       if (cuda_fits(rc.count(), 2048)) {
         detail::cuda_rows::logsumexp_kernel<V>
             <<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads,
@@ -400,8 +402,8 @@ class thrust_runtime {
       }
     }
 #endif
-    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
-    for_each(rc.items(), detail::lse_partial_fn<V>{x, rc, inv_t, partial});
+    const auto x = detail::untagged(matrix_view<const E, memory_space>(logits));
+    for_each(rc.items(), detail::lse_partial_fn<V, E>{x, rc, inv_t, partial});
     for_each(rc.rows, detail::lse_combine_fn<V>{rc, partial, inv_t, static_cast<detail::lse_partial<V>*>(s.row_stats),
                                                 lse, masked_rows_allowed, s.faults});
     raise_faults(where, "logits", logits, s.faults, rc.rows);
@@ -415,11 +417,12 @@ class thrust_runtime {
     detail::check_temperature(where, temperature, true);
     const detail::row_chunks rc{logits.rows(), logits.cols(), reduce_chunk};
     if (rc.rows == 0) return;
-    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
+    using E = std::remove_const_t<T>;
+    const auto x = detail::untagged(matrix_view<const E, memory_space>(logits));
     if (temperature == V(0)) {
       scratch_layout s = scratch(layout_kind::logsumexp, rc.rows, rc.cols, 1);
       auto* partial = static_cast<detail::argmax_result<V>*>(s.argmax);
-      for_each(rc.items(), detail::argmax_partial_fn<V>{x, rc, partial});
+      for_each(rc.items(), detail::argmax_partial_fn<V, E>{x, rc, partial});
       for_each(rc.rows, detail::argmax_combine_fn<V>{rc, partial, s.topk_indices, nullptr, s.faults});
       raise_faults(where, "logits", logits, s.faults, rc.rows);
       for_each(rc.items(), detail::one_hot_fn<V, Log>{detail::untagged(out), rc, s.topk_indices});
@@ -428,7 +431,7 @@ class thrust_runtime {
     const V inv_t = V(1) / temperature;
     lse_impl<V>(where, logits, inv_t, nullptr, false);
 #if defined(__CUDACC__)
-    if constexpr (is_cuda) {
+    if constexpr (is_cuda && std::is_same_v<E, V>) {
       if (cuda_fits(rc.count(), 2048)) {
         detail::cuda_rows::normalise_kernel<V, Log><<<cuda_grid(rc.count(), rc.rows), detail::cuda_rows::threads, 0, stream()>>>(
             cuda_rows_of(matrix_view<const V, memory_space>(logits)), out.data(), out.stride(0), inv_t,
@@ -438,7 +441,7 @@ class thrust_runtime {
       }
     }
 #endif
-    for_each(rc.items(), detail::normalise_fn<V, Log>{x, detail::untagged(out), rc, inv_t,
+    for_each(rc.items(), detail::normalise_fn<V, Log, E>{x, detail::untagged(out), rc, inv_t,
                                                      static_cast<const detail::lse_partial<V>*>(last_stats_.row_stats),
                                                      rc.rows * rc.cols * index_t{sizeof(V)} >= detail::streaming_output_bytes});
   }
@@ -453,8 +456,9 @@ class thrust_runtime {
     const index_t slot = topk_slot(k, reduce_chunk);
     auto* cand_values = static_cast<V*>(s.topk_values);
     auto* stats = static_cast<detail::lse_partial<V>*>(s.lse);
+    using E = std::remove_const_t<T>;
 #if defined(__CUDACC__)
-    if constexpr (is_cuda && std::is_same_v<V, float>) {
+    if constexpr (is_cuda && std::is_same_v<V, float> && std::is_same_v<E, V>) {
       if (k <= detail::cuda_rows::max_topk && cuda_fits(rc.count(), detail::cuda_rows::max_topk_slices)) {
         // A block per `group` slices of a row: its candidate list, then the row's merge.
         const index_t group = detail::cuda_rows::topk_group(rc.rows, rc.cols, k);
@@ -470,8 +474,8 @@ class thrust_runtime {
       }
     }
 #endif
-    const auto x = detail::untagged(matrix_view<const V, memory_space>(logits));
-    for_each(rc.items(), detail::topk_partial_fn<V>{x, rc, k, slot, small_k, inv_t, cand_values, s.topk_indices, stats});
+    const auto x = detail::untagged(matrix_view<const E, memory_space>(logits));
+    for_each(rc.items(), detail::topk_partial_fn<V, E>{x, rc, k, slot, small_k, inv_t, cand_values, s.topk_indices, stats});
     for_each(rc.rows, detail::topk_merge_fn<V>{rc, k, slot, cand_values, s.topk_indices, stats, inv_t, s.heads,
                                                detail::untagged(values), detail::untagged(indices), lse, s.faults});
     raise_faults(where, "logits", logits, s.faults, rc.rows);
