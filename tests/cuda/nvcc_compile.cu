@@ -19,6 +19,24 @@ static_assert(specdec::backend<cuda_backend>);
 static_assert(specdec::dense_backend<cuda_backend>);
 
 #ifndef SPECDEC_NVCC_COMPILE_DENSE_ONLY
+/// The row primitives over rows of element type E: float rows take the dedicated kernels, 16-bit rows
+/// (core/half.hpp) the generic work items, whose device code widens each entry.
+template <class E>
+void instantiate_row_primitives(cuda_backend& b, specdec::matrix_view<const E, specdec::device_space> x,
+                                specdec::matrix_view<float, specdec::device_space> y, specdec::vector_view<float, specdec::device_space> v,
+                                specdec::vector_view<const float, specdec::device_space> u,
+                                specdec::vector_view<std::int32_t, specdec::device_space> t,
+                                specdec::matrix_view<std::int32_t, specdec::device_space> tm) {
+  b.row_max(x, v);
+  b.row_argmax(x, t, v);
+  b.row_topk(x, 8, y, tm);
+  b.row_topk_logsumexp(x, 8, 1.0f, y, tm, v);
+  b.row_logsumexp(x, 1.0f, v);
+  b.row_softmax(x, 1.0f, y);
+  b.row_log_softmax(x, 1.0f, y);
+  b.row_sample(x, u, t);
+}
+
 void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,
                                  specdec::matrix_view<float, specdec::device_space> y,
                                  specdec::vector_view<float, specdec::device_space> v,
@@ -26,49 +44,16 @@ void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const flo
                                  specdec::vector_view<std::int32_t, specdec::device_space> t,
                                  specdec::matrix_view<std::int32_t, specdec::device_space> tm,
                                  specdec::vector_view<const std::int32_t, specdec::device_space> ids,
-                                 specdec::matrix_view<const std::int32_t, specdec::device_space> cols) {
-  b.row_max(x, v);
-  b.row_argmax(x, t, v);
-  b.row_topk(x, 8, y, tm);
-  b.row_topk_logsumexp(x, 8, 1.0f, y, tm, v);
-  b.row_logsumexp(x, 1.0f, v);
-  b.row_softmax(x, 1.0f, y);
-  b.row_log_softmax(x, 1.0f, y);
-  b.row_sample(x, u, t);
+                                 specdec::matrix_view<const std::int32_t, specdec::device_space> cols,
+                                 specdec::matrix_view<const specdec::bfloat16, specdec::device_space> xb,
+                                 specdec::matrix_view<const specdec::float16, specdec::device_space> xh) {
+  instantiate_row_primitives(b, x, y, v, u, t, tm);
+  instantiate_row_primitives(b, xb, y, v, u, t, tm);
+  instantiate_row_primitives(b, xh, y, v, u, t, tm);
   b.row_sample_residual(x, x, u, t);
   b.gather_rows(x, ids, y);
   b.gather_elements(x, cols, y);
 }
-
-/// The row primitives over 16-bit rows (core/half.hpp): on CUDA they take the generic work items (the
-/// dedicated kernels read float rows), whose device code widens each entry.
-template <class H>
-void instantiate_half_primitives(cuda_backend& b, specdec::matrix_view<const H, specdec::device_space> x,
-                                 specdec::matrix_view<float, specdec::device_space> y, specdec::vector_view<float, specdec::device_space> v,
-                                 specdec::vector_view<const float, specdec::device_space> u,
-                                 specdec::vector_view<std::int32_t, specdec::device_space> t,
-                                 specdec::matrix_view<std::int32_t, specdec::device_space> tm) {
-  b.row_max(x, v);
-  b.row_argmax(x, t, v);
-  b.row_topk(x, 8, y, tm);
-  b.row_topk_logsumexp(x, 8, 1.0f, y, tm, v);
-  b.row_logsumexp(x, 1.0f, v);
-  b.row_softmax(x, 1.0f, y);
-  b.row_log_softmax(x, 1.0f, y);
-  b.row_sample(x, u, t);
-}
-template void instantiate_half_primitives<specdec::bfloat16>(cuda_backend&, specdec::matrix_view<const specdec::bfloat16, specdec::device_space>,
-                                                             specdec::matrix_view<float, specdec::device_space>,
-                                                             specdec::vector_view<float, specdec::device_space>,
-                                                             specdec::vector_view<const float, specdec::device_space>,
-                                                             specdec::vector_view<std::int32_t, specdec::device_space>,
-                                                             specdec::matrix_view<std::int32_t, specdec::device_space>);
-template void instantiate_half_primitives<specdec::float16>(cuda_backend&, specdec::matrix_view<const specdec::float16, specdec::device_space>,
-                                                            specdec::matrix_view<float, specdec::device_space>,
-                                                            specdec::vector_view<float, specdec::device_space>,
-                                                            specdec::vector_view<const float, specdec::device_space>,
-                                                            specdec::vector_view<std::int32_t, specdec::device_space>,
-                                                            specdec::matrix_view<std::int32_t, specdec::device_space>);
 
 #endif
 

@@ -38,6 +38,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/detail/filter_host.hpp>
+#include <specdec/sampling/detail/filter_top_p.hpp>
 
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
