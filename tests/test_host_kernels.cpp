@@ -257,6 +257,52 @@ TEST_CASE("The host's top-k filters equal the radix search: ties, k = 1, k = V, 
   CHECK(compared > 300);
 }
 
+TEST_CASE("A top-k row at the edge of the sum tolerance: the host's approximate total decides as the canonical one") {
+  // The host's top-k pass approximates a probability row's total and takes the canonical one only where
+  // the approximation cannot decide: rows scaled to sums within 1e-6 of 1 +- 1e-3 (the band where it
+  // cannot) are accepted or refused by the host forms exactly as by the radix search.
+  const index_t v = 5000;
+  const std::vector<float> base = make_row(91, v, 0, true);
+  int accepted = 0, refused = 0;
+  for (int side : {-1, 1})
+    for (int step = -100; step <= 100; ++step) {
+      const double target = 1.0 + side * sampling::detail::renorm_sum_tolerance + step * 1e-8;
+      std::vector<float> x(base.size());
+      for (std::size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(base[j]) * target);
+      CAPTURE(side);
+      CAPTURE(step);
+      const std::int64_t ks[1] = {50};
+      std::vector<float> radix(x.size()), host(x.size());
+      const auto job_for = [&](std::vector<float>& out) {
+        return sampling::detail::filter_rows_job<specdec::host_space>{specdec::matrix_view<const float>(x.data(), 1, v),
+                                                                     specdec::matrix_view<float>(out.data(), 1, v),
+                                                                     specdec::vector_view<const std::int64_t>(ks, 1),
+                                                                     {}, true, "edge", {}};
+      };
+      const auto radix_job = job_for(radix), host_job = job_for(host);
+      std::vector<std::byte> scratch(std::max(radix_job.scratch_bytes(), host_job.scratch_bytes()) + 16);
+      auto* base_ptr = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+      radix_team on_radix;
+      specdec::detail::serial_team on_host;
+      const auto radix_fault = radix_job(on_radix, 0, base_ptr);
+      const auto host_fault = host_job(on_host, 0, base_ptr);
+      REQUIRE(radix_fault.code == host_fault.code);
+      if (radix_fault.code != 0) {
+        CHECK(radix_fault.value == host_fault.value);  // the canonical total, in both messages
+        ++refused;
+        continue;
+      }
+      ++accepted;
+      REQUIRE(same_rows(radix, host));
+      // The public host form (run_serial's const team) takes the same passes: the same bits.
+      std::vector<float> in_place = x;
+      sampling::top_k_renorm(specdec::matrix_view<float>(in_place.data(), 1, v), 50);
+      REQUIRE(same_rows(in_place, host));
+    }
+  CHECK(accepted > 150);
+  CHECK(refused > 150);
+}
+
 TEST_CASE("The host's top-p and joint renormalisations equal the radix search: p near 0 and 1, ties, all-equal rows") {
   int compared = 0;
   std::uint64_t seed = 1000;

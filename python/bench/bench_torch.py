@@ -160,12 +160,14 @@ def bench_trees(lines, reps):
 
 def interleaved_us(fns, pools, reps):
     """Medians of each function in `fns`, called in turn on its own pool (each call on another entry, so
-    that every function sees the same machine state: the VM's drift moves separate loops apart)."""
+    that every function sees the same machine state: the VM's drift moves separate loops apart). Each
+    call takes the pool's next entry, never the one the call before it read (which would hand it a row in
+    L1 / L2 where the others read theirs from L3 or memory)."""
     times = [[] for _ in fns]
     n = len(pools[0])
     for i in range(reps):
-        for f, pool, into in zip(fns, pools, times):
-            x = pool[i % n]
+        for j, (f, pool, into) in enumerate(zip(fns, pools, times)):
+            x = pool[(i * len(fns) + j) % n]
             t0 = time.perf_counter_ns()
             f(x)
             into.append((time.perf_counter_ns() - t0) / 1000.0)

@@ -37,6 +37,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <specdec/backend/detail/block_topk.hpp>
 #include <specdec/backend/detail/math.hpp>
@@ -277,6 +280,69 @@ inline row_check check_row(const E* x, index_t n, float* maxima) noexcept {
   return result;
 }
 
+/// The check pass of a row that is only cut at its k-th largest: check_row's checks and block maxima,
+/// without the canonical total, which such a row needs only to be accepted. A logit row is
+/// block_maxima's pass (+inf shows as the maximum); a probability row adds each 64-entry block in
+/// float lanes (8 terms at most per lane: within 7 2^-24 of the block's mass) and the blocks in double,
+/// and reports that approximate total with `total_error`, a bound on its distance from the canonical
+/// total. The double chain of the canonical lanes bound check_row's pass (~2x block_maxima's time);
+/// here one float add per vector hides behind the loads.
+struct quick_check {
+  row_check check;
+  double total_error;  // 0 for logits
+};
+template <bool Probabilities, class E>
+inline quick_check check_row_quick(const E* x, index_t n, float* maxima) noexcept {
+  using specdec::detail::simd_load;
+  quick_check result{{0.0, false, 0.0f, {}}, 0.0};
+  const index_t blocks = specdec::detail::maxima_blocks(n);
+  if constexpr (!Probabilities) {
+    const auto scan = specdec::detail::block_maxima(x, n, maxima);
+    result.check.bad = scan.has_nan || scan.max == -negative_infinity<float>();
+    result.check.max = scan.max;
+  } else {
+    const f8 zero{}, one = f8{} + 1.0f;
+    i8 good = i8{} - 1;
+    f8 row_max = f8{} + negative_infinity<float>();
+    d8 total{};
+    const index_t full = n / block;
+    for (index_t b = 0; b < full; ++b) {
+      const E* p = x + b * block;
+      f8 m = f8{} + negative_infinity<float>(), s{};
+      SPECDEC_UNROLL
+      for (index_t j = 0; j < block; j += 8) {
+        f8 v;
+        load8(p + j, v);
+        good &= (v >= zero) & (v <= one);
+        m = m < v ? v : m;
+        s += v;
+      }
+      maxima[b] = horizontal_max(m);
+      row_max = row_max < m ? m : row_max;
+      total += __builtin_convertvector(s, d8);
+    }
+    double sum = 0.0;
+    for (int l = 0; l < 8; ++l) sum += total[l];
+    float tail_max = negative_infinity<float>();
+    bool tail_good = true;
+    for (index_t j = full * block; j < n; ++j) {
+      const float v = widen(x[j]);
+      tail_good = tail_good && v >= 0.0f && v <= 1.0f;
+      tail_max = tail_max < v ? v : tail_max;
+      sum += static_cast<double>(v);
+    }
+    if (full < blocks) maxima[full] = tail_max;
+    result.check.bad = specdec::detail::any_lane(~good) || !tail_good;
+    result.check.max = std::max(horizontal_max(row_max), tail_max);
+    result.check.total = sum;
+    // Every entry is >= 0 (or the row is bad): the float lanes err by at most 7 2^-24 of the mass, the
+    // double adds here and the canonical total's by at most (n + 64) 2^-53 of it each.
+    result.total_error = sum * (8.0 * 0x1p-24 + static_cast<double>(2 * n + 256) * 0x1p-53);
+  }
+  for (index_t p = 0; p < maxima_padding; ++p) maxima[blocks + p] = negative_infinity<float>();
+  return result;
+}
+
 /// The first bad entry (the check found one): as filter_rows_job::weigh reports it.
 template <bool Probabilities, class E>
 inline index_t first_bad(const E* x, index_t n) noexcept {
@@ -301,11 +367,25 @@ inline mass_pair canonical_masses(const E* x, index_t n, float t, const float* m
   mass_pair total{0.0, 0.0};
   const d8 threshold = d8{} + static_cast<double>(t);  // compared as doubles: the same answers, no mask widening
   const index_t full_blocks = n / block;
+  constexpr index_t blocks_per_chunk = chunk / block;
   for (index_t b = 0; b < full_blocks; ++b) {
+    // A whole chunk below t adds nothing to either mass (its combine would add +0): skipped at once.
+    if (maxima != nullptr && b % blocks_per_chunk == 0 && b + blocks_per_chunk <= full_blocks) {
+      i8 reach{};
+      for (index_t i = 0; i < blocks_per_chunk; i += 8) {
+        f8 m;
+        std::memcpy(&m, maxima + b + i, sizeof m);
+        reach |= m >= t;
+      }
+      if (!specdec::detail::any_lane(reach)) {
+        b += blocks_per_chunk - 1;
+        continue;
+      }
+    }
     if (maxima == nullptr || !(maxima[b] < t))
       for (index_t j = b * block; j < (b + 1) * block; j += 8) {
         f8 v;
-    load8(x + j, v);
+        load8(x + j, v);
         const d8 d = __builtin_convertvector(v, d8);
         above = d > threshold ? above + d : above;
         at = d >= threshold ? at + d : at;
@@ -329,25 +409,55 @@ inline mass_pair canonical_masses(const E* x, index_t n, float t, const float* m
   return total;
 }
 
-/// Writes y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n), where keep(v) is v >= tau: blocks whose
-/// maximum (`maxima`, or null) is below tau are filled without being read. y may be x.
-template <class E, class Kept>
-inline void write_kept(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y) noexcept {
+/// Stores eight entries as store8 does, bypassing the caches (non-temporal: no read of the line before
+/// it is written, which a filter's output larger than the caches otherwise pays). `p` is 16-byte aligned.
+template <class E>
+inline void stream8(E* p, const f8& v) noexcept {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<E, float>) {
+    typedef float f4 __attribute__((vector_size(16)));
+    _mm_stream_ps(p, f4{v[0], v[1], v[2], v[3]});
+    _mm_stream_ps(p + 4, f4{v[4], v[5], v[6], v[7]});
+  } else {
+    E packed[8];
+    store8(packed, v);
+    __m128i bits;
+    std::memcpy(&bits, packed, sizeof bits);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), bits);
+  }
+#else
+  store8(p, v);
+#endif
+}
+
+/// Rows whose filter output passes this many bytes in all are written with non-temporal stores: they
+/// leave the caches before anything reads them (measured at 64 x 128256 floats, 33 MB: the stores'
+/// reads of the lines took a third of the filter's time).
+inline constexpr std::size_t streaming_bytes = std::size_t{16} << 20;
+
+/// y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n) (write_kept), each whole vector stored by `put`.
+template <class E, class Kept, class Put>
+inline void write_kept_to(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, const Put& put) noexcept {
   const f8 threshold = f8{} + tau, fill = f8{} + dropped;
   const index_t full_blocks = n / block;
   for (index_t b = 0; b < full_blocks; ++b) {
     const index_t j0 = b * block;
     if (maxima != nullptr && maxima[b] < tau) {
-      for (index_t j = j0; j < j0 + block; j += 8) store8(y + j, fill);
+      for (index_t j = j0; j < j0 + block; j += 8) put(y + j, fill);
       continue;
     }
     for (index_t j = j0; j < j0 + block; j += 8) {
       f8 v;
-    load8(x + j, v);
+      load8(x + j, v);
+      const i8 keep = v >= threshold;
+      if (!specdec::detail::any_lane(keep)) {  // most vectors of a block the k-th largest reaches: kept() is a division
+        put(y + j, fill);
+        continue;
+      }
       f8 out;
       kept(v, out);
-      out = v >= threshold ? out : fill;
-      store8(y + j, out);
+      out = keep ? out : fill;
+      put(y + j, out);
     }
   }
   for (index_t j = full_blocks * block; j < n; ++j) {
@@ -363,20 +473,36 @@ inline void write_kept(const E* x, index_t n, float tau, const float* maxima, fl
   }
 }
 
+/// Writes y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n), where keep(v) is v >= tau: blocks whose
+/// maximum (`maxima`, or null) is below tau are filled without being read. y may be x. `stream`: the
+/// whole vectors are written past the caches (where y is 16-byte aligned).
+template <class E, class Kept>
+inline void write_kept(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, bool stream) noexcept {
+#if defined(__SSE2__)
+  if (stream && reinterpret_cast<std::uintptr_t>(y) % 16 == 0) {
+    write_kept_to(x, n, tau, maxima, dropped, kept, y, [](E* p, const f8& v) { stream8(p, v); });
+    _mm_sfence();  // the streamed lines reach memory before any later store (other threads read y)
+    return;
+  }
+#endif
+  (void)stream;
+  write_kept_to(x, n, tau, maxima, dropped, kept, y, [](E* p, const f8& v) { store8(p, v); });
+}
+
 /// y[j] = x[j] >= tau ? x[j] : -inf (y may be x).
 template <class E>
-inline void write_masked(const E* x, index_t n, float tau, const float* maxima, E* y) noexcept {
-  write_kept(x, n, tau, maxima, negative_infinity<float>(), [](const f8& v, f8& out) { out = v; }, y);
+inline void write_masked(const E* x, index_t n, float tau, const float* maxima, E* y, bool stream = false) noexcept {
+  write_kept(x, n, tau, maxima, negative_infinity<float>(), [](const f8& v, f8& out) { out = v; }, y, stream);
 }
 
 /// y[j] = x[j] >= tau ? float(double(x[j]) / mass) : 0 (y may be x): the quotient in double, rounded
 /// once, as filter_rows_job writes it. (A product with 1 / mass, checked for the rare quotients it could
 /// round differently, measured slower than the division: its checks cost more than the divider.)
 template <class E>
-inline void write_renormalised(const E* x, index_t n, float tau, double mass, const float* maxima, E* y) noexcept {
+inline void write_renormalised(const E* x, index_t n, float tau, double mass, const float* maxima, E* y, bool stream = false) noexcept {
   const d8 divisor = d8{} + mass;
   write_kept(x, n, tau, maxima, 0.0f,
-             [&](const f8& v, f8& out) { out = __builtin_convertvector(__builtin_convertvector(v, d8) / divisor, f8); }, y);
+             [&](const f8& v, f8& out) { out = __builtin_convertvector(__builtin_convertvector(v, d8) / divisor, f8); }, y, stream);
 }
 
 /// The k-th largest of values[0, c) (1 <= k <= c), reordering them.
@@ -402,7 +528,7 @@ inline float kth_largest(const E* x, index_t n, index_t k, float largest, const 
       index_t j = begin;
       for (; j + 8 <= end; j += 8) {
         f8 v;
-    load8(x + j, v);
+        load8(x + j, v);
         c += compress(v, v >= f, buffer + c);
       }
       for (; j < end; ++j)

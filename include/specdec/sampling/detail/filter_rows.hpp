@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -279,23 +280,38 @@ struct filter_rows_job {
 #if SPECDEC_FILTER_HOST_PASSES
   /// Row r on the host's one-thread team: filter_host.hpp's vector passes, this job's bits (k and p
   /// checked). A top-p cut they cannot settle is searched as the device searches it.
-  team_fault host_row(specdec::detail::serial_team& team, index_t r, std::int64_t k, float p, std::byte* scratch) const {
+  team_fault host_row(const specdec::detail::serial_team& team, index_t r, std::int64_t k, float p, std::byte* scratch) const {
     const index_t n = vocab();
     const E* x = in.row(r);
     float* maxima = reinterpret_cast<float*>(scratch);
     float* buffer = maxima + specdec::detail::maxima_blocks(n) + filter_passes::maxima_padding;
     const bool cuts_k = k < n;
-    const filter_passes::row_check checked = !renormalise    ? filter_passes::check_row<false>(x, n, maxima)
-                                             : top_p.empty() ? filter_passes::check_row<true>(x, n, maxima)
-                                                             : filter_passes::check_row<true, true>(x, n, maxima);
+    // A row cut at its k-th largest alone needs its total only to be accepted: the quick pass
+    // approximates it, and the canonical total is taken only where the approximation cannot decide.
+    const bool quick = cuts_k && top_p.empty();
+    filter_passes::row_check checked;
+    double total_error = 0.0;
+    if (quick) {
+      const auto q = renormalise ? filter_passes::check_row_quick<true>(x, n, maxima) : filter_passes::check_row_quick<false>(x, n, maxima);
+      checked = q.check;
+      total_error = q.total_error;
+    } else {
+      checked = !renormalise    ? filter_passes::check_row<false>(x, n, maxima)
+                : top_p.empty() ? filter_passes::check_row<true>(x, n, maxima)
+                                : filter_passes::check_row<true, true>(x, n, maxima);
+    }
     if (checked.bad) {
       const index_t j = renormalise ? filter_passes::first_bad<true>(x, n) : filter_passes::first_bad<false>(x, n);
       return make_team_fault(renormalise ? sampling_fault::distribution_entry : sampling_fault::logit_value, filter_arg_rows, r, j,
                              widen(x[j]));
     }
-    const double error = checked.total - 1.0;
-    if (renormalise && !(error <= renorm_tolerance<E>(n) && error >= -renorm_tolerance<E>(n)))
-      return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
+    const double tolerance = renorm_tolerance<E>(n);
+    if (renormalise && !(std::abs(checked.total - 1.0) + total_error <= tolerance)) {
+      if (total_error > 0.0) checked.total = filter_passes::check_row<true>(x, n, nullptr).total;
+      const double error = checked.total - 1.0;
+      if (!(error <= tolerance && error >= -tolerance))
+        return make_team_fault(sampling_fault::renorm_sum, filter_arg_rows, r, rounding_bits<E>, checked.total);
+    }
     // Every kept entry is >= tau (filter_host.hpp: the kept set is one threshold's).
     float tau = cuts_k ? filter_passes::kth_largest(x, n, static_cast<index_t>(k), checked.max, maxima, buffer)
                        : specdec::detail::negative_infinity<float>();
@@ -315,12 +331,13 @@ struct filter_rows_job {
       }
     }
     E* y = out.row(r);
+    const bool stream = static_cast<std::size_t>(out.rows()) * static_cast<std::size_t>(n) * sizeof(E) >= filter_passes::streaming_bytes;
     if (!renormalise) {
-      filter_passes::write_masked(x, n, tau, maxima, y);
+      filter_passes::write_masked(x, n, tau, maxima, y, stream);
       return {};
     }
     if (!weighed_tau) mass = filter_passes::canonical_masses(x, n, tau, maxima).at_or_above;
-    filter_passes::write_renormalised(x, n, tau, mass, maxima, y);
+    filter_passes::write_renormalised(x, n, tau, mass, maxima, y, stream);
     return {};
   }
 #endif
@@ -334,7 +351,8 @@ struct filter_rows_job {
     const float p = top_p.empty() ? 1.0f : top_p(top_p.rows() == 1 ? 0 : r);
     if (!(p > 0.0f && p <= 1.0f)) return make_team_fault(sampling_fault::top_p_value, filter_arg_p, r, 0, static_cast<double>(p));
 #if SPECDEC_FILTER_HOST_PASSES
-    if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<Team, specdec::detail::serial_team>)
+    // (std::remove_const_t: run_serial's team is const; the host forms took the radix search without it.)
+    if constexpr (std::is_same_v<Space, host_space> && std::is_same_v<std::remove_const_t<Team>, specdec::detail::serial_team>)
       return host_row(team, r, k, p, scratch);
 #endif
     const E* x = in.row(r);
