@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #endif
 
