@@ -20,6 +20,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/sampling/distribution.hpp>
+#include <specdec/sampling/detail/philox_race.hpp>
 #include <specdec/sampling/randomness.hpp>
 
 using specdec::index_t;
@@ -418,3 +419,55 @@ TEST_CASE("The host filter's passes sum in the canonical order: totals and masse
     }
 }
 #endif
+
+TEST_CASE("philox_race: the race over a noise row it never writes equals the race over philox_exponentials' row") {
+  // The reference: the whole noise row filled, every score computed, argmax (lowest index on ties,
+  // token 0 when every score is NaN), as residual_rows::race_token computes it over a given row.
+  const auto reference = [](const std::vector<float>& r, const specdec::philox_stream& rng, std::uint64_t offset) {
+    std::vector<float> e(r.size());
+    sampling::philox_exponentials(rng, offset, e);
+    float best_score = -1.0f;
+    std::int32_t best = 0;
+    for (std::size_t j = 0; j < r.size(); ++j) {
+      const float score = r[j] / e[j];
+      if (score > best_score) {
+        best_score = score;
+        best = static_cast<std::int32_t>(j);
+      }
+    }
+    return best;
+  };
+  int compared = 0, late_winners = 0;
+  for (const index_t v : {index_t{1}, index_t{9}, index_t{1000}, index_t{1025}, index_t{32000}, index_t{70001}})
+    for (int kind = 0; kind < 6; ++kind)
+      for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{12345}, ~std::uint64_t{0} - 500}) {
+        const specdec::philox_stream values{static_cast<std::uint64_t>(v * 7 + kind), 3};
+        std::vector<float> r(static_cast<std::size_t>(v));
+        for (index_t j = 0; j < v; ++j) {
+          const float u = values.uniform(static_cast<std::uint64_t>(j));
+          float x = 0.0f;
+          switch (kind) {
+            case 0: x = u < 0.5f ? 0.0f : u * 1e-4f; break;         // half zeros, like p - q's positive part
+            case 1: x = 0.0f; break;                                 // nothing left: the first entry with u > 0
+            case 2: x = j == v / 2 ? 3e-7f : 0.0f; break;            // one entry
+            case 3: x = 0.25f * static_cast<float>(j % 3 == 0); break;  // ties
+            case 4: x = std::ldexp(u, -static_cast<int>(j % 120)); break;  // 36 binades
+            case 5: x = j % 2 ? -0.0f : u; break;                    // -0 entries
+          }
+          r[static_cast<std::size_t>(j)] = x;
+        }
+        const specdec::philox_stream rng{static_cast<std::uint64_t>(kind) + 99, static_cast<std::uint64_t>(v)};
+        const std::int32_t want = reference(r, rng, offset);
+        const std::int32_t got = sampling::detail::philox_race(v, rng, offset, [&](index_t j0, index_t len, float* out) {
+          std::memcpy(out, r.data() + j0, static_cast<std::size_t>(len) * sizeof(float));
+        });
+        CAPTURE(v);
+        CAPTURE(kind);
+        CAPTURE(offset);
+        REQUIRE(got == want);
+        late_winners += want > 1024;
+        ++compared;
+      }
+  CHECK(compared == 108);
+  CHECK(late_winners > 20);
+}
