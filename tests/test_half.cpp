@@ -19,9 +19,12 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/core/half.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/sampling/detail/filter_rows.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>
+#include <specdec/sampling/speculative.hpp>
 
 using specdec::bfloat16;
 using specdec::float16;
@@ -482,4 +485,354 @@ TEST_CASE("half: verify_greedy over bf16 / fp16 target logits accepts what the f
   CHECK(half[0].tokens == full[0].tokens);
   CHECK(half[0].accepted_nodes == std::vector<std::int32_t>{1, 2});  // two drafted tokens (the root excluded)
   CHECK(half[0].tokens == std::vector<std::int32_t>{argmax[0], argmax[1], argmax[2]});
+}
+
+// ---- the stochastic verifiers over bf16 / fp16 probability rows ----------------------------------------
+
+namespace test_half {
+
+/// Distributions of V entries rounded to E (kinds: long tail, ties, zeros and -0; filter_rows_of), and
+/// drafts drawn from `draft` rows so that some are accepted and some rejected.
+template <class E>
+std::vector<E> distributions(index_t rows, index_t v, std::uint32_t seed) {
+  return filter_rows_of<E>(rows, v, static_cast<int>(seed % 3), true, seed);
+}
+
+/// Token i of a chain over `rows`: a draw from row i (its widened values) by inverse CDF, or, every
+/// fifth, token 0 (often a zero entry: tests q = 0 and p = 0).
+template <class E>
+std::vector<std::int32_t> drawn_tokens(const std::vector<E>& rows, index_t count, index_t v, std::mt19937& g) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::int32_t> t(static_cast<std::size_t>(count));
+  for (index_t i = 0; i < count; ++i) {
+    const double target = u(g);
+    double run = 0.0;
+    std::int32_t pick = static_cast<std::int32_t>(v - 1);
+    for (index_t j = 0; j < v; ++j) {
+      run += static_cast<double>(specdec::widen(rows[static_cast<std::size_t>(i * v + j)]));
+      if (run > target) {
+        pick = static_cast<std::int32_t>(j);
+        break;
+      }
+    }
+    t[static_cast<std::size_t>(i)] = i % 5 == 4 ? 0 : pick;
+  }
+  return t;
+}
+
+void check_same_results(const std::vector<specdec::sampling::speculative_result>& a,
+                        const std::vector<specdec::sampling::speculative_result>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t r = 0; r < a.size(); ++r) {
+    CAPTURE(r);
+    CHECK(a[r].tokens == b[r].tokens);
+    CHECK(a[r].accepted_nodes == b[r].accepted_nodes);
+    CHECK(a[r].bonus == b[r].bonus);
+    CHECK(a[r].uniforms_consumed == b[r].uniforms_consumed);
+    CHECK(a[r].retest_accepted == b[r].retest_accepted);
+    CHECK(a[r].acceptance_tests == b[r].acceptance_tests);
+    REQUIRE(a[r].final_distribution.size() == b[r].final_distribution.size());
+    CHECK(std::memcmp(a[r].final_distribution.data(), b[r].final_distribution.data(), a[r].final_distribution.size() * sizeof(float)) == 0);
+  }
+}
+
+/// verify_speculative over chains of k drafts per request (FlashInfer's conventions and specdec's
+/// defaults, exponential race included) and a branching tree of deterministic drafts: T / D rows against
+/// the float rows holding their values.
+template <class T, class D>
+void check_verify_speculative(index_t v, std::uint32_t seed, std::size_t& accepted_total, index_t& tests_total) {
+  namespace sampling = specdec::sampling;
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(specdec::element_name<T>);
+  CAPTURE(specdec::element_name<D>);
+  specdec::eigen be;
+  const index_t batch = 4, k = 3;
+  const auto target = distributions<T>(batch * (k + 1), v, seed);
+  const auto draft = distributions<D>(batch * k, v, seed + 1);
+  const auto target_f = widened(target), draft_f = widened(draft);
+  std::mt19937 g(seed);
+  const auto drafts = drawn_tokens(draft, batch * k, v, g);
+  std::vector<float> noise(static_cast<std::size_t>(batch * v));
+  std::exponential_distribution<float> expo(1.0f);
+  for (auto& x : noise) x = expo(g);
+  std::vector<specdec::draft_tree> chains;
+  std::vector<std::vector<index_t>> rows(static_cast<std::size_t>(batch));
+  std::vector<sampling::speculative_request> requests(static_cast<std::size_t>(batch));
+  chains.reserve(static_cast<std::size_t>(batch));
+  for (index_t r = 0; r < batch; ++r) {
+    chains.push_back(sampling::make_chain(0, std::span<const std::int32_t>(drafts.data() + r * k, static_cast<std::size_t>(k))));
+    auto& dr = rows[static_cast<std::size_t>(r)];
+    dr = {-1};
+    for (index_t i = 0; i < k; ++i) dr.push_back(r * k + i);
+    auto& q = requests[static_cast<std::size_t>(r)];
+    q.tree = chains.back();
+    q.target_row = r * (k + 1);
+    q.draft_rows = dr;
+    q.noise_row = r;
+    q.uniforms = sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(r)}, 3);
+  }
+  sampling::speculative_rows<specdec::host_space, T, D> half{specdec::matrix_view<const T>(target.data(), batch * (k + 1), v),
+                                                             specdec::matrix_view<const D>(draft.data(), batch * k, v),
+                                                             specdec::matrix_view<const float>(noise.data(), batch, v)};
+  sampling::speculative_rows<> full{specdec::matrix_view<const float>(target_f.data(), batch * (k + 1), v),
+                                    specdec::matrix_view<const float>(draft_f.data(), batch * k, v),
+                                    specdec::matrix_view<const float>(noise.data(), batch, v)};
+  sampling::speculative_options flashinfer;
+  flashinfer.test = sampling::acceptance_test::strict_product;
+  flashinfer.range = sampling::uniform_range::open_closed;
+  flashinfer.flashinfer_retest = true;
+  flashinfer.fallback = specdec::empty_residual::last_token;
+  flashinfer.keep_final_distribution = true;
+  sampling::speculative_options race;
+  race.draw = sampling::final_draw::exponential_race;
+  race.fallback = specdec::empty_residual::token_zero;
+  sampling::speculative_options lenient;
+  lenient.lenience = 0.5f;
+  lenient.keep_final_distribution = true;
+  for (const auto& options : {sampling::speculative_options{}, flashinfer, race, lenient}) {
+    const auto got = sampling::verify_speculative(be, half, requests, options);
+    for (const auto& r : got) {
+      accepted_total += r.accepted_nodes.size();
+      tests_total += r.acceptance_tests;
+    }
+    check_same_results(got, sampling::verify_speculative(be, full, requests, options));
+    // The output form writes what the returning form returns.
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch * (k + 1))), accepted(static_cast<std::size_t>(batch));
+    sampling::verify_outputs<> o;
+    o.tokens = specdec::matrix_view<std::int32_t>(tokens.data(), batch, k + 1);
+    o.accepted = specdec::vector_view<std::int32_t>(accepted.data(), batch);
+    sampling::verify_speculative(be, half, requests, options, o);
+    for (index_t r = 0; r < batch; ++r) {
+      CHECK(accepted[static_cast<std::size_t>(r)] == static_cast<std::int32_t>(got[static_cast<std::size_t>(r)].accepted_nodes.size()));
+      CHECK(tokens[static_cast<std::size_t>(r * (k + 1))] == got[static_cast<std::size_t>(r)].tokens.front());
+    }
+  }
+  // A tree of deterministic drafts with duplicate siblings (EAGLE's form): node 0 has children 1, 2, 3
+  // (3 repeating 1's token), node 1 has 4 and 5. Rows 0..5 of the target.
+  const std::int32_t top = drafts[0];
+  const std::vector<std::int32_t> tokens = {0, top, drafts[1], top, drafts[2], static_cast<std::int32_t>((drafts[2] + 1) % v)};
+  const specdec::draft_tree tree = specdec::make_tree(tokens, std::vector<std::int32_t>{-1, 0, 0, 0, 1, 1});
+  sampling::speculative_request q;
+  q.tree = tree;
+  q.uniforms = sampling::uniform_stream::philox({seed, 99}, 0);
+  for (std::uint64_t offset = 0; offset < 6; ++offset) {
+    q.uniforms = sampling::uniform_stream::philox({seed, 99}, offset);
+    sampling::speculative_options keep;
+    keep.keep_final_distribution = true;
+    check_same_results(sampling::verify_speculative(be, sampling::speculative_rows<specdec::host_space, T, D>{half.target}, std::span(&q, 1), keep),
+                       sampling::verify_speculative(be, sampling::speculative_rows<>{full.target}, std::span(&q, 1), keep));
+  }
+}
+
+/// SGLang's tree_speculative_sampling_target_only (host form, and the backend form on the Thrust host
+/// system) over T rows against the float rows: a 5-node tree 0 -> {1, 2}, 1 -> {3}, 2 -> {4} per
+/// request, candidates drawn from the target rows (siblings sometimes equal), several threshold pairs.
+template <class T>
+void check_sglang(index_t v, std::uint32_t seed) {
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(specdec::element_name<T>);
+  specdec::eigen be;
+  const index_t bs = 3, n = 5;
+  const auto target = distributions<T>(bs * n, v, seed);
+  const auto target_f = widened(target);
+  std::mt19937 g(seed + 7);
+  const auto drawn = drawn_tokens(target, bs * n, v, g);
+  std::vector<std::int64_t> candidates(static_cast<std::size_t>(bs * n)), index(static_cast<std::size_t>(bs * n)),
+      next_token(static_cast<std::size_t>(bs * n)), next_sibling(static_cast<std::size_t>(bs * n));
+  const std::int64_t first[5] = {1, 3, 4, -1, -1}, sibling[5] = {-1, 2, -1, -1, -1}, parent[5] = {-1, 0, 0, 1, 2};
+  for (index_t b = 0; b < bs; ++b)
+    for (index_t i = 0; i < n; ++i) {
+      const auto at = static_cast<std::size_t>(b * n + i);
+      // Node i's token is drawn from its parent's row; node 2 repeats node 1's token in request 1.
+      candidates[at] = i == 0 ? 0 : drawn[static_cast<std::size_t>(b * n + parent[i])];
+      if (b == 1 && i == 2) candidates[at] = candidates[at - 1];
+      index[at] = b * n + i;
+      next_token[at] = first[i];
+      next_sibling[at] = sibling[i];
+    }
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> coins(static_cast<std::size_t>(bs * n)), finals(static_cast<std::size_t>(bs));
+  const auto m = [&](const std::vector<std::int64_t>& x) { return specdec::matrix_view<const std::int64_t>(x.data(), bs, n); };
+  for (const auto& [single, acc] : {std::pair{1.0f, 1.0f}, std::pair{0.3f, 1.0f}, std::pair{1.0f, 0.5f}}) {
+    for (int round = 0; round < 4; ++round) {
+      for (auto& c : coins) c = u(g);
+      for (auto& c : finals) c = u(g);
+      const auto half = specdec::sglang::tree_speculative_sampling_target_only(
+          be, m(candidates), m(index), m(next_token), m(next_sibling), specdec::matrix_view<const float>(coins.data(), bs, n),
+          std::span<const float>(finals), specdec::matrix_view<const T>(target.data(), bs * n, v), n, single, acc);
+      const auto full = specdec::sglang::tree_speculative_sampling_target_only(
+          be, m(candidates), m(index), m(next_token), m(next_sibling), specdec::matrix_view<const float>(coins.data(), bs, n),
+          std::span<const float>(finals), specdec::matrix_view<const float>(target_f.data(), bs * n, v), n, single, acc);
+      CHECK(half.predicts == full.predicts);
+      CHECK(half.accept_index == full.accept_index);
+      CHECK(half.accept_token_num == full.accept_token_num);
+      // The backend form on another team backend writes the same.
+      specdec::thrust_backend<specdec::thrust_system::cpp> t;
+      std::vector<std::int32_t> predicts(static_cast<std::size_t>(bs * n), -1), accept(static_cast<std::size_t>(bs * n), -1),
+          count(static_cast<std::size_t>(bs), 0);
+      specdec::sglang::tree_speculative_sampling_target_only(
+          t, m(candidates), m(index), m(next_token), m(next_sibling), specdec::matrix_view<const float>(coins.data(), bs, n),
+          specdec::vector_view<const float>(finals.data(), bs), specdec::matrix_view<const T>(target.data(), bs * n, v),
+          specdec::vector_view<std::int32_t>(predicts.data(), bs * n), specdec::matrix_view<std::int32_t>(accept.data(), bs, n),
+          specdec::vector_view<std::int32_t>(count.data(), bs), single, acc);
+      CHECK(predicts == full.predicts);
+      CHECK(accept == full.accept_index);
+      CHECK(count == full.accept_token_num);
+    }
+  }
+}
+
+/// vLLM's rejection_sample (host and backend forms) over T target rows and D draft rows (or none)
+/// against the float rows: chains of 0..3 drafts, greedy and random requests mixed.
+template <class T, class D>
+void check_rejection_sample(index_t v, std::uint32_t seed, bool with_draft) {
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(with_draft);
+  CAPTURE(specdec::element_name<T>);
+  CAPTURE(specdec::element_name<D>);
+  specdec::eigen be;
+  const std::vector<std::int64_t> cu = {3, 3, 5, 8, 9};
+  const index_t batch = 5, tokens = 9, width = 4;
+  const auto target = distributions<T>(tokens, v, seed);
+  const auto draft = distributions<D>(tokens, v, seed + 5);
+  const auto target_f = widened(target), draft_f = widened(draft);
+  std::mt19937 g(seed);
+  const auto ids = drawn_tokens(draft, tokens, v, g);
+  const std::vector<std::int32_t> bonus = {1, 2, 0, static_cast<std::int32_t>(v - 1), 0};
+  const std::vector<std::uint8_t> greedy = {0, 0, 1, 0, 0};
+  std::vector<double> uniforms(static_cast<std::size_t>(tokens));
+  std::vector<float> noise(static_cast<std::size_t>(batch * v));
+  std::exponential_distribution<float> expo(1.0f);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int round = 0; round < 6; ++round) {
+    for (auto& x : uniforms) x = u(g);
+    for (auto& x : noise) x = expo(g);
+    const specdec::matrix_view<const float> e(noise.data(), batch, v);
+    const auto run = [&](auto target_view, auto draft_view) {
+      std::vector<std::int32_t> out(static_cast<std::size_t>(batch * width));
+      specdec::vllm::rejection_sample(be, std::span<const std::int32_t>(ids), std::span<const std::int64_t>(cu), width - 1, draft_view,
+                                      target_view, std::span<const std::int32_t>(bonus), std::span<const std::uint8_t>(greedy),
+                                      std::span<const double>(uniforms), e, specdec::matrix_view<std::int32_t>(out.data(), batch, width));
+      std::vector<std::int32_t> team(static_cast<std::size_t>(batch * width));
+      specdec::vllm::rejection_sample(be, specdec::vector_view<const std::int32_t>(ids.data(), tokens),
+                                      specdec::vector_view<const std::int64_t>(cu.data(), batch), draft_view, target_view,
+                                      specdec::vector_view<const std::int32_t>(bonus.data(), batch),
+                                      specdec::vector_view<const std::uint8_t>(greedy.data(), batch),
+                                      specdec::vector_view<const double>(uniforms.data(), tokens), e,
+                                      specdec::matrix_view<std::int32_t>(team.data(), batch, width));
+      CHECK(team == out);
+      return out;
+    };
+    const auto half = run(specdec::matrix_view<const T>(target.data(), tokens, v),
+                          with_draft ? specdec::matrix_view<const D>(draft.data(), tokens, v) : specdec::matrix_view<const D>{});
+    const auto full = run(specdec::matrix_view<const float>(target_f.data(), tokens, v),
+                          with_draft ? specdec::matrix_view<const float>(draft_f.data(), tokens, v) : specdec::matrix_view<const float>{});
+    CHECK(half == full);
+  }
+}
+
+}  // namespace test_half
+
+TEST_CASE("half: verify_speculative over bf16 / fp16 target and draft rows gives the float rows' results bit for bit") {
+  std::size_t accepted = 0;
+  index_t tests = 0;
+  for (const index_t v : {index_t{7}, index_t{1000}, index_t{2048 * 3 + 5}})
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      test_half::check_verify_speculative<bfloat16, bfloat16>(v, seed, accepted, tests);
+      test_half::check_verify_speculative<float16, float16>(v, seed + 10, accepted, tests);
+      test_half::check_verify_speculative<float, bfloat16>(v, seed + 20, accepted, tests);
+      test_half::check_verify_speculative<float16, float>(v, seed + 30, accepted, tests);
+    }
+  // Both outcomes occur often: drafts accepted and drafts rejected.
+  CHECK(accepted > 50);
+  CHECK(static_cast<index_t>(accepted) + 50 < tests);
+}
+
+TEST_CASE("half: SGLang's tree_speculative_sampling_target_only over bf16 / fp16 rows gives the float rows' outputs") {
+  for (const index_t v : {index_t{5}, index_t{999}, index_t{1024 * 2 + 17}})
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      test_half::check_sglang<bfloat16>(v, seed);
+      test_half::check_sglang<float16>(v, seed + 10);
+    }
+}
+
+TEST_CASE("half: vLLM's rejection_sample over bf16 / fp16 rows gives the float rows' tokens") {
+  for (const index_t v : {index_t{6}, index_t{1001}, index_t{1024 * 3 + 9}})
+    for (std::uint32_t seed = 1; seed <= 2; ++seed)
+      for (const bool with_draft : {true, false}) {
+        test_half::check_rejection_sample<bfloat16, bfloat16>(v, seed, with_draft);
+        test_half::check_rejection_sample<float16, float16>(v, seed + 10, with_draft);
+        test_half::check_rejection_sample<float, bfloat16>(v, seed + 20, with_draft);
+        test_half::check_rejection_sample<float, float16>(v, seed + 30, with_draft);
+      }
+}
+
+TEST_CASE("half: a 16-bit row read whole may miss 1 by its rounding; beyond it the error says so") {
+  namespace sampling = specdec::sampling;
+  specdec::eigen be;
+  // {0.5, 0.25, 0.25 + 2^-9} sums to 1 + 2^-9: inside bf16's 1e-4 + 2^-9, outside float's 1e-4. The
+  // draft token 0 is rejected (p = 0 at node 0's row), so the row is read whole.
+  const std::vector<bfloat16> ok = {specdec::to_bfloat16(0.0f), specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f),
+                                    specdec::to_bfloat16(0.25f + 0x1p-9f)};
+  const std::vector<bfloat16> bad = {specdec::to_bfloat16(0.0f), specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f),
+                                     specdec::to_bfloat16(0.2578125f)};  // sums to 1.0078125
+  const std::int32_t d[1] = {0};
+  const specdec::draft_tree chain = sampling::make_chain(0, d);
+  sampling::speculative_request q;
+  q.tree = chain;
+  q.uniforms = sampling::uniform_stream::philox({1, 0}, 0);
+  const std::vector<bfloat16> two_ok = [&] { auto x = ok; x.insert(x.end(), ok.begin(), ok.end()); return x; }();
+  const std::vector<bfloat16> two_bad = [&] { auto x = bad; x.insert(x.end(), bad.begin(), bad.end()); return x; }();
+  const auto two = [](const std::vector<bfloat16>& x) {
+    return sampling::speculative_rows<specdec::host_space, bfloat16>{specdec::matrix_view<const bfloat16>(x.data(), 2, 4)};
+  };
+  CHECK_NOTHROW(sampling::verify_speculative(be, two(two_ok), std::span(&q, 1)));
+  CHECK_THROWS_WITH_AS(sampling::verify_speculative(be, two(two_bad), std::span(&q, 1)),
+                       doctest::Contains("target_probs row 0 sums to 1.00781; expected 1 within 0.0001 plus the rounding of its bfloat16 entries"),
+                       specdec::invalid_argument);
+  const std::vector<float> f = test_half::widened(two_ok);
+  CHECK_THROWS_WITH_AS(sampling::verify_speculative(be, sampling::speculative_rows<>{specdec::matrix_view<const float>(f.data(), 2, 4)},
+                                                    std::span(&q, 1)),
+                       doctest::Contains("target_probs row 0 sums to"), specdec::invalid_argument);
+}
+
+TEST_CASE("half: vLLM's apply_sampling_constraints over bf16 / fp16 logits is the float path on the rounded quotients") {
+  const auto check = [](auto tag) {
+    using E = decltype(tag);
+    CAPTURE(specdec::element_name<E>);
+    for (const index_t v : {index_t{5}, index_t{300}, index_t{4099}}) {
+      const std::vector<std::int64_t> cu = {2, 2, 5, 6};
+      const index_t tokens = 6;
+      auto h = test_half::half_rows<E>(tokens, v, static_cast<std::uint32_t>(v));
+      // Finite logits of moderate size: fp16's 6e4 divided by 0.7 overflows to +inf, which the filter
+      // refuses (as a float +inf logit).
+      for (auto& x : h)
+        if (!(std::fabs(specdec::widen(x)) < 1e4f)) x = specdec::narrow<E>(-5.0f);
+      const std::vector<float> temperature = {0.7f, 1.3f, 0.0f, 2.0f};
+      const std::vector<std::int64_t> top_k = {3, 1, v, 7};
+      const std::vector<float> top_p = {0.9f, 1.0f, 0.5f, 0.95f};
+      // The float reference: the rows divided by their temperature and rounded to E, as the 16-bit path
+      // stores them, then filtered at temperature 1.
+      std::vector<float> ref(h.size());
+      for (index_t i = 0; i < tokens; ++i) {
+        const index_t r = i < 2 ? 0 : i < 5 ? 2 : 3;
+        const float t = temperature[static_cast<std::size_t>(r)] == 0.0f ? 1.0f : temperature[static_cast<std::size_t>(r)];
+        for (index_t j = 0; j < v; ++j)
+          ref[static_cast<std::size_t>(i * v + j)] = specdec::widen(specdec::narrow<E>(specdec::widen(h[static_cast<std::size_t>(i * v + j)]) / t));
+      }
+      const std::vector<float> ones(4, 1.0f);
+      specdec::vllm::apply_sampling_constraints(specdec::matrix_view<float>(ref.data(), tokens, v), cu, ones, top_k, top_p);
+      specdec::vllm::apply_sampling_constraints(specdec::matrix_view<E>(h.data(), tokens, v), cu, temperature, top_k, top_p);
+      const auto got = test_half::widened(h);
+      for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(test_half::same_bits(got[i], ref[i]));
+    }
+    std::vector<E> nan_row = {specdec::narrow<E>(1.0f), specdec::narrow<E>(std::numeric_limits<float>::quiet_NaN())};
+    CHECK_THROWS_WITH_AS(specdec::vllm::apply_top_k_top_p(std::span<E>(nan_row), 1, 0.5f), doctest::Contains("logit 1 is nan"),
+                         specdec::invalid_argument);
+  };
+  check(bfloat16{});
+  check(float16{});
 }

@@ -51,10 +51,11 @@ enum sglang_coin_arg : int {
 /// node linked once and reached from the root, parents numbered first), so a malformed tree is refused
 /// whatever path the walk would take; the verdict is broadcast through the scratch. Then every thread
 /// walks: the coin of node i is `coins(r, i)`, children are visited in link order, the final uniform is
-/// `finals(r)`, and each emitted token goes to its node's `retrive_index` slot. Rank 0 writes.
-template <class Space>
-struct sglang_coin_job : sampling::detail::coin_walk<Space> {
-  using base = sampling::detail::coin_walk<Space>;
+/// `finals(r)`, and each emitted token goes to its node's `retrive_index` slot. Rank 0 writes. T: the
+/// target rows' element type.
+template <class Space, class T = float>
+struct sglang_coin_job : sampling::detail::coin_walk<Space, sampling::detail::probability_matrix<Space, T>> {
+  using base = sampling::detail::coin_walk<Space, sampling::detail::probability_matrix<Space, T>>;
   using typename base::layout;
   using base::carve;
   using base::round16;
@@ -177,6 +178,53 @@ struct sglang_coin_job : sampling::detail::coin_walk<Space> {
   }
 };
 
+/// The backend form's body for target rows of element type T.
+template <team_backend B, class T>
+void tree_speculative_sampling_target_only_rows(B& b, matrix_view<const std::int64_t, typename B::memory_space> candidates,
+                                           matrix_view<const std::int64_t, typename B::memory_space> retrive_index,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_token,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_sibling,
+                                           matrix_view<const float, typename B::memory_space> uniform_samples,
+                                           vector_view<const float, typename B::memory_space> uniform_final,
+                                           matrix_view<const T, typename B::memory_space> target_probs,
+                                           vector_view<std::int32_t, typename B::memory_space> predicts,
+                                           matrix_view<std::int32_t, typename B::memory_space> accept_index,
+                                           vector_view<std::int32_t, typename B::memory_space> accept_token_num,
+                                           float threshold_single, float threshold_acc) {
+  constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
+  const index_t bs = candidates.rows(), n = candidates.cols();
+  const index_t nodes = check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, accept_index.cols());
+  specdec::detail::check_view(where, "uniform_samples", uniform_samples, 0);
+  specdec::detail::check_view(where, "uniform_samples_for_final_sampling", uniform_final, 0);
+  SPECDEC_EXPECTS(uniform_samples.rows() == bs && uniform_samples.cols() >= n, where, "uniform_samples is ",
+                  uniform_samples.rows(), " x ", uniform_samples.cols(), "; expected ", bs, " x ", n, " (a coin per node)");
+  SPECDEC_EXPECTS(uniform_final.rows() == bs, where, "uniform_samples_for_final_sampling has ", uniform_final.rows(),
+                  " entries; expected ", bs);
+  sampling::detail::check_input_rows(where, "target_probs", target_probs);
+  SPECDEC_EXPECTS(target_probs.rows() == nodes, where, "target_probs has ", target_probs.rows(), " rows; expected bs * N = ", nodes);
+  specdec::detail::check_vocabulary(where, "V", target_probs.cols());
+  using specdec::detail::extent_of;
+  check_sglang_outputs(where, bs, nodes, predicts, accept_index, accept_token_num,
+                               {extent_of(where, "candidates", candidates), extent_of(where, "retrive_index", retrive_index),
+                                extent_of(where, "next_token", next_token), extent_of(where, "next_sibling", next_sibling),
+                                extent_of(where, "uniform_samples", uniform_samples),
+                                extent_of(where, "uniform_samples_for_final_sampling", uniform_final),
+                                extent_of(where, "target_probs", target_probs)});
+  const float acc = std::max(threshold_acc, 1e-9f);
+  SPECDEC_EXPECTS(threshold_single >= 0.0f && std::isfinite(threshold_single), where, "threshold_single = ", threshold_single,
+                  "; expected a finite value >= 0");
+  SPECDEC_EXPECTS(acc > 0.0f && std::isfinite(acc), where, "threshold_acc = ", threshold_acc, "; expected a finite value");
+  sglang_coin_job<typename B::memory_space, T> job{
+      {{target_probs, {}, empty_residual::last_token, n}, threshold_single, acc, {target_probs}},
+      candidates, retrive_index, next_token, next_sibling, uniform_samples, uniform_final, predicts, accept_index,
+      accept_token_num, where, {}};
+  const char* names[] = {"candidates", "retrive_next_token", "retrive_next_sibling", "retrive_index", "uniform_samples",
+                         "uniform_samples_for_final_sampling", "target_probs"};
+  for (std::size_t k = 0; k < std::size(names); ++k) job.names[k] = names[k];
+  for (std::size_t k = std::size(names); k < std::size(job.names); ++k) job.names[k] = "";
+  b.run_teams(bs, job);
+}
+
 }  // namespace detail
 
 /// SGLang's `tree_speculative_sampling_target_only` on a backend, every buffer in its memory
@@ -213,39 +261,62 @@ void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t,
                                            matrix_view<std::int32_t, typename B::memory_space> accept_index,
                                            vector_view<std::int32_t, typename B::memory_space> accept_token_num,
                                            float threshold_single, float threshold_acc) {
-  constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
-  const index_t bs = candidates.rows(), n = candidates.cols();
-  const index_t nodes = detail::check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, accept_index.cols());
-  specdec::detail::check_view(where, "uniform_samples", uniform_samples, 0);
-  specdec::detail::check_view(where, "uniform_samples_for_final_sampling", uniform_final, 0);
-  SPECDEC_EXPECTS(uniform_samples.rows() == bs && uniform_samples.cols() >= n, where, "uniform_samples is ",
-                  uniform_samples.rows(), " x ", uniform_samples.cols(), "; expected ", bs, " x ", n, " (a coin per node)");
-  SPECDEC_EXPECTS(uniform_final.rows() == bs, where, "uniform_samples_for_final_sampling has ", uniform_final.rows(),
-                  " entries; expected ", bs);
-  sampling::detail::check_input_rows(where, "target_probs", target_probs);
-  SPECDEC_EXPECTS(target_probs.rows() == nodes, where, "target_probs has ", target_probs.rows(), " rows; expected bs * N = ", nodes);
-  specdec::detail::check_vocabulary(where, "V", target_probs.cols());
-  using specdec::detail::extent_of;
-  detail::check_sglang_outputs(where, bs, nodes, predicts, accept_index, accept_token_num,
-                               {extent_of(where, "candidates", candidates), extent_of(where, "retrive_index", retrive_index),
-                                extent_of(where, "next_token", next_token), extent_of(where, "next_sibling", next_sibling),
-                                extent_of(where, "uniform_samples", uniform_samples),
-                                extent_of(where, "uniform_samples_for_final_sampling", uniform_final),
-                                extent_of(where, "target_probs", target_probs)});
-  const float acc = std::max(threshold_acc, 1e-9f);
-  SPECDEC_EXPECTS(threshold_single >= 0.0f && std::isfinite(threshold_single), where, "threshold_single = ", threshold_single,
-                  "; expected a finite value >= 0");
-  SPECDEC_EXPECTS(acc > 0.0f && std::isfinite(acc), where, "threshold_acc = ", threshold_acc, "; expected a finite value");
-  detail::sglang_coin_job<typename B::memory_space> job{
-      {{target_probs, {}, empty_residual::last_token, n}, threshold_single, acc, {target_probs}},
-      candidates, retrive_index, next_token, next_sibling, uniform_samples, uniform_final, predicts, accept_index,
-      accept_token_num, where, {}};
-  const char* names[] = {"candidates", "retrive_next_token", "retrive_next_sibling", "retrive_index", "uniform_samples",
-                         "uniform_samples_for_final_sampling", "target_probs"};
-  for (std::size_t k = 0; k < std::size(names); ++k) job.names[k] = names[k];
-  for (std::size_t k = std::size(names); k < std::size(job.names); ++k) job.names[k] = "";
-  b.run_teams(bs, job);
+  detail::tree_speculative_sampling_target_only_rows(b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+                                                     uniform_final, target_probs, predicts, accept_index, accept_token_num,
+                                                     threshold_single, threshold_acc);
 }
+
+/// tree_speculative_sampling_target_only over bfloat16 / float16 target rows (an engine's bf16 / fp16
+/// softmax), read as they are: each entry widened where the walk reads it, so the tokens are those of
+/// the float rows holding the same values, bit for bit. A final row's sum may differ from 1 by 1e-4
+/// plus what rounding to T moves it by (core/half.hpp's rounding_tolerance). 	hrows invalid_argument as
+/// the float form.
+template <team_backend B, class T>
+  requires is_half_v<T>
+void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t, typename B::memory_space> candidates,
+                                           matrix_view<const std::int64_t, typename B::memory_space> retrive_index,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_token,
+                                           matrix_view<const std::int64_t, typename B::memory_space> next_sibling,
+                                           matrix_view<const float, typename B::memory_space> uniform_samples,
+                                           vector_view<const float, typename B::memory_space> uniform_final,
+                                           matrix_view<const T, typename B::memory_space> target_probs,
+                                           vector_view<std::int32_t, typename B::memory_space> predicts,
+                                           matrix_view<std::int32_t, typename B::memory_space> accept_index,
+                                           vector_view<std::int32_t, typename B::memory_space> accept_token_num,
+                                           float threshold_single, float threshold_acc) {
+  detail::tree_speculative_sampling_target_only_rows(b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+                                                     uniform_final, target_probs, predicts, accept_index, accept_token_num,
+                                                     threshold_single, threshold_acc);
+}
+
+namespace detail {
+/// The host form's body for target rows of element type T.
+template <team_backend B, class T>
+greedy_verification tree_speculative_sampling_target_only_host(B& b, matrix_view<const std::int64_t> candidates,
+                                                          matrix_view<const std::int64_t> retrive_index,
+                                                          matrix_view<const std::int64_t> next_token,
+                                                          matrix_view<const std::int64_t> next_sibling,
+                                                          matrix_view<const float> uniform_samples,
+                                                          std::span<const float> uniform_final,
+                                                          matrix_view<const T> target_probs, index_t num_spec_step,
+                                                          float threshold_single, float threshold_acc) {
+  constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
+  const index_t bs = candidates.rows();
+  const index_t nodes = check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, num_spec_step);
+  greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(nodes), -1),
+                          std::vector<std::int32_t>(specdec::detail::checked_count(where, {bs, num_spec_step},
+                                                                                   "accept_index [bs x num_spec_step]"),
+                                                    -1),
+                          std::vector<std::int32_t>(static_cast<std::size_t>(bs), 0)};
+  tree_speculative_sampling_target_only_rows(
+      b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+      vector_view<const float>(uniform_final.data(), static_cast<index_t>(uniform_final.size())), target_probs,
+      vector_view<std::int32_t>(out.predicts.data(), nodes), matrix_view<std::int32_t>(out.accept_index.data(), bs, num_spec_step),
+      vector_view<std::int32_t>(out.accept_token_num.data(), bs), threshold_single, threshold_acc);
+  return out;
+}
+
+}  // namespace detail
 
 /// tree_speculative_sampling_target_only with every array on the host, on a backend whose memory is the
 /// host (specdec::eigen, specdec::thrust<cpp / omp>): the outputs returned in SGLang's layout
@@ -262,20 +333,26 @@ greedy_verification tree_speculative_sampling_target_only(B& b, matrix_view<cons
                                                           std::span<const float> uniform_final,
                                                           matrix_view<const float> target_probs, index_t num_spec_step,
                                                           float threshold_single, float threshold_acc) {
-  constexpr const char* where = "specdec::sglang::tree_speculative_sampling_target_only";
-  const index_t bs = candidates.rows();
-  const index_t nodes = detail::check_link_shapes(where, candidates, retrive_index, next_token, next_sibling, num_spec_step);
-  greedy_verification out{std::vector<std::int32_t>(static_cast<std::size_t>(nodes), -1),
-                          std::vector<std::int32_t>(specdec::detail::checked_count(where, {bs, num_spec_step},
-                                                                                   "accept_index [bs x num_spec_step]"),
-                                                    -1),
-                          std::vector<std::int32_t>(static_cast<std::size_t>(bs), 0)};
-  tree_speculative_sampling_target_only(
-      b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
-      vector_view<const float>(uniform_final.data(), static_cast<index_t>(uniform_final.size())), target_probs,
-      vector_view<std::int32_t>(out.predicts.data(), nodes), matrix_view<std::int32_t>(out.accept_index.data(), bs, num_spec_step),
-      vector_view<std::int32_t>(out.accept_token_num.data(), bs), threshold_single, threshold_acc);
-  return out;
+  return detail::tree_speculative_sampling_target_only_host(b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+                                                            uniform_final, target_probs, num_spec_step, threshold_single,
+                                                            threshold_acc);
+}
+
+/// The host form over bfloat16 / float16 target rows, read as they are (the float rows' tokens; the
+/// final row's sum tolerance widened as the backend form's). \throws invalid_argument as the backend form.
+template <team_backend B, class T>
+  requires std::same_as<typename B::memory_space, host_space> && is_half_v<T>
+greedy_verification tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t> candidates,
+                                                          matrix_view<const std::int64_t> retrive_index,
+                                                          matrix_view<const std::int64_t> next_token,
+                                                          matrix_view<const std::int64_t> next_sibling,
+                                                          matrix_view<const float> uniform_samples,
+                                                          std::span<const float> uniform_final,
+                                                          matrix_view<const T> target_probs, index_t num_spec_step,
+                                                          float threshold_single, float threshold_acc) {
+  return detail::tree_speculative_sampling_target_only_host(b, candidates, retrive_index, next_token, next_sibling, uniform_samples,
+                                                            uniform_final, target_probs, num_spec_step, threshold_single,
+                                                            threshold_acc);
 }
 
 }  // namespace specdec::sglang

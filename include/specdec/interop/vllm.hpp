@@ -25,6 +25,7 @@
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
 #include <specdec/interop/detail/faults.hpp>
@@ -45,71 +46,57 @@ inline constexpr float legacy_greedy_temperature = -1.0f;
 /// Whether `t` marks a greedy request (vLLM's current or older GREEDY_TEMPERATURE).
 constexpr bool is_greedy_temperature(float t) noexcept { return t == greedy_temperature || t == legacy_greedy_temperature; }
 
-/// vLLM v1's `apply_top_k_top_p` (vllm/v1/sample/ops/topk_topp_sampler.py, the PyTorch path) on one row
-/// of logits, in place:
-/// - top-k (`k` < V): every logit below the k-th largest becomes -inf (logits equal to it stay);
-///   `k` >= V leaves the row (vLLM's "no top-k" is k = V);
-/// - then top-p (`p` < 1): with the row in ascending order (ties by index) and its softmax, every entry
-///   whose cumulative probability (float32, accumulated in double as PyTorch's CPU cumsum) is at most
-///   `1 - p` becomes -inf, the last in that order never (of equal largest logits, the highest index
-///   stays; the others may go, as in vLLM). `p` = 1 leaves the row (vLLM's pass then masks only
-///   entries whose probability is already 0, which changes no probability).
-/// Top-k alone costs O(V); top-p sorts the row, O(V log V), as vLLM's PyTorch path does. The kept set
-/// is vLLM's except where a cumulative sum falls within float rounding of `1 - p` (PyTorch's softmax
-/// and sort order of tied logits are not specified to the bit).
-/// \param row host `[V]` logits. \throws invalid_argument on k < 1, p outside (0, 1], or a NaN or +inf
-///   logit.
-inline void apply_top_k_top_p(std::span<float> row, index_t k, float p) {
+namespace detail {
+
+/// apply_top_k_top_p's body over a row of element type E (float, or a 16-bit type widened where read and
+/// narrowed where written).
+template <class E>
+void top_k_top_p_row(std::span<E> row, index_t k, float p) {
   constexpr const char* where = "specdec::vllm::apply_top_k_top_p";
   const auto v = static_cast<index_t>(row.size());
   SPECDEC_EXPECTS(k >= 1, where, "k = ", k, "; expected >= 1 (k >= V: no top-k)");
   SPECDEC_EXPECTS(p > 0.0f && p <= 1.0f, where, "p = ", p, "; expected 0 < p <= 1 (1: no top-p)");
   for (index_t i = 0; i < v; ++i) {
-    const float x = row[static_cast<std::size_t>(i)];
+    const float x = widen(row[static_cast<std::size_t>(i)]);
     SPECDEC_EXPECTS(!std::isnan(x) && x != std::numeric_limits<float>::infinity(), where, "logit ", i, " is ", x,
                     "; expected a finite logit or -inf");
   }
   if (v == 0) return;
   constexpr float minus_inf = -std::numeric_limits<float>::infinity();
   if (k < v) {
-    std::vector<float> values(row.begin(), row.end());
+    std::vector<float> values(row.size());
+    std::transform(row.begin(), row.end(), values.begin(), [](E x) { return widen(x); });
     std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<float>());
     const float kth = values[static_cast<std::size_t>(k - 1)];
-    for (float& x : row)
-      if (x < kth) x = minus_inf;
+    for (E& x : row)
+      if (widen(x) < kth) x = narrow<E>(minus_inf);
   }
   if (p >= 1.0f) return;
   std::vector<std::int32_t> order(static_cast<std::size_t>(v));
   for (index_t i = 0; i < v; ++i) order[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
   std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    const float xa = row[static_cast<std::size_t>(a)], xb = row[static_cast<std::size_t>(b)];
+    const float xa = widen(row[static_cast<std::size_t>(a)]), xb = widen(row[static_cast<std::size_t>(b)]);
     return xa < xb || (xa == xb && a < b);
   });
-  const float top = row[static_cast<std::size_t>(order.back())];
+  const float top = widen(row[static_cast<std::size_t>(order.back())]);
   if (top == minus_inf) return;  // an all -inf row: nothing to keep or drop
   double total = 0.0;
-  for (const std::int32_t i : order) total += static_cast<double>(std::exp(row[static_cast<std::size_t>(i)] - top));
+  for (const std::int32_t i : order) total += static_cast<double>(std::exp(widen(row[static_cast<std::size_t>(i)]) - top));
   const auto sum = static_cast<float>(total);
   const float bound = 1.0f - p;
   double cumulative = 0.0;
   for (std::size_t j = 0; j + 1 < order.size(); ++j) {  // the largest entry is never masked
-    float& x = row[static_cast<std::size_t>(order[j])];
-    cumulative += static_cast<double>(std::exp(x - top) / sum);
-    if (static_cast<float>(cumulative) <= bound) x = minus_inf;
+    E& x = row[static_cast<std::size_t>(order[j])];
+    cumulative += static_cast<double>(std::exp(widen(x) - top) / sum);
+    if (static_cast<float>(cumulative) <= bound) x = narrow<E>(minus_inf);
     else break;  // cumulative sums only grow: every later entry stays
   }
 }
 
-/// vLLM v1's `apply_sampling_constraints` (vllm/v1/sample/rejection_sampler.py) over its flattened draft
-/// rows, in place: request r's rows `[start_r, cu_num_draft_tokens[r])` are divided by `temperature[r]`
-/// (greedy_temperature, 0, or older vLLM's -1 give 1), then apply_top_k_top_p with `top_k[r]` and `top_p[r]` (an empty
-/// span: that filter is off for every request). vLLM skips the whole call when every request is greedy;
-/// so does the caller.
-/// \param logits host `[num_tokens x V]` target logits, num_tokens = cu_num_draft_tokens.back().
-/// \param temperature, top_k, top_p host `[batch]`.
-/// \throws invalid_argument on counts that decrease or do not end at num_tokens, a temperature that is
-///   neither > 0 nor 0 / -1 (greedy), a length mismatch, and as apply_top_k_top_p.
-inline void apply_sampling_constraints(matrix_view<float> logits, std::span<const std::int64_t> cu_num_draft_tokens,
+
+/// apply_sampling_constraints' body over logits of element type E.
+template <class E>
+void sampling_constraints(matrix_view<E> logits, std::span<const std::int64_t> cu_num_draft_tokens,
                                        std::span<const float> temperature, std::span<const std::int64_t> top_k,
                                        std::span<const float> top_p) {
   constexpr const char* where = "specdec::vllm::apply_sampling_constraints";
@@ -124,9 +111,9 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
                   logits.rows(), " rows; expected one per draft token (cu_num_draft_tokens ends at ",
                   batch == 0 ? 0 : cu_num_draft_tokens.back(), ")");
   // Rows are filtered as spans: unit column stride, rows apart, apart from every other argument.
-  detail::check_arguments(where, detail::output("logits", logits, detail::contiguous_rows | detail::distinct_rows),
-                          detail::input("cu_num_draft_tokens", cu_num_draft_tokens), detail::input("temperature", temperature),
-                          detail::input("top_k", top_k), detail::input("top_p", top_p));
+  specdec::detail::check_arguments(where, specdec::detail::output("logits", logits, specdec::detail::contiguous_rows | specdec::detail::distinct_rows),
+                          specdec::detail::input("cu_num_draft_tokens", cu_num_draft_tokens), specdec::detail::input("temperature", temperature),
+                          specdec::detail::input("top_k", top_k), specdec::detail::input("top_p", top_p));
   // Every count and temperature before any row is written: a later count below an earlier one would
   // otherwise let the earlier request's rows run past the logits.
   for (std::size_t r = 0; r < batch; ++r) {
@@ -147,12 +134,69 @@ inline void apply_sampling_constraints(matrix_view<float> logits, std::span<cons
     const float t = temperature[r];
     const float divisor = is_greedy_temperature(t) ? 1.0f : t;
     for (std::int64_t i = start; i < end; ++i) {
-      const std::span<float> row(logits.row(i), static_cast<std::size_t>(logits.cols()));
-      for (float& x : row) x /= divisor;
-      apply_top_k_top_p(row, top_k.empty() ? logits.cols() : top_k[r], top_p.empty() ? 1.0f : top_p[r]);
+      const std::span<E> row(logits.row(i), static_cast<std::size_t>(logits.cols()));
+      for (E& x : row) x = narrow<E>(widen(x) / divisor);
+      top_k_top_p_row(row, top_k.empty() ? logits.cols() : top_k[r], top_p.empty() ? 1.0f : top_p[r]);
     }
     start = end;
   }
+}
+
+}  // namespace detail
+
+/// vLLM v1's `apply_top_k_top_p` (vllm/v1/sample/ops/topk_topp_sampler.py, the PyTorch path) on one row
+/// of logits, in place:
+/// - top-k (`k` < V): every logit below the k-th largest becomes -inf (logits equal to it stay);
+///   `k` >= V leaves the row (vLLM's "no top-k" is k = V);
+/// - then top-p (`p` < 1): with the row in ascending order (ties by index) and its softmax, every entry
+///   whose cumulative probability (float32, accumulated in double as PyTorch's CPU cumsum) is at most
+///   `1 - p` becomes -inf, the last in that order never (of equal largest logits, the highest index
+///   stays; the others may go, as in vLLM). `p` = 1 leaves the row (vLLM's pass then masks only
+///   entries whose probability is already 0, which changes no probability).
+/// Top-k alone costs O(V); top-p sorts the row, O(V log V), as vLLM's PyTorch path does. The kept set
+/// is vLLM's except where a cumulative sum falls within float rounding of `1 - p` (PyTorch's softmax
+/// and sort order of tied logits are not specified to the bit).
+/// \param row host `[V]` logits. \throws invalid_argument on k < 1, p outside (0, 1], or a NaN or +inf
+///   logit.
+inline void apply_top_k_top_p(std::span<float> row, index_t k, float p) { detail::top_k_top_p_row(row, k, p); }
+
+/// apply_top_k_top_p on a row of bfloat16 / float16 logits (vLLM's in-place filter on a 16-bit tensor),
+/// in place: each decision made on the widened values exactly as on the float row holding them, so the
+/// tokens masked are that row's, and a masked entry becomes -inf (exact in either type). vLLM's PyTorch
+/// path computes the top-p softmax and cumulative sum in the logits' own dtype; specdec keeps float32
+/// arithmetic (the float row's cut), which differs only where a cumulative sum lies within 16-bit
+/// rounding of 1 - p. \throws invalid_argument as the float form.
+template <class E>
+  requires is_half_v<E>
+void apply_top_k_top_p(std::span<E> row, index_t k, float p) {
+  detail::top_k_top_p_row(row, k, p);
+}
+
+/// vLLM v1's `apply_sampling_constraints` (vllm/v1/sample/rejection_sampler.py) over its flattened draft
+/// rows, in place: request r's rows `[start_r, cu_num_draft_tokens[r])` are divided by `temperature[r]`
+/// (greedy_temperature, 0, or older vLLM's -1 give 1), then apply_top_k_top_p with `top_k[r]` and `top_p[r]` (an empty
+/// span: that filter is off for every request). vLLM skips the whole call when every request is greedy;
+/// so does the caller.
+/// \param logits host `[num_tokens x V]` target logits, num_tokens = cu_num_draft_tokens.back().
+/// \param temperature, top_k, top_p host `[batch]`.
+/// \throws invalid_argument on counts that decrease or do not end at num_tokens, a temperature that is
+///   neither > 0 nor 0 / -1 (greedy), a length mismatch, and as apply_top_k_top_p.
+inline void apply_sampling_constraints(matrix_view<float> logits, std::span<const std::int64_t> cu_num_draft_tokens,
+                                       std::span<const float> temperature, std::span<const std::int64_t> top_k,
+                                       std::span<const float> top_p) {
+  detail::sampling_constraints(logits, cu_num_draft_tokens, temperature, top_k, top_p);
+}
+
+/// apply_sampling_constraints on bfloat16 / float16 logits, in place and in their dtype, as vLLM's on a
+/// 16-bit tensor: each row divided by its request's temperature (the float quotient rounded to nearest
+/// even, as torch's in-place division of a 16-bit tensor), then apply_top_k_top_p's 16-bit form on the
+/// rounded values. \throws invalid_argument as the float form.
+template <class E>
+  requires is_half_v<E>
+void apply_sampling_constraints(matrix_view<E> logits, std::span<const std::int64_t> cu_num_draft_tokens,
+                                std::span<const float> temperature, std::span<const std::int64_t> top_k,
+                                std::span<const float> top_p) {
+  detail::sampling_constraints(logits, cu_num_draft_tokens, temperature, top_k, top_p);
 }
 
 namespace detail {
@@ -181,10 +225,11 @@ enum rejection_arg : int {
 /// the target row (and the draft row) whole and races the residual against its noise row
 /// (residual_rows::race_token: the residual's entries computed per entry, as the batched walk does
 /// without folding). A request that accepts every draft emits its bonus token without reading a row
-/// (vLLM has none for that position). Rank 0 writes `output` row r whole.
-template <class Space>
-struct rejection_job : sampling::detail::residual_rows<Space> {
-  using base = sampling::detail::residual_rows<Space>;
+/// (vLLM has none for that position). Rank 0 writes `output` row r whole. T and D: the element types of
+/// the target and draft rows (float, bfloat16 or float16, widened where read).
+template <class Space, class T = float, class D = T>
+struct rejection_job : sampling::detail::residual_rows<Space, T, D> {
+  using base = sampling::detail::residual_rows<Space, T, D>;
   using typename base::layout;
   using typename base::residual_source;
   using base::carve;
@@ -250,20 +295,20 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
       const std::int32_t x = draft_token_ids(row);
       if (greedy) {
         const sampling::detail::argmax_lane a = sampling::detail::team_row_argmax(team, lanes, target.row(row), nullptr, vocab());
-        if (a.bad >= 0) return sampling::detail::argmax_fault(target(row, a.bad), rej_arg_target, row, a.bad);
+        if (a.bad >= 0) return sampling::detail::argmax_fault(widen(target(row, a.bad)), rej_arg_target, row, a.bad);
         const std::int32_t best = a.at < 0 ? 0 : a.at;  // an all -inf row: index 0, as row_argmax
         emit(best);
         if (best == x) continue;
         finish();
         return {};
       }
-      const float* p = target.row(row);
-      const float p_x = p[x];
+      const T* p = target.row(row);
+      const float p_x = widen(p[x]);
       if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, rej_arg_target, row, x, p_x);
       const bool with_draft = !draft.empty();
       float q_x = 1.0f;
       if (with_draft) {
-        q_x = draft(row, x);
+        q_x = widen(draft(row, x));
         if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, rej_arg_draft, row, x, q_x);
       }
       const double u = uniforms(row);
@@ -296,27 +341,13 @@ struct rejection_job : sampling::detail::residual_rows<Space> {
 
 }  // namespace detail
 
-/// vLLM v1's `rejection_sample`. Request r's drafts are `draft_token_ids[start_r, end_r)` with
-/// `end_r = cu_num_draft_tokens[r]` and `start_r` the previous end (0 for r = 0); their target rows are
-/// the same rows of `target_probs` (and of `draft_probs`). A greedy request (`is_greedy[r]`) emits the
-/// target's argmax at each position until the first that differs from the draft (that argmax included);
-/// a random one accepts draft x at position i iff `q(x) > 0 and p(x) / q(x) >= uniforms[start_r + i]`
-/// (q = 1 without draft probabilities: vLLM's n-gram case) and, at the first rejection, emits
-/// `argmax_v max(p - q, 0)(v) / exponentials[r, v]` (the all-zero case: token 0). A request that
-/// accepts every draft emits `bonus_token_ids[r]`. Row r of `output` gets the emitted tokens, then -1.
-/// \param draft_probs backend `[num_tokens x V]`, or empty (every draft deterministic).
-/// \param target_probs backend `[num_tokens x V]` probabilities (greedy requests read their argmax).
-/// \param is_greedy host `[batch]` (nonzero: greedy), or empty: every request random.
-/// \param uniforms host `[num_tokens]` in [0, 1) (vLLM's `uniform_probs`; greedy requests read none).
-/// \param exponentials backend `[batch x V]` Exp(1) samples (vLLM's `q`), or empty when every request is
-///   greedy.
-/// \param output host `[batch x (max_spec_len + 1)]` int32.
-/// \throws invalid_argument on counts that decrease, exceed the drafts or `max_spec_len`, shapes that
-///   do not match, and as verify_speculative (tokens, probabilities, uniforms, noise).
-template <backend B>
-void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::span<const std::int64_t> cu_num_draft_tokens,
-                      index_t max_spec_len, matrix_view<const float, typename B::memory_space> draft_probs,
-                      matrix_view<const float, typename B::memory_space> target_probs,
+namespace detail {
+
+/// The host form's body for target rows of T and draft rows of D.
+template <backend B, class T, class D>
+void rejection_sample_host(B& b, std::span<const std::int32_t> draft_token_ids, std::span<const std::int64_t> cu_num_draft_tokens,
+                      index_t max_spec_len, matrix_view<const D, typename B::memory_space> draft_probs,
+                      matrix_view<const T, typename B::memory_space> target_probs,
                       std::span<const std::int32_t> bonus_token_ids, std::span<const std::uint8_t> is_greedy,
                       std::span<const double> uniforms, matrix_view<const float, typename B::memory_space> exponentials,
                       matrix_view<std::int32_t> output) {
@@ -375,7 +406,7 @@ void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::
     q.bonus_token = bonus_token_ids[static_cast<std::size_t>(r)];
     start = end;
   }
-  sampling::speculative_rows<typename B::memory_space> rows;
+  sampling::speculative_rows<typename B::memory_space, T, D> rows;
   rows.target = target_probs;
   rows.draft = draft_probs;
   rows.exponential_noise = exponentials;
@@ -391,27 +422,13 @@ void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::
     for (index_t c = 0; c <= max_spec_len; ++c) output(r, c) = padded[static_cast<std::size_t>(r * (max_spec_len + 1) + c)];
 }
 
-/// vLLM v1's `rejection_sample` on a backend, every buffer in its memory (`B::memory_space`): vLLM's
-/// kernels' arguments, one team per request (on CUDA one block each, one launch, nothing downloaded).
-/// The same tokens as the host form above, bit for bit (the tests compare them on every backend).
-/// \param draft_token_ids int32 `[num_tokens]`. \param cu_num_draft_tokens int64 `[batch]` cumulative
-///   ends. \param draft_probs `[num_tokens x V]` or empty (deterministic drafts: q = 1).
-/// \param target_probs `[num_tokens x V]`. \param bonus_token_ids int32 `[batch]`.
-/// \param is_greedy uint8 `[batch]` (nonzero: greedy), or empty: every request random.
-/// \param uniforms double `[num_tokens]` in [0, 1), or empty when every request is greedy.
-/// \param exponentials `[batch x V]` Exp(1) samples, or empty when every request is greedy.
-/// \param output int32 `[batch x (max_spec_len + 1)]`, written whole: emitted tokens, then -1.
-/// \throws invalid_argument on shapes (before any work) and, from the team that finds it, counts that
-///   decrease or leave [0, num_tokens], more than max_spec_len drafts, a draft or bonus token outside
-///   [0, V), a probability it tests outside [0, 1], a row read whole (at a rejection) that is not a
-///   distribution, a uniform outside [0, 1), a noise entry that is negative, NaN or infinite, NaN /
-///   +inf in a greedy request's row, and a random request given no uniforms or exponentials. On CUDA with
-///   deferred faults those come from `check_faults()`; `output` is then unspecified.
-template <team_backend B>
-void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_space> draft_token_ids,
+
+/// The backend form's body for target rows of T and draft rows of D.
+template <team_backend B, class T, class D>
+void rejection_sample_team(B& b, vector_view<const std::int32_t, typename B::memory_space> draft_token_ids,
                       vector_view<const std::int64_t, typename B::memory_space> cu_num_draft_tokens,
-                      matrix_view<const float, typename B::memory_space> draft_probs,
-                      matrix_view<const float, typename B::memory_space> target_probs,
+                      matrix_view<const D, typename B::memory_space> draft_probs,
+                      matrix_view<const T, typename B::memory_space> target_probs,
                       vector_view<const std::int32_t, typename B::memory_space> bonus_token_ids,
                       vector_view<const std::uint8_t, typename B::memory_space> is_greedy,
                       vector_view<const double, typename B::memory_space> uniforms,
@@ -453,7 +470,7 @@ void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_s
         extent_of(where, "bonus_token_ids", bonus_token_ids), extent_of(where, "is_greedy", is_greedy),
         extent_of(where, "uniforms", uniforms), extent_of(where, "exponentials", exponentials)})
     specdec::detail::check_disjoint(where, out, input);
-  detail::rejection_job<typename B::memory_space> job{
+  rejection_job<typename B::memory_space, T, D> job{
       {target_probs, draft_probs, empty_residual::token_zero, 1},
       draft_token_ids, cu_num_draft_tokens, bonus_token_ids, is_greedy, uniforms, exponentials, output, where, {}};
   const char* names[] = {"draft_token_ids", "cu_num_draft_tokens", "draft_probs", "target_probs",
@@ -461,6 +478,100 @@ void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_s
   for (std::size_t i = 0; i < std::size(names); ++i) job.names[i] = names[i];
   for (std::size_t i = std::size(names); i < std::size(job.names); ++i) job.names[i] = "";
   b.run_teams(batch, job);
+}
+
+}  // namespace detail
+
+/// vLLM v1's `rejection_sample`. Request r's drafts are `draft_token_ids[start_r, end_r)` with
+/// `end_r = cu_num_draft_tokens[r]` and `start_r` the previous end (0 for r = 0); their target rows are
+/// the same rows of `target_probs` (and of `draft_probs`). A greedy request (`is_greedy[r]`) emits the
+/// target's argmax at each position until the first that differs from the draft (that argmax included);
+/// a random one accepts draft x at position i iff `q(x) > 0 and p(x) / q(x) >= uniforms[start_r + i]`
+/// (q = 1 without draft probabilities: vLLM's n-gram case) and, at the first rejection, emits
+/// `argmax_v max(p - q, 0)(v) / exponentials[r, v]` (the all-zero case: token 0). A request that
+/// accepts every draft emits `bonus_token_ids[r]`. Row r of `output` gets the emitted tokens, then -1.
+/// \param draft_probs backend `[num_tokens x V]`, or empty (every draft deterministic).
+/// \param target_probs backend `[num_tokens x V]` probabilities (greedy requests read their argmax).
+/// \param is_greedy host `[batch]` (nonzero: greedy), or empty: every request random.
+/// \param uniforms host `[num_tokens]` in [0, 1) (vLLM's `uniform_probs`; greedy requests read none).
+/// \param exponentials backend `[batch x V]` Exp(1) samples (vLLM's `q`), or empty when every request is
+///   greedy.
+/// \param output host `[batch x (max_spec_len + 1)]` int32.
+/// \throws invalid_argument on counts that decrease, exceed the drafts or `max_spec_len`, shapes that
+///   do not match, and as verify_speculative (tokens, probabilities, uniforms, noise).
+template <backend B>
+void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::span<const std::int64_t> cu_num_draft_tokens,
+                      index_t max_spec_len, matrix_view<const float, typename B::memory_space> draft_probs,
+                      matrix_view<const float, typename B::memory_space> target_probs,
+                      std::span<const std::int32_t> bonus_token_ids, std::span<const std::uint8_t> is_greedy,
+                      std::span<const double> uniforms, matrix_view<const float, typename B::memory_space> exponentials,
+                      matrix_view<std::int32_t> output) {
+  detail::rejection_sample_host(b, draft_token_ids, cu_num_draft_tokens, max_spec_len, draft_probs, target_probs, bonus_token_ids,
+                                is_greedy, uniforms, exponentials, output);
+}
+
+/// rejection_sample (host form) over bfloat16 / float16 rows: target and draft each float, bfloat16 or
+/// float16 (not both float; vLLM softens its logits into float32 target rows, a drafter may hand bf16
+/// draft rows), read as they are and widened entry by entry, so the tokens are those of the float rows
+/// holding the same values, bit for bit; a row read whole may sum to 1 within 1e-4 plus its type's
+/// rounding (core/half.hpp's rounding_tolerance). \throws invalid_argument as the float form.
+template <backend B, class T, class D>
+  requires sampling::detail::half_rows<T, D>
+void rejection_sample(B& b, std::span<const std::int32_t> draft_token_ids, std::span<const std::int64_t> cu_num_draft_tokens,
+                      index_t max_spec_len, matrix_view<const D, typename B::memory_space> draft_probs,
+                      matrix_view<const T, typename B::memory_space> target_probs,
+                      std::span<const std::int32_t> bonus_token_ids, std::span<const std::uint8_t> is_greedy,
+                      std::span<const double> uniforms, matrix_view<const float, typename B::memory_space> exponentials,
+                      matrix_view<std::int32_t> output) {
+  detail::rejection_sample_host(b, draft_token_ids, cu_num_draft_tokens, max_spec_len, draft_probs, target_probs, bonus_token_ids,
+                                is_greedy, uniforms, exponentials, output);
+}
+
+/// vLLM v1's `rejection_sample` on a backend, every buffer in its memory (`B::memory_space`): vLLM's
+/// kernels' arguments, one team per request (on CUDA one block each, one launch, nothing downloaded).
+/// The same tokens as the host form above, bit for bit (the tests compare them on every backend).
+/// \param draft_token_ids int32 `[num_tokens]`. \param cu_num_draft_tokens int64 `[batch]` cumulative
+///   ends. \param draft_probs `[num_tokens x V]` or empty (deterministic drafts: q = 1).
+/// \param target_probs `[num_tokens x V]`. \param bonus_token_ids int32 `[batch]`.
+/// \param is_greedy uint8 `[batch]` (nonzero: greedy), or empty: every request random.
+/// \param uniforms double `[num_tokens]` in [0, 1), or empty when every request is greedy.
+/// \param exponentials `[batch x V]` Exp(1) samples, or empty when every request is greedy.
+/// \param output int32 `[batch x (max_spec_len + 1)]`, written whole: emitted tokens, then -1.
+/// \throws invalid_argument on shapes (before any work) and, from the team that finds it, counts that
+///   decrease or leave [0, num_tokens], more than max_spec_len drafts, a draft or bonus token outside
+///   [0, V), a probability it tests outside [0, 1], a row read whole (at a rejection) that is not a
+///   distribution, a uniform outside [0, 1), a noise entry that is negative, NaN or infinite, NaN /
+///   +inf in a greedy request's row, and a random request given no uniforms or exponentials. On CUDA with
+///   deferred faults those come from `check_faults()`; `output` is then unspecified.
+template <team_backend B>
+void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_space> draft_token_ids,
+                      vector_view<const std::int64_t, typename B::memory_space> cu_num_draft_tokens,
+                      matrix_view<const float, typename B::memory_space> draft_probs,
+                      matrix_view<const float, typename B::memory_space> target_probs,
+                      vector_view<const std::int32_t, typename B::memory_space> bonus_token_ids,
+                      vector_view<const std::uint8_t, typename B::memory_space> is_greedy,
+                      vector_view<const double, typename B::memory_space> uniforms,
+                      matrix_view<const float, typename B::memory_space> exponentials,
+                      matrix_view<std::int32_t, typename B::memory_space> output) {
+  detail::rejection_sample_team(b, draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy,
+                                uniforms, exponentials, output);
+}
+
+/// rejection_sample (backend form) over bfloat16 / float16 rows, as the host form's 16-bit overload.
+/// \throws invalid_argument as the float form.
+template <team_backend B, class T, class D>
+  requires sampling::detail::half_rows<T, D>
+void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_space> draft_token_ids,
+                      vector_view<const std::int64_t, typename B::memory_space> cu_num_draft_tokens,
+                      matrix_view<const D, typename B::memory_space> draft_probs,
+                      matrix_view<const T, typename B::memory_space> target_probs,
+                      vector_view<const std::int32_t, typename B::memory_space> bonus_token_ids,
+                      vector_view<const std::uint8_t, typename B::memory_space> is_greedy,
+                      vector_view<const double, typename B::memory_space> uniforms,
+                      matrix_view<const float, typename B::memory_space> exponentials,
+                      matrix_view<std::int32_t, typename B::memory_space> output) {
+  detail::rejection_sample_team(b, draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy,
+                                uniforms, exponentials, output);
 }
 
 }  // namespace specdec::vllm

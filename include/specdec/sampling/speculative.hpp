@@ -39,6 +39,7 @@
 #include <specdec/backend/detail/checks.hpp>
 #include <specdec/config.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/grammar/token_bitmask.hpp>
 #include <specdec/sampling/detail/rows.hpp>
@@ -55,13 +56,14 @@ namespace detail {
 
 /// The request-based forms' target rows, a row source of speculative_batch_job: through a row_reader
 /// (in place, downloaded, or softened from logits on first use), masked by a grammar's bitmask (host
-/// `[rows x ceil(V / 32)]`, empty: every token allowed).
-template <backend B>
+/// `[rows x ceil(V / 32)]`, empty: every token allowed), of element type T.
+template <backend B, class T = float>
 struct reader_rows {
-  row_reader<B>* reader = nullptr;
+  using element_type = T;
+  row_reader<B, T>* reader = nullptr;
   matrix_view<const std::int32_t> bitmask = {};
   index_t rows() const noexcept { return reader->rows(); }
-  const float* row(index_t r) const { return reader->row(r); }
+  const T* row(index_t r) const { return reader->row(r); }
   float at(index_t r, index_t x) const { return reader->at(r, x); }
   bool allows_any(index_t r) const {
     if (bitmask.rows() == 0) return true;
@@ -100,10 +102,11 @@ void run_request(const Job& job, std::size_t request) {
 
 /// The walk of the file comment over a batch: greedy requests by the greedy walk, the others each by
 /// the batched form's team job on the host (speculative_batch_job, one source for every form), reading
-/// target rows through `target` (in place, downloaded, or softened from logits on first use).
-template <backend B>
-std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B>& target,
-                                            const speculative_rows<typename B::memory_space>& rows,
+/// target rows through `target` (in place, downloaded, or softened from logits on first use). T and D:
+/// the target and draft rows' element types.
+template <backend B, class T, class D>
+std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B, T>& target,
+                                            const speculative_rows<typename B::memory_space, T, D>& rows,
                                             std::span<const speculative_request> requests,
                                             const speculative_options& options) {
   check_options(where, options);
@@ -130,31 +133,34 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
   }
   const bool any_greedy = std::any_of(requests.begin(), requests.end(), [](const auto& q) { return q.greedy; });
   const bool any_sampled = std::any_of(requests.begin(), requests.end(), [](const auto& q) { return !q.greedy; });
-  greedy_rows<B> argmax(b, rows.target, any_greedy && !masked);
-  sampling::detail::row_reader<B> raw(b, rows.target);  // greedy requests under masks read raw rows
+  greedy_rows<B, T> argmax(b, rows.target, any_greedy && !masked);
+  sampling::detail::row_reader<B, T> raw(b, rows.target);  // greedy requests under masks read raw rows
 
   // The job runs on the host: a device backend's draft and noise rows come over once per call.
   using space = typename B::memory_space;
-  std::vector<float> draft_copy, noise_copy;
-  matrix_view<const float> draft_host, noise_host;
+  std::vector<D> draft_copy;
+  std::vector<float> noise_copy;
+  matrix_view<const D> draft_host;
+  matrix_view<const float> noise_host;
   if constexpr (std::is_same_v<space, host_space>) {
     draft_host = draft_probs;
     noise_host = exponential_noise;
   } else if (any_sampled) {
     // Rows may be padded (row stride >= V): the copy spans first row to last and keeps the stride.
-    const auto whole = [&](matrix_view<const float, space> m, std::vector<float>& copy) {
-      if (m.empty()) return matrix_view<const float>{};
+    const auto whole = [&]<class E>(matrix_view<const E, space> m, std::vector<E>& copy) {
+      if (m.empty()) return matrix_view<const E>{};
       const index_t extent = (m.rows() - 1) * m.stride(0) + m.cols();
-      copy = b.download(vector_view<const float, space>(m.data(), extent));
-      return matrix_view<const float>(copy.data(), m.rows(), m.cols(), m.stride(0), 1);
+      copy = b.download(vector_view<const E, space>(m.data(), extent));
+      return matrix_view<const E>(copy.data(), m.rows(), m.cols(), m.stride(0), 1);
     };
     draft_host = whole(draft_probs, draft_copy);
     if (race) noise_host = whole(exponential_noise, noise_copy);
   }
-  const reader_rows<B> source{&target, rows.target_bitmask};
+  const reader_rows<B, T> source{&target, rows.target_bitmask};
 
   return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
                                                                        tree_view tree) {
+    if constexpr (std::is_same_v<T, float>) {  // masks come with logits rows only, which are float
     if (q.greedy && masked) {
       SPECDEC_EXPECTS(source.allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ",
                       q.target_row, " allows no token; expected at least one (node 0's row constrains the first token emitted)");
@@ -170,6 +176,7 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
       speculative_result res = greedy_walk_one(where, vocab, q, r, tree, masked_argmax_of, -2);
       raw.recycle();
       return res;
+    }
     }
     if (q.greedy) {
       const auto argmax_of = [&](index_t row) { return argmax(row); };
@@ -196,8 +203,8 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     std::int32_t counts[5] = {};  // accepted, uniforms, re-test passes, bonus, acceptance tests
     std::vector<float> final_row(options.keep_final_distribution ? static_cast<std::size_t>(vocab) : 0);
     const auto row_of = [n](const auto* data) { return matrix_view<const std::int32_t>(data, 1, n); };
-    speculative_batch_job<host_space, reader_rows<B>> job{
-        {matrix_view<const float>(rows.target.data(), rows.target.rows(), vocab), draft_host, options.fallback, n},
+    speculative_batch_job<host_space, reader_rows<B, T>, D> job{
+        {matrix_view<const T>(rows.target.data(), rows.target.rows(), vocab), draft_host, options.fallback, n},
         {row_of(tree.token.data()), row_of(tree.parent.data()), {}, vector_view<const index_t>(&q.target_row, 1),
          vector_view<const std::int32_t>(&cap, 1), vector_view<const std::int32_t>(&bonus_token, 1),
          linked ? row_of(q.first_child.data()) : matrix_view<const std::int32_t>{},
@@ -253,8 +260,8 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
 
 /// The output forms of verify_speculative and verify_speculative_logits: `reader_args` are the
 /// row reader's (none: probabilities; a temperature: logits, each request softened at its own).
-template <backend B, class... ReaderArgs>
-void speculative_into(const char* where, B& b, const speculative_rows<typename B::memory_space>& rows,
+template <backend B, class T, class D, class... ReaderArgs>
+void speculative_into(const char* where, B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                       std::span<const speculative_request> requests, speculative_options options,
                       const verify_outputs<typename B::memory_space>& outputs, ReaderArgs... reader_args) {
   options.keep_final_distribution = !outputs.final_distributions.empty();
@@ -262,12 +269,20 @@ void speculative_into(const char* where, B& b, const speculative_rows<typename B
   verify_into(
       b, where, requests, rows.target.cols(), outputs,
       [&] {
-        sampling::detail::row_reader<B> target(b, rows.target, reader_args...);
+        sampling::detail::row_reader<B, T> target(b, rows.target, reader_args...);
         return verify_walk(where, b, target, rows, requests, options);
       },
       {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
        extent_of(where, "rows.exponential_noise", rows.exponential_noise)});
 }
+
+/// Element types verify_speculative reads its probability rows in: float, bfloat16, float16.
+template <class E>
+concept probability_element = std::is_same_v<E, float> || is_half_v<E>;
+
+/// A target / draft pair of element types other than float / float: the 16-bit overloads'.
+template <class T, class D>
+concept half_rows = probability_element<T> && probability_element<D> && (is_half_v<T> || is_half_v<D>);
 
 }  // namespace detail
 
@@ -307,6 +322,29 @@ std::vector<speculative_result> verify_speculative(B& b, const speculative_rows<
 /// form, and on output shapes that do not fit the batch (checked before any work).
 template <backend B>
 void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
+                        std::span<const speculative_request> requests, speculative_options options,
+                        const verify_outputs<typename B::memory_space>& outputs) {
+  detail::speculative_into("specdec::sampling::verify_speculative", b, rows, requests, options, outputs);
+}
+
+/// verify_speculative over bfloat16 / float16 rows (an engine's 16-bit softmax; target and draft may
+/// differ, e.g. float target rows and bf16 draft rows): each entry read as it is and widened (exact), so
+/// the results are those of the float rows holding the same values, bit for bit. A row read whole may
+/// sum to 1 within 1e-4 plus what rounding to its type moves a sum by (core/half.hpp's
+/// rounding_tolerance; the message names it). \throws invalid_argument as the float form.
+template <backend B, class T, class D>
+  requires detail::half_rows<T, D>
+std::vector<speculative_result> verify_speculative(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
+                                                   std::span<const speculative_request> requests,
+                                                   const speculative_options& options = {}) {
+  sampling::detail::row_reader<B, T> target(b, rows.target);
+  return detail::verify_walk("specdec::sampling::verify_speculative", b, target, rows, requests, options);
+}
+
+/// verify_speculative over bfloat16 / float16 rows into caller buffers (as the float output form).
+template <backend B, class T, class D>
+  requires detail::half_rows<T, D>
+void verify_speculative(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                         std::span<const speculative_request> requests, speculative_options options,
                         const verify_outputs<typename B::memory_space>& outputs) {
   detail::speculative_into("specdec::sampling::verify_speculative", b, rows, requests, options, outputs);

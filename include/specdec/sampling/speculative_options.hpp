@@ -49,14 +49,17 @@ struct speculative_options {
   bool keep_final_distribution = false;
 };
 
-/// The rows a stochastic verifier reads, in the backend's memory space.
-template <class Space = host_space>
+/// The rows a stochastic verifier reads, in the backend's memory space. T and D are the element types
+/// of the target and draft rows: float, or for verify_speculative's probability rows also bfloat16 /
+/// float16 (core/half.hpp), read as they are and widened entry by entry, so the decisions are those of
+/// the float rows holding the same values (verify_speculative_logits reads float logits).
+template <class Space = host_space, class T = float, class D = T>
 struct speculative_rows {
   /// `[rows x V]`: target probabilities (verify_speculative) or raw logits (verify_speculative_logits).
-  matrix_view<const float, Space> target = {};
+  matrix_view<const T, Space> target = {};
   /// `[rows' x V]` draft probabilities that `speculative_request::draft_rows` index; empty when every
   /// node is deterministic.
-  matrix_view<const float, Space> draft = {};
+  matrix_view<const D, Space> draft = {};
   /// `[rows'' x V]` Exp(1) noise that `speculative_request::noise_row` indexes (final_draw::exponential_race).
   matrix_view<const float, Space> exponential_noise = {};
   /// Optional token bitmasks of the target rows (structured output; verify_speculative_logits only):

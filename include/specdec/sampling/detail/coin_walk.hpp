@@ -30,10 +30,11 @@ namespace specdec::sampling::detail::inline SPECDEC_ISA {
 /// probability is `>= threshold_single`. A rejected candidate becomes a removal operation on the node's
 /// row (a token already removed stays out). When no child is accepted, or at a leaf, or at the cap, the
 /// row is checked whole and the final token drawn from it minus the removed candidates
-/// (residual_rows::draw).
+/// (residual_rows::draw). The rows are of Rows' element type (float, bfloat16 or float16, widened where
+/// read).
 template <class Space, class Rows = probability_matrix<Space>>
-struct coin_walk : residual_rows<Space> {
-  using base = residual_rows<Space>;
+struct coin_walk : residual_rows<Space, typename Rows::element_type> {
+  using base = residual_rows<Space, typename Rows::element_type>;
   using typename base::layout;
   using typename base::residual_source;
   using base::apply_ops;
@@ -102,7 +103,7 @@ struct coin_walk : residual_rows<Space> {
         node = accepted;
         continue;
       }
-      const float* p = source.row(row);
+      const auto* p = source.row(row);
       double base_total = 0.0;
       if (const team_fault f = check_row(team, l, l.base_masses, p, row, target_arg, base_total); f.code != 0) return f;
       double u = 0.0;

@@ -26,7 +26,7 @@ enum class sampling_fault : std::int32_t {
   bonus_range = 152,         ///< row = request, value = the bonus token, limit = V
   noise_entry = 153,         ///< row = noise row, column = token, value = the entry
   distribution_entry = 154,  ///< row = matrix row, column = token, value = the entry (a draft row's entry outside [0, 1])
-  distribution_sum = 155,    ///< row = matrix row, value = the row's sum
+  distribution_sum = 155,    ///< row = matrix row, value = the row's sum, column = the row's rounding bits (0: float; core/half.hpp)
   not_chain = 156,           ///< row = request, column = a node with several children (FlashInfer's re-tests)
   mask_allows_none = 157,    ///< row = request, value = the bitmask row (node 0's: nothing could be emitted)
   mask_all_neg_inf = 158,    ///< row = request, column = node, value = the bitmask row (allowed entries all -inf)
@@ -77,6 +77,10 @@ inline void describe_sampling_fault(const char* where, const char* name, const t
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value,
                              "; expected a finite value >= 0 (an Exp(1) sample)");
     case sampling_fault::distribution_sum:
+      if (f.column > 0)  // a 16-bit row: the tolerance includes its rounding (residual_rows::check_row, core/half.hpp)
+        throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ", probability_sum_tolerance,
+                               " plus the rounding of its ",
+                               f.column == 9 ? "bfloat16 entries (2^-9 of the sum)" : "float16 entries (2^-11 of the sum and 2^-25 per entry)");
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);
     case sampling_fault::not_chain:

@@ -16,6 +16,7 @@
 #include <specdec/backend/detail/sample_kernels.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/faults.hpp>
 #include <specdec/sampling/detail/staged_walk.hpp>
@@ -39,10 +40,17 @@ struct residual_op {
 /// coin_walk.hpp): a team's scratch layout, residual operations on a node's target row,
 /// row passes in the canonical order (weigh, check_row), the canonical draw (draw, locate) and the
 /// exponential race.
-template <class Space>
+///
+/// T and D are the element types of the target and draft rows: float, or bfloat16 / float16 read as
+/// they are and widened entry by entry (core/half.hpp), so that every decision is the one the float rows
+/// holding the same values give, bit for bit. A folded row (wide scratch) holds floats whatever T is:
+/// the entries are floats after each operation either way.
+template <class Space, class T = float, class D = T>
 struct residual_rows {
-  matrix_view<const float, Space> target;
-  matrix_view<const float, Space> draft;  // the rows residual operations of kind 1 subtract
+  using target_type = T;
+  using draft_type = D;
+  matrix_view<const T, Space> target;
+  matrix_view<const D, Space> draft;  // the rows residual operations of kind 1 subtract
   empty_residual fallback;                // the token drawn from an empty residual
   index_t max_nodes;                      // nodes per request: sizes the tree scratch and the operations
 
@@ -105,16 +113,26 @@ struct residual_rows {
   /// Items of a row pass (weigh): 8 lanes per chunk.
   SPECDEC_HOST_DEVICE index_t row_pass_items() const noexcept { return chunks() * 8; }
 
-  /// A node's current entries: operations [from, n_ops) applied to `src`, the target row (from = 0) or
-  /// the folded row holding operations [0, from) applied to it. Every entry is a float after each
-  /// operation either way, so folding changes no bit.
+  /// A node's current entries: operations [from, n_ops) applied to the target row `base` (from = 0) or
+  /// to `folded`, the row holding operations [0, from) applied to it (from > 0). Every entry is a float
+  /// after each operation either way, so folding changes no bit.
   struct residual_source {
-    const float* src;
+    const T* base;
     int from;
+    const float* folded = nullptr;
   };
+  /// `f(row)` over the row `s` reads: the target row as it is (T), or the folded floats.
+  template <class F>
+  SPECDEC_HOST_DEVICE static decltype(auto) with_source(residual_source s, const F& f) {
+    if constexpr (std::is_same_v<T, float>)
+      return f(s.from == 0 ? s.base : s.folded);
+    else
+      return s.from == 0 ? f(s.base) : f(s.folded);
+  }
   /// The current entry j of the node's distribution.
   SPECDEC_HOST_DEVICE float entry(residual_source s, const residual_op* ops, int n_ops, index_t j) const {
-    return apply_ops(s.src[j], ops, s.from, n_ops, j);
+    const float e = s.from == 0 ? widen(s.base[j]) : s.folded[j];
+    return apply_ops(e, ops, s.from, n_ops, j);
   }
   /// Operations [from, n_ops) applied to `e`, entry j after operations [0, from).
   SPECDEC_HOST_DEVICE float apply_ops(float e, const residual_op* ops, int from, int n_ops, index_t j) const {
@@ -128,15 +146,15 @@ struct residual_rows {
       // modified one divided by the mass it had before this operation.
       const float current =
           k == 0 ? e : (op.mass_before > 0.0 ? static_cast<float>(static_cast<double>(e) / op.mass_before) : 0.0f);
-      const float qv = op.kind == 1 ? draft(op.q_row, j) : (j == op.token ? 1.0f : 0.0f);
+      const float qv = op.kind == 1 ? widen(draft(op.q_row, j)) : (j == op.token ? 1.0f : 0.0f);
       const float diff = specdec::detail::scaled_difference(current, op.scale, qv);
       e = diff > 0.0f ? diff : 0.0f;
     }
     return e;
   }
 
-  /// A row pass in the canonical order: chunk masses of `apply(row[j], j)` (j < V) into `masses`, their
-  /// total, and the first j where `bad` holds of that value (-1 if none).
+  /// A row pass in the canonical order: chunk masses of `apply(widen(row[j]), j)` (j < V) into
+  /// `masses`, their total, and the first j where `bad` holds of that value (-1 if none).
   struct weighed {
     double total;
     std::int64_t first_bad;
@@ -144,8 +162,8 @@ struct residual_rows {
   struct as_is_t {
     SPECDEC_HOST_DEVICE float operator()(float v, index_t) const noexcept { return v; }
   };
-  template <int batch, class Team, class Apply, class Bad>
-  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, double* masses, const float* row, const Apply& apply,
+  template <int batch, class Team, class R, class Apply, class Bad>
+  SPECDEC_HOST_DEVICE weighed weigh(Team& team, const layout& l, double* masses, const R* row, const Apply& apply,
                                     const Bad& bad) const {
     const index_t n = vocab();
     const index_t c_count = chunks();
@@ -161,13 +179,13 @@ struct residual_rows {
         for (; j + 8 <= end; j += 8) {
           SPECDEC_UNROLL
           for (int k = 0; k < 8; ++k) {
-            const float x = apply(row[j + k], j + k);
+            const float x = apply(widen(row[j + k]), j + k);
             lane[k] += static_cast<double>(x);
             if (w.first_bad < 0 && bad(x)) w.first_bad = j + k;
           }
         }
         for (; j < end; ++j) {
-          const float x = apply(row[j], j);
+          const float x = apply(widen(row[j]), j);
           lane[(j - begin) % 8] += static_cast<double>(x);
           if (w.first_bad < 0 && bad(x)) w.first_bad = j;
         }
@@ -189,7 +207,7 @@ struct residual_rows {
       for (; j + 8 * (batch - 1) < end; j += 8 * batch) {
         float v[batch];
         SPECDEC_UNROLL
-        for (int u = 0; u < batch; ++u) v[u] = row[j + 8 * u];
+        for (int u = 0; u < batch; ++u) v[u] = widen(row[j + 8 * u]);
         SPECDEC_UNROLL
         for (int u = 0; u < batch; ++u) {
           const float x = apply(v[u], j + 8 * u);
@@ -198,7 +216,7 @@ struct residual_rows {
         }
       }
       for (; j < end; j += 8) {
-        const float x = apply(row[j], j);
+        const float x = apply(widen(row[j]), j);
         sum += static_cast<double>(x);
         if (first < 0 && bad(x)) first = j;
       }
@@ -229,10 +247,12 @@ struct residual_rows {
   }
 
   /// Checks a whole probability row (check_probability_row's rule: entries in [0, 1], sum 1 within the
-  /// tolerance), weighing it into `masses`.
-  template <class Team>
-  SPECDEC_HOST_DEVICE team_fault check_row(Team& team, const layout& l, double* masses, const float* p, index_t row, int arg,
+  /// tolerance, which for a 16-bit row adds what rounding its entries can move the sum by), weighing it
+  /// into `masses`. A sum fault's column is the row's rounding_bits (0: float), for its message.
+  template <class Team, class R>
+  SPECDEC_HOST_DEVICE team_fault check_row(Team& team, const layout& l, double* masses, const R* p, index_t row, int arg,
                                            double& total) const {
+    const double tolerance = specdec::detail::probability_tolerance<R>(vocab());
 #if SPECDEC_HOST_SIMD
     if constexpr (std::is_same_v<std::remove_cv_t<Team>, specdec::detail::serial_team>) {
       // On the host the vectorised canonical masses (bit-identical to weigh's) decide a valid row in
@@ -242,8 +262,7 @@ struct residual_rows {
       specdec::detail::probability_chunk_masses(p, vocab(), partial);
       const specdec::detail::folded_row f = specdec::detail::fold_chunks(partial, chunks(), masses);
       const double error = f.total - 1.0;
-      bool valid = !f.has_nan && !f.has_negative && error <= specdec::detail::probability_sum_tolerance &&
-                   error >= -specdec::detail::probability_sum_tolerance;
+      bool valid = !f.has_nan && !f.has_negative && error <= tolerance && error >= -tolerance;
       for (index_t c = 0; valid && c < chunks(); ++c) valid = masses[c] <= 1.0;
       if (valid) {
         total = f.total;
@@ -254,10 +273,10 @@ struct residual_rows {
     const weighed w = weigh<row_batch>(team, l, masses, p, as_is_t{}, [](float v) { return !(v >= 0.0f && v <= 1.0f); });
     total = w.total;
     if (w.first_bad >= 0)
-      return make_team_fault(sampling_fault::distribution_entry, arg, row, w.first_bad, static_cast<double>(p[w.first_bad]));
+      return make_team_fault(sampling_fault::distribution_entry, arg, row, w.first_bad, static_cast<double>(widen(p[w.first_bad])));
     const double error = w.total - 1.0;
-    if (!(error <= specdec::detail::probability_sum_tolerance && error >= -specdec::detail::probability_sum_tolerance))
-      return make_team_fault(sampling_fault::distribution_sum, arg, row, 0, w.total);
+    if (!(error <= tolerance && error >= -tolerance))
+      return make_team_fault(sampling_fault::distribution_sum, arg, row, rounding_bits<R>, w.total);
     return {};
   }
 
@@ -293,10 +312,10 @@ struct residual_rows {
   /// `base_total`), a modified one from the chunk masses of its current entries; the empty-distribution
   /// fallback as configured.
   template <class Team>
-  SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const float* p, residual_source s, int n_ops,
+  SPECDEC_HOST_DEVICE std::int32_t draw(Team& team, const layout& l, const T* p, residual_source s, int n_ops,
                                         double base_total, double u) const {
     const index_t n = vocab();
-    const auto base = [p](index_t j) { return p[j]; };
+    const auto base = [p](index_t j) { return widen(p[j]); };
     if (n_ops == 0) {
       if (base_total > 0.0) return locate(team, l, l.base_masses, u * base_total, base);
     } else {
@@ -308,9 +327,11 @@ struct residual_rows {
       const double total =
           removals_only
               ? weigh_removed(team, l, p, n_ops)
-              : weigh<op_batch>(team, l, l.masses, s.src,
-                                [this, ops, from, n_ops](float v, index_t j) { return apply_ops(v, ops, from, n_ops, j); },
-                                [](float) { return false; }).total;
+              : with_source(s, [&](const auto* src) {
+                  return weigh<op_batch>(team, l, l.masses, src,
+                                         [this, ops, from, n_ops](float v, index_t j) { return apply_ops(v, ops, from, n_ops, j); },
+                                         [](float) { return false; }).total;
+                });
       if (total > 0.0) return locate(team, l, l.masses, u * total, current);
     }
     switch (fallback) {
@@ -328,7 +349,7 @@ struct residual_rows {
   /// row's), at the cost of a few chunks instead of a pass over V entries with every operation tested
   /// per entry (a third of a one-request walk's stall samples on an H200 profile).
   template <class Team>
-  SPECDEC_HOST_DEVICE double weigh_removed(Team& team, const layout& l, const float* p, int n_ops) const {
+  SPECDEC_HOST_DEVICE double weigh_removed(Team& team, const layout& l, const T* p, int n_ops) const {
     const index_t n = vocab();
     const index_t c_count = chunks();
     const auto chunk_of = [&](int k) { return static_cast<index_t>(l.ops[k].token) / specdec::detail::sample_chunk; };
@@ -350,7 +371,7 @@ struct residual_rows {
         const index_t begin = chunk * specdec::detail::sample_chunk;
         const index_t len = (begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n) - begin;
         float* x = l.stage;
-        for (index_t i = 0; i < len; ++i) x[i] = p[begin + i];
+        for (index_t i = 0; i < len; ++i) x[i] = widen(p[begin + i]);
         for (int e = k; e < n_ops; ++e)  // no operation before k removes a token of this chunk
           if (chunk_of(e) == chunk) x[l.ops[e].token - begin] = 0.0f;
         double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -378,7 +399,7 @@ struct residual_rows {
       const index_t begin = chunk_of(k) * specdec::detail::sample_chunk;
       const index_t end = begin + specdec::detail::sample_chunk < n ? begin + specdec::detail::sample_chunk : n;
       double sum = 0.0;
-      for (index_t j = begin + item % 8; j < end; j += 8) sum += static_cast<double>(apply_ops(p[j], l.ops, 0, n_ops, j));
+      for (index_t j = begin + item % 8; j < end; j += 8) sum += static_cast<double>(apply_ops(widen(p[j]), l.ops, 0, n_ops, j));
       l.lanes[item] = sum;
     }
     team.sync();
@@ -401,6 +422,11 @@ struct residual_rows {
   /// over (chunk, lane) items.
   template <class Team>
   SPECDEC_HOST_DEVICE std::int32_t race_token(Team& team, const layout& l, residual_source s, int n_ops, const float* e) const {
+    return with_source(s, [&](const auto* src) { return race_over(team, l, src, s.from, n_ops, e); });
+  }
+  /// race_token over `src`, the target row (from = 0) or the folded row (from > 0).
+  template <class Team, class R>
+  SPECDEC_HOST_DEVICE std::int32_t race_over(Team& team, const layout& l, const R* src, int from, int n_ops, const float* e) const {
     const index_t n = vocab();
     const index_t items = chunks() * 8;
     team.sync();
@@ -421,13 +447,13 @@ struct residual_rows {
         float v[batch], noise[batch];
         SPECDEC_UNROLL
         for (int u = 0; u < batch; ++u) {
-          v[u] = s.src[j + 8 * u];
+          v[u] = widen(src[j + 8 * u]);
           noise[u] = e[j + 8 * u];
         }
         SPECDEC_UNROLL
-        for (int u = 0; u < batch; ++u) consider(apply_ops(v[u], l.ops, s.from, n_ops, j + 8 * u) / noise[u], j + 8 * u);
+        for (int u = 0; u < batch; ++u) consider(apply_ops(v[u], l.ops, from, n_ops, j + 8 * u) / noise[u], j + 8 * u);
       }
-      for (; j < end; j += 8) consider(entry(s, l.ops, n_ops, j) / e[j], j);
+      for (; j < end; j += 8) consider(apply_ops(widen(src[j]), l.ops, from, n_ops, j) / e[j], j);
       l.lanes[item] = best_score;
       l.marks[item] = best;
     }

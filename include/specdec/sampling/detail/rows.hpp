@@ -19,6 +19,7 @@
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
@@ -33,12 +34,17 @@ namespace specdec::sampling::detail::inline SPECDEC_ISA {
 /// Host copies live in per-thread scratch rows that outlive the reader: a verifier called once per
 /// decoding step would otherwise allocate (and page-fault) V floats per row it reads, which costs
 /// more than reading the row.
-template <backend B>
+///
+/// T is the rows' element type: float, or (probability rows only) bfloat16 / float16, whose rows are
+/// read as they are (downloaded as they are) and whose entries `at` widens.
+template <backend B, class T = float>
 class row_reader {
  public:
   using space = typename B::memory_space;
-  row_reader(B& b, matrix_view<const float, space> m) : backend_(&b), m_(m) {}
+  using element_type = T;
+  row_reader(B& b, matrix_view<const T, space> m) : backend_(&b), m_(m) {}
   row_reader(B& b, matrix_view<const float, space> logits, float temperature)
+    requires std::is_same_v<T, float>
       : backend_(&b), m_(logits), temperature_(temperature), softened_(true) {}
   row_reader(const row_reader&) = delete;
   row_reader& operator=(const row_reader&) = delete;
@@ -70,7 +76,7 @@ class row_reader {
     temperature_ = temperature;
   }
 
-  const float* row(index_t r) {
+  const T* row(index_t r) {
     if (!softened_) {
       if constexpr (std::is_same_v<space, host_space>) return m_.row(r);
     }
@@ -83,8 +89,8 @@ class row_reader {
   /// on host backends that expose `row_softmax_stats`; otherwise from the softened row.
   float at(index_t r, index_t column) {
     if constexpr (std::is_same_v<space, host_space>) {
-      if (!softened_) return m_(r, column);
-      if constexpr (requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
+      if (!softened_) return widen(m_(r, column));
+      if constexpr (std::is_same_v<T, float> && requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
         if (bitmask_.rows() == 0 && cache_.find(r) == cache_.end()) {
           auto it = stats_.find(r);
           if (it == stats_.end())
@@ -94,7 +100,7 @@ class row_reader {
         }
       }
     }
-    return row(r)[column];
+    return widen(row(r)[column]);
   }
   index_t rows() const noexcept { return m_.rows(); }
   index_t cols() const noexcept { return m_.cols(); }
@@ -105,13 +111,13 @@ class row_reader {
 
  private:
   static constexpr std::size_t max_spare_rows = 32;
-  static std::vector<std::vector<float>>& spare_rows() {
-    thread_local std::vector<std::vector<float>> spare;
+  static std::vector<std::vector<T>>& spare_rows() {
+    thread_local std::vector<std::vector<T>> spare;
     return spare;
   }
-  std::vector<float> scratch_row() {
+  std::vector<T> scratch_row() {
     auto& spare = spare_rows();
-    std::vector<float> out;
+    std::vector<T> out;
     if (!spare.empty()) {
       out = std::move(spare.back());
       spare.pop_back();
@@ -119,11 +125,14 @@ class row_reader {
     out.resize(static_cast<std::size_t>(m_.cols()));
     return out;
   }
-  std::vector<float> fetch(index_t r) {
-    const matrix_view<const float, space> one(m_.row(r), 1, m_.cols());
-    if (!softened_) return backend_->download(vector_view<const float, space>(one.row(0), one.cols()));
-    if (bitmask_.rows() > 0) return fetch_masked(r);
-    if constexpr (std::is_same_v<space, host_space>) {
+  std::vector<T> fetch(index_t r) {
+    const matrix_view<const T, space> one(m_.row(r), 1, m_.cols());
+    if (!softened_) return backend_->download(vector_view<const T, space>(one.row(0), one.cols()));
+    if constexpr (!std::is_same_v<T, float>) {
+      return {};  // softening reads float logits only (the constructor's constraint)
+    } else if (bitmask_.rows() > 0) {
+      return fetch_masked(r);
+    } else if constexpr (std::is_same_v<space, host_space>) {
       std::vector<float> out = scratch_row();
       if (const auto it = stats_.find(r); it != stats_.end())  // normaliser known: the write pass alone
         specdec::detail::write_exp_shifted(m_.row(r), m_.cols(), it->second.max, 1.0f / temperature_, 1.0f / it->second.sum,
@@ -164,11 +173,11 @@ class row_reader {
   }
 
   B* backend_;
-  matrix_view<const float, space> m_;
+  matrix_view<const T, space> m_;
   matrix_view<const std::int32_t> bitmask_ = {};
   float temperature_ = 1.0f;
   bool softened_ = false;
-  std::map<index_t, std::vector<float>> cache_;
+  std::map<index_t, std::vector<T>> cache_;
   std::map<index_t, specdec::detail::softmax_stats<float>> stats_;  // softened rows read entry by entry
 };
 

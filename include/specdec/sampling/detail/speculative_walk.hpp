@@ -30,23 +30,26 @@
 namespace specdec::sampling::detail::inline SPECDEC_ISA {
 
 /// Target rows as the batched form reads them: probabilities in the job's memory space, every token
-/// allowed. A row source gives a row (`row`), one entry without the row (`at`), and whether a row
-/// allows any token (a grammar's bitmask; none allows nothing here).
-template <class Space>
+/// allowed. A row source gives a row of its `element_type` (`row`), one entry without the row, widened
+/// (`at`), and whether a row allows any token (a grammar's bitmask; none allows nothing here).
+template <class Space, class T = float>
 struct probability_matrix {
-  matrix_view<const float, Space> m;
+  using element_type = T;
+  matrix_view<const T, Space> m;
   SPECDEC_HOST_DEVICE index_t rows() const noexcept { return m.rows(); }
-  SPECDEC_HOST_DEVICE const float* row(index_t r) const noexcept { return m.row(r); }
-  SPECDEC_HOST_DEVICE float at(index_t r, index_t x) const noexcept { return m(r, x); }
+  SPECDEC_HOST_DEVICE const T* row(index_t r) const noexcept { return m.row(r); }
+  SPECDEC_HOST_DEVICE float at(index_t r, index_t x) const noexcept { return widen(m(r, x)); }
   SPECDEC_HOST_DEVICE bool allows_any(index_t) const noexcept { return true; }
 };
 
 /// The stochastic walk, one request per team, over target rows from `Rows` (probability_matrix in the
 /// batched form; the request-based forms read theirs through a row_reader, softened from logits on
-/// first use and masked by a grammar's bitmask, speculative.hpp).
-template <class Space, class Rows = probability_matrix<Space>>
-struct speculative_batch_job : residual_rows<Space> {
-  using base = residual_rows<Space>;
+/// first use and masked by a grammar's bitmask, speculative.hpp), of Rows' element type, and draft rows
+/// of element type D (float, bfloat16 or float16 each, widened where read).
+template <class Space, class Rows = probability_matrix<Space>, class D = typename Rows::element_type>
+struct speculative_batch_job : residual_rows<Space, typename Rows::element_type, D> {
+  using base = residual_rows<Space, typename Rows::element_type, D>;
+  using T = typename Rows::element_type;
   using typename base::as_is_t;
   using typename base::layout;
   using typename base::residual_source;
@@ -132,7 +135,7 @@ struct speculative_batch_job : residual_rows<Space> {
         finish(team, path, -1, false, position, path.count, tests, false);  // it terminated: nothing follows
         return {};
       }
-      const float* p = nullptr;  // the row, read whole once a residual or the final draw needs it
+      const T* p = nullptr;  // the row, read whole once a residual or the final draw needs it
       int n_ops = 0;
       residual_source current{nullptr, 0};
       double mass = 1.0;       // of the current entries once modified
@@ -162,12 +165,12 @@ struct speculative_batch_job : residual_rows<Space> {
             p_x = source.at(row, x);
           } else {
             if (const team_fault f = load(); f.code != 0) return f;
-            p_x = n_ops == 0 ? p[x] : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
+            p_x = n_ops == 0 ? widen(p[x]) : (mass > 0.0 ? static_cast<float>(static_cast<double>(entry(current, l.ops, n_ops, x)) / mass) : 0.0f);
           }
           if (!(p_x >= 0.0f && p_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, arg_target, row, x, p_x);
           float q_x = 1.0f;
           if (q_row >= 0) {
-            q_x = draft(q_row, x);
+            q_x = widen(draft(q_row, x));
             if (!(q_x >= 0.0f && q_x <= 1.0f)) return make_team_fault(sampling_fault::probability_entry, arg_draft, q_row, x, q_x);
           }
           double u = 0.0;
@@ -202,17 +205,21 @@ struct speculative_batch_job : residual_rows<Space> {
             const auto none_bad = [](float) { return false; };
             if (folded != nullptr) {
               // Each entry is read and rewritten by the same thread: folding in place needs no barrier.
-              mass = this->template weigh<op_batch>(team, l, l.masses, current.src,
-                                     [&](float v, index_t j) {
-                                       const float e = apply_ops(v, l.ops, from, ops_now, j);
-                                       folded[j] = e;
-                                       return e;
-                                     },
-                                     none_bad).total;
-              current = residual_source{folded, ops_now};
+              mass = base::with_source(current, [&](const auto* src) {
+                return this->template weigh<op_batch>(team, l, l.masses, src,
+                                       [&](float v, index_t j) {
+                                         const float e = apply_ops(v, l.ops, from, ops_now, j);
+                                         folded[j] = e;
+                                         return e;
+                                       },
+                                       none_bad).total;
+              });
+              current = residual_source{p, ops_now, folded};
             } else {
-              mass = this->template weigh<op_batch>(team, l, l.masses, current.src,
-                                     [&](float v, index_t j) { return apply_ops(v, l.ops, from, ops_now, j); }, none_bad).total;
+              mass = base::with_source(current, [&](const auto* src) {
+                return this->template weigh<op_batch>(team, l, l.masses, src,
+                                       [&](float v, index_t j) { return apply_ops(v, l.ops, from, ops_now, j); }, none_bad).total;
+              });
             }
           }
         }
@@ -230,7 +237,7 @@ struct speculative_batch_job : residual_rows<Space> {
           const float p_x = source.at(q.first_row + i, x);
           if (!(p_x >= 0.0f && p_x <= 1.0f))
             return make_team_fault(sampling_fault::probability_entry, arg_target, q.first_row + i, x, p_x);
-          const float q_x = q_row >= 0 ? draft(q_row, x) : 1.0f;
+          const float q_x = q_row >= 0 ? widen(draft(q_row, x)) : 1.0f;
           if (q_row >= 0 && !(q_x >= 0.0f && q_x <= 1.0f))
             return make_team_fault(sampling_fault::probability_entry, arg_draft, q_row, x, q_x);
           double u = 0.0;
@@ -270,7 +277,7 @@ struct speculative_batch_job : residual_rows<Space> {
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable
 #endif
-  SPECDEC_HOST_DEVICE const float* source_row(index_t row) const { return source.row(row); }
+  SPECDEC_HOST_DEVICE const T* source_row(index_t row) const { return source.row(row); }
 
   /// Writes a request's result: the final token (-1: none), counts, and without a draw (`drawn`
   /// false) a zero final distribution.

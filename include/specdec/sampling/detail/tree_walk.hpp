@@ -15,6 +15,7 @@
 #include <specdec/backend/detail/sample_kernels.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/config.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
@@ -299,9 +300,10 @@ SPECDEC_HOST_DEVICE inline void merge_argmax(argmax_lane& a, const argmax_lane& 
 
 /// The argmax of row `x` (`n` entries) under bitmask row `m` (null: every entry allowed), every thread
 /// of the team receiving the same result: a pass split between the team's threads by (chunk, lane)
-/// item, combined in index order. `lanes`: scratch of chunks * argmax_lanes_per_chunk entries.
-template <class Team>
-SPECDEC_HOST_DEVICE argmax_lane team_row_argmax(Team& team, argmax_lane* lanes, const float* x, const std::int32_t* m, index_t n) {
+/// item, combined in index order. `lanes`: scratch of chunks * argmax_lanes_per_chunk entries. `x` is
+/// float, or bfloat16 / float16 widened entry by entry (the float row's argmax).
+template <class Team, class E>
+SPECDEC_HOST_DEVICE argmax_lane team_row_argmax(Team& team, argmax_lane* lanes, const E* x, const std::int32_t* m, index_t n) {
   const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
   const index_t items = chunks * argmax_lanes_per_chunk;
   team.sync();  // earlier readers of the scratch are done
@@ -311,7 +313,7 @@ SPECDEC_HOST_DEVICE argmax_lane team_row_argmax(Team& team, argmax_lane* lanes, 
     argmax_lane a{0.0f, -1, 0, -1};
     for (index_t j = begin + item % argmax_lanes_per_chunk; j < end; j += argmax_lanes_per_chunk) {
       if (m != nullptr && ((static_cast<std::uint32_t>(m[j >> 5]) >> (j & 31)) & 1u) == 0) continue;
-      const float v = x[j];
+      const float v = widen(x[j]);
       a.allowed = 1;
       if (!(v < -specdec::detail::negative_infinity<float>())) {  // NaN or +inf
         if (a.bad < 0) a.bad = static_cast<std::int32_t>(j);
