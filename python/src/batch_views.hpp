@@ -78,6 +78,24 @@ inline specdec::sampling::speculative_options speculative_options_for(bool flash
   return options;
 }
 
+/// SGLang's sampled verifier (its backend form) on backend `b` over target rows `target` of element type
+/// T (float, or float16 / bfloat16 read as they are), in place of `a.target_probs`.
+template <class B, class T>
+void sglang_verify_sampled(B& b, const cuda::sglang_arrays& a, const T* target) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto bs = static_cast<index_t>(a.bs), n = static_cast<index_t>(a.n);
+  const auto links = [&](const std::int64_t* p) { return specdec::matrix_view<const std::int64_t, space>(p, bs, n); };
+  specdec::sglang::tree_speculative_sampling_target_only(
+      b, links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
+      specdec::matrix_view<const float, space>(a.uniform_samples, bs, static_cast<index_t>(a.uniform_cols)),
+      specdec::vector_view<const float, space>(a.uniform_final, bs),
+      specdec::matrix_view<const T, space>(target, bs * n, static_cast<index_t>(a.vocab)),
+      specdec::vector_view<std::int32_t, space>(a.predicts, bs * n),
+      specdec::matrix_view<std::int32_t, space>(a.accept_index, bs, static_cast<index_t>(a.steps)),
+      specdec::vector_view<std::int32_t, space>(a.accept_token_num, bs), a.threshold_single, a.threshold_acc);
+}
+
 /// SGLang's verifiers (their backend forms) on backend `b`, every array of `a` in its memory.
 template <class B>
 void sglang_verify(B& b, const cuda::sglang_arrays& a, bool greedy) {
@@ -94,31 +112,33 @@ void sglang_verify(B& b, const cuda::sglang_arrays& a, bool greedy) {
                                         accept_index, accept_token_num);
     return;
   }
-  specdec::sglang::tree_speculative_sampling_target_only(
-      b, links(a.candidates), links(a.retrive_index), links(a.next_token), links(a.next_sibling),
-      specdec::matrix_view<const float, space>(a.uniform_samples, bs, static_cast<index_t>(a.uniform_cols)),
-      specdec::vector_view<const float, space>(a.uniform_final, bs),
-      specdec::matrix_view<const float, space>(a.target_probs, bs * n, static_cast<index_t>(a.vocab)), predicts, accept_index,
-      accept_token_num, a.threshold_single, a.threshold_acc);
+  sglang_verify_sampled(b, a, a.target_probs);
+}
+
+/// vLLM's rejection sampler over target rows of element type T and draft rows of D (float, or float16 /
+/// bfloat16 read as they are; `draft` null: none), in place of `a.target_probs` and `a.draft_probs`.
+template <class B, class T, class D>
+void vllm_rejection(B& b, const cuda::rejection_arrays& a, const T* target, const D* draft) {
+  using space = typename B::memory_space;
+  using specdec::index_t;
+  const auto batch = static_cast<index_t>(a.batch), tokens = static_cast<index_t>(a.tokens), vocab = static_cast<index_t>(a.vocab);
+  const auto rows = [&]<class E>(const E* p, index_t n) {
+    return p == nullptr ? specdec::matrix_view<const E, space>{} : specdec::matrix_view<const E, space>(p, n, vocab);
+  };
+  const auto vec = [](const auto* p, index_t n) {
+    using V = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    return p == nullptr ? specdec::vector_view<const V, space>{} : specdec::vector_view<const V, space>(p, n);
+  };
+  specdec::vllm::rejection_sample(b, vec(a.draft_token_ids, tokens), vec(a.cu_num_draft_tokens, batch), rows(draft, tokens),
+                                  rows(target, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
+                                  vec(a.uniforms, tokens), rows(a.exponentials, batch),
+                                  specdec::matrix_view<std::int32_t, space>(a.output, batch, static_cast<index_t>(a.width)));
 }
 
 /// vLLM's rejection sampler (its backend form) on backend `b`, every array of `a` in its memory.
 template <class B>
 void vllm_rejection(B& b, const cuda::rejection_arrays& a) {
-  using space = typename B::memory_space;
-  using specdec::index_t;
-  const auto batch = static_cast<index_t>(a.batch), tokens = static_cast<index_t>(a.tokens), vocab = static_cast<index_t>(a.vocab);
-  const auto rows = [&](const float* p, index_t n) {
-    return p == nullptr ? specdec::matrix_view<const float, space>{} : specdec::matrix_view<const float, space>(p, n, vocab);
-  };
-  const auto vec = [](const auto* p, index_t n) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
-    return p == nullptr ? specdec::vector_view<const T, space>{} : specdec::vector_view<const T, space>(p, n);
-  };
-  specdec::vllm::rejection_sample(b, vec(a.draft_token_ids, tokens), vec(a.cu_num_draft_tokens, batch), rows(a.draft_probs, tokens),
-                                  rows(a.target_probs, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
-                                  vec(a.uniforms, tokens), rows(a.exponentials, batch),
-                                  specdec::matrix_view<std::int32_t, space>(a.output, batch, static_cast<index_t>(a.width)));
+  vllm_rejection(b, a, a.target_probs, a.draft_probs);
 }
 
 /// FlashInfer's row filters (their backend forms) on backend `b`, the arrays in its memory: top-k and / or

@@ -217,6 +217,26 @@ decltype(auto) with_rows(const array& a, const char* name, F&& f) {
   return f(specdec::matrix_view<const float>(static_cast<const float*>(p), rows, cols));
 }
 
+/// Calls `f` with the data of `ndim`-dimensional host array `a` as a pointer to its own element type
+/// (`float`, `specdec::float16` or `specdec::bfloat16`; const when `mode` reads): a 16-bit array is read
+/// or written as it is. Refuses any other dtype with a TypeError naming `name` and the dtype received.
+template <class F>
+decltype(auto) with_elements(const array& a, const char* name, int ndim, access mode, F&& f) {
+  void* p = check_array(a, name, {nb::dtype<float>(), float16_dtype, bfloat16_dtype}, ndim, mode);
+  if (a.dtype() == float16_dtype) return f(static_cast<specdec::float16*>(p));
+  if (a.dtype() == bfloat16_dtype) return f(static_cast<specdec::bfloat16*>(p));
+  return f(static_cast<float*>(p));
+}
+
+/// Refuses `b` (argument `b_name`) unless it has `a`'s dtype: a TypeError naming `b`, the dtype expected
+/// (`a_name`'s) and the one received, before anything is read.
+inline void expect_same_dtype(const array& b, const char* b_name, const array& a, const char* a_name) {
+  if (b.is_valid() && a.is_valid() && b.dtype() != a.dtype())
+    throw nb::type_error((std::string(b_name) + ": expected dtype " + dtype_text(a.dtype()) + " (" + a_name + "'s dtype); got " +
+                          dtype_text(b.dtype()))
+                             .c_str());
+}
+
 template <class T>
 std::span<T> span_of(const array& a, const char* name) {
   T* p = checked<T>(a, name, 1);

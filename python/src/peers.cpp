@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
@@ -192,12 +193,14 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
 /// chain_speculative_sampling: FlashInfer's chain verifier as verify_speculative over chains, its
 /// conventions set (strict product test, uniforms in (0, 1], re-tests counted, V - 1 for an
 /// empty residual). Uniforms: `uniforms` `[bs x (2k + 1)]` in consumption order, or (empty) Philox
-/// streams `(seed, r)` from `offset`.
+/// streams `(seed, r)` from `offset`. The rows are float32, or float16 / bfloat16 read as they are (both
+/// of one dtype: the float rows' results).
 void chain_speculative_sampling(const array& draft_probs, const array& draft_token_ids, const array& target_probs,
                                 const array& uniforms, std::uint64_t seed, std::uint64_t offset, const array& output_token_ids,
                                 const array& accepted_token_num, const array& emitted_draft_token_num) {
-  checked<const float>(draft_probs, "draft_probs", 3);
-  checked<const float>(target_probs, "target_probs", 3);
+  with_elements(target_probs, "target_probs", 3, access::read, [](auto*) {});
+  expect_same_dtype(draft_probs, "draft_probs", target_probs, "target_probs");
+  with_elements(draft_probs, "draft_probs", 3, access::read, [](auto*) {});
   const auto ids = matrix_of<const std::int32_t>(draft_token_ids, "draft_token_ids");
   const index_t bs = ids.rows(), k = ids.cols();
   const auto v = static_cast<index_t>(target_probs.shape(2));
@@ -221,6 +224,8 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
         throw nb::value_error(("draft_token_ids[" + std::to_string(r) + ", " + std::to_string(i) + "] = " + std::to_string(t) +
                                "; expected a token id in [0, V = " + std::to_string(v) + ")")
                                   .c_str());
+  with_elements(target_probs, "target_probs", 3, access::read, [&](auto* target_data) {
+  using E = std::remove_pointer_t<decltype(target_data)>;
   without_gil([&] {
     // The request-based verifier: on the host its row passes are the SIMD kernels (the batched form's
     // team job is written for GPU blocks); its decisions are the same, bit for bit (tests/test_batch_verify.cpp).
@@ -241,9 +246,9 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
                                       std::span<const double>(u.row(r), static_cast<std::size_t>(u.cols())))
                                 : specdec::sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(r)}, offset);
     }
-    specdec::sampling::speculative_rows<> rows;
-    rows.target = specdec::matrix_view<const float>(static_cast<const float*>(target_probs.data()), bs * (k + 1), v);
-    rows.draft = specdec::matrix_view<const float>(static_cast<const float*>(draft_probs.data()), bs * k, v);
+    specdec::sampling::speculative_rows<specdec::host_space, E> rows;
+    rows.target = specdec::matrix_view<const E>(target_data, bs * (k + 1), v);
+    rows.draft = specdec::matrix_view<const E>(static_cast<const E*>(draft_probs.data()), bs * k, v);
     const specdec::sampling::speculative_options options = speculative_options_for(true);
     specdec::sampling::verify_outputs<> o;
     o.tokens = out;
@@ -251,35 +256,59 @@ void chain_speculative_sampling(const array& draft_probs, const array& draft_tok
     o.retest_accepted = specdec::vector_view<std::int32_t>(accepted.data(), bs);
     specdec::sampling::verify_speculative(host_backend(), rows, requests, options, o);
   });
+  });
 }
 
 // ---- vLLM's rejection sampler -----------------------------------------------------------------------
 
-/// apply_sampling_constraints: vLLM's temperature, top-k and top-p over the flattened draft rows, in place.
+/// apply_sampling_constraints: vLLM's temperature, top-k and top-p over the flattened draft rows, in place,
+/// in the logits' dtype (float32, float16 or bfloat16, as vLLM's in-place filter on its tensor).
 void apply_sampling_constraints(const array& logits, const array& cu_num_draft_tokens, const array& temperature, const array& top_k,
                                 const array& top_p) {
-  const auto x = matrix_of<float>(logits, "logits");
-  const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
-  const auto t = span_of<const float>(temperature, "temperature");
-  const auto k = span_of<const std::int64_t>(top_k, "top_k");
-  const auto p = span_of<const float>(top_p, "top_p");
-  without_gil([&] { specdec::vllm::apply_sampling_constraints(x, cu, t, k, p); });
+  with_elements(logits, "logits", 2, access::write, [&](auto* data) {
+    using E = std::remove_pointer_t<decltype(data)>;
+    const specdec::matrix_view<E> x(data, static_cast<index_t>(logits.shape(0)), static_cast<index_t>(logits.shape(1)));
+    const auto cu = span_of<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens");
+    const auto t = span_of<const float>(temperature, "temperature");
+    const auto k = span_of<const std::int64_t>(top_k, "top_k");
+    const auto p = span_of<const float>(top_p, "top_p");
+    without_gil([&] { specdec::vllm::apply_sampling_constraints(x, cu, t, k, p); });
+  });
 }
 
 /// rejection_sample: vLLM v1's layout (flattened drafts, cumulative counts, no bonus row), on the host
 /// (specdec::eigen) or, for arrays in CUDA memory, on their device; optional arrays empty when absent.
+/// On the host the rows may be float16 / bfloat16, read as they are: draft_probs of target_probs' dtype,
+/// or any of the three under float32 target_probs (vLLM's softmax gives float32 targets; a drafter's
+/// rows may stay 16-bit).
 void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
                       const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
                       const array& exponentials, const array& output, std::uintptr_t stream) {
   const auto at = device_of(target_probs, "target_probs", stream);
+  if (!at) {
+    with_elements(target_probs, "target_probs", 2, access::read, [](auto*) {});
+    if (!absent(draft_probs)) {
+      if (target_probs.dtype() != nb::dtype<float>()) expect_same_dtype(draft_probs, "draft_probs", target_probs, "target_probs");
+      with_elements(draft_probs, "draft_probs", 2, access::read, [](auto*) {});
+    }
+  }
+  // The shapes and the other arguments are checked below with the rows' pointers taken as float (their
+  // dtype checked above on the host); the typed call reads them in their own element types.
+  const auto as_float = [&](const array& x, const char* name, std::initializer_list<std::int64_t> shape, bool optional) {
+    if (at) return argument<const float>(x, name, shape, at, optional);
+    if (optional && absent(x)) return static_cast<const float*>(nullptr);
+    check_array(x, name, {}, static_cast<int>(shape.size()), access::read);
+    expect_shape(x, name, shape);
+    return static_cast<const float*>(x.data());
+  };
   specdec_python::cuda::rejection_arrays a;
-  a.target_probs = argument<const float>(target_probs, "target_probs", {-1, -1}, at);
+  a.target_probs = as_float(target_probs, "target_probs", {-1, -1}, false);
   a.tokens = static_cast<std::int64_t>(target_probs.shape(0));
   a.vocab = static_cast<std::int64_t>(target_probs.shape(1));
   a.cu_num_draft_tokens = argument<const std::int64_t>(cu_num_draft_tokens, "cu_num_draft_tokens", {-1}, at);
   a.batch = static_cast<std::int64_t>(cu_num_draft_tokens.shape(0));
   a.draft_token_ids = argument<const std::int32_t>(draft_token_ids, "draft_token_ids", {a.tokens}, at);
-  a.draft_probs = argument<const float>(draft_probs, "draft_probs", {a.tokens, a.vocab}, at, true);
+  a.draft_probs = as_float(draft_probs, "draft_probs", {a.tokens, a.vocab}, true);
   a.bonus_token_ids = argument<const std::int32_t>(bonus_token_ids, "bonus_token_ids", {a.batch}, at);
   a.is_greedy = argument<const std::uint8_t>(is_greedy, "is_greedy", {a.batch}, at, true);
   a.uniforms = argument<const double>(uniform_probs, "uniform_probs", {a.tokens}, at, true);
@@ -292,7 +321,23 @@ void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_to
 #endif
     return;
   }
-  renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { vllm_rejection(host_backend(), a); }); });
+  renaming({{"uniforms", "uniform_probs"}}, [&] {
+    with_elements(target_probs, "target_probs", 2, access::read, [&](auto* target) {
+      using T = std::remove_pointer_t<decltype(target)>;
+      if (a.draft_probs == nullptr) {
+        without_gil([&] { vllm_rejection(host_backend(), a, static_cast<const T*>(target), static_cast<const T*>(nullptr)); });
+      } else if constexpr (std::is_same_v<T, float>) {
+        with_elements(draft_probs, "draft_probs", 2, access::read, [&](auto* draft) {
+          using D = std::remove_pointer_t<decltype(draft)>;
+          without_gil([&] { vllm_rejection(host_backend(), a, static_cast<const float*>(target), static_cast<const D*>(draft)); });
+        });
+      } else {
+        // draft_probs has target_probs' dtype (checked above).
+        const T* draft = static_cast<const T*>(static_cast<const void*>(a.draft_probs));
+        without_gil([&] { vllm_rejection(host_backend(), a, static_cast<const T*>(target), draft); });
+      }
+    });
+  });
 }
 
 // ---- SGLang's speculative kernels ------------------------------------------------------------------
@@ -320,7 +365,10 @@ specdec_python::cuda::sglang_arrays sglang_arrays_of(const array& predicts, cons
 
 /// SGLang's verifiers on the host (specdec::eigen) or, for CUDA arrays, on the device. The headers word a
 /// malformed tree as "the links of request r ...": those are retrive_next_token / retrive_next_sibling.
-void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optional<specdec_python::cuda::place>& at, bool greedy) {
+/// `target`: the sampled verifier's host target rows, of any of with_elements' dtypes (a.target_probs
+/// unused then).
+void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optional<specdec_python::cuda::place>& at, bool greedy,
+                const array* target = nullptr) {
   naming("retrive_next_token, retrive_next_sibling",
          {"retrive_next_token", "retrive_next_sibling", "retrive_index", "candidates", "predicts", "accept_index", "accept_token_num",
           "target_predict", "uniform_samples", "target_probs"},
@@ -332,6 +380,13 @@ void run_sglang(const specdec_python::cuda::sglang_arrays& a, const std::optiona
                else specdec_python::cuda::sglang_verify_sampled(*at, a);
              });
 #endif
+             return;
+           }
+           if (target != nullptr) {
+             with_elements(*target, "target_probs", 3, access::read, [&](auto* rows) {
+               using T = std::remove_pointer_t<decltype(rows)>;
+               without_gil([&] { sglang_verify_sampled(host_backend(), a, static_cast<const T*>(rows)); });
+             });
              return;
            }
            without_gil([&] { sglang_verify(host_backend(), a, greedy); });
@@ -364,11 +419,16 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
   a.uniform_samples = argument<const float>(uniform_samples, "uniform_samples", {a.bs, -1}, at);
   a.uniform_cols = static_cast<std::int64_t>(uniform_samples.shape(1));
   a.uniform_final = argument<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling", {a.bs}, at);
-  a.target_probs = argument<const float>(target_probs, "target_probs", {a.bs, a.n, -1}, at);
+  if (at) {
+    a.target_probs = argument<const float>(target_probs, "target_probs", {a.bs, a.n, -1}, at);
+  } else {  // float32, or float16 / bfloat16 read as they are
+    with_elements(target_probs, "target_probs", 3, access::read, [](auto*) {});
+    expect_shape(target_probs, "target_probs", {a.bs, a.n, -1});
+  }
   a.vocab = static_cast<std::int64_t>(target_probs.shape(2));
   a.threshold_single = threshold_single;
   a.threshold_acc = threshold_acc;
-  run_sglang(a, at, false);
+  run_sglang(a, at, false, &target_probs);
 }
 
 /// reconstruct_indices_from_tree_mask: SGLang's tree buffers from its masks, written into its caller's

@@ -6,6 +6,8 @@
 
 #include <specdec/backend/thrust.hpp>
 #ifndef SPECDEC_NVCC_COMPILE_DENSE_ONLY
+#include <specdec/interop/sglang_sampling.hpp>
+#include <specdec/interop/vllm.hpp>
 #include <specdec/specdec.hpp>
 #endif
 
@@ -92,6 +94,32 @@ std::size_t verify_every_way(cuda_backend& b, specdec::matrix_view<const float, 
   return specdec::sampling::verify_speculative(b, {p, q}, requests).size() +
          specdec::sampling::verify_coin_tree(b, p, requests).size() +
          specdec::sampling::verify_typical(b, p, requests).size() + specdec::sampling::verify_greedy(b, p, requests).size();
+}
+
+// The stochastic verifiers over 16-bit probability rows: the request form (rows downloaded as they are),
+// and the one-launch jobs of vLLM's and SGLang's layouts, whose device code widens each entry read.
+std::size_t verify_half_rows(cuda_backend& b, specdec::matrix_view<const specdec::bfloat16, specdec::device_space> pb,
+                             specdec::matrix_view<const specdec::float16, specdec::device_space> ph,
+                             specdec::matrix_view<const float, specdec::device_space> p,
+                             std::span<const specdec::sampling::speculative_request> requests,
+                             specdec::vector_view<const std::int32_t, specdec::device_space> ids,
+                             specdec::vector_view<const std::int64_t, specdec::device_space> cu,
+                             specdec::vector_view<const std::uint8_t, specdec::device_space> greedy,
+                             specdec::vector_view<const double, specdec::device_space> uniforms,
+                             specdec::matrix_view<std::int32_t, specdec::device_space> out,
+                             specdec::matrix_view<const std::int64_t, specdec::device_space> links,
+                             specdec::matrix_view<const float, specdec::device_space> coins,
+                             specdec::vector_view<const float, specdec::device_space> finals,
+                             specdec::vector_view<std::int32_t, specdec::device_space> predicts,
+                             specdec::vector_view<std::int32_t, specdec::device_space> counts) {
+  specdec::vllm::rejection_sample(b, ids, cu, pb, ph, ids, greedy, uniforms, p, out);
+  specdec::vllm::rejection_sample(b, ids, cu, pb, p, ids, greedy, uniforms, p, out);
+  specdec::sglang::tree_speculative_sampling_target_only(b, links, links, links, links, coins, finals, pb, predicts, out, counts,
+                                                         1.0f, 1.0f);
+  return specdec::sampling::verify_speculative(b, specdec::sampling::speculative_rows<specdec::device_space, specdec::bfloat16>{pb, pb},
+                                               requests).size() +
+         specdec::sampling::verify_speculative(b, specdec::sampling::speculative_rows<specdec::device_space, float, specdec::float16>{p, ph},
+                                               requests).size();
 }
 
 // The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
