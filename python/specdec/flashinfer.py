@@ -202,8 +202,10 @@ def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, ge
                               offset=None, return_valid=False, *, uniforms=None):
     """FlashInfer's ``min_p_sampling_from_probs``: one token per output row from the row restricted to the
     tokens with ``p >= min_p * max(p)`` (ties kept), renormalised (the draw is over the kept mass).
-    min_p: a float in [0, 1], or one per row of ``probs`` (read at ``indices[i]``). Otherwise as
-    ``sampling_from_probs``.
+    min_p: a float in [0, 1], or one per row of ``probs`` (read at ``indices[i]``). probs: float32, or on
+    the host float16 / bfloat16: the filter and the draw are the float32 rows' of the same values (the
+    kept rows are renormalised in float32, as FlashInfer's kernel samples its input without rounding it
+    again). Otherwise as ``sampling_from_probs``.
     ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset``, ``return_valid`` and ``uniforms``:
     as ``sampling_from_probs``.
     """
@@ -285,15 +287,25 @@ def _min_p(rows, p):
     float64)."""
     if _is_torch(rows):
         torch = sys.modules["torch"]
+        rows = rows.float()  # a 16-bit row widened (exact): the float32 rows' filter and draw
         p = p if _is_torch(p) else torch.from_numpy(p).to(rows.device)
         kept = torch.where(rows >= rows.amax(dim=1, keepdim=True) * p.reshape(-1, 1), rows, 0)
         return kept / kept.sum(dim=1, keepdim=True, dtype=torch.float64).to(torch.float32)
     if p.size and (np.isnan(p).any() or p.min() < 0 or p.max() > 1):
         bad = p[np.isnan(p) | (p < 0) | (p > 1)][0]
         raise ValueError(f"min_p: expected values in [0, 1]; got {bad}")
+    rows = rows if rows.dtype == np.float32 else _float32_rows(rows)
     kept = np.where(rows >= rows.max(axis=1, keepdims=True) * p.reshape(-1, 1), rows, np.float32(0))
     kept /= kept.sum(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
     return kept
+
+
+def _float32_rows(rows):
+    """16-bit host rows widened to float32 (exact; min-p's kept rows are a new array either way); any other
+    dtype is a TypeError naming ``probs``, as the draw's."""
+    if str(getattr(rows, "dtype", None)) not in ("float16", "bfloat16"):
+        raise TypeError(f"probs: expected dtype float32 or float16 or bfloat16; got {rows.dtype}")
+    return rows.astype(np.float32)
 
 
 def _top_k_then_top_p(rows, k, p):
@@ -428,7 +440,9 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     """FlashInfer's ``chain_speculative_sampling``: verifies a batch of draft chains.
 
     draft_probs: float32 ``[batch, k, V]``; draft_token_ids: int32 ``[batch, k]``; target_probs: float32
-    ``[batch, k + 1, V]``. Returns ``(output_token_ids, accepted_token_num, emitted_draft_token_num)``:
+    ``[batch, k + 1, V]``; on the host both may instead be float16 or bfloat16 (both of one dtype: another
+    is a TypeError naming ``draft_probs``), read as they are, with the float32 rows' results bit for bit (a
+    row read whole may sum to 1 within 1e-4 plus its type's rounding). Returns ``(output_token_ids, accepted_token_num, emitted_draft_token_num)``:
     int32 ``[batch, k + 1]`` (the accepted drafts, then the final token, -1 padded), and int32 ``[batch]``
     counters which, when given as ``maybe_output_*``, are added to (FlashInfer's ``+=``) and returned.
 

@@ -49,7 +49,9 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
     sampling); the final token is drawn from the last accepted node's target row with the rejected
     children's tokens removed. uniform_samples: float32 ``[batch, N]`` in [0, 1) (the coin at node i is
     entry i); uniform_samples_for_final_sampling: float32 ``[batch]``; target_probs: float32 ``[batch, N,
-    V]``; predicts int32 ``[batch * N]``, accept_index int32 ``[batch, num_spec_step]``, accept_token_num
+    V]``, or on the host float16 / bfloat16 (SGLang's target softmax in the model's dtype), read as they
+    are, with the float32 rows' results bit for bit (a final row may sum to 1 within 1e-4 plus its type's
+    rounding); predicts int32 ``[batch * N]``, accept_index int32 ``[batch, num_spec_step]``, accept_token_num
     int32 ``[batch]``; candidates, retrive_index, retrive_next_token, retrive_next_sibling int64 ``[batch,
     N]``. ``threshold_acc`` is clamped to >= 1e-9 as SGLang's launcher does; ``deterministic`` (SGLang's
     choice of prefix-sum kernel) changes nothing here: the draw is always deterministic. Parents must precede their
@@ -57,7 +59,7 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
 
     Both argument orders are taken: sgl-kernel 0.3.21's, whose 11th argument is ``draft_probs`` (an array:
     neither read nor written here; SGLang passes zeros and discards them, which the removal of rejected
-    tokens reproduces), and the newer one without it, whose 11th is ``threshold_single`` (a number).
+    tokens reproduces; any dtype), and the newer one without it, whose 11th is ``threshold_single`` (a number).
     Host arrays, or (a CUDA build) CUDA tensors, all on one device: then one kernel, one block per
     request, on ``cuda_stream`` (0: the current stream of ``candidates``). Raises TypeError / ValueError
     naming the argument at fault (a coin outside [0, 1), a threshold outside [0, 1], a malformed tree).

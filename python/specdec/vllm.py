@@ -47,8 +47,9 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     **vLLM's** (``sampling_metadata`` is vLLM's ``SamplingMetadata``, or any object with its attributes
     ``all_greedy``, ``all_random``, ``temperature`` (float ``[batch]``, None when every request is greedy),
     ``generators`` (dict: request index -> its own generator)): the 6th argument is ``target_logits``
-    (float32 ``[num_tokens, V]``, after ``apply_sampling_constraints``), turned into probabilities here as
-    vLLM does (``softmax`` in float32; torch's own for torch tensors). A request is greedy iff its
+    (float32 ``[num_tokens, V]``, after ``apply_sampling_constraints``; on the host also float16 /
+    bfloat16), turned into float32 probabilities here as vLLM does (``softmax`` in float32; torch's own
+    for torch tensors). A request is greedy iff its
     temperature is 0 (vLLM's ``GREEDY_TEMPERATURE``; older vLLM's -1 too): it emits the argmax of its
     target logits (the first maximum) until one differs from its draft, then the bonus after the last.
     ``num_draft_tokens`` (ints ``[batch]``) must equal the counts of ``cu_num_draft_tokens``. The randomness
@@ -64,13 +65,16 @@ def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_dra
     (``fly_entropy_top_k`` is read only with a window).
 
     **specdec's probabilities form** (the 8th argument None: every request random; or bool ``[batch]``:
-    ``is_greedy`` per request, also by keyword): the 6th argument is ``target_probs`` (float32 ``[num_tokens, V]``; a
-    greedy request reads its argmax; also by keyword ``target_probs=``), and positional arguments 9-14 are ``uniform_probs``,
+    ``is_greedy`` per request, also by keyword): the 6th argument is ``target_probs`` (float32 ``[num_tokens, V]``,
+    or on the host float16 / bfloat16; a greedy request reads its argmax; also by keyword ``target_probs=``), and positional arguments 9-14 are ``uniform_probs``,
     ``exponentials``, ``seed``, ``offset``, ``generator``, ``cuda_stream``.
 
     In both: draft_token_ids int32 ``[num_tokens]``, every request's drafts back to back;
     cu_num_draft_tokens int ``[batch]``, cumulative ends; draft_probs float32 ``[num_tokens, V]`` or None
-    (n-gram drafts: q = 1); bonus_token_ids int ``[batch]`` or ``[batch, 1]``. ``uniform_probs`` (float64
+    (n-gram drafts: q = 1), on the host also float16 / bfloat16: of target_probs' dtype, or any of the
+    three under float32 target probabilities (vLLM's form: a drafter's 16-bit rows against the float32
+    softmax); read as they are, with the float32 rows' tokens bit for bit (another pairing, or another
+    dtype, is a TypeError naming ``draft_probs`` and the dtype received); bonus_token_ids int ``[batch]`` or ``[batch, 1]``. ``uniform_probs`` (float64
     ``[num_tokens]``) and ``exponentials`` (float32 ``[batch, V]``) replace the draws; ``seed`` / ``offset``
     (ints): request r reads Philox stream ``(seed, r)`` from ``offset`` for its uniforms and ``(seed + 1,
     r)`` for its exponentials (``-log1p(-u)`` rounded to float32: ``philox_exponentials``). Host arrays,
@@ -388,8 +392,13 @@ def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata=No
     ``GREEDY_TEMPERATURE``, or older vLLM's -1: left at 1), then filtered as vLLM's ``apply_top_k_top_p``
     (the PyTorch path): logits below the ``top_k[r]``-th largest to -inf (ties kept; k >= V: off), then
     top-p over what is left (ascending order, ties by index: every entry but the largest whose cumulative
-    probability is at most ``1 - top_p[r]``). logits: float32 ``[num_tokens, V]``, C-contiguous, host
-    memory. Returns ``logits``.
+    probability is at most ``1 - top_p[r]``). logits: float32, float16 or bfloat16 ``[num_tokens, V]``,
+    C-contiguous, host memory, filtered in its own dtype as vLLM's in-place filter on its tensor: a
+    16-bit row is divided in float32 and rounded back (to nearest even, as torch), then filtered by the
+    float32 decisions on those values (vLLM's PyTorch path computes the top-p softmax and cumulative sum
+    in the 16-bit dtype: the kept set can differ where a cumulative sum lies within that rounding of
+    ``1 - top_p``). fp16 logits divided by a temperature below 1 can overflow to +inf, which is refused
+    as any +inf logit. Returns ``logits``.
 
     ``sampling_metadata``: vLLM's ``SamplingMetadata`` (any object with ``all_greedy``, ``temperature``,
     ``top_k``, ``top_p``; vLLM 0.33's form): nothing is done when ``all_greedy``; ``top_k`` / ``top_p``
@@ -429,7 +438,7 @@ def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata=No
 
 def apply_top_k_top_p(logits, k=None, p=None, has_topp_only_rows=True):
     """vLLM v1's ``apply_top_k_top_p`` (``vllm/v1/sample/ops/topk_topp_sampler.py``): every row of float32
-    ``[rows, V]`` logits filtered in place by its ``k[row]`` and ``p[row]`` (None: off), as
+    (or float16 / bfloat16, in their dtype as ``apply_sampling_constraints``) ``[rows, V]`` logits filtered in place by its ``k[row]`` and ``p[row]`` (None: off), as
     ``apply_sampling_constraints`` does at temperature 1. Returns ``logits``. ``has_topp_only_rows`` (vLLM's
     hint for its Triton kernel) changes nothing: accepted for vLLM's signature. Ties follow vLLM's
     PyTorch path (every logit equal to the k-th kept), which vLLM runs where Triton is absent; its Triton

@@ -232,7 +232,7 @@ decltype(auto) with_elements(const array& a, const char* name, int ndim, access 
 /// (`a_name`'s) and the one received, before anything is read.
 inline void expect_same_dtype(const array& b, const char* b_name, const array& a, const char* a_name) {
   if (b.is_valid() && a.is_valid() && b.dtype() != a.dtype())
-    throw nb::type_error((std::string(b_name) + ": expected dtype " + dtype_text(a.dtype()) + " (" + a_name + "'s dtype); got " +
+    throw nb::type_error((std::string(b_name) + ": expected dtype " + dtype_text(a.dtype()) + " (the dtype of " + a_name + "); got " +
                           dtype_text(b.dtype()))
                              .c_str());
 }

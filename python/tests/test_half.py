@@ -170,11 +170,17 @@ def _joint(rows, k, p):
     return out
 
 
-def test_verifiers_refuse_half_rows_naming_the_dtype():
-    """The verifiers read float32 rows only (16-bit rows there are not built yet)."""
-    draft = half_probs(BF16, 2, 100, 3)
-    with pytest.raises(TypeError, match=r"expected dtype float32; got bfloat16"):
-        specdec.chain_speculative_sampling(draft[None], np.zeros((1, 2), np.int32), half_probs(BF16, 3, 100, 4)[None], seed=1)
+def test_verifiers_refuse_other_dtypes_naming_the_argument_and_the_dtype():
+    """The verifiers read float32, float16 and bfloat16 rows; float64 and mixed pairings are refused by
+    name, with the dtype received."""
+    draft, target = exact_probs(BF16, (1, 2, 100), 3), exact_probs(BF16, (1, 3, 100), 4)
+    ids = np.zeros((1, 2), np.int32)
+    with pytest.raises(TypeError, match=r"^target_probs: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.chain_speculative_sampling(draft, ids, target.astype(np.float64), seed=1)
+    with pytest.raises(TypeError, match=r"^draft_probs: expected dtype bfloat16 \(the dtype of target_probs\); got float32$"):
+        specdec.chain_speculative_sampling(draft.astype(np.float32), ids, target, seed=1)
+    with pytest.raises(TypeError, match=r"^draft_probs: expected dtype float16 \(the dtype of target_probs\); got bfloat16$"):
+        specdec.chain_speculative_sampling(draft, ids, target.astype(np.float16), seed=1)
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
@@ -217,3 +223,174 @@ def test_fp16_softmax_rows_of_a_large_vocabulary_are_distributions():
     assert h.astype(np.float64).sum() < 1 - 5e-4
     assert specdec.sampling_from_probs(h, seed=1).shape == (1,)
     assert specdec.top_k_renorm_probs(h, 10).dtype == np.float16
+
+
+# ---- the stochastic verifiers over 16-bit probability rows ---------------------------------------------
+
+
+def exact_probs(dtype, shape, seed):
+    """Distributions rounded to `dtype` (zeros, ties, a long tail) whose sums are then brought within 2e-5
+    of 1 by moving the largest entries onto the rounding's residual, so that the float32 rows of the same
+    values pass the float32 checks (1e-4) too."""
+    g = np.random.default_rng(seed)
+    x = g.normal(0.0, 2.0, size=shape)
+    x[g.random(shape) < 0.15] = -np.inf  # exact zeros
+    x[g.random(shape) < 0.1] = 0.5  # ties
+    p = np.exp(x - x.max(axis=-1, keepdims=True))
+    h = (p / p.sum(axis=-1, keepdims=True)).astype(dtype)
+    for row in h.reshape(-1, shape[-1]):
+        for j in np.argsort(-row.astype(np.float64), kind="stable")[:200]:
+            r = 1.0 - row.astype(np.float64).sum()
+            if abs(r) < 2e-5:
+                break
+            if float(row[j]) + r >= 0:
+                row[j] = np.asarray(float(row[j]) + r).astype(dtype)
+        assert abs(row.astype(np.float64).sum() - 1) < 2e-5
+    return h
+
+
+def drawn(probs, g, every_zero=5):
+    """One token per row of `probs` (widened), drawn from it; every `every_zero`-th token 0 (often a zero
+    entry)."""
+    f = probs.reshape(-1, probs.shape[-1]).astype(np.float64)
+    t = np.array([g.choice(f.shape[1], p=row / row.sum()) for row in f], dtype=np.int32)
+    t[every_zero - 1::every_zero] = 0
+    return t.reshape(probs.shape[:-1])
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [100, 1003, 4099])
+def test_chain_speculative_sampling_on_half_rows_gives_the_float32_rows_results(dtype, v):
+    g = np.random.default_rng(v)
+    batch, k = 5, 3
+    draft, target = exact_probs(dtype, (batch, k, v), v), exact_probs(dtype, (batch, k + 1, v), v + 1)
+    ids = drawn(draft, g)
+    accepted = 0
+    for seed in range(6):
+        got = specdec.chain_speculative_sampling(draft, ids, target, seed=seed, offset=seed)
+        want = specdec.chain_speculative_sampling(draft.astype(np.float32), ids, target.astype(np.float32), seed=seed, offset=seed)
+        for a, b in zip(got, want):
+            assert same_bits(a, b)
+        accepted += int(got[2].sum())
+    assert 0 < accepted < 6 * batch * k  # drafts accepted and rejected
+    u = (g.random((batch, 2 * k + 1)) * 0.999 + 0.0005).astype(np.float64)
+    got = specdec.chain_speculative_sampling(draft, ids, target, uniforms=u)
+    want = specdec.chain_speculative_sampling(draft.astype(np.float32), ids, target.astype(np.float32), uniforms=u)
+    for a, b in zip(got, want):
+        assert same_bits(a, b)
+
+
+def _sglang_trees(bs, n, candidates_from, g, chain=False):
+    """bs copies of the 5-node tree 0 -> {1, 2}, 1 -> {3}, 2 -> {4} (or the chain 0 -> 1 -> ... -> 4) in
+    SGLang's link layout, node i's token drawn from its parent's row; in request 1 node 2 repeats node 1's
+    token."""
+    first, sibling, parent = [1, 3, 4, -1, -1], [-1, 2, -1, -1, -1], [-1, 0, 0, 1, 2]
+    if chain:
+        first, sibling, parent = [1, 2, 3, 4, -1], [-1] * 5, [-1, 0, 1, 2, 3]
+    tokens = drawn(candidates_from, g)
+    candidates = np.zeros((bs, n), np.int64)
+    for b in range(bs):
+        for i in range(1, n):
+            candidates[b, i] = tokens[b, parent[i]]
+    candidates[1, 2] = candidates[1, 1]
+    ri = np.arange(bs * n, dtype=np.int64).reshape(bs, n)
+    return candidates, ri, np.tile(np.array(first, np.int64), (bs, 1)), np.tile(np.array(sibling, np.int64), (bs, 1))
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [100, 1003, 4099])
+def test_sglang_sampled_verifiers_on_half_rows_give_the_float32_rows_outputs(dtype, v):
+    g = np.random.default_rng(v + 5)
+    bs, n = 4, 5
+    target = exact_probs(dtype, (bs, n, v), v + 2)
+    fns = [specdec.tree_speculative_sampling_target_only, specdec.tree_speculative_sampling_target_only_rejmask,
+           specdec.chain_speculative_sampling_target_only]
+    for fn in fns:
+        candidates, ri, nt, ns = _sglang_trees(bs, n, target, g, chain=fn is specdec.chain_speculative_sampling_target_only)
+        for single, acc in ((1.0, 1.0), (0.3, 1.0), (1.0, 0.5)):
+            for _ in range(3):
+                coins = g.random((bs, n), dtype=np.float32)
+                finals = g.random(bs, dtype=np.float32)
+                outs = []
+                for rows in (target, target.astype(np.float32)):
+                    out = (np.full(bs * n, -1, np.int32), np.full((bs, n), -1, np.int32), np.zeros(bs, np.int32))
+                    fn(*out, candidates, ri, nt, ns, coins, finals, rows, threshold_single=single, threshold_acc=acc)
+                    outs.append(out)
+                for a, b in zip(*outs):
+                    assert same_bits(a, b)
+    out = (np.full(bs * n, -1, np.int32), np.full((bs, n), -1, np.int32), np.zeros(bs, np.int32))
+    with pytest.raises(TypeError, match=r"^target_probs: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.tree_speculative_sampling_target_only(*out, candidates, ri, nt, ns, g.random((bs, n), dtype=np.float32),
+                                                      g.random(bs, dtype=np.float32), target.astype(np.float64), 1.0)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [100, 1003, 4099])
+def test_rejection_sample_on_half_rows_gives_the_float32_rows_tokens(dtype, v):
+    """specdec's probabilities form: draft and target rows of one 16-bit dtype, float32 target rows with
+    16-bit draft rows, 16-bit targets without draft rows; greedy and random requests mixed; and vLLM's form
+    with 16-bit target logits and draft rows."""
+    from types import SimpleNamespace
+
+    g = np.random.default_rng(v + 9)
+    cu = np.array([3, 3, 5, 8, 9], np.int64)
+    tokens, batch = 9, 5
+    target, draft = exact_probs(dtype, (tokens, v), v + 3), exact_probs(dtype, (tokens, v), v + 4)
+    ids = drawn(draft, g)
+    bonus = np.array([1, 2, 0, v - 1, 0], np.int32)
+    greedy = np.array([False, False, True, False, False])
+    f32 = lambda x: None if x is None else x.astype(np.float32)
+    for t, d in ((target, draft), (f32(target), draft), (target, None)):
+        for seed in range(4):
+            got = specdec.rejection_sample(ids, None, 3, cu, d, t, bonus, greedy, seed=seed)
+            assert same_bits(got, specdec.rejection_sample(ids, None, 3, cu, f32(d), f32(t), bonus, greedy, seed=seed))
+    logits = (g.normal(size=(tokens, v)) * 2).astype(dtype)
+    meta = SimpleNamespace(all_greedy=False, all_random=False, temperature=np.array([1, 1, 0, 1, 1], np.float32), generators={})
+    counts = np.diff(cu, prepend=0).tolist()
+    run = lambda x, d: specdec.rejection_sample(ids, counts, 3, cu, d, x, bonus, meta, seed=4)
+    assert same_bits(run(logits, draft), run(logits.astype(np.float32), draft.astype(np.float32)))
+    other = np.float16 if dtype == BF16 else BF16
+    with pytest.raises(TypeError, match=rf"^draft_probs: expected dtype {np.dtype(dtype).name} \(the dtype of target_probs\); got {np.dtype(other).name}$"):
+        specdec.rejection_sample(ids, None, 3, cu, draft.astype(other), target, bonus, greedy, seed=1)
+    with pytest.raises(TypeError, match=r"^draft_probs: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.rejection_sample(ids, None, 3, cu, draft.astype(np.float64), target.astype(np.float32), bonus, greedy, seed=1)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("v", [5, 300, 4099])
+def test_apply_sampling_constraints_on_half_logits_filters_in_their_dtype(dtype, v):
+    """In place and in the logits' dtype (vLLM's in-place filter on a 16-bit tensor): the float32 path over
+    the quotients rounded to the dtype, at temperature 1."""
+    g = np.random.default_rng(v)
+    x = g.normal(0.0, 3.0, size=(6, v)).astype(np.float32)
+    x[g.random(x.shape) < 0.1] = 1.5  # ties
+    h = x.astype(dtype)
+    cu = np.array([2, 2, 5, 6], np.int64)
+    temperature = np.array([0.7, 1.3, 0.0, 2.0], np.float32)
+    top_k, top_p = np.array([3, 1, v, 7]), np.array([0.9, 1.0, 0.5, 0.95], np.float32)
+    per_row = np.repeat(np.where(temperature == 0, 1, temperature), np.diff(cu, prepend=0))[:, None]
+    ref = (h.astype(np.float32) / per_row).astype(dtype).astype(np.float32)
+    specdec.apply_sampling_constraints(ref, cu, np.ones(4, np.float32), top_k, top_p)
+    got = specdec.apply_sampling_constraints(h, cu, temperature, top_k, top_p)
+    assert got is h and h.dtype == np.dtype(dtype)
+    assert same_bits(h.astype(np.float32), ref)
+    assert np.isneginf(h.astype(np.float32)).any()
+    rows = x.astype(dtype)
+    want = rows.astype(np.float32)
+    specdec.apply_top_k_top_p(want, np.full(6, 4), np.full(6, 0.8, np.float32))
+    specdec.apply_top_k_top_p(rows, np.full(6, 4), np.full(6, 0.8, np.float32))
+    assert same_bits(rows.astype(np.float32), want)
+    with pytest.raises(TypeError, match=r"^logits: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.apply_sampling_constraints(x.astype(np.float64), cu, temperature)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_min_p_sampling_from_half_rows_draws_the_float32_rows_tokens(dtype):
+    h = half_probs(dtype, 16, 3001, 6)
+    f = h.astype(np.float32)
+    for min_p in (0.0, 0.05, 0.5, np.linspace(0, 0.9, 16, dtype=np.float32)):
+        for seed in range(3):
+            assert same_bits(specdec.min_p_sampling_from_probs(h, min_p, seed=seed),
+                             specdec.min_p_sampling_from_probs(f, min_p, seed=seed))
+    with pytest.raises(TypeError, match=r"^probs: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.min_p_sampling_from_probs(f.astype(np.float64), 0.1, seed=1)

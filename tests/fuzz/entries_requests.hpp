@@ -95,6 +95,48 @@ struct request_speculative {
   }
 };
 
+/// The 16-bit overloads: bf16 target rows, fp16 draft rows (widened where read).
+struct request_speculative_half {
+  static constexpr const char* name = "verify_speculative (requests, bf16 / fp16 rows)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "rows.target", 2, 4, 8, role::in, distributions(p.input(), 4, 8));
+    add<specdec::float16>(p, "rows.draft", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add_request(p);
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::speculative_rows<specdec::host_space, specdec::bfloat16, specdec::float16> rows;
+    rows.target = c.m<const specdec::bfloat16>(0);
+    rows.draft = c.m<const specdec::float16>(1);
+    const auto q = request_of(c, {{2, 3, 4}, 5, 6});
+    return results_digest(specdec::sampling::verify_speculative(b, rows, std::span(&q, 1)));
+  }
+};
+
+/// The output form's 16-bit overload: fp16 target rows, float draft rows.
+struct request_speculative_half_outputs {
+  static constexpr const char* name = "verify_speculative (requests, fp16 target, outputs)";
+  static void plan(call_plan& p) {
+    add<specdec::float16>(p, "rows.target", 2, 4, 8, role::in, distributions(p.input(), 4, 8));
+    add<float>(p, "rows.draft", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add_request(p);
+    add<std::int32_t>(p, "outputs.tokens", 2, 1, 4, role::out, {});
+    add<std::int32_t>(p, "outputs.accepted", 1, 1, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::speculative_rows<specdec::host_space, specdec::float16, float> rows;
+    rows.target = c.m<const specdec::float16>(0);
+    rows.draft = c.m<const float>(1);
+    const auto q = request_of(c, {{2, 3, 4}, 5, 6});
+    specdec::sampling::verify_outputs<> o;
+    o.tokens = c.m<std::int32_t>(7);
+    o.accepted = c.v<std::int32_t>(8);
+    specdec::sampling::verify_speculative(b, rows, std::span(&q, 1), {}, o);
+    return {};
+  }
+};
+
 struct request_speculative_logits {
   static constexpr const char* name = "verify_speculative_logits (requests, bitmask)";
   static void plan(call_plan& p) {
@@ -198,6 +240,52 @@ struct sglang_sampling {
         b, c.m<const std::int64_t>(0), c.m<const std::int64_t>(1), c.m<const std::int64_t>(2), c.m<const std::int64_t>(3),
         c.m<const float>(4), c.v<const float>(5), c.m<const float>(6), c.v<std::int32_t>(7), c.m<std::int32_t>(8),
         c.v<std::int32_t>(9), 0.5f, 1.0f);
+    return {};
+  }
+};
+
+/// The backend form's 16-bit overload: fp16 target rows.
+struct sglang_sampling_half {
+  static constexpr const char* name = "sglang::tree_speculative_sampling_target_only (backend, fp16)";
+  static void plan(call_plan& p) {
+    add_sglang_links(p, 7);
+    add<float>(p, "uniform_samples", 2, 1, 3, role::in, {0.3, 0.6, 0.9});
+    add<float>(p, "uniform_final", 1, 1, 1, role::in, {0.4});
+    add<specdec::float16>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "predicts", 1, 3, 1, role::out, {});
+    add<std::int32_t>(p, "accept_index", 2, 1, 3, role::out, {});
+    add<std::int32_t>(p, "accept_token_num", 1, 1, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sglang::tree_speculative_sampling_target_only(
+        b, c.m<const std::int64_t>(0), c.m<const std::int64_t>(1), c.m<const std::int64_t>(2), c.m<const std::int64_t>(3),
+        c.m<const float>(4), c.v<const float>(5), c.m<const specdec::float16>(6), c.v<std::int32_t>(7), c.m<std::int32_t>(8),
+        c.v<std::int32_t>(9), 0.5f, 1.0f);
+    return {};
+  }
+};
+
+/// The host form's 16-bit overload (bf16 target rows); num_spec_step 3, as sglang_greedy_host's.
+struct sglang_sampling_host_half {
+  static constexpr const char* name = "sglang::tree_speculative_sampling_target_only (host, bf16)";
+  static void plan(call_plan& p) {
+    add_sglang_links(p, 7);
+    add<float>(p, "uniform_samples", 2, 1, 3, role::in, {0.3, 0.6, 0.9});
+    add<float>(p, "uniform_final", 1, 1, 1, role::in, {0.4}, true);
+    add<specdec::bfloat16>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    if constexpr (specdec::team_backend<B> && std::is_same_v<typename B::memory_space, specdec::host_space>) {
+      const auto r = specdec::sglang::tree_speculative_sampling_target_only(
+          b, c.m<const std::int64_t>(0), c.m<const std::int64_t>(1), c.m<const std::int64_t>(2), c.m<const std::int64_t>(3),
+          c.m<const float>(4), c.s<const float>(5), c.m<const specdec::bfloat16>(6), 3, 0.5f, 1.0f);
+      digest d(r.predicts.begin(), r.predicts.end());
+      d.insert(d.end(), r.accept_index.begin(), r.accept_index.end());
+      d.insert(d.end(), r.accept_token_num.begin(), r.accept_token_num.end());
+      return d;
+    }
     return {};
   }
 };

@@ -84,6 +84,24 @@ struct apply_sampling_constraints {
   }
 };
 
+/// The 16-bit overload: bf16 logits filtered in place, in their type.
+struct apply_sampling_constraints_half {
+  static constexpr const char* name = "vllm::apply_sampling_constraints (bf16)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "logits", 2, 4, 8, role::inout, logits(p.input(), 32));
+    add<std::int64_t>(p, "cu_num_draft_tokens", 1, 2, 1, role::in, {1, 4}, true);
+    add<float>(p, "temperature", 1, 2, 1, role::in, {0.5, -1.0}, true);
+    add<std::int64_t>(p, "top_k", 1, 2, 1, role::in, {3, 8}, true);
+    add<float>(p, "top_p", 1, 2, 1, role::in, {0.75, 1.0}, true);
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    specdec::vllm::apply_sampling_constraints(c.m<specdec::bfloat16>(0), c.s<const std::int64_t>(1), c.s<const float>(2),
+                                              c.s<const std::int64_t>(3), c.s<const float>(4));
+    return {};
+  }
+};
+
 struct apply_token_bitmask_host {
   static constexpr const char* name = "apply_token_bitmask (host)";
   static void plan(call_plan& p) {
@@ -239,6 +257,30 @@ struct rejection_sample_host {
   }
 };
 
+/// The host form's 16-bit overload: bf16 target and draft rows.
+struct rejection_sample_host_half {
+  static constexpr const char* name = "vllm::rejection_sample (host, bf16)";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "draft_token_ids", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7), true);
+    add<std::int64_t>(p, "cu_num_draft_tokens", 1, 2, 1, role::in, {2, 3}, true);
+    add<specdec::bfloat16>(p, "draft_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<specdec::bfloat16>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "bonus_token_ids", 1, 2, 1, role::in, {4, 6}, true);
+    add<std::uint8_t>(p, "is_greedy", 1, 2, 1, role::in, {0, 1}, true);
+    add<double>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.75}, true);
+    add<float>(p, "exponentials", 2, 2, 8, role::in, {1, 2, 0.5, 1, 3, 1, 0.25, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+    add<std::int32_t>(p, "output", 2, 2, 3, role::out, {});
+    p.size(2);
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::vllm::rejection_sample(b, c.s<const std::int32_t>(0), c.s<const std::int64_t>(1), c.sizes[0],
+                                    c.m<const specdec::bfloat16>(2), c.m<const specdec::bfloat16>(3), c.s<const std::int32_t>(4),
+                                    c.s<const std::uint8_t>(5), c.s<const double>(6), c.m<const float>(7), c.m<std::int32_t>(8));
+    return {};
+  }
+};
+
 struct batch_greedy_bitmask {
   static constexpr const char* name = "verify_greedy (batch, bitmask)";
   static void plan(call_plan& p) {
@@ -301,6 +343,29 @@ struct rejection_sample_backend {
     specdec::vllm::rejection_sample(b, c.v<const std::int32_t>(0), c.v<const std::int64_t>(1), c.m<const float>(2), c.m<const float>(3),
                                     c.v<const std::int32_t>(4), c.v<const std::uint8_t>(5), c.v<const double>(6), c.m<const float>(7),
                                     c.m<std::int32_t>(8));
+    return {};
+  }
+};
+
+/// The backend form's 16-bit overload: float target rows, fp16 draft rows.
+struct rejection_sample_backend_half {
+  static constexpr const char* name = "vllm::rejection_sample (backend, fp16 draft)";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "draft_token_ids", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7));
+    add<std::int64_t>(p, "cu_num_draft_tokens", 1, 2, 1, role::in, {2, 3});
+    add<specdec::float16>(p, "draft_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<float>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "bonus_token_ids", 1, 2, 1, role::in, {4, 6});
+    add<std::uint8_t>(p, "is_greedy", 1, 2, 1, role::in, {0, 1});
+    add<double>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.75});
+    add<float>(p, "exponentials", 2, 2, 8, role::in, {1, 2, 0.5, 1, 3, 1, 0.25, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+    add<std::int32_t>(p, "output", 2, 2, 3, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::vllm::rejection_sample(b, c.v<const std::int32_t>(0), c.v<const std::int64_t>(1), c.m<const specdec::float16>(2),
+                                    c.m<const float>(3), c.v<const std::int32_t>(4), c.v<const std::uint8_t>(5), c.v<const double>(6),
+                                    c.m<const float>(7), c.m<std::int32_t>(8));
     return {};
   }
 };

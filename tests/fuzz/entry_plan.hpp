@@ -26,6 +26,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/interop/sglang.hpp>
+#include <specdec/interop/sglang_sampling.hpp>
 #include <specdec/interop/sglang_tree.hpp>
 #include <specdec/interop/vllm.hpp>
 #include <specdec/mask/packbits.hpp>
@@ -179,6 +180,12 @@ class call_plan {
     std::uint8_t* p = bytes() + at;
     switch (a.elem) {
       case 1: { const auto x = static_cast<std::uint8_t>(v); std::memcpy(p, &x, 1); break; }
+      case 2: {  // bf16 / fp16 rows: the value rounded to the type, as a caller's tensor holds it
+        const std::uint16_t x = half_kind_[&a - args_.data()] == 1 ? specdec::to_bfloat16(static_cast<float>(v)).bits
+                                                                      : specdec::to_float16(static_cast<float>(v)).bits;
+        std::memcpy(p, &x, 2);
+        break;
+      }
       case 4: {
         // Integer arguments are declared with integer values; floats keep theirs.
         if (is_float_[&a - args_.data()]) { const auto x = static_cast<float>(v); std::memcpy(p, &x, 4); }
@@ -196,6 +203,8 @@ class call_plan {
  public:
   /// Whether argument i holds floating-point values (set by `add` through the typed helpers below).
   std::vector<bool> is_float_;
+  /// Argument i's 16-bit type: 1 bfloat16, 2 float16, 0 neither.
+  std::vector<int> half_kind_;
 
  private:
   fuzz::input& in_;
@@ -211,7 +220,8 @@ class call_plan {
 /// Typed helpers: the argument's kind follows its C++ type.
 template <class T>
 int add(call_plan& p, const char* name, int rank, index_t rows, index_t cols, role r, std::vector<double> values, bool span = false) {
-  p.is_float_.push_back(std::is_floating_point_v<T>);
+  p.is_float_.push_back(std::is_floating_point_v<T> || specdec::is_half_v<T>);
+  p.half_kind_.push_back(std::is_same_v<T, specdec::bfloat16> ? 1 : std::is_same_v<T, specdec::float16> ? 2 : 0);
   return p.add<T>(name, rank, rows, cols, r, std::move(values), span);
 }
 
