@@ -24,6 +24,7 @@
 #include <specdec/config.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/view.hpp>
 #include <specdec/core/view_checks.hpp>
@@ -269,7 +270,7 @@ void tree_speculative_sampling_target_only(B& b, matrix_view<const std::int64_t,
 /// tree_speculative_sampling_target_only over bfloat16 / float16 target rows (an engine's bf16 / fp16
 /// softmax), read as they are: each entry widened where the walk reads it, so the tokens are those of
 /// the float rows holding the same values, bit for bit. A final row's sum may differ from 1 by 1e-4
-/// plus what rounding to T moves it by (core/half.hpp's rounding_tolerance). 	hrows invalid_argument as
+/// plus what rounding to T moves it by (core/half.hpp's rounding_tolerance). \throws invalid_argument as
 /// the float form.
 template <team_backend B, class T>
   requires is_half_v<T>
