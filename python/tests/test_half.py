@@ -394,3 +394,29 @@ def test_min_p_sampling_from_half_rows_draws_the_float32_rows_tokens(dtype):
                              specdec.min_p_sampling_from_probs(f, min_p, seed=seed))
     with pytest.raises(TypeError, match=r"^probs: expected dtype float32 or float16 or bfloat16; got float64$"):
         specdec.min_p_sampling_from_probs(f.astype(np.float64), 0.1, seed=1)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_half_verifier_rows_are_read_in_place(dtype):
+    """The verifiers' Python layers hand the 16-bit rows to C++ as they are: no float32 copy (tracemalloc
+    sees numpy's allocations)."""
+    g = np.random.default_rng(1)
+    batch, k, v = 4, 3, 32768
+    draft, target = exact_probs(dtype, (batch, k, v), 5), exact_probs(dtype, (batch, k + 1, v), 6)
+    ids = drawn(draft, g)
+    u = np.full((batch, 2 * k + 1), 0.5)
+    flat_draft, flat_target = draft.reshape(batch * k, v), target[:, :k].reshape(batch * k, v).copy()
+    cu = np.arange(1, batch + 1, dtype=np.int64) * k
+    bonus, greedy = np.zeros(batch, np.int32), np.zeros(batch, bool)
+    uniforms, noise = np.full(batch * k, 0.5), np.ones((batch, v), np.float32)
+    calls = [lambda: specdec.chain_speculative_sampling(draft, ids, target, uniforms=u),
+             lambda: specdec.rejection_sample(ids.reshape(-1), None, k, cu, flat_draft, flat_target, bonus, greedy, uniforms, noise)]
+    for call in calls:
+        call()  # the thread's scratch
+        tracemalloc.start()
+        try:
+            call()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < flat_draft.nbytes // 4, f"{peak} bytes allocated for {flat_draft.nbytes}-byte {dtype.__name__} rows"
