@@ -160,23 +160,24 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
 
   return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
                                                                        tree_view tree) {
-    if constexpr (std::is_same_v<T, float>) {  // masks come with logits rows only, which are float
-    if (q.greedy && masked) {
-      SPECDEC_EXPECTS(source.allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ",
-                      q.target_row, " allows no token; expected at least one (node 0's row constrains the first token emitted)");
-      const auto masked_argmax_of = [&](index_t row) {
-        index_t bad = -1;
-        const std::int32_t best = specdec::detail::masked_argmax(raw.row(row), vocab, rows.target_bitmask.row(row), bad);
-        SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", raw.row(row)[bad < 0 ? 0 : bad],
-                        " at allowed column ", bad, "; expected finite values or -inf");
-        SPECDEC_EXPECTS(best != -1, where, "request ", r, " node ", row - q.target_row, ": rows.target_bitmask row ", row,
-                        " allows tokens but every one has logit -inf; expected at least one finite");
-        return best;  // -2: the grammar terminated at this node
-      };
-      speculative_result res = greedy_walk_one(where, vocab, q, r, tree, masked_argmax_of, -2);
-      raw.recycle();
-      return res;
-    }
+    // Masks come with logits rows only, which are float: 16-bit probability rows never reach this.
+    if constexpr (std::is_same_v<T, float>) {
+      if (q.greedy && masked) {
+        SPECDEC_EXPECTS(source.allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ",
+                        q.target_row, " allows no token; expected at least one (node 0's row constrains the first token emitted)");
+        const auto masked_argmax_of = [&](index_t row) {
+          index_t bad = -1;
+          const std::int32_t best = specdec::detail::masked_argmax(raw.row(row), vocab, rows.target_bitmask.row(row), bad);
+          SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", raw.row(row)[bad < 0 ? 0 : bad],
+                          " at allowed column ", bad, "; expected finite values or -inf");
+          SPECDEC_EXPECTS(best != -1, where, "request ", r, " node ", row - q.target_row, ": rows.target_bitmask row ", row,
+                          " allows tokens but every one has logit -inf; expected at least one finite");
+          return best;  // -2: the grammar terminated at this node
+        };
+        speculative_result res = greedy_walk_one(where, vocab, q, r, tree, masked_argmax_of, -2);
+        raw.recycle();
+        return res;
+      }
     }
     if (q.greedy) {
       const auto argmax_of = [&](index_t row) { return argmax(row); };
