@@ -29,6 +29,7 @@
 #include <specdec/sampling/batch_penalties.hpp>
 #include <specdec/sampling/bitmask.hpp>
 #include <specdec/sampling/distribution.hpp>
+#include <specdec/sampling/randomness.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
 #include <specdec/sampling/tree_coin.hpp>
@@ -1396,6 +1397,72 @@ TEST_CASE_TEMPLATE("vLLM's rejection_sample on a backend equals the host form", 
   }
   CHECK(accepted > 10);  // requests that took their bonus token
   CHECK(rejected > 10);  // and requests stopped by a rejection (random) or a mismatch (greedy)
+}
+
+TEST_CASE_TEMPLATE("vLLM's rejection_sample with Philox noise equals the call given philox_exponentials' rows", B,
+                   SPECDEC_TEAM_BACKENDS) {
+  using space = typename B::memory_space;
+  if constexpr (std::is_same_v<space, specdec::host_space>) {
+    std::uint64_t seed = 6300;
+    int raced = 0;
+    for (const auto& shape : {std::tuple<index_t, index_t, index_t>{1, 3, 40}, {5, 4, 3000}, {16, 7, 1030}, {6, 2, 70000}}) {
+      const index_t batch = std::get<0>(shape), spec = std::get<1>(shape), vocab = std::get<2>(shape);
+      for (const bool with_draft : {false, true})
+        for (const bool mixed : {false, true})
+          for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{777}}) {
+            CAPTURE(seed);
+            vllm_case c = make_vllm_case(seed++, batch, spec, vocab, with_draft, mixed);
+            const specdec::vllm::philox_noise noise{seed * 31, offset};
+            for (index_t r = 0; r < batch; ++r)
+              specdec::sampling::philox_exponentials(specdec::philox_stream{noise.seed, static_cast<std::uint64_t>(r)}, offset,
+                                                     std::span<float>(c.noise.data() + r * vocab, static_cast<std::size_t>(vocab)));
+            const auto want = vllm_reference(c);
+            const auto tokens = static_cast<index_t>(c.ids.size());
+            std::vector<std::int32_t> got(static_cast<std::size_t>(c.batch * c.width), -7);
+            B b;
+            const auto draft = c.draft.empty() ? specdec::matrix_view<const float>{}
+                                               : specdec::matrix_view<const float>(c.draft.data(), tokens, vocab);
+            specdec::vllm::rejection_sample(
+                b, specdec::vector_view<const std::int32_t>(c.ids.data(), tokens),
+                specdec::vector_view<const std::int64_t>(c.cu.data(), batch), draft,
+                specdec::matrix_view<const float>(c.target.data(), tokens, vocab),
+                specdec::vector_view<const std::int32_t>(c.bonus.data(), batch),
+                specdec::vector_view<const std::uint8_t>(c.greedy.data(), batch),
+                specdec::vector_view<const double>(c.uniforms.data(), tokens), noise,
+                specdec::matrix_view<std::int32_t>(got.data(), batch, c.width));
+            CHECK(got == want);
+            // bf16 target rows: the same as the matrix form over the same bf16 rows.
+            std::vector<specdec::bfloat16> target16(c.target.size());
+            for (std::size_t i = 0; i < c.target.size(); ++i) target16[i] = specdec::to_bfloat16(c.target[i]);
+            std::vector<std::int32_t> want16(got.size(), -7), got16(got.size(), -7);
+            const specdec::matrix_view<const specdec::bfloat16> t16(target16.data(), tokens, vocab);
+            const specdec::matrix_view<const specdec::bfloat16> draft16{};  // deterministic drafts (draft rows of bf16: test_half.cpp)
+            if (!with_draft) {
+              specdec::vllm::rejection_sample(b, specdec::vector_view<const std::int32_t>(c.ids.data(), tokens),
+                                              specdec::vector_view<const std::int64_t>(c.cu.data(), batch), draft16, t16,
+                                              specdec::vector_view<const std::int32_t>(c.bonus.data(), batch),
+                                              specdec::vector_view<const std::uint8_t>(c.greedy.data(), batch),
+                                              specdec::vector_view<const double>(c.uniforms.data(), tokens),
+                                              specdec::matrix_view<const float>(c.noise.data(), batch, vocab),
+                                              specdec::matrix_view<std::int32_t>(want16.data(), batch, c.width));
+              specdec::vllm::rejection_sample(b, specdec::vector_view<const std::int32_t>(c.ids.data(), tokens),
+                                              specdec::vector_view<const std::int64_t>(c.cu.data(), batch), draft16, t16,
+                                              specdec::vector_view<const std::int32_t>(c.bonus.data(), batch),
+                                              specdec::vector_view<const std::uint8_t>(c.greedy.data(), batch),
+                                              specdec::vector_view<const double>(c.uniforms.data(), tokens), noise,
+                                              specdec::matrix_view<std::int32_t>(got16.data(), batch, c.width));
+              CHECK(got16 == want16);
+            }
+            for (index_t r = 0; r < batch; ++r) {
+              const std::int64_t k = c.cu[static_cast<std::size_t>(r)] - (r == 0 ? 0 : c.cu[static_cast<std::size_t>(r - 1)]);
+              index_t emitted = 0;
+              while (emitted < c.width && want[static_cast<std::size_t>(r * c.width + emitted)] >= 0) ++emitted;
+              raced += emitted <= k && c.greedy[static_cast<std::size_t>(r)] == 0;
+            }
+          }
+    }
+    CHECK(raced > 40);  // requests whose last token is the race's
+  }
 }
 
 TEST_CASE_TEMPLATE("vLLM's rejection_sample on a backend names what is wrong", B, SPECDEC_ALL_BACKENDS) {

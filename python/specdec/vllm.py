@@ -133,12 +133,16 @@ def _rejection_sample_probs(draft_token_ids, max_spec_len, cu_num_draft_tokens, 
         _check_counts(cu, tokens, max_spec_len)
     batch = _args.shape("cu_num_draft_tokens", cu, 1)[0]
     shape = _args.elements("max_spec_len", (batch, max_spec_len + 1))
+    noise = None  # host arrays: the noise rows are drawn inside the call, only where a request rejects
     if uniform_probs is None or exponentials is None:
         s, o = _seed_offset(seed, offset, generator)
         if uniform_probs is None:
             uniform_probs = _philox_per_request(s, o, np.diff(cu, prepend=0))
         if exponentials is None:
-            exponentials = _philox_exponentials(s, o, batch, v)
+            if on_cuda:
+                exponentials = _philox_exponentials(s, o, batch, v)
+            else:
+                noise = ((s + 1) % _args.UINT64_END, o)  # _philox_exponentials' rows, never written
     out = _empty(target_probs, shape, "int32")
     bonus_ndim = _args.ndim(bonus_token_ids)
     stream = _args.integer("cuda_stream", cuda_stream, 0, _args.UINT64_END - 1) or _stream(target_probs)
@@ -166,7 +170,8 @@ def _rejection_sample_probs(draft_token_ids, max_spec_len, cu_num_draft_tokens, 
     no_rows = np.empty((0, 0), dtype=np.float32)
     _specdec.rejection_sample(draft_token_ids, cu, max_spec_len, no_rows if draft_probs is None else draft_probs,
                               target_probs, _bonus(_args.integers, bonus_token_ids, bonus_ndim), greedy,
-                              _args.reals("uniform_probs", uniform_probs, "float64"), exponentials, out)
+                              _args.reals("uniform_probs", uniform_probs, "float64"),
+                              no_rows if exponentials is None else exponentials, out, 0, noise)
     return out
 
 
@@ -281,16 +286,20 @@ def _vllm_randomness(md, counts: np.ndarray, tokens: int, v: int, target_logits,
         for r, g in generators.items():
             if counts[r] > 0:
                 _assign(uniform_probs, int(starts[r]), int(starts[r] + counts[r]), _draw(g, int(counts[r]), False, r))
+    noise = None
     if exponentials is None and need_exponentials:
+        own = [r for r in generators if counts[r] > 0]
         if use_torch:
             exponentials = torch.empty((batch, v), dtype=torch.float32, device=target_logits.device).exponential_()
+        elif not own and not (_is_torch(target_logits) and target_logits.is_cuda):
+            # Philox rows only: rejection_sample draws them itself, where a request rejects.
+            noise = _seed_offset(seed, offset, generator)
         else:
             s, o = _seed_offset(seed, offset, generator)
             exponentials = _philox_exponentials(s, o, batch, v)
-        for r, g in generators.items():
-            if counts[r] > 0:
-                _assign(exponentials, r, r + 1, _draw(g, v, True, r)[None])
-    return uniform_probs, exponentials
+        for r in own:
+            _assign(exponentials, r, r + 1, _draw(generators[r], v, True, r)[None])
+    return uniform_probs, exponentials, noise
 
 
 def _vllm_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
@@ -308,8 +317,8 @@ def _vllm_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_n
         raise ValueError(f"num_draft_tokens: expected the draft counts of cu_num_draft_tokens, {counts.tolist()}; got {n.tolist()}")
     greedy = _greedy_flags(md, batch)
     all_greedy = bool(greedy.all())
-    uniform_probs, exponentials = _vllm_randomness(md, counts, tokens, v, target_logits, not all_greedy, uniform_probs,
-                                                   exponentials, seed, offset, generator)
+    uniform_probs, exponentials, noise = _vllm_randomness(md, counts, tokens, v, target_logits, not all_greedy, uniform_probs,
+                                                          exponentials, seed, offset, generator)
     on_torch = _is_torch(target_logits)
     if all_greedy:
         out = _empty(target_logits, (batch, max_spec_len + 1), "int32")
@@ -322,7 +331,8 @@ def _vllm_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_n
 
             target_probs = softmax(target_logits)
         out = _rejection_sample_probs(draft_token_ids, max_spec_len, cu, draft_probs, target_probs, bonus_token_ids,
-                                      greedy if greedy.any() else None, uniform_probs, exponentials, cuda_stream=cuda_stream)
+                                      greedy if greedy.any() else None, uniform_probs, exponentials,
+                                      *(noise if noise is not None else ()), cuda_stream=cuda_stream)
     if greedy.any():
         # vLLM compares a greedy request's drafts with the argmax of its logits, not of their softmax
         # (equal logits can round to one probability): the walk on the host, over the logits' argmax.

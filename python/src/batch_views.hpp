@@ -129,6 +129,14 @@ void vllm_rejection(B& b, const cuda::rejection_arrays& a, const T* target, cons
     using V = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
     return p == nullptr ? specdec::vector_view<const V, space>{} : specdec::vector_view<const V, space>(p, n);
   };
+  if constexpr (std::is_same_v<space, specdec::host_space>)
+    if (a.philox_noise) {
+      specdec::vllm::rejection_sample(b, vec(a.draft_token_ids, tokens), vec(a.cu_num_draft_tokens, batch), rows(draft, tokens),
+                                      rows(target, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
+                                      vec(a.uniforms, tokens), specdec::vllm::philox_noise{a.noise_seed, a.noise_offset},
+                                      specdec::matrix_view<std::int32_t, space>(a.output, batch, static_cast<index_t>(a.width)));
+      return;
+    }
   specdec::vllm::rejection_sample(b, vec(a.draft_token_ids, tokens), vec(a.cu_num_draft_tokens, batch), rows(draft, tokens),
                                   rows(target, tokens), vec(a.bonus_token_ids, batch), vec(a.is_greedy, batch),
                                   vec(a.uniforms, tokens), rows(a.exponentials, batch),

@@ -114,6 +114,9 @@ struct rejection_arrays {
   const double* uniforms = nullptr;             ///< `[tokens]`, or null
   const float* exponentials = nullptr;          ///< `[batch x vocab]`, or null
   std::int32_t* output = nullptr;               ///< `[batch x width]`
+  bool philox_noise = false;                    ///< host only: noise rows from Philox (seed, r) at offset
+  std::uint64_t noise_seed = 0;
+  std::uint64_t noise_offset = 0;
 };
 void vllm_rejection_sample(place at, const rejection_arrays& a);
 

@@ -7,6 +7,8 @@
 #include "cuda_ops.hpp"
 #include "placement.hpp"
 
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -283,8 +285,10 @@ void apply_sampling_constraints(const array& logits, const array& cu_num_draft_t
 /// rows may stay 16-bit).
 void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_tokens, index_t max_spec_len, const array& draft_probs,
                       const array& target_probs, const array& bonus_token_ids, const array& is_greedy, const array& uniform_probs,
-                      const array& exponentials, const array& output, std::uintptr_t stream) {
+                      const array& exponentials, const array& output, std::uintptr_t stream,
+                      std::optional<std::pair<std::uint64_t, std::uint64_t>> noise_seed_offset) {
   const auto at = device_of(target_probs, "target_probs", stream);
+  if (noise_seed_offset && at) throw nb::value_error("noise_seed_offset: Philox noise is drawn on the host only; pass exponentials");
   if (!at) {
     with_elements(target_probs, "target_probs", 2, access::read, [](auto*) {});
     if (!absent(draft_probs)) {
@@ -315,6 +319,11 @@ void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_to
   a.exponentials = argument<const float>(exponentials, "exponentials", {a.batch, a.vocab}, at, true);
   a.width = max_spec_len + 1;
   a.output = argument<std::int32_t>(output, "output", {a.batch, a.width}, at);
+  if (noise_seed_offset) {
+    a.philox_noise = true;
+    a.noise_seed = noise_seed_offset->first;
+    a.noise_offset = noise_seed_offset->second;
+  }
   if (at) {
 #if SPECDEC_PYTHON_CUDA
     renaming({{"uniforms", "uniform_probs"}}, [&] { without_gil([&] { specdec_python::cuda::vllm_rejection_sample(*at, a); }); });
@@ -543,7 +552,7 @@ void bind_peers(nb::module_& m) {
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids").none(), nb::arg("cu_num_draft_tokens").none(),
         nb::arg("max_spec_len"), nb::arg("draft_probs").none(), nb::arg("target_probs").none(), nb::arg("bonus_token_ids").none(),
         nb::arg("is_greedy").none(), nb::arg("uniform_probs").none(), nb::arg("exponentials").none(), nb::arg("output").none(),
-        nb::arg("stream") = 0);
+        nb::arg("stream") = 0, nb::arg("noise_seed_offset").none() = nb::none());
   m.def("apply_sampling_constraints", &apply_sampling_constraints, nb::arg("logits").none(), nb::arg("cu_num_draft_tokens").none(),
         nb::arg("temperature").none(), nb::arg("top_k").none(), nb::arg("top_p").none());
   m.def("verify_tree_greedy", &verify_tree_greedy, nb::arg("predicts").none(), nb::arg("accept_index").none(),

@@ -273,3 +273,30 @@ def test_wrong_target_row_counts_blame_the_rows():
         specdec.rejection_sample(ids, None, 4, cu, None, None, bonus, target_probs=rows, seed=1)
     with pytest.raises(ValueError, match=r"^target_logits: expected 4 rows \(one per draft token: draft_token_ids has 4\); got 3$"):
         specdec.rejection_sample(ids, [4], 4, cu, None, rows, bonus, Metadata([1.0]), seed=1)
+
+
+def test_seeded_noise_drawn_inside_the_call_equals_the_drawn_matrix():
+    # With `seed` and host arrays the noise rows are raced without being written (Philox uniforms drawn
+    # per entry, the logarithm only where an entry could win): the tokens of passing the matrix
+    # philox_exponentials(seed + 1, offset) draws, row for row.
+    rng = np.random.default_rng(8)
+    raced = 0
+    for trial in range(40):
+        batch, k, v = int(rng.integers(1, 9)), int(rng.integers(1, 5)), int(rng.choice([7, 1000, 3001, 40000]))
+        counts = rng.integers(0, k + 1, batch)
+        tokens = int(counts.sum())
+        cu = np.cumsum(counts)
+        target = specdec.softmax((rng.standard_normal((tokens, v)) * 2).astype(np.float32))
+        draft = specdec.softmax((rng.standard_normal((tokens, v)) * 2).astype(np.float32)) if trial % 3 else None
+        ids = rng.integers(0, v, tokens).astype(np.int32)
+        bonus = rng.integers(0, v, batch).astype(np.int32)
+        greedy = rng.random(batch) < 0.3
+        seed, offset = int(rng.integers(0, 2**63)), int(rng.integers(0, 1000))
+        got = specdec.rejection_sample(ids, None, k, cu, draft, target, bonus, greedy, seed=seed, offset=offset)
+        u = specdec.philox_uniforms(seed, offset, batch, max(k, 1))
+        uniforms = np.concatenate([u[r, :counts[r]] for r in range(batch)]) if tokens else np.zeros(0)
+        e = specdec.philox_exponentials(seed + 1, offset, batch, v)
+        want = specdec.rejection_sample(ids, None, k, cu, draft, target, bonus, greedy, uniform_probs=uniforms, exponentials=e)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+        raced += int(sum(1 for r in range(batch) if not greedy[r] and (got[r] >= 0).sum() <= counts[r]))
+    assert raced > 20

@@ -26,6 +26,7 @@ std::span<const entry> sampling_entries() {
       make<top_k_mask_logits_backend>(),
       make<rejection_sample_backend>(),
       make<rejection_sample_backend_half>(),
+      make<rejection_sample_backend_philox>(),
       make<gather_rows_entry>(),
       make<top_p_renorm_backend>(),
       make<philox_uniforms_float>(),

@@ -370,6 +370,30 @@ struct rejection_sample_backend_half {
   }
 };
 
+/// The backend form with Philox noise (host memory only: the Thrust CPP system's device memory has no
+/// such overload, and its call does nothing).
+struct rejection_sample_backend_philox {
+  static constexpr const char* name = "vllm::rejection_sample (backend, Philox noise)";
+  static void plan(call_plan& p) {
+    add<std::int32_t>(p, "draft_token_ids", 1, 3, 1, role::in, ints(p.input(), 3, 0, 7));
+    add<std::int64_t>(p, "cu_num_draft_tokens", 1, 2, 1, role::in, {2, 3});
+    add<float>(p, "draft_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<float>(p, "target_probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "bonus_token_ids", 1, 2, 1, role::in, {4, 6});
+    add<std::uint8_t>(p, "is_greedy", 1, 2, 1, role::in, {0, 1});
+    add<double>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.75});
+    add<std::int32_t>(p, "output", 2, 2, 3, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    if constexpr (std::is_same_v<typename B::memory_space, specdec::host_space>)
+      specdec::vllm::rejection_sample(b, c.v<const std::int32_t>(0), c.v<const std::int64_t>(1), c.m<const float>(2),
+                                      c.m<const float>(3), c.v<const std::int32_t>(4), c.v<const std::uint8_t>(5),
+                                      c.v<const double>(6), specdec::vllm::philox_noise{11, 3}, c.m<std::int32_t>(7));
+    return {};
+  }
+};
+
 struct gather_rows_entry {
   static constexpr const char* name = "gather_rows";
   static void plan(call_plan& p) {
