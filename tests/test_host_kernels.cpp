@@ -304,6 +304,44 @@ TEST_CASE("A top-k row at the edge of the sum tolerance: the host's approximate 
   CHECK(refused > 150);
 }
 
+TEST_CASE("A top-k row with a bad entry: the host's quick check pass reports what the radix search does") {
+  // Entries outside [0, 1] or NaN in probability rows, NaN or +inf in logit rows, in a whole block and in
+  // the partial last one: the same fault (kind, column, value) from both searches.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  int faults = 0;
+  for (const bool probabilities : {true, false})
+    for (const index_t v : {index_t{70}, index_t{1000}, index_t{5003}})
+      for (const float bad : {nan, inf, -inf, -1e-3f, 1.5f})
+        for (const index_t at : {index_t{0}, v / 2, v - 1}) {
+          std::vector<float> x = make_row(static_cast<std::uint64_t>(v + at), v, 0, probabilities);
+          x[static_cast<std::size_t>(at)] = bad;
+          const std::int64_t ks[1] = {5};
+          std::vector<float> a(x.size()), h(x.size());
+          const auto job_for = [&](std::vector<float>& out) {
+            return sampling::detail::filter_rows_job<specdec::host_space>{specdec::matrix_view<const float>(x.data(), 1, v),
+                                                                         specdec::matrix_view<float>(out.data(), 1, v),
+                                                                         specdec::vector_view<const std::int64_t>(ks, 1),
+                                                                         {}, probabilities, "bad", {}};
+          };
+          const auto radix_job = job_for(a), host_job = job_for(h);
+          std::vector<std::byte> scratch(std::max(radix_job.scratch_bytes(), host_job.scratch_bytes()) + 16);
+          auto* base_ptr = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 15) / 16 * 16);
+          radix_team on_radix;
+          specdec::detail::serial_team on_host;
+          const auto want = radix_job(on_radix, 0, base_ptr);
+          const auto got = host_job(on_host, 0, base_ptr);
+          CAPTURE(probabilities);
+          CAPTURE(v);
+          CAPTURE(bad);
+          CAPTURE(at);
+          REQUIRE(got.code == want.code);
+          CHECK(got.column == want.column);
+          CHECK(std::memcmp(&got.value, &want.value, sizeof got.value) == 0);
+          faults += got.code != 0;
+        }
+  CHECK(faults >= 2 * 3 * 3 * 3);  // every bad value but -inf / -1e-3 / 1.5 in logit rows is a fault
+}
+
 TEST_CASE("The host's top-p and joint renormalisations equal the radix search: p near 0 and 1, ties, all-equal rows") {
   int compared = 0;
   std::uint64_t seed = 1000;

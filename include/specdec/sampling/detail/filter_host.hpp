@@ -301,9 +301,9 @@ inline quick_check check_row_quick(const E* x, index_t n, float* maxima) noexcep
     result.check.bad = scan.has_nan || scan.max == -negative_infinity<float>();
     result.check.max = scan.max;
   } else {
-    const f8 zero{}, one = f8{} + 1.0f;
-    i8 good = i8{} - 1;
-    f8 row_max = f8{} + negative_infinity<float>();
+    // The range check as a running minimum beside the maxima (an entry outside [0, 1] moves one of
+    // them past its bound); a NaN, which neither selects, makes the sum NaN.
+    f8 row_max = f8{} + negative_infinity<float>(), row_min = f8{} - negative_infinity<float>();
     d8 total{};
     const index_t full = n / block;
     for (index_t b = 0; b < full; ++b) {
@@ -313,7 +313,7 @@ inline quick_check check_row_quick(const E* x, index_t n, float* maxima) noexcep
       for (index_t j = 0; j < block; j += 8) {
         f8 v;
         load8(p + j, v);
-        good &= (v >= zero) & (v <= one);
+        row_min = v < row_min ? v : row_min;
         m = m < v ? v : m;
         s += v;
       }
@@ -323,6 +323,7 @@ inline quick_check check_row_quick(const E* x, index_t n, float* maxima) noexcep
     }
     double sum = 0.0;
     for (int l = 0; l < 8; ++l) sum += total[l];
+    const bool good = !specdec::detail::any_lane(row_min < f8{}) && !specdec::detail::any_lane(row_max > f8{} + 1.0f) && sum == sum;
     float tail_max = negative_infinity<float>();
     bool tail_good = true;
     for (index_t j = full * block; j < n; ++j) {
@@ -332,7 +333,7 @@ inline quick_check check_row_quick(const E* x, index_t n, float* maxima) noexcep
       sum += static_cast<double>(v);
     }
     if (full < blocks) maxima[full] = tail_max;
-    result.check.bad = specdec::detail::any_lane(~good) || !tail_good;
+    result.check.bad = !good || !tail_good;
     result.check.max = std::max(horizontal_max(row_max), tail_max);
     result.check.total = sum;
     // Every entry is >= 0 (or the row is bad): the float lanes err by at most 7 2^-24 of the mass, the
