@@ -438,7 +438,8 @@ inline constexpr std::size_t streaming_bytes = std::size_t{16} << 20;
 
 /// y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n) (write_kept), each whole vector stored by `put`.
 template <class E, class Kept, class Put>
-inline void write_kept_to(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, const Put& put) noexcept {
+inline void write_kept_to(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, bool sparse,
+                          const Put& put) noexcept {
   const f8 threshold = f8{} + tau, fill = f8{} + dropped;
   const index_t full_blocks = n / block;
   for (index_t b = 0; b < full_blocks; ++b) {
@@ -451,7 +452,7 @@ inline void write_kept_to(const E* x, index_t n, float tau, const float* maxima,
       f8 v;
       load8(x + j, v);
       const i8 keep = v >= threshold;
-      if (!specdec::detail::any_lane(keep)) {  // most vectors of a block the k-th largest reaches: kept() is a division
+      if (sparse && !specdec::detail::any_lane(keep)) {  // most vectors of a block a top-k cut reaches: kept() is a division
         put(y + j, fill);
         continue;
       }
@@ -476,34 +477,39 @@ inline void write_kept_to(const E* x, index_t n, float tau, const float* maxima,
 
 /// Writes y[j] = keep(x[j]) ? kept(x[j]) : dropped over [0, n), where keep(v) is v >= tau: blocks whose
 /// maximum (`maxima`, or null) is below tau are filled without being read. y may be x. `stream`: the
-/// whole vectors are written past the caches (where y is 16-byte aligned).
+/// whole vectors are written past the caches (where y is 16-byte aligned). `sparse`: few entries are
+/// kept (a top-k cut), so a vector with none is filled without kept() (a branch a top-p cut, whose kept
+/// entries are many and scattered, mispredicts: measured 1.3x its time).
 template <class E, class Kept>
-inline void write_kept(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, bool stream) noexcept {
+inline void write_kept(const E* x, index_t n, float tau, const float* maxima, float dropped, const Kept& kept, E* y, bool stream,
+                       bool sparse) noexcept {
 #if defined(__SSE2__)
   if (stream && reinterpret_cast<std::uintptr_t>(y) % 16 == 0) {
-    write_kept_to(x, n, tau, maxima, dropped, kept, y, [](E* p, const f8& v) { stream8(p, v); });
+    write_kept_to(x, n, tau, maxima, dropped, kept, y, sparse, [](E* p, const f8& v) { stream8(p, v); });
     _mm_sfence();  // the streamed lines reach memory before any later store (other threads read y)
     return;
   }
 #endif
   (void)stream;
-  write_kept_to(x, n, tau, maxima, dropped, kept, y, [](E* p, const f8& v) { store8(p, v); });
+  write_kept_to(x, n, tau, maxima, dropped, kept, y, sparse, [](E* p, const f8& v) { store8(p, v); });
 }
 
 /// y[j] = x[j] >= tau ? x[j] : -inf (y may be x).
 template <class E>
-inline void write_masked(const E* x, index_t n, float tau, const float* maxima, E* y, bool stream = false) noexcept {
-  write_kept(x, n, tau, maxima, negative_infinity<float>(), [](const f8& v, f8& out) { out = v; }, y, stream);
+inline void write_masked(const E* x, index_t n, float tau, const float* maxima, E* y, bool stream = false, bool sparse = false) noexcept {
+  write_kept(x, n, tau, maxima, negative_infinity<float>(), [](const f8& v, f8& out) { out = v; }, y, stream, sparse);
 }
 
 /// y[j] = x[j] >= tau ? float(double(x[j]) / mass) : 0 (y may be x): the quotient in double, rounded
 /// once, as filter_rows_job writes it. (A product with 1 / mass, checked for the rare quotients it could
 /// round differently, measured slower than the division: its checks cost more than the divider.)
 template <class E>
-inline void write_renormalised(const E* x, index_t n, float tau, double mass, const float* maxima, E* y, bool stream = false) noexcept {
+inline void write_renormalised(const E* x, index_t n, float tau, double mass, const float* maxima, E* y, bool stream = false,
+                               bool sparse = false) noexcept {
   const d8 divisor = d8{} + mass;
   write_kept(x, n, tau, maxima, 0.0f,
-             [&](const f8& v, f8& out) { out = __builtin_convertvector(__builtin_convertvector(v, d8) / divisor, f8); }, y, stream);
+             [&](const f8& v, f8& out) { out = __builtin_convertvector(__builtin_convertvector(v, d8) / divisor, f8); }, y, stream,
+             sparse);
 }
 
 /// The k-th largest of values[0, c) (1 <= k <= c), reordering them.

@@ -333,11 +333,11 @@ struct filter_rows_job {
     E* y = out.row(r);
     const bool stream = static_cast<std::size_t>(out.rows()) * static_cast<std::size_t>(n) * sizeof(E) >= filter_passes::streaming_bytes;
     if (!renormalise) {
-      filter_passes::write_masked(x, n, tau, maxima, y, stream);
+      filter_passes::write_masked(x, n, tau, maxima, y, stream, quick);
       return {};
     }
     if (!weighed_tau) mass = filter_passes::canonical_masses(x, n, tau, maxima).at_or_above;
-    filter_passes::write_renormalised(x, n, tau, mass, maxima, y, stream);
+    filter_passes::write_renormalised(x, n, tau, mass, maxima, y, stream, quick);
     return {};
   }
 #endif
