@@ -57,6 +57,31 @@ void instantiate_every_primitive(cuda_backend& b, specdec::matrix_view<const flo
   b.gather_elements(x, cols, y);
 }
 
+/// FlashInfer's filters (backend forms: one block per row) over float and 16-bit rows, each writing the
+/// rows' own type.
+template <class E>
+void instantiate_filters(cuda_backend& b, specdec::matrix_view<const E, specdec::device_space> x,
+                         specdec::matrix_view<E, specdec::device_space> out,
+                         specdec::vector_view<const std::int64_t, specdec::device_space> k,
+                         specdec::vector_view<const float, specdec::device_space> p) {
+  specdec::sampling::top_k_renorm<cuda_backend, E>(b, x, k, out);
+  specdec::sampling::top_p_renorm<cuda_backend, E>(b, x, p, out);
+  specdec::sampling::top_k_top_p_joint_renorm<cuda_backend, E>(b, x, k, p, out);
+  specdec::sampling::top_k_mask_logits<cuda_backend, E>(b, x, k, out);
+}
+template void instantiate_filters<float>(cuda_backend&, specdec::matrix_view<const float, specdec::device_space>,
+                                         specdec::matrix_view<float, specdec::device_space>,
+                                         specdec::vector_view<const std::int64_t, specdec::device_space>,
+                                         specdec::vector_view<const float, specdec::device_space>);
+template void instantiate_filters<specdec::bfloat16>(cuda_backend&, specdec::matrix_view<const specdec::bfloat16, specdec::device_space>,
+                                                     specdec::matrix_view<specdec::bfloat16, specdec::device_space>,
+                                                     specdec::vector_view<const std::int64_t, specdec::device_space>,
+                                                     specdec::vector_view<const float, specdec::device_space>);
+template void instantiate_filters<specdec::float16>(cuda_backend&, specdec::matrix_view<const specdec::float16, specdec::device_space>,
+                                                    specdec::matrix_view<specdec::float16, specdec::device_space>,
+                                                    specdec::vector_view<const std::int64_t, specdec::device_space>,
+                                                    specdec::vector_view<const float, specdec::device_space>);
+
 #endif
 
 void instantiate_every_dense_primitive(cuda_backend& b, specdec::matrix_view<const float, specdec::device_space> x,

@@ -16,6 +16,7 @@ std::span<const entry> requests_entries() {
       make<request_coin_tree>(),
       make<target_probabilities>(),
       make<host_filters>(),
+      make<host_filters_half>(),
       make<sglang_sampling>(),
       make<sglang_sampling_half>(),
       make<sglang_sampling_host_half>(),

@@ -215,6 +215,24 @@ struct host_filters {
   }
 };
 
+/// The host filters on bf16 rows (and fp16 logits) in place: the 16-bit overloads.
+struct host_filters_half {
+  static constexpr const char* name = "top_k_renorm / top_p_renorm / joint / top_k_mask_logits (host, bf16 / fp16)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "probs", 2, 3, 8, role::inout, distributions(p.input(), 3, 8));
+    add<specdec::float16>(p, "logits", 2, 3, 8, role::inout, logits(p.input(), 24));
+    p.size(3);  // k
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    specdec::sampling::top_k_renorm(c.m<specdec::bfloat16>(0), c.sizes[0]);
+    specdec::sampling::top_p_renorm(c.m<specdec::bfloat16>(0), 0.8f);
+    specdec::sampling::top_k_top_p_joint_renorm(c.m<specdec::bfloat16>(0), c.sizes[0], 0.9f);
+    specdec::sampling::top_k_mask_logits(c.m<specdec::float16>(1), c.sizes[0]);
+    return {};
+  }
+};
+
 /// SGLang's links for one request: a root with two children (node 2 under node 1).
 inline void add_sglang_links(call_plan& p, double first_token) {
   add<std::int64_t>(p, "candidates", 2, 1, 3, role::in, {first_token, 4, 6});
