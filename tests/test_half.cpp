@@ -400,7 +400,7 @@ TEST_CASE("half: FlashInfer's filters over bf16 / fp16 rows are the float rows' 
 
 TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's rounding, and says so when exceeded") {
   // {0.5, 0.25, 0.25 + 2^-9} (exact in bf16) sums to 1 + 2^-9: outside 1e-3 as a float row, inside
-  // 1e-3 + 2^-9 as a bf16 row.
+  // 1e-3 + 2^-8 as a bf16 row.
   std::vector<bfloat16> h = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f), specdec::to_bfloat16(0.25f + 0x1p-9f)};
   REQUIRE(specdec::widen(h[2]) == 0.25f + 0x1p-9f);
   std::vector<float> f = test_half::widened(h);
@@ -410,12 +410,36 @@ TEST_CASE("half: the renormalisers' sum tolerance includes a 16-bit row's roundi
   CHECK(specdec::widen(h[0]) == 1.0f);
   CHECK(specdec::widen(h[1]) == 0.0f);
   CHECK(specdec::widen(h[2]) == 0.0f);
-  std::vector<bfloat16> off = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.50390625f)};  // 1 + 2^-8
+  std::vector<bfloat16> off = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.5078125f)};  // 1 + 2^-7
   CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<bfloat16>(off.data(), 1, 2), 0.5f),
-                       doctest::Contains("expected 1 within 0.001 plus the rounding of its bfloat16 entries (2^-9 of the sum)"), specdec::invalid_argument);
+                       doctest::Contains("expected 1 within 0.001 plus the rounding of its bfloat16 entries (2^-8 of the sum)"), specdec::invalid_argument);
   std::vector<float16> off16 = {specdec::to_float16(0.5f), specdec::to_float16(0.5f + 5 * 0x1p-11f)};  // 1 + 2.4e-3
   CHECK_THROWS_WITH_AS(specdec::sampling::top_p_renorm(specdec::matrix_view<float16>(off16.data(), 1, 2), 0.5f),
                        doctest::Contains("expected 1 within 0.001 plus the rounding of its float16 entries (2^-11 of the sum and 2^-25 per entry)"), specdec::invalid_argument);
+}
+
+TEST_CASE("half: a bf16 row whose entries all round down by almost half an ulp is still a distribution") {
+  // 254 probabilities of 2^-8 (1 + 0.499 / 128) and one of the rest (0.003936) sum to 1; rounded to bf16
+  // (8 significant bits) the 254 become 2^-8, and the row sums to 0.99612: 1 - 3.9e-3, beyond the
+  // 2^-9 that half an ulp is relative to the top of a binade, within the 2^-8 it is at the bottom.
+  const index_t v = 255;
+  std::vector<bfloat16> row(static_cast<std::size_t>(v), specdec::to_bfloat16(0x1p-8f * (1.0f + 0.499f / 128.0f)));
+  row.back() = specdec::to_bfloat16(0.003936f);
+  REQUIRE(specdec::widen(row[0]) == 0x1p-8f);
+  double total = 0.0;
+  for (const bfloat16 e : row) total += static_cast<double>(specdec::widen(e));
+  REQUIRE(total < 1.0 - 0x1p-9 - 1e-3);
+  std::vector<bfloat16> filtered = row;
+  specdec::sampling::top_k_renorm(specdec::matrix_view<bfloat16>(filtered.data(), index_t{1}, v), index_t{10});
+  std::vector<bfloat16> nucleus = row;
+  specdec::sampling::top_p_renorm(specdec::matrix_view<bfloat16>(nucleus.data(), index_t{1}, v), 0.5f);
+  CHECK(specdec::widen(nucleus[0]) > 0.0f);
+  specdec::eigen b;
+  const float u = 0.9999f;
+  std::int32_t t = -1;
+  b.row_sample(specdec::matrix_view<const bfloat16>(static_cast<const bfloat16*>(row.data()), index_t{1}, v),
+               specdec::vector_view<const float>(&u, 1), specdec::vector_view<std::int32_t>(&t, 1));
+  CHECK(t == 254);
 }
 
 TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; the sum tolerance adds the rounding") {
@@ -448,7 +472,7 @@ TEST_CASE("half: row_sample over bf16 / fp16 rows draws the float rows' tokens; 
       REQUIRE(tokens(specdec::matrix_view<const float16>(fp.data(), rows, v)) == tokens(specdec::matrix_view<const float>(ffp.data(), rows, v)));
     }
   }
-  // {0.5, 0.25, 0.25 + 2^-9}: 1 + 2^-9 is inside bf16's 1e-4 + 2^-9, not float's 1e-4.
+  // {0.5, 0.25, 0.25 + 2^-9}: 1 + 2^-9 is inside bf16's 1e-4 + 2^-8, not float's 1e-4.
   std::vector<bfloat16> h = {specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f), specdec::to_bfloat16(0.25f + 0x1p-9f)};
   const std::vector<float> f = test_half::widened(h);
   const float u = 0.9f;
@@ -773,7 +797,7 @@ TEST_CASE("half: vLLM's rejection_sample over bf16 / fp16 rows gives the float r
 TEST_CASE("half: a 16-bit row read whole may miss 1 by its rounding; beyond it the error says so") {
   namespace sampling = specdec::sampling;
   specdec::eigen be;
-  // {0.5, 0.25, 0.25 + 2^-9} sums to 1 + 2^-9: inside bf16's 1e-4 + 2^-9, outside float's 1e-4. The
+  // {0.5, 0.25, 0.25 + 2^-9} sums to 1 + 2^-9: inside bf16's 1e-4 + 2^-8, outside float's 1e-4. The
   // draft token 0 is rejected (p = 0 at node 0's row), so the row is read whole.
   const std::vector<bfloat16> ok = {specdec::to_bfloat16(0.0f), specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f),
                                     specdec::to_bfloat16(0.25f + 0x1p-9f)};

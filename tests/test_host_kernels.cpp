@@ -21,6 +21,7 @@
 #include <specdec/core/rng.hpp>
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/detail/philox_race.hpp>
+#include <specdec/sampling/detail/top_k_first.hpp>
 #include <specdec/sampling/randomness.hpp>
 
 using specdec::index_t;
@@ -508,4 +509,90 @@ TEST_CASE("philox_race: the race over a noise row it never writes equals the rac
       }
   CHECK(compared == 108);
   CHECK(late_winners > 20);
+}
+
+namespace top_k_first_test {
+
+/// The composed steps: top_k_renorm, top_p_renorm, then eigen's row_sample, on a copy of the row.
+template <class E>
+std::int32_t composed(const std::vector<E>& x, index_t v, std::int64_t k, float p, float u) {
+  std::vector<E> row = x;
+  sampling::top_k_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), static_cast<index_t>(std::min<std::int64_t>(k, v)));
+  sampling::top_p_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), p);
+  specdec::eigen b;
+  std::int32_t t = -1;
+  b.row_sample(specdec::matrix_view<const E>(static_cast<const E*>(row.data()), index_t{1}, v), specdec::vector_view<const float>(&u, 1),
+               specdec::vector_view<std::int32_t>(&t, 1));
+  return t;
+}
+
+template <class E>
+void check_rows(int& sparse, int& compared) {
+  std::uint64_t seed = 500;
+  for (const index_t v : {index_t{9}, index_t{1000}, index_t{5000}, index_t{40000}})
+    for (int kind = 0; kind < 5; ++kind)
+      for (const std::int64_t k : {std::int64_t{1}, std::int64_t{2}, std::int64_t{50}, std::int64_t{700}, std::int64_t{v}})
+        for (const float p : {1e-6f, 0.5f, 0.9f, 1.0f})
+          for (const float u : {0.0f, 0.37f, 0.999999f}) {
+            const std::vector<float> f = make_row(seed++, v, kind, true);
+            std::vector<E> x(f.size());
+            for (std::size_t j = 0; j < f.size(); ++j) x[j] = specdec::narrow<E>(f[j]);
+            if constexpr (!std::is_same_v<E, float>) {  // the 16-bit row renormalised as its own distribution
+              double total = 0.0;
+              for (const E e : x) total += static_cast<double>(specdec::widen(e));
+              if (!(std::abs(total - 1.0) < 5e-4)) continue;
+            }
+            CAPTURE(v);
+            CAPTURE(kind);
+            CAPTURE(k);
+            CAPTURE(p);
+            CAPTURE(u);
+            const std::int32_t want = composed(x, v, k, p, u);
+            std::int32_t got = -1;
+            const std::int64_t kk = k;
+            sampling::top_k_top_p_sample(specdec::matrix_view<const E>(static_cast<const E*>(x.data()), index_t{1}, v), specdec::vector_view<const std::int64_t>(&kk, 1),
+                                         specdec::vector_view<const float>(&p, 1), specdec::vector_view<const float>(&u, 1),
+                                         specdec::vector_view<std::int32_t>(&got, 1));
+            REQUIRE(got == want);
+            std::vector<float> scratch(sampling::detail::top_k_first::scratch_floats(v));
+            std::vector<sampling::detail::top_k_first::entry> kept;
+            std::vector<double> masses;
+            const std::int32_t direct = sampling::detail::top_k_first::token(x.data(), v, std::min<std::int64_t>(k, v), p, u,
+                                                                              scratch.data(), kept, masses);
+            // Rows of distinct values cut at a small k are the sparse form's (tied rows may exceed its limit).
+            if (kind == 0 && k <= 50 && k < v) REQUIRE(direct >= 0);
+            if (direct >= 0) {
+              REQUIRE(direct == want);
+              ++sparse;
+            }
+            ++compared;
+          }
+}
+
+}  // namespace top_k_first_test
+
+TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm and row_sample, from the top k alone") {
+  int sparse = 0, compared = 0;
+  top_k_first_test::check_rows<float>(sparse, compared);
+  CHECK(compared == 1200);
+  CHECK(sparse > 300);
+  int sparse16 = 0, compared16 = 0;
+  top_k_first_test::check_rows<specdec::bfloat16>(sparse16, compared16);
+  CHECK(compared16 > 300);
+  CHECK(sparse16 > 100);
+  // Errors name the argument and the row.
+  std::vector<float> bad = make_row(3, 100, 0, true);
+  bad[7] = -0.5f;
+  const std::int64_t k = 5;
+  const float p = 0.9f, u = 0.5f;
+  std::int32_t t = 0;
+  CHECK_THROWS_AS(sampling::top_k_top_p_sample(specdec::matrix_view<const float>(bad.data(), 1, 100),
+                                               specdec::vector_view<const std::int64_t>(&k, 1), specdec::vector_view<const float>(&p, 1),
+                                               specdec::vector_view<const float>(&u, 1), specdec::vector_view<std::int32_t>(&t, 1)),
+                  specdec::invalid_argument);
+  const float u_bad = 1.0f;
+  CHECK_THROWS_WITH_AS(sampling::top_k_top_p_sample(specdec::matrix_view<const float>(bad.data(), 1, 100),
+                                                    specdec::vector_view<const std::int64_t>(&k, 1), specdec::vector_view<const float>(&p, 1),
+                                                    specdec::vector_view<const float>(&u_bad, 1), specdec::vector_view<std::int32_t>(&t, 1)),
+                       doctest::Contains("uniforms[0] = 1"), specdec::invalid_argument);
 }

@@ -135,7 +135,7 @@ def sampling_from_probs(probs, indices=None, deterministic=True, generator=None,
 
     probs: float32 ``[batch, V]``, rows summing to 1 within 1e-4 (FlashInfer draws over whatever mass a
     row has: specdec refuses a row that is not a distribution); on the host also float16 / bfloat16, read
-    as it is, the float32 row's token, the tolerance widened by the type's rounding (2^-9 of the sum for
+    as it is, the float32 row's token, the tolerance widened by the type's rounding (2^-8 of the sum for
     bf16; 2^-11 of it and 2^-25 per entry for fp16).
     ``indices`` (int32 or int64 ``[batch']``): output row i samples row ``indices[i]``; the output's dtype
     is ``indices``' (int32 without them), as FlashInfer's. The draw is specdec's canonical inverse CDF

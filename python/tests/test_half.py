@@ -133,7 +133,7 @@ def test_flashinfer_filters_refuse_an_out_of_another_dtype_and_a_bf16_row_beyond
     h = half_probs(BF16, 2, 100, 9)
     with pytest.raises(TypeError, match=r"out: expected dtype bfloat16; got float32"):
         specdec.top_k_renorm_probs(h, 5, out=np.empty((2, 100), np.float32))
-    # 1 + 2^-9 is inside bf16's tolerance (1e-3 + 2^-9), outside float32's.
+    # 1 + 2^-9 is inside bf16's tolerance (1e-3 + 2^-8), outside float32's.
     row = np.array([[0.5, 0.25, 0.25 + 2.0 ** -9]], np.float32)
     assert same_bits(specdec.top_k_renorm_probs(row.astype(BF16), 1), np.array([[1, 0, 0]], BF16))
     with pytest.raises(ValueError, match=r"sums to 1.00195; expected 1 within 0.001$"):

@@ -116,10 +116,12 @@ SPECDEC_HOST_DEVICE inline T narrow(compute_t<T> x) noexcept {
     return static_cast<T>(x);
 }
 
-/// How far rounding to T can move a normal value, relative: 2^-rounding_bits<T> (half an ulp: 2^-9 for
-/// bf16, 2^-11 for fp16); 0 for the types kernels compute in as they are.
+/// How far rounding to T can move a normal value, relative: 2^-rounding_bits<T> (half an ulp at the
+/// bottom of a binade: 2^-8 for bf16's 8 significant bits, 2^-11 for fp16's 11); 0 for the types
+/// kernels compute in as they are. (A uniform bf16 row over 255 tokens, each 2^-8 where 1/255 rounds
+/// down, sums to 1 - 2^-8.)
 template <class T>
-inline constexpr int rounding_bits = std::is_same_v<std::remove_cv_t<T>, bfloat16> ? 9 : std::is_same_v<std::remove_cv_t<T>, float16> ? 11 : 0;
+inline constexpr int rounding_bits = std::is_same_v<std::remove_cv_t<T>, bfloat16> ? 8 : std::is_same_v<std::remove_cv_t<T>, float16> ? 11 : 0;
 
 /// How far from 1 a distribution of n entries rounded to T can sum: 2^-rounding_bits<T> of the sum, plus
 /// half the smallest subnormal per entry (2^-25 for fp16, whose subnormals start at 6.1e-5, where most
@@ -130,7 +132,7 @@ SPECDEC_HOST_DEVICE constexpr double rounding_tolerance(std::int64_t n) noexcept
   if constexpr (std::is_same_v<std::remove_cv_t<T>, float16>)
     return 0x1p-11 + static_cast<double>(n) * 0x1p-25;
   else if constexpr (std::is_same_v<std::remove_cv_t<T>, bfloat16>)
-    return 0x1p-9 + static_cast<double>(n) * 0x1p-134;
+    return 0x1p-8 + static_cast<double>(n) * 0x1p-134;
   else
     return 0.0;
 }

@@ -20,6 +20,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include <specdec/core/view.hpp>
 #include <specdec/sampling/detail/checks.hpp>
 #include <specdec/sampling/detail/filter_rows.hpp>
+#include <specdec/sampling/detail/top_k_first.hpp>
 
 namespace specdec::sampling {
 
@@ -300,6 +302,87 @@ void top_k_mask_logits(B& b, matrix_view<const std::type_identity_t<E>, typename
                        matrix_view<E, typename B::memory_space> out) {
   SPECDEC_EXPECTS(!top_k.empty(), "specdec::sampling::top_k_mask_logits", "top_k is empty; expected 1 or one per row");
   detail::filter<B, E>(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, {}, out, false);
+}
+
+/// FlashInfer's `top_k_top_p_sampling_from_probs` with `filter_apply_order="top_k_first"` (host): row r's
+/// token is what the sampler (`row_sample`) draws with `uniforms[r]` from the row that top_k_renorm
+/// (k = top_k[r]) and then top_p_renorm (p = top_p[r]) make of `probs` row r, bit for bit; computed from
+/// the row's top k alone where k < V (sampling/detail/top_k_first.hpp: no filtered row is written; ~the
+/// cost of one top-k filter), else, and for rows with more than 512 entries tied into the top k, by the
+/// composed steps on a copy of the row.
+/// \param probs host `[rows x V]` (columns contiguous), float, bfloat16 or float16 probabilities.
+/// \param top_k int64, one for every row or one per row: k >= 1 (k >= V: no top-k cut).
+/// \param top_p float, one or one per row, in (0, 1]. \param uniforms float `[rows]` in [0, 1).
+/// \param tokens int32 `[rows]`, written.
+/// 	hrows invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
+///   filters refuse (entries outside [0, 1], a sum not 1 within 1e-3 plus a 16-bit row's rounding),
+///   naming the row.
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64_t> top_k, vector_view<const float> top_p,
+                        vector_view<const float> uniforms, vector_view<std::int32_t> tokens) {
+  constexpr const char* where = "specdec::sampling::top_k_top_p_sample";
+  const index_t rows = probs.rows(), n = probs.cols();
+  specdec::detail::check_arguments(where, specdec::detail::input("probs", probs), specdec::detail::input("top_k", top_k),
+                                   specdec::detail::input("top_p", top_p), specdec::detail::input("uniforms", uniforms),
+                                   specdec::detail::output("tokens", tokens));
+  specdec::detail::check_vocabulary(where, "V", n);
+  specdec::detail::check_view(where, "probs", probs, specdec::detail::contiguous_rows);
+  SPECDEC_EXPECTS(top_k.rows() == 1 || top_k.rows() == rows, where, "top_k has ", top_k.rows(), " entries; expected 1 or one per row (",
+                  rows, ")");
+  SPECDEC_EXPECTS(top_p.rows() == 1 || top_p.rows() == rows, where, "top_p has ", top_p.rows(), " entries; expected 1 or one per row (",
+                  rows, ")");
+  SPECDEC_EXPECTS(uniforms.rows() == rows, where, "uniforms has ", uniforms.rows(), " entries; expected one per row (", rows, ")");
+  SPECDEC_EXPECTS(tokens.rows() == rows, where, "tokens has ", tokens.rows(), " entries; expected one per row (", rows, ")");
+  for (index_t r = 0; r < rows; ++r) {
+    const std::int64_t k = top_k(top_k.rows() == 1 ? 0 : r);
+    const float p = top_p(top_p.rows() == 1 ? 0 : r);
+    const float u = uniforms(r);
+    SPECDEC_EXPECTS(k >= 1, where, "top_k[", r, "] = ", k, "; expected k >= 1");
+    SPECDEC_EXPECTS(p > 0.0f && p <= 1.0f, where, "top_p[", r, "] = ", p, "; expected a value in (0, 1]");
+    SPECDEC_EXPECTS(u >= 0.0f && u < 1.0f, where, "uniforms[", r, "] = ", u, "; expected a value in [0, 1)");
+  }
+#if SPECDEC_FILTER_HOST_PASSES
+  std::vector<float> scratch(detail::top_k_first::scratch_floats(n));
+  std::vector<detail::top_k_first::entry> kept;
+  std::vector<double> masses;
+#endif
+  std::vector<E> row;
+  std::vector<double> chunk_masses;
+  for (index_t r = 0; r < rows; ++r) {
+    const std::int64_t k = std::min<std::int64_t>(top_k(top_k.rows() == 1 ? 0 : r), n);
+    const float p = top_p(top_p.rows() == 1 ? 0 : r);
+    const float u = uniforms(r);
+#if SPECDEC_FILTER_HOST_PASSES
+    if (const std::int32_t t = detail::top_k_first::token(probs.row(r), n, k, p, u, scratch.data(), kept, masses); t >= 0) {
+      tokens(r) = t;
+      continue;
+    }
+#endif
+    // The composed steps on a copy of the row: their decisions, and their errors naming row r.
+    row.assign(probs.row(r), probs.row(r) + n);
+    const matrix_view<E> one(row.data(), 1, n);
+    try {
+      detail::filter_host(where, "probs", one, static_cast<index_t>(k), 0.0f, true);
+      detail::filter_host(where, "probs", one, 0, p, true);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(std::string(e.what()) + " (row " + std::to_string(r) + " of probs)");
+    }
+    const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
+    chunk_masses.assign(static_cast<std::size_t>(chunks), 0.0);
+    double total = 0.0;
+    for (index_t c = 0; c < chunks; ++c) {
+      const index_t c0 = c * specdec::detail::sample_chunk;
+      chunk_masses[static_cast<std::size_t>(c)] =
+          specdec::detail::probability_chunk_mass(row.data() + c0, std::min(specdec::detail::sample_chunk, n - c0)).mass;
+      total += chunk_masses[static_cast<std::size_t>(c)];
+    }
+    SPECDEC_EXPECTS(specdec::detail::probability_fault(false, false, total, specdec::detail::probability_tolerance<E>(n)) ==
+                        specdec::detail::fault::none,
+                    where, "row ", r, " of probs filtered sums to ", total, "; expected 1");
+    tokens(r) = specdec::detail::locate_sample(chunk_masses.data(), n, specdec::detail::probability_source<E>{row.data()},
+                                               static_cast<double>(u) * total);
+  }
 }
 
 }  // namespace specdec::sampling

@@ -80,7 +80,7 @@ inline void describe_sampling_fault(const char* where, const char* name, const t
       if (f.column > 0)  // a 16-bit row: the tolerance includes its rounding (residual_rows::check_row, core/half.hpp)
         throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ", probability_sum_tolerance,
                                " plus the rounding of its ",
-                               f.column == 9 ? "bfloat16 entries (2^-9 of the sum)" : "float16 entries (2^-11 of the sum and 2^-25 per entry)");
+                               f.column == 8 ? "bfloat16 entries (2^-8 of the sum)" : "float16 entries (2^-11 of the sum and 2^-25 per entry)");
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within ",
                              probability_sum_tolerance);
     case sampling_fault::not_chain:
@@ -109,7 +109,7 @@ inline void describe_sampling_fault(const char* where, const char* name, const t
     case sampling_fault::renorm_sum:
       if (f.column > 0)  // a 16-bit row: the tolerance includes its rounding (filter_rows.hpp, core/half.hpp)
         throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001 plus the rounding of its ",
-                               f.column == 9 ? "bfloat16 entries (2^-9 of the sum)" : "float16 entries (2^-11 of the sum and 2^-25 per entry)");
+                               f.column == 8 ? "bfloat16 entries (2^-8 of the sum)" : "float16 entries (2^-11 of the sum and 2^-25 per entry)");
       throw_invalid_argument(where, name, " row ", f.row, " sums to ", f.value, "; expected 1 within 0.001");
     case sampling_fault::logit_value:
       throw_invalid_argument(where, name, "[", f.row, ", ", f.column, "] = ", f.value, "; expected finite values or -inf");
