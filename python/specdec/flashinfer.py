@@ -355,9 +355,20 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
             rows = rows[keep]
             values = [v if v.shape[0] == 1 else _where(v, keep) for v in values]
             u = _where(u, keep)
-    if prepare is not None:
+    fused = prepare is _top_k_then_top_p and not (_is_torch(rows) and rows.is_cuda)
+    if fused:
+        # The host's fused form: the token of the two filters and the draw, from the top k alone.
+        tokens = _empty(rows, (rows.shape[0],), "int32")
+        if u is None:
+            s, o = _args.seed_offset(seed, offset, generator)
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], _NONE_F32, tokens, s, o)
+        else:
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], u if not _is_torch(u) else u.contiguous(), tokens)
+    elif prepare is not None:
         rows = prepare(rows, *values)
-    if u is None:  # the host draws row i's uniform itself: Philox stream (seed, i) at offset
+    if fused:
+        pass
+    elif u is None:  # the host draws row i's uniform itself: Philox stream (seed, i) at offset
         s, o = _args.seed_offset(seed, offset, generator)
         tokens = _empty(rows, (rows.shape[0],), "int32")
         _specdec.sample_rows(rows, _NONE_F32, tokens, 0, s, o)

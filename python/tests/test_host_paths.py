@@ -195,3 +195,30 @@ def test_rejection_sample_from_a_seed_equals_the_same_draws_given():
     e = np.array([-math.log1p(-x) for x in specdec.philox_uniforms(seed + 1, offset, batch, v).ravel()]).astype(np.float32)
     want = specdec.rejection_sample(ids, None, k, cu, draft, target, bonus, uniform_probs=uniforms, exponentials=e.reshape(batch, v))
     np.testing.assert_array_equal(got, want)
+
+
+def test_top_k_first_sampling_on_the_host_is_the_two_filters_then_the_draw():
+    # top_k_top_p_sampling_from_probs ("top_k_first") on host rows runs fused (the top k alone past one
+    # check pass): the tokens of top_k_renorm_probs, top_p_renorm_probs and sampling_from_probs, per-row k
+    # and p, given uniforms or a seed, float32 and bf16 rows, rows with ties and k >= V.
+    import ml_dtypes
+
+    rng = np.random.default_rng(12)
+    for trial in range(30):
+        rows, v = int(rng.integers(1, 9)), int(rng.choice([5, 700, 4096, 50000]))
+        logits = (rng.standard_normal((rows, v)) * rng.choice([0.5, 3.0])).astype(np.float32)
+        if trial % 5 == 0:
+            logits = np.round(logits)  # ties
+        probs = specdec.softmax(logits)
+        if trial % 3 == 0:
+            probs = probs.astype(ml_dtypes.bfloat16)
+        k = rng.integers(1, v + 3, rows) if trial % 2 else int(rng.integers(1, 60))
+        p = rng.uniform(0.05, 1.0, rows).astype(np.float32) if trial % 2 else float(rng.choice([0.3, 0.9, 1.0]))
+        u = rng.random(rows, dtype=np.float32)
+        want = specdec.sampling_from_probs(
+            specdec.top_p_renorm_probs(specdec.top_k_renorm_probs(probs, np.minimum(k, v)), p), uniforms=u)
+        got = specdec.top_k_top_p_sampling_from_probs(probs, k, p, uniforms=u)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+        seeded = specdec.top_k_top_p_sampling_from_probs(probs, k, p, seed=7, offset=3)
+        drawn = specdec.philox_uniforms(7, 3, rows, 1, "float32").reshape(rows)
+        np.testing.assert_array_equal(seeded, specdec.top_k_top_p_sampling_from_probs(probs, k, p, uniforms=drawn))

@@ -82,10 +82,21 @@ inline std::int32_t token(const E* x, index_t n, std::int64_t k, float p, float 
   const float tau = filter_passes::kth_largest(x, n, static_cast<index_t>(k), q.check.max, maxima, buffer);
   kept.clear();
   const index_t blocks = specdec::detail::maxima_blocks(n);
+  const filter_passes::f8 threshold = filter_passes::f8{} + tau;
   for (index_t b = 0; b < blocks; ++b) {
     if (maxima[b] < tau) continue;
     const index_t end = std::min(n, (b + 1) * filter_passes::block);
-    for (index_t j = b * filter_passes::block; j < end; ++j) {
+    index_t j = b * filter_passes::block;
+    for (; j + 8 <= end; j += 8) {  // a vector at a time: few of a block's entries reach the k-th largest
+      filter_passes::f8 v;
+      filter_passes::load8(x + j, v);
+      for (auto bits = specdec::detail::lane_bits(v >= threshold); bits != 0; bits &= bits - 1) {
+        if (static_cast<index_t>(kept.size()) == sparse_limit) return -1;
+        const int l = __builtin_ctzll(bits);
+        kept.push_back({j + l, v[l]});
+      }
+    }
+    for (; j < end; ++j) {
       const float v = widen(x[j]);
       if (v >= tau) {
         if (static_cast<index_t>(kept.size()) == sparse_limit) return -1;
@@ -111,17 +122,19 @@ inline std::int32_t token(const E* x, index_t n, std::int64_t k, float p, float 
       if (e.v > 0.0f) values.push_back(e.v);
     std::sort(values.begin(), values.end(), std::greater<float>());
     values.erase(std::unique(values.begin(), values.end()), values.end());
-    bool found = false;
-    for (std::size_t i = values.size(); i-- > 0;) {
-      const float c = values[i];
-      const double above = canonical_mass(kept, [c](float v) { return v > c; });
-      if (above < static_cast<double>(p)) {
-        d = c;
-        found = true;
-        break;
-      }
+    // The mass above a value falls as the value rises (a subset of the same canonical sums): the first
+    // value, walking up from the smallest, whose mass above is below p, by bisection. The largest
+    // value qualifies (nothing above it; p > 0).
+    std::size_t lo = 0, hi = values.size() - 1;  // values[lo] qualifies; values[hi + 1], if any, does not
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi + 1) / 2;
+      const float c = values[mid];
+      if (canonical_mass(kept, [c](float v) { return v > c; }) < static_cast<double>(p))
+        lo = mid;
+      else
+        hi = mid - 1;
     }
-    if (!found) return -1;  // no kept value qualifies: not a row this form settles
+    d = values[lo];
     mass_p = canonical_mass(kept, [d](float v) { return v >= d; });
   }
   for (entry& e : kept) e.v = e.v >= d ? widen(narrow<E>(static_cast<float>(static_cast<double>(e.v) / mass_p))) : 0.0f;
@@ -138,11 +151,15 @@ inline std::int32_t token(const E* x, index_t n, std::int64_t k, float p, float 
   for (const double m : masses) total += m;
   if (specdec::detail::probability_fault(false, false, total, specdec::detail::probability_tolerance<E>(n)) != specdec::detail::fault::none)
     return -1;
-  const auto at = [&](index_t j) {  // z[j]: the kept entries are few; a binary search by index
-    const auto it = std::lower_bound(kept.begin(), kept.end(), j, [](const entry& e, index_t i) { return e.j < i; });
-    return it != kept.end() && it->j == j ? it->v : 0.0f;
-  };
-  return specdec::detail::locate_sample(masses.data(), n, at, static_cast<double>(u) * total);
+  // locate_sample's two steps, the chosen chunk's entries laid out for its walk.
+  const double target = static_cast<double>(u) * total;
+  const specdec::detail::chunk_choice c = specdec::detail::choose_chunk(masses.data(), n, target);
+  const index_t begin = c.chunk * specdec::detail::sample_chunk;
+  const index_t end = std::min(n, begin + specdec::detail::sample_chunk);
+  float dense[specdec::detail::sample_chunk] = {};
+  for (const entry& e : kept)
+    if (e.j >= begin && e.j < end) dense[e.j - begin] = e.v;
+  return specdec::detail::walk_chunk([&](index_t j) { return dense[j - begin]; }, begin, end, c.before, target);
 }
 
 }  // namespace top_k_first
