@@ -515,10 +515,14 @@ namespace top_k_first_test {
 
 /// The composed steps: top_k_renorm, top_p_renorm, then eigen's row_sample, on a copy of the row.
 template <class E>
-std::int32_t composed(const std::vector<E>& x, index_t v, std::int64_t k, float p, float u) {
+std::int32_t composed(const std::vector<E>& x, index_t v, std::int64_t k, float p, float u, bool joint) {
   std::vector<E> row = x;
-  sampling::top_k_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), static_cast<index_t>(std::min<std::int64_t>(k, v)));
-  sampling::top_p_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), p);
+  if (joint) {
+    sampling::top_k_top_p_joint_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), static_cast<index_t>(std::min<std::int64_t>(k, v)), p);
+  } else {
+    sampling::top_k_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), static_cast<index_t>(std::min<std::int64_t>(k, v)));
+    sampling::top_p_renorm(specdec::matrix_view<E>(row.data(), index_t{1}, v), p);
+  }
   specdec::eigen b;
   std::int32_t t = -1;
   b.row_sample(specdec::matrix_view<const E>(static_cast<const E*>(row.data()), index_t{1}, v), specdec::vector_view<const float>(&u, 1),
@@ -527,7 +531,7 @@ std::int32_t composed(const std::vector<E>& x, index_t v, std::int64_t k, float 
 }
 
 template <class E>
-void check_rows(int& sparse, int& compared) {
+void check_rows(int& sparse, int& compared, bool joint) {
   std::uint64_t seed = 500;
   for (const index_t v : {index_t{9}, index_t{1000}, index_t{5000}, index_t{40000}})
     for (int kind = 0; kind < 5; ++kind)
@@ -547,18 +551,20 @@ void check_rows(int& sparse, int& compared) {
             CAPTURE(k);
             CAPTURE(p);
             CAPTURE(u);
-            const std::int32_t want = composed(x, v, k, p, u);
+            CAPTURE(joint);
+            const std::int32_t want = composed(x, v, k, p, u, joint);
             std::int32_t got = -1;
             const std::int64_t kk = k;
             sampling::top_k_top_p_sample(specdec::matrix_view<const E>(static_cast<const E*>(x.data()), index_t{1}, v), specdec::vector_view<const std::int64_t>(&kk, 1),
                                          specdec::vector_view<const float>(&p, 1), specdec::vector_view<const float>(&u, 1),
-                                         specdec::vector_view<std::int32_t>(&got, 1));
+                                         specdec::vector_view<std::int32_t>(&got, 1),
+                                         joint ? sampling::filter_order::joint : sampling::filter_order::top_k_first);
             REQUIRE(got == want);
             std::vector<float> scratch(sampling::detail::top_k_first::scratch_floats(v));
             std::vector<sampling::detail::top_k_first::entry> kept;
             std::vector<double> masses;
             const std::int32_t direct = sampling::detail::top_k_first::token(x.data(), v, std::min<std::int64_t>(k, v), p, u,
-                                                                              scratch.data(), kept, masses);
+                                                                              scratch.data(), kept, masses, joint);
             // Rows of distinct values cut at a small k are the sparse form's (tied rows may exceed its limit).
             if (kind == 0 && k <= 50 && k < v) REQUIRE(direct >= 0);
             if (direct >= 0) {
@@ -571,15 +577,17 @@ void check_rows(int& sparse, int& compared) {
 
 }  // namespace top_k_first_test
 
-TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm and row_sample, from the top k alone") {
-  int sparse = 0, compared = 0;
-  top_k_first_test::check_rows<float>(sparse, compared);
-  CHECK(compared == 1200);
-  CHECK(sparse > 300);
-  int sparse16 = 0, compared16 = 0;
-  top_k_first_test::check_rows<specdec::bfloat16>(sparse16, compared16);
-  CHECK(compared16 > 300);
-  CHECK(sparse16 > 100);
+TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm (or the joint filter) and row_sample, from the top k alone") {
+  for (const bool joint : {false, true}) {
+    int sparse = 0, compared = 0;
+    top_k_first_test::check_rows<float>(sparse, compared, joint);
+    CHECK(compared == 1200);
+    CHECK(sparse > 300);
+    int sparse16 = 0, compared16 = 0;
+    top_k_first_test::check_rows<specdec::bfloat16>(sparse16, compared16, joint);
+    CHECK(compared16 > 300);
+    CHECK(sparse16 > 100);
+  }
   // Errors name the argument and the row.
   std::vector<float> bad = make_row(3, 100, 0, true);
   bad[7] = -0.5f;

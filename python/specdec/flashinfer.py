@@ -355,15 +355,16 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
             rows = rows[keep]
             values = [v if v.shape[0] == 1 else _where(v, keep) for v in values]
             u = _where(u, keep)
-    fused = prepare is _top_k_then_top_p and not (_is_torch(rows) and rows.is_cuda)
+    fused = prepare in (_top_k_then_top_p, _top_k_top_p_joint) and not (_is_torch(rows) and rows.is_cuda)
     if fused:
-        # The host's fused form: the token of the two filters and the draw, from the top k alone.
+        # The host's fused form: the token of the filters and the draw, from the top k alone.
         tokens = _empty(rows, (rows.shape[0],), "int32")
+        joint = prepare is _top_k_top_p_joint
         if u is None:
             s, o = _args.seed_offset(seed, offset, generator)
-            _specdec.top_k_top_p_sample(rows, values[0], values[1], _NONE_F32, tokens, s, o)
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], _NONE_F32, tokens, s, o, joint)
         else:
-            _specdec.top_k_top_p_sample(rows, values[0], values[1], u if not _is_torch(u) else u.contiguous(), tokens)
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], u if not _is_torch(u) else u.contiguous(), tokens, 0, 0, joint)
     elif prepare is not None:
         rows = prepare(rows, *values)
     if fused:

@@ -198,7 +198,7 @@ def test_rejection_sample_from_a_seed_equals_the_same_draws_given():
 
 
 def test_top_k_first_sampling_on_the_host_is_the_two_filters_then_the_draw():
-    # top_k_top_p_sampling_from_probs ("top_k_first") on host rows runs fused (the top k alone past one
+    # top_k_top_p_sampling_from_probs ("top_k_first" and "joint") on host rows runs fused (the top k alone past one
     # check pass): the tokens of top_k_renorm_probs, top_p_renorm_probs and sampling_from_probs, per-row k
     # and p, given uniforms or a seed, float32 and bf16 rows, rows with ties and k >= V.
     import ml_dtypes
@@ -219,6 +219,12 @@ def test_top_k_first_sampling_on_the_host_is_the_two_filters_then_the_draw():
             specdec.top_p_renorm_probs(specdec.top_k_renorm_probs(probs, np.minimum(k, v)), p), uniforms=u)
         got = specdec.top_k_top_p_sampling_from_probs(probs, k, p, uniforms=u)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+        joint_rows = np.empty_like(probs)
+        specdec._specdec.filter_rows(probs, joint_rows, np.atleast_1d(np.minimum(k, v)).astype(np.int64),
+                                     np.atleast_1d(np.float32(p)), True, 0)
+        want_joint = specdec.sampling_from_probs(joint_rows, uniforms=u)
+        got_joint = specdec.top_k_top_p_sampling_from_probs(probs, k, p, filter_apply_order="joint", uniforms=u)
+        np.testing.assert_array_equal(got_joint, want_joint, err_msg=f"trial {trial} (joint)")
         seeded = specdec.top_k_top_p_sampling_from_probs(probs, k, p, seed=7, offset=3)
         drawn = specdec.philox_uniforms(7, 3, rows, 1, "float32").reshape(rows)
         np.testing.assert_array_equal(seeded, specdec.top_k_top_p_sampling_from_probs(probs, k, p, uniforms=drawn))

@@ -317,10 +317,15 @@ void top_k_mask_logits(B& b, matrix_view<const std::type_identity_t<E>, typename
 /// 	hrows invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
 ///   filters refuse (entries outside [0, 1], a sum not 1 within 1e-3 plus a 16-bit row's rounding),
 ///   naming the row.
+/// `order`: filter_order::joint for FlashInfer's `"joint"` order (top_k_top_p_joint_renorm, then the
+/// draw), the same way.
+enum class filter_order { top_k_first, joint };
 template <class E = float>
   requires(std::is_same_v<E, float> || is_half_v<E>)
 void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64_t> top_k, vector_view<const float> top_p,
-                        vector_view<const float> uniforms, vector_view<std::int32_t> tokens) {
+                        vector_view<const float> uniforms, vector_view<std::int32_t> tokens,
+                        filter_order order = filter_order::top_k_first) {
+  const bool joint = order == filter_order::joint;
   constexpr const char* where = "specdec::sampling::top_k_top_p_sample";
   const index_t rows = probs.rows(), n = probs.cols();
   specdec::detail::check_arguments(where, specdec::detail::input("probs", probs), specdec::detail::input("top_k", top_k),
@@ -356,7 +361,7 @@ void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64
     const float p = top_p(top_p.rows() == 1 ? 0 : r);
     const float u = uniforms(r);
 #if SPECDEC_FILTER_HOST_PASSES
-    if (const std::int32_t t = detail::top_k_first::token(probs.row(r), n, k, p, u, scratch.data(), kept, masses); t >= 0) {
+    if (const std::int32_t t = detail::top_k_first::token(probs.row(r), n, k, p, u, scratch.data(), kept, masses, joint); t >= 0) {
       tokens(r) = t;
       continue;
     }
@@ -365,8 +370,12 @@ void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64
     row.assign(probs.row(r), probs.row(r) + n);
     const matrix_view<E> one(row.data(), 1, n);
     try {
-      detail::filter_host(where, "probs", one, static_cast<index_t>(k), 0.0f, true);
-      detail::filter_host(where, "probs", one, 0, p, true);
+      if (joint) {
+        detail::filter_host(where, "probs", one, static_cast<index_t>(k), p, true);
+      } else {
+        detail::filter_host(where, "probs", one, static_cast<index_t>(k), 0.0f, true);
+        detail::filter_host(where, "probs", one, 0, p, true);
+      }
     } catch (const invalid_argument& e) {
       throw invalid_argument(std::string(e.what()) + " (row " + std::to_string(r) + " of probs)");
     }

@@ -70,9 +70,13 @@ inline std::size_t scratch_floats(index_t n) { return filter_passes::scratch_byt
 
 /// The token of the file comment, or -1 where the composed path must decide (see there). `scratch`:
 /// scratch_floats(n) floats; `kept`, `masses`: reused buffers.
+/// `joint`: FlashInfer's "joint" order instead (one filter, top-k and top-p both judged on the row as
+/// given): the top-p cut is taken over the kept entries' own values (every entry above a candidate cut
+/// at or above the k-th largest is a kept one; a cut below it keeps the top k, as the filter's
+/// max(k-th largest, cut) does), and the kept entries are renormalised once.
 template <class E>
 inline std::int32_t token(const E* x, index_t n, std::int64_t k, float p, float u, float* scratch, std::vector<entry>& kept,
-                          std::vector<double>& masses) {
+                          std::vector<double>& masses, bool joint = false) {
   if (k < 1 || k >= n || !(p > 0.0f && p <= 1.0f) || !(u >= 0.0f && u < 1.0f)) return -1;
   float* maxima = scratch;
   float* buffer = maxima + specdec::detail::maxima_blocks(n) + filter_passes::maxima_padding;
@@ -105,15 +109,18 @@ inline std::int32_t token(const E* x, index_t n, std::int64_t k, float p, float 
     }
   }
   const double mass_k = filter_passes::canonical_masses(x, n, tau, maxima).at_or_above;
-  for (entry& e : kept) e.v = widen(narrow<E>(static_cast<float>(static_cast<double>(e.v) / mass_k)));
-  // 2. top_p_renorm of that row: accepted as the filter accepts it, then its cut.
-  const double total_y = canonical_mass(kept, [](float) { return true; });
-  if (!(std::abs(total_y - 1.0) <= renorm_tolerance<E>(n))) return -1;
-  for (const entry& e : kept)
-    if (!(e.v >= 0.0f && e.v <= 1.0f)) return -1;
+  double total_y = mass_k;  // joint: the cut is judged on the row as given (a total below p keeps the top k)
+  if (!joint) {
+    for (entry& e : kept) e.v = widen(narrow<E>(static_cast<float>(static_cast<double>(e.v) / mass_k)));
+    // 2. top_p_renorm of that row: accepted as the filter accepts it, then its cut.
+    total_y = canonical_mass(kept, [](float) { return true; });
+    if (!(std::abs(total_y - 1.0) <= renorm_tolerance<E>(n))) return -1;
+    for (const entry& e : kept)
+      if (!(e.v >= 0.0f && e.v <= 1.0f)) return -1;
+  }
   float d = specdec::detail::negative_infinity<float>();  // K* = 0: every entry kept
   double mass_p = total_y;
-  if (!(total_y < static_cast<double>(p))) {
+  if (joint || !(total_y < static_cast<double>(p))) {
     // The largest kept value whose mass above is below p is the smallest with that property walking
     // down: the mass above a value grows as the value falls.
     std::vector<float> values;
