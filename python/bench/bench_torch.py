@@ -178,7 +178,8 @@ def bench_filters(lines, vocabs, rows_list):
     """FlashInfer's filters on numpy rows, each over one specdec.topk(x, 50) and one specdec.softmax(x) on
     the same rows: top_k_mask_logits(logits, 50), top_k_renorm_probs(probs, 50), top_p_renorm_probs(probs,
     0.9), and top_k_top_p_sampling_from_logits' filtering with k = 50, p = 0.9 in both orders
-    ("top_k_first": the two renormalisations, in place; "joint": one pass of both)."""
+    ("top_k_first": the two renormalisations, in place; "joint": one pass of both); then the whole
+    top_k_top_p_sampling_from_probs / _from_logits calls (filters and draw, seed given)."""
     from specdec.flashinfer import _per_row
 
     print(f"{'filter (numpy rows)':<26}{'V':>8}{'rows':>6}{'us':>10}{'topk us':>10}{'softmax us':>12}{'/topk':>8}{'/softmax':>10}")
@@ -199,7 +200,11 @@ def bench_filters(lines, vocabs, rows_list):
                      ("top_k_renorm_probs k=50", probs, lambda x: specdec.top_k_renorm_probs(x, 50, out=out)),
                      ("top_p_renorm_probs 0.9", probs, lambda x: specdec.top_p_renorm_probs(x, 0.9, out=out)),
                      ("k=50,p=0.9 top_k_first", probs, top_k_first),
-                     ("k=50,p=0.9 joint", probs, lambda x: specdec._specdec.filter_rows(x, out, k50, p90, True, 0))]
+                     ("k=50,p=0.9 joint", probs, lambda x: specdec._specdec.filter_rows(x, out, k50, p90, True, 0)),
+                     ("sample probs top_k_first", probs, lambda x: specdec.top_k_top_p_sampling_from_probs(x, 50, 0.9, seed=1)),
+                     ("sample probs joint", probs,
+                      lambda x: specdec.top_k_top_p_sampling_from_probs(x, 50, 0.9, filter_apply_order="joint", seed=1)),
+                     ("sample logits top_k_first", logits, lambda x: specdec.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=1))]
             reps = 60 if rows * v <= 8 * 128256 else 20
             topk_out = (np.empty((rows, 50), np.float32), np.empty((rows, 50), np.int32))
             for name, pool, fn in cases:
