@@ -604,3 +604,45 @@ TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm (or the j
                                                     specdec::vector_view<const float>(&u_bad, 1), specdec::vector_view<std::int32_t>(&t, 1)),
                        doctest::Contains("uniforms[0] = 1"), specdec::invalid_argument);
 }
+
+TEST_CASE("Top-k filters whose output passes 16 MB (streamed stores) write what row-by-row calls write, in place too") {
+  // 32 x 131072 floats (16.8 MB) and bf16 rows of twice as many entries: past filter_passes::streaming_bytes,
+  // where the whole-matrix call writes with non-temporal stores and a one-row call does not.
+  const index_t rows = 32, v = 131072;
+  std::vector<float> logits(static_cast<std::size_t>(rows * v)), probs(logits.size());
+  for (index_t r = 0; r < rows; ++r) {
+    const std::vector<float> l = make_row(static_cast<std::uint64_t>(900 + r), v, r % 5, false);
+    const std::vector<float> p = make_row(static_cast<std::uint64_t>(900 + r), v, r % 5, true);
+    std::copy(l.begin(), l.end(), logits.begin() + r * v);
+    std::copy(p.begin(), p.end(), probs.begin() + r * v);
+  }
+  REQUIRE(logits.size() * sizeof(float) >= sampling::detail::filter_passes::streaming_bytes);
+  specdec::eigen b;
+  const std::int64_t k = 40;
+  const specdec::vector_view<const std::int64_t> kv(&k, 1);
+  for (const bool renormalise : {false, true}) {
+    const std::vector<float>& x = renormalise ? probs : logits;
+    std::vector<float> whole(x.size()), in_place = x, by_row(x.size());
+    const auto run = [&](const float* in, float* out, index_t n_rows) {
+      const specdec::matrix_view<const float> i(in, n_rows, v);
+      const specdec::matrix_view<float> o(out, n_rows, v);
+      if (renormalise) sampling::top_k_renorm(b, i, kv, o);
+      else sampling::top_k_mask_logits(b, i, kv, o);
+    };
+    run(x.data(), whole.data(), rows);
+    run(in_place.data(), in_place.data(), rows);
+    for (index_t r = 0; r < rows; ++r) run(x.data() + r * v, by_row.data() + r * v, 1);
+    CAPTURE(renormalise);
+    CHECK(same_rows(whole, by_row));
+    CHECK(same_rows(in_place, by_row));
+  }
+  // bf16: the 16-bit stores streamed (64 rows of 131072: 16.8 MB).
+  std::vector<specdec::bfloat16> p16(static_cast<std::size_t>(2 * rows * v)), whole16(p16.size()), row16(p16.size());
+  for (std::size_t i = 0; i < p16.size(); ++i) p16[i] = specdec::to_bfloat16(probs[i % probs.size()]);
+  sampling::top_k_renorm(b, specdec::matrix_view<const specdec::bfloat16>(p16.data(), 2 * rows, v), kv,
+                         specdec::matrix_view<specdec::bfloat16>(whole16.data(), 2 * rows, v));
+  for (index_t r = 0; r < 2 * rows; ++r)
+    sampling::top_k_renorm(b, specdec::matrix_view<const specdec::bfloat16>(p16.data() + r * v, index_t{1}, v), kv,
+                           specdec::matrix_view<specdec::bfloat16>(row16.data() + r * v, index_t{1}, v));
+  CHECK(std::memcmp(whole16.data(), row16.data(), whole16.size() * sizeof(specdec::bfloat16)) == 0);
+}
