@@ -610,7 +610,7 @@ void rejection_sample(B& b, vector_view<const std::int32_t, typename B::memory_s
 /// place of an `exponentials` matrix: the tokens of passing `philox_exponentials`' rows, without
 /// writing them (~1.2 ns per entry of a rejecting request's row for the uniforms, where drawing the
 /// matrix cost ~2.6 ns per entry of every request's row). Rows of float, bfloat16 or float16 (T target,
-/// D draft) as the other forms. 	hrows invalid_argument as the float form (no noise entry to refuse).
+/// D draft) as the other forms. \throws invalid_argument as the float form (no noise entry to refuse).
 template <team_backend B, class T, class D>
   requires std::is_same_v<typename B::memory_space, host_space> &&
            ((std::is_same_v<T, float> && std::is_same_v<D, float>) || sampling::detail::half_rows<T, D>)

@@ -314,7 +314,7 @@ void top_k_mask_logits(B& b, matrix_view<const std::type_identity_t<E>, typename
 /// \param top_k int64, one for every row or one per row: k >= 1 (k >= V: no top-k cut).
 /// \param top_p float, one or one per row, in (0, 1]. \param uniforms float `[rows]` in [0, 1).
 /// \param tokens int32 `[rows]`, written.
-/// 	hrows invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
+/// \throws invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
 ///   filters refuse (entries outside [0, 1], a sum not 1 within 1e-3 plus a 16-bit row's rounding),
 ///   naming the row.
 /// `order`: filter_order::joint for FlashInfer's `"joint"` order (top_k_top_p_joint_renorm, then the
