@@ -605,6 +605,54 @@ TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm (or the j
                        doctest::Contains("uniforms[0] = 1"), specdec::invalid_argument);
 }
 
+TEST_CASE_TEMPLATE("top_k_top_p_sample_from_logits: row_softmax of the whole matrix, then top_k_top_p_sample", E, float, specdec::bfloat16) {
+  // Rows of the five kinds (ties, -inf masks, a constant row), per-row k (1 .. V) and p, both orders;
+  // the whole matrix's softmax is past the size where row_softmax streams its stores.
+  specdec::eigen b;
+  for (const index_t v : {index_t{7}, index_t{3000}, index_t{70000}}) {
+    const index_t rows = v == 70000 ? 24 : 40;
+    std::vector<E> logits(static_cast<std::size_t>(rows * v));
+    std::vector<std::int64_t> k(static_cast<std::size_t>(rows));
+    std::vector<float> p(static_cast<std::size_t>(rows)), u(static_cast<std::size_t>(rows));
+    const specdec::philox_stream rng{41, static_cast<std::uint64_t>(v)};
+    for (index_t r = 0; r < rows; ++r) {
+      const std::vector<float> l = make_row(static_cast<std::uint64_t>(300 + r), v, static_cast<int>(r % 5), false);
+      for (index_t j = 0; j < v; ++j) logits[static_cast<std::size_t>(r * v + j)] = specdec::narrow<E>(l[static_cast<std::size_t>(j)]);
+      const std::int64_t ks[] = {1, 2, 20, 600, v};
+      k[static_cast<std::size_t>(r)] = ks[(r / 5) % 5];
+      p[static_cast<std::size_t>(r)] = r % 3 == 0 ? 1.0f : 0.05f + 0.9f * rng.uniform(static_cast<std::uint64_t>(2 * r));
+      u[static_cast<std::size_t>(r)] = rng.uniform(static_cast<std::uint64_t>(2 * r + 1));
+    }
+    std::vector<float> soft(logits.size());
+    b.row_softmax(specdec::matrix_view<const E>(logits.data(), rows, v), 1.0f, specdec::matrix_view<float>(soft.data(), rows, v));
+    for (const auto order : {sampling::filter_order::top_k_first, sampling::filter_order::joint}) {
+      std::vector<std::int32_t> want(static_cast<std::size_t>(rows)), got(static_cast<std::size_t>(rows), -1);
+      const specdec::vector_view<const std::int64_t> kv(k.data(), rows);
+      const specdec::vector_view<const float> pv(p.data(), rows), uv(u.data(), rows);
+      sampling::top_k_top_p_sample(specdec::matrix_view<const float>(soft.data(), rows, v), kv, pv, uv,
+                                   specdec::vector_view<std::int32_t>(want.data(), rows), order);
+      sampling::top_k_top_p_sample_from_logits(specdec::matrix_view<const E>(logits.data(), rows, v), kv, pv, uv,
+                                               specdec::vector_view<std::int32_t>(got.data(), rows), order);
+      CAPTURE(v);
+      CAPTURE(order == sampling::filter_order::joint);
+      CHECK(got == want);
+    }
+  }
+  // A NaN in row 2 is named with its row and column, as row_softmax names it.
+  std::vector<E> bad(static_cast<std::size_t>(3 * 50), specdec::narrow<E>(0.5f));
+  bad[2 * 50 + 9] = specdec::narrow<E>(std::numeric_limits<float>::quiet_NaN());
+  const std::int64_t k = 5;
+  const float p = 0.9f;
+  const std::vector<float> u(3, 0.5f);
+  std::vector<std::int32_t> t(3);
+  CHECK_THROWS_WITH_AS(sampling::top_k_top_p_sample_from_logits(specdec::matrix_view<const E>(bad.data(), 3, 50),
+                                                                specdec::vector_view<const std::int64_t>(&k, 1),
+                                                                specdec::vector_view<const float>(&p, 1),
+                                                                specdec::vector_view<const float>(u.data(), 3),
+                                                                specdec::vector_view<std::int32_t>(t.data(), 3)),
+                       doctest::Contains("logits row 2 contains NaN (first at column 9)"), specdec::invalid_argument);
+}
+
 TEST_CASE("Top-k filters whose output passes 16 MB (streamed stores) write what row-by-row calls write, in place too") {
   // 32 x 131072 floats (16.8 MB) and bf16 rows of twice as many entries: past filter_passes::streaming_bytes,
   // where the whole-matrix call writes with non-temporal stores and a one-row call does not.

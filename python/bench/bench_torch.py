@@ -204,7 +204,9 @@ def bench_filters(lines, vocabs, rows_list):
                      ("sample probs top_k_first", probs, lambda x: specdec.top_k_top_p_sampling_from_probs(x, 50, 0.9, seed=1)),
                      ("sample probs joint", probs,
                       lambda x: specdec.top_k_top_p_sampling_from_probs(x, 50, 0.9, filter_apply_order="joint", seed=1)),
-                     ("sample logits top_k_first", logits, lambda x: specdec.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=1))]
+                     ("sample logits top_k_first", logits, lambda x: specdec.top_k_top_p_sampling_from_logits(x, 50, 0.9, seed=1)),
+                     ("sample logits joint", logits,
+                      lambda x: specdec.top_k_top_p_sampling_from_logits(x, 50, 0.9, filter_apply_order="joint", seed=1))]
             reps = 60 if rows * v <= 8 * 128256 else 20
             topk_out = (np.empty((rows, 50), np.float32), np.empty((rows, 50), np.int32))
             for name, pool, fn in cases:

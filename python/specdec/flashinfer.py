@@ -229,6 +229,10 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
     """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
+    if indices is None and uniforms is None and generator is None and return_valid is False:
+        tokens = _host_top_k_top_p(probs, top_k, top_p, seed, offset, joint, False)
+        if tokens is not None:
+            return tokens
     return _sample("probs", probs, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
                    (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, return_valid)
 
@@ -238,13 +242,20 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
                                      uniforms=None):
     """FlashInfer's ``top_k_top_p_sampling_from_logits``: per row ``softmax(logits)``, the filters of
     ``top_k_top_p_sampling_from_probs`` (either ``filter_apply_order``), one draw. logits: float32
-    ``[batch, V]``; top_k / top_p a number or one per row of ``logits`` (read at ``indices[i]``); the
-    other arguments, the output's dtype and the errors as ``sampling_from_probs``.
+    ``[batch, V]`` (-inf masks a token), or on the host float16 / bfloat16 (softened to float32 rows, as
+    ``softmax``); top_k / top_p a number or one per row of ``logits`` (read at ``indices[i]``); the
+    other arguments, the output's dtype and the errors as ``sampling_from_probs`` (and ``softmax``'s for
+    a row holding NaN or +inf, or all -inf). On the host each row's softmax is made in cache and sampled
+    there (the tokens of ``softmax`` followed by ``top_k_top_p_sampling_from_probs``).
     ``deterministic``, ``generator``, ``check_nan``, ``seed``, ``offset`` and ``uniforms``: as
     ``sampling_from_probs``.
     """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
+    if indices is None and uniforms is None and generator is None:
+        tokens = _host_top_k_top_p(logits, top_k, top_p, seed, offset, joint, True)
+        if tokens is not None:
+            return tokens
     return _sample("logits", logits, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
                    (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, False,
                    from_logits=True)
@@ -272,6 +283,23 @@ top_p_renorm_prob = top_p_renorm_probs
 
 
 # ---- the samplers' shared path -----------------------------------------------------------------------
+
+
+def _host_top_k_top_p(rows, top_k, top_p, seed, offset, joint, from_logits):
+    """The common host call of ``top_k_top_p_sampling_from_*`` (a numpy matrix, one int k and one float p,
+    an integer seed or none, no indices, uniforms or generator) straight to the fused sampler: the
+    general path's tokens without its per-call conversions (~9 us of a one-row call). None: the general
+    path decides."""
+    if (type(rows) is not np.ndarray or rows.ndim != 2 or type(top_k) is not int or type(top_p) is not float
+            or not (seed is None or type(seed) is int) or not (offset is None or type(offset) is int)
+            or not 0 < top_k < 2**63):
+        return None
+    s, o = _args.seed_offset(seed, offset, None)
+    tokens = np.empty(rows.shape[0], dtype=np.int32)
+    _specdec.top_k_top_p_sample(rows, np.array((top_k,), dtype=np.int64), np.array((top_p,), dtype=np.float32), _NONE_F32,
+                                tokens, s, o, joint, from_logits)
+    return tokens
+
 
 
 def _top_k(rows, k):
@@ -341,7 +369,8 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
     n = rows.shape[0]
     return_valid = _args.flag("return_valid", return_valid)
     u = _row_uniforms(n, rows, generator, seed, offset, uniforms)
-    if from_logits:
+    fused = prepare in (_top_k_then_top_p, _top_k_top_p_joint) and not (_is_torch(rows) and rows.is_cuda)
+    if from_logits and not fused:
         rows = softmax(rows)
     valid = None
     if return_valid:
@@ -355,16 +384,17 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
             rows = rows[keep]
             values = [v if v.shape[0] == 1 else _where(v, keep) for v in values]
             u = _where(u, keep)
-    fused = prepare in (_top_k_then_top_p, _top_k_top_p_joint) and not (_is_torch(rows) and rows.is_cuda)
     if fused:
-        # The host's fused form: the token of the filters and the draw, from the top k alone.
+        # The host's fused form: the token of the filters and the draw, from the top k alone (from
+        # logits: each row's softmax made in cache first, the bits of softmax()).
         tokens = _empty(rows, (rows.shape[0],), "int32")
         joint = prepare is _top_k_top_p_joint
         if u is None:
             s, o = _args.seed_offset(seed, offset, generator)
-            _specdec.top_k_top_p_sample(rows, values[0], values[1], _NONE_F32, tokens, s, o, joint)
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], _NONE_F32, tokens, s, o, joint, from_logits)
         else:
-            _specdec.top_k_top_p_sample(rows, values[0], values[1], u if not _is_torch(u) else u.contiguous(), tokens, 0, 0, joint)
+            _specdec.top_k_top_p_sample(rows, values[0], values[1], u if not _is_torch(u) else u.contiguous(), tokens, 0, 0, joint,
+                                        from_logits)
     elif prepare is not None:
         rows = prepare(rows, *values)
     if fused:

@@ -195,9 +195,11 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
 /// top_k_top_p_sample: FlashInfer's top_k_top_p_sampling_from_probs in its "top_k_first" (or, `joint`,
 /// "joint") order on the host (sampling::top_k_top_p_sample: the top k alone read past the row's one check pass). Row r's
 /// uniform is `uniforms[r]`, or (`uniforms` empty) Philox stream (seed, r) at `offset`, as sample_rows.
+/// `from_logits`: the rows are logits (top_k_top_p_sampling_from_logits: each row softened in cache).
 void top_k_top_p_sample(const array& probs, const array& top_k, const array& top_p, const array& uniforms, const array& out,
-                        std::uint64_t seed, std::uint64_t offset, bool joint) {
-  with_rows(probs, "probs", [&](auto p) {  // float32, float16 or bfloat16 rows, read as they are
+                        std::uint64_t seed, std::uint64_t offset, bool joint, bool from_logits) {
+  const char* name = from_logits ? "logits" : "probs";
+  with_rows(probs, name, [&](auto p) {  // float32, float16 or bfloat16 rows, read as they are
     const auto t = span_of<std::int32_t>(out, "out");
     expect_shape(out, "out", {p.rows()});
     const auto k = span_of<const std::int64_t>(top_k, "top_k");
@@ -213,12 +215,14 @@ void top_k_top_p_sample(const array& probs, const array& top_k, const array& top
       u = span_of<const float>(uniforms, "uniforms");
       expect_shape(uniforms, "uniforms", {p.rows()});
     }
+    const specdec::vector_view<const std::int64_t> kv(k.data(), static_cast<index_t>(k.size()));
+    const specdec::vector_view<const float> pv(pp.data(), static_cast<index_t>(pp.size()));
+    const specdec::vector_view<const float> uv(u.data(), static_cast<index_t>(u.size()));
+    const specdec::vector_view<std::int32_t> tv(t.data(), static_cast<index_t>(t.size()));
+    const auto order = joint ? specdec::sampling::filter_order::joint : specdec::sampling::filter_order::top_k_first;
     without_gil([&] {
-      specdec::sampling::top_k_top_p_sample(p, specdec::vector_view<const std::int64_t>(k.data(), static_cast<index_t>(k.size())),
-                                            specdec::vector_view<const float>(pp.data(), static_cast<index_t>(pp.size())),
-                                            specdec::vector_view<const float>(u.data(), static_cast<index_t>(u.size())),
-                                            specdec::vector_view<std::int32_t>(t.data(), static_cast<index_t>(t.size())),
-                                            joint ? specdec::sampling::filter_order::joint : specdec::sampling::filter_order::top_k_first);
+      if (from_logits) specdec::sampling::top_k_top_p_sample_from_logits(p, kv, pv, uv, tv, order);
+      else specdec::sampling::top_k_top_p_sample(p, kv, pv, uv, tv, order);
     });
   });
 }
@@ -581,7 +585,8 @@ void bind_peers(nb::module_& m) {
         nb::arg("retrive_next_token").none(), nb::arg("retrive_next_sibling").none(), nb::arg("topk"), nb::arg("depth"),
         nb::arg("draft_token_num"), nb::arg("tree_mask_mode"), nb::arg("stream"));
   m.def("top_k_top_p_sample", &top_k_top_p_sample, nb::arg("probs").none(), nb::arg("top_k").none(), nb::arg("top_p").none(),
-        nb::arg("uniforms").none(), nb::arg("out").none(), nb::arg("seed") = 0, nb::arg("offset") = 0, nb::arg("joint") = false);
+        nb::arg("uniforms").none(), nb::arg("out").none(), nb::arg("seed") = 0, nb::arg("offset") = 0, nb::arg("joint") = false,
+        nb::arg("from_logits") = false);
   m.def("rejection_sample", &rejection_sample, nb::arg("draft_token_ids").none(), nb::arg("cu_num_draft_tokens").none(),
         nb::arg("max_spec_len"), nb::arg("draft_probs").none(), nb::arg("target_probs").none(), nb::arg("bonus_token_ids").none(),
         nb::arg("is_greedy").none(), nb::arg("uniform_probs").none(), nb::arg("exponentials").none(), nb::arg("output").none(),

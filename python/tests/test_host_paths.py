@@ -228,3 +228,15 @@ def test_top_k_first_sampling_on_the_host_is_the_two_filters_then_the_draw():
         seeded = specdec.top_k_top_p_sampling_from_probs(probs, k, p, seed=7, offset=3)
         drawn = specdec.philox_uniforms(7, 3, rows, 1, "float32").reshape(rows)
         np.testing.assert_array_equal(seeded, specdec.top_k_top_p_sampling_from_probs(probs, k, p, uniforms=drawn))
+        # From logits (each row softened in cache, fused): softmax's float32 rows, then the same sampler.
+        x = logits.astype(ml_dtypes.bfloat16) if trial % 3 == 1 else logits
+        if trial % 4 == 2:
+            x[:, ::7] = -np.inf  # masked tokens
+        soft = specdec.softmax(x)
+        for order in ("top_k_first", "joint"):
+            np.testing.assert_array_equal(
+                specdec.top_k_top_p_sampling_from_logits(x, k, p, filter_apply_order=order, uniforms=u),
+                specdec.top_k_top_p_sampling_from_probs(soft, k, p, filter_apply_order=order, uniforms=u),
+                err_msg=f"trial {trial} (from logits, {order})")
+        np.testing.assert_array_equal(specdec.top_k_top_p_sampling_from_logits(x, k, p, seed=7, offset=3),
+                                      specdec.top_k_top_p_sampling_from_probs(soft, k, p, uniforms=drawn))

@@ -28,6 +28,7 @@ std::span<const entry> sampling_entries() {
       make<rejection_sample_backend_half>(),
       make<rejection_sample_backend_philox>(),
       make<top_k_top_p_sample_entry>(),
+      make<top_k_top_p_sample_from_logits_entry>(),
       make<gather_rows_entry>(),
       make<top_p_renorm_backend>(),
       make<philox_uniforms_float>(),

@@ -414,6 +414,25 @@ struct top_k_top_p_sample_entry {
   }
 };
 
+/// The same from logits (each row softened in cache first), both orders.
+struct top_k_top_p_sample_from_logits_entry {
+  static constexpr const char* name = "sampling::top_k_top_p_sample_from_logits (host)";
+  static void plan(call_plan& p) {
+    add<float>(p, "logits", 2, 3, 8, role::in, logits(p.input(), 24));
+    add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {2, 9, 1});
+    add<float>(p, "top_p", 1, 1, 1, role::in, {0.7});
+    add<float>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.999});
+    add<std::int32_t>(p, "tokens", 1, 3, 1, role::out, {});
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    for (const auto order : {specdec::sampling::filter_order::top_k_first, specdec::sampling::filter_order::joint})
+      specdec::sampling::top_k_top_p_sample_from_logits(c.m<const float>(0), c.v<const std::int64_t>(1), c.v<const float>(2),
+                                                        c.v<const float>(3), c.v<std::int32_t>(4), order);
+    return {};
+  }
+};
+
 struct gather_rows_entry {
   static constexpr const char* name = "gather_rows";
   static void plan(call_plan& p) {

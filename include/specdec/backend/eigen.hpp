@@ -43,6 +43,7 @@
 #include <specdec/backend/detail/dense_kernels.hpp>
 #include <specdec/backend/detail/eigen_dense.hpp>
 #include <specdec/backend/detail/row_kernels.hpp>
+#include <specdec/backend/detail/softmax_row.hpp>
 #include <specdec/core/view.hpp>
 
 namespace specdec::inline SPECDEC_ISA {
@@ -202,7 +203,7 @@ class eigen : public detail::eigen_dense {
         }
       }
 #endif
-      online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
+      detail::online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
       if (k <= small_k) {
         detail::topk_accumulator<V> top{vals, ids, k, 0};
         for (index_t c0 = 0; c0 < n; c0 += chunk) {
@@ -236,7 +237,7 @@ class eigen : public detail::eigen_dense {
     detail::check_row_reduction(where, logits, lse, "lse");
     detail::check_temperature(where, temperature, false);
     for (index_t r = 0; r < logits.rows(); ++r) {
-      const auto acc = logsumexp_row(logits.row(r), logits.cols(), V(1) / temperature);
+      const auto acc = detail::logsumexp_row(logits.row(r), logits.cols(), V(1) / temperature);
       const auto f = acc.fault();
       if (f != detail::fault::all_masked) raise_if(where, "logits", logits, r, f);
       lse(r) = f == detail::fault::all_masked ? detail::negative_infinity<V>()
@@ -265,7 +266,7 @@ class eigen : public detail::eigen_dense {
     SPECDEC_EXPECTS(logits.rows() == 1, where, "row_softmax_stats takes one row; got ", logits.rows(), " rows");
     detail::check_row_matrix(where, "logits", logits);
     detail::check_temperature(where, temperature, false);
-    const auto acc = logsumexp_row(logits.row(0), logits.cols(), T(1) / temperature);
+    const auto acc = detail::logsumexp_row(logits.row(0), logits.cols(), T(1) / temperature);
     raise_if(where, "logits", logits, 0, acc.fault());
     return {acc.max, acc.sum};
   }
@@ -404,66 +405,12 @@ class eigen : public detail::eigen_dense {
   }
 
  private:
-  /// Chunk length of the streaming kernels: 8 KiB of fp32 stays in L1 for the second look.
-  static constexpr index_t chunk = 2048;
+  static constexpr index_t chunk = detail::host_row_chunk;
   /// Above this k, a sorted insertion buffer costs more than a partial sort of all indices.
   static constexpr index_t small_k = 256;
   /// Up to this k the seeded streaming top-k (detail::topk_scan) needs few insertions and beats the
   /// block-maxima top-k's selection step; above it the block-maxima top-k (detail/block_topk.hpp).
   static constexpr index_t streaming_topk_max_k = 32;
-
-  /// Running (max, sum of exp((x - max) / T)) of a row, updated one chunk at a time.
-  template <class V>
-  struct online_logsumexp {
-    V max;
-    V sum;
-    V inv_t;
-    bool has_nan = false;
-
-    template <class E>
-    void add(const E* x, index_t len, V chunk_max, const E* next = nullptr, index_t next_len = 0) {
-      if (chunk_max > max) {
-        sum *= detail::exp_((max - chunk_max) * inv_t);  // 0 while max is still -inf
-        max = chunk_max;
-      }
-      if (max == detail::negative_infinity<V>() || max == -detail::negative_infinity<V>()) return;
-      sum += detail::sum_exp_shifted(x, len, max, inv_t, next, next_len);
-    }
-    detail::fault fault() const {
-      if (has_nan) return detail::fault::nan;
-      if (max == -detail::negative_infinity<V>()) return detail::fault::positive_infinity;
-      if (max == detail::negative_infinity<V>()) return detail::fault::all_masked;
-      return detail::fault::none;
-    }
-  };
-
-  template <class E, class V = compute_t<E>>
-  online_logsumexp<V> logsumexp_row(const E* x, index_t n, V inv_t) const {
-    online_logsumexp<V> acc{detail::negative_infinity<V>(), V(0), inv_t};
-#if SPECDEC_HOST_SIMD
-    // One read for the maximum and the sum (the fused top-k's pass, without block maxima). A row of
-    // one chunk gains nothing from it and keeps the two-step form below, which the Thrust backend's
-    // chunks share: such rows soften to the same bits on both backends.
-    if constexpr (std::is_same_v<V, float>) {
-      if (n > chunk) {
-        const detail::block_sum_exp s = detail::block_maxima_sum_exp(x, n, inv_t, nullptr);
-        if (s.done) {
-          acc.max = s.scan.max;
-          acc.sum = s.sum;
-          acc.has_nan = s.scan.has_nan;
-          return acc;
-        }
-      }
-    }
-#endif
-    for (index_t c0 = 0; c0 < n; c0 += chunk) {
-      const index_t len = std::min(chunk, n - c0);
-      const auto s = detail::scan_max(x + c0, len);
-      acc.has_nan = acc.has_nan || s.has_nan;
-      acc.add(x + c0, len, s.max);
-    }
-    return acc;
-  }
 
   template <class E, class V = compute_t<E>>
   detail::max_scan<V> topk_row(const E* x, index_t n, index_t k, V* values, std::int32_t* indices) {
@@ -518,17 +465,17 @@ class eigen : public detail::eigen_dense {
         continue;
       }
       const V inv_t = V(1) / temperature;
-      const auto acc = logsumexp_row(x, n, inv_t);
-      raise_if(where, "logits", logits, r, acc.fault());
       if constexpr (Log) {
+        const auto acc = detail::logsumexp_row(x, n, inv_t);
+        raise_if(where, "logits", logits, r, acc.fault());
         detail::write_log_shifted(x, n, acc.max, inv_t, detail::log_(acc.sum), y,
                                   logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_output_bytes);
       } else {
         // The next row is prefetched under this row's exponentials (its read then costs no pass of
         // its own), and outputs beyond L2 are streamed past the caches.
-        detail::write_exp_shifted(x, n, acc.max, inv_t, V(1) / acc.sum, y,
-                                  r + 1 < logits.rows() ? logits.row(r + 1) : nullptr, n,
-                                  logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_softmax_bytes);
+        raise_if(where, "logits", logits, r,
+                 detail::softmax_row(x, n, inv_t, y, r + 1 < logits.rows() ? logits.row(r + 1) : nullptr,
+                                     logits.rows() * n * index_t{sizeof(V)} >= detail::streaming_softmax_bytes));
       }
     }
   }

@@ -26,6 +26,7 @@
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/checks.hpp>
+#include <specdec/backend/detail/softmax_row.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/core/checked.hpp>
 #include <specdec/core/error.hpp>
@@ -304,35 +305,26 @@ void top_k_mask_logits(B& b, matrix_view<const std::type_identity_t<E>, typename
   detail::filter<B, E>(b, "specdec::sampling::top_k_mask_logits", "logits", logits, top_k, {}, out, false);
 }
 
-/// FlashInfer's `top_k_top_p_sampling_from_probs` with `filter_apply_order="top_k_first"` (host): row r's
-/// token is what the sampler (`row_sample`) draws with `uniforms[r]` from the row that top_k_renorm
-/// (k = top_k[r]) and then top_p_renorm (p = top_p[r]) make of `probs` row r, bit for bit; computed from
-/// the row's top k alone where k < V (sampling/detail/top_k_first.hpp: no filtered row is written; ~the
-/// cost of one top-k filter), else, and for rows with more than 512 entries tied into the top k, by the
-/// composed steps on a copy of the row.
-/// \param probs host `[rows x V]` (columns contiguous), float, bfloat16 or float16 probabilities.
-/// \param top_k int64, one for every row or one per row: k >= 1 (k >= V: no top-k cut).
-/// \param top_p float, one or one per row, in (0, 1]. \param uniforms float `[rows]` in [0, 1).
-/// \param tokens int32 `[rows]`, written.
-/// \throws invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
-///   filters refuse (entries outside [0, 1], a sum not 1 within 1e-3 plus a 16-bit row's rounding),
-///   naming the row.
-/// `order`: filter_order::joint for FlashInfer's `"joint"` order (top_k_top_p_joint_renorm, then the
-/// draw), the same way.
+/// The order of FlashInfer's two filters in `top_k_top_p_sampling_from_*`: top-k first, then top-p of
+/// the renormalised row (`"top_k_first"`), or both judged on the row as given (`"joint"`).
 enum class filter_order { top_k_first, joint };
-template <class E = float>
-  requires(std::is_same_v<E, float> || is_half_v<E>)
-void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64_t> top_k, vector_view<const float> top_p,
-                        vector_view<const float> uniforms, vector_view<std::int32_t> tokens,
-                        filter_order order = filter_order::top_k_first) {
+
+namespace detail {
+
+/// top_k_top_p_sample's rows: `x` holds probabilities (R = E), or logits (`FromLogits`: each row is
+/// first softened as row_softmax does at temperature 1, into a float row kept in cache, R = float).
+template <bool FromLogits, class E>
+void top_k_top_p_sample_rows(const char* where, const char* name, matrix_view<const E> x, vector_view<const std::int64_t> top_k,
+                             vector_view<const float> top_p, vector_view<const float> uniforms, vector_view<std::int32_t> tokens,
+                             filter_order order) {
+  using R = std::conditional_t<FromLogits, float, E>;  // the probability rows' element type
   const bool joint = order == filter_order::joint;
-  constexpr const char* where = "specdec::sampling::top_k_top_p_sample";
-  const index_t rows = probs.rows(), n = probs.cols();
-  specdec::detail::check_arguments(where, specdec::detail::input("probs", probs), specdec::detail::input("top_k", top_k),
+  const index_t rows = x.rows(), n = x.cols();
+  specdec::detail::check_arguments(where, specdec::detail::input(name, x), specdec::detail::input("top_k", top_k),
                                    specdec::detail::input("top_p", top_p), specdec::detail::input("uniforms", uniforms),
                                    specdec::detail::output("tokens", tokens));
   specdec::detail::check_vocabulary(where, "V", n);
-  specdec::detail::check_view(where, "probs", probs, specdec::detail::contiguous_rows);
+  specdec::detail::check_view(where, name, x, specdec::detail::contiguous_rows);
   SPECDEC_EXPECTS(top_k.rows() == 1 || top_k.rows() == rows, where, "top_k has ", top_k.rows(), " entries; expected 1 or one per row (",
                   rows, ")");
   SPECDEC_EXPECTS(top_p.rows() == 1 || top_p.rows() == rows, where, "top_p has ", top_p.rows(), " entries; expected 1 or one per row (",
@@ -354,21 +346,34 @@ void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64
   thread_local std::vector<double> masses;
   scratch.resize(detail::top_k_first::scratch_floats(n));
 #endif
-  std::vector<E> row;
+  // From logits: row r's softmax, written where the steps below find it in cache (a softmax of the
+  // whole matrix first would write every row to memory and read it back).
+  thread_local std::vector<float> softened;
+  if constexpr (FromLogits) softened.resize(static_cast<std::size_t>(n));
+  std::vector<R> row;
   std::vector<double> chunk_masses;
   for (index_t r = 0; r < rows; ++r) {
     const std::int64_t k = std::min<std::int64_t>(top_k(top_k.rows() == 1 ? 0 : r), n);
     const float p = top_p(top_p.rows() == 1 ? 0 : r);
     const float u = uniforms(r);
+    const R* probs = nullptr;
+    if constexpr (FromLogits) {
+      const specdec::detail::fault f =
+          specdec::detail::softmax_row(x.row(r), n, 1.0f, softened.data(), r + 1 < rows ? x.row(r + 1) : nullptr, false);
+      if (f != specdec::detail::fault::none) specdec::detail::throw_fault(where, name, r, f, x.row(r), n);
+      probs = softened.data();
+    } else {
+      probs = x.row(r);
+    }
 #if SPECDEC_FILTER_HOST_PASSES
-    if (const std::int32_t t = detail::top_k_first::token(probs.row(r), n, k, p, u, scratch.data(), kept, masses, joint); t >= 0) {
+    if (const std::int32_t t = detail::top_k_first::token(probs, n, k, p, u, scratch.data(), kept, masses, joint); t >= 0) {
       tokens(r) = t;
       continue;
     }
 #endif
     // The composed steps on a copy of the row: their decisions, and their errors naming row r.
-    row.assign(probs.row(r), probs.row(r) + n);
-    const matrix_view<E> one(row.data(), 1, n);
+    row.assign(probs, probs + n);
+    const matrix_view<R> one(row.data(), 1, n);
     try {
       if (joint) {
         detail::filter_host(where, "probs", one, static_cast<index_t>(k), p, true);
@@ -377,7 +382,7 @@ void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64
         detail::filter_host(where, "probs", one, 0, p, true);
       }
     } catch (const invalid_argument& e) {
-      throw invalid_argument(std::string(e.what()) + " (row " + std::to_string(r) + " of probs)");
+      throw invalid_argument(std::string(e.what()) + " (row " + std::to_string(r) + " of " + name + ")");
     }
     const index_t chunks = (n + specdec::detail::sample_chunk - 1) / specdec::detail::sample_chunk;
     chunk_masses.assign(static_cast<std::size_t>(chunks), 0.0);
@@ -388,12 +393,55 @@ void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64
           specdec::detail::probability_chunk_mass(row.data() + c0, std::min(specdec::detail::sample_chunk, n - c0)).mass;
       total += chunk_masses[static_cast<std::size_t>(c)];
     }
-    SPECDEC_EXPECTS(specdec::detail::probability_fault(false, false, total, specdec::detail::probability_tolerance<E>(n)) ==
+    SPECDEC_EXPECTS(specdec::detail::probability_fault(false, false, total, specdec::detail::probability_tolerance<R>(n)) ==
                         specdec::detail::fault::none,
-                    where, "row ", r, " of probs filtered sums to ", total, "; expected 1");
-    tokens(r) = specdec::detail::locate_sample(chunk_masses.data(), n, specdec::detail::probability_source<E>{row.data()},
+                    where, "row ", r, " of ", name, " filtered sums to ", total, "; expected 1");
+    tokens(r) = specdec::detail::locate_sample(chunk_masses.data(), n, specdec::detail::probability_source<R>{row.data()},
                                                static_cast<double>(u) * total);
   }
+}
+
+}  // namespace detail
+
+/// FlashInfer's `top_k_top_p_sampling_from_probs` with `filter_apply_order="top_k_first"` (host): row r's
+/// token is what the sampler (`row_sample`) draws with `uniforms[r]` from the row that top_k_renorm
+/// (k = top_k[r]) and then top_p_renorm (p = top_p[r]) make of `probs` row r, bit for bit; computed from
+/// the row's top k alone where k < V (sampling/detail/top_k_first.hpp: no filtered row is written; ~the
+/// cost of one top-k filter), else, and for rows with more than 512 entries tied into the top k, by the
+/// composed steps on a copy of the row.
+/// \param probs host `[rows x V]` (columns contiguous), float, bfloat16 or float16 probabilities.
+/// \param top_k int64, one for every row or one per row: k >= 1 (k >= V: no top-k cut).
+/// \param top_p float, one or one per row, in (0, 1]. \param uniforms float `[rows]` in [0, 1).
+/// \param tokens int32 `[rows]`, written.
+/// \throws invalid_argument on shapes, k < 1, p outside (0, 1], a uniform outside [0, 1), and a row the
+///   filters refuse (entries outside [0, 1], a sum not 1 within 1e-3 plus a 16-bit row's rounding),
+///   naming the row.
+/// `order`: filter_order::joint for FlashInfer's `"joint"` order (top_k_top_p_joint_renorm, then the
+/// draw), the same way.
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_top_p_sample(matrix_view<const E> probs, vector_view<const std::int64_t> top_k, vector_view<const float> top_p,
+                        vector_view<const float> uniforms, vector_view<std::int32_t> tokens,
+                        filter_order order = filter_order::top_k_first) {
+  detail::top_k_top_p_sample_rows<false>("specdec::sampling::top_k_top_p_sample", "probs", probs, top_k, top_p, uniforms, tokens,
+                                         order);
+}
+
+/// FlashInfer's `top_k_top_p_sampling_from_logits` (host): top_k_top_p_sample of the rows' softmax, the
+/// token `row_softmax(logits, 1)` (float32 rows) and then top_k_top_p_sample give, bit for bit, without
+/// writing the softmax to memory: each row is softened into a float row of V entries kept in cache and
+/// the sampler runs on it (about one softmax's time in all).
+/// \param logits host `[rows x V]` (columns contiguous), float, bfloat16 or float16; -inf masks a token.
+/// The other arguments and `order` as top_k_top_p_sample.
+/// \throws invalid_argument as top_k_top_p_sample, and as row_softmax on a row holding NaN or +inf, or
+///   all -inf (naming the row and its first such column).
+template <class E = float>
+  requires(std::is_same_v<E, float> || is_half_v<E>)
+void top_k_top_p_sample_from_logits(matrix_view<const E> logits, vector_view<const std::int64_t> top_k,
+                                    vector_view<const float> top_p, vector_view<const float> uniforms,
+                                    vector_view<std::int32_t> tokens, filter_order order = filter_order::top_k_first) {
+  detail::top_k_top_p_sample_rows<true>("specdec::sampling::top_k_top_p_sample_from_logits", "logits", logits, top_k, top_p,
+                                        uniforms, tokens, order);
 }
 
 }  // namespace specdec::sampling
