@@ -605,6 +605,34 @@ TEST_CASE("top_k_top_p_sample: the token of top_k_renorm, top_p_renorm (or the j
                        doctest::Contains("uniforms[0] = 1"), specdec::invalid_argument);
 }
 
+TEST_CASE("row_softmax never writes an entry above 1, in rows whose mass is one entry") {
+  // The sum comes from a faster exponential than the entries; on AVX2 / AVX-512 a row whose mass is
+  // one entry wrote 1 + 2^-23 there (found by masked verification refusing it as a probability). Also
+  // exp_shifted_at, which gives a single entry, gives the capped one.
+  specdec::eigen b;
+  const specdec::philox_stream rng{5, 6};
+  int dominant = 0;
+  for (std::uint64_t t = 0; t < 4000; ++t) {
+    const auto n = static_cast<index_t>(1 + rng.uniform(3 * t) * 300.0f);
+    std::vector<float> x(static_cast<std::size_t>(n), -std::numeric_limits<float>::infinity()), y(x.size());
+    const auto at = static_cast<std::size_t>(rng.uniform(3 * t + 1) * static_cast<float>(n)) % x.size();
+    x[at] = 12.0f * rng.uniform(3 * t + 2) - 6.0f;
+    if (t % 4 == 1) x[(at + 7) % x.size()] = x[at] - 30.0f;  // a second entry too small to move the sum
+    const float temperature = t % 2 ? 0.9f : 1.0f;
+    b.row_softmax(specdec::matrix_view<const float>(x.data(), 1, n), temperature, specdec::matrix_view<float>(y.data(), 1, n));
+    const auto stats = b.row_softmax_stats(specdec::matrix_view<const float>(x.data(), 1, n), temperature);
+    for (index_t j = 0; j < n; ++j) {
+      CAPTURE(n);
+      CAPTURE(j);
+      REQUIRE(y[static_cast<std::size_t>(j)] <= 1.0f);
+      REQUIRE(specdec::detail::exp_shifted_at(x.data(), n, j, stats.max, 1.0f / temperature, 1.0f / stats.sum) ==
+              y[static_cast<std::size_t>(j)]);
+    }
+    dominant += y[at] == 1.0f;
+  }
+  CHECK(dominant > 100);  // the capped entries (and those whose sum came out 1) among them
+}
+
 TEST_CASE_TEMPLATE("top_k_top_p_sample_from_logits: row_softmax of the whole matrix, then top_k_top_p_sample", E, float, specdec::bfloat16) {
   // Rows of the five kinds (ties, -inf masks, a constant row), per-row k (1 .. V) and p, both orders;
   // the whole matrix's softmax is past the size where row_softmax streams its stores.

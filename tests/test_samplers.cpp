@@ -460,6 +460,95 @@ TEST_CASE_TEMPLATE("verify_speculative_logits decides as verify_speculative over
             .find("NaN") != std::string::npos);
 }
 
+// bf16 / fp16 logits are softened as row_softmax softens them (entries widened, exact): every decision
+// must be the float logits' of the same values, with float or 16-bit draft rows, greedy requests mixed
+// in, and under a grammar bitmask (masked argmax and masked softmax of a widened row).
+template <class B, class L, class D>
+void check_half_logits(index_t v, std::uint64_t seed, index_t& accepted, index_t& compared) {
+  conformance::harness<B> h;
+  const auto tree = specdec::make_tree({0, 1, 2, 3, 1, 4, 5, 2}, {-1, 0, 0, 0, 1, 1, 2, 4});
+  const index_t n = tree.size();
+  auto logits = conformance::random_logits(seed, n, v, 3.0f).data;
+  const auto q = conformance::random_probs(seed + 1, n, v).data;
+  for (std::size_t j = 5; j < logits.size(); j += 11) logits[j] = -std::numeric_limits<float>::infinity();
+  for (std::size_t j = 3; j < logits.size(); j += 7) logits[j] = std::round(logits[j]);  // ties
+  // The tree's tokens likely under the target, so walks descend.
+  for (index_t i = 1; i < n; ++i)
+    logits[static_cast<std::size_t>(tree.parent[static_cast<std::size_t>(i)] * v + tree.token[static_cast<std::size_t>(i)])] = 4.0f;
+  std::vector<L> half(logits.size());
+  std::vector<float> widened(logits.size());
+  for (std::size_t j = 0; j < logits.size(); ++j) {
+    half[j] = specdec::narrow<L>(logits[j]);
+    widened[j] = specdec::widen(half[j]);
+  }
+  std::vector<D> q_half(q.size());
+  std::vector<float> q_widened(q.size());
+  for (std::size_t j = 0; j < q.size(); ++j) {
+    q_half[j] = specdec::narrow<D>(q[j]);
+    q_widened[j] = specdec::widen(q_half[j]);
+  }
+  const index_t words = (v + 31) / 32;
+  std::vector<std::int32_t> mask(static_cast<std::size_t>(n * words));
+  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] = static_cast<std::int32_t>(0x9e3779b9u * static_cast<std::uint32_t>(w + seed) | 1u);
+  for (index_t i = 1; i < n; ++i) {  // the drafted tokens allowed
+    const auto parent = static_cast<index_t>(tree.parent[static_cast<std::size_t>(i)]);
+    const auto token = tree.token[static_cast<std::size_t>(i)];
+    mask[static_cast<std::size_t>(parent * words + token / 32)] |= static_cast<std::int32_t>(1u << (token % 32));
+  }
+  auto half_d = h.up(half);
+  auto float_d = h.up(widened);
+  auto q_half_d = h.up(q_half);
+  auto q_float_d = h.up(q_widened);
+  std::vector<index_t> rows;
+  for (index_t i = 0; i < n; ++i) rows.push_back(i == 0 ? -1 : i);
+  for (const bool masked : {false, true})
+    for (const bool with_drafts : {false, true}) {
+      std::vector<sampling::speculative_request> requests;
+      for (std::uint64_t s = 0; s < 40; ++s) {
+        sampling::speculative_request req{tree, 0, {}, sampling::uniform_stream::philox({s, seed}), s % 3 == 0 ? 0.6f : 1.3f};
+        if (with_drafts) req.draft_rows = rows;  // a span: `rows` outlives the requests
+        req.greedy = s % 5 == 0;
+        requests.push_back(req);
+      }
+      sampling::speculative_rows<typename B::memory_space, L, D> half_rows;
+      half_rows.target = half_d.matrix(n, v);
+      if (with_drafts) half_rows.draft = q_half_d.matrix(n, v);
+      sampling::speculative_rows<typename B::memory_space> float_rows;
+      float_rows.target = float_d.matrix(n, v);
+      if (with_drafts) float_rows.draft = q_float_d.matrix(n, v);
+      if (masked) {
+        half_rows.target_bitmask = specdec::matrix_view<const std::int32_t>(mask.data(), n, words);
+        float_rows.target_bitmask = half_rows.target_bitmask;
+      }
+      CAPTURE(v);
+      CAPTURE(masked);
+      CAPTURE(with_drafts);
+      const auto got = sampling::verify_speculative_logits(h.b, half_rows, requests);
+      const auto want = sampling::verify_speculative_logits(h.b, float_rows, requests);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t r = 0; r < got.size(); ++r) {
+        CHECK(got[r].tokens == want[r].tokens);
+        CHECK(got[r].accepted_nodes == want[r].accepted_nodes);
+        CHECK(got[r].uniforms_consumed == want[r].uniforms_consumed);
+        accepted += static_cast<index_t>(want[r].accepted_nodes.size());
+        ++compared;
+      }
+    }
+}
+
+TEST_CASE_TEMPLATE("verify_speculative_logits over bf16 / fp16 logits decides as over the float logits of the same values", B,
+                   SPECDEC_SAMPLER_BACKENDS) {
+  index_t accepted = 0, compared = 0;
+  for (const index_t v : {index_t{50}, index_t{2048 + 333}})
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      check_half_logits<B, specdec::bfloat16, specdec::bfloat16>(v, seed * 10, accepted, compared);
+      check_half_logits<B, specdec::float16, float>(v, seed * 10 + 3, accepted, compared);
+      check_half_logits<B, specdec::bfloat16, float>(v, seed * 10 + 5, accepted, compared);
+    }
+  CHECK(compared == 2 * 2 * 3 * 4 * 40);
+  CHECK(accepted > compared / 2);  // the walks descend: the comparison covers acceptance, not only rejections
+}
+
 // vLLM's mixed batches: greedy requests (temperature 0) beside sampled ones in one call. Each greedy
 // request decides exactly as verify_greedy alone and reads no uniform; each sampled request decides
 // exactly as it would alone, whatever sits beside it.

@@ -65,11 +65,12 @@ def verify_speculative(target, trees, *, logits: bool = False, temperature: floa
     lookup, suffix drafts, top-k trees). Randomness: Philox stream ``(seed, r)`` for tree r from
     ``offset`` (``generator``: a ``torch.Generator`` draws the seed; neither: numpy's global generator).
 
-    ``target``: float32 ``[rows, V]``, C-contiguous, host (numpy or CPU torch); probabilities must sum to
-    1 (within 1e-4) in every row read. ``trees``: a :class:`DraftTree` or a sequence of them.
+    ``target``: float32, float16 or bfloat16 ``[rows, V]`` (read as they are: the float32 rows' results
+    for the same values), C-contiguous, host (numpy or CPU torch); probabilities must sum to 1 (within
+    1e-4, plus a 16-bit row's rounding) in every row read. ``trees``: a :class:`DraftTree` or a sequence of them.
     ``logits``: a bool. ``temperature``: a finite real > 0 (with ``logits``). ``target_rows``: None or one
     integer per tree, node i of tree r reading row ``target_rows[r] + i`` (default: the trees' rows one
-    after another). ``draft_probs``: None or float32 ``[rows', V]``, host; ``draft_rows``: None or a list
+    after another). ``draft_probs``: None or ``[rows', V]`` float32, float16 or bfloat16 (its own dtype), host; ``draft_rows``: None or a list
     of one integer array per tree. ``seed``, ``offset``: ints in [0, 2^64). Returns a list of
     :class:`VerifyResult`, one per tree. Raises ``TypeError`` (an array's kind or dtype, not trees, a
     ``draft_rows`` that is not a list, a ``generator`` that is not a ``torch.Generator``, integers

@@ -254,10 +254,10 @@ std::vector<verify_result> verify_greedy(const array& logits, const tree_list& t
 /// Lossless verification of specdec's trees: target probabilities (or logits, softened at
 /// `temperature`), draft probability rows per node (`draft_rows[i]`: -1 or a row of `draft_probs`; none:
 /// deterministic drafts), Philox streams (seed, request) from `offset`.
-std::vector<verify_result> verify_speculative(const array& target, bool logits, float temperature, const tree_list& trees,
-                                              const array& target_rows, const array& draft_probs, const std::vector<array>& draft_rows,
-                                              std::uint64_t seed, std::uint64_t offset) {
-  const auto t = matrix_of<const float>(target, "target");
+template <class T, class D>
+std::vector<verify_result> verify_speculative_rows(specdec::matrix_view<const T> t, specdec::matrix_view<const D> draft, bool logits,
+                                                   float temperature, const tree_list& trees, const array& target_rows,
+                                                   const std::vector<array>& draft_rows, std::uint64_t seed, std::uint64_t offset) {
   const std::vector<specdec::tree_view> views = views_of(trees);
   const std::vector<index_t> rows = target_rows_of(target_rows, views);
   if (!draft_rows.empty() && draft_rows.size() != views.size())
@@ -277,9 +277,9 @@ std::vector<verify_result> verify_speculative(const array& target, bool logits, 
     q.uniforms = specdec::sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(i)}, offset);
     q.temperature = temperature;
   }
-  specdec::sampling::speculative_rows<> in;
+  specdec::sampling::speculative_rows<specdec::host_space, T, D> in;
   in.target = t;
-  if (!absent(draft_probs)) in.draft = matrix_of<const float>(draft_probs, "draft_probs");  // empty: deterministic drafts
+  in.draft = draft;  // empty: deterministic drafts
   std::vector<specdec::sampling::speculative_result> got;
   // The header calls the target target_probs.
   renaming({{"target_probs", "target"}}, [&] {
@@ -289,6 +289,22 @@ std::vector<verify_result> verify_speculative(const array& target, bool logits, 
     });
   });
   return results_of(std::move(got));
+}
+
+/// The target and draft rows may be float32, float16 or bfloat16 each, read as they are (the float rows'
+/// results).
+std::vector<verify_result> verify_speculative(const array& target, bool logits, float temperature, const tree_list& trees,
+                                              const array& target_rows, const array& draft_probs, const std::vector<array>& draft_rows,
+                                              std::uint64_t seed, std::uint64_t offset) {
+  return with_rows(target, "target", [&](auto t) {
+    using T = typename decltype(t)::value_type;
+    const auto with_draft = [&](auto d) {
+      using D = typename decltype(d)::value_type;
+      return verify_speculative_rows<T, D>(t, d, logits, temperature, trees, target_rows, draft_rows, seed, offset);
+    };
+    if (absent(draft_probs)) return with_draft(specdec::matrix_view<const float>{});  // deterministic drafts
+    return with_rows(draft_probs, "draft_probs", with_draft);
+  });
 }
 
 }  // namespace

@@ -420,3 +420,42 @@ def test_half_verifier_rows_are_read_in_place(dtype):
         finally:
             tracemalloc.stop()
         assert peak < flat_draft.nbytes // 4, f"{peak} bytes allocated for {flat_draft.nbytes}-byte {dtype.__name__} rows"
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("draft_dtype", ["same", np.float32], ids=["draft_same", "draft_float32"])
+def test_verify_speculative_on_half_rows_gives_the_float32_rows_results(dtype, draft_dtype):
+    """specdec's tree verifier over 16-bit target probabilities or logits (softened as softmax softens a
+    16-bit row) and 16-bit or float32 draft rows: the results of the float32 rows of the same values."""
+    v = 2100  # past one 2048-entry chunk
+    g = np.random.default_rng(7)
+    tokens, parents = [0, 5, 9, 5, 17, 3, 11], [-1, 0, 0, 1, 1, 2, 3]
+    trees = [specdec.DraftTree.from_parents(tokens, parents, v) for _ in range(4)]
+    n = len(tokens)
+    probs = exact_probs(dtype, (4 * n, v), 70)
+    logits = half_rows(dtype, 4 * n, v, 71)
+    for r in range(4 * n):  # the drafted tokens likely under the target: walks descend
+        for i in range(1, n):
+            if parents[i] == r % n:
+                logits[r, tokens[i]] = dtype(6.2e4)  # above half_rows' largest (6e4)
+    draft = exact_probs(dtype if draft_dtype == "same" else draft_dtype, (4 * n, v), 72)
+    rows = [np.array([-1] + [4 * t + i for i in range(1, n)], np.int64) for t in range(4)]
+    accepted = 0
+    for seed in range(5):
+        for target, as_logits in ((probs, False), (logits, True)):
+            for with_draft in (False, True):
+                kw = dict(logits=as_logits, temperature=0.8, seed=seed, offset=seed)
+                if with_draft:
+                    kw.update(draft_probs=draft, draft_rows=rows)
+                got = specdec.verify_speculative(target, trees, **kw)
+                if with_draft:
+                    kw.update(draft_probs=draft.astype(np.float32))
+                want = specdec.verify_speculative(target.astype(np.float32), trees, **kw)
+                for a, b in zip(got, want):
+                    assert list(a.tokens) == list(b.tokens) and list(a.accepted_nodes) == list(b.accepted_nodes)
+                    accepted += len(b.accepted_nodes)
+    assert accepted > 20
+    with pytest.raises(TypeError, match=r"^target: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.verify_speculative(probs.astype(np.float64), trees, seed=1)
+    with pytest.raises(TypeError, match=r"^draft_probs: expected dtype float32 or float16 or bfloat16; got int32$"):
+        specdec.verify_speculative(probs, trees, draft_probs=draft.astype(np.int32), draft_rows=rows, seed=1)

@@ -147,6 +147,18 @@ std::size_t verify_half_rows(cuda_backend& b, specdec::matrix_view<const specdec
                                                requests).size();
 }
 
+// verify_speculative_logits over 16-bit device logits: each row read is softened by the backend's
+// row_softmax over the bf16 / fp16 row (and, under a bitmask, downloaded and widened first).
+std::size_t verify_half_logits(cuda_backend& b, specdec::matrix_view<const specdec::bfloat16, specdec::device_space> lb,
+                               specdec::matrix_view<const specdec::float16, specdec::device_space> lh,
+                               specdec::matrix_view<const float, specdec::device_space> q,
+                               std::span<const specdec::sampling::speculative_request> requests) {
+  return specdec::sampling::verify_speculative_logits(b, specdec::sampling::speculative_rows<specdec::device_space, specdec::bfloat16>{lb, {}},
+                                                      requests).size() +
+         specdec::sampling::verify_speculative_logits(
+             b, specdec::sampling::speculative_rows<specdec::device_space, specdec::float16, float>{lh, q}, requests).size();
+}
+
 // The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
 void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
                 const specdec::blocks::layer_weights<specdec::device_space>& w,

@@ -56,11 +56,12 @@ namespace detail {
 
 /// The request-based forms' target rows, a row source of speculative_batch_job: through a row_reader
 /// (in place, downloaded, or softened from logits on first use), masked by a grammar's bitmask (host
-/// `[rows x ceil(V / 32)]`, empty: every token allowed), of element type T.
-template <backend B, class T = float>
+/// `[rows x ceil(V / 32)]`, empty: every token allowed), of element type T (read from a matrix of L:
+/// logits of any element type give float rows).
+template <backend B, class T = float, class L = T>
 struct reader_rows {
   using element_type = T;
-  row_reader<B, T>* reader = nullptr;
+  row_reader<B, T, L>* reader = nullptr;
   matrix_view<const std::int32_t> bitmask = {};
   index_t rows() const noexcept { return reader->rows(); }
   const T* row(index_t r) const { return reader->row(r); }
@@ -103,9 +104,9 @@ void run_request(const Job& job, std::size_t request) {
 /// The walk of the file comment over a batch: greedy requests by the greedy walk, the others each by
 /// the batched form's team job on the host (speculative_batch_job, one source for every form), reading
 /// target rows through `target` (in place, downloaded, or softened from logits on first use). T and D:
-/// the target and draft rows' element types.
-template <backend B, class T, class D>
-std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B, T>& target,
+/// the target and draft matrices' element types; R the rows the reader gives (T, or float for logits).
+template <backend B, class R, class T, class D>
+std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::detail::row_reader<B, R, T>& target,
                                             const speculative_rows<typename B::memory_space, T, D>& rows,
                                             std::span<const speculative_request> requests,
                                             const speculative_options& options) {
@@ -156,19 +157,29 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     draft_host = whole(draft_probs, draft_copy);
     if (race) noise_host = whole(exponential_noise, noise_copy);
   }
-  const reader_rows<B, T> source{&target, rows.target_bitmask};
+  const reader_rows<B, R, T> source{&target, rows.target_bitmask};
+  std::vector<float> widened;  // a 16-bit logits row for the masked argmax, which reads floats
 
   return for_each_request(where, requests, vocab, target.rows(), [&](const speculative_request& q, std::size_t r,
                                                                        tree_view tree) {
-    // Masks come with logits rows only, which are float: 16-bit probability rows never reach this.
-    if constexpr (std::is_same_v<T, float>) {
+    // Masks come with logits rows only (of any element type; a 16-bit row is widened for the argmax).
+    if constexpr (std::is_same_v<R, float>) {
       if (q.greedy && masked) {
         SPECDEC_EXPECTS(source.allows_any(q.target_row), where, "request ", r, " node 0: rows.target_bitmask row ",
                         q.target_row, " allows no token; expected at least one (node 0's row constrains the first token emitted)");
         const auto masked_argmax_of = [&](index_t row) {
           index_t bad = -1;
-          const std::int32_t best = specdec::detail::masked_argmax(raw.row(row), vocab, rows.target_bitmask.row(row), bad);
-          SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", raw.row(row)[bad < 0 ? 0 : bad],
+          const float* x = nullptr;
+          if constexpr (std::is_same_v<T, float>) {
+            x = raw.row(row);
+          } else {
+            const T* given = raw.row(row);
+            widened.resize(static_cast<std::size_t>(vocab));
+            std::transform(given, given + vocab, widened.begin(), [](T v) { return widen(v); });
+            x = widened.data();
+          }
+          const std::int32_t best = specdec::detail::masked_argmax(x, vocab, rows.target_bitmask.row(row), bad);
+          SPECDEC_EXPECTS(bad < 0, where, "target_logits row ", row, " holds ", x[bad < 0 ? 0 : bad],
                           " at allowed column ", bad, "; expected finite values or -inf");
           SPECDEC_EXPECTS(best != -1, where, "request ", r, " node ", row - q.target_row, ": rows.target_bitmask row ", row,
                           " allows tokens but every one has logit -inf; expected at least one finite");
@@ -204,8 +215,13 @@ std::vector<speculative_result> verify_walk(const char* where, B& b, sampling::d
     std::int32_t counts[5] = {};  // accepted, uniforms, re-test passes, bonus, acceptance tests
     std::vector<float> final_row(options.keep_final_distribution ? static_cast<std::size_t>(vocab) : 0);
     const auto row_of = [n](const auto* data) { return matrix_view<const std::int32_t>(data, 1, n); };
-    speculative_batch_job<host_space, reader_rows<B, T>, D> job{
-        {matrix_view<const T>(rows.target.data(), rows.target.rows(), vocab), draft_host, options.fallback, n},
+    // The job reads its target rows from `source`; its matrix gives the shape (and, for logits rows of
+    // another element type than the rows read, no data).
+    const R* target_data = nullptr;
+    if constexpr (std::is_same_v<R, T>) target_data = rows.target.data();
+    const matrix_view<const R> target_shape(target_data, rows.target.rows(), vocab);
+    speculative_batch_job<host_space, reader_rows<B, R, T>, D> job{
+        {target_shape, draft_host, options.fallback, n},
         {row_of(tree.token.data()), row_of(tree.parent.data()), {}, vector_view<const index_t>(&q.target_row, 1),
          vector_view<const std::int32_t>(&cap, 1), vector_view<const std::int32_t>(&bonus_token, 1),
          linked ? row_of(q.first_child.data()) : matrix_view<const std::int32_t>{},
@@ -270,7 +286,9 @@ void speculative_into(const char* where, B& b, const speculative_rows<typename B
   verify_into(
       b, where, requests, rows.target.cols(), outputs,
       [&] {
-        sampling::detail::row_reader<B, T> target(b, rows.target, reader_args...);
+        // Logits (a temperature given) are read as float rows whatever their element type.
+        using R = std::conditional_t<sizeof...(ReaderArgs) == 0, T, float>;
+        sampling::detail::row_reader<B, R, T> target(b, rows.target, reader_args...);
         return verify_walk(where, b, target, rows, requests, options);
       },
       {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
@@ -358,11 +376,16 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space, T
 /// processed by the caller (sampling/distribution.hpp) and verified with verify_speculative.
 /// \throws invalid_argument as verify_speculative, and on a request temperature <= 0 or NaN / infinite
 ///   logits in a row that is read.
-template <backend B>
-std::vector<speculative_result> verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
+///
+/// The logits may be bfloat16 / float16 (`speculative_rows<space, T>` with T one of them; draft rows
+/// float or 16-bit as verify_speculative's): each row is softened as row_softmax softens it (the entries
+/// widened, exact), so the results are those of float logits holding the same values, bit for bit.
+template <backend B, class T = float, class D = T>
+  requires(detail::probability_element<T> && detail::probability_element<D>)
+std::vector<speculative_result> verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                                                           std::span<const speculative_request> requests,
                                                           const speculative_options& options = {}) {
-  sampling::detail::row_reader<B> target(b, rows.target, 1.0f);
+  sampling::detail::row_reader<B, float, T> target(b, rows.target, 1.0f);
   return detail::verify_walk("specdec::sampling::verify_speculative_logits", b, target, rows, requests, options);
 }
 
@@ -374,15 +397,17 @@ speculative_result verify_speculative(B& b, const speculative_rows<typename B::m
 }
 
 /// verify_speculative_logits of one request (an engine decoding one sequence).
-template <backend B>
-speculative_result verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
+template <backend B, class T = float, class D = T>
+  requires(detail::probability_element<T> && detail::probability_element<D>)
+speculative_result verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                                              const speculative_request& request, const speculative_options& options = {}) {
   return verify_speculative_logits(b, rows, std::span<const speculative_request>(&request, 1), options).front();
 }
 
 /// verify_speculative_logits into caller buffers (as verify_speculative's output form).
-template <backend B>
-void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space>& rows,
+template <backend B, class T = float, class D = T>
+  requires(detail::probability_element<T> && detail::probability_element<D>)
+void verify_speculative_logits(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                                std::span<const speculative_request> requests, speculative_options options,
                                const verify_outputs<typename B::memory_space>& outputs) {
   detail::speculative_into("specdec::sampling::verify_speculative_logits", b, rows, requests, options, outputs, 1.0f);

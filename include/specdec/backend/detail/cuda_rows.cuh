@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(threads) normalise_kernel(rows_view<T> x, T* o
     T o[per_thread];
 #pragma unroll
     for (int e = 0; e < per_thread; ++e)
-      o[e] = Log ? (in.v[e] - st.max) * inv_t - shift : exp_((in.v[e] - st.max) * inv_t) * shift;
+      o[e] = Log ? (in.v[e] - st.max) * inv_t - shift : at_most_one(exp_((in.v[e] - st.max) * inv_t) * shift);
     if (len == slice && reinterpret_cast<std::uintptr_t>(y) % 16 == 0) {
 #pragma unroll
       for (int i = 0; i < per_thread / w; ++i) {

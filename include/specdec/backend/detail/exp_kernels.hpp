@@ -274,7 +274,23 @@ inline void stream_store(float* p, wide_float_vec v) noexcept {
 inline void stream_fence() noexcept { __builtin_ia32_sfence(); }
 #endif
 
-/// out[j] = exp((x[j] - max) * inv_t) * scale over [0, n); out may alias x. `next` / `next_n`: a row
+/// A softmax entry exp((x - max) / T) / sum is at most 1, but the sum comes from a faster exponential
+/// than the entries (sum_exp_shifted's integer-reference terms, within 2.4e-7), so a row with one
+/// dominant entry could write 1 + 2^-23: capped at 1, which every backend's softmax does (a verifier
+/// refuses a probability above 1).
+template <class V>
+SPECDEC_HOST_DEVICE inline V at_most_one(V y) noexcept {
+  return y > V(1) ? V(1) : y;
+}
+#if SPECDEC_HOST_SIMD
+template <class Vec>
+inline Vec at_most_one_lanes(Vec y) noexcept {
+  const Vec one = Vec{} + 1.0f;
+  return y > one ? one : y;
+}
+#endif
+
+/// out[j] = min(1, exp((x[j] - max) * inv_t) * scale) over [0, n) (at_most_one); out may alias x. `next` / `next_n`: a row
 /// the caller reads next; its cache lines are prefetched (into L2) while these exponentials are
 /// computed, so a multi-row softmax reads its next row under this compute-bound pass (measured 1.2-1.5x
 /// per row at V = 32000-128256). `streaming`: write past the caches (non-temporal stores, `out` at any
@@ -295,7 +311,7 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const E* x, index_t n, T max, 
     constexpr int ww = sizeof(wide) / 4;
     constexpr index_t line = 64 / sizeof(E);
     static_assert(ww % line == 0 || line % ww == 0);
-    const auto wide_at = [&](index_t j) { return simd_exp<wide>((wide_load(x + j) - max) * inv_t) * scale; };
+    const auto wide_at = [&](index_t j) { return at_most_one_lanes(simd_exp<wide>((wide_load(x + j) - max) * inv_t) * scale); };
     const index_t vector_end = n / (simd_bytes / 4) * (simd_bytes / 4);  // entries simd_exp computes
 #if SPECDEC_HOST_STREAM_STORES
     // Streamed stores must be aligned to the vector; the entries need not be: simd_exp is lane-wise, so
@@ -336,7 +352,7 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const E* x, index_t n, T max, 
     using vec = simd<float>::vec;
     constexpr int w = simd_bytes / 4;
     for (; i + w <= n; i += w) {
-      const vec y = simd_exp((simd_load(x + i) - max) * inv_t) * scale;
+      const vec y = at_most_one_lanes(simd_exp((simd_load(x + i) - max) * inv_t) * scale);
       std::memcpy(out + i, &y, sizeof y);
     }
     if (next != nullptr) {
@@ -346,7 +362,7 @@ SPECDEC_HOST_DEVICE inline void write_exp_shifted(const E* x, index_t n, T max, 
 #endif
   // Bounded by a pointer, not `i < n`: GCC 12 at -O2, with n known at the call site, misreads the
   // index form after the SIMD loop as running 2^62 times (-Waggressive-loop-optimizations).
-  for (const E* end = x + n; x + i < end; ++i) out[i] = exp_((widen(x[i]) - max) * inv_t) * scale;
+  for (const E* end = x + n; x + i < end; ++i) out[i] = at_most_one(exp_((widen(x[i]) - max) * inv_t) * scale);
 }
 
 /// out[j] = (x[j] - max) * inv_t - log_sum over [0, n) (a log-softmax row); out may alias x. Every
@@ -404,12 +420,12 @@ SPECDEC_HOST_DEVICE inline T exp_shifted_at(const E* x, index_t n, index_t j, T 
     constexpr int w = simd_bytes / 4;
     if (j < n / w * w) {
       const index_t base = j / w * w;
-      const simd<float>::vec y = simd_exp((simd_load(x + base) - max) * inv_t) * scale;
+      const simd<float>::vec y = at_most_one_lanes(simd_exp((simd_load(x + base) - max) * inv_t) * scale);
       return y[j - base];
     }
   }
 #endif
-  return exp_((widen(x[j]) - max) * inv_t) * scale;
+  return at_most_one(exp_((widen(x[j]) - max) * inv_t) * scale);
 }
 
 }  // namespace specdec::detail::inline SPECDEC_ISA

@@ -35,15 +35,20 @@ namespace specdec::sampling::detail::inline SPECDEC_ISA {
 /// decoding step would otherwise allocate (and page-fault) V floats per row it reads, which costs
 /// more than reading the row.
 ///
-/// T is the rows' element type: float, or (probability rows only) bfloat16 / float16, whose rows are
-/// read as they are (downloaded as they are) and whose entries `at` widens.
-template <backend B, class T = float>
+/// T is the element type of the rows `row` returns: float, or (probability rows only) bfloat16 /
+/// float16, whose rows are read as they are (downloaded as they are) and whose entries `at` widens. L
+/// is the matrix's: T for probability rows; for logits (softened to float rows, T = float) float,
+/// bfloat16 or float16, read as row_softmax reads them.
+template <backend B, class T = float, class L = T>
+  requires(std::is_same_v<L, T> || std::is_same_v<T, float>)
 class row_reader {
  public:
   using space = typename B::memory_space;
   using element_type = T;
-  row_reader(B& b, matrix_view<const T, space> m) : backend_(&b), m_(m) {}
-  row_reader(B& b, matrix_view<const float, space> logits, float temperature)
+  row_reader(B& b, matrix_view<const T, space> m)
+    requires std::is_same_v<L, T>
+      : backend_(&b), m_(m) {}
+  row_reader(B& b, matrix_view<const L, space> logits, float temperature)
     requires std::is_same_v<T, float>
       : backend_(&b), m_(logits), temperature_(temperature), softened_(true) {}
   row_reader(const row_reader&) = delete;
@@ -78,7 +83,7 @@ class row_reader {
 
   const T* row(index_t r) {
     if (!softened_) {
-      if constexpr (std::is_same_v<space, host_space>) return m_.row(r);
+      if constexpr (std::is_same_v<space, host_space> && std::is_same_v<L, T>) return m_.row(r);
     }
     auto it = cache_.find(r);
     if (it == cache_.end()) it = cache_.emplace(r, fetch(r)).first;
@@ -90,7 +95,8 @@ class row_reader {
   float at(index_t r, index_t column) {
     if constexpr (std::is_same_v<space, host_space>) {
       if (!softened_) return widen(m_(r, column));
-      if constexpr (std::is_same_v<T, float> && requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
+      // (16-bit logits take the softened row: the backends' row_softmax_stats read float rows.)
+      if constexpr (std::is_same_v<L, float> && requires(B& b) { b.row_softmax_stats(matrix_view<const float>(), 1.0f); }) {
         if (bitmask_.rows() == 0 && cache_.find(r) == cache_.end()) {
           auto it = stats_.find(r);
           if (it == stats_.end())
@@ -126,15 +132,16 @@ class row_reader {
     return out;
   }
   std::vector<T> fetch(index_t r) {
-    const matrix_view<const T, space> one(m_.row(r), 1, m_.cols());
-    if (!softened_) return backend_->download(vector_view<const T, space>(one.row(0), one.cols()));
+    const matrix_view<const L, space> one(m_.row(r), 1, m_.cols());
+    if constexpr (std::is_same_v<L, T>)
+      if (!softened_) return backend_->download(vector_view<const T, space>(one.row(0), one.cols()));
     if constexpr (!std::is_same_v<T, float>) {
-      return {};  // softening reads float logits only (the constructor's constraint)
+      return {};  // softened rows are float (the constructor's constraint)
     } else if (bitmask_.rows() > 0) {
       return fetch_masked(r);
     } else if constexpr (std::is_same_v<space, host_space>) {
       std::vector<float> out = scratch_row();
-      if (const auto it = stats_.find(r); it != stats_.end())  // normaliser known: the write pass alone
+      if (const auto it = stats_.find(r); it != stats_.end())  // normaliser known (float logits): the write pass alone
         specdec::detail::write_exp_shifted(m_.row(r), m_.cols(), it->second.max, 1.0f / temperature_, 1.0f / it->second.sum,
                                            out.data());
       else
@@ -153,9 +160,11 @@ class row_reader {
     std::vector<float> x;
     if constexpr (std::is_same_v<space, host_space>) {
       x = scratch_row();
-      std::copy(m_.row(r), m_.row(r) + m_.cols(), x.begin());
+      std::transform(m_.row(r), m_.row(r) + m_.cols(), x.begin(), [](L v) { return widen(v); });
     } else {
-      x = backend_->download(vector_view<const float, space>(m_.row(r), m_.cols()));
+      const std::vector<L> given = backend_->download(vector_view<const L, space>(m_.row(r), m_.cols()));
+      x.resize(given.size());
+      std::transform(given.begin(), given.end(), x.begin(), [](L v) { return widen(v); });
     }
     const std::int32_t* mask = bitmask_.row(r);
     for (index_t j = 0; j < m_.cols(); ++j)
@@ -173,7 +182,7 @@ class row_reader {
   }
 
   B* backend_;
-  matrix_view<const T, space> m_;
+  matrix_view<const L, space> m_;
   matrix_view<const std::int32_t> bitmask_ = {};
   float temperature_ = 1.0f;
   bool softened_ = false;
