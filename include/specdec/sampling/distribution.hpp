@@ -58,24 +58,12 @@ inline void check_params(const char* where, const sampling_params& s, index_t vo
   SPECDEC_EXPECTS(s.min_p >= 0.0f && s.min_p <= 1.0f, where, "row ", row, ": min_p = ", s.min_p,
                   "; expected a value in [0, 1]");
 }
-}  // namespace detail
 
-/// probs = softmax of the processed logits, row by row: divide by the temperature, drop tokens below
-/// min_p times the largest probability, keep the top_k largest logits (ties at the k-th kept), then
-/// top-p on the renormalised survivors (vLLM: sort ascending, cumulative probability, drop the entries
-/// whose cumulative sum is <= 1 - top_p, never the largest; equal values ordered by index), then a
-/// softmax over what is left (in double, rounded to float). Dropped tokens get probability 0.
-///
-/// A logit of -inf masks its token (probability 0 whatever the parameters): what vLLM's top-k / top-p
-/// masking and engines' grammar masks produce.
-///
-/// \param logits host `[rows x V]`, V >= 1. \param params one entry for every row, or a single entry for all.
-/// \param probs host `[rows x V]` output (may not alias logits).
-/// \throws invalid_argument on shape mismatches, V outside [1, 2^31 - 1], views null with a shape or
-///   with overlapping rows, probs sharing memory with logits, a NaN or +inf logit, a row whose every
-///   logit is -inf (nothing to sample), parameters out of range.
-inline void target_probabilities(matrix_view<const float> logits, std::span<const sampling_params> params,
-                                 matrix_view<float> probs) {
+/// target_probabilities over logits of element type E (float, bfloat16, float16): each logit widened
+/// (exact) where read, so a 16-bit row gives the float row of the same values' probabilities, bit for
+/// bit, from one body.
+template <class E>
+void target_probabilities_rows(matrix_view<const E> logits, std::span<const sampling_params> params, matrix_view<float> probs) {
   constexpr const char* where = "specdec::sampling::target_probabilities";
   const index_t rows = logits.rows(), vocab = logits.cols();
   SPECDEC_EXPECTS(vocab >= 1, where, "logits has ", vocab, " columns; expected a vocabulary of at least one token");
@@ -97,20 +85,20 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
     detail::check_params(where, s, vocab, static_cast<std::size_t>(r));
     index_t argmax = 0;
     for (index_t j = 0; j < vocab; ++j) {
-      const float v = logits(r, j);
+      const float v = widen(logits(r, j));
       SPECDEC_EXPECTS(!std::isnan(v) && v != std::numeric_limits<float>::infinity(), where, "logits[", r, ", ", j, "] = ", v,
                       "; expected a finite logit, or -inf for a masked token");
-      if (v > logits(r, argmax)) argmax = j;
+      if (v > widen(logits(r, argmax))) argmax = j;
     }
-    SPECDEC_EXPECTS(std::isfinite(logits(r, argmax)), where, "logits row ", r,
+    SPECDEC_EXPECTS(std::isfinite(widen(logits(r, argmax))), where, "logits row ", r,
                     " has no finite entry (every token masked); expected at least one token to sample");
     if (s.temperature == 0.0f) {
       for (index_t j = 0; j < vocab; ++j) probs(r, j) = j == argmax ? 1.0f : 0.0f;
       continue;
     }
-    const double max = static_cast<double>(logits(r, argmax)) / s.temperature;
+    const double max = static_cast<double>(widen(logits(r, argmax))) / s.temperature;
     for (index_t j = 0; j < vocab; ++j) {
-      x[static_cast<std::size_t>(j)] = static_cast<double>(logits(r, j)) / s.temperature;
+      x[static_cast<std::size_t>(j)] = static_cast<double>(widen(logits(r, j))) / s.temperature;
       keep[static_cast<std::size_t>(j)] = 1;
     }
     if (s.min_p > 0.0f) {
@@ -154,6 +142,38 @@ inline void target_probabilities(matrix_view<const float> logits, std::span<cons
                         ? static_cast<float>(std::exp(x[static_cast<std::size_t>(j)] - max) / total)
                         : 0.0f;
   }
+}
+
+}  // namespace detail
+
+/// probs = softmax of the processed logits, row by row: divide by the temperature, drop tokens below
+/// min_p times the largest probability, keep the top_k largest logits (ties at the k-th kept), then
+/// top-p on the renormalised survivors (vLLM: sort ascending, cumulative probability, drop the entries
+/// whose cumulative sum is <= 1 - top_p, never the largest; equal values ordered by index), then a
+/// softmax over what is left (in double, rounded to float). Dropped tokens get probability 0.
+///
+/// A logit of -inf masks its token (probability 0 whatever the parameters): what vLLM's top-k / top-p
+/// masking and engines' grammar masks produce.
+///
+/// \param logits host `[rows x V]` float logits, V >= 1 (the overload below takes bfloat16 / float16).
+/// \param params one entry for every row, or a single entry for all.
+/// \param probs host `[rows x V]` output (may not alias logits).
+/// \throws invalid_argument on shape mismatches, V outside [1, 2^31 - 1], views null with a shape or
+///   with overlapping rows, probs sharing memory with logits, a NaN or +inf logit, a row whose every
+///   logit is -inf (nothing to sample), parameters out of range.
+inline void target_probabilities(matrix_view<const float> logits, std::span<const sampling_params> params,
+                                 matrix_view<float> probs) {
+  detail::target_probabilities_rows(logits, params, probs);
+}
+
+/// target_probabilities over bfloat16 / float16 logits (host `[rows x V]`, const or not; an engine's
+/// 16-bit logits): each logit read as it is and widened (exact), so `probs` (float, host `[rows x V]`)
+/// holds what the float logits of the same values give, bit for bit. \throws invalid_argument as the
+/// float form (a NaN or +inf logit named by its widened value).
+template <class E>
+  requires is_half_v<E>
+void target_probabilities(matrix_view<E> logits, std::span<const sampling_params> params, matrix_view<float> probs) {
+  detail::target_probabilities_rows(matrix_view<const std::remove_cv_t<E>>(logits), params, probs);
 }
 
 namespace detail {

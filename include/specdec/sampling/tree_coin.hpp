@@ -23,12 +23,14 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <specdec/backend/concept.hpp>
 #include <specdec/backend/detail/team.hpp>
 #include <specdec/core/error.hpp>
+#include <specdec/core/half.hpp>
 #include <specdec/core/memory_space.hpp>
 #include <specdec/core/rng.hpp>
 #include <specdec/core/view.hpp>
@@ -50,35 +52,27 @@ struct coin_options {
   bool keep_final_distribution = false;
 };
 
-/// Verifies a batch of trees with SGLang's one-coin-per-level rule (file comment).
-///
-/// Uniform positions (not a sequential stream, as SGLang indexes its `uniform_samples [b, n]` by node):
-/// the coin used at node i is position i of the request's stream; the final draw uses position n
-/// (= tree size, SGLang's `uniform_samples_for_final_sampling`). `acceptance_tests` counts candidates
-/// tested; `uniforms_consumed` counts distinct positions read. `speculative_request::draft_rows`,
-/// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction). On a device
-/// backend only the rows the walk visits are downloaded.
-/// \param target_probs backend `[rows x V]`; node i of a request uses row `target_row + i`.
-/// \throws invalid_argument as verify_speculative, and on thresholds out of range (single >= 0,
-///   accumulated > 0, both finite).
-template <backend B>
-std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
-                                                 std::span<const speculative_request> requests,
-                                                 const coin_options& options = {}) {
+namespace detail {
+
+/// verify_coin_tree's walk over target rows of element type T (float, bfloat16, float16): one body for
+/// every row type, so a 16-bit row is decided by the same code as the float row holding its values.
+template <backend B, class T>
+std::vector<speculative_result> coin_tree_walk(B& b, matrix_view<const T, typename B::memory_space> target_probs,
+                                               std::span<const speculative_request> requests, const coin_options& options) {
   constexpr const char* where = "specdec::sampling::verify_coin_tree";
   SPECDEC_EXPECTS(options.threshold_single >= 0.0f && std::isfinite(options.threshold_single), where,
                   "threshold_single = ", options.threshold_single, "; expected a finite value >= 0");
   SPECDEC_EXPECTS(options.threshold_accumulated > 0.0f && std::isfinite(options.threshold_accumulated), where,
                   "threshold_acc = ", options.threshold_accumulated, "; expected a finite value > 0");
-  detail::check_input_rows(where, "target_probs", target_probs);
+  check_input_rows(where, "target_probs", target_probs);
   const index_t vocab = target_probs.cols();
-  sampling::detail::row_reader<B> target(b, target_probs);
-  const detail::reader_rows<B> source{&target};
-  return detail::for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q,
-                                                                                  std::size_t r, tree_view tree) {
+  sampling::detail::row_reader<B, T> target(b, target_probs);
+  const reader_rows<B, T> source{&target};
+  return for_each_request(where, requests, vocab, target_probs.rows(), [&](const speculative_request& q, std::size_t r,
+                                                                          tree_view tree) {
     const index_t n = tree.size();
     const bool linked = !q.first_child.empty() || !q.next_sibling.empty();
-    if (linked) (void)detail::children_of(where, q, r);  // the links, checked against the parents
+    if (linked) (void)children_of(where, q, r);  // the links, checked against the parents
 
     // The request as a batch of one (coin_request_job on the host), over host views of its spans and of
     // result buffers.
@@ -90,8 +84,8 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
     std::int32_t counts[5] = {};  // accepted, uniforms, re-test passes, bonus, acceptance tests
     std::vector<float> final_row(options.keep_final_distribution ? static_cast<std::size_t>(vocab) : 0);
     const auto row_of = [n](const auto* data) { return matrix_view<const std::int32_t>(data, 1, n); };
-    detail::coin_request_job<host_space, detail::reader_rows<B>> job{
-        {{matrix_view<const float>(target_probs.data(), target_probs.rows(), vocab), {}, options.fallback, n},
+    coin_request_job<host_space, reader_rows<B, T>> job{
+        {{matrix_view<const T>(target_probs.data(), target_probs.rows(), vocab), {}, options.fallback, n},
          options.threshold_single,
          options.threshold_accumulated,
          source},
@@ -110,12 +104,12 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
         where,
         {}};
     specdec::detail::name_job(job, where,
-                              {{detail::arg_parents, "requests[].tree.parent"},
-                               {detail::arg_tokens, "requests[].tree.token"},
-                               {detail::arg_target, "target_probs"},
-                               {detail::arg_max_accepted, "requests[].max_accepted"},
-                               {detail::arg_uniforms, "requests[].uniforms"}});
-    detail::run_request(job, r);
+                              {{arg_parents, "requests[].tree.parent"},
+                               {arg_tokens, "requests[].tree.token"},
+                               {arg_target, "target_probs"},
+                               {arg_max_accepted, "requests[].max_accepted"},
+                               {arg_uniforms, "requests[].uniforms"}});
+    run_request(job, r);
     target.recycle();  // requests rarely share rows; one that does reads them again
 
     speculative_result out;
@@ -131,17 +125,72 @@ std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, 
   });
 }
 
+/// The output form's body over rows of element type T.
+template <backend B, class T>
+void coin_tree_into(B& b, matrix_view<const T, typename B::memory_space> target_probs,
+                    std::span<const speculative_request> requests, coin_options options,
+                    const verify_outputs<typename B::memory_space>& outputs) {
+  options.keep_final_distribution = !outputs.final_distributions.empty();
+  constexpr const char* where = "specdec::sampling::verify_coin_tree";
+  verify_into(
+      b, where, requests, target_probs.cols(), outputs, [&] { return coin_tree_walk(b, target_probs, requests, options); },
+      {specdec::detail::extent_of(where, "target_probs", target_probs)});
+}
+
+}  // namespace detail
+
+/// Verifies a batch of trees with SGLang's one-coin-per-level rule (file comment).
+///
+/// Uniform positions (not a sequential stream, as SGLang indexes its `uniform_samples [b, n]` by node):
+/// the coin used at node i is position i of the request's stream; the final draw uses position n
+/// (= tree size, SGLang's `uniform_samples_for_final_sampling`). `acceptance_tests` counts candidates
+/// tested; `uniforms_consumed` counts distinct positions read. `speculative_request::draft_rows`,
+/// `noise_row` and `bonus_token` are ignored (drafts are deterministic by construction). On a device
+/// backend only the rows the walk visits are downloaded.
+/// \param target_probs backend `[rows x V]` float probabilities (the 16-bit overload below takes
+///   bfloat16 / float16 rows); node i of a request uses row `target_row + i`.
+/// \throws invalid_argument as verify_speculative, and on thresholds out of range (single >= 0,
+///   accumulated > 0, both finite).
+template <backend B>
+std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
+                                                 std::span<const speculative_request> requests,
+                                                 const coin_options& options = {}) {
+  return detail::coin_tree_walk(b, target_probs, requests, options);
+}
+
+/// verify_coin_tree over bfloat16 / float16 target rows (an engine's 16-bit softmax; `[rows x V]` in the
+/// backend's memory space, const or not; a device backend downloads the rows the walk visits as they
+/// are): each entry widened (exact) where the walk reads it, so tokens, accepted nodes, counts and final
+/// distributions are those of the float rows holding the same values, bit for bit. A row read whole
+/// (the final draw's) may sum to 1 within 1e-4 plus what rounding to its type moves a sum by
+/// (core/half.hpp's rounding_tolerance; the message names it). \throws invalid_argument as the float form.
+template <backend B, class T>
+  requires is_half_v<T>
+std::vector<speculative_result> verify_coin_tree(B& b, matrix_view<T, typename B::memory_space> target_probs,
+                                                 std::span<const speculative_request> requests,
+                                                 const coin_options& options = {}) {
+  return detail::coin_tree_walk(b, matrix_view<const std::remove_cv_t<T>, typename B::memory_space>(target_probs), requests,
+                                options);
+}
+
 /// verify_coin_tree into caller buffers in the backend's memory space (verify_outputs). Same decisions.
+/// \param target_probs as the returning form: float rows (bfloat16 / float16 in the overload below).
 /// \throws invalid_argument as the returning form, and on output shapes that do not fit the batch.
 template <backend B>
 void verify_coin_tree(B& b, matrix_view<const float, typename B::memory_space> target_probs,
                       std::span<const speculative_request> requests, coin_options options,
                       const verify_outputs<typename B::memory_space>& outputs) {
-  options.keep_final_distribution = !outputs.final_distributions.empty();
-  constexpr const char* where = "specdec::sampling::verify_coin_tree";
-  detail::verify_into(
-      b, where, requests, target_probs.cols(), outputs, [&] { return verify_coin_tree(b, target_probs, requests, options); },
-      {specdec::detail::extent_of(where, "target_probs", target_probs)});
+  detail::coin_tree_into(b, target_probs, requests, options, outputs);
+}
+
+/// verify_coin_tree over bfloat16 / float16 target rows into caller buffers: the 16-bit returning form's
+/// decisions, written as the float output form writes them. \throws invalid_argument as that form.
+template <backend B, class T>
+  requires is_half_v<T>
+void verify_coin_tree(B& b, matrix_view<T, typename B::memory_space> target_probs, std::span<const speculative_request> requests,
+                      coin_options options, const verify_outputs<typename B::memory_space>& outputs) {
+  detail::coin_tree_into(b, matrix_view<const std::remove_cv_t<T>, typename B::memory_space>(target_probs), requests, options,
+                         outputs);
 }
 
 }  // namespace specdec::sampling

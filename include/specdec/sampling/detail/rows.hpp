@@ -190,9 +190,21 @@ class row_reader {
   std::map<index_t, specdec::detail::softmax_stats<float>> stats_;  // softened rows read entry by entry
 };
 
-/// Checks a whole probability row: finite, non-negative, summing to 1 within the backends' tolerance.
-inline void check_probability_row(const char* where, const char* what, index_t row, const float* p, index_t n) {
-  check_distribution(where, what, row, [p](index_t j) { return p[j]; }, n, specdec::detail::probability_sum_tolerance);
+/// Checks a whole probability row of element type E (float, bfloat16, float16; entries widened):
+/// finite, non-negative, summing to 1 within the backends' tolerance, to which a 16-bit row adds what
+/// rounding to its type can move a sum by (core/half.hpp's rounding_tolerance): the tolerance of
+/// residual_rows' check_row, so the host verifiers and the walks accept the same 16-bit rows.
+template <class E>
+void check_probability_row(const char* where, const char* what, index_t row, const E* p, index_t n) {
+  const auto entry = [p](index_t j) { return widen(p[j]); };
+  if constexpr (std::is_same_v<E, bfloat16>)
+    check_distribution(where, what, row, entry, n, specdec::detail::probability_sum_tolerance, rounding_tolerance<E>(n),
+                       "bfloat16 entries (2^-8 of the sum)");
+  else if constexpr (std::is_same_v<E, float16>)
+    check_distribution(where, what, row, entry, n, specdec::detail::probability_sum_tolerance, rounding_tolerance<E>(n),
+                       "float16 entries (2^-11 of the sum and 2^-25 per entry)");
+  else
+    check_distribution(where, what, row, entry, n, specdec::detail::probability_sum_tolerance);
 }
 
 }  // namespace specdec::sampling::detail::inline SPECDEC_ISA
