@@ -25,6 +25,8 @@
 #include <specdec/sampling/distribution.hpp>
 #include <specdec/sampling/greedy.hpp>
 #include <specdec/sampling/speculative.hpp>
+#include <specdec/sampling/tree_coin.hpp>
+#include <specdec/sampling/typical.hpp>
 
 using specdec::bfloat16;
 using specdec::float16;
@@ -822,6 +824,344 @@ TEST_CASE("half: a 16-bit row read whole may miss 1 by its rounding; beyond it t
   CHECK_THROWS_WITH_AS(sampling::verify_speculative(be, sampling::speculative_rows<>{specdec::matrix_view<const float>(f.data(), 2, 4)},
                                                     std::span(&q, 1)),
                        doctest::Contains("target_probs row 0 sums to"), specdec::invalid_argument);
+}
+
+namespace test_half {
+
+/// Requests over random trees of n nodes, request r's node i on target row r * n + i: a node's parent
+/// is the node before it half the time (deep paths), else any earlier node (wide levels); its token is
+/// drawn from its parent's row (widened values, inverse CDF), or every sixth node token 0 (often a zero
+/// entry), or a copy of an earlier sibling's token (a repeated candidate). The last request is capped at
+/// one accepted draft; every request has a bonus token (vLLM v0's convention reads it).
+struct random_requests {
+  std::vector<specdec::draft_tree> trees;
+  std::vector<specdec::sampling::speculative_request> requests;
+};
+
+template <class E>
+random_requests random_trees(const std::vector<E>& rows, index_t batch, index_t n, index_t v, std::uint32_t seed) {
+  namespace sampling = specdec::sampling;
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  random_requests out;
+  out.trees.reserve(static_cast<std::size_t>(batch));  // requests point into the trees
+  for (index_t r = 0; r < batch; ++r) {
+    std::vector<std::int32_t> tokens = {0}, parents = {-1};
+    for (index_t i = 1; i < n; ++i) {
+      const auto parent = static_cast<std::int32_t>(g() % 2 == 0 ? i - 1 : static_cast<index_t>(g() % static_cast<std::uint32_t>(i)));
+      const E* p = rows.data() + (r * n + parent) * v;
+      std::int32_t token = static_cast<std::int32_t>(v - 1);
+      double run = 0.0;
+      const double target = u(g);
+      for (index_t j = 0; j < v; ++j) {
+        run += static_cast<double>(specdec::widen(p[j]));
+        if (run > target) {
+          token = static_cast<std::int32_t>(j);
+          break;
+        }
+      }
+      if (i % 6 == 5) token = 0;
+      for (index_t s = 1; s < i && i % 4 == 3; ++s)
+        if (parents[static_cast<std::size_t>(s)] == parent) token = tokens[static_cast<std::size_t>(s)];
+      tokens.push_back(token);
+      parents.push_back(parent);
+    }
+    out.trees.push_back(specdec::make_tree(std::move(tokens), parents));
+    sampling::speculative_request q;
+    q.tree = out.trees.back();
+    q.target_row = r * n;
+    q.max_accepted = r == batch - 1 ? 1 : -1;
+    q.bonus_token = static_cast<std::int32_t>((r * 7 + 1) % v);
+    q.uniforms = sampling::uniform_stream::philox({seed, static_cast<std::uint64_t>(r)}, static_cast<std::uint64_t>(r));
+    out.requests.push_back(q);
+  }
+  return out;
+}
+
+/// The output form of a verifier (`run(outputs)`) over rows of one type against another's: every
+/// output the same, bit for bit.
+template <class Run16, class Run32>
+void check_same_outputs(index_t batch, index_t width, index_t v, const Run16& run16, const Run32& run32) {
+  struct buffers {
+    std::vector<std::int32_t> tokens, accepted, nodes, uniforms, retest;
+    std::vector<float> finals;
+    specdec::sampling::verify_outputs<> o;
+    buffers(index_t batch, index_t width, index_t v)
+        : tokens(static_cast<std::size_t>(batch * width)), accepted(static_cast<std::size_t>(batch)),
+          nodes(static_cast<std::size_t>(batch * (width - 1))), uniforms(static_cast<std::size_t>(batch)),
+          retest(static_cast<std::size_t>(batch)), finals(static_cast<std::size_t>(batch * v), -1.0f) {
+      o.tokens = specdec::matrix_view<std::int32_t>(tokens.data(), batch, width);
+      o.accepted = specdec::vector_view<std::int32_t>(accepted.data(), batch);
+      o.accepted_nodes = specdec::matrix_view<std::int32_t>(nodes.data(), batch, width - 1);
+      o.uniforms_consumed = specdec::vector_view<std::int32_t>(uniforms.data(), batch);
+      o.retest_accepted = specdec::vector_view<std::int32_t>(retest.data(), batch);
+      o.final_distributions = specdec::matrix_view<float>(finals.data(), batch, v);
+    }
+  };
+  buffers half(batch, width, v), full(batch, width, v);
+  run16(half.o);
+  run32(full.o);
+  CHECK(half.tokens == full.tokens);
+  CHECK(half.accepted == full.accepted);
+  CHECK(half.nodes == full.nodes);
+  CHECK(half.uniforms == full.uniforms);
+  CHECK(half.retest == full.retest);
+  CHECK(std::memcmp(half.finals.data(), full.finals.data(), half.finals.size() * sizeof(float)) == 0);
+}
+
+/// verify_coin_tree over E rows (on backend B) against the float rows holding their values: random
+/// trees, lossless and lossy thresholds, Philox streams and supplied uniforms, both forms.
+template <class E, class B>
+void check_coin_tree(index_t v, std::uint32_t seed, std::size_t& accepted_total, index_t& tests_total) {
+  namespace sampling = specdec::sampling;
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(specdec::element_name<E>);
+  B be;
+  const index_t batch = 4, n = 7;
+  const auto target = distributions<E>(batch * n, v, seed);
+  const auto target_f = widened(target);
+  random_requests rq = random_trees(target, batch, n, v, seed + 3);
+  // One request reads supplied uniforms (n coins and the final draw's).
+  std::vector<double> supplied(static_cast<std::size_t>(n + 1));
+  std::mt19937 g(seed + 5);
+  for (auto& x : supplied) x = std::uniform_real_distribution<double>(0.0, 1.0)(g);
+  rq.requests[1].uniforms = sampling::uniform_stream::values(supplied);
+  const specdec::matrix_view<const E> half(target.data(), batch * n, v);
+  const specdec::matrix_view<const float> full(target_f.data(), batch * n, v);
+  sampling::coin_options lossy_single{0.3f, 1.0f, specdec::empty_residual::token_zero, true};
+  sampling::coin_options lossy_acc{1.0f, 0.5f, specdec::empty_residual::last_token, true};
+  const sampling::coin_options keep{.keep_final_distribution = true};
+  for (const auto& options : {keep, sampling::coin_options{}, lossy_single, lossy_acc}) {
+    const auto got = sampling::verify_coin_tree(be, half, rq.requests, options);
+    for (const auto& r : got) {
+      accepted_total += r.accepted_nodes.size();
+      tests_total += r.acceptance_tests;
+    }
+    check_same_results(got, sampling::verify_coin_tree(be, full, rq.requests, options));
+    check_same_outputs(
+        batch, n, v, [&](const sampling::verify_outputs<>& o) { sampling::verify_coin_tree(be, half, rq.requests, options, o); },
+        [&](const sampling::verify_outputs<>& o) { sampling::verify_coin_tree(be, full, rq.requests, options, o); });
+  }
+  // Coins on the decision boundary: node i's coin is its first child's target probability (accepted,
+  // c <= m) or the next double above it (rejected), so an entry read one float ulp off flips a decision.
+  const specdec::draft_tree& t = rq.trees[0];
+  std::vector<double> edge(static_cast<std::size_t>(n + 1), 0.5);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t c = i + 1; c < n; ++c)
+      if (t.parent[static_cast<std::size_t>(c)] == i) {
+        const auto p = static_cast<double>(specdec::widen(target[static_cast<std::size_t>(i * v + t.token[static_cast<std::size_t>(c)])]));
+        const double coin = i % 2 == 0 ? p : std::nextafter(p, 2.0);
+        if (coin < 1.0) edge[static_cast<std::size_t>(i)] = coin;
+        break;
+      }
+  sampling::speculative_request on_edge = rq.requests[0];
+  on_edge.uniforms = sampling::uniform_stream::values(edge);
+  for (const auto& options : {keep, lossy_single}) {
+    const auto got = sampling::verify_coin_tree(be, half, std::span(&on_edge, 1), options);
+    accepted_total += got[0].accepted_nodes.size();
+    tests_total += got[0].acceptance_tests;
+    check_same_results(got, sampling::verify_coin_tree(be, full, std::span(&on_edge, 1), options));
+  }
+  // A mutable 16-bit view is taken as it is.
+  std::vector<E> mutable_rows = target;
+  check_same_results(sampling::verify_coin_tree(be, specdec::matrix_view<E>(mutable_rows.data(), batch * n, v), rq.requests),
+                     sampling::verify_coin_tree(be, full, rq.requests));
+}
+
+/// verify_typical over E rows (on backend B) against the float rows holding their values: random trees
+/// under Medusa's and vLLM v0's conventions, several thresholds, both forms.
+template <class E, class B>
+void check_typical(index_t v, std::uint32_t seed, std::size_t& accepted_total, std::size_t& rejected_total) {
+  namespace sampling = specdec::sampling;
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(specdec::element_name<E>);
+  B be;
+  const index_t batch = 4, n = 7;
+  const auto target = distributions<E>(batch * n, v, seed);
+  const auto target_f = widened(target);
+  const random_requests rq = random_trees(target, batch, n, v, seed + 3);
+  const specdec::matrix_view<const E> half(target.data(), batch * n, v);
+  const specdec::matrix_view<const float> full(target_f.data(), batch * n, v);
+  sampling::typical_options strict{.epsilon = 0.09f, .delta = 3.0f};
+  sampling::typical_options loose{.epsilon = 0.01f, .delta = 0.3f};
+  sampling::typical_options vllm{.convention = sampling::typical_convention::vllm_v0};
+  sampling::typical_options vllm_no_bonus{.epsilon = 0.05f, .convention = sampling::typical_convention::vllm_v0, .emit_bonus = false};
+  for (const auto& options : {sampling::typical_options{}, strict, loose, vllm, vllm_no_bonus}) {
+    CAPTURE(options.epsilon);
+    CAPTURE(options.delta);
+    CAPTURE(static_cast<int>(options.convention));
+    const auto got = sampling::verify_typical(be, half, rq.requests, options);
+    for (std::size_t r = 0; r < got.size(); ++r) {
+      accepted_total += got[r].accepted_nodes.size();
+      rejected_total += static_cast<std::size_t>(n - 1) - got[r].accepted_nodes.size();
+    }
+    check_same_results(got, sampling::verify_typical(be, full, rq.requests, options));
+    check_same_outputs(
+        batch, n, v, [&](const sampling::verify_outputs<>& o) { sampling::verify_typical(be, half, rq.requests, options, o); },
+        [&](const sampling::verify_outputs<>& o) { sampling::verify_typical(be, full, rq.requests, options, o); });
+  }
+  // Thresholds on the decision boundary: with delta huge the threshold is epsilon, set to a root child's
+  // probability (rejected: p > epsilon fails) or the float below it (accepted), so an entry read one
+  // float ulp off flips a decision.
+  for (const auto& q : rq.requests) {
+    const index_t child = std::find(q.tree.parent.begin() + 1, q.tree.parent.end(), 0) - q.tree.parent.begin();
+    const float p = specdec::widen(target[static_cast<std::size_t>(q.target_row * v + q.tree.token[static_cast<std::size_t>(child)])]);
+    if (!(p > 0.0f)) continue;
+    for (const float epsilon : {p, std::nextafter(p, 0.0f)}) {
+      const sampling::typical_options edge{.epsilon = epsilon, .delta = 3e38f};
+      const auto got = sampling::verify_typical(be, half, std::span(&q, 1), edge);
+      check_same_results(got, sampling::verify_typical(be, full, std::span(&q, 1), edge));
+    }
+  }
+  // The thresholds themselves: each row's, from the 16-bit entries and from the widened ones.
+  for (index_t r = 0; r < batch * n; ++r) {
+    const auto a = sampling::typical_row_threshold(target.data() + r * v, v, {});
+    const auto b = sampling::typical_row_threshold(target_f.data() + r * v, v, {});
+    REQUIRE(std::memcmp(&a.threshold, &b.threshold, sizeof(double)) == 0);
+    REQUIRE(std::memcmp(&a.entropy, &b.entropy, sizeof(double)) == 0);
+  }
+}
+
+/// target_probabilities over E logits against the float logits holding their values: per-row
+/// temperatures (greedy included), min-p, top-k and top-p, rows with -inf masks, ties and large values.
+template <class E>
+void check_target_probabilities(index_t v, std::uint32_t seed) {
+  namespace sampling = specdec::sampling;
+  CAPTURE(v);
+  CAPTURE(seed);
+  CAPTURE(specdec::element_name<E>);
+  const index_t rows = 6;
+  std::vector<E> logits = half_rows<E>(rows, v, seed);
+  // Finite maxima of moderate size: exp of a 1e30 bf16 logit's gaps would make every row one-hot.
+  for (auto& x : logits)
+    if (std::isfinite(specdec::widen(x)) && std::fabs(specdec::widen(x)) > 50.0f) x = specdec::narrow<E>(3.0f);
+  logits[static_cast<std::size_t>(v)] = specdec::narrow<E>(40.0f);  // row 1: one dominant token
+  const std::vector<float> logits_f = widened(logits);
+  const std::vector<sampling::sampling_params> params = {
+      {1.0f, 0, 1.0f, 0.0f}, {0.7f, 5, 1.0f, 0.0f}, {0.0f, 0, 1.0f, 0.0f},
+      {1.3f, 0, 0.9f, 0.0f}, {1.0f, 0, 1.0f, 0.05f}, {0.9f, std::min<index_t>(v, 40), 0.8f, 0.01f}};
+  std::vector<float> half(static_cast<std::size_t>(rows * v), -1.0f), full(half.size(), -2.0f);
+  sampling::target_probabilities(specdec::matrix_view<const E>(logits.data(), rows, v), params,
+                                 specdec::matrix_view<float>(half.data(), rows, v));
+  sampling::target_probabilities(specdec::matrix_view<const float>(logits_f.data(), rows, v), params,
+                                 specdec::matrix_view<float>(full.data(), rows, v));
+  for (std::size_t i = 0; i < half.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(same_bits(half[i], full[i]));
+  }
+  // One parameter set for every row, from a mutable 16-bit view.
+  const sampling::sampling_params one{0.8f, 0, 0.95f, 0.0f};
+  sampling::target_probabilities(specdec::matrix_view<E>(logits.data(), rows, v), std::span(&one, 1),
+                                 specdec::matrix_view<float>(half.data(), rows, v));
+  sampling::target_probabilities(specdec::matrix_view<const float>(logits_f.data(), rows, v), std::span(&one, 1),
+                                 specdec::matrix_view<float>(full.data(), rows, v));
+  CHECK(std::memcmp(half.data(), full.data(), half.size() * sizeof(float)) == 0);
+}
+
+}  // namespace test_half
+
+TEST_CASE("half: verify_coin_tree over bf16 / fp16 target rows gives the float rows' results bit for bit") {
+  std::size_t accepted = 0;
+  index_t tests = 0;
+  for (const index_t v : {index_t{7}, index_t{1001}, index_t{2048 + 13}})
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      test_half::check_coin_tree<bfloat16, specdec::eigen>(v, seed, accepted, tests);
+      test_half::check_coin_tree<float16, specdec::eigen>(v, seed + 10, accepted, tests);
+      test_half::check_coin_tree<bfloat16, specdec::thrust_backend<specdec::thrust_system::cpp>>(v, seed + 20, accepted, tests);
+      test_half::check_coin_tree<float16, specdec::thrust_backend<specdec::thrust_system::cpp>>(v, seed + 30, accepted, tests);
+    }
+  // Both outcomes occur often: candidates accepted and candidates rejected.
+  CHECK(accepted > 50);
+  CHECK(static_cast<index_t>(accepted) + 50 < tests);
+}
+
+TEST_CASE("half: verify_typical over bf16 / fp16 target rows gives the float rows' results bit for bit") {
+  std::size_t accepted = 0, rejected = 0;
+  for (const index_t v : {index_t{7}, index_t{1001}, index_t{2048 + 13}})
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      test_half::check_typical<bfloat16, specdec::eigen>(v, seed, accepted, rejected);
+      test_half::check_typical<float16, specdec::eigen>(v, seed + 10, accepted, rejected);
+      test_half::check_typical<bfloat16, specdec::thrust_backend<specdec::thrust_system::cpp>>(v, seed + 20, accepted, rejected);
+      test_half::check_typical<float16, specdec::thrust_backend<specdec::thrust_system::cpp>>(v, seed + 30, accepted, rejected);
+    }
+  CHECK(accepted > 50);
+  CHECK(rejected > 50);
+}
+
+TEST_CASE("half: target_probabilities over bf16 / fp16 logits gives the float logits' probabilities bit for bit") {
+  for (const index_t v : {index_t{5}, index_t{999}, index_t{4096 + 3}})
+    for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+      test_half::check_target_probabilities<bfloat16>(v, seed);
+      test_half::check_target_probabilities<float16>(v, seed + 10);
+    }
+}
+
+TEST_CASE("half: verify_coin_tree and verify_typical refuse a 16-bit row that is not a distribution, naming it and the rounding") {
+  namespace sampling = specdec::sampling;
+  specdec::eigen be;
+  // {0, 0.5, 0.25, 0.25 + 2^-9} sums to 1 + 2^-9: inside bf16's 1e-4 + 2^-8, outside float's 1e-4; the
+  // bad row sums to 1.0078125, outside both. Token 0 has p = 0: the coin walk rejects it and reads the
+  // row whole; the typical walk rejects it after checking the row whole.
+  const auto row = [](float last) {
+    std::vector<bfloat16> x = {specdec::to_bfloat16(0.0f), specdec::to_bfloat16(0.5f), specdec::to_bfloat16(0.25f),
+                               specdec::to_bfloat16(last)};
+    x.insert(x.end(), x.begin(), x.end());
+    return x;
+  };
+  const std::vector<bfloat16> ok = row(0.25f + 0x1p-9f), bad = row(0.2578125f);
+  const std::int32_t d[1] = {0};
+  const specdec::draft_tree chain = sampling::make_chain(0, d);
+  sampling::speculative_request q;
+  q.tree = chain;
+  q.uniforms = sampling::uniform_stream::philox({1, 0}, 0);
+  const auto view = [](const std::vector<bfloat16>& x) { return specdec::matrix_view<const bfloat16>(x.data(), 2, 4); };
+  CHECK_NOTHROW(sampling::verify_coin_tree(be, view(ok), std::span(&q, 1)));
+  CHECK_NOTHROW(sampling::verify_typical(be, view(ok), std::span(&q, 1)));
+  const char* message = "target_probs row 0 sums to 1.00781; expected 1 within 0.0001 plus the rounding of its bfloat16 entries";
+  CHECK_THROWS_WITH_AS(sampling::verify_coin_tree(be, view(bad), std::span(&q, 1)), doctest::Contains(message),
+                       specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::verify_typical(be, view(bad), std::span(&q, 1)), doctest::Contains(message),
+                       specdec::invalid_argument);
+  // The float rows of the accepted bf16 values miss 1 by more than float's tolerance.
+  const std::vector<float> f = test_half::widened(ok);
+  const specdec::matrix_view<const float> fv(f.data(), 2, 4);
+  CHECK_THROWS_WITH_AS(sampling::verify_typical(be, fv, std::span(&q, 1)), doctest::Contains("target_probs row 0 sums to"),
+                       specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::verify_coin_tree(be, fv, std::span(&q, 1)), doctest::Contains("target_probs row 0 sums to"),
+                       specdec::invalid_argument);
+  // fp16: an entry above 1, named by row and column; a row summing to 1.5, with fp16's rounding named.
+  const std::vector<float16> above = {specdec::narrow<float16>(0.0f), specdec::narrow<float16>(1.5f), specdec::narrow<float16>(0.0f),
+                                      specdec::narrow<float16>(0.0f)};
+  const std::vector<float16> heavy = {specdec::narrow<float16>(0.0f), specdec::narrow<float16>(0.75f), specdec::narrow<float16>(0.75f),
+                                      specdec::narrow<float16>(0.0f)};
+  const auto h = [](const std::vector<float16>& x) { return specdec::matrix_view<const float16>(x.data(), 1, 4); };
+  const specdec::draft_tree root = specdec::make_tree(std::vector<std::int32_t>{0}, std::vector<std::int32_t>{-1});
+  sampling::speculative_request leaf;
+  leaf.tree = root;
+  leaf.uniforms = sampling::uniform_stream::philox({2, 0}, 0);
+  CHECK_THROWS_WITH_AS(sampling::verify_typical(be, h(above), std::span(&leaf, 1)), doctest::Contains("target_probs[0, 1] = 1.5"),
+                       specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::verify_coin_tree(be, h(above), std::span(&leaf, 1)), doctest::Contains("target_probs[0, 1] = 1.5"),
+                       specdec::invalid_argument);
+  const char* fp16_message = "target_probs row 0 sums to 1.5; expected 1 within 0.0001 plus the rounding of its float16 entries";
+  CHECK_THROWS_WITH_AS(sampling::verify_typical(be, h(heavy), std::span(&leaf, 1)), doctest::Contains(fp16_message),
+                       specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::verify_coin_tree(be, h(heavy), std::span(&leaf, 1)), doctest::Contains(fp16_message),
+                       specdec::invalid_argument);
+  // target_probabilities: a NaN or +inf 16-bit logit is refused, naming the logit.
+  const std::vector<bfloat16> nan_logits = {specdec::to_bfloat16(1.0f), specdec::to_bfloat16(std::numeric_limits<float>::quiet_NaN())};
+  const std::vector<float16> inf_logits = {specdec::narrow<float16>(std::numeric_limits<float>::infinity()),
+                                           specdec::narrow<float16>(1.0f)};
+  std::vector<float> probs(2);
+  const sampling::sampling_params plain;
+  CHECK_THROWS_WITH_AS(sampling::target_probabilities(specdec::matrix_view<const bfloat16>(nan_logits.data(), 1, 2), std::span(&plain, 1),
+                                                      specdec::matrix_view<float>(probs.data(), 1, 2)),
+                       doctest::Contains("logits[0, 1] = nan"), specdec::invalid_argument);
+  CHECK_THROWS_WITH_AS(sampling::target_probabilities(specdec::matrix_view<const float16>(inf_logits.data(), 1, 2), std::span(&plain, 1),
+                                                      specdec::matrix_view<float>(probs.data(), 1, 2)),
+                       doctest::Contains("logits[0, 0] = inf"), specdec::invalid_argument);
 }
 
 TEST_CASE("half: vLLM's apply_sampling_constraints over bf16 / fp16 logits is the float path on the rounded quotients") {

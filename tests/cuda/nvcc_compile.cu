@@ -144,7 +144,9 @@ std::size_t verify_half_rows(cuda_backend& b, specdec::matrix_view<const specdec
   return specdec::sampling::verify_speculative(b, specdec::sampling::speculative_rows<specdec::device_space, specdec::bfloat16>{pb, pb},
                                                requests).size() +
          specdec::sampling::verify_speculative(b, specdec::sampling::speculative_rows<specdec::device_space, float, specdec::float16>{p, ph},
-                                               requests).size();
+                                               requests).size() +
+         specdec::sampling::verify_coin_tree(b, pb, requests).size() + specdec::sampling::verify_coin_tree(b, ph, requests).size() +
+         specdec::sampling::verify_typical(b, pb, requests).size() + specdec::sampling::verify_typical(b, ph, requests).size();
 }
 
 // verify_speculative_logits over 16-bit device logits: each row read is softened by the backend's
