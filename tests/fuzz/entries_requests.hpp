@@ -197,6 +197,68 @@ struct target_probabilities {
   }
 };
 
+/// The 16-bit overloads of the logits verifier (bf16 logits softened whole, fp16 drafts, a bitmask),
+/// typical acceptance (fp16), the coin tree (bf16) and target_probabilities (bf16 logits).
+struct request_speculative_logits_half {
+  static constexpr const char* name = "verify_speculative_logits (requests, bf16 logits, fp16 drafts, bitmask)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "rows.target", 2, 4, 8, role::in, logits(p.input(), 32));
+    add<specdec::float16>(p, "rows.draft", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
+    add<std::int32_t>(p, "rows.target_bitmask", 2, 4, 1, role::in, ints(p.input(), 4, -3, 255));
+    add_request(p);
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::speculative_rows<specdec::host_space, specdec::bfloat16, specdec::float16> rows;
+    rows.target = c.m<const specdec::bfloat16>(0);
+    rows.draft = c.m<const specdec::float16>(1);
+    rows.target_bitmask = c.m<const std::int32_t>(2);
+    const auto q = request_of(c, {{3, 4, 5}, 6, 7});
+    return results_digest(specdec::sampling::verify_speculative_logits(b, rows, std::span(&q, 1)));
+  }
+};
+
+struct request_typical_half {
+  static constexpr const char* name = "verify_typical (fp16 rows)";
+  static void plan(call_plan& p) {
+    add<specdec::float16>(p, "target_probs", 2, 4, 8, role::in, distributions(p.input(), 4, 8));
+    add_tree(p, 4, 8);
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    specdec::sampling::speculative_request q;
+    q.tree = tree_of(c, {1, 2, 3});
+    return results_digest(specdec::sampling::verify_typical(b, c.m<const specdec::float16>(0), std::span(&q, 1)));
+  }
+};
+
+struct request_coin_tree_half {
+  static constexpr const char* name = "verify_coin_tree (bf16 rows)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "target_probs", 2, 4, 8, role::in, distributions(p.input(), 4, 8));
+    add_request(p);
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    const auto q = request_of(c, {{1, 2, 3}, 4, 5});
+    return results_digest(specdec::sampling::verify_coin_tree(b, c.m<const specdec::bfloat16>(0), std::span(&q, 1)));
+  }
+};
+
+struct target_probabilities_half {
+  static constexpr const char* name = "target_probabilities (bf16 logits)";
+  static void plan(call_plan& p) {
+    add<specdec::bfloat16>(p, "logits", 2, 3, 8, role::in, logits(p.input(), 24));
+    add<float>(p, "probs", 2, 3, 8, role::out, {});
+  }
+  template <class B>
+  static digest call(B&, const context& c) {
+    const specdec::sampling::sampling_params params[] = {{0.7f, 3, 0.9f, 0.0f}, {1.0f, 0, 0.5f, 0.1f}, {0.0f, 0, 1.0f, 0.0f}};
+    specdec::sampling::target_probabilities(c.m<const specdec::bfloat16>(0), params, c.m<float>(1));
+    return {};
+  }
+};
+
 /// The host filters in place (top-k renormalisation, top-p, both, top-k masking), one after another.
 struct host_filters {
   static constexpr const char* name = "top_k_renorm / top_p_renorm / joint / top_k_mask_logits (host)";
