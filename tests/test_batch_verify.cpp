@@ -372,6 +372,74 @@ TEST_CASE_TEMPLATE("batched stochastic verification equals verify_speculative pe
   }
 }
 
+namespace half_batch {
+
+/// Rows of `rows` rounded to E, each brought back within 2e-5 of 1 by moving its largest entries onto
+/// the rounding's residual (so that the float rows of the same values pass the float checks too);
+/// `widened` gets those values as floats.
+template <class E>
+std::vector<E> rounded_rows(const std::vector<float>& rows, index_t v, std::vector<float>& widened) {
+  std::vector<E> out(rows.size());
+  for (std::size_t j = 0; j < rows.size(); ++j) out[j] = specdec::narrow<E>(rows[j]);
+  for (std::size_t r = 0; v > 0 && r < rows.size() / static_cast<std::size_t>(v); ++r) {
+    E* row = out.data() + r * static_cast<std::size_t>(v);
+    std::vector<index_t> order(static_cast<std::size_t>(v));
+    for (index_t j = 0; j < v; ++j) order[static_cast<std::size_t>(j)] = j;
+    std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) { return specdec::widen(row[a]) > specdec::widen(row[b]); });
+    for (std::size_t i = 0; i < order.size() && i < 200; ++i) {
+      double total = 0.0;
+      for (index_t j = 0; j < v; ++j) total += static_cast<double>(specdec::widen(row[j]));
+      if (std::abs(total - 1.0) < 2e-5) break;
+      E& e = row[order[i]];
+      e = specdec::narrow<E>(std::max(0.0f, specdec::widen(e) + static_cast<float>(1.0 - total)));
+    }
+  }
+  widened.resize(out.size());
+  for (std::size_t j = 0; j < out.size(); ++j) widened[j] = specdec::widen(out[j]);
+  return out;
+}
+
+template <class B, class T, class D>
+void check(const configuration& cfg, std::uint64_t seed, int& compared) {
+  batch_case c = make_case(seed, cfg.shape);
+  std::vector<float> target_f, draft_f;
+  const std::vector<T> target = rounded_rows<T>(c.target, c.vocab, target_f);
+  const std::vector<D> draft = rounded_rows<D>(c.draft, c.vocab, draft_f);
+  c.target = target_f;  // the float run reads the widened values
+  c.draft = draft_f;
+  B b;
+  batch_on<B> want_on(b, c, cfg.finals);
+  sampling::verify_speculative(b, want_on.rows(c), want_on.view(c), cfg.options, want_on.outputs(c));
+  const got_outputs want = want_on.fetch(b);
+  batch_on<B> got_on(b, c, cfg.finals);
+  auto target_d = b.upload(std::span<const T>(target));
+  auto draft_d = b.upload(std::span<const D>(draft));
+  const auto float_rows = got_on.rows(c);
+  sampling::speculative_rows<typename B::memory_space, T, D> rows;
+  rows.target = target_d.matrix(c.target_count, c.vocab);
+  if (c.draft_count > 0) rows.draft = draft_d.matrix(c.draft_count, c.vocab);
+  rows.exponential_noise = float_rows.exponential_noise;
+  sampling::verify_speculative(b, rows, got_on.view(c), cfg.options, got_on.outputs(c));
+  check_same(got_on.fetch(b), want);
+  ++compared;
+}
+
+}  // namespace half_batch
+
+TEST_CASE_TEMPLATE("batched stochastic verification over bf16 / fp16 rows gives the float rows' outputs", B, SPECDEC_TEAM_BACKENDS) {
+  std::uint64_t seed = 700;
+  int compared = 0;
+  for (const configuration& cfg : configurations()) {
+    const std::string name = cfg.name;
+    CAPTURE(name);
+    CAPTURE(seed);
+    half_batch::check<B, specdec::bfloat16, specdec::bfloat16>(cfg, seed++, compared);
+    half_batch::check<B, specdec::float16, float>(cfg, seed++, compared);
+    half_batch::check<B, float, specdec::bfloat16>(cfg, seed++, compared);
+  }
+  CHECK(compared == 3 * static_cast<int>(configurations().size()));
+}
+
 TEST_CASE("the team walk of a staged chunk gives walk_chunk's token, targets on running totals included") {
   // walk_staged decides from segment totals within a slack and falls back to walk_chunk near a tie;
   // its answer must be walk_chunk's for every target: targets equal to a running total (always the

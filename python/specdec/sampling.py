@@ -153,11 +153,16 @@ def verify_tree_batch(target, tokens, parents, *, greedy: bool = False, node_cou
     ``greedy=True``: ``target`` is float32 logits ``[rows x V]``; the walk accepts the child whose token is
     its parent row's argmax (only visited rows are read) and emits the last node's argmax. Otherwise
     ``target`` holds probabilities (soften logits with ``softmax`` first) and the walk is the lossless
-    multi-draft rule: deterministic drafts, or ``draft_probs`` float32 ``[rows' x V]`` with ``draft_rows``
+    multi-draft rule: deterministic drafts, or ``draft_probs`` ``[rows' x V]`` with ``draft_rows``
     int64 ``[batch x N]`` (the row node i was drawn from, -1 for a deterministic node). Randomness:
     ``uniforms`` float64 ``[batch x U]`` in consumption order, or Philox stream ``(seed, r)`` for request r
     read from ``offset`` (an int, or int64 ``[batch]`` per request; ``generator`` draws the seed; neither:
     numpy's global generator), as ``verify_speculative``.
+
+    Row dtypes: ``target`` and ``draft_probs`` float32; on the host also float16 / bfloat16, each its own
+    (read as they are: the float32 rows' results, bit for bit; a 16-bit probability row's sum may miss 1
+    by its rounding too). 16-bit greedy logits take every row's argmax first (a NaN in any row is then an
+    error, where float32 logits are read only where the walk goes).
 
     Every array argument is viewed, not copied: C-contiguous, of the dtype given here exactly, and in
     ``target``'s memory (a list where an array is expected is a ``TypeError``). ``greedy``: a bool.

@@ -40,7 +40,8 @@ namespace {
 /// verify_speculative (`target` holds probabilities) of a padded batch, every array in the memory of
 /// `target` (host, or a CUDA device in a CUDA build: one kernel, on `stream`). Optional arrays are empty
 /// when absent. Philox streams arrive as int64 pairs (seed, subsequence) and offsets as int64, read as
-/// the uint64 they hold.
+/// the uint64 they hold. On the host `target` and `draft_probs` may be float32, float16 or bfloat16 each
+/// (read as they are: the float32 rows' results); on CUDA float32.
 void verify_batch(const array& target, bool greedy, const array& tokens, const array& parents, const array& node_counts,
                   const array& target_rows, const array& draft_probs, const array& draft_rows, const array& max_accepted,
                   const array& bonus_tokens, const array& uniforms, const array& streams, const array& offsets,
@@ -49,7 +50,9 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   // The caller's name for it: chain_speculative_sampling's target_probs (`flashinfer`), verify_tree_batch's target.
   const char* target_name = flashinfer ? "target_probs" : "target";
   const auto at = device_of(target, target_name, stream);
-  const float* t = argument<const float>(target, target_name, {-1, -1}, at);
+  // A host target of any row dtype is checked by with_rows below.
+  const float* t = at ? argument<const float>(target, target_name, {-1, -1}, at) : nullptr;
+  if (!at) with_rows(target, target_name, [](auto) {});
   const std::int64_t rows = static_cast<std::int64_t>(target.shape(0)), vocab = static_cast<std::int64_t>(target.shape(1));
   if (tokens.ndim() != 2) throw nb::value_error(("tokens: expected 2 dimensions [batch x N]; got shape " + shape_of(tokens)).c_str());
   const std::int64_t b = static_cast<std::int64_t>(tokens.shape(0)), n = static_cast<std::int64_t>(tokens.shape(1));
@@ -64,11 +67,19 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   in.bonus_tokens = argument<const std::int32_t>(bonus_tokens, "bonus_tokens", {b}, at, true);
   const float* draft = nullptr;
   std::int64_t draft_count = 0;
+  bool with_draft = false;
   if (!greedy) {
-    draft = argument<const float>(draft_probs, "draft_probs", {-1, vocab}, at, true);
-    draft_count = draft == nullptr ? 0 : static_cast<std::int64_t>(draft_probs.shape(0));
+    if (at) {
+      draft = argument<const float>(draft_probs, "draft_probs", {-1, vocab}, at, true);
+      with_draft = draft != nullptr;
+    } else if (!absent(draft_probs)) {
+      with_rows(draft_probs, "draft_probs", [](auto) {});
+      expect_shape(draft_probs, "draft_probs", {-1, vocab});
+      with_draft = true;
+    }
+    draft_count = with_draft ? static_cast<std::int64_t>(draft_probs.shape(0)) : 0;
     in.draft_rows = argument<const std::int64_t>(draft_rows, "draft_rows", {b, n}, at, true);
-    if ((draft == nullptr) != (in.draft_rows == nullptr))
+    if (!with_draft != (in.draft_rows == nullptr))
       throw nb::value_error("draft_probs, draft_rows: expected both (stochastic drafts) or neither (deterministic drafts)");
     in.uniforms = argument<const double>(uniforms, "uniforms", {b, -1}, at, true);
     in.uniform_count = in.uniforms == nullptr ? 0 : static_cast<std::int64_t>(uniforms.shape(1));
@@ -93,18 +104,36 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
 #endif
     return;
   }
-  without_gil([&] {
+  with_rows(target, target_name, [&](auto x) {
+    using T = typename decltype(x)::value_type;
     using specdec::host_space;
-    const specdec::matrix_view<const float> x(t, static_cast<index_t>(rows), static_cast<index_t>(vocab));
     if (greedy) {
-      specdec::sampling::verify_greedy(host_backend(), x, tree_batch_of<host_space>(in), verify_outputs_of<host_space>(out, b));
-    } else {
-      specdec::sampling::speculative_rows<> r;
-      r.target = x;
-      if (draft != nullptr) r.draft = specdec::matrix_view<const float>(draft, static_cast<index_t>(draft_count), static_cast<index_t>(vocab));
-      specdec::sampling::verify_speculative(host_backend(), r, tree_batch_of<host_space>(in), speculative_options_for(flashinfer),
-                                            verify_outputs_of<host_space>(out, b));
+      without_gil([&] {
+        if constexpr (std::is_same_v<T, float>) {
+          specdec::sampling::verify_greedy(host_backend(), x, tree_batch_of<host_space>(in), verify_outputs_of<host_space>(out, b));
+        } else {
+          // The batched greedy walk reads float logits: a 16-bit batch takes every row's argmax instead
+          // (the backend reads the 16-bit rows as they are), then the argmax form.
+          std::vector<std::int32_t> best(static_cast<std::size_t>(rows));
+          host_backend().row_argmax(x, specdec::vector_view<std::int32_t>(best.data(), static_cast<index_t>(rows)));
+          specdec::sampling::verify_greedy(host_backend(), specdec::vector_view<const std::int32_t>(best.data(), static_cast<index_t>(rows)),
+                                           tree_batch_of<host_space>(in), static_cast<index_t>(vocab), verify_outputs_of<host_space>(out, b));
+        }
+      });
+      return;
     }
+    const auto run = [&](auto d) {
+      using D = typename decltype(d)::value_type;
+      specdec::sampling::speculative_rows<host_space, T, D> r;
+      r.target = x;
+      r.draft = d;
+      without_gil([&] {
+        specdec::sampling::verify_speculative(host_backend(), r, tree_batch_of<host_space>(in), speculative_options_for(flashinfer),
+                                              verify_outputs_of<host_space>(out, b));
+      });
+    };
+    if (with_draft) with_rows(draft_probs, "draft_probs", run);
+    else run(specdec::matrix_view<const float>{});
   });
 }
 

@@ -228,14 +228,16 @@ def test_fp16_softmax_rows_of_a_large_vocabulary_are_distributions():
 # ---- the stochastic verifiers over 16-bit probability rows ---------------------------------------------
 
 
-def exact_probs(dtype, shape, seed):
+def exact_probs(dtype, shape, seed, boost=None):
     """Distributions rounded to `dtype` (zeros, ties, a long tail) whose sums are then brought within 2e-5
     of 1 by moving the largest entries onto the rounding's residual, so that the float32 rows of the same
-    values pass the float32 checks (1e-4) too."""
+    values pass the float32 checks (1e-4) too. `boost`: (row, column) pairs given a large logit."""
     g = np.random.default_rng(seed)
     x = g.normal(0.0, 2.0, size=shape)
     x[g.random(shape) < 0.15] = -np.inf  # exact zeros
     x[g.random(shape) < 0.1] = 0.5  # ties
+    for r, j in boost or ():
+        x[r, j] = 9.0
     p = np.exp(x - x.max(axis=-1, keepdims=True))
     h = (p / p.sum(axis=-1, keepdims=True)).astype(dtype)
     for row in h.reshape(-1, shape[-1]):
@@ -459,3 +461,39 @@ def test_verify_speculative_on_half_rows_gives_the_float32_rows_results(dtype, d
         specdec.verify_speculative(probs.astype(np.float64), trees, seed=1)
     with pytest.raises(TypeError, match=r"^draft_probs: expected dtype float32 or float16 or bfloat16; got int32$"):
         specdec.verify_speculative(probs, trees, draft_probs=draft.astype(np.int32), draft_rows=rows, seed=1)
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=["float16", "bfloat16"])
+def test_verify_tree_batch_on_half_rows_gives_the_float32_rows_outputs(dtype):
+    """The padded batch form over 16-bit target probabilities (16-bit or float32 draft rows) and 16-bit
+    greedy logits: the outputs of the float32 rows of the same values."""
+    v = 3001
+    tokens_list, parents_list = [0, 5, 9, 5, 17, 3, 11], [-1, 0, 0, 1, 1, 2, 3]
+    trees = [specdec.DraftTree.from_parents(tokens_list, parents_list, v) for _ in range(5)]
+    n = len(tokens_list)
+    tokens, parents, _ = specdec.tree_batch(trees)
+    # The drafted tokens likely under the target: walks descend.
+    boost = [(r, tokens_list[i]) for r in range(5 * n) for i in range(1, n) if parents_list[i] == r % n]
+    probs = exact_probs(dtype, (5 * n, v), 80, boost)
+    draft = exact_probs(dtype, (5 * n, v), 81)
+    rows = np.tile(np.array([-1] + list(range(1, n)), np.int64), (5, 1)) + np.arange(5)[:, None] * n
+    rows[:, 0] = -1
+    accepted = 0
+    for seed in range(4):
+        for d in (None, draft, draft.astype(np.float32)):
+            kw = dict(seed=seed, offset=seed) if d is None else dict(draft_probs=d, draft_rows=rows, seed=seed, offset=seed)
+            got = specdec.verify_tree_batch(probs, tokens, parents, **kw)
+            if d is not None:
+                kw["draft_probs"] = d.astype(np.float32)
+            want = specdec.verify_tree_batch(probs.astype(np.float32), tokens, parents, **kw)
+            for field in ("tokens", "accepted", "accepted_nodes", "uniforms_consumed"):
+                assert same_bits(getattr(got, field), getattr(want, field)), field
+            accepted += int(want.accepted.sum())
+    assert accepted > 20
+    logits = half_rows(dtype, 5 * n, v, 82)
+    got = specdec.verify_tree_batch(logits, tokens, parents, greedy=True)
+    want = specdec.verify_tree_batch(logits.astype(np.float32), tokens, parents, greedy=True)
+    for field in ("tokens", "accepted", "accepted_nodes"):
+        assert same_bits(getattr(got, field), getattr(want, field)), field
+    with pytest.raises(TypeError, match=r"^target: expected dtype float32 or float16 or bfloat16; got float64$"):
+        specdec.verify_tree_batch(probs.astype(np.float64), tokens, parents, seed=1)

@@ -161,6 +161,15 @@ std::size_t verify_half_logits(cuda_backend& b, specdec::matrix_view<const specd
              b, specdec::sampling::speculative_rows<specdec::device_space, specdec::float16, float>{lh, q}, requests).size();
 }
 
+// The batched stochastic form over 16-bit device rows (one launch; the job widens each entry read).
+void verify_half_batch(cuda_backend& b, specdec::matrix_view<const specdec::bfloat16, specdec::device_space> pb,
+                       specdec::matrix_view<const specdec::float16, specdec::device_space> ph,
+                       const specdec::sampling::tree_batch<specdec::device_space>& batch,
+                       const specdec::sampling::verify_outputs<specdec::device_space>& out) {
+  specdec::sampling::verify_speculative(b, specdec::sampling::speculative_rows<specdec::device_space, specdec::bfloat16, specdec::float16>{pb, ph},
+                                        batch, {}, out);
+}
+
 // The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
 void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
                 const specdec::blocks::layer_weights<specdec::device_space>& w,

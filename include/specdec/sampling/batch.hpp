@@ -289,8 +289,13 @@ void verify_greedy(B& b, matrix_view<const float, typename B::memory_space> targ
 ///   it is read whole, a uniform outside the range or too few supplied, re-tests on a tree that
 ///   branches, bad noise entries, an output too narrow. On CUDA with deferred faults those come from
 ///   `check_faults()`.
-template <team_backend B>
-void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& rows,
+///
+/// The rows may be bfloat16 / float16 (`speculative_rows<Space, T, D>`: target T, draft D, each float,
+/// bf16 or fp16), read where they lie and widened where read: the float rows' results, bit for bit; a
+/// row read whole may miss 1 by its rounding too (core/half.hpp's rounding_tolerance).
+template <team_backend B, class T = float, class D = T>
+  requires(detail::probability_element<T> && detail::probability_element<D>)
+void verify_speculative(B& b, const speculative_rows<typename B::memory_space, T, D>& rows,
                         const tree_batch<typename B::memory_space>& batch, const speculative_options& options,
                         const verify_outputs<typename B::memory_space>& outputs) {
   using space = typename B::memory_space;
@@ -323,7 +328,7 @@ void verify_speculative(B& b, const speculative_rows<typename B::memory_space>& 
                              detail::batch_inputs(where, batch,
                                                   {extent_of(where, "rows.target", rows.target), extent_of(where, "rows.draft", rows.draft),
                                                    extent_of(where, "rows.exponential_noise", rows.exponential_noise)}));
-  detail::speculative_batch_job<space> job{{rows.target, rows.draft, options.fallback, batch.nodes()},
+  detail::speculative_batch_job<space, detail::probability_matrix<space, T>, D> job{{rows.target, rows.draft, options.fallback, batch.nodes()},
                                            detail::trees_of(batch),
                                            detail::outputs_of(outputs),
                                            batch.draft_rows,
