@@ -27,8 +27,8 @@ def top_k_renorm_probs(probs, top_k, is_deterministic=False, *, out=None):
     """FlashInfer's ``top_k_renorm_probs`` (alias ``top_k_renorm_prob``): keep the ``top_k`` largest
     probabilities of each row (ties with the k-th kept), zero the rest, renormalise.
 
-    probs: float32 ``[batch, V]`` (on the host also float16 or bfloat16, read as it is and filtered as
-    the float32 row of the same values), rows summing to 1 (within 1e-3; FlashInfer renormalises any row:
+    probs: float32, float16 or bfloat16 ``[batch, V]`` (a 16-bit row read as it is and filtered as the
+    float32 row of the same values), rows summing to 1 (within 1e-3; FlashInfer renormalises any row:
     specdec refuses one that is not a distribution). top_k: an int, or one per row (``[batch]``; k >= V
     keeps the row). ``is_deterministic`` is FlashInfer's (its multi-block sums): specdec's result is
     always deterministic, bit for bit on every backend. out: optional ``[batch, V]`` of ``probs``' dtype

@@ -4,8 +4,8 @@ row_logsumexp) over numpy arrays or torch tensors, host or CUDA.
 
 Every function here takes ``logits`` ``[rows, V]``, C-contiguous: a numpy array or CPU torch tensor
 (run on the host) of float32, float16 or bfloat16 (numpy holds bf16 as ``ml_dtypes.bfloat16``), or in a
-CUDA build a float32 CUDA tensor (run on its device, on the current stream; every other array of the
-call on that device). A 16-bit row is read as it is (two bytes per entry, never copied to float32) and
+CUDA build a CUDA tensor of one of those dtypes (run on its device, on the current stream; every other
+array of the call on that device). A 16-bit row is read as it is (two bytes per entry, never copied to float32) and
 gives, bit for bit, the results of the float32 row holding the same values; outputs are float32. Outputs are new arrays of the same kind and device unless
 given (then written and returned). Errors, each naming the argument: ``TypeError`` for an argument that
 is not an array or has another dtype (the message gives the dtype received), ``ValueError`` for its
@@ -40,7 +40,7 @@ def topk(logits, k, values=None, indices=None):
     """The k largest entries of each row, descending, ties to the lower index, as ``torch.topk(logits,
     k)`` (which breaks ties differently and returns int64).
 
-    ``logits``: float32 ``[rows, V]``, host or CUDA, or float16 / bfloat16 on the host. ``k``: an int, 1 <= k <= V. ``values`` (float32) and
+    ``logits``: float32, float16 or bfloat16 ``[rows, V]``, host or CUDA. ``k``: an int, 1 <= k <= V. ``values`` (float32) and
     ``indices`` (int32): optional outputs ``[rows, k]``. Returns ``(values, indices)``. Raises
     ``TypeError`` (an array's kind or dtype, a ``k`` that is not an integer) or ``ValueError`` (``k`` out of
     range, shapes, strides, device, a read-only output, NaN or +inf in a row)."""
@@ -57,7 +57,7 @@ def topk(logits, k, values=None, indices=None):
 def softmax(logits, temperature=1.0, out=None):
     """``softmax(logits / temperature)`` per row (temperature 0: one-hot at the argmax).
 
-    ``logits``: float32 ``[rows, V]``, host or CUDA, or float16 / bfloat16 on the host; -inf masks a token. ``temperature``: a real >= 0.
+    ``logits``: float32, float16 or bfloat16 ``[rows, V]``, host or CUDA; -inf masks a token. ``temperature``: a real >= 0.
     ``out``: optional float32 ``[rows, V]`` (may be ``logits`` itself). Returns ``out``, float32 ``[rows,
     V]``. Raises ``TypeError`` (an array's kind or dtype, a temperature that is not a number) or
     ``ValueError`` (shapes, strides, device, a read-only output; NaN or +inf in a row, a row all -inf, a
@@ -71,7 +71,7 @@ def softmax(logits, temperature=1.0, out=None):
 def log_softmax(logits, temperature=1.0, out=None):
     """``log_softmax(logits / temperature)`` per row (temperature 0: 0 at the argmax, -inf elsewhere).
 
-    ``logits``: float32 ``[rows, V]``, host or CUDA, or float16 / bfloat16 on the host. ``temperature``: a real >= 0. ``out``: optional
+    ``logits``: float32, float16 or bfloat16 ``[rows, V]``, host or CUDA. ``temperature``: a real >= 0. ``out``: optional
     float32 ``[rows, V]`` (may be ``logits`` itself). Returns ``out``, float32 ``[rows, V]``. Raises as
     :func:`softmax`."""
     if out is None:
@@ -83,7 +83,7 @@ def log_softmax(logits, temperature=1.0, out=None):
 def logsumexp(logits, temperature=1.0, out=None):
     """``log sum exp(logits / temperature)`` per row (-inf for a row all -inf).
 
-    ``logits``: float32 ``[rows, V]``, host or CUDA, or float16 / bfloat16 on the host. ``temperature``: a real > 0. ``out``: optional
+    ``logits``: float32, float16 or bfloat16 ``[rows, V]``, host or CUDA. ``temperature``: a real > 0. ``out``: optional
     float32 ``[rows]``. Returns ``out``, float32 ``[rows]``. Raises ``TypeError`` (an array's kind or
     dtype, a temperature that is not a number) or ``ValueError`` (shapes, strides, device, a read-only
     output, NaN or +inf in a row, a temperature <= 0 or not finite)."""

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -50,8 +51,16 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   // The caller's name for it: chain_speculative_sampling's target_probs (`flashinfer`), verify_tree_batch's target.
   const char* target_name = flashinfer ? "target_probs" : "target";
   const auto at = device_of(target, target_name, stream);
-  // A host target of any row dtype is checked by with_rows below.
-  const float* t = at ? argument<const float>(target, target_name, {-1, -1}, at) : nullptr;
+  // Any row dtype: on the host checked by with_rows below; on CUDA float32 for greedy logits, and float32,
+  // float16 or bfloat16 probabilities (the draft rows of the same dtype).
+  const void* t = nullptr;
+#if SPECDEC_PYTHON_CUDA
+  specdec_python::cuda::element e = specdec_python::cuda::element::f32;
+  if (at) {
+    if (greedy) t = argument<const float>(target, target_name, {-1, -1}, at);
+    else std::tie(t, e) = device_rows(target, target_name, 2, *at);
+  }
+#endif
   if (!at) with_rows(target, target_name, [](auto) {});
   const std::int64_t rows = static_cast<std::int64_t>(target.shape(0)), vocab = static_cast<std::int64_t>(target.shape(1));
   if (tokens.ndim() != 2) throw nb::value_error(("tokens: expected 2 dimensions [batch x N]; got shape " + shape_of(tokens)).c_str());
@@ -65,12 +74,16 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   in.target_rows = argument<const std::int64_t>(target_rows, "target_rows", {b}, at, true);
   in.max_accepted = argument<const std::int32_t>(max_accepted, "max_accepted", {b}, at, true);
   in.bonus_tokens = argument<const std::int32_t>(bonus_tokens, "bonus_tokens", {b}, at, true);
-  const float* draft = nullptr;
+  const void* draft = nullptr;
   std::int64_t draft_count = 0;
   bool with_draft = false;
   if (!greedy) {
     if (at) {
-      draft = argument<const float>(draft_probs, "draft_probs", {-1, vocab}, at, true);
+      if (!absent(draft_probs)) {
+        expect_same_dtype(draft_probs, "draft_probs", target, target_name);
+        draft = check_array(draft_probs, "draft_probs", {target.dtype()}, 2, access::read, at->device);
+        expect_shape(draft_probs, "draft_probs", {-1, vocab});
+      }
       with_draft = draft != nullptr;
     } else if (!absent(draft_probs)) {
       with_rows(draft_probs, "draft_probs", [](auto) {});
@@ -98,8 +111,8 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   if (at) {
 #if SPECDEC_PYTHON_CUDA
     without_gil([&] {
-      if (greedy) specdec_python::cuda::verify_batch_greedy(*at, t, rows, vocab, in, out);
-      else specdec_python::cuda::verify_batch_speculative(*at, t, rows, vocab, draft, draft_count, in, out, flashinfer);
+      if (greedy) specdec_python::cuda::verify_batch_greedy(*at, static_cast<const float*>(t), rows, vocab, in, out);
+      else specdec_python::cuda::verify_batch_speculative(*at, t, e, rows, vocab, draft, draft_count, in, out, flashinfer);
     });
 #endif
     return;

@@ -39,37 +39,58 @@ specdec::matrix_view<const float, device_space> rows_of(const float* p, std::int
   return {p, static_cast<index_t>(rows), static_cast<index_t>(cols)};
 }
 
+/// Calls `f` with the device rows at `p` as a view of their element type.
+template <class F>
+decltype(auto) with_rows(const void* p, element e, std::int64_t rows, std::int64_t cols, F&& f) {
+  const auto r = static_cast<index_t>(rows), c = static_cast<index_t>(cols);
+  if (e == element::f16) return f(specdec::matrix_view<const specdec::float16, device_space>(static_cast<const specdec::float16*>(p), r, c));
+  if (e == element::bf16)
+    return f(specdec::matrix_view<const specdec::bfloat16, device_space>(static_cast<const specdec::bfloat16*>(p), r, c));
+  return f(specdec::matrix_view<const float, device_space>(static_cast<const float*>(p), r, c));
+}
+
 }  // namespace
 
-void row_argmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int32_t* index, float* value) {
+void row_argmax(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, std::int32_t* index, float* value) {
   backend& b = on(at);
   const specdec::vector_view<std::int32_t, device_space> i(index, static_cast<index_t>(rows));
-  if (value != nullptr) b.row_argmax(rows_of(logits, rows, cols), i, specdec::vector_view<float, device_space>(value, static_cast<index_t>(rows)));
-  else b.row_argmax(rows_of(logits, rows, cols), i);
+  with_rows(logits, e, rows, cols, [&](auto x) {
+    if (value != nullptr) b.row_argmax(x, i, specdec::vector_view<float, device_space>(value, static_cast<index_t>(rows)));
+    else b.row_argmax(x, i);
+  });
 }
 
-void row_topk(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int64_t k, float* values,
+void row_topk(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, std::int64_t k, float* values,
               std::int32_t* indices) {
-  on(at).row_topk(rows_of(logits, rows, cols), static_cast<index_t>(k),
-                  specdec::matrix_view<float, device_space>(values, static_cast<index_t>(rows), static_cast<index_t>(k)),
-                  specdec::matrix_view<std::int32_t, device_space>(indices, static_cast<index_t>(rows), static_cast<index_t>(k)));
+  with_rows(logits, e, rows, cols, [&](auto x) {
+    on(at).row_topk(x, static_cast<index_t>(k),
+                    specdec::matrix_view<float, device_space>(values, static_cast<index_t>(rows), static_cast<index_t>(k)),
+                    specdec::matrix_view<std::int32_t, device_space>(indices, static_cast<index_t>(rows), static_cast<index_t>(k)));
+  });
 }
 
-void row_softmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out, bool log) {
+void row_softmax(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, float temperature, float* out,
+                 bool log) {
   backend& b = on(at);
   const specdec::matrix_view<float, device_space> o(out, static_cast<index_t>(rows), static_cast<index_t>(cols));
-  if (log) b.row_log_softmax(rows_of(logits, rows, cols), temperature, o);
-  else b.row_softmax(rows_of(logits, rows, cols), temperature, o);
+  with_rows(logits, e, rows, cols, [&](auto x) {
+    if (log) b.row_log_softmax(x, temperature, o);
+    else b.row_softmax(x, temperature, o);
+  });
 }
 
-void row_logsumexp(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out) {
-  on(at).row_logsumexp(rows_of(logits, rows, cols), temperature,
-                       specdec::vector_view<float, device_space>(out, static_cast<index_t>(rows)));
+void row_logsumexp(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, float temperature, float* out) {
+  with_rows(logits, e, rows, cols, [&](auto x) {
+    on(at).row_logsumexp(x, temperature, specdec::vector_view<float, device_space>(out, static_cast<index_t>(rows)));
+  });
 }
 
-void row_sample(place at, const float* probs, std::int64_t rows, std::int64_t cols, const float* uniforms, std::int32_t* out) {
-  on(at).row_sample(rows_of(probs, rows, cols), specdec::vector_view<const float, device_space>(uniforms, static_cast<index_t>(rows)),
-                    specdec::vector_view<std::int32_t, device_space>(out, static_cast<index_t>(rows)));
+void row_sample(place at, const void* probs, element e, std::int64_t rows, std::int64_t cols, const float* uniforms,
+                std::int32_t* out) {
+  with_rows(probs, e, rows, cols, [&](auto x) {
+    on(at).row_sample(x, specdec::vector_view<const float, device_space>(uniforms, static_cast<index_t>(rows)),
+                      specdec::vector_view<std::int32_t, device_space>(out, static_cast<index_t>(rows)));
+  });
 }
 
 void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::int64_t cols, const batch_arrays& batch,
@@ -78,13 +99,16 @@ void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::
                                    verify_outputs_of<device_space>(out, batch.batch));
 }
 
-void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
+void verify_batch_speculative(place at, const void* target, element e, std::int64_t rows, std::int64_t cols, const void* draft,
                               std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer) {
-  specdec::sampling::speculative_rows<device_space> in;
-  in.target = rows_of(target, rows, cols);
-  if (draft != nullptr) in.draft = rows_of(draft, draft_count, cols);
-  specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), speculative_options_for(flashinfer),
-                                        verify_outputs_of<device_space>(out, batch.batch));
+  with_rows(target, e, rows, cols, [&](auto t) {
+    using T = typename decltype(t)::value_type;
+    specdec::sampling::speculative_rows<device_space, T> in;
+    in.target = t;
+    if (draft != nullptr) in.draft = {static_cast<const T*>(draft), static_cast<index_t>(draft_count), static_cast<index_t>(cols)};
+    specdec::sampling::verify_speculative(on(at), in, tree_batch_of<device_space>(batch), speculative_options_for(flashinfer),
+                                          verify_outputs_of<device_space>(out, batch.batch));
+  });
 }
 
 void sglang_verify_greedy(place at, const sglang_arrays& a) { sglang_verify(on(at), a, true); }
@@ -93,9 +117,12 @@ void sglang_verify_sampled(place at, const sglang_arrays& a) { sglang_verify(on(
 
 void vllm_rejection_sample(place at, const rejection_arrays& a) { vllm_rejection(on(at), a); }
 
-void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
-                 const float* top_p, std::int64_t p_count, float* out, bool renormalise) {
-  filter_rows_on(on(at), in, rows, cols, top_k, k_count, top_p, p_count, out, renormalise);
+void filter_rows(place at, const void* in, element e, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k,
+                 std::int64_t k_count, const float* top_p, std::int64_t p_count, void* out, bool renormalise) {
+  with_rows(in, e, rows, cols, [&](auto x) {
+    using T = typename decltype(x)::value_type;
+    filter_rows_on(on(at), x.data(), rows, cols, top_k, k_count, top_p, p_count, static_cast<T*>(out), renormalise);
+  });
 }
 
 void packbits_offsets(place at, const std::int32_t* indptr, std::int64_t count, std::int32_t* offsets) {

@@ -20,14 +20,20 @@ struct place {
   std::uintptr_t stream = 0;
 };
 
+/// The element type of a device row matrix: float32, float16 or bfloat16 (read as it is; float outputs).
+enum class element : int { f32, f16, bf16 };
+
 /// Each is the eigen backend's function of the same name, on device pointers (rows x cols, row-major,
-/// C-contiguous); `value` may be null. Throws specdec::invalid_argument as the host forms.
-void row_argmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int32_t* index, float* value);
-void row_topk(place at, const float* logits, std::int64_t rows, std::int64_t cols, std::int64_t k, float* values,
+/// C-contiguous) to rows of element type `e`; `value` may be null. Throws specdec::invalid_argument as
+/// the host forms.
+void row_argmax(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, std::int32_t* index, float* value);
+void row_topk(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, std::int64_t k, float* values,
               std::int32_t* indices);
-void row_softmax(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out, bool log);
-void row_logsumexp(place at, const float* logits, std::int64_t rows, std::int64_t cols, float temperature, float* out);
-void row_sample(place at, const float* probs, std::int64_t rows, std::int64_t cols, const float* uniforms, std::int32_t* out);
+void row_softmax(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, float temperature, float* out,
+                 bool log);
+void row_logsumexp(place at, const void* logits, element e, std::int64_t rows, std::int64_t cols, float temperature, float* out);
+void row_sample(place at, const void* probs, element e, std::int64_t rows, std::int64_t cols, const float* uniforms,
+                std::int32_t* out);
 
 /// A padded batch of draft trees (specdec::sampling::tree_batch) as plain pointers, all in the memory
 /// of the call (host or device); null for an optional array the caller did not give.
@@ -65,7 +71,8 @@ struct batch_outputs {
 /// the call's one synchronisation).
 void verify_batch_greedy(place at, const float* logits, std::int64_t rows, std::int64_t cols, const batch_arrays& batch,
                          const batch_outputs& out);
-void verify_batch_speculative(place at, const float* target, std::int64_t rows, std::int64_t cols, const float* draft,
+/// `target` and `draft` (null: deterministic drafts) both of element type `e`.
+void verify_batch_speculative(place at, const void* target, element e, std::int64_t rows, std::int64_t cols, const void* draft,
                               std::int64_t draft_count, const batch_arrays& batch, const batch_outputs& out, bool flashinfer);
 
 /// SGLang's link-encoded trees and its verifiers' outputs as plain pointers, all in the memory of the
@@ -123,9 +130,9 @@ void vllm_rejection_sample(place at, const rejection_arrays& a);
 /// FlashInfer's row filters (specdec::sampling::top_k_renorm, top_p_renorm, top_k_top_p_joint_renorm with
 /// `renormalise`, top_k_mask_logits without; their backend forms) on the device: `in` and `out`
 /// `[rows x cols]` (out may be in), `top_k` int64 and `top_p` float with 1 or `rows` entries each, or
-/// null (that filter off).
-void filter_rows(place at, const float* in, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k, std::int64_t k_count,
-                 const float* top_p, std::int64_t p_count, float* out, bool renormalise);
+/// null (that filter off); `in` and `out` of element type `e` (FlashInfer returns the rows' dtype).
+void filter_rows(place at, const void* in, element e, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k,
+                 std::int64_t k_count, const float* top_p, std::int64_t p_count, void* out, bool renormalise);
 
 /// FlashInfer's segment_packbits (specdec::segment_packbits_offsets and segment_packbits, their backend
 /// forms) on the device: `indptr` and `offsets` int32 `[segments + 1]`, `x` bools as bytes, `out` the

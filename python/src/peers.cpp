@@ -70,11 +70,13 @@ void filter_rows(const array& rows, const array& out, const array& top_k, const 
   const auto k_count = static_cast<std::int64_t>(top_k.size()), p_count = static_cast<std::int64_t>(top_p.size());
   if (at) {
 #if SPECDEC_PYTHON_CUDA
-    const float* x = argument<const float>(rows, name, {-1, -1}, at);
+    // float32, float16 or bfloat16 rows; the output in the rows' dtype (FlashInfer's convention).
+    const auto [x, e] = device_rows(rows, name, 2, *at);
     const auto n = static_cast<std::int64_t>(rows.shape(0)), v = static_cast<std::int64_t>(rows.shape(1));
-    float* y = argument<float>(out, "out", {n, v}, at);
+    void* y = check_array(out, "out", {rows.dtype()}, 2, access::write, at->device);
+    expect_shape(out, "out", {n, v});
     const auto [k, p] = parameters(n);
-    without_gil([&] { specdec_python::cuda::filter_rows(*at, x, n, v, k, k_count, p, p_count, y, renormalise); });
+    without_gil([&] { specdec_python::cuda::filter_rows(*at, x, e, n, v, k, k_count, p, p_count, y, renormalise); });
 #endif
     return;
   }
@@ -156,13 +158,13 @@ void sample_rows(const array& probs, const array& uniforms, const array& out, st
                  std::uint64_t offset) {
   if (const auto at = device_of(probs, "probs", stream)) {
 #if SPECDEC_PYTHON_CUDA
-    const float* p = on_device<const float>(probs, "probs", 2, *at);
+    const auto [p, e] = device_rows(probs, "probs", 2, *at);
     const float* u = on_device<const float>(uniforms, "uniforms", 1, *at);
     std::int32_t* t = on_device<std::int32_t>(out, "out", 1, *at);
     const auto rows = static_cast<std::int64_t>(probs.shape(0));
     expect_shape(uniforms, "uniforms", {rows});
     expect_shape(out, "out", {rows});
-    without_gil([&] { specdec_python::cuda::row_sample(*at, p, rows, probs.shape(1), u, t); });
+    without_gil([&] { specdec_python::cuda::row_sample(*at, p, e, rows, probs.shape(1), u, t); });
 #endif
     return;
   }

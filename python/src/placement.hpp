@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "common.hpp"
 #include "cuda_ops.hpp"
@@ -35,6 +36,15 @@ template <class T>
 T* on_device(const array& a, const char* name, std::size_t ndim, const specdec_python::cuda::place& at) {
   return static_cast<T*>(check_array(a, name, {nb::dtype<std::remove_const_t<T>>()}, static_cast<int>(ndim),
                                      std::is_const_v<T> ? access::read : access::write, at.device));
+}
+
+/// A CUDA row matrix (`ndim` dimensions) of float32, float16 or bfloat16 on `at`'s device: its data and
+/// element type (a 16-bit row read as it is). Other dtypes: a TypeError naming `name` and the dtype.
+inline std::pair<const void*, specdec_python::cuda::element> device_rows(const array& a, const char* name, int ndim,
+                                                                        const specdec_python::cuda::place& at) {
+  const void* p = check_array(a, name, {nb::dtype<float>(), float16_dtype, bfloat16_dtype}, ndim, access::read, at.device);
+  using specdec_python::cuda::element;
+  return {p, a.dtype() == float16_dtype ? element::f16 : a.dtype() == bfloat16_dtype ? element::bf16 : element::f32};
 }
 #endif
 

@@ -49,7 +49,7 @@ namespace {
 void row_argmax(const array& logits, const array& index, const array& value, std::uintptr_t stream) {
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
-    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    const auto [x, e] = device_rows(logits, "logits", 2, *at);
     std::int32_t* i = on_device<std::int32_t>(index, "out", 1, *at);
     expect_shape(index, "out", {static_cast<std::int64_t>(logits.shape(0))});
     float* v = nullptr;
@@ -57,7 +57,7 @@ void row_argmax(const array& logits, const array& index, const array& value, std
       v = on_device<float>(value, "values", 1, *at);
       expect_shape(value, "values", {static_cast<std::int64_t>(logits.shape(0))});
     }
-    without_gil([&] { specdec_python::cuda::row_argmax(*at, x, logits.shape(0), logits.shape(1), i, v); });
+    without_gil([&] { specdec_python::cuda::row_argmax(*at, x, e, logits.shape(0), logits.shape(1), i, v); });
 #endif
     return;
   }
@@ -80,13 +80,13 @@ void row_argmax(const array& logits, const array& index, const array& value, std
 void row_topk(const array& logits, index_t k, const array& values, const array& indices, std::uintptr_t stream) {
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
-    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    const auto [x, e] = device_rows(logits, "logits", 2, *at);
     float* v = on_device<float>(values, "values", 2, *at);
     std::int32_t* i = on_device<std::int32_t>(indices, "indices", 2, *at);
     const auto rows = static_cast<std::int64_t>(logits.shape(0));
     expect_shape(values, "values", {rows, k});
     expect_shape(indices, "indices", {rows, k});
-    without_gil([&] { specdec_python::cuda::row_topk(*at, x, rows, logits.shape(1), k, v, i); });
+    without_gil([&] { specdec_python::cuda::row_topk(*at, x, e, rows, logits.shape(1), k, v, i); });
 #endif
     return;
   }
@@ -102,10 +102,10 @@ void row_topk(const array& logits, index_t k, const array& values, const array& 
 void row_softmax(const array& logits, float temperature, const array& out, bool log, std::uintptr_t stream) {
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
-    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    const auto [x, e] = device_rows(logits, "logits", 2, *at);
     float* o = on_device<float>(out, "out", 2, *at);
     expect_shape(out, "out", {static_cast<std::int64_t>(logits.shape(0)), static_cast<std::int64_t>(logits.shape(1))});
-    without_gil([&] { specdec_python::cuda::row_softmax(*at, x, logits.shape(0), logits.shape(1), temperature, o, log); });
+    without_gil([&] { specdec_python::cuda::row_softmax(*at, x, e, logits.shape(0), logits.shape(1), temperature, o, log); });
 #endif
     return;
   }
@@ -122,10 +122,10 @@ void row_softmax(const array& logits, float temperature, const array& out, bool 
 void row_logsumexp(const array& logits, float temperature, const array& out, std::uintptr_t stream) {
   if (const auto at = device_of(logits, "logits", stream)) {
 #if SPECDEC_PYTHON_CUDA
-    const float* x = on_device<const float>(logits, "logits", 2, *at);
+    const auto [x, e] = device_rows(logits, "logits", 2, *at);
     float* o = on_device<float>(out, "out", 1, *at);
     expect_shape(out, "out", {static_cast<std::int64_t>(logits.shape(0))});
-    without_gil([&] { specdec_python::cuda::row_logsumexp(*at, x, logits.shape(0), logits.shape(1), temperature, o); });
+    without_gil([&] { specdec_python::cuda::row_logsumexp(*at, x, e, logits.shape(0), logits.shape(1), temperature, o); });
 #endif
     return;
   }

@@ -491,3 +491,38 @@ def test_mtp_jakiro_amphista_and_moa_on_the_device_equal_the_hosts(golden):
     _close(dev.forward(torch.from_numpy(x.copy()).cuda(), torch.arange(n + 1 - len(feed), n + 1).cuda()),
            host.forward(x.copy(), np.arange(n + 1 - len(feed), n + 1)), "moa features")
     assert dev.cache_size == host.cache_size and dev.verified == host.verified
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("rows,v", [(1, 32000), (8, 128256), (3, 4099)])
+def test_half_rows_on_the_device_equal_the_hosts(dtype, rows, v):
+    """bf16 / fp16 CUDA tensors, read as they are on the device: the row primitives, FlashInfer's filters
+    (in the rows' dtype), the sampler and the batched verifier give the host's results for the same 16-bit
+    rows (integers exact; softmax values to the float32 tolerance above)."""
+    g = torch.Generator().manual_seed(rows * 7 + v)
+    logits = (torch.randn(rows, v, generator=g) * 4).to(dtype)
+    logits[0, 7] = logits[0].float().max() + 1
+    dev = logits.cuda()
+    assert torch.equal(specdec.argmax(dev).cpu(), specdec.argmax(logits))
+    values, indices = specdec.topk(dev, 8)
+    want_values, want_indices = specdec.topk(logits, 8)
+    assert torch.equal(indices.cpu(), want_indices) and torch.equal(values.cpu(), want_values)
+    torch.testing.assert_close(specdec.softmax(dev, 0.7).cpu(), specdec.softmax(logits, 0.7), rtol=4e-6, atol=1e-9)
+    torch.testing.assert_close(specdec.logsumexp(dev).cpu(), specdec.logsumexp(logits), rtol=4e-6, atol=4e-6)
+    probs = torch.softmax(logits.float(), dim=-1).to(dtype)
+    for k in (1, 20, torch.randint(1, v + 1, (rows,), generator=g)):
+        want = specdec.top_k_renorm_probs(probs, k)
+        got = specdec.top_k_renorm_probs(probs.cuda(), k)
+        assert got.dtype == dtype and torch.equal(got.cpu(), want)
+        assert torch.equal(specdec.top_k_mask_logits(dev, k).cpu(), specdec.top_k_mask_logits(logits, k))
+    assert torch.equal(specdec.top_p_renorm_probs(probs.cuda(), 0.9).cpu(), specdec.top_p_renorm_probs(probs, 0.9))
+    u = torch.rand(rows, generator=g)
+    assert torch.equal(specdec.sampling_from_probs(probs.cuda(), uniforms=u.cuda()).cpu(),
+                       specdec.sampling_from_probs(probs, uniforms=u))
+    trees = _batch(rows + v, rows, 6, v)
+    tokens, parents, counts = (torch.from_numpy(a) for a in specdec.tree_batch(trees, 6))
+    target = torch.softmax(torch.randn(rows * 6, v, generator=g) * 3, dim=-1).to(dtype)
+    host = specdec.verify_tree_batch(target, tokens, parents, node_counts=counts, seed=3)
+    got = specdec.verify_tree_batch(target.cuda(), tokens.cuda(), parents.cuda(), node_counts=counts.cuda(), seed=3)
+    for name in ("tokens", "accepted", "accepted_nodes", "uniforms_consumed"):
+        assert torch.equal(getattr(got, name).cpu(), getattr(host, name)), name
