@@ -53,7 +53,7 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   const auto at = device_of(target, target_name, stream);
   // Any row dtype: on the host checked by with_rows below; on CUDA float32 for greedy logits, and float32,
   // float16 or bfloat16 probabilities (the draft rows of the same dtype).
-  const void* t = nullptr;
+  [[maybe_unused]] const void* t = nullptr;  // the device call's (a CPU-only build has none)
 #if SPECDEC_PYTHON_CUDA
   specdec_python::cuda::element e = specdec_python::cuda::element::f32;
   if (at) {
@@ -74,8 +74,8 @@ void verify_batch(const array& target, bool greedy, const array& tokens, const a
   in.target_rows = argument<const std::int64_t>(target_rows, "target_rows", {b}, at, true);
   in.max_accepted = argument<const std::int32_t>(max_accepted, "max_accepted", {b}, at, true);
   in.bonus_tokens = argument<const std::int32_t>(bonus_tokens, "bonus_tokens", {b}, at, true);
-  const void* draft = nullptr;
-  std::int64_t draft_count = 0;
+  [[maybe_unused]] const void* draft = nullptr;
+  [[maybe_unused]] std::int64_t draft_count = 0;
   bool with_draft = false;
   if (!greedy) {
     if (at) {
