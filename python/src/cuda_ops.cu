@@ -113,9 +113,26 @@ void verify_batch_speculative(place at, const void* target, element e, std::int6
 
 void sglang_verify_greedy(place at, const sglang_arrays& a) { sglang_verify(on(at), a, true); }
 
-void sglang_verify_sampled(place at, const sglang_arrays& a) { sglang_verify(on(at), a, false); }
+void sglang_verify_sampled(place at, const sglang_arrays& a) {
+  backend& b = on(at);
+  with_rows(a.target_probs, a.target_element, a.bs * a.n, a.vocab,
+            [&](auto t) { specdec_python::sglang_verify_sampled(b, a, t.data()); });
+}
 
-void vllm_rejection_sample(place at, const rejection_arrays& a) { vllm_rejection(on(at), a); }
+void vllm_rejection_sample(place at, const rejection_arrays& a) {
+  backend& b = on(at);
+  with_rows(a.target_probs, a.target_element, a.tokens, a.vocab, [&](auto t) {
+    using T = typename decltype(t)::value_type;
+    if (a.draft_probs == nullptr || a.draft_element == a.target_element) {
+      vllm_rejection(b, a, t.data(), static_cast<const T*>(static_cast<const void*>(a.draft_probs)));
+    } else if constexpr (std::is_same_v<T, float>) {  // 16-bit draft rows under float32 targets
+      with_rows(a.draft_probs, a.draft_element, a.tokens, a.vocab, [&](auto d) { vllm_rejection(b, a, t.data(), d.data()); });
+    } else {
+      throw specdec::invalid_argument("draft_probs: expected the dtype of target_probs (16-bit draft rows go under float32 "
+                                      "targets or their own dtype)");
+    }
+  });
+}
 
 void filter_rows(place at, const void* in, element e, std::int64_t rows, std::int64_t cols, const std::int64_t* top_k,
                  std::int64_t k_count, const float* top_p, std::int64_t p_count, void* out, bool renormalise) {

@@ -94,7 +94,8 @@ struct sglang_arrays {
   const float* uniform_samples = nullptr;        ///< sampled: `[bs x uniform_cols]`
   std::int64_t uniform_cols = 0;
   const float* uniform_final = nullptr;          ///< sampled: `[bs]`
-  const float* target_probs = nullptr;           ///< sampled: `[bs * n x vocab]`
+  const float* target_probs = nullptr;           ///< sampled: `[bs * n x vocab]`, of `target_element`
+  element target_element = element::f32;
   std::int64_t vocab = 0;
   float threshold_single = 1.0f;
   float threshold_acc = 1.0f;
@@ -114,8 +115,10 @@ struct rejection_arrays {
   std::int64_t width = 0;                       ///< max_spec_len + 1
   const std::int32_t* draft_token_ids = nullptr;  ///< `[tokens]`
   const std::int64_t* cu_num_draft_tokens = nullptr;  ///< `[batch]`
-  const float* draft_probs = nullptr;           ///< `[tokens x vocab]`, or null
-  const float* target_probs = nullptr;          ///< `[tokens x vocab]`
+  const float* draft_probs = nullptr;           ///< `[tokens x vocab]` of `draft_element`, or null
+  const float* target_probs = nullptr;          ///< `[tokens x vocab]` of `target_element`
+  element draft_element = element::f32;         ///< device calls: `target_element`, or 16-bit under float32 targets
+  element target_element = element::f32;
   const std::int32_t* bonus_token_ids = nullptr;  ///< `[batch]`
   const std::uint8_t* is_greedy = nullptr;      ///< `[batch]`, or null
   const double* uniforms = nullptr;             ///< `[tokens]`, or null

@@ -326,23 +326,31 @@ void rejection_sample(const array& draft_token_ids, const array& cu_num_draft_to
                       std::optional<std::pair<std::uint64_t, std::uint64_t>> noise_seed_offset) {
   const auto at = device_of(target_probs, "target_probs", stream);
   if (noise_seed_offset && at) throw nb::value_error("noise_seed_offset: Philox noise is drawn on the host only; pass exponentials");
+  // float32, float16 or bfloat16 rows: of one dtype, or 16-bit draft rows under float32 targets.
+  if (!absent(draft_probs) && target_probs.dtype() != nb::dtype<float>())
+    expect_same_dtype(draft_probs, "draft_probs", target_probs, "target_probs");
   if (!at) {
     with_elements(target_probs, "target_probs", 2, access::read, [](auto*) {});
-    if (!absent(draft_probs)) {
-      if (target_probs.dtype() != nb::dtype<float>()) expect_same_dtype(draft_probs, "draft_probs", target_probs, "target_probs");
-      with_elements(draft_probs, "draft_probs", 2, access::read, [](auto*) {});
-    }
+    if (!absent(draft_probs)) with_elements(draft_probs, "draft_probs", 2, access::read, [](auto*) {});
   }
   // The shapes and the other arguments are checked below with the rows' pointers taken as float (their
-  // dtype checked above on the host); the typed call reads them in their own element types.
+  // dtype checked above on the host, by device_rows on a device); the typed call reads them in their own
+  // element types.
+  specdec_python::cuda::rejection_arrays a;
   const auto as_float = [&](const array& x, const char* name, std::initializer_list<std::int64_t> shape, bool optional) {
-    if (at) return argument<const float>(x, name, shape, at, optional);
     if (optional && absent(x)) return static_cast<const float*>(nullptr);
+    if (at) {
+#if SPECDEC_PYTHON_CUDA
+      const auto [p, e] = device_rows(x, name, static_cast<int>(shape.size()), *at);
+      expect_shape(x, name, shape);
+      (&x == &target_probs ? a.target_element : a.draft_element) = e;
+      return static_cast<const float*>(p);
+#endif
+    }
     check_array(x, name, {}, static_cast<int>(shape.size()), access::read);
     expect_shape(x, name, shape);
     return static_cast<const float*>(x.data());
   };
-  specdec_python::cuda::rejection_arrays a;
   a.target_probs = as_float(target_probs, "target_probs", {-1, -1}, false);
   a.tokens = static_cast<std::int64_t>(target_probs.shape(0));
   a.vocab = static_cast<std::int64_t>(target_probs.shape(1));
@@ -465,8 +473,13 @@ void tree_speculative_sampling_target_only(const array& predicts, const array& a
   a.uniform_samples = argument<const float>(uniform_samples, "uniform_samples", {a.bs, -1}, at);
   a.uniform_cols = static_cast<std::int64_t>(uniform_samples.shape(1));
   a.uniform_final = argument<const float>(uniform_samples_for_final_sampling, "uniform_samples_for_final_sampling", {a.bs}, at);
-  if (at) {
-    a.target_probs = argument<const float>(target_probs, "target_probs", {a.bs, a.n, -1}, at);
+  if (at) {  // float32, float16 or bfloat16, read as they are
+#if SPECDEC_PYTHON_CUDA
+    const auto [p, e] = device_rows(target_probs, "target_probs", 3, *at);
+    expect_shape(target_probs, "target_probs", {a.bs, a.n, -1});
+    a.target_probs = static_cast<const float*>(p);
+    a.target_element = e;
+#endif
   } else {  // float32, or float16 / bfloat16 read as they are
     with_elements(target_probs, "target_probs", 3, access::read, [](auto*) {});
     expect_shape(target_probs, "target_probs", {a.bs, a.n, -1});

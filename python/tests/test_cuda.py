@@ -176,19 +176,22 @@ def test_sglang_sampled_tree_verification_on_the_device_equals_the_hosts(bs, n, 
     coins = torch.rand(bs, n, generator=g) * 0.999
     finals = torch.rand(bs, generator=g) * 0.999
 
-    def run(device, single=1.0, acc=1.0):
+    def run(device, single=1.0, acc=1.0, dtype=torch.float32):
         predicts = torch.full((bs * n,), -7, dtype=torch.int32, device=device)
         accept_index = torch.full((bs, steps), -7, dtype=torch.int32, device=device)
         accept_token_num = torch.full((bs,), -7, dtype=torch.int32, device=device)
         links = (torch.from_numpy(a).to(device) for a in (candidates, retrive_index, next_token, next_sibling))
         specdec.tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, *links, coins.to(device),
-                                                      finals.to(device), target.to(device), None, single, acc)
+                                                      finals.to(device), target.to(device, dtype), None, single, acc)
         return predicts.cpu(), accept_index.cpu(), accept_token_num.cpu()
 
     for single, acc in ((1.0, 1.0), (0.4, 0.7)):
         host, dev = run("cpu", single, acc), run("cuda", single, acc)
         assert int((host[2] > 0).sum()) > 0  # some requests accept drafts
         for h, d in zip(host, dev):
+            assert torch.equal(h, d)
+    for dtype in (torch.bfloat16, torch.float16):  # 16-bit rows read as they are on both
+        for h, d in zip(run("cpu", dtype=dtype), run("cuda", dtype=dtype)):
             assert torch.equal(h, d)
     bad = next_sibling.copy()
     bad[0, 0] = 0  # the root as a sibling: linked twice
@@ -220,13 +223,15 @@ def test_vllm_rejection_sample_on_the_device_equals_the_hosts(batch, spec, v, wi
     uniforms = torch.rand(n, generator=g, dtype=torch.float64)
     noise = -torch.log1p(-torch.rand(batch, v, generator=g))
 
-    def run(device):
+    def run(device, dtype=torch.float32, draft_dtype=None):
         return specdec.rejection_sample(ids.to(device), None, spec, cu.to(device),
-                                        None if draft is None else draft.to(device), target.to(device), bonus.to(device),
-                                        greedy.to(device), uniforms.to(device), noise.to(device))
+                                        None if draft is None else draft.to(device, draft_dtype or dtype), target.to(device, dtype),
+                                        bonus.to(device), greedy.to(device), uniforms.to(device), noise.to(device))
 
     host, dev = run("cpu"), run("cuda")
     assert dev.is_cuda and torch.equal(dev.cpu(), host)
+    for dtype, draft_dtype in ((torch.bfloat16, None), (torch.float16, None), (torch.float32, torch.bfloat16)):
+        assert torch.equal(run("cuda", dtype, draft_dtype).cpu(), run("cpu", dtype, draft_dtype))
     assert int((host[:, 1:] >= 0).sum()) > 0  # some drafts accepted
     # seeded: uniforms and exponentials drawn on the host, the same tokens on the device
     assert torch.equal(specdec.rejection_sample(ids.cuda(), None, spec, cu.cuda(), None, target.cuda(), bonus.cuda(), seed=3).cpu(),
