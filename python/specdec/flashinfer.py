@@ -229,10 +229,6 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
     """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
-    if indices is None and uniforms is None and generator is None and return_valid is False:
-        tokens = _host_top_k_top_p(probs, top_k, top_p, seed, offset, joint, False)
-        if tokens is not None:
-            return tokens
     return _sample("probs", probs, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
                    (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, return_valid)
 
@@ -252,10 +248,6 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
     """
     del deterministic, check_nan
     joint = _args.choice("filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
-    if indices is None and uniforms is None and generator is None:
-        tokens = _host_top_k_top_p(logits, top_k, top_p, seed, offset, joint, True)
-        if tokens is not None:
-            return tokens
     return _sample("logits", logits, indices, _top_k_top_p_joint if joint else _top_k_then_top_p,
                    (("top_k", top_k, "int64"), ("top_p", top_p, "float32")), generator, seed, offset, uniforms, False,
                    from_logits=True)
@@ -285,13 +277,12 @@ top_p_renorm_prob = top_p_renorm_probs
 # ---- the samplers' shared path -----------------------------------------------------------------------
 
 
-def _host_top_k_top_p(rows, top_k, top_p, seed, offset, joint, from_logits):
-    """The common host call of ``top_k_top_p_sampling_from_*`` (a numpy matrix, one int k and one float p,
-    an integer seed or none, no indices, uniforms or generator) straight to the fused sampler: the
-    general path's tokens without its per-call conversions (~9 us of a one-row call). None: the general
-    path decides."""
-    if (type(rows) is not np.ndarray or rows.ndim != 2 or type(top_k) is not int or type(top_p) is not float
-            or not (seed is None or type(seed) is int) or not (offset is None or type(offset) is int)
+def _host_top_k_top_p(rows, top_k, top_p, seed, offset, return_valid, joint, from_logits):
+    """The common host call (a numpy matrix, one int k, one float p, an int seed or none, no valid flags)
+    straight to the fused sampler: the general path's tokens without its conversions (~9 us of a one-row
+    call). None: the general path decides."""
+    if (return_valid is not False or type(rows) is not np.ndarray or rows.ndim != 2 or type(top_k) is not int
+            or type(top_p) is not float or not (seed is None or type(seed) is int) or not (offset is None or type(offset) is int)
             or not 0 < top_k < 2**63):
         return None
     s, o = _args.seed_offset(seed, offset, None)
@@ -299,7 +290,6 @@ def _host_top_k_top_p(rows, top_k, top_p, seed, offset, joint, from_logits):
     _specdec.top_k_top_p_sample(rows, np.array((top_k,), dtype=np.int64), np.array((top_p,), dtype=np.float32), _NONE_F32,
                                 tokens, s, o, joint, from_logits)
     return tokens
-
 
 
 def _top_k(rows, k):
@@ -352,6 +342,11 @@ def _sample(name, rows, indices, prepare, params, generator, seed, offset, unifo
     `name`), after ``prepare(rows, *per-row params)`` (the filters; their per-row values read at
     ``indices[i]``), by one uniform per output row. Returns int32 (or ``indices``' int64) ``[batch']``, and
     the valid flags with ``return_valid``."""
+    if prepare in (_top_k_then_top_p, _top_k_top_p_joint) and indices is None and uniforms is None and generator is None:
+        tokens = _host_top_k_top_p(rows, params[0][1], params[1][1], seed, offset, return_valid, prepare is _top_k_top_p_joint,
+                                   from_logits)
+        if tokens is not None:
+            return tokens
     batch = _args.shape(name, rows, 2)[0]
     values = []
     for pname, value, dtype in params:

@@ -39,6 +39,7 @@ using namespace specdec_python;
 void bind_drafting(nb::module_& m);
 void bind_blocks(nb::module_& m);
 void bind_peers(nb::module_& m);
+void bind_sglang(nb::module_& m);
 void bind_batch(nb::module_& m);
 
 namespace {
@@ -221,6 +222,7 @@ NB_MODULE(_specdec, m) {
   m.def("row_logsumexp", &row_logsumexp, nb::arg("logits").none(), nb::arg("temperature"), nb::arg("out").none(),
         nb::arg("stream") = 0);
   bind_peers(m);
+  bind_sglang(m);
   bind_batch(m);
   bind_drafting(m);
   bind_blocks(m);

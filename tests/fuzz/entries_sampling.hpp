@@ -394,15 +394,20 @@ struct rejection_sample_backend_philox {
   }
 };
 
+/// The arguments both fused samplers take after their rows: per-row k, one p, uniforms, tokens.
+inline void add_top_k_top_p_arguments(call_plan& p) {
+  add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {2, 9, 1});
+  add<float>(p, "top_p", 1, 1, 1, role::in, {0.7});
+  add<float>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.999});
+  add<std::int32_t>(p, "tokens", 1, 3, 1, role::out, {});
+}
+
 /// FlashInfer's top-k / top-p sampling without the filtered rows (host), both orders.
 struct top_k_top_p_sample_entry {
   static constexpr const char* name = "sampling::top_k_top_p_sample (host)";
   static void plan(call_plan& p) {
     add<float>(p, "probs", 2, 3, 8, role::in, distributions(p.input(), 3, 8));
-    add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {2, 9, 1});
-    add<float>(p, "top_p", 1, 1, 1, role::in, {0.7});
-    add<float>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.999});
-    add<std::int32_t>(p, "tokens", 1, 3, 1, role::out, {});
+    add_top_k_top_p_arguments(p);
   }
   template <class B>
   static digest call(B&, const context& c) {
@@ -414,15 +419,13 @@ struct top_k_top_p_sample_entry {
   }
 };
 
-/// The same from logits (each row softened in cache first), both orders.
+/// The same from logits, both orders: each row softened in cache first by the host's row softmax
+/// (backend/detail/softmax_row.hpp, which row_softmax shares).
 struct top_k_top_p_sample_from_logits_entry {
   static constexpr const char* name = "sampling::top_k_top_p_sample_from_logits (host)";
   static void plan(call_plan& p) {
     add<float>(p, "logits", 2, 3, 8, role::in, logits(p.input(), 24));
-    add<std::int64_t>(p, "top_k", 1, 3, 1, role::in, {2, 9, 1});
-    add<float>(p, "top_p", 1, 1, 1, role::in, {0.7});
-    add<float>(p, "uniforms", 1, 3, 1, role::in, {0.25, 0.5, 0.999});
-    add<std::int32_t>(p, "tokens", 1, 3, 1, role::out, {});
+    add_top_k_top_p_arguments(p);
   }
   template <class B>
   static digest call(B&, const context& c) {
