@@ -64,7 +64,7 @@ if [ "$(uname -m)" = x86_64 ]; then
   done
   # The instruction-set kernels with clang too: its builtins differ from GCC's (a GCC-only AVX builtin
   # once broke every clang build with AVX), and the sanitizer build below has no -march.
-  # specdec_tests_native is one large source: the two builds run side by side, one core each.
+  # specdec_tests_native (every instruction-set kernel instantiated): the two builds run side by side, one core each.
   pids=()
   for isa in x86-64-v3 x86-64-v4; do
     cmake -S . -B "build/clang-$isa" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$strict" \

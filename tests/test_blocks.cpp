@@ -3,7 +3,8 @@
 // one causal pass over the sequence; a tree verified in one pass under its mask equals each root-to-leaf
 // path run as a chain; kv_cache::keep compacts an accepted path; the safetensors reader (F32 / F16 /
 // BF16, truncated and inconsistent files); Draft & Verify's exit threshold; ADMG's argument errors; the
-// MoA drafter's caches across a rejected draft.
+// MoA drafter's caches across a rejected draft; DFlash's context cache (one append or several, lazy or
+// eager, the same keys; a forward leaves it as it was, also when it throws).
 #include "backend_conformance.hpp"
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
 #include <specdec/blocks/amphista.hpp>
+#include <specdec/blocks/dflash.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
 #include <specdec/blocks/moa.hpp>
@@ -434,4 +436,107 @@ TEST_CASE_TEMPLATE("MoA drafter: incremental drafting with a rejected draft crop
   const auto want = h.down(feature);
   check_close(got, std::vector<double>(want.begin(), want.end()), 1e-5, 1e-5, "incremental vs fresh");
   CHECK(error_of([&] { fresh.add_verified(keys, values, 4, 1); }).find("expected to continue at 5") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("DFlash: the context appended at once or row by row gives the same block; forwards leave the cache as they found it", B,
+                   SPECDEC_BLOCK_BACKENDS) {
+  using space = typename B::memory_space;
+  namespace dflash = blocks::dflash;
+  harness<B> h;
+  std::vector<typename B::template buffer<float>> keep;
+  std::uint64_t seed = 1300;
+  const auto make = [&](index_t rows, index_t cols, float lo, float hi) {
+    keep.push_back(h.up(uniform_floats(seed++, static_cast<std::size_t>(rows * cols), lo, hi)));
+    return specdec::matrix_view<const float, space>(keep.back().view().data(), rows, cols);
+  };
+  const auto lin = [&](index_t out, index_t in) { return blocks::linear<space>{make(out, in, -0.3f, 0.3f), {}}; };
+  const auto norm = [&](index_t n) { return specdec::vector_view<const float, space>(make(1, n, 0.8f, 1.2f).data(), n); };
+  const index_t e = 16, vocab = 40, bs = 4, k = 3, n = 5;
+  dflash::config cfg;
+  cfg.layer = {{e, 4, 2, 4, 10000.0, true}, 24, 1e-6f, true};
+  cfg.layer.attention.qk_norm = true;
+  cfg.layers = 2;
+  cfg.feature_layers = k;
+  cfg.vocab = vocab;
+  cfg.block_size = bs;
+  cfg.mask_token = vocab - 1;
+  dflash::weights<space> w;
+  w.fc = lin(e, k * e);
+  w.hidden_norm = norm(e);
+  for (int l = 0; l < 2; ++l) {
+    blocks::layer_weights<space> lw{norm(e), norm(e), {lin(16, e), lin(8, e), lin(8, e), lin(e, 16)}, {lin(24, e), lin(24, e), lin(e, 24)}};
+    lw.attention.q_norm = norm(4);
+    lw.attention.k_norm = norm(4);
+    w.layers.push_back(lw);
+  }
+  w.norm = norm(e);
+  w.embed = make(vocab, e, -1.0f, 1.0f);
+  w.lm_head = lin(vocab, e);
+  w.validate(cfg);
+
+  CHECK(dflash::target_layer_ids(36, 5) == std::vector<index_t>{1, 9, 17, 25, 33});
+  CHECK(dflash::target_layer_ids(7, 3) == std::vector<index_t>{1, 2, 4});  // 2.5 rounds to even
+  CHECK(dflash::target_layer_ids(30, 1) == std::vector<index_t>{15});
+  CHECK(error_of([] { (void)dflash::target_layer_ids(3, 2); }).find("target_layers = 3") != std::string::npos);
+
+  const auto features = uniform_floats(31, static_cast<std::size_t>(n * k * e), -2.0f, 2.0f);
+  auto fv = h.up(features);
+  auto positions = h.up(std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8});
+  const auto pos = [&](index_t first, index_t count) {
+    return specdec::vector_view<const std::int64_t, space>(positions.view().data() + first, count);
+  };
+  const auto rows = [&](index_t first, index_t count) {
+    return specdec::matrix_view<const float, space>(fv.view().data() + first * k * e, count, k * e);
+  };
+  auto tokens = h.up(std::vector<std::int32_t>{7, vocab - 1, vocab - 1, vocab - 1});
+  const specdec::vector_view<const std::int32_t, space> tv(tokens.view().data(), bs);
+  const auto draft = [&](dflash::context_cache<B>& cache) {
+    auto out = h.b.template allocate<float>(bs * e);
+    const index_t before = cache.size();
+    dflash::forward(h.b, cfg, w, tv, pos(n, bs), cache, out.matrix(bs, e));
+    CHECK(cache.size() == before);
+    for (index_t l = 0; l < cache.layers(); ++l) CHECK(cache.layer(l).size() == before);
+    return h.down(out);
+  };
+  // z-lab appends the context lazily with the next block, SGLang eagerly after each verification:
+  // the cache's keys are per row, so any split gives the same block.
+  dflash::context_cache<B> whole(h.b, cfg, 16), pieces(h.b, cfg, 16);
+  dflash::append_context(h.b, cfg, w, rows(0, n), pos(0, n), whole);
+  dflash::append_context(h.b, cfg, w, rows(0, 2), pos(0, 2), pieces);
+  dflash::append_context(h.b, cfg, w, rows(2, 1), pos(2, 1), pieces);
+  dflash::append_context(h.b, cfg, w, rows(3, 2), pos(3, 2), pieces);
+  CHECK(whole.size() == n);
+  const auto first = draft(whole);
+  CHECK(draft(pieces) == first);
+  CHECK(draft(whole) == first);  // the first forward's block rows are gone: the same block again
+  // The context matters: one row fewer changes the block.
+  dflash::context_cache<B> shorter(h.b, cfg, 16);
+  dflash::append_context(h.b, cfg, w, rows(0, n - 1), pos(0, n - 1), shorter);
+  CHECK(draft(shorter) != first);
+  // Rewinding to a shorter context and appending the same rows again restores the block.
+  whole.crop(n - 1);
+  dflash::append_context(h.b, cfg, w, rows(n - 1, 1), pos(n - 1, 1), whole);
+  CHECK(draft(whole) == first);
+
+  // Refused calls name the argument and leave the cache as it was.
+  auto bad_tokens = h.up(std::vector<std::int32_t>{7, vocab, vocab - 1, vocab - 1});
+  auto out = h.b.template allocate<float>(bs * e);
+  CHECK_THROWS_AS(dflash::forward(h.b, cfg, w, specdec::vector_view<const std::int32_t, space>(bad_tokens.view().data(), bs), pos(n, bs),
+                                  whole, out.matrix(bs, e)),
+                  specdec::invalid_argument);
+  CHECK(whole.size() == n);
+  for (index_t l = 0; l < whole.layers(); ++l) CHECK(whole.layer(l).size() == n);
+  CHECK(error_of([&] { dflash::append_context(h.b, cfg, w, rows(0, 2), pos(0, 3), whole); }).find("features is [2 x 48] with 3 positions") !=
+        std::string::npos);
+  dflash::context_cache<B> tight(h.b, cfg, n + bs - 1);
+  dflash::append_context(h.b, cfg, w, rows(0, n), pos(0, n), tight);
+  CHECK(error_of([&] { dflash::forward(h.b, cfg, w, tv, pos(n, bs), tight, out.matrix(bs, e)); }).find("exceeds the cache's capacity") !=
+        std::string::npos);
+  CHECK(tight.size() == n);
+  auto no_norm = w;
+  no_norm.layers[1].attention.k_norm = {};
+  CHECK(error_of([&] { no_norm.validate(cfg); }).find("layers.1.self_attn.k_norm.weight has length 0; expected 4") != std::string::npos);
+  auto bad_mask = cfg;
+  bad_mask.mask_token = vocab;
+  CHECK(error_of([&] { bad_mask.validate(); }).find("mask_token = 40") != std::string::npos);
 }

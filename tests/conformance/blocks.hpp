@@ -80,7 +80,11 @@ class tensors {
     return l;
   }
   specdec::blocks::attention_weights<space> attention(const std::string& prefix) {
-    return {linear(prefix + "q_proj"), linear(prefix + "k_proj"), linear(prefix + "v_proj"), linear(prefix + "o_proj")};
+    specdec::blocks::attention_weights<space> w{linear(prefix + "q_proj"), linear(prefix + "k_proj"), linear(prefix + "v_proj"),
+                                                linear(prefix + "o_proj")};
+    if (has(prefix + "q_norm.weight")) w.q_norm = vector(prefix + "q_norm.weight");
+    if (has(prefix + "k_norm.weight")) w.k_norm = vector(prefix + "k_norm.weight");
+    return w;
   }
   specdec::blocks::mlp_weights<space> mlp(const std::string& prefix) {
     return {linear(prefix + "gate_proj"), linear(prefix + "up_proj"), linear(prefix + "down_proj")};

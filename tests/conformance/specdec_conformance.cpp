@@ -22,6 +22,7 @@
 
 #include "blocks.hpp"
 #include "blocks_eagle3_mtp.hpp"
+#include "blocks_dflash.hpp"
 
 #include <specdec/backend/eigen.hpp>
 #include <specdec/backend/thrust.hpp>
@@ -120,6 +121,7 @@ class runner {
         const std::string block = c.at("block");
         if (block == "eagle3.draft_layer") return conformance_blocks::drafter_block_runner<B>(b_).eagle3(c);
         if (block == "mtp.module") return conformance_blocks::drafter_block_runner<B>(b_).mtp(c);
+        if (block == "dflash.draft") return conformance_blocks::dflash_runner<B>(b_).run(c);
         return conformance_blocks::block_runner<B>(b_).run(c);
       } catch (const conformance_blocks::block_mismatch& e) {
         throw mismatch(e.what());

@@ -170,7 +170,8 @@ void verify_half_batch(cuda_backend& b, specdec::matrix_view<const specdec::bflo
                                         batch, {}, out);
 }
 
-// The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA.
+// The blocks on device memory: a decoder layer with its cache, the MoE draft layer, MoA's CA and LSA,
+// DFlash's context cache and block.
 void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
                 const specdec::blocks::layer_weights<specdec::device_space>& w,
                 const specdec::blocks::eagle::weights<specdec::device_space>& ew,
@@ -191,5 +192,23 @@ void run_blocks(cuda_backend& b, const specdec::blocks::layer_config& c,
   drafter.forward(x, positions, x);
   specdec::blocks::moa::train_forward<cuda_backend>(b, moa_config, moa_weights, std::span(&kv, 1), std::span(&kv, 1), kv,
                                                std::vector<std::int32_t>(x.rows(), 0), false, x, x, x);
+  // DFlash: the context's keys (q / k norms on), a block over them, the target's head.
+  specdec::blocks::dflash::config dc;
+  dc.layer = c;
+  dc.layer.attention.qk_norm = true;
+  dc.layers = 1;
+  dc.feature_layers = 1;
+  dc.vocab = x.cols();
+  dc.block_size = 2;
+  specdec::blocks::dflash::weights<specdec::device_space> dw;
+  dw.fc = w.attention.q;
+  dw.hidden_norm = dw.norm = w.post_norm;
+  dw.layers = {w};
+  dw.embed = kv;
+  dw.lm_head = w.attention.o;
+  specdec::blocks::dflash::context_cache<cuda_backend> context(b, dc, 64);
+  specdec::blocks::dflash::append_context(b, dc, dw, kv, positions, context);
+  specdec::blocks::dflash::forward(b, dc, dw, tokens, positions, context, x);
+  specdec::blocks::dflash::logits(b, dw, kv, x);
 }
 #endif

@@ -12,6 +12,8 @@ std::span<const entry> blocks_entries() {
       make<eagle3_fuse>(),
       make<eagle3_logits>(),
       make<mtp_forward>(),
+      make<dflash_append_context>(),
+      make<dflash_forward>(),
       make<moe_draft_layer>(),
       make<moa_drafter>(),
       make<moa_train_forward>(),

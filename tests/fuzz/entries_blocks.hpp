@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points of the fuzz_views / fuzz_sizes list (entry_points.hpp): the drafter blocks' model-level
-// forwards (decoder layer, EAGLE, EAGLE-3, MTP, Jakiro's MoE, MoA, Amphista) and the KV cache's
+// forwards (decoder layer, EAGLE, EAGLE-3, MTP, DFlash, Jakiro's MoE, MoA, Amphista) and the KV cache's
 // compaction. Every weight is a view a caller lays out (from a checkpoint, a pool, an engine's
 // tensors), so each is an argument of the plan; the shapes are the smallest that keep every path
 // (grouped-query heads, RoPE, two experts, two target layers) in play.
 #pragma once
 
 #include <specdec/blocks/amphista.hpp>
+#include <specdec/blocks/dflash.hpp>
 #include <specdec/blocks/eagle.hpp>
 #include <specdec/blocks/eagle3.hpp>
 #include <specdec/blocks/layers.hpp>
@@ -445,6 +446,98 @@ struct amphista_auto_embedding {
     w.auto_embedding = layer_of(c, layer_args{1, 2, 3, 4, 5, 6, 7, 8, 9});
     w.heads = {c.m<const float>(10), c.m<const float>(11)};
     blocks::amphista::auto_embedding(b, config, w, c.m<const float>(12), c.m<float>(13), c.m<float>(14), c.m<float>(15));
+    return {};
+  }
+};
+
+/// DFlash's drafter: one layer with Qwen3's q / k norms (the common layer's shapes), two target layers'
+/// features (fc 16 -> 8), the target's embedding and head of 8 tokens, blocks of 3 (mask id 7).
+inline blocks::dflash::config dflash_config() {
+  blocks::dflash::config c;
+  c.layer = layer_config_of();
+  c.layer.attention.qk_norm = true;
+  c.layers = 1;
+  c.feature_layers = 2;
+  c.vocab = 8;
+  c.block_size = 3;
+  c.mask_token = 7;
+  return c;
+}
+/// Arguments 0-14: fc, hidden_norm, norm, embed, lm_head, q_norm, k_norm, then the layer.
+inline void add_dflash_weights(call_plan& p) {
+  add<float>(p, "w.fc", 2, 8, 16, role::in, weights(p.input(), 128));
+  add<float>(p, "w.hidden_norm", 1, 8, 1, role::in, weights(p.input(), 8));
+  add<float>(p, "w.norm", 1, 8, 1, role::in, weights(p.input(), 8));
+  add<float>(p, "w.embed", 2, 8, 8, role::in, weights(p.input(), 64));
+  add<float>(p, "w.lm_head", 2, 8, 8, role::in, weights(p.input(), 64));
+  add<float>(p, "layer.q_norm", 1, 4, 1, role::in, weights(p.input(), 4));
+  add<float>(p, "layer.k_norm", 1, 4, 1, role::in, weights(p.input(), 4));
+  add_common_layer(p);
+}
+inline blocks::dflash::weights<specdec::host_space> dflash_weights_of(const context& c) {
+  blocks::dflash::weights<specdec::host_space> w;
+  w.fc.weight = c.m<const float>(0);
+  w.hidden_norm = c.v<const float>(1);
+  w.norm = c.v<const float>(2);
+  w.embed = c.m<const float>(3);
+  w.lm_head.weight = c.m<const float>(4);
+  auto layer = layer_of(c, layer_args{7, 8, 9, 10, 11, 12, 13, 14, 15});
+  layer.attention.q_norm = c.v<const float>(5);
+  layer.attention.k_norm = c.v<const float>(6);
+  w.layers.push_back(layer);
+  return w;
+}
+
+/// Context rows into the drafter's cache: a refused call leaves it as it was; the keys are digested.
+struct dflash_append_context {
+  static constexpr const char* name = "blocks::dflash::append_context";
+  static void plan(call_plan& p) {
+    add_dflash_weights(p);
+    add<float>(p, "features", 2, 3, 16, role::in, logits(p.input(), 48));
+    add<std::int64_t>(p, "positions", 1, 3, 1, role::in, {0, 1, 2});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    blocks::dflash::context_cache<B> cache(b, dflash_config(), 8);
+    try {
+      blocks::dflash::append_context(b, dflash_config(), dflash_weights_of(c), c.m<const float>(16), c.v<const std::int64_t>(17), cache);
+    } catch (const specdec::invalid_argument&) {
+      fuzz::require(cache.size() == 0 && cache.layer(0).size() == 0, "a refused append left rows in the cache");
+      throw;
+    }
+    digest d{cache.size()};
+    append_bits(d, b, whole(cache.layer(0).keys()));
+    return d;
+  }
+};
+
+/// A block over two context rows; whatever the call does, the cache holds the two rows after it.
+struct dflash_forward {
+  static constexpr const char* name = "blocks::dflash::forward";
+  static void plan(call_plan& p) {
+    add_dflash_weights(p);
+    add<float>(p, "features", 2, 2, 16, role::in, logits(p.input(), 32));
+    add<std::int32_t>(p, "tokens", 1, 3, 1, role::in, {3, 7, 7});
+    add<std::int64_t>(p, "positions", 1, 5, 1, role::in, {0, 1, 2, 3, 4});
+    add<float>(p, "out", 2, 3, 8, role::out, {});
+  }
+  template <class B>
+  static digest call(B& b, const context& c) {
+    const auto config = dflash_config();
+    const auto w = dflash_weights_of(c);
+    blocks::dflash::context_cache<B> cache(b, config, 8);
+    const auto positions = c.v<const std::int64_t>(18);
+    const vector_view<const std::int64_t, specdec::host_space> head(positions.data(), std::min<index_t>(positions.rows(), 2));
+    const vector_view<const std::int64_t, specdec::host_space> tail(positions.data() + head.rows(), positions.rows() - head.rows());
+    blocks::dflash::append_context(b, config, w, c.m<const float>(16), head, cache);
+    const index_t kept = cache.size();
+    try {
+      blocks::dflash::forward(b, config, w, c.v<const std::int32_t>(17), tail, cache, c.m<float>(19));
+    } catch (const specdec::invalid_argument&) {
+      fuzz::require(cache.size() == kept && cache.layer(0).size() == kept, "a refused forward changed the cache");
+      throw;
+    }
+    fuzz::require(cache.layer(0).size() == kept, "a forward left block rows in the cache");
     return {};
   }
 };

@@ -71,6 +71,10 @@ struct attention_config {
   /// Width of the rows q / k / v project from; 0: hidden. EAGLE-3's layer attends from
   /// `[embedding ; hidden]` (2E) and writes back E.
   index_t input = 0;
+  /// Qwen3's per-head RMSNorm of queries and keys (`q_norm` / `k_norm`, weights [head_dim]) after the
+  /// projection and before RoPE; values are not normalised. DFlash's drafter layers have it.
+  bool qk_norm = false;
+  float qk_norm_eps = 1e-6f;  ///< the norms' epsilon (Qwen3: the model's rms_norm_eps)
 
   index_t input_width() const noexcept { return input > 0 ? input : hidden; }
 
@@ -88,19 +92,31 @@ struct attention_config {
                     ", input = ", input, "; expected each <= 2^20 (input >= 0)");
     SPECDEC_EXPECTS(!rope || (head_dim % 2 == 0 && rope_theta > 1.0), "specdec::blocks::attention_config",
                     "rope needs an even head_dim and rope_theta > 1; got head_dim = ", head_dim, ", rope_theta = ", rope_theta);
+    SPECDEC_EXPECTS(!qk_norm || (qk_norm_eps > 0.0f && std::isfinite(qk_norm_eps)), "specdec::blocks::attention_config",
+                    "qk_norm_eps = ", qk_norm_eps, "; expected a positive finite epsilon");
   }
 };
 
-/// q / k / v / o projections of an attention sub-layer (biases optional: Qwen2 has q/k/v biases).
+/// q / k / v / o projections of an attention sub-layer (biases optional: Qwen2 has q/k/v biases), and
+/// Qwen3's per-head query / key norms where attention_config::qk_norm says so.
 template <class Space = host_space>
 struct attention_weights {
   linear<Space> q = {}, k = {}, v = {}, o = {};
+  vector_view<const float, Space> q_norm = {}, k_norm = {};  ///< [head_dim] each; empty unless qk_norm
   void validate(const attention_config& c, const std::string& prefix, bool qkv_bias = false) const {
     c.validate();
     q.validate(prefix + "q_proj", c.heads * c.head_dim, c.input_width(), qkv_bias);
     k.validate(prefix + "k_proj", c.kv_heads * c.head_dim, c.input_width(), qkv_bias);
     v.validate(prefix + "v_proj", c.kv_heads * c.head_dim, c.input_width(), qkv_bias);
     o.validate(prefix + "o_proj", c.hidden, c.heads * c.head_dim);
+    if (c.qk_norm) {
+      validate_vector(q_norm, prefix + "q_norm.weight", c.head_dim);
+      validate_vector(k_norm, prefix + "k_norm.weight", c.head_dim);
+    } else {
+      SPECDEC_EXPECTS(q_norm.rows() == 0 && k_norm.rows() == 0, "specdec::blocks", prefix,
+                      "q_norm / k_norm are present (lengths ", q_norm.rows(), ", ", k_norm.rows(),
+                      "); the config has no qk_norm");
+    }
   }
 };
 
@@ -294,6 +310,8 @@ void add_inputs(arguments& set, const attention_weights<Space>& w) {
   add_inputs(set, w.k, "k_proj.weight", "k_proj.bias");
   add_inputs(set, w.v, "v_proj.weight", "v_proj.bias");
   add_inputs(set, w.o, "o_proj.weight", "o_proj.bias");
+  set.add(specdec::detail::input("q_norm.weight", w.q_norm));
+  set.add(specdec::detail::input("k_norm.weight", w.k_norm));
 }
 template <class Space>
 void add_inputs(arguments& set, const mlp_weights<Space>& w) {
@@ -369,6 +387,57 @@ void norm_then_apply(B& b, vector_view<const float, typename B::memory_space> no
   apply(b, layer, detail::as_const<B>(normed), y);
 }
 
+namespace detail {
+
+/// y = x W^T, then Qwen3's per-head RMSNorm when the config has qk_norm (`norm` [head_dim]; y's rows
+/// are heads of head_dim contiguous columns, normalised as `[rows x heads]` rows of head_dim).
+template <dense_backend B>
+void project(B& b, const linear<typename B::memory_space>& layer, vector_view<const float, typename B::memory_space> norm,
+             const attention_config& c, cmview<B> x, mview<B> y) {
+  if (!c.qk_norm) return apply(b, layer, x, y);
+  std::vector<typename B::template buffer<float>> keep;
+  auto raw = scratch(b, keep, x.rows(), layer.out());
+  apply(b, layer, x, raw);
+  const index_t heads = layer.out() / c.head_dim;
+  b.rms_norm(cmview<B>(raw.data(), x.rows() * heads, c.head_dim), norm, c.qk_norm_eps,
+             mview<B>(y.data(), x.rows() * heads, c.head_dim));
+}
+
+/// Keys (projected, normalised where the config says, RoPE at `positions`) and values of `source`
+/// `[Tk x I]` into `k` / `v` `[Tk x kv_heads d]` (packed: a cache's fresh rows or scratch).
+template <dense_backend B>
+void keys_values(B& b, const attention_config& c, const attention_weights<typename B::memory_space>& w, cmview<B> source,
+                 vector_view<const std::int64_t, typename B::memory_space> positions, mview<B> k, mview<B> v) {
+  project(b, w.k, w.k_norm, c, source, k);
+  apply(b, w.v, source, v);
+  if (c.rope) b.rope(k, positions, c.head_dim, c.rope_theta);
+}
+
+}  // namespace detail
+
+/// Appends the keys and values of `source_in` `[Tk x I]` at `source_positions` `[Tk]` to `cache`,
+/// exactly as attention_forward would for its source rows, without queries or attention: a
+/// context that is only ever attended to (DFlash's injected target features). On a throw the cache
+/// keeps its length. \throws invalid_argument on shapes or a full cache.
+template <dense_backend B>
+void append_keys_values(B& b, const attention_config& c, const attention_weights<typename B::memory_space>& w,
+                        matrix_view<const float, typename B::memory_space> source_in,
+                        vector_view<const std::int64_t, typename B::memory_space> source_positions, kv_cache<B>& cache) {
+  constexpr const char* where = "specdec::blocks::append_keys_values";
+  SPECDEC_EXPECTS(source_in.cols() == c.input_width() && source_positions.rows() == source_in.rows(), where, "source_in is [",
+                  source_in.rows(), " x ", source_in.cols(), "] with ", source_positions.rows(), " positions; expected ",
+                  c.input_width(), " columns and a position per row");
+  SPECDEC_EXPECTS(cache.width() == c.kv_heads * c.head_dim, where, "the cache holds rows of ", cache.width(),
+                  "; expected kv_heads x head_dim = ", c.kv_heads * c.head_dim);
+  detail::arguments args(where);
+  detail::add_inputs(args, w);
+  args.add(specdec::detail::input("source_in", source_in)).add(specdec::detail::input("source_positions", source_positions)).check();
+  if (source_in.rows() == 0) return;
+  const cache_rollback<B> rollback(&cache);
+  auto rows = cache.extend(source_in.rows());
+  detail::keys_values(b, c, w, source_in, source_positions, rows.first, rows.second);
+}
+
 /// The attention of a sub-layer on already-normalised inputs: q from `query_in` `[Tq x I]` at
 /// `query_positions` `[Tq]`, k / v from `source_in` `[Tk x I]` at `source_positions` `[Tk]` (I =
 /// `c.input_width()`, E unless the config says otherwise; pass the
@@ -407,7 +476,8 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
   const cache_rollback<B> rollback(cache);
   std::vector<typename B::template buffer<float>> keep;
   auto q = detail::scratch(b, keep, tq, c.heads * c.head_dim);
-  apply(b, w.q, query_in, q);
+  detail::project(b, w.q, w.q_norm, c, query_in, q);
+  if (c.rope) b.rope(q, query_positions, c.head_dim, c.rope_theta);
   detail::mview<B> k, v;
   if (cache) {
     auto rows = cache->extend(tk);
@@ -419,14 +489,7 @@ void attention_forward(B& b, const attention_config& c, const attention_weights<
   }
   // A call may bring no new keys (MoA's cross-attention while no token was verified since the last
   // call): the queries then read the cache alone.
-  if (tk > 0) {
-    apply(b, w.k, source_in, k);
-    apply(b, w.v, source_in, v);
-  }
-  if (c.rope) {
-    b.rope(q, query_positions, c.head_dim, c.rope_theta);
-    if (tk > 0) b.rope(k, source_positions, c.head_dim, c.rope_theta);
-  }
+  if (tk > 0) detail::keys_values(b, c, w, source_in, source_positions, k, v);
   const detail::cmview<B> keys = cache ? cache->keys() : detail::as_const<B>(k);
   const detail::cmview<B> values = cache ? cache->values() : detail::as_const<B>(v);
   SPECDEC_EXPECTS(keys.rows() >= 1, where, "no keys to attend to: the cache is empty and the call brings no source rows");
