@@ -3,10 +3,12 @@
 // eagle2_drafter's requests and tree equal eagle2_tree_builder's steps and result; heads_drafter's tree
 // is Medusa's greedy candidates; chain_drafter's sampled tokens are inverse-CDF draws of its Philox
 // uniforms with the distributions kept for the verifier; cut_to_depth; a drafter whose drafts do not
-// pay stops drafting; misuse is rejected. (Decoding through the protocol: test_engine_loops.cpp.)
+// pay stops drafting; block_drafter's chain is each row's argmax and its tree the best root paths by
+// the product of per-position probabilities (against a brute force); misuse is rejected. (Decoding through the protocol: test_engine_loops.cpp.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,6 +19,7 @@
 #include <specdec/interop/eagle1.hpp>
 #include <specdec/interop/jakiro.hpp>
 #include <specdec/interop/medusa.hpp>
+#include <specdec/tree/block_drafter.hpp>
 #include <specdec/tree/drafters.hpp>
 
 #include "backend_conformance.hpp"
@@ -34,6 +37,7 @@ static_assert(specdec::model_drafter<specdec::eagle2_drafter<specdec::eigen>>);
 static_assert(specdec::model_drafter<specdec::heads_drafter<specdec::thrust_backend<specdec::thrust_system::cpp>>>);
 static_assert(specdec::model_drafter<specdec::eagle1::tree_drafter<specdec::eigen>>);
 static_assert(specdec::model_drafter<specdec::jakiro::tree_drafter<specdec::eigen>>);
+static_assert(specdec::model_drafter<specdec::block_drafter<specdec::eigen>>);
 
 TEST_CASE("cut_to_depth keeps the shallow nodes in order and renumbers their parents") {
   // 0 -> {1, 2}, 1 -> {3}, 2 -> {4}, 3 -> {5}
@@ -413,4 +417,164 @@ TEST_CASE("an adaptive drafter whose drafts are never accepted and cost a forwar
   }
   MESSAGE("drafted ", drafted, " tokens in ", steps, " steps");
   CHECK(drafted < steps / 10);  // probes only
+}
+
+TEST_CASE("best_block_tree: the best root paths through per-position candidates, parents first, against every path") {
+  // Distinct log-probabilities: no ties, so the set of best paths is unique.
+  const index_t k = 3, positions = 4;
+  std::vector<float> lp;
+  std::vector<std::int32_t> ids;
+  for (index_t i = 0; i < positions * k; ++i) {
+    lp.push_back(-0.05f - 0.173f * static_cast<float>((i * 7) % 13) - 0.011f * static_cast<float>(i));
+    ids.push_back(static_cast<std::int32_t>(100 + i));
+  }
+  // Every root path: score = its ranks' summed log-probabilities.
+  std::map<std::vector<index_t>, double> all;
+  std::vector<std::vector<index_t>> frontier = {{}};
+  while (!frontier.empty()) {
+    const auto path = frontier.back();
+    frontier.pop_back();
+    if (static_cast<index_t>(path.size()) == positions) continue;
+    for (index_t r = 0; r < k; ++r) {
+      auto next = path;
+      next.push_back(r);
+      double score = 0;
+      for (std::size_t d = 0; d < next.size(); ++d) score += lp[d * static_cast<std::size_t>(k) + static_cast<std::size_t>(next[d])];
+      all[next] = score;
+      frontier.push_back(next);
+    }
+  }
+  for (const index_t nodes : {0, 1, 5, 17, 200}) {
+    const auto tree = specdec::best_block_tree(7, ids, lp, k, positions, nodes);
+    std::vector<double> scores;
+    for (const auto& [path, score] : all) scores.push_back(score);
+    std::sort(scores.rbegin(), scores.rend());
+    const index_t expected = std::min<index_t>(nodes, static_cast<index_t>(all.size()));
+    REQUIRE(tree.size() == expected + 1);
+    CHECK(tree.token[0] == 7);
+    // Reconstruct each node's path of ranks; it must be among the best `expected` and parents first.
+    std::vector<std::vector<index_t>> path_of(static_cast<std::size_t>(tree.size()));
+    for (index_t i = 1; i < tree.size(); ++i) {
+      const auto parent = tree.parent[static_cast<std::size_t>(i)];
+      REQUIRE(parent < i);
+      auto path = path_of[static_cast<std::size_t>(parent)];
+      const index_t d = static_cast<index_t>(path.size());
+      const index_t rank = tree.token[static_cast<std::size_t>(i)] - 100 - d * k;
+      REQUIRE((rank >= 0 && rank < k));
+      path.push_back(rank);
+      path_of[static_cast<std::size_t>(i)] = path;
+      CHECK(tree.depth[static_cast<std::size_t>(i)] == d + 1);
+      CHECK(std::abs(tree.score[static_cast<std::size_t>(i)] - all.at(path)) < 1e-5);
+      CHECK(all.at(path) == scores[static_cast<std::size_t>(i - 1)]);  // node i is the i-th best path
+    }
+  }
+  CHECK(error_of([&] { (void)specdec::best_block_tree(7, ids, lp, k + 1, positions, 4); }).find("expected positions x k") != std::string::npos);
+  auto positive = lp;
+  positive[5] = 0.25f;
+  CHECK(error_of([&] { (void)specdec::best_block_tree(7, ids, positive, k, positions, 4); }).find("log_probs[5] = 0.25") !=
+        std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("block_drafter: one block request; the chain is each row's argmax, the tree best_block_tree of each row's top-k", B,
+                   SPECDEC_DRAFTER_BACKENDS) {
+  conformance::harness<B> h;
+  const index_t v = 50, block = 5;
+  const std::vector<std::int32_t> committed = {4, 8, 15, 16};
+  const auto rows = conformance::random_logits(23, block, v);
+  auto logits = h.up(rows.data);
+  const auto row_argmax = [&](index_t r) {
+    const auto* row = rows.data.data() + r * v;
+    return static_cast<std::int32_t>(std::max_element(row, row + v) - row);
+  };
+  {
+    specdec::block_drafter<B> chain(h.b, {.block_size = block, .mask_token = 49, .adaptive = false});
+    const specdec::draft_request* r = chain.begin({committed});
+    REQUIRE(r != nullptr);
+    CHECK(r->tokens == std::vector<std::int32_t>{16, 49, 49, 49, 49});
+    CHECK(r->depth == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+    CHECK(r->parent_row == std::vector<std::int32_t>(5, -1));
+    CHECK(r->mask == std::vector<std::uint8_t>(25, 1));  // no causal mask: each row sees the whole block
+    CHECK(r->positions(3) == std::vector<std::int64_t>{3, 4, 5, 6, 7});
+    CHECK(chain.advance(logits.matrix(block, v)) == nullptr);
+    const auto tree = chain.finish().tree;
+    CHECK(tree.token == std::vector<std::int32_t>{16, row_argmax(1), row_argmax(2), row_argmax(3), row_argmax(4)});
+    CHECK(tree.parent == std::vector<std::int32_t>{-1, 0, 1, 2, 3});
+  }
+  {
+    specdec::block_drafter<B> branching(h.b, {.block_size = block, .mask_token = 49, .top_k = 3, .nodes = 9, .adaptive = false});
+    REQUIRE(branching.begin({committed}) != nullptr);
+    CHECK(branching.advance(logits.matrix(block, v)) == nullptr);
+    const auto tree = branching.finish().tree;
+    // The reference: each row's log-softmax, its top 3 by value (ties to the lower id).
+    std::vector<std::int32_t> ids;
+    std::vector<float> lp;
+    for (index_t r = 1; r < block; ++r) {
+      const auto* row = rows.data.data() + r * v;
+      const double m = *std::max_element(row, row + v);
+      double sum = 0;
+      for (index_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - m);
+      std::vector<std::int32_t> order(static_cast<std::size_t>(v));
+      for (index_t j = 0; j < v; ++j) order[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return row[a] > row[b]; });
+      for (index_t j = 0; j < 3; ++j) {
+        ids.push_back(order[static_cast<std::size_t>(j)]);
+        lp.push_back(static_cast<float>(static_cast<double>(row[order[static_cast<std::size_t>(j)]]) - m - std::log(sum)));
+      }
+    }
+    const auto want = specdec::best_block_tree(16, ids, lp, 3, block - 1, 9);
+    CHECK(tree.token == want.token);
+    CHECK(tree.parent == want.parent);
+    for (std::size_t i = 0; i < want.score.size(); ++i) CHECK(std::abs(tree.score[i] - want.score[i]) < 1e-5f);
+  }
+  {
+    // shrink_block: a step cut to depth 2 runs three rows.
+    specdec::block_drafter<B> shrink(h.b, {.block_size = block, .mask_token = 49, .nodes = 2, .adaptive = false, .shrink_block = true});
+    const specdec::draft_request* r = shrink.begin({committed});
+    REQUIRE(r != nullptr);
+    CHECK(r->rows() == 3);
+    CHECK(error_of([&] { (void)shrink.advance(logits.matrix(block, v)); }).find("logits has 5 rows; expected one per row (3)") !=
+          std::string::npos);
+    CHECK(shrink.advance(specdec::matrix_view<const float, typename B::memory_space>(logits.view().data(), 3, v)) == nullptr);
+    CHECK(shrink.finish().tree.token == std::vector<std::int32_t>{16, row_argmax(1), row_argmax(2)});
+  }
+  CHECK(error_of([&] { specdec::block_drafter<B>(h.b, {.block_size = 1}); }).find("block_size = 1") != std::string::npos);
+  specdec::block_drafter<B> idle(h.b, {.block_size = block});
+  CHECK(error_of([&] { (void)idle.advance(logits.matrix(block, v)); }).find("no draft forward is pending") != std::string::npos);
+}
+
+TEST_CASE("a block drafter's time is per draft, not per token: the policy drafts the whole block where one forward pays for it") {
+  // Every draft token accepted; a target forward costs 1 s at any row count up to 9; the draft's
+  // forward costs 1.2 s whatever its length. Per draft, depth 8 commits 9 tokens in 2.2 s, the best;
+  // the same 1.2 s charged per token would make every draft cost more than it gains (9 tokens in
+  // 10.6 s, 2 in 2.2 s).
+  specdec::policy::acceptance_by_depth acceptance;
+  for (int i = 0; i < 50; ++i) acceptance.record(8, 8);
+  specdec::policy::forward_cost cost;
+  for (index_t rows = 1; rows <= 9; ++rows) cost.record(rows, 1.0);
+  CHECK(specdec::policy::best_draft_length(acceptance, cost, 0.0, 8, 0.5, 0.0, 1.2) == 8);
+  CHECK(specdec::policy::best_draft_length(acceptance, cost, 1.2, 8, 0.5, 0.0, 0.0) == 0);
+  CHECK(error_of([&] { (void)specdec::policy::best_draft_length(acceptance, cost, 0.0, 8, 0.5, 0.0, -1.0); }).find("step_seconds = -1") !=
+        std::string::npos);
+  // Through feedback: block_drafter reports its draft-model time as one step.
+  specdec::eigen b;
+  specdec::block_drafter<specdec::eigen> drafter(b, {.block_size = 9, .mask_token = 0, .adaptive = true});
+  const std::vector<std::int32_t> committed = {3, 4};
+  for (int step = 0; step < 40; ++step) {
+    const specdec::draft_request* r = drafter.begin({committed});
+    if (r == nullptr) {
+      drafter.feedback({.accepted_nodes = {}, .target_seconds = 1.0});
+      continue;
+    }
+    std::vector<float> logits(static_cast<std::size_t>(r->rows() * 10), 0.0f);
+    for (index_t row = 0; row < r->rows(); ++row) logits[static_cast<std::size_t>(row * 10 + 1)] = 5.0f;
+    CHECK(drafter.advance(specdec::matrix_view<const float>(logits.data(), r->rows(), 10)) == nullptr);
+    const auto tree = drafter.finish().tree;
+    std::vector<std::int32_t> path;
+    for (index_t i = 1; i < tree.size(); ++i) path.push_back(static_cast<std::int32_t>(i));
+    drafter.feedback({.accepted_nodes = path, .target_seconds = 1.0, .draft_seconds = 1.2});
+  }
+  const specdec::draft_request* r = drafter.begin({committed});
+  REQUIRE(r != nullptr);
+  CHECK(drafter.advance(specdec::matrix_view<const float>(std::vector<float>(90, 0.0f).data(), 9, 10)) == nullptr);
+  CHECK(drafter.finish().tree.size() == 9);  // the whole block: 8 drafts
 }

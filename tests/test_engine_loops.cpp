@@ -17,6 +17,7 @@
 #include <specdec/mask/tree_mask.hpp>
 #include <specdec/policy/draft_length.hpp>
 #include <specdec/sampling/sampling.hpp>
+#include <specdec/tree/block_drafter.hpp>
 #include <specdec/tree/drafter.hpp>
 #include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
@@ -318,5 +319,102 @@ TEST_CASE("docs/drafters.md: every library drafter, and one of the engine's own,
     loop_counts counts;
     CHECK(speculated(own, /*skew=*/0, n, counts) == want);
     CHECK(counts.target_forwards < n);  // the draft's top child is the target's token: one bonus per forward
+  }
+}
+
+namespace {
+
+/// A block model made of an autoregressive one: for a block request (the root, then mask tokens, each
+/// row seeing all), row j > 0 gets the logits the autoregressive toy model gives after its own argmax
+/// chain to depth j - 1: what a perfectly trained block drafter of that model predicts. Row 0 gets
+/// row 1's. The chain is run on the model's cache and cropped again.
+class block_oracle {
+ public:
+  explicit block_oracle(toy_model& ar) : ar_(ar) {}
+  specdec::matrix_view<const float> forward(const specdec::draft_request& r, index_t cached, std::int32_t mask_token) {
+    const index_t rows = r.rows(), v = toy_model::vocab, before = ar_.cached();
+    REQUIRE(rows >= 2);
+    CHECK(r.mask == std::vector<std::uint8_t>(static_cast<std::size_t>(rows * rows), 1));
+    CHECK(r.positions(cached) == iota_positions(cached, rows));
+    for (index_t j = 1; j < rows; ++j) CHECK(r.tokens[static_cast<std::size_t>(j)] == mask_token);
+    logits_.assign(static_cast<std::size_t>(rows * v), 0.0f);
+    std::int32_t token = r.tokens[0];
+    for (index_t j = 1; j < rows; ++j) {
+      const auto out = ar_.forward(std::vector<std::int32_t>{token}, std::vector<std::int64_t>{cached + j - 1});
+      std::copy(out.row(0), out.row(0) + v, logits_.begin() + j * v);
+      token = static_cast<std::int32_t>(std::max_element(out.row(0), out.row(0) + v) - out.row(0));
+    }
+    std::copy(logits_.begin() + v, logits_.begin() + 2 * v, logits_.begin());
+    ar_.crop(before);
+    return {logits_.data(), rows, v};
+  }
+
+ private:
+  toy_model& ar_;
+  std::vector<float> logits_;
+};
+
+/// The drafter-loop above with a block model answering the requests.
+std::vector<std::int32_t> block_speculated(specdec::block_drafter<specdec::eigen>& drafter, std::int32_t mask_token, std::uint32_t skew,
+                                           index_t new_tokens, loop_counts& counts) {
+  specdec::eigen backend;
+  toy_model target, ar(skew);
+  block_oracle model(ar);
+  std::vector<std::int32_t> committed = prompt;
+  target.forward(std::span(prompt).first(prompt.size() - 1), iota_positions(0, ssize(prompt) - 1));
+  const index_t start = ssize(committed);
+  while (ssize(committed) < start + new_tokens) {
+    const index_t cached = target.cached();
+    if (ar.cached() < cached)
+      ar.forward(std::span(committed).subspan(ar.cached(), cached - ar.cached()), iota_positions(ar.cached(), cached - ar.cached()));
+    index_t rows = 0;
+    const specdec::drafted d = specdec::run_drafter(drafter, {.committed = committed}, [&](const specdec::draft_request& r) {
+      rows += r.rows();
+      return model.forward(r, cached, mask_token);
+    });
+    const auto logits = target.forward(d.tree.token, specdec::tree_positions(d.tree, cached), specdec::tree_mask_dense(d.tree, cached));
+    const auto result = specdec::sampling::verify_greedy(backend, logits, {.tree = d.tree});
+    drafter.feedback({.accepted_nodes = result.accepted_nodes, .target_seconds = 1e-3, .draft_seconds = rows > 0 ? 2e-4 : 0.0});
+    target.keep(cached, result.kept_nodes());
+    committed.insert(committed.end(), result.tokens.begin(), result.tokens.end());
+    counts.draft_rows += rows;
+    ++counts.target_forwards;
+  }
+  return std::vector<std::int32_t>(committed.begin() + start, committed.begin() + start + new_tokens);
+}
+
+}  // namespace
+
+TEST_CASE("block_drafter: chains and trees from one block forward decode as plain greedy through the protocol") {
+  const index_t n = 96;
+  const auto want = greedy_reference(prompt, n);
+  specdec::eigen backend;
+  {
+    // A block model agreeing with the target: a chain of 4 is always accepted, 5 tokens per forward.
+    specdec::block_drafter<specdec::eigen> chain(backend, {.block_size = 5, .mask_token = 63, .adaptive = false});
+    loop_counts counts;
+    CHECK(block_speculated(chain, 63, /*skew=*/0, n, counts) == want);
+    CHECK(counts.target_forwards == (n + 4) / 5);
+    CHECK(counts.draft_rows == 5 * counts.target_forwards);  // one block forward per step
+  }
+  {
+    // A model that disagrees on one context in four, the target's token then its second best (skew
+    // 63): per-position top-3 trees hold it where the chain misses, and take fewer forwards.
+    specdec::block_drafter<specdec::eigen> tree(backend, {.block_size = 6, .mask_token = 63, .top_k = 3, .nodes = 12, .adaptive = false});
+    specdec::block_drafter<specdec::eigen> chain(backend, {.block_size = 6, .mask_token = 63, .adaptive = false});
+    loop_counts with_tree, with_chain;
+    CHECK(block_speculated(tree, 63, /*skew=*/63, n, with_tree) == want);
+    CHECK(block_speculated(chain, 63, /*skew=*/63, n, with_chain) == want);
+    MESSAGE("block_drafter: ", n, " tokens in ", with_tree.target_forwards, " target forwards (tree), ", with_chain.target_forwards,
+            " (chain)");
+    CHECK(static_cast<double>(n) / static_cast<double>(with_tree.target_forwards) > 1.5);
+    CHECK(with_tree.target_forwards < with_chain.target_forwards);
+  }
+  {
+    // Sized by the policy: an agreeing model pays, so the drafts grow past the first probe.
+    specdec::block_drafter<specdec::eigen> adaptive(backend, {.block_size = 8, .mask_token = 63, .shrink_block = true});
+    loop_counts counts;
+    CHECK(block_speculated(adaptive, 63, /*skew=*/0, n, counts) == want);
+    CHECK(static_cast<double>(n) / static_cast<double>(counts.target_forwards) > 2.0);
   }
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The drafting protocol (tree/drafter.hpp) over the library's drafters: prompt lookup, SuffixDecoding,
-// chains (greedy and sampled, with a stop rule) and EAGLE-2 trees, with random configurations, random
+// chains (greedy and sampled, with a stop rule), EAGLE-2 trees and block drafts (chains and top-k trees
+// from one block forward), with random configurations, random
 // contexts, random logits (NaN, infinities and denormals included) and random feedback, several steps
 // in a row so that the draft-length policies act on what they learned. Every call either throws
 // specdec::invalid_argument or: each request is shaped as documented (one token, depth and parent row
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include <specdec/backend/eigen.hpp>
+#include <specdec/tree/block_drafter.hpp>
 #include <specdec/tree/drafters.hpp>
 
 #include "fuzz_input.hpp"
@@ -38,14 +40,14 @@ void check_request(const specdec::draft_request& r, index_t vocab) {
 }
 
 using any_drafter = std::variant<specdec::ngram_drafter, specdec::suffix_drafter<std::int32_t, int>, specdec::chain_drafter<specdec::eigen>,
-                                 specdec::eagle2_drafter<specdec::eigen>>;
+                                 specdec::eagle2_drafter<specdec::eigen>, specdec::block_drafter<specdec::eigen>>;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   fuzz::input in(data, size);
   specdec::eigen b;
   const index_t vocab = in.range(1, 10);
-  const auto kind = in.range(0, 3);
+  const auto kind = in.range(0, 4);
   const bool adaptive = in.flag();
   specdec::suffix_cache<std::int32_t, int> cache;
   std::vector<std::int32_t> committed(static_cast<std::size_t>(in.range(0, 48)));
@@ -74,6 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           auto stop = in.flag() ? std::function<bool(double, index_t)>([threshold](double p, index_t) { return p < threshold; })
                                 : std::function<bool(double, index_t)>();
           return specdec::chain_drafter<specdec::eigen>(b, {.longest = longest, .adaptive = adaptive, .stop = stop});
+        }
+        case 4: {
+          const specdec::block_drafter<specdec::eigen>::parameters p{
+              .block_size = in.range(1, 9), .mask_token = static_cast<std::int32_t>(in.range(-1, vocab - 1)), .top_k = in.range(0, 4),
+              .nodes = in.range(-1, 16), .adaptive = adaptive, .shrink_block = in.flag()};
+          longest = p.nodes > 0 ? p.nodes : p.block_size - 1;
+          return specdec::block_drafter<specdec::eigen>(b, p);
         }
         default: {
           specdec::dynamic_tree_config c;

@@ -7,7 +7,8 @@
 ///
 /// An engine reports each verification (`verified(accepted, drafted)`), the wall time of each target
 /// forward by its number of rows (`target_forward_timed`) and, for drafters that run a model, the time
-/// of one draft token (`draft_token_timed`); `choose()` gives the length of the next draft.
+/// of one draft token (`draft_token_timed`) or, for a block drafter, of one draft whatever its length
+/// (`draft_step_timed`); `choose()` gives the length of the next draft.
 #pragma once
 
 #include <algorithm>
@@ -35,7 +36,7 @@ inline constexpr index_t max_draft_contexts = 4096;
 class acceptance_by_depth;
 class forward_cost;
 inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
-                                 index_t longest, double prior = 0.5, double caution = 0);
+                                 index_t longest, double prior = 0.5, double caution = 0, double step_seconds = 0);
 
 namespace detail {
 inline void check_prior(const char* where, double prior) {
@@ -189,7 +190,7 @@ class acceptance_by_depth {
   }
 
  private:
-  friend index_t best_draft_length(const acceptance_by_depth&, const forward_cost&, double, index_t, double, double);
+  friend index_t best_draft_length(const acceptance_by_depth&, const forward_cost&, double, index_t, double, double, double);
   // The unchecked halves of pooled() and rate(): a caller pricing many depths pools once, not once per
   // depth (which would make pricing L lengths O(L x depths)).
   double pooled_rate(double prior) const {
@@ -210,20 +211,21 @@ class acceptance_by_depth {
 };
 
 /// The draft length that maximises expected committed tokens per second,
-/// `expected_tokens(L) / (L * draft_seconds + cost(L + 1))` over L in [0, longest]; 0 means "do not
-/// draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup). Before any forward
-/// is measured every length costs the same and the longest wins (and gets measured). `prior` and
-/// `caution` as in acceptance_by_depth::rate. O(longest log R + R + depths recorded), R the row counts
-/// measured.
-/// \throws invalid_argument on longest outside [0, max_draft_length] (2^16), draft_seconds negative or
-/// not finite, prior outside [0, 1], or caution negative or not finite.
+/// `expected_tokens(L) / (L * draft_seconds + [L > 0] step_seconds + cost(L + 1))` over L in [0, longest];
+/// 0 means "do not draft". `draft_seconds` is what drafting one token costs (0 for prompt lookup),
+/// `step_seconds` what a draft costs whatever its length (a block drafter's one forward). Before any
+/// forward is measured every length costs the same and the longest wins (and gets measured). `prior`
+/// and `caution` as in acceptance_by_depth::rate. O(longest log R + R + depths recorded), R the row
+/// counts measured.
+/// \throws invalid_argument on longest outside [0, max_draft_length] (2^16), draft_seconds or
+/// step_seconds negative or not finite, prior outside [0, 1], or caution negative or not finite.
 inline index_t best_draft_length(const acceptance_by_depth& acceptance, const forward_cost& cost, double draft_seconds,
-                                 index_t longest, double prior, double caution) {
+                                 index_t longest, double prior, double caution, double step_seconds) {
   constexpr const char* where = "specdec::policy::best_draft_length";
   SPECDEC_EXPECTS(longest >= 0 && longest <= max_draft_length, where, "longest = ", longest, "; expected 0 <= longest <= ",
                   max_draft_length, " (policy::max_draft_length)");
-  SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds), where, "draft_seconds = ", draft_seconds,
-                  "; expected a finite time >= 0");
+  SPECDEC_EXPECTS(draft_seconds >= 0.0 && std::isfinite(draft_seconds) && step_seconds >= 0.0 && std::isfinite(step_seconds),
+                  where, "draft_seconds = ", draft_seconds, ", step_seconds = ", step_seconds, "; expected finite times >= 0");
   detail::check_prior(where, prior);
   detail::check_caution(where, caution);
   const double pooled = acceptance.pooled_rate(prior);
@@ -232,7 +234,7 @@ inline index_t best_draft_length(const acceptance_by_depth& acceptance, const fo
   double best_rate = 0, expected = 1, reach = 1;  // expected_tokens(length), built up one depth at a time
   for (index_t length = 0; length <= longest; ++length) {
     if (length > 0) expected += (reach *= acceptance.rate_at(length, pooled, caution));
-    double seconds = static_cast<double>(length) * draft_seconds + seconds_for(length + 1);
+    double seconds = static_cast<double>(length) * draft_seconds + (length > 0 ? step_seconds : 0.0) + seconds_for(length + 1);
     if (seconds <= 0) seconds = 1.0;
     const double rate = expected / seconds;
     if (rate > best_rate) {
@@ -289,10 +291,11 @@ class draft_length_policy {
     // The first evidence of all: a one-token probe. A context not yet verified otherwise starts from
     // every context's acceptance.
     if (target_cost_(1) == 0 || (acceptance.empty() && all_.empty())) return std::min<index_t>(1, longest);
-    const index_t length = best_draft_length(acceptance, target_cost_, draft_cost_(1), longest, all_.pooled(), caution);
+    const index_t length =
+        best_draft_length(acceptance, target_cost_, draft_cost_(1), longest, all_.pooled(), caution, step_cost_(1));
     if (length > 0 || longest == 0) return length;
     probe_credit_ += probe_share * target_cost_(1);
-    const double probe = target_cost_(2) - target_cost_(1) + draft_cost_(1);
+    const double probe = target_cost_(2) - target_cost_(1) + draft_cost_(1) + step_cost_(1);
     if (probe_credit_ < probe) return 0;
     probe_credit_ -= probe;
     return 1;
@@ -313,6 +316,9 @@ class draft_length_policy {
   void target_forward_timed(index_t rows, double seconds) { target_cost_.record(rows, seconds); }
   /// Wall time of drafting one token (drafters that run a model). \throws as forward_cost::record.
   void draft_token_timed(double seconds) { draft_cost_.record(1, seconds); }
+  /// Wall time a draft costs whatever its length: a block drafter's one forward, which drafts every
+  /// depth at once. \throws as forward_cost::record.
+  void draft_step_timed(double seconds) { step_cost_.record(1, seconds); }
   /// Acceptance measured in `context`. \throws invalid_argument unless 0 <= context < contexts.
   const acceptance_by_depth& acceptance(index_t context = 0) const {
     return at(context, "specdec::policy::draft_length_policy::acceptance");
@@ -335,7 +341,7 @@ class draft_length_policy {
   index_t longest_;
   std::vector<acceptance_by_depth> contexts_;
   acceptance_by_depth all_;  // every context's verifications (a single context's prior is 0.5)
-  forward_cost target_cost_, draft_cost_;
+  forward_cost target_cost_, draft_cost_, step_cost_;
   double probe_credit_ = 0;
 };
 

@@ -11,6 +11,7 @@
 /// | `chain_drafter<B>` | any autoregressive draft (a small LM, MTP modules, ADMG's self-draft) | a chain, greedy or sampled |
 /// | `eagle2_drafter<B>` | EAGLE / EAGLE-3 layers, Jakiro's MoE layer, any model with per-row logits | EAGLE-2's dynamic tree (top-k expansions, reranked) |
 /// | `heads_drafter<B>` | Medusa-style heads on the root (one forward, one logits row per head) | a static tree of per-head top-k |
+/// | `block_drafter<B>` (tree/block_drafter.hpp) | a block drafter (DFlash): one forward over the root and mask tokens | the chain of per-position argmaxes, or the best tree of per-position top-k |
 /// | `suffix_drafter<Token, RequestId>` | none | SuffixDecoding (suffix_cache::speculate), its first nodes, as many as the policy chooses |
 /// | `eagle1::tree_drafter<B>` (interop/eagle1.hpp) | EAGLE-1's layer, level by level | EAGLE-1's static tree |
 ///
@@ -62,9 +63,10 @@ inline draft_tree cut_to_depth(const draft_tree& tree, index_t depth) {
 
 namespace detail {
 
-/// The feedback half every drafter here shares: verification and costs into its policy.
+/// The feedback half every drafter here shares: verification and costs into its policy. `per_step`:
+/// the draft-model time is one forward whatever the draft's size (a block drafter), not per token.
 inline void record_feedback(policy::draft_length_policy& policy, const draft_tree& tree, const draft_feedback& f,
-                            index_t context = 0) {
+                            index_t context = 0, bool per_step = false) {
   constexpr const char* where = "specdec::drafter::feedback";
   const index_t depth = tree.max_depth(), accepted = static_cast<index_t>(f.accepted_nodes.size());
   SPECDEC_EXPECTS(accepted <= depth, where, "accepted_nodes has ", accepted, " nodes; the draft is ", depth,
@@ -76,7 +78,12 @@ inline void record_feedback(policy::draft_length_policy& policy, const draft_tre
                   "; expected 0 (the draft's ", tree.size(), " nodes) or the rows decoded, at most that");
   policy.verified(accepted, depth, context);
   if (f.target_seconds > 0) policy.target_forward_timed(f.target_rows > 0 ? f.target_rows : tree.size(), f.target_seconds);
-  if (f.draft_seconds > 0 && depth > 0) policy.draft_token_timed(f.draft_seconds / static_cast<double>(tree.size() - 1));
+  if (f.draft_seconds > 0 && depth > 0) {
+    if (per_step)
+      policy.draft_step_timed(f.draft_seconds);
+    else
+      policy.draft_token_timed(f.draft_seconds / static_cast<double>(tree.size() - 1));
+  }
 }
 
 inline draft_tree root_only(std::int32_t root) { return draft_tree{{root}, {-1}, {0}, {0.0f}}; }

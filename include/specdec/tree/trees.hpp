@@ -6,6 +6,7 @@
 #pragma once
 
 #include <specdec/tree/drafter.hpp>
+#include <specdec/tree/block_drafter.hpp>
 #include <specdec/tree/drafters.hpp>
 #include <specdec/tree/eagle2.hpp>
 #include <specdec/tree/eagle2_batch.hpp>
