@@ -8,7 +8,7 @@
 //
 //   specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K]
 //                [--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE]
-//                [--eagle3-weights FILE] [--mtp-weights FILE]
+//                [--eagle3-weights FILE] [--mtp-weights FILE] [--dflash-weights FILE]
 // A trained drafter whose weights are missing is left out, with a note.
 //
 // Timing: a shared VM's speed drifts by up to a quarter within seconds, so the methods run interleaved
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/decoding.hpp"
+#include "engine/dflash_drafter.hpp"
 #include "engine/eagle3_drafter.hpp"
 #include "engine/eagle_drafter.hpp"
 #include "engine/gguf.hpp"
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   std::string eagle_weights = engine::default_weights("eagle_smollm2_135m.safetensors");
   std::string eagle3_weights = engine::default_weights("eagle3_smollm2_135m.safetensors");
   std::string mtp_weights = engine::default_weights("mtp_smollm2_135m.safetensors");
+  std::string dflash_weights = engine::default_weights("dflash_smollm2_135m.safetensors");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -96,10 +98,11 @@ int main(int argc, char** argv) {
     else if (a == "--eagle-weights") eagle_weights = value();
     else if (a == "--eagle3-weights") eagle3_weights = value();
     else if (a == "--mtp-weights") mtp_weights = value();
+    else if (a == "--dflash-weights") dflash_weights = value();
     else {
       std::cerr << "usage: specdec_demo --model PATH.gguf [--quick] [--repeat R] [--max-new N] [--draft N] [--tree-k K] "
                    "[--tree-depth D] [--tree-tokens T] [--alpha A] [--admg-m M] [--eagle-weights FILE] "
-                   "[--eagle3-weights FILE] [--mtp-weights FILE]\n";
+                   "[--eagle3-weights FILE] [--mtp-weights FILE] [--dflash-weights FILE]\n";
       return 2;
     }
   }
@@ -133,7 +136,8 @@ int main(int argc, char** argv) {
     exit.max_draft = draft_length;
 
     std::vector<std::string> names = {"vanilla", "admg", "prompt_lookup", "eagle2_admg", "eagle2"};
-    for (const auto& [name, weights] : {std::pair{"eagle3", eagle3_weights}, std::pair{"mtp", mtp_weights}}) {
+    for (const auto& [name, weights] :
+         {std::pair{"eagle3", eagle3_weights}, std::pair{"mtp", mtp_weights}, std::pair{"dflash", dflash_weights}}) {
       if (std::filesystem::exists(weights)) names.push_back(name);
       else std::fprintf(stderr, "specdec_demo: no %s weights at %s (tools/train/run.sh --only %s); left out\n", name, weights.c_str(), name);
     }
@@ -159,6 +163,7 @@ int main(int argc, char** argv) {
         drafters.push_back(std::make_unique<engine::eagle3_drafter>(
             model, specdec::dynamic_tree_config{3, 4, 10, specdec::tree_score::log_probability, {}}, eagle3_weights, true));
       if (name == "mtp") drafters.push_back(std::make_unique<engine::mtp_drafter>(model, 3, mtp_weights, true));
+      if (name == "dflash") drafters.push_back(std::make_unique<engine::dflash_drafter>(model, dflash_weights, true));
     }
     // Methods interleave per prompt, so that drift in the machine's speed hits them alike; each
     // (prompt, method) keeps its median run of `repeat`.

@@ -537,6 +537,20 @@ TEST_CASE_TEMPLATE("block_drafter: one block request; the chain is each row's ar
     CHECK(shrink.advance(specdec::matrix_view<const float, typename B::memory_space>(logits.view().data(), 3, v)) == nullptr);
     CHECK(shrink.finish().tree.token == std::vector<std::int32_t>{16, row_argmax(1), row_argmax(2)});
   }
+  {
+    // A reduced draft vocabulary: column i is target id i + d2t[i].
+    std::vector<std::int32_t> d2t(static_cast<std::size_t>(v));
+    for (index_t i = 0; i < v; ++i) d2t[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(1000 + 3 * i);
+    specdec::block_drafter<B> mapped(h.b, {.block_size = block, .mask_token = 7000, .adaptive = false, .d2t = d2t});
+    REQUIRE(mapped.begin({committed}) != nullptr);
+    CHECK(mapped.advance(logits.matrix(block, v)) == nullptr);
+    const auto to_target = [](std::int32_t c) { return c + 1000 + 3 * c; };
+    CHECK(mapped.finish().tree.token ==
+          std::vector<std::int32_t>{16, to_target(row_argmax(1)), to_target(row_argmax(2)), to_target(row_argmax(3)), to_target(row_argmax(4))});
+    d2t[3] = -10;
+    CHECK(error_of([&] { specdec::block_drafter<B>(h.b, {.block_size = block, .d2t = d2t}); }).find("d2t[3] = -10 maps column 3 to -7") !=
+          std::string::npos);
+  }
   CHECK(error_of([&] { specdec::block_drafter<B>(h.b, {.block_size = 1}); }).find("block_size = 1") != std::string::npos);
   specdec::block_drafter<B> idle(h.b, {.block_size = block});
   CHECK(error_of([&] { (void)idle.advance(logits.matrix(block, v)); }).find("no draft forward is pending") != std::string::npos);

@@ -101,9 +101,12 @@ class block_drafter {
     /// but a model trained on full blocks then sees fewer mask tokens than it was trained with (its
     /// distributions differ from the reference's).
     bool shrink_block = false;
+    /// A reduced draft vocabulary (EAGLE-3's `d2t`): logits column i is target id i + d2t[i] (the
+    /// engine scores those rows of the target's head only). Empty: column i is id i.
+    std::vector<std::int32_t> d2t = {};
   };
-  /// \throws invalid_argument unless 2 <= block_size <= 2^16 + 1, mask_token >= 0, 1 <= top_k <= 2^16
-  /// and 0 <= nodes <= policy::max_draft_length.
+  /// \throws invalid_argument unless 2 <= block_size <= 2^16 + 1, mask_token >= 0, 1 <= top_k <= 2^16,
+  /// 0 <= nodes <= policy::max_draft_length and every i + d2t[i] in [0, 2^31 - 1].
   block_drafter(B& b, parameters p) : b_(&b), p_(checked(p)), policy_(largest(p_)) {}
 
   /// \throws invalid_argument on an empty context or a negative / non-finite temperature.
@@ -134,8 +137,10 @@ class block_drafter {
     SPECDEC_EXPECTS(logits.rows() == request_.rows(), where, "logits has ", logits.rows(), " rows; expected one per row (",
                     request_.rows(), ")");
     detail::check_vocabulary(where, "V", logits.cols());
-    SPECDEC_EXPECTS(p_.top_k <= logits.cols() && p_.mask_token < logits.cols(), where, "top_k = ", p_.top_k, ", mask_token = ",
-                    p_.mask_token, "; expected top_k <= V = ", logits.cols(), " and the mask an id below it");
+    SPECDEC_EXPECTS(p_.top_k <= logits.cols() && (!p_.d2t.empty() || p_.mask_token < logits.cols()), where, "top_k = ", p_.top_k,
+                    ", mask_token = ", p_.mask_token, "; expected top_k <= V = ", logits.cols(), " and the mask an id below it");
+    SPECDEC_EXPECTS(p_.d2t.empty() || static_cast<index_t>(p_.d2t.size()) == logits.cols(), where, "d2t has ", p_.d2t.size(),
+                    " entries; expected one per logits column (", logits.cols(), ")");
     const index_t positions = std::min(logits.rows() - 1, nodes_), k = p_.top_k;
     request_ = {};
     const matrix_view<const float, memory_space> ahead(logits.data() + logits.stride(0), positions, logits.cols(), logits.stride(0),
@@ -146,7 +151,7 @@ class block_drafter {
       b_->row_argmax(ahead, ids.view());
       const std::vector<std::int32_t> tokens = b_->download(vector_view<const std::int32_t, memory_space>(ids.view().data(), positions));
       for (index_t d = 1; d <= positions; ++d) {
-        tree_.token.push_back(tokens[static_cast<std::size_t>(d - 1)]);
+        tree_.token.push_back(target_id(tokens[static_cast<std::size_t>(d - 1)]));
         tree_.parent.push_back(static_cast<std::int32_t>(d - 1));
         tree_.depth.push_back(static_cast<std::int32_t>(d));
         tree_.score.push_back(0.0f);
@@ -158,8 +163,8 @@ class block_drafter {
     auto lse = b_->template allocate<float>(positions);  // not read: the values are log-probabilities already
     b_->row_topk_logsumexp(ahead, k, 1.0f, values.matrix(positions, k), ids.matrix(positions, k), lse.view());
     const std::vector<float> top = b_->download(vector_view<const float, memory_space>(values.view().data(), positions * k));
-    const std::vector<std::int32_t> tokens =
-        b_->download(vector_view<const std::int32_t, memory_space>(ids.view().data(), positions * k));
+    std::vector<std::int32_t> tokens = b_->download(vector_view<const std::int32_t, memory_space>(ids.view().data(), positions * k));
+    for (auto& t : tokens) t = target_id(t);
     std::vector<float> log_probs(top.size());
     for (std::size_t i = 0; i < top.size(); ++i) log_probs[i] = std::min(0.0f, top[i]);  // a rounding above 0 is 0
     tree_ = best_block_tree(tree_.token[0], tokens, log_probs, k, positions, nodes_);
@@ -181,9 +186,17 @@ class block_drafter {
                         p.top_k <= policy::max_draft_length && p.nodes >= 0 && p.nodes <= policy::max_draft_length,
                     where, "block_size = ", p.block_size, ", mask_token = ", p.mask_token, ", top_k = ", p.top_k, ", nodes = ",
                     p.nodes, "; expected 2 <= block_size <= 2^16 + 1, mask_token >= 0, 1 <= top_k <= 2^16, 0 <= nodes <= 2^16");
+    for (std::size_t i = 0; i < p.d2t.size(); ++i) {
+      const std::int64_t id = static_cast<std::int64_t>(i) + p.d2t[i];
+      SPECDEC_EXPECTS(id >= 0 && id <= std::numeric_limits<std::int32_t>::max(), where, "d2t[", i, "] = ", p.d2t[i],
+                      " maps column ", i, " to ", id, "; expected a target id in [0, 2^31 - 1]");
+    }
     return p;
   }
   static index_t largest(const parameters& p) { return p.nodes > 0 ? p.nodes : p.block_size - 1; }
+  std::int32_t target_id(std::int32_t column) const {
+    return p_.d2t.empty() ? column : column + p_.d2t[static_cast<std::size_t>(column)];
+  }
   B* b_;
   parameters p_;
   policy::draft_length_policy policy_;
