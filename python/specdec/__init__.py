@@ -22,7 +22,7 @@ specdec's own drafting side (``specdec.drafting``: the modules ``tree``, ``mask`
 ``batch_tree_mask`` / ``batch_tree_mask_flashinfer`` for padded batches, ``propose_ngram``,
 ``Eagle2TreeBuilder`` and its device-resident form ``Eagle2BatchBuilder``, ``DraftLengthPolicy``,
 ``verify_greedy`` / ``verify_speculative`` on specdec's trees, and the drafter blocks (``DecoderLayer``, ``eagle_fuse``,
-``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``).
+``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``, ``DFlashDrafter``).
 
 Randomness: functions that sample take ``seed`` and ``offset`` (one Philox-4x32-10 stream per row,
 ``(seed, row)``, read from ``offset``), a ``torch.Generator`` (one integer drawn from it seeds the call),

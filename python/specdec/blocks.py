@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The drafter blocks (C++: specdec/blocks) as sessions: ``DecoderLayer``, ``eagle_fuse``,
-``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter``.
+``Eagle3Block``, ``MtpModule``, ``JakiroLayer``, ``AmphistaHeads``, ``MoaDrafter`` (and DFlash's
+``DFlashDrafter``, in specdec/_dflash.py on these classes).
 
 A block runs where its weights are: numpy arrays or CPU tensors on the host (outputs numpy arrays), or
 in a CUDA build torch tensors on one CUDA device (outputs CUDA tensors there, each call on the current

@@ -12,6 +12,8 @@ serialises its calls (docs/python.md, "Threads").
 
 from __future__ import annotations
 
+from ._dflash import *  # noqa: F401,F403
+from ._dflash import __all__ as _dflash
 from .blocks import *  # noqa: F401,F403
 from .blocks import __all__ as _blocks
 from .mask import *  # noqa: F401,F403
@@ -25,4 +27,4 @@ from .suffix import __all__ as _suffix
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 
-__all__ = _tree + _mask + _suffix + _policy + _sampling + _blocks
+__all__ = _tree + _mask + _suffix + _policy + _sampling + _blocks + _dflash

@@ -228,6 +228,34 @@ class amphista_heads : public cached {
                      "stream")});
 };
 
+/// blocks::dflash: the context's features into every layer's cache, a non-causal block over them whose
+/// rows leave the cache again, the target's LM head. The layer count comes from the weights' names
+/// (Python counts them).
+class dflash_drafter : public cached {
+ public:
+  virtual std::int64_t hidden() const = 0;
+  virtual std::int64_t vocab() const = 0;
+  virtual std::int64_t layers() const = 0;
+  virtual std::int64_t feature_layers() const = 0;
+  virtual std::int64_t block_size() const = 0;
+  virtual std::int64_t mask_token() const = 0;
+  virtual void append_context(input features, position_ids positions, std::uintptr_t stream) = 0;
+  virtual void forward(token_ids tokens, position_ids positions, output out, std::uintptr_t stream) = 0;
+  virtual void logits(input normed, output out, std::uintptr_t stream) = 0;
+
+  static constexpr const char* name = "DFlashDrafter";
+  static constexpr constructor<layer_shape, std::int64_t, std::int64_t, std::int64_t> init{
+      {"shape", "layers", "block_size", "mask_token"}};
+  static constexpr auto members = std::tuple_cat(
+      cached::members,
+      std::tuple{fixed("hidden", &dflash_drafter::hidden), fixed("vocab", &dflash_drafter::vocab),
+                 fixed("layers", &dflash_drafter::layers), fixed("feature_layers", &dflash_drafter::feature_layers),
+                 fixed("block_size", &dflash_drafter::block_size), fixed("mask_token", &dflash_drafter::mask_token),
+                 def("append_context", &dflash_drafter::append_context, "features", "positions", "stream"),
+                 def("forward", &dflash_drafter::forward, "tokens", "positions", "out", "stream"),
+                 def("logits", &dflash_drafter::logits, "normed", "out", "stream")});
+};
+
 /// blocks::moa::drafter: the target's verified cache rows (one array per target layer), then forward.
 class moa_drafter : public cached {
  public:

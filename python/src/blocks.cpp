@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // specdec's drafter blocks for Python: the pre-norm Llama decoder layer every drafter is made of
 // (EAGLE's and Jakiro's layer, MoA's self-attention, MTP's block), EAGLE-3's block, the MTP module,
-// Jakiro's layer, Amphista's heads and MoA's drafter, each with its KV caches. A block runs where its
-// weights are: host arrays on specdec::eigen, CUDA tensors (a CUDA build) on that device with
-// specdec::thrust_backend<cuda> (block_sessions.hpp, the same code for both). Weights are the caller's
-// float32 arrays, viewed in place and kept alive by the block; every array of a call is on the block's
-// device. Each class is made from its description in block_api.hpp: the argument conversions below are
-// chosen by the interface's parameter types.
+// Jakiro's layer, Amphista's heads, MoA's drafter and DFlash's block drafter, each with its KV caches.
+// A block runs where its weights are: host arrays on specdec::eigen, CUDA tensors (a CUDA build) on
+// that device with specdec::thrust_backend<cuda> (block_sessions.hpp and dflash_session.hpp, the same
+// code for both). Weights are the caller's float32 arrays, viewed in place and kept alive by the block;
+// every array of a call is on the block's device. Each class is made from its description in
+// block_api.hpp: the argument conversions below are chosen by the interface's parameter types.
 #include "block_api.hpp"
 #include "block_sessions.hpp"
 #include "common.hpp"
 #include "cuda_ops.hpp"
+#include "dflash_session.hpp"
 #include "placement.hpp"
 
 #include <nanobind/stl/string.h>
@@ -260,4 +261,9 @@ void bind_blocks(nb::module_& m) {
         nb::arg("fc_weight").none(), nb::arg("fc_bias").none(), nb::arg("out").none(), nb::arg("stream"));
   def_block<block::decoder_layer>(m);
   def_block<block::eagle3_block>(m);
+  def_block<block::dflash_drafter>(m);
+  m.def("dflash_target_layer_ids", [](std::int64_t target_layers, std::int64_t draft_layers) {
+    const auto ids = specdec::blocks::dflash::target_layer_ids(target_layers, draft_layers);
+    return std::vector<std::int64_t>(ids.begin(), ids.end());
+  }, nb::arg("target_layers"), nb::arg("draft_layers"));
 }

@@ -5,6 +5,7 @@
 
 #include "batch_views.hpp"
 #include "block_sessions.hpp"
+#include "dflash_session.hpp"
 
 #include <cuda_runtime.h>
 
@@ -247,6 +248,7 @@ template struct device_block<block::mtp_module>;
 template struct device_block<block::jakiro_layer>;
 template struct device_block<block::amphista_heads>;
 template struct device_block<block::moa_drafter>;
+template struct device_block<block::dflash_drafter>;
 
 void eagle_fuse(place at, block::token_ids tokens, block::input feature, block::input embed, block::input fc_weight,
                 block::vector_arg<const float> fc_bias, block::output out) {
