@@ -498,6 +498,34 @@ def test_mtp_jakiro_amphista_and_moa_on_the_device_equal_the_hosts(golden):
     assert dev.cache_size == host.cache_size and dev.verified == host.verified
 
 
+def test_dflash_drafter_on_the_device_equals_the_hosts(golden):
+    # Every recorded step of a scripted case (several context rows per step) on one cache each.
+    from test_dflash import step_inputs
+
+    case = golden("blocks/dflash_3.json")
+    d = case["dims"]
+    kw = dict(heads=d["heads"], kv_heads=d["kv_heads"], head_dim=d["head_dim"], rms_eps=d["rms_norm_eps"],
+              rope_theta=d["rope_theta"], block_size=d["block_size"], mask_token=d["mask_token"], capacity=64)
+    host, dev = specdec.DFlashDrafter(_weights(case, "cpu"), **kw), specdec.DFlashDrafter(_weights(case, "cuda"), **kw)
+    assert dev.device.startswith("cuda")
+    for s, step in enumerate(case["outputs"]["steps"]):
+        features, context_positions, block_positions = step_inputs(case, step)
+        host.append_context(features, context_positions)
+        dev.append_context(torch.from_numpy(features).cuda(), torch.from_numpy(context_positions).cuda())
+        tokens = np.asarray(step["block_ids"]["data"], dtype=np.int32)
+        out_host = host.forward(tokens, block_positions)
+        out_dev = dev.forward(torch.from_numpy(tokens).cuda(), torch.from_numpy(block_positions).cuda())
+        assert dev.cache_size == host.cache_size == step["cached_before"] + features.shape[0]
+        _close(out_dev, out_host, f"dflash steps[{s}].out")
+        _close(dev.logits(out_dev[1:]), host.logits(out_host[1:]), f"dflash steps[{s}].logits")
+    dev.crop(3)
+    host.crop(3)
+    assert dev.cache_size == host.cache_size == 3
+    with pytest.raises(ValueError, match="expected an array on CUDA device"):
+        dev.append_context(features, context_positions)
+    assert dev.cache_size == 3
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
 @pytest.mark.parametrize("rows,v", [(1, 32000), (8, 128256), (3, 4099)])
 def test_half_rows_on_the_device_equal_the_hosts(dtype, rows, v):
